@@ -1,0 +1,24 @@
+# Warning flags shared by every terse target: terse_set_warnings(<target>).
+function(terse_set_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wno-unused-parameter>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
+endfunction()
+
+# terse_add_layer(<name> SOURCES ... DEPS ...): a library target terse_<name> with an alias
+# terse::<name>, public headers in <dir>/include, and the listed layers as its only dependencies.
+function(terse_add_layer name)
+  cmake_parse_arguments(L "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(terse_${name} STATIC ${L_SOURCES})
+  add_library(terse::${name} ALIAS terse_${name})
+  target_include_directories(terse_${name} PUBLIC
+    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_link_libraries(terse_${name} PUBLIC ${L_DEPS} PRIVATE ${L_PRIVATE_DEPS})
+  set_target_properties(terse_${name} PROPERTIES EXPORT_NAME ${name})
+  terse_set_warnings(terse_${name})
+  set_property(GLOBAL APPEND PROPERTY TERSE_LAYERS terse_${name})
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/include)
+    install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  endif()
+endfunction()

@@ -1,0 +1,85 @@
+#include "terse/common/env.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
+
+namespace terse {
+
+const std::vector<EnvVarInfo>& envRegistry() {
+  // Keep in step with docs/env.md (checked by a test). Sorted by topic, not alphabet.
+  static const std::vector<EnvVarInfo> kRegistry = {
+      {"TERSE_DEBUG", "enum", "WARN",
+       "Log level: NONE, WARN, INFO or TRACE. Lines go to stderr (or to NCCL's logger inside the "
+       "plugin)."},
+      {"TERSE_DEBUG_SUBSYS", "string", "ALL",
+       "Comma-separated subsystems to log: INIT, COLL, NET, CODEC, BOOT, PLUGIN, ALL. A leading ^ "
+       "inverts the list."},
+      {"TERSE_CPU_THREADS", "int", "0",
+       "Threads used by CPU codec kernels on large buffers; 0 means one per hardware thread."},
+      {"TERSE_RANK", "int", "",
+       "This process's rank. When unset, taken from OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID "
+       "or RANK (torchrun)."},
+      {"TERSE_WORLD_SIZE", "int", "",
+       "Number of ranks. When unset, taken from OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS or "
+       "WORLD_SIZE (torchrun)."},
+      {"TERSE_LOCAL_RANK", "int", "",
+       "Rank within this host. When unset, taken from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or "
+       "LOCAL_RANK."},
+      {"TERSE_STORE", "string", "",
+       "Rendezvous store: host:port of the TCP store served by rank 0, or a directory path for the "
+       "file store. When unset, MASTER_ADDR:MASTER_PORT (torchrun) is used if present."},
+      {"TERSE_TIMEOUT_MS", "int", "300000",
+       "Per-operation timeout in milliseconds for rendezvous, transport and collectives. A peer "
+       "that does not answer within it is reported by rank."},
+      {"TERSE_TRANSPORT", "enum", "ucx",
+       "Byte transport between processes: ucx (the default) or inproc (threads of one process, "
+       "for tests)."},
+  };
+  return kRegistry;
+}
+
+static const EnvVarInfo* findVar(const char* name) {
+  for (const auto& v : envRegistry())
+    if (std::strcmp(v.name, name) == 0) return &v;
+  return nullptr;
+}
+
+std::string envRaw(const char* name) {
+  const char* value = std::getenv(name);
+  if (value != nullptr) return value;
+  const EnvVarInfo* info = findVar(name);
+  return info ? info->defaultValue : "";
+}
+
+Result<std::string> envString(const char* name) {
+  if (findVar(name) == nullptr)
+    return errorInternal("environment variable %s is not in terse's registry", name);
+  return envRaw(name);
+}
+
+Result<int64_t> envInt(const char* name) {
+  TERSE_ASSIGN_OR_RETURN(std::string text, envString(name));
+  if (text.empty()) return errorInvalidArgument("%s is not set and has no default", name);
+  errno = 0;
+  char* end = nullptr;
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0')
+    return errorInvalidArgument("%s='%s' is not an integer", name, text.c_str());
+  return static_cast<int64_t>(value);
+}
+
+Result<bool> envBool(const char* name) {
+  TERSE_ASSIGN_OR_RETURN(std::string text, envString(name));
+  const char* t = text.c_str();
+  if (!strcasecmp(t, "1") || !strcasecmp(t, "true") || !strcasecmp(t, "yes") || !strcasecmp(t, "on"))
+    return true;
+  if (!strcasecmp(t, "0") || !strcasecmp(t, "false") || !strcasecmp(t, "no") || !strcasecmp(t, "off") ||
+      text.empty())
+    return false;
+  return errorInvalidArgument("%s='%s' is not a boolean (accepted: 1/0, true/false, yes/no, on/off)",
+                              name, t);
+}
+
+}  // namespace terse

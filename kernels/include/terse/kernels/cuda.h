@@ -1,0 +1,64 @@
+// CUDA versions of kernels.h: same names, same arguments, device pointers, plus the stream last.
+// All calls are asynchronous on `stream` unless documented otherwise. Only declared when the
+// build has CUDA (TERSE_HAVE_CUDA=1); the CPU build never sees cuda_runtime.h.
+#pragma once
+
+#include "terse/kernels/kernels.h"
+
+#if TERSE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+namespace terse::kernels::cuda {
+
+using Rounding = ::terse::kernels::Rounding;
+
+// True when a usable device is present (cached). GPU tests skip with a message otherwise.
+bool deviceAvailable();
+// True when p points to device (or managed) memory.
+bool isDevicePointer(const void* p);
+
+template <typename In, typename Out>
+cudaError_t convert(const In* in, Out* out, size_t n, float scale, float* residual,
+                    cudaStream_t stream);
+template <typename In>
+cudaError_t accumulate(const In* in, float* acc, size_t n, cudaStream_t stream);
+
+template <typename In>
+cudaError_t int8Quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t seed,
+                         uint64_t offset, float* residual, float* scales, int8_t* q,
+                         cudaStream_t stream);
+template <typename Out>
+cudaError_t int8Dequantize(const float* scales, const int8_t* q, size_t n, size_t block, Out* out,
+                           cudaStream_t stream);
+cudaError_t int8DequantizeAccumulate(const float* scales, const int8_t* q, size_t n, size_t block,
+                                     float* acc, cudaStream_t stream);
+
+template <typename In>
+cudaError_t onebitCompress(const In* in, size_t n, size_t block, float* residual, float* scales,
+                           uint32_t* bits, cudaStream_t stream);
+template <typename Out>
+cudaError_t onebitDecompress(const float* scales, const uint32_t* bits, size_t n, size_t block,
+                             Out* out, cudaStream_t stream);
+cudaError_t onebitDecompressAccumulate(const float* scales, const uint32_t* bits, size_t n,
+                                       size_t block, float* acc, cudaStream_t stream);
+
+// Device scratch for topkCompress (CUB temp storage included).
+size_t topkScratchBytes(size_t n);
+// Exact top-k (CUB radix select over magnitude keys); writes *kOut (host pointer) after
+// synchronizing the stream, since the wire size depends on it.
+template <typename In>
+cudaError_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scratch,
+                         size_t scratchBytes, uint32_t* indices, float* values, size_t* kOut,
+                         cudaStream_t stream);
+// Validates indices on the device first; *valid (host) is false and nothing is written when an
+// index is out of range or not ascending. Synchronizes the stream.
+template <typename Out>
+cudaError_t topkDecompress(const uint32_t* indices, const float* values, size_t k, size_t n,
+                           Out* out, bool* valid, cudaStream_t stream);
+cudaError_t topkDecompressAccumulate(const uint32_t* indices, const float* values, size_t k,
+                                     size_t n, float* acc, bool* valid, cudaStream_t stream);
+
+cudaError_t scaleInPlace(float* acc, size_t n, float scale, cudaStream_t stream);
+
+}  // namespace terse::kernels::cuda
+#endif
