@@ -1,0 +1,61 @@
+// Error-feedback state for one tensor (or one fused bucket), owned by the caller.
+//
+// 1-bit SGD / EF-SGD / DGC keep a residual e per tensor: send C(g + e), keep e = (g + e) -
+// D(C(g + e)). In terse's compressed allreduce there are two residuals: the worker residual over
+// the whole tensor (first compression, every rank) and the server residual over the chunk this
+// rank owns and re-compresses for the allgather. Both live here so the caller can checkpoint
+// them with the model and load them again.
+//
+// Not thread-safe: one collective at a time may use an ErrorFeedback object.
+#pragma once
+
+#include "terse/common/status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace terse {
+
+class ErrorFeedback {
+ public:
+  // For a tensor of `count` elements compressed with `codecSpec` (canonicalized; an invalid spec
+  // is an error). Residuals start at zero.
+  static Result<ErrorFeedback> create(const std::string& codecSpec, size_t count);
+
+  size_t count() const { return worker_.size(); }
+  const std::string& codecSpec() const { return spec_; }
+
+  // kInvalidArgument naming both sides when this object was made for another codec or size.
+  Status checkCompatible(const std::string& codecSpec, size_t count) const;
+
+  // The worker residual: count() floats.
+  float* worker() { return worker_.data(); }
+  const float* worker() const { return worker_.data(); }
+
+  // The server residual for the chunk [offset, offset + length) of the tensor that this rank
+  // owns, given the world size. A different (worldSize, offset, length) than last time starts a
+  // fresh zero residual: stale residuals of another partition are never applied.
+  float* server(int worldSize, size_t offset, size_t length);
+  size_t serverOffset() const { return serverOffset_; }
+  size_t serverLength() const { return server_.size(); }
+  int serverWorldSize() const { return serverWorld_; }
+
+  // Zeroes both residuals (keeps sizes).
+  void reset();
+
+  // Checkpoint form: versioned, little-endian, self-describing (docs/wire-format.md). The
+  // decoder validates everything and fails on truncation or corruption.
+  std::vector<uint8_t> serialize() const;
+  static Result<ErrorFeedback> deserialize(const void* bytes, size_t size);
+
+ private:
+  std::string spec_;
+  std::vector<float> worker_;
+  std::vector<float> server_;
+  size_t serverOffset_ = 0;
+  int serverWorld_ = 0;
+};
+
+}  // namespace terse
