@@ -1,0 +1,97 @@
+// Collective algorithms over a Transport and the codecs.
+//
+//  - Uncompressed (`none`): recursive doubling for small messages (latency-bound), ring
+//    reduce-scatter + ring allgather for large ones (bandwidth-optimal), reducing in float32
+//    and sending the caller's element type on the wire, as NCCL does.
+//  - Compressed: scatter-reduce (1-bit Adam, CGX). Each rank compresses every chunk of its input
+//    once (worker residual) and sends chunk j to rank j; rank j decompresses the n contributions
+//    in rank order into float32, reduces, recompresses once (server residual) and sends the
+//    result to everyone. Every rank, the owner included, writes the decoded broadcast, so all
+//    ranks hold bit-identical results.
+//  - Both are pipelined in segments (TERSE_SEGMENT_BYTES) so compressing, sending and reducing
+//    different segments overlap.
+//
+// Before any data moves, the ranks exchange a small descriptor of the call (kind, count, type,
+// op, codec spec): a rank that disagrees makes the call fail on every rank with a message saying
+// who disagreed on what, instead of hanging or producing garbage.
+//
+// Not thread-safe: one collective at a time per engine (the api layer queues them).
+#pragma once
+
+#include "terse/collectives/partition.h"
+#include "terse/compressors/codec.h"
+#include "terse/compressors/error_feedback.h"
+#include "terse/transport/transport.h"
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace terse {
+
+enum class CollectiveKind : uint8_t { kAllReduce = 1, kReduceScatter = 2, kAllGather = 3 };
+const char* collectiveName(CollectiveKind kind);
+
+struct CollectiveOp {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  // Elements of the whole tensor: allreduce's send and recv; reduce-scatter's send (each rank
+  // receives chunkRange(count, size, rank)); allgather's recv (each rank sends its chunkRange).
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;  // ignored by allgather
+  const Codec* codec = nullptr;  // required; the `none` codec for uncompressed
+  // Optional residuals. Allreduce and reduce-scatter: made for `count`; allgather: made for this
+  // rank's chunk length.
+  ErrorFeedback* feedback = nullptr;
+};
+
+class CollectiveEngine {
+ public:
+  CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout);
+
+  // Runs one collective to completion on the calling thread. On error, every request it posted
+  // has been cancelled and the message names the failing peer or the disagreement; recv is then
+  // unspecified (partially written) and must not be used.
+  Status run(const CollectiveOp& op);
+
+  // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
+  void setSegmentBytes(size_t bytes);
+  // Messages up to this many bytes use recursive doubling (default TERSE_SMALL_BYTES).
+  void setSmallBytes(size_t bytes) { smallBytes_ = bytes; }
+
+  // Elements per segment for a given codec: a multiple of every block size terse accepts, so a
+  // segment never splits a compression block.
+  size_t segmentElements() const { return segmentElems_; }
+  // Allreduce's internal chunk boundaries are multiples of this many elements.
+  static constexpr size_t kChunkAlign = 2048;
+
+  Transport& transport() { return transport_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  Status validate(const CollectiveOp& op) const;
+  Status exchangeDescriptors(const CollectiveOp& op, uint32_t seq);
+  Status ringAllreduce(const CollectiveOp& op, uint32_t seq);
+  Status ringReduceScatter(const CollectiveOp& op, uint32_t seq);
+  Status ringAllgather(const CollectiveOp& op, uint32_t seq);
+  // After it, chunk `rank` of `work` (float32, the whole tensor) holds the sum over ranks.
+  Status ringReduceScatterCore(float* work, size_t count, DataType wire, uint32_t seq);
+  // Before it, chunk `rank` of `buffer` (count elements of `dtype`) holds this rank's part.
+  Status ringAllgatherCore(void* buffer, size_t count, DataType dtype, uint32_t seq);
+  size_t ringSegment(size_t count) const;
+  Status recursiveDoublingAllreduce(const CollectiveOp& op, uint32_t seq);
+  Status scatterReduce(const CollectiveOp& op, uint32_t seq);
+  Status compressedAllgather(const CollectiveOp& op, uint32_t seq);
+  uint8_t* scratch(int slot, size_t bytes);
+
+  Transport& transport_;
+  std::chrono::milliseconds timeout_;
+  size_t segmentElems_;
+  size_t smallBytes_;
+  uint32_t seq_ = 0;
+  std::vector<std::vector<uint8_t>> scratch_;  // grow-only workspaces, reused across calls
+};
+
+}  // namespace terse

@@ -1,0 +1,186 @@
+#include "terse/collectives/engine.h"
+
+#include "requests.h"
+
+#include "terse/common/env.h"
+#include "terse/common/logging.h"
+
+#include <cstring>
+#include <string>
+
+namespace terse {
+
+using detail::makeTag;
+using detail::RequestList;
+
+const char* collectiveName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "allreduce";
+    case CollectiveKind::kReduceScatter: return "reducescatter";
+    case CollectiveKind::kAllGather: return "allgather";
+  }
+  return "unknown-collective";
+}
+
+namespace {
+
+size_t envSize(const char* name) {
+  auto v = envInt(name);
+  if (!v.isOk()) {
+    TERSE_WARN(kSubsysColl, "%s; using the default", v.status().message().c_str());
+    return 0;
+  }
+  return v.value() > 0 ? static_cast<size_t>(v.value()) : 0;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// What every rank must agree on before data moves. Fixed layout, sent as raw bytes between
+// processes of the same build (a version mismatch between builds is caught at bootstrap).
+struct Descriptor {
+  uint32_t magic;
+  uint8_t kind, dtype, op, codec;
+  uint64_t count;
+  uint64_t specHash;
+  uint32_t seq;
+  uint32_t worldSize;
+};
+constexpr uint32_t kDescriptorMagic = 0x44435354;  // "TSCD"
+
+std::string describe(const Descriptor& d) {
+  return formatString("%s(count=%llu, %s, %s, codec %s [spec hash %016llx])",
+                      collectiveName(static_cast<CollectiveKind>(d.kind)),
+                      static_cast<unsigned long long>(d.count),
+                      dataTypeName(static_cast<DataType>(d.dtype)),
+                      reduceOpName(static_cast<ReduceOp>(d.op)),
+                      codecName(static_cast<CodecId>(d.codec)),
+                      static_cast<unsigned long long>(d.specHash));
+}
+
+}  // namespace
+
+CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout)
+    : transport_(transport), timeout_(timeout) {
+  size_t seg = envSize("TERSE_SEGMENT_BYTES");
+  setSegmentBytes(seg ? seg : (size_t{1} << 20));
+  smallBytes_ = envSize("TERSE_SMALL_BYTES");
+}
+
+void CollectiveEngine::setSegmentBytes(size_t bytes) {
+  // Segments are whole multiples of 65536 elements: every block size a codec accepts divides
+  // that, so a segment boundary never cuts a block. Capped so tag indices stay in range.
+  constexpr size_t kUnit = 65536;
+  size_t elems = bytes / sizeof(float);
+  segmentElems_ = std::max(kUnit, elems / kUnit * kUnit);
+}
+
+uint8_t* CollectiveEngine::scratch(int slot, size_t bytes) {
+  if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
+  auto& buf = scratch_[slot];
+  if (buf.size() < bytes) buf.resize(bytes);
+  return buf.data();
+}
+
+Status CollectiveEngine::validate(const CollectiveOp& op) const {
+  const int n = transport_.size(), r = transport_.rank();
+  if (op.codec == nullptr) return errorInvalidArgument("%s: no codec given", collectiveName(op.kind));
+  size_t sendCount = op.count, recvCount = op.count;
+  if (op.kind == CollectiveKind::kReduceScatter) recvCount = chunkRange(op.count, n, r).length;
+  if (op.kind == CollectiveKind::kAllGather) sendCount = chunkRange(op.count, n, r).length;
+  if (sendCount > 0 && op.send == nullptr)
+    return errorInvalidArgument("%s: send buffer is null but %zu elements are to be sent",
+                                collectiveName(op.kind), sendCount);
+  if (recvCount > 0 && op.recv == nullptr)
+    return errorInvalidArgument("%s: receive buffer is null but %zu elements are to be received",
+                                collectiveName(op.kind), recvCount);
+  if (op.dtype != DataType::kFloat32 && op.dtype != DataType::kFloat16 &&
+      op.dtype != DataType::kBFloat16)
+    return errorInvalidArgument("%s: element type %d is not one of float32, float16, bfloat16",
+                                collectiveName(op.kind), static_cast<int>(op.dtype));
+  if (op.op != ReduceOp::kSum && op.op != ReduceOp::kAvg)
+    return errorInvalidArgument("%s: reduction %d is not sum or avg", collectiveName(op.kind),
+                                static_cast<int>(op.op));
+  if (op.feedback) {
+    size_t efCount = op.kind == CollectiveKind::kAllGather ? sendCount : op.count;
+    TERSE_RETURN_IF_ERROR(op.feedback->checkCompatible(op.codec->spec(), efCount)
+                              .withContext(std::string(collectiveName(op.kind)) +
+                                           ": error-feedback object does not fit this call"));
+  }
+  return Status::ok();
+}
+
+Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  if (n == 1) return Status::ok();
+  Descriptor mine{};
+  mine.magic = kDescriptorMagic;
+  mine.kind = static_cast<uint8_t>(op.kind);
+  mine.dtype = static_cast<uint8_t>(op.dtype);
+  mine.op = static_cast<uint8_t>(op.kind == CollectiveKind::kAllGather ? ReduceOp::kSum : op.op);
+  mine.codec = static_cast<uint8_t>(op.codec->id());
+  mine.count = op.count;
+  mine.specHash = fnv1a(op.codec->spec());
+  mine.seq = seq;
+  mine.worldSize = static_cast<uint32_t>(n);
+  auto* theirs = reinterpret_cast<Descriptor*>(scratch(0, sizeof(Descriptor) * n));
+  RequestList reqs(transport_, timeout_);
+  std::vector<size_t> recvSlot(n, 0);
+  const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, 0);
+  for (int i = 0; i < n; ++i) {
+    if (i == r) continue;
+    TERSE_RETURN_IF_ERROR(reqs.recv(i, tag, &theirs[i], sizeof(Descriptor), &recvSlot[i]));
+  }
+  size_t unused;
+  for (int k = 1; k < n; ++k)
+    TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, tag, &mine, sizeof(Descriptor), &unused));
+  for (int i = 0; i < n; ++i) {
+    if (i == r) continue;
+    size_t got = 0;
+    TERSE_RETURN_IF_ERROR(reqs.wait(recvSlot[i], &got));
+    if (got != sizeof(Descriptor) || theirs[i].magic != kDescriptorMagic)
+      return errorCorrupt("%s: rank %d sent a malformed call descriptor (%zu bytes)",
+                          collectiveName(op.kind), i, got);
+  }
+  TERSE_RETURN_IF_ERROR(reqs.waitAll());
+  for (int i = 0; i < n; ++i) {
+    if (i == r) continue;
+    const Descriptor& d = theirs[i];
+    if (d.kind != mine.kind || d.dtype != mine.dtype || d.op != mine.op || d.codec != mine.codec ||
+        d.count != mine.count || d.specHash != mine.specHash || d.worldSize != mine.worldSize ||
+        d.seq != mine.seq)
+      return errorInvalidUsage(
+          "ranks disagree on collective call #%u: rank %d called %s but rank %d (this rank) "
+          "called %s; every rank must make the same calls in the same order",
+          seq, i, describe(d).c_str(), r, describe(mine).c_str());
+  }
+  return Status::ok();
+}
+
+Status CollectiveEngine::run(const CollectiveOp& op) {
+  TERSE_RETURN_IF_ERROR(validate(op));
+  const uint32_t seq = seq_++;
+  TERSE_RETURN_IF_ERROR(exchangeDescriptors(op, seq));
+  const bool uncompressed = op.codec->id() == CodecId::kNone;
+  TERSE_TRACE(kSubsysColl, "%s #%u: %zu x %s, %s, codec %s", collectiveName(op.kind), seq, op.count,
+              dataTypeName(op.dtype), reduceOpName(op.op), op.codec->spec().c_str());
+  switch (op.kind) {
+    case CollectiveKind::kAllReduce:
+      if (!uncompressed) return scatterReduce(op, seq);
+      if (op.count * sizeof(float) <= smallBytes_ || transport_.size() == 1)
+        return recursiveDoublingAllreduce(op, seq);
+      return ringAllreduce(op, seq);
+    case CollectiveKind::kReduceScatter:
+      if (!uncompressed) return scatterReduce(op, seq);
+      return ringReduceScatter(op, seq);
+    case CollectiveKind::kAllGather:
+      if (!uncompressed) return compressedAllgather(op, seq);
+      return ringAllgather(op, seq);
+  }
+  return errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
+}
+
+}  // namespace terse

@@ -1,0 +1,74 @@
+// Bookkeeping for the many nonblocking transfers of one collective: tags that cannot collide
+// between calls, and a request list that cancels whatever is still pending when a collective
+// leaves early (so no transfer can write into a buffer the caller has already reused).
+#pragma once
+
+#include "terse/transport/transport.h"
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace terse::detail {
+
+// Tag layout (40 bits): call sequence (20) | phase (2) | index (18).
+enum Phase : uint64_t { kPhaseReduce = 0, kPhaseGather = 1, kPhaseDescriptor = 2 };
+constexpr size_t kMaxTagIndex = (size_t{1} << 18) - 1;
+inline uint64_t makeTag(uint32_t seq, Phase phase, size_t index) {
+  return (uint64_t{seq & 0xfffffu} << 20) | (uint64_t{phase} << 18) | (index & kMaxTagIndex);
+}
+
+class RequestList {
+ public:
+  RequestList(Transport& t, std::chrono::milliseconds timeout) : t_(t), timeout_(timeout) {}
+  ~RequestList() { cancelAll(); }
+  RequestList(const RequestList&) = delete;
+  RequestList& operator=(const RequestList&) = delete;
+
+  // Posts and remembers; returns the slot to wait on.
+  Status send(int peer, uint64_t tag, const void* data, size_t bytes, size_t* slot) {
+    TransportRequest* r = nullptr;
+    TERSE_RETURN_IF_ERROR(t_.isend(peer, tag, data, bytes, &r));
+    *slot = add(r);
+    return Status::ok();
+  }
+  Status recv(int peer, uint64_t tag, void* data, size_t capacity, size_t* slot) {
+    TransportRequest* r = nullptr;
+    TERSE_RETURN_IF_ERROR(t_.irecv(peer, tag, data, capacity, &r));
+    *slot = add(r);
+    return Status::ok();
+  }
+  // Blocks until the request in `slot` completes; *bytes gets its size.
+  Status wait(size_t slot, size_t* bytes = nullptr) {
+    size_t got = 0;
+    TransportRequest* r = reqs_[slot];
+    reqs_[slot] = nullptr;
+    if (r == nullptr) return errorInternal("request slot %zu waited twice", slot);
+    TERSE_RETURN_IF_ERROR(t_.wait(r, &got, timeout_));
+    if (bytes) *bytes = got;
+    return Status::ok();
+  }
+  Status waitAll() {
+    for (size_t i = 0; i < reqs_.size(); ++i)
+      if (reqs_[i]) TERSE_RETURN_IF_ERROR(wait(i));
+    reqs_.clear();
+    return Status::ok();
+  }
+  void cancelAll() {
+    for (auto*& r : reqs_)
+      if (r) t_.cancel(r), r = nullptr;
+    reqs_.clear();
+  }
+  void reserve(size_t n) { reqs_.reserve(n); }
+
+ private:
+  size_t add(TransportRequest* r) {
+    reqs_.push_back(r);
+    return reqs_.size() - 1;
+  }
+  Transport& t_;
+  std::chrono::milliseconds timeout_;
+  std::vector<TransportRequest*> reqs_;
+};
+
+}  // namespace terse::detail

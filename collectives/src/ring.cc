@@ -1,0 +1,223 @@
+// Uncompressed collectives: ring reduce-scatter and allgather (bandwidth-optimal for large
+// messages) and recursive doubling (latency-optimal for small ones). Reductions run in float32;
+// the wire carries the caller's element type, as in NCCL.
+#include "terse/collectives/engine.h"
+
+#include "requests.h"
+#include "typed.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace terse {
+
+using detail::makeTag;
+using detail::RequestList;
+
+namespace {
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+}  // namespace
+
+size_t CollectiveEngine::ringSegment(size_t count) const {
+  const int n = transport_.size();
+  size_t maxChunk = chunkRange(count, n, 0).length;
+  size_t seg = segmentElems_;
+  while (static_cast<size_t>(n) * segmentCount(maxChunk, seg) > detail::kMaxTagIndex) seg *= 2;
+  return seg;
+}
+
+// Rank r at step s sends chunk r-s-1 to the right and receives chunk r-s-2 from the left, adding
+// it to its own; after n-1 steps chunk r holds everyone's sum. Segments of a step are forwarded
+// as soon as they are reduced, so the steps overlap.
+Status CollectiveEngine::ringReduceScatterCore(float* work, size_t count, DataType wire,
+                                               uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  if (n == 1 || count == 0) return Status::ok();
+  const int right = mod(r + 1, n), left = mod(r - 1, n);
+  const size_t es = dataTypeSize(wire);
+  const size_t seg = ringSegment(count);
+  const size_t maxSegs = segmentCount(chunkRange(count, n, 0).length, seg);
+  // Wire staging (full tensor in the wire type, indexed by element offset): one slot per element
+  // is enough because every chunk is sent once and received once during the reduce-scatter.
+  uint8_t* sendStage = wire == DataType::kFloat32 ? nullptr : scratch(1, count * es);
+  uint8_t* recvStage = scratch(2, count * es);
+
+  RequestList reqs(transport_, timeout_);
+  reqs.reserve(2 * (n - 1) * maxSegs);
+  std::vector<size_t> recvSlot((n - 1) * maxSegs);
+  for (int s = 0; s < n - 1; ++s) {
+    Range c = chunkRange(count, n, mod(r - s - 2, n));
+    for (size_t g = 0; g < segmentCount(c.length, seg); ++g) {
+      Range sg = segmentRange(c.length, seg, g);
+      size_t off = c.begin + sg.begin;
+      TERSE_RETURN_IF_ERROR(reqs.recv(left, makeTag(seq, detail::kPhaseReduce, s * maxSegs + g),
+                                      recvStage + off * es, sg.length * es,
+                                      &recvSlot[s * maxSegs + g]));
+    }
+  }
+  auto sendSegment = [&](int step, Range c, size_t g) -> Status {
+    Range sg = segmentRange(c.length, seg, g);
+    size_t off = c.begin + sg.begin;
+    const void* src = work + off;
+    if (sendStage) {
+      detail::fromFloat(work + off, 1.0f, wire, sendStage + off * es, sg.length);
+      src = sendStage + off * es;
+    }
+    size_t slot;
+    return reqs.send(right, makeTag(seq, detail::kPhaseReduce, step * maxSegs + g), src,
+                     sg.length * es, &slot);
+  };
+  Range first = chunkRange(count, n, mod(r - 1, n));
+  for (size_t g = 0; g < segmentCount(first.length, seg); ++g)
+    TERSE_RETURN_IF_ERROR(sendSegment(0, first, g));
+  for (int s = 0; s < n - 1; ++s) {
+    Range c = chunkRange(count, n, mod(r - s - 2, n));
+    for (size_t g = 0; g < segmentCount(c.length, seg); ++g) {
+      Range sg = segmentRange(c.length, seg, g);
+      size_t off = c.begin + sg.begin;
+      TERSE_RETURN_IF_ERROR(reqs.wait(recvSlot[s * maxSegs + g]));
+      detail::accumulateTyped(recvStage + off * es, wire, work + off, sg.length);
+      if (s + 1 < n - 1) TERSE_RETURN_IF_ERROR(sendSegment(s + 1, c, g));
+    }
+  }
+  return reqs.waitAll();
+}
+
+// Rank r at step s sends chunk r-s to the right and receives chunk r-s-1 from the left,
+// directly in the caller's buffer; received segments are forwarded at once.
+Status CollectiveEngine::ringAllgatherCore(void* buffer, size_t count, DataType dtype,
+                                           uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  if (n == 1 || count == 0) return Status::ok();
+  const int right = mod(r + 1, n), left = mod(r - 1, n);
+  const size_t es = dataTypeSize(dtype);
+  auto* base = static_cast<uint8_t*>(buffer);
+  const size_t seg = ringSegment(count);
+  const size_t maxSegs = segmentCount(chunkRange(count, n, 0).length, seg);
+
+  RequestList reqs(transport_, timeout_);
+  reqs.reserve(2 * (n - 1) * maxSegs);
+  std::vector<size_t> recvSlot((n - 1) * maxSegs);
+  for (int s = 0; s < n - 1; ++s) {
+    Range c = chunkRange(count, n, mod(r - s - 1, n));
+    for (size_t g = 0; g < segmentCount(c.length, seg); ++g) {
+      Range sg = segmentRange(c.length, seg, g);
+      TERSE_RETURN_IF_ERROR(reqs.recv(left, makeTag(seq, detail::kPhaseGather, s * maxSegs + g),
+                                      base + (c.begin + sg.begin) * es, sg.length * es,
+                                      &recvSlot[s * maxSegs + g]));
+    }
+  }
+  auto sendSegment = [&](int step, Range c, size_t g) -> Status {
+    Range sg = segmentRange(c.length, seg, g);
+    size_t slot;
+    return reqs.send(right, makeTag(seq, detail::kPhaseGather, step * maxSegs + g),
+                     base + (c.begin + sg.begin) * es, sg.length * es, &slot);
+  };
+  Range own = chunkRange(count, n, r);
+  for (size_t g = 0; g < segmentCount(own.length, seg); ++g)
+    TERSE_RETURN_IF_ERROR(sendSegment(0, own, g));
+  for (int s = 0; s < n - 1; ++s) {
+    Range c = chunkRange(count, n, mod(r - s - 1, n));
+    for (size_t g = 0; g < segmentCount(c.length, seg); ++g) {
+      TERSE_RETURN_IF_ERROR(reqs.wait(recvSlot[s * maxSegs + g]));
+      if (s + 1 < n - 1) TERSE_RETURN_IF_ERROR(sendSegment(s + 1, c, g));
+    }
+  }
+  return reqs.waitAll();
+}
+
+Status CollectiveEngine::ringAllreduce(const CollectiveOp& op, uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  float* work = op.dtype == DataType::kFloat32
+                    ? static_cast<float*>(op.recv)
+                    : reinterpret_cast<float*>(scratch(3, op.count * sizeof(float)));
+  detail::toFloat(op.send, op.dtype, work, op.count);
+  TERSE_RETURN_IF_ERROR(ringReduceScatterCore(work, op.count, op.dtype, seq));
+  Range own = chunkRange(op.count, n, r);
+  float scale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
+  detail::fromFloat(work + own.begin, scale, op.dtype,
+                    static_cast<uint8_t*>(op.recv) + own.begin * dataTypeSize(op.dtype),
+                    own.length);
+  return ringAllgatherCore(op.recv, op.count, op.dtype, seq);
+}
+
+Status CollectiveEngine::ringReduceScatter(const CollectiveOp& op, uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  float* work = reinterpret_cast<float*>(scratch(3, op.count * sizeof(float)));
+  detail::toFloat(op.send, op.dtype, work, op.count);
+  TERSE_RETURN_IF_ERROR(ringReduceScatterCore(work, op.count, op.dtype, seq));
+  Range own = chunkRange(op.count, n, r);
+  float scale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
+  detail::fromFloat(work + own.begin, scale, op.dtype, op.recv, own.length);
+  return Status::ok();
+}
+
+Status CollectiveEngine::ringAllgather(const CollectiveOp& op, uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  Range own = chunkRange(op.count, n, r);
+  const size_t es = dataTypeSize(op.dtype);
+  uint8_t* dst = static_cast<uint8_t*>(op.recv) + own.begin * es;
+  if (own.length && op.send != dst) std::memmove(dst, op.send, own.length * es);
+  return ringAllgatherCore(op.recv, op.count, op.dtype, seq);
+}
+
+// Recursive doubling on float32 partial sums. With p the largest power of two <= n, the first
+// 2(n-p) ranks pair up first so that p ranks remain. Floating-point addition is commutative, so
+// partners compute bit-identical sums and every rank ends with the same bits.
+Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  const size_t bytes = op.count * sizeof(float);
+  float* work = reinterpret_cast<float*>(scratch(3, bytes));
+  float* incoming = reinterpret_cast<float*>(scratch(4, bytes));
+  detail::toFloat(op.send, op.dtype, work, op.count);
+
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int extra = n - p;
+  RequestList reqs(transport_, timeout_);
+  size_t step = 0;
+  auto exchange = [&](int peer, bool sendIt, bool recvIt) -> Status {
+    size_t rs = 0, ss = 0;
+    uint64_t tag = makeTag(seq, detail::kPhaseReduce, step++);
+    if (recvIt) TERSE_RETURN_IF_ERROR(reqs.recv(peer, tag, incoming, bytes, &rs));
+    if (sendIt) TERSE_RETURN_IF_ERROR(reqs.send(peer, tag, work, bytes, &ss));
+    if (recvIt) TERSE_RETURN_IF_ERROR(reqs.wait(rs));
+    if (sendIt) TERSE_RETURN_IF_ERROR(reqs.wait(ss));
+    return Status::ok();
+  };
+  int vrank = -1;  // rank among the p survivors, or -1 for a rank that sat out
+  if (r < 2 * extra) {
+    if (r % 2 == 0) {
+      TERSE_RETURN_IF_ERROR(exchange(r + 1, true, false));
+    } else {
+      TERSE_RETURN_IF_ERROR(exchange(r - 1, false, true));
+      for (size_t i = 0; i < op.count; ++i) work[i] = incoming[i] + work[i];
+      vrank = r / 2;
+    }
+  } else {
+    vrank = r - extra;
+    step++;  // keep step numbering aligned with the folding ranks
+  }
+  auto realRank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+  if (vrank >= 0) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      TERSE_RETURN_IF_ERROR(exchange(realRank(vrank ^ mask), true, true));
+      for (size_t i = 0; i < op.count; ++i) work[i] = incoming[i] + work[i];
+    }
+  } else {
+    for (int mask = 1; mask < p; mask <<= 1) step++;
+  }
+  if (r < 2 * extra) {
+    if (r % 2 == 0) {
+      TERSE_RETURN_IF_ERROR(exchange(r + 1, false, true));
+      std::memcpy(work, incoming, bytes);
+    } else {
+      TERSE_RETURN_IF_ERROR(exchange(r - 1, true, false));
+    }
+  }
+  float scale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
+  detail::fromFloat(work, scale, op.dtype, op.recv, op.count);
+  return Status::ok();
+}
+
+}  // namespace terse

@@ -1,0 +1,224 @@
+// Compressed collectives: scatter-reduce allreduce and reduce-scatter, and compressed allgather.
+//
+// Allreduce, for rank r of n, chunk j = alignedChunkRange(count, n, j), segments of S elements:
+//   1. for each segment round g, compress segment g of every chunk j (worker residual) and send it
+//      to rank j (own chunk kept locally);
+//   2. one round later, reduce own segment g: decompress-accumulate the n contributions in rank
+//      order 0..n-1 into float32, compress the sum once (server residual; avg folds in 1/n as the
+//      codec's input scale), send it to every peer, and decode it into recv like everyone else;
+//   3. two rounds later, decode the peers' results for round g into recv.
+// The lags let transfers of one round overlap compression of the next. Reduce-scatter stops after
+// step 2 and writes the float32 sum (scaled for avg) of its own chunk instead of recompressing.
+#include "terse/collectives/engine.h"
+
+#include "requests.h"
+#include "typed.h"
+
+#include "terse/kernels/numeric.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace terse {
+
+using detail::makeTag;
+using detail::RequestList;
+
+namespace {
+
+uint64_t nonceFor(uint32_t seq, int rank, int chunk, size_t segment, int phase) {
+  uint64_t x = (uint64_t{seq} << 32) ^ (uint64_t(rank) << 20) ^ (uint64_t(chunk) << 4) ^ phase;
+  return num::mix64(x ^ num::mix64(segment + 0x51ed270b27b2f6c1ull));
+}
+
+}  // namespace
+
+Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  const bool allreduce = op.kind == CollectiveKind::kAllReduce;
+  const Codec& codec = *op.codec;
+  const size_t es = dataTypeSize(op.dtype);
+  auto chunkOf = [&](int j) {
+    return allreduce ? alignedChunkRange(op.count, n, j, kChunkAlign) : chunkRange(op.count, n, j);
+  };
+  size_t seg = segmentElems_, maxSegs = 0;
+  for (int j = 0; j < n; ++j) maxSegs = std::max(maxSegs, segmentCount(chunkOf(j).length, seg));
+  while (maxSegs > detail::kMaxTagIndex) {
+    seg *= 2;
+    maxSegs = (maxSegs + 1) / 2;
+  }
+  const size_t stride = (codec.maxWireBytes(seg) + 7) / 8 * 8;
+  const Range mine = chunkOf(r);
+  const size_t mySegs = segmentCount(mine.length, seg);
+  const float avgScale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
+
+  uint8_t* sendWire = scratch(1, n * maxSegs * stride);  // [chunk j][segment g]
+  uint8_t* recvWire = scratch(2, n * maxSegs * stride);  // [contributor i][my segment g]
+  uint8_t* resultWire = scratch(3, maxSegs * stride);    // [my segment g]
+  uint8_t* gatherWire = allreduce ? scratch(4, n * maxSegs * stride) : nullptr;  // [owner i][g]
+  float* acc = reinterpret_cast<float*>(scratch(5, seg * sizeof(float)));
+  std::vector<size_t> ownBytes(maxSegs, 0);
+  auto slotPtr = [&](uint8_t* base, int who, size_t g) { return base + (who * maxSegs + g) * stride; };
+
+  float* worker = op.feedback ? op.feedback->worker() : nullptr;
+  float* server = (op.feedback && allreduce) ? op.feedback->server(n, mine.begin, mine.length) : nullptr;
+  const auto* input = static_cast<const uint8_t*>(op.send);
+  auto* output = static_cast<uint8_t*>(op.recv);
+
+  RequestList reqs(transport_, timeout_);
+  std::vector<size_t> contribSlot(n * maxSegs, 0), gatherSlot(n * maxSegs, 0);
+  for (int i = 0; i < n; ++i) {
+    if (i == r) continue;
+    for (size_t g = 0; g < mySegs; ++g)
+      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, detail::kPhaseReduce, g),
+                                      slotPtr(recvWire, i, g), stride, &contribSlot[i * maxSegs + g]));
+    if (!allreduce) continue;
+    for (size_t g = 0; g < segmentCount(chunkOf(i).length, seg); ++g)
+      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, detail::kPhaseGather, g),
+                                      slotPtr(gatherWire, i, g), stride, &gatherSlot[i * maxSegs + g]));
+  }
+
+  // Step 1 for round g.
+  auto compressRound = [&](size_t g) -> Status {
+    for (int k = 0; k < n; ++k) {
+      const int j = (r + k) % n;  // own chunk first, then peers in rotated order (spreads incast)
+      Range c = chunkOf(j);
+      if (g >= segmentCount(c.length, seg)) continue;
+      Range sg = segmentRange(c.length, seg, g);
+      size_t off = c.begin + sg.begin;
+      CodecCall call;
+      call.nonce = nonceFor(seq, r, j, g, 0);
+      TERSE_ASSIGN_OR_RETURN(size_t bytes,
+                             codec.compress(input + off * es, op.dtype, sg.length,
+                                            worker ? worker + off : nullptr,
+                                            slotPtr(sendWire, j, g), stride, call));
+      if (j == r) {
+        ownBytes[g] = bytes;
+      } else {
+        size_t slot;
+        TERSE_RETURN_IF_ERROR(reqs.send(j, makeTag(seq, detail::kPhaseReduce, g),
+                                        slotPtr(sendWire, j, g), bytes, &slot));
+      }
+    }
+    transport_.progress();
+    return Status::ok();
+  };
+
+  // Step 2 for my segment g.
+  auto reduceRound = [&](size_t g) -> Status {
+    if (g >= mySegs) return Status::ok();
+    Range sg = segmentRange(mine.length, seg, g);
+    std::memset(acc, 0, sg.length * sizeof(float));
+    for (int i = 0; i < n; ++i) {
+      const uint8_t* wire = slotPtr(i == r ? sendWire : recvWire, i, g);
+      size_t bytes = ownBytes[g];
+      if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(contribSlot[i * maxSegs + g], &bytes));
+      TERSE_RETURN_IF_ERROR(codec.decompressAccumulate(wire, bytes, acc, sg.length)
+                                .withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
+    }
+    uint8_t* out = output + (allreduce ? mine.begin + sg.begin : sg.begin) * es;
+    if (!allreduce) {
+      detail::fromFloat(acc, avgScale, op.dtype, out, sg.length);
+      return Status::ok();
+    }
+    CodecCall call;
+    call.scale = avgScale;
+    call.nonce = nonceFor(seq, r, r, g, 1);
+    uint8_t* result = resultWire + g * stride;
+    TERSE_ASSIGN_OR_RETURN(size_t bytes, codec.compress(acc, DataType::kFloat32, sg.length,
+                                                        server ? server + sg.begin : nullptr,
+                                                        result, stride, call));
+    for (int k = 1; k < n; ++k) {
+      size_t slot;
+      TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g), result,
+                                      bytes, &slot));
+    }
+    // The owner keeps what it broadcast, not its exact sum: all ranks end bit-identical.
+    return codec.decompress(result, bytes, out, op.dtype, sg.length);
+  };
+
+  // Step 3 for round g: decode what the other owners broadcast.
+  auto gatherRound = [&](size_t g) -> Status {
+    if (!allreduce) return Status::ok();
+    for (int i = 0; i < n; ++i) {
+      if (i == r) continue;
+      Range c = chunkOf(i);
+      if (g >= segmentCount(c.length, seg)) continue;
+      Range sg = segmentRange(c.length, seg, g);
+      size_t bytes = 0;
+      TERSE_RETURN_IF_ERROR(reqs.wait(gatherSlot[i * maxSegs + g], &bytes));
+      TERSE_RETURN_IF_ERROR(codec.decompress(slotPtr(gatherWire, i, g), bytes,
+                                             output + (c.begin + sg.begin) * es, op.dtype, sg.length)
+                                .withContext(formatString("result of chunk %d segment %zu from rank %d",
+                                                          i, g, i)));
+    }
+    return Status::ok();
+  };
+
+  for (size_t g = 0; g < maxSegs + 2; ++g) {
+    if (g < maxSegs) TERSE_RETURN_IF_ERROR(compressRound(g));
+    if (g >= 1) TERSE_RETURN_IF_ERROR(reduceRound(g - 1));
+    if (g >= 2) TERSE_RETURN_IF_ERROR(gatherRound(g - 2));
+  }
+  return reqs.waitAll();
+}
+
+// Each rank compresses its part once (worker residual over its part) and sends it to everyone;
+// every rank decodes all parts, its own included, so all hold identical bytes.
+Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  const Codec& codec = *op.codec;
+  const size_t es = dataTypeSize(op.dtype);
+  size_t seg = segmentElems_, maxSegs = 0;
+  for (int j = 0; j < n; ++j)
+    maxSegs = std::max(maxSegs, segmentCount(chunkRange(op.count, n, j).length, seg));
+  while (maxSegs > detail::kMaxTagIndex) {
+    seg *= 2;
+    maxSegs = (maxSegs + 1) / 2;
+  }
+  const size_t stride = (codec.maxWireBytes(seg) + 7) / 8 * 8;
+  const Range mine = chunkRange(op.count, n, r);
+  uint8_t* wire = scratch(1, n * maxSegs * stride);  // [owner i][segment g]
+  auto slotPtr = [&](int who, size_t g) { return wire + (who * maxSegs + g) * stride; };
+  float* worker = op.feedback ? op.feedback->worker() : nullptr;
+  auto* output = static_cast<uint8_t*>(op.recv);
+  const auto* input = static_cast<const uint8_t*>(op.send);
+
+  RequestList reqs(transport_, timeout_);
+  std::vector<size_t> slot(n * maxSegs, 0);
+  for (int i = 0; i < n; ++i) {
+    if (i == r) continue;
+    for (size_t g = 0; g < segmentCount(chunkRange(op.count, n, i).length, seg); ++g)
+      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, detail::kPhaseGather, g), slotPtr(i, g),
+                                      stride, &slot[i * maxSegs + g]));
+  }
+  // If recv aliases send (in place), our part must be compressed before anything is decoded.
+  std::vector<size_t> ownBytes(maxSegs, 0);
+  for (size_t g = 0; g < segmentCount(mine.length, seg); ++g) {
+    Range sg = segmentRange(mine.length, seg, g);
+    CodecCall call;
+    call.nonce = nonceFor(seq, r, r, g, 2);
+    TERSE_ASSIGN_OR_RETURN(ownBytes[g], codec.compress(input + sg.begin * es, op.dtype, sg.length,
+                                                       worker ? worker + sg.begin : nullptr,
+                                                       slotPtr(r, g), stride, call));
+    for (int k = 1; k < n; ++k) {
+      size_t s;
+      TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g),
+                                      slotPtr(r, g), ownBytes[g], &s));
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    Range c = chunkRange(op.count, n, i);
+    for (size_t g = 0; g < segmentCount(c.length, seg); ++g) {
+      Range sg = segmentRange(c.length, seg, g);
+      size_t bytes = ownBytes[g];
+      if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(slot[i * maxSegs + g], &bytes));
+      TERSE_RETURN_IF_ERROR(codec.decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es,
+                                             op.dtype, sg.length)
+                                .withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
+    }
+  }
+  return reqs.waitAll();
+}
+
+}  // namespace terse

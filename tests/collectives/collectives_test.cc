@@ -1,0 +1,415 @@
+// Collectives over ranks-as-threads: every kind, type, op and codec across world sizes and
+// awkward counts, checked against serial references (uncompressed and cast codecs) and against
+// an independent single-process simulation of the scatter-reduce algorithm (onebit, topk).
+#include "world.h"
+
+#include "terse/kernels/numeric.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+namespace terse {
+namespace {
+
+using testing::runWorld;
+
+// A gradient-like input: rank r, element i, values in [-1, 1] with some structure.
+float inputValue(int rank, size_t i, uint64_t step = 0) {
+  uint64_t h = num::mix64((uint64_t(rank) << 40) ^ (i * 0x9e3779b97f4a7c15ull) ^ (step << 20));
+  float u = static_cast<float>(h >> 40) / 16777216.0f;  // [0,1)
+  return (2.0f * u - 1.0f) * (1.0f + 0.5f * std::sin(static_cast<float>(i) * 0.01f));
+}
+
+std::vector<uint8_t> makeInput(DataType dt, int rank, size_t count, uint64_t step = 0) {
+  std::vector<uint8_t> out(count * dataTypeSize(dt));
+  for (size_t i = 0; i < count; ++i) {
+    float v = inputValue(rank, i, step);
+    switch (dt) {
+      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
+      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
+      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
+    }
+  }
+  return out;
+}
+
+float loadAt(const std::vector<uint8_t>& buf, DataType dt, size_t i) {
+  switch (dt) {
+    case DataType::kFloat32: return num::load(reinterpret_cast<const float*>(buf.data()), i);
+    case DataType::kFloat16: return num::load(reinterpret_cast<const Half*>(buf.data()), i);
+    case DataType::kBFloat16: return num::load(reinterpret_cast<const BFloat16*>(buf.data()), i);
+  }
+  return 0;
+}
+
+std::shared_ptr<const Codec> codecOf(const std::string& spec) {
+  auto c = makeCodec(spec);
+  EXPECT_TRUE(c.isOk()) << c.status().toString();
+  return c.value();
+}
+
+// Unit roundoff of a type.
+double unitRoundoff(DataType dt) {
+  return dt == DataType::kFloat32 ? 0x1p-24 : dt == DataType::kFloat16 ? 0x1p-11 : 0x1p-8;
+}
+double codecRoundoff(const std::string& spec) {
+  return spec == "fp16" ? 0x1p-11 : spec == "bf16" ? 0x1p-8 : 0x1p-24;
+}
+
+struct Case {
+  std::string codec;
+  int ranks;
+  size_t count;
+  DataType dtype;
+  ReduceOp op;
+};
+
+std::string caseName(const Case& c) {
+  return c.codec + " n=" + std::to_string(c.ranks) + " count=" + std::to_string(c.count) + " " +
+         dataTypeName(c.dtype) + " " + reduceOpName(c.op);
+}
+
+// Runs an allreduce on every rank (out of place, or in place), checks all ranks hold
+// bit-identical results, and returns rank 0's result.
+std::vector<uint8_t> runAllreduce(const Case& c, bool inPlace, size_t segmentBytes = 0) {
+  auto codec = codecOf(c.codec);
+  std::vector<std::vector<uint8_t>> in(c.ranks), out(c.ranks);
+  for (int r = 0; r < c.ranks; ++r) {
+    in[r] = makeInput(c.dtype, r, c.count);
+    out[r].assign(in[r].size(), 0xEE);
+  }
+  auto statuses = runWorld(
+      c.ranks,
+      [&](int r, CollectiveEngine& e) {
+        CollectiveOp op;
+        op.kind = CollectiveKind::kAllReduce;
+        if (inPlace) {
+          out[r] = in[r];
+          op.send = out[r].data();
+        } else {
+          op.send = in[r].data();
+        }
+        op.recv = out[r].data();
+        op.count = c.count;
+        op.dtype = c.dtype;
+        op.op = c.op;
+        op.codec = codec.get();
+        return e.run(op);
+      },
+      segmentBytes);
+  for (int r = 0; r < c.ranks; ++r) EXPECT_TRUE(statuses[r].isOk()) << caseName(c) << " rank " << r
+                                                                    << ": " << statuses[r].toString();
+  for (int r = 1; r < c.ranks; ++r)
+    EXPECT_EQ(std::memcmp(out[0].data(), out[r].data(), out[0].size()), 0)
+        << caseName(c) << ": rank " << r << " differs from rank 0";
+  return out[0];
+}
+
+// Serial reference in double.
+std::vector<double> reference(const Case& c, std::vector<double>* sumAbs) {
+  std::vector<double> ref(c.count, 0.0);
+  sumAbs->assign(c.count, 0.0);
+  for (int r = 0; r < c.ranks; ++r) {
+    auto in = makeInput(c.dtype, r, c.count);
+    for (size_t i = 0; i < c.count; ++i) {
+      double v = loadAt(in, c.dtype, i);
+      ref[i] += v;
+      (*sumAbs)[i] += std::fabs(v);
+    }
+  }
+  if (c.op == ReduceOp::kAvg)
+    for (size_t i = 0; i < c.count; ++i) ref[i] /= c.ranks, (*sumAbs)[i] /= c.ranks;
+  return ref;
+}
+
+// The scatter-reduce algorithm, simulated in one process with the codec directly.
+std::vector<uint8_t> simulate(const Case& c, const Codec& codec, size_t segment,
+                              std::vector<std::vector<float>>* worker,
+                              std::vector<std::vector<float>>* server, uint64_t step = 0) {
+  const int n = c.ranks;
+  std::vector<std::vector<uint8_t>> in(n);
+  for (int r = 0; r < n; ++r) in[r] = makeInput(c.dtype, r, c.count, step);
+  std::vector<uint8_t> expected(c.count * dataTypeSize(c.dtype));
+  std::vector<uint8_t> wire(codec.maxWireBytes(segment));
+  const float scale = c.op == ReduceOp::kAvg ? 1.0f / n : 1.0f;
+  for (int j = 0; j < n; ++j) {
+    Range chunk = alignedChunkRange(c.count, n, j, CollectiveEngine::kChunkAlign);
+    for (size_t g = 0; g < segmentCount(chunk.length, segment); ++g) {
+      Range s = segmentRange(chunk.length, segment, g);
+      size_t off = chunk.begin + s.begin;
+      std::vector<float> acc(s.length, 0.0f);
+      for (int i = 0; i < n; ++i) {
+        auto bytes = codec.compress(in[i].data() + off * dataTypeSize(c.dtype), c.dtype, s.length,
+                                    worker ? (*worker)[i].data() + off : nullptr, wire.data(),
+                                    wire.size());
+        EXPECT_TRUE(bytes.isOk());
+        EXPECT_TRUE(codec.decompressAccumulate(wire.data(), bytes.value(), acc.data(), s.length).isOk());
+      }
+      CodecCall call;
+      call.scale = scale;
+      if (server && (*server)[j].size() != chunk.length) (*server)[j].assign(chunk.length, 0.0f);
+      auto bytes = codec.compress(acc.data(), DataType::kFloat32, s.length,
+                                  server ? (*server)[j].data() + s.begin : nullptr, wire.data(),
+                                  wire.size(), call);
+      EXPECT_TRUE(bytes.isOk());
+      EXPECT_TRUE(codec.decompress(wire.data(), bytes.value(),
+                                   expected.data() + off * dataTypeSize(c.dtype), c.dtype, s.length)
+                      .isOk());
+    }
+  }
+  return expected;
+}
+
+class AllreduceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AllreduceTest, SweepsWorldSizesCountsTypesAndOps) {
+  const std::string spec = GetParam();
+  auto codec = codecOf(spec);
+  for (int n : {1, 2, 3, 4, 8}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, (size_t{1} << 20) + 3}) {
+      if (count > 1000 && n != 3 && n != 4) continue;  // keep the large case to two world sizes
+      for (DataType dt : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          Case c{spec, n, count, dt, op};
+          const bool inPlace = (count % 2) == 1;
+          auto got = runAllreduce(c, inPlace, count > 1000 ? 256 * 1024 : 0);
+          if (codec->wantsErrorFeedback()) {
+            auto expected = simulate(c, *codec, 65536, nullptr, nullptr);
+            ASSERT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0)
+                << caseName(c) << ": differs from the single-process simulation";
+            continue;
+          }
+          std::vector<double> sumAbs;
+          auto ref = reference(c, &sumAbs);
+          double wireU = codecRoundoff(spec), outU = unitRoundoff(dt);
+          for (size_t i = 0; i < count; ++i) {
+            double v = loadAt(got, dt, i), tol;
+            if (spec == "none") {
+              // float32 sums in some order, plus a rounding to the wire type per ring hop.
+              tol = (n * 0x1p-23 + n * outU) * sumAbs[i] + outU * std::fabs(ref[i]);
+            } else if (spec.rfind("int8", 0) == 0) {
+              // Each contribution off by at most its block's scale/2, the sum again.
+              double maxIn = dt == DataType::kFloat32 ? 1.5 : 1.51;
+              tol = (n * maxIn + n * maxIn) / 254.0 * (op == ReduceOp::kAvg ? 1.0 / n : 1.0) +
+                    outU * std::fabs(ref[i]) + 1e-6;
+            } else {
+              // Every contribution rounded to the wire type once, the sum once more.
+              tol = 2 * wireU * (sumAbs[i] + std::fabs(ref[i])) + outU * std::fabs(ref[i]) + 1e-7;
+            }
+            ASSERT_LE(std::fabs(v - ref[i]), tol) << caseName(c) << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, AllreduceTest,
+                         ::testing::Values("none", "fp16", "bf16", "int8", "onebit", "topk"),
+                         [](const auto& info) { return info.param; });
+
+// With error feedback the scatter-reduce result equals the simulation step after step (worker
+// and server residuals both carried), and the running average of the results approaches the
+// running average of the true sums; without it the average stays biased.
+TEST(AllreduceFeedback, MatchesSimulationAndConverges) {
+  for (std::string spec : {"onebit", "topk:ratio=0.05"}) {
+    const int n = 4;
+    const size_t count = 20000;
+    auto codec = codecOf(spec);
+    Case c{spec, n, count, DataType::kFloat32, ReduceOp::kAvg};
+    std::vector<ErrorFeedback> ef;
+    for (int r = 0; r < n; ++r) ef.push_back(ErrorFeedback::create(codec->spec(), count).value());
+    std::vector<std::vector<float>> simWorker(n, std::vector<float>(count, 0.0f)), simServer(n);
+    std::vector<double> meanGot(count, 0.0), truth(count, 0.0);
+    std::vector<std::vector<uint8_t>> in(n);
+    for (int r = 0; r < n; ++r) in[r] = makeInput(DataType::kFloat32, r, count);
+    for (size_t i = 0; i < count; ++i) {
+      for (int r = 0; r < n; ++r) truth[i] += loadAt(in[r], DataType::kFloat32, i) / n;
+    }
+    const int steps = 60;
+    double firstErr = 0, lastErr = 0;
+    for (int step = 0; step < steps; ++step) {
+      std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(count * 4));
+      auto st = runWorld(n, [&](int r, CollectiveEngine& e) {
+        CollectiveOp op;
+        op.send = in[r].data();
+        op.recv = out[r].data();
+        op.count = count;
+        op.op = ReduceOp::kAvg;
+        op.codec = codec.get();
+        op.feedback = &ef[r];
+        return e.run(op);
+      });
+      for (auto& s : st) ASSERT_TRUE(s.isOk()) << s.toString();
+      auto expected = simulate(c, *codec, 65536 * 4, &simWorker, &simServer);
+      ASSERT_EQ(std::memcmp(out[0].data(), expected.data(), expected.size()), 0)
+          << spec << " step " << step << ": differs from the simulation with residuals";
+      double err = 0;
+      for (size_t i = 0; i < count; ++i) {
+        meanGot[i] += (loadAt(out[0], DataType::kFloat32, i) - meanGot[i]) / (step + 1);
+        err += std::fabs(meanGot[i] - truth[i]);
+      }
+      if (step == 0) firstErr = err;
+      lastErr = err;
+    }
+    EXPECT_LT(lastErr, 0.1 * firstErr) << spec << ": error feedback did not pull the average in";
+
+    // The same without residuals: the running average keeps its bias.
+    std::vector<double> meanNoEf(count, 0.0);
+    double noEfErr = 0;
+    for (int step = 0; step < 5; ++step) {
+      std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(count * 4));
+      auto st = runWorld(n, [&](int r, CollectiveEngine& e) {
+        CollectiveOp op;
+        op.send = in[r].data();
+        op.recv = out[r].data();
+        op.count = count;
+        op.op = ReduceOp::kAvg;
+        op.codec = codec.get();
+        return e.run(op);
+      });
+      for (auto& s : st) ASSERT_TRUE(s.isOk());
+      noEfErr = 0;
+      for (size_t i = 0; i < count; ++i) {
+        meanNoEf[i] += (loadAt(out[0], DataType::kFloat32, i) - meanNoEf[i]) / (step + 1);
+        noEfErr += std::fabs(meanNoEf[i] - truth[i]);
+      }
+    }
+    EXPECT_GT(noEfErr, 0.5 * firstErr) << spec << ": without residuals the bias should remain";
+  }
+}
+
+TEST(ReduceScatterAllgather, MatchReferenceAndCompose) {
+  for (std::string spec : {"none", "bf16", "int8", "onebit"}) {
+    auto codec = codecOf(spec);
+    for (int n : {1, 2, 3, 5}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{300001}}) {
+        for (DataType dt : {DataType::kFloat32, DataType::kBFloat16}) {
+          Case c{spec, n, count, dt, ReduceOp::kSum};
+          std::vector<double> sumAbs;
+          auto ref = reference(c, &sumAbs);
+          const size_t es = dataTypeSize(dt);
+          std::vector<std::vector<uint8_t>> parts(n), gathered(n);
+          auto st = runWorld(n, [&](int r, CollectiveEngine& e) {
+            auto in = makeInput(dt, r, count);
+            Range mine = chunkRange(count, n, r);
+            parts[r].assign(mine.length * es, 0);
+            CollectiveOp rs;
+            rs.kind = CollectiveKind::kReduceScatter;
+            rs.send = in.data();
+            rs.recv = parts[r].data();
+            rs.count = count;
+            rs.dtype = dt;
+            rs.codec = codec.get();
+            TERSE_RETURN_IF_ERROR(e.run(rs));
+            gathered[r].assign(count * es, 0);
+            CollectiveOp ag = rs;
+            ag.kind = CollectiveKind::kAllGather;
+            ag.send = parts[r].data();
+            ag.recv = gathered[r].data();
+            return e.run(ag);
+          });
+          for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].isOk()) << caseName(c) << ": " << st[r].toString();
+          for (int r = 1; r < n; ++r)
+            ASSERT_EQ(gathered[r], gathered[0]) << caseName(c) << ": allgather differs on rank " << r;
+          // Each rank's reduce-scatter part is its slice of the allgathered result, bit for bit,
+          // for the lossless allgather; compressed ones round it once more.
+          for (int r = 0; r < n; ++r) {
+            Range mine = chunkRange(count, n, r);
+            if (spec == "none")
+              ASSERT_EQ(0, std::memcmp(parts[r].data(), gathered[0].data() + mine.begin * es,
+                                       mine.length * es));
+          }
+          double tolScale = spec == "none" ? n * 0x1p-22 + n * unitRoundoff(dt)
+                            : spec == "bf16" ? 0x1p-6
+                            : spec == "int8" ? 0.05
+                                             : 10.0;  // onebit: only sign and scale survive
+          for (size_t i = 0; i < count && spec != "onebit"; ++i) {
+            double v = loadAt(gathered[0], dt, i);
+            ASSERT_LE(std::fabs(v - ref[i]), tolScale * (sumAbs[i] + 1.0))
+                << caseName(c) << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Collectives, DisagreeingRanksAllFail) {
+  auto none = codecOf("none"), int8 = codecOf("int8");
+  const int n = 3;
+  struct Variant {
+    const char* what;
+    std::function<void(int, CollectiveOp&)> tweak;
+  };
+  std::vector<Variant> variants = {
+      {"count", [](int r, CollectiveOp& op) { op.count = r == 2 ? 999 : 1000; }},
+      {"dtype", [](int r, CollectiveOp& op) { op.dtype = r == 1 ? DataType::kFloat16 : DataType::kFloat32; }},
+      {"codec", [&](int r, CollectiveOp& op) { op.codec = r == 0 ? int8.get() : none.get(); }},
+      {"op", [](int r, CollectiveOp& op) { op.op = r == 1 ? ReduceOp::kAvg : ReduceOp::kSum; }},
+      {"kind", [](int r, CollectiveOp& op) { op.kind = r == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce; }},
+  };
+  for (auto& v : variants) {
+    auto st = runWorld(n, [&](int r, CollectiveEngine& e) {
+      std::vector<float> in(1000, 1.0f), out(1000, 0.0f);
+      CollectiveOp op;
+      op.send = in.data();
+      op.recv = out.data();
+      op.count = 1000;
+      op.codec = none.get();
+      v.tweak(r, op);
+      Status s = e.run(op);
+      // The engine stays usable: a correct call afterwards works on every rank.
+      CollectiveOp ok;
+      ok.send = in.data();
+      ok.recv = out.data();
+      ok.count = 1000;
+      ok.codec = none.get();
+      Status after = e.run(ok);
+      EXPECT_TRUE(after.isOk()) << v.what << ": " << after.toString();
+      EXPECT_EQ(out[17], 3.0f);
+      return s;
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(st[r].code(), StatusCode::kInvalidUsage) << v.what << " rank " << r << ": " << st[r].toString();
+      EXPECT_NE(st[r].message().find("disagree"), std::string::npos) << st[r].message();
+    }
+  }
+}
+
+TEST(Collectives, InvalidArgumentsAreErrors) {
+  auto onebit = codecOf("onebit");
+  auto st = runWorld(2, [&](int r, CollectiveEngine& e) {
+    std::vector<float> buf(100, 1.0f);
+    CollectiveOp op;
+    op.send = nullptr;
+    op.recv = buf.data();
+    op.count = 100;
+    op.codec = onebit.get();
+    Status nullSend = e.run(op);
+    EXPECT_EQ(nullSend.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(nullSend.message().find("send buffer is null"), std::string::npos) << nullSend.message();
+    op.send = buf.data();
+    op.codec = nullptr;
+    EXPECT_EQ(e.run(op).code(), StatusCode::kInvalidArgument);
+    op.codec = onebit.get();
+    auto wrongSize = ErrorFeedback::create("onebit", 99).value();
+    op.feedback = &wrongSize;
+    Status ef = e.run(op);
+    EXPECT_EQ(ef.code(), StatusCode::kInvalidArgument) << ef.toString();
+    auto wrongCodec = ErrorFeedback::create("topk", 100).value();
+    op.feedback = &wrongCodec;
+    EXPECT_EQ(e.run(op).code(), StatusCode::kInvalidArgument);
+    op.count = 0;  // zero elements: null buffers are fine
+    op.send = op.recv = nullptr;
+    op.feedback = nullptr;
+    return e.run(op);
+  });
+  for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
+}
+
+}  // namespace
+}  // namespace terse

@@ -1,0 +1,41 @@
+// Ranks as threads over the in-process transport, each with its own CollectiveEngine.
+#pragma once
+
+#include "terse/collectives/engine.h"
+#include "terse/transport/inproc.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace terse::testing {
+
+constexpr std::chrono::milliseconds kCollTimeout{120000};
+
+// Runs fn(rank, engine) on `n` threads and returns each rank's status in rank order.
+inline std::vector<Status> runWorld(int n, const std::function<Status(int, CollectiveEngine&)>& fn,
+                                    size_t segmentBytes = 0) {
+  auto fabric = makeInProcFabric(n);
+  EXPECT_TRUE(fabric.isOk()) << fabric.status().toString();
+  std::vector<std::unique_ptr<Transport>> transports(n);
+  for (int r = 0; r < n; ++r) {
+    auto t = createInProcTransport(fabric.value(), r);
+    EXPECT_TRUE(t.isOk()) << t.status().toString();
+    transports[r] = std::move(t).value();
+  }
+  std::vector<Status> results(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      CollectiveEngine engine(*transports[r], kCollTimeout);
+      if (segmentBytes) engine.setSegmentBytes(segmentBytes);
+      results[r] = fn(r, engine);
+    });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+}  // namespace terse::testing
