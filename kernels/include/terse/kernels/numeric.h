@@ -106,6 +106,14 @@ TERSE_HD uint16_t floatToBf16Bits(float f) {
 
 TERSE_HD float bf16BitsToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
 
+// Error-feedback residual after `decoded` was sent for the value v: v - decoded, except that a
+// non-finite difference (v or decoded Inf/NaN) leaves 0, so one overflowing step (which a loss
+// scaler skips) does not poison every later step of the tensor with NaN.
+TERSE_HD float residualOf(float v, float decoded) {
+  float e = v - decoded;
+  return isFinite(e) ? e : 0.0f;
+}
+
 // Loads and stores of the three element types, in float32.
 TERSE_HD float load(const float* p, size_t i) { return p[i]; }
 TERSE_HD float load(const Half* p, size_t i) { return halfBitsToFloat(p[i].bits); }

@@ -1,0 +1,417 @@
+// The six codecs: argument checks, wire header, payload placement and dispatch to the kernels.
+#include "codecs.h"
+
+#include "terse/kernels/kernels.h"
+#include "wire.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace terse {
+namespace {
+
+namespace k = kernels::cpu;
+
+bool validType(DataType dt) {
+  return static_cast<uint8_t>(dt) <= static_cast<uint8_t>(DataType::kBFloat16);
+}
+
+// Calls fn(T*) with the pointer cast to the element type `dt` names.
+template <typename Ptr, typename Fn>
+auto withType(DataType dt, Ptr* p, Fn&& fn) {
+  using Void = std::remove_cv_t<Ptr>;
+  static_assert(std::is_same_v<Void, void>, "void pointer expected");
+  constexpr bool kConst = std::is_const_v<Ptr>;
+  switch (dt) {
+    case DataType::kFloat16:
+      return fn(static_cast<std::conditional_t<kConst, const Half*, Half*>>(p));
+    case DataType::kBFloat16:
+      return fn(static_cast<std::conditional_t<kConst, const BFloat16*, BFloat16*>>(p));
+    case DataType::kFloat32:
+    default: return fn(static_cast<std::conditional_t<kConst, const float*, float*>>(p));
+  }
+}
+
+// Scratch reused by one thread across calls (the AVG pre-scale and top-k's select state), so
+// steady-state compression allocates nothing.
+std::vector<float>& scaledScratch(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf;
+}
+void* topkScratch(size_t bytes) {
+  thread_local std::vector<unsigned char> buf;
+  if (buf.size() < bytes) buf.resize(bytes);
+  return buf.data();
+}
+
+uint64_t roundingSeed(uint64_t seed, uint64_t nonce) {
+  // Mix the nonce so nearby nonces (0, 1, 2, ...) give unrelated streams.
+  return seed ^ num::mix64(nonce + 0x632be59bd9b4e019ull);
+}
+
+}  // namespace
+
+// ---- CodecBase -----------------------------------------------------------------------------
+
+Status CodecBase::checkBuffers(const void* data, DataType dt, size_t n, const void* wire,
+                               const CodecCall& call, const char* what) const {
+  if (call.device)
+    return errorUnsupported(
+        "%s: device (CUDA) buffers are not supported by the %s codec in this build yet; pass "
+        "host buffers (CodecCall::device = false)",
+        what, codecName(id()));
+  if (!validType(dt))
+    return errorInvalidArgument("%s: unknown data type %d", what, static_cast<int>(dt));
+  if (n > 0 && !data)
+    return errorInvalidArgument("%s: null data pointer for %zu elements", what, n);
+  if (!wire) return errorInvalidArgument("%s: null wire buffer", what);
+  if (reinterpret_cast<uintptr_t>(wire) % 4 != 0)
+    return errorInvalidArgument("%s: wire buffer must be 4-byte aligned (got %p)", what, wire);
+  return Status::ok();
+}
+
+Result<size_t> CodecBase::compress(const void* in, DataType dt, size_t n, float* residual,
+                                   void* wire, size_t capacity, const CodecCall& call) const {
+  TERSE_RETURN_IF_ERROR(checkBuffers(in, dt, n, wire, call, "compress"));
+  size_t need = maxWireBytes(n);
+  if (capacity < need)
+    return errorInvalidArgument(
+        "compress: wire capacity %zu bytes is below %s's maxWireBytes(%zu) "
+        "= %zu; size the buffer with maxWireBytes()",
+        capacity, codecName(id()), n, need);
+  if (!std::isfinite(call.scale))
+    return errorInvalidArgument("compress: CodecCall::scale must be finite");
+  wire::Header h;
+  h.codec = static_cast<uint8_t>(id());
+  h.dtype = static_cast<uint8_t>(dt);
+  h.count = n;
+  auto* payload = static_cast<unsigned char*>(wire) + wire::kHeaderBytes;
+  TERSE_ASSIGN_OR_RETURN(size_t payloadBytes, encode(in, dt, n, residual, payload, call, h));
+  h.payloadBytes = payloadBytes;
+  wire::writeHeader(wire, h);
+  return wire::kHeaderBytes + payloadBytes;
+}
+
+Result<wire::Header> CodecBase::checkMessage(const void* wire, size_t bytes, size_t n) const {
+  TERSE_ASSIGN_OR_RETURN(wire::Header h, wire::readHeader(wire, bytes));
+  if (h.codec != static_cast<uint8_t>(id()))
+    return errorInvalidUsage(
+        "message was written by codec '%s' but is decoded with '%s': every "
+        "rank must use the same codec spec",
+        codecName(static_cast<CodecId>(h.codec)), spec().c_str());
+  TERSE_RETURN_IF_ERROR(checkParams(h));
+  if (h.count != n)
+    return errorInvalidUsage("message holds %llu elements but the caller expects %zu",
+                             static_cast<unsigned long long>(h.count), n);
+  size_t expected = payloadBytes(h);
+  if (h.payloadBytes != expected)
+    return errorCorrupt(
+        "%s message payload is %llu bytes; %zu elements with these parameters "
+        "need exactly %zu",
+        codecName(id()), static_cast<unsigned long long>(h.payloadBytes), n, expected);
+  return h;
+}
+
+Status CodecBase::decompress(const void* wire, size_t bytes, void* out, DataType dt, size_t n,
+                             const CodecCall& call) const {
+  TERSE_RETURN_IF_ERROR(checkBuffers(out, dt, n, wire, call, "decompress"));
+  TERSE_ASSIGN_OR_RETURN(wire::Header h, checkMessage(wire, bytes, n));
+  return decode(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h, out, dt, n);
+}
+
+Status CodecBase::decompressAccumulate(const void* wire, size_t bytes, float* acc, size_t n,
+                                       const CodecCall& call) const {
+  TERSE_RETURN_IF_ERROR(
+      checkBuffers(acc, DataType::kFloat32, n, wire, call, "decompressAccumulate"));
+  TERSE_ASSIGN_OR_RETURN(wire::Header h, checkMessage(wire, bytes, n));
+  return decodeAccumulate(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h, acc, n);
+}
+
+Status CodecBase::checkParams(const wire::Header& h) const {
+  if (h.param0 != 0 || h.param1 != 0 || h.flags != 0)
+    return errorCorrupt(
+        "%s message carries parameters (0x%x, 0x%x, flags 0x%x) this codec "
+        "does not have",
+        codecName(id()), h.param0, h.param1, h.flags);
+  return Status::ok();
+}
+
+// Runs fn(const float* values) over in*scale: the kernels other than the casts take no scale,
+// so a scale other than 1 costs one extra pass through a per-thread float32 buffer.
+template <typename Fn>
+static auto withScaled(const void* in, DataType dt, size_t n, float scale, Fn&& fn) {
+  if (scale == 1.0f) return withType(dt, in, fn);
+  float* tmp = scaledScratch(n).data();
+  withType(dt, in, [&](auto* p) { k::convert(p, tmp, n, scale, nullptr); });
+  return fn(static_cast<const float*>(tmp));
+}
+
+// ---- none / fp16 / bf16 ----------------------------------------------------------------------
+
+CastCodec::CastCodec(CodecId id) : id_(id) {}
+
+std::string CastCodec::spec() const { return codecName(id_); }
+
+double CastCodec::wireBytesPerElement() const { return id_ == CodecId::kNone ? 4.0 : 2.0; }
+
+size_t CastCodec::maxWireBytes(size_t n) const {
+  return wire::kHeaderBytes + wire::align4(n * (id_ == CodecId::kNone ? 4 : 2));
+}
+
+DataType CastCodec::wireType(DataType source) const {
+  switch (id_) {
+    case CodecId::kFp16: return DataType::kFloat16;
+    case CodecId::kBf16: return DataType::kBFloat16;
+    default: return source;
+  }
+}
+
+size_t CastCodec::payloadBytes(const wire::Header& h) const {
+  return wire::align4(h.count * dataTypeSize(wireType(static_cast<DataType>(h.dtype))));
+}
+
+Result<size_t> CastCodec::encode(const void* in, DataType dt, size_t n, float* residual,
+                                 unsigned char* payload, const CodecCall& call,
+                                 wire::Header& h) const {
+  DataType wt = wireType(dt);
+  withType(dt, in, [&](auto* src) {
+    withType(wt, static_cast<void*>(payload),
+             [&](auto* dst) { k::convert(src, dst, n, call.scale, residual); });
+  });
+  size_t bytes = n * dataTypeSize(wt);
+  size_t padded = wire::align4(bytes);
+  std::fill(payload + bytes, payload + padded, 0);  // deterministic bytes on the wire
+  return padded;
+}
+
+Status CastCodec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+                         DataType dt, size_t n) const {
+  DataType wt = wireType(static_cast<DataType>(h.dtype));
+  withType(wt, static_cast<const void*>(payload), [&](auto* src) {
+    withType(dt, out, [&](auto* dst) { k::convert(src, dst, n, 1.0f, nullptr); });
+  });
+  return Status::ok();
+}
+
+Status CastCodec::decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
+                                   size_t n) const {
+  DataType wt = wireType(static_cast<DataType>(h.dtype));
+  withType(wt, static_cast<const void*>(payload), [&](auto* src) { k::accumulate(src, acc, n); });
+  return Status::ok();
+}
+
+// ---- int8 ------------------------------------------------------------------------------------
+
+Int8Codec::Int8Codec(uint32_t block, kernels::Rounding rounding, uint64_t seed)
+    : block_(block), rounding_(rounding), seed_(seed) {}
+
+std::string Int8Codec::spec() const {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "int8:block=%u,round=%s,seed=%llu", block_,
+                rounding_ == kernels::Rounding::kNearest ? "nearest" : "stochastic",
+                static_cast<unsigned long long>(seed_));
+  return buf;
+}
+
+double Int8Codec::wireBytesPerElement() const { return 1.0 + 4.0 / block_; }
+
+size_t Int8Codec::blocks(size_t n) const { return (n + block_ - 1) / block_; }
+
+size_t Int8Codec::maxWireBytes(size_t n) const {
+  return wire::kHeaderBytes + 4 * blocks(n) + wire::align4(n);
+}
+
+size_t Int8Codec::payloadBytes(const wire::Header& h) const {
+  return 4 * blocks(h.count) + wire::align4(h.count);
+}
+
+Status Int8Codec::checkParams(const wire::Header& h) const {
+  bool stochastic = h.flags & wire::kFlagStochastic;
+  if (h.param0 != block_ || stochastic != (rounding_ == kernels::Rounding::kStochastic) ||
+      h.param1 != 0)
+    return errorInvalidUsage(
+        "message was written by int8:block=%u,round=%s but is decoded with "
+        "%s: every rank must use the same codec spec",
+        h.param0, stochastic ? "stochastic" : "nearest", spec().c_str());
+  return Status::ok();
+}
+
+Result<size_t> Int8Codec::encode(const void* in, DataType dt, size_t n, float* residual,
+                                 unsigned char* payload, const CodecCall& call,
+                                 wire::Header& h) const {
+  auto* scales = reinterpret_cast<float*>(payload);
+  auto* q = reinterpret_cast<int8_t*>(payload + 4 * blocks(n));
+  uint64_t seed = roundingSeed(seed_, call.nonce);
+  withScaled(in, dt, n, call.scale, [&](auto* src) {
+    k::int8Quantize(src, n, block_, rounding_, seed, 0, residual, scales, q);
+  });
+  size_t end = 4 * blocks(n) + n, padded = 4 * blocks(n) + wire::align4(n);
+  std::fill(payload + end, payload + padded, 0);
+  h.param0 = block_;
+  h.flags = rounding_ == kernels::Rounding::kStochastic ? wire::kFlagStochastic : 0;
+  return padded;
+}
+
+Status Int8Codec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+                         DataType dt, size_t n) const {
+  auto* scales = reinterpret_cast<const float*>(payload);
+  auto* q = reinterpret_cast<const int8_t*>(payload + 4 * blocks(n));
+  withType(dt, out, [&](auto* dst) { k::int8Dequantize(scales, q, n, block_, dst); });
+  return Status::ok();
+}
+
+Status Int8Codec::decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
+                                   size_t n) const {
+  auto* scales = reinterpret_cast<const float*>(payload);
+  auto* q = reinterpret_cast<const int8_t*>(payload + 4 * blocks(n));
+  k::int8DequantizeAccumulate(scales, q, n, block_, acc);
+  return Status::ok();
+}
+
+// ---- onebit ----------------------------------------------------------------------------------
+
+OnebitCodec::OnebitCodec(uint32_t block) : block_(block) {}
+
+std::string OnebitCodec::spec() const { return "onebit:block=" + std::to_string(block_); }
+
+double OnebitCodec::wireBytesPerElement() const { return 1.0 / 8.0 + 4.0 / block_; }
+
+size_t OnebitCodec::blocks(size_t n) const { return (n + block_ - 1) / block_; }
+
+size_t OnebitCodec::maxWireBytes(size_t n) const {
+  return wire::kHeaderBytes + 4 * blocks(n) + 4 * ((n + 31) / 32);
+}
+
+size_t OnebitCodec::payloadBytes(const wire::Header& h) const {
+  return 4 * blocks(h.count) + 4 * ((h.count + 31) / 32);
+}
+
+Status OnebitCodec::checkParams(const wire::Header& h) const {
+  if (h.param0 != block_ || h.param1 != 0 || h.flags != 0)
+    return errorInvalidUsage(
+        "message was written by onebit:block=%u but is decoded with %s: every "
+        "rank must use the same codec spec",
+        h.param0, spec().c_str());
+  return Status::ok();
+}
+
+Result<size_t> OnebitCodec::encode(const void* in, DataType dt, size_t n, float* residual,
+                                   unsigned char* payload, const CodecCall& call,
+                                   wire::Header& h) const {
+  auto* scales = reinterpret_cast<float*>(payload);
+  auto* bits = reinterpret_cast<uint32_t*>(payload + 4 * blocks(n));
+  withScaled(in, dt, n, call.scale,
+             [&](auto* src) { k::onebitCompress(src, n, block_, residual, scales, bits); });
+  h.param0 = block_;
+  return 4 * blocks(n) + 4 * ((n + 31) / 32);
+}
+
+Status OnebitCodec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+                           DataType dt, size_t n) const {
+  auto* scales = reinterpret_cast<const float*>(payload);
+  auto* bits = reinterpret_cast<const uint32_t*>(payload + 4 * blocks(n));
+  withType(dt, out, [&](auto* dst) { k::onebitDecompress(scales, bits, n, block_, dst); });
+  return Status::ok();
+}
+
+Status OnebitCodec::decodeAccumulate(const unsigned char* payload, const wire::Header& h,
+                                     float* acc, size_t n) const {
+  auto* scales = reinterpret_cast<const float*>(payload);
+  auto* bits = reinterpret_cast<const uint32_t*>(payload + 4 * blocks(n));
+  k::onebitDecompressAccumulate(scales, bits, n, block_, acc);
+  return Status::ok();
+}
+
+// ---- topk ------------------------------------------------------------------------------------
+
+TopkCodec::TopkCodec(double ratio)
+    : ratio_(ratio), ratioBits_(num::floatBits(static_cast<float>(ratio))) {}
+
+std::string TopkCodec::spec() const { return "topk:ratio=" + formatRatio(ratio_); }
+
+std::string TopkCodec::formatRatio(double r) {
+  // Shortest decimal that reads back as the same double, so makeCodec(spec()) is identical.
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, r);
+    if (std::strtod(buf, nullptr) == r) break;
+  }
+  return buf;
+}
+
+double TopkCodec::wireBytesPerElement() const { return 8.0 * ratio_; }
+
+size_t TopkCodec::kFor(size_t n) const {
+  if (n == 0) return 0;
+  double k = std::round(ratio_ * static_cast<double>(n));
+  return std::min(n, std::max<size_t>(1, static_cast<size_t>(k)));
+}
+
+size_t TopkCodec::maxWireBytes(size_t n) const { return wire::kHeaderBytes + 8 * kFor(n); }
+
+size_t TopkCodec::payloadBytes(const wire::Header& h) const { return 8 * size_t{h.param0}; }
+
+Status TopkCodec::checkParams(const wire::Header& h) const {
+  if (h.param1 != ratioBits_ || h.flags != 0)
+    return errorInvalidUsage(
+        "message was written by topk:ratio=%s but is decoded with %s: every "
+        "rank must use the same codec spec",
+        formatRatio(num::bitsFloat(h.param1)).c_str(), spec().c_str());
+  if (h.param0 > h.count)
+    return errorCorrupt("topk message claims k=%u values for only %llu elements", h.param0,
+                        static_cast<unsigned long long>(h.count));
+  return Status::ok();
+}
+
+Result<size_t> TopkCodec::encode(const void* in, DataType dt, size_t n, float* residual,
+                                 unsigned char* payload, const CodecCall& call,
+                                 wire::Header& h) const {
+  if (n > UINT32_MAX)
+    return errorInvalidArgument(
+        "topk: %zu elements exceed the 2^32-1 that 32-bit indices address; "
+        "compress the tensor in smaller chunks",
+        n);
+  size_t want = kFor(n);
+  auto* indices = reinterpret_cast<uint32_t*>(payload);
+  auto* values = reinterpret_cast<float*>(payload + 4 * want);
+  void* scratch = topkScratch(k::topkScratchBytes(n));
+  size_t got = withScaled(in, dt, n, call.scale, [&](auto* src) {
+    return k::topkCompress(src, n, want, residual, scratch, indices, values);
+  });
+  if (got != want) return errorInternal("topk selected %zu of %zu values", got, want);
+  h.param0 = static_cast<uint32_t>(got);
+  h.param1 = ratioBits_;
+  return 8 * got;
+}
+
+Status TopkCodec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+                         DataType dt, size_t n) const {
+  size_t kk = h.param0;
+  auto* indices = reinterpret_cast<const uint32_t*>(payload);
+  auto* values = reinterpret_cast<const float*>(payload + 4 * kk);
+  bool ok =
+      withType(dt, out, [&](auto* dst) { return k::topkDecompress(indices, values, kk, n, dst); });
+  if (!ok) return badIndices(kk, n);
+  return Status::ok();
+}
+
+Status TopkCodec::decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
+                                   size_t n) const {
+  size_t kk = h.param0;
+  auto* indices = reinterpret_cast<const uint32_t*>(payload);
+  auto* values = reinterpret_cast<const float*>(payload + 4 * kk);
+  if (!k::topkDecompressAccumulate(indices, values, kk, n, acc)) return badIndices(kk, n);
+  return Status::ok();
+}
+
+Status TopkCodec::badIndices(size_t kk, size_t n) {
+  return errorCorrupt(
+      "topk message is corrupt: its %zu indices are not strictly ascending "
+      "values below %zu; nothing was written",
+      kk, n);
+}
+
+}  // namespace terse

@@ -1,0 +1,146 @@
+// Codec implementations (private to compressors; callers go through makeCodec).
+#pragma once
+
+#include "terse/compressors/codec.h"
+#include "terse/kernels/kernels.h"
+#include "wire.h"
+
+namespace terse {
+
+// Common argument checks and header handling; subclasses place their payload.
+class CodecBase : public Codec {
+ public:
+  Result<size_t> compress(const void* in, DataType dt, size_t n, float* residual, void* wire,
+                          size_t capacity, const CodecCall& call) const override;
+  Status decompress(const void* wire, size_t bytes, void* out, DataType dt, size_t n,
+                    const CodecCall& call) const override;
+  Status decompressAccumulate(const void* wire, size_t bytes, float* acc, size_t n,
+                              const CodecCall& call) const override;
+
+ protected:
+  // Payload size a message with this (already parameter-checked) header must have.
+  virtual size_t payloadBytes(const wire::Header& h) const = 0;
+  // Header parameters against this codec's; the error names both specs.
+  virtual Status checkParams(const wire::Header& h) const;
+  // Writes the payload and the codec's header fields; returns the payload bytes.
+  virtual Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
+                                unsigned char* payload, const CodecCall& call,
+                                wire::Header& h) const = 0;
+  virtual Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                        size_t n) const = 0;
+  virtual Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
+                                  size_t n) const = 0;
+
+ private:
+  Status checkBuffers(const void* data, DataType dt, size_t n, const void* wire,
+                      const CodecCall& call, const char* what) const;
+  Result<wire::Header> checkMessage(const void* wire, size_t bytes, size_t n) const;
+};
+
+// none, fp16, bf16: elementwise casts. `none` sends the source type unchanged.
+class CastCodec final : public CodecBase {
+ public:
+  explicit CastCodec(CodecId id);
+  CodecId id() const override { return id_; }
+  std::string spec() const override;
+  bool wantsErrorFeedback() const override { return false; }
+  double wireBytesPerElement() const override;
+  size_t maxWireBytes(size_t n) const override;
+
+ protected:
+  size_t payloadBytes(const wire::Header& h) const override;
+  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
+                        unsigned char* payload, const CodecCall& call,
+                        wire::Header& h) const override;
+  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                size_t n) const override;
+  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
+                          size_t n) const override;
+
+ private:
+  DataType wireType(DataType source) const;
+  CodecId id_;
+};
+
+class Int8Codec final : public CodecBase {
+ public:
+  Int8Codec(uint32_t block, kernels::Rounding rounding, uint64_t seed);
+  CodecId id() const override { return CodecId::kInt8; }
+  std::string spec() const override;
+  bool wantsErrorFeedback() const override { return false; }
+  double wireBytesPerElement() const override;
+  size_t maxWireBytes(size_t n) const override;
+
+ protected:
+  size_t payloadBytes(const wire::Header& h) const override;
+  Status checkParams(const wire::Header& h) const override;
+  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
+                        unsigned char* payload, const CodecCall& call,
+                        wire::Header& h) const override;
+  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                size_t n) const override;
+  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
+                          size_t n) const override;
+
+ private:
+  size_t blocks(size_t n) const;
+  uint32_t block_;
+  kernels::Rounding rounding_;
+  uint64_t seed_;
+};
+
+class OnebitCodec final : public CodecBase {
+ public:
+  explicit OnebitCodec(uint32_t block);
+  CodecId id() const override { return CodecId::kOnebit; }
+  std::string spec() const override;
+  bool wantsErrorFeedback() const override { return true; }
+  double wireBytesPerElement() const override;
+  size_t maxWireBytes(size_t n) const override;
+
+ protected:
+  size_t payloadBytes(const wire::Header& h) const override;
+  Status checkParams(const wire::Header& h) const override;
+  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
+                        unsigned char* payload, const CodecCall& call,
+                        wire::Header& h) const override;
+  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                size_t n) const override;
+  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
+                          size_t n) const override;
+
+ private:
+  size_t blocks(size_t n) const;
+  uint32_t block_;
+};
+
+class TopkCodec final : public CodecBase {
+ public:
+  explicit TopkCodec(double ratio);
+  CodecId id() const override { return CodecId::kTopk; }
+  std::string spec() const override;
+  bool wantsErrorFeedback() const override { return true; }
+  double wireBytesPerElement() const override;
+  size_t maxWireBytes(size_t n) const override;
+  // Values sent for n elements: max(1, round(ratio * n)), at most n (0 for n = 0).
+  size_t kFor(size_t n) const;
+  static std::string formatRatio(double r);
+
+ protected:
+  size_t payloadBytes(const wire::Header& h) const override;
+  Status checkParams(const wire::Header& h) const override;
+  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
+                        unsigned char* payload, const CodecCall& call,
+                        wire::Header& h) const override;
+  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                size_t n) const override;
+  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
+                          size_t n) const override;
+
+ private:
+  static Status badIndices(size_t k, size_t n);
+  double ratio_;
+  uint32_t ratioBits_;
+};
+
+}  // namespace terse

@@ -1,0 +1,176 @@
+// ErrorFeedback: residual state and its checkpoint form (docs/wire-format.md).
+#include "terse/compressors/error_feedback.h"
+
+#include "terse/common/logging.h"
+#include "terse/compressors/codec.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace terse {
+namespace {
+
+constexpr uint32_t kMagic = 0x46455254u;  // bytes "TREF"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kFixedBytes = 40;  // fields before the spec
+constexpr size_t kCheckBytes = 8;   // trailing checksum
+constexpr size_t kMaxSpecBytes = 256;
+
+size_t pad4(size_t n) { return (n + 3) & ~size_t{3}; }
+
+// FNV-1a over 8-byte words (then the tail bytes): cheap enough for checkpoints of large
+// tensors, and any flipped bit changes it.
+uint64_t checksum(const uint8_t* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+template <typename T>
+void put(std::vector<uint8_t>& out, size_t off, T v) {
+  std::memcpy(out.data() + off, &v, sizeof(T));
+}
+template <typename T>
+T get(const uint8_t* p, size_t off) {
+  T v;
+  std::memcpy(&v, p + off, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+Result<ErrorFeedback> ErrorFeedback::create(const std::string& codecSpec, size_t count) {
+  auto codec = makeCodec(codecSpec);
+  if (!codec.isOk()) return codec.status().withContext("creating error-feedback state");
+  ErrorFeedback ef;
+  ef.spec_ = (*codec)->spec();
+  ef.worker_.assign(count, 0.0f);
+  return ef;
+}
+
+Status ErrorFeedback::checkCompatible(const std::string& codecSpec, size_t count) const {
+  auto codec = makeCodec(codecSpec);
+  if (!codec.isOk()) return codec.status();
+  std::string canonical = (*codec)->spec();
+  if (canonical != spec_ || count != worker_.size())
+    return errorInvalidArgument(
+        "error-feedback state was made for codec '%s' and %zu elements but is used with codec "
+        "'%s' and %zu elements: create (or load) one state per tensor and codec",
+        spec_.c_str(), worker_.size(), canonical.c_str(), count);
+  return Status::ok();
+}
+
+float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {
+  if (worldSize <= 0 || offset > worker_.size() || length > worker_.size() - offset) {
+    TERSE_WARN(kSubsysCodec,
+               "error feedback: server chunk [%zu, +%zu) of world %d does not fit a tensor of %zu "
+               "elements",
+               offset, length, worldSize, worker_.size());
+    return nullptr;
+  }
+  if (worldSize != serverWorld_ || offset != serverOffset_ || length != server_.size()) {
+    // Another partition: the old residual belongs to other elements, so start from zero.
+    server_.assign(length, 0.0f);
+    serverWorld_ = worldSize;
+    serverOffset_ = offset;
+  }
+  return server_.data();
+}
+
+void ErrorFeedback::reset() {
+  std::fill(worker_.begin(), worker_.end(), 0.0f);
+  std::fill(server_.begin(), server_.end(), 0.0f);
+}
+
+std::vector<uint8_t> ErrorFeedback::serialize() const {
+  size_t specBytes = pad4(spec_.size());
+  size_t total = kFixedBytes + specBytes + 4 * worker_.size() + 4 * server_.size() + kCheckBytes;
+  std::vector<uint8_t> out(total, 0);
+  put<uint32_t>(out, 0, kMagic);
+  put<uint32_t>(out, 4, kVersion);
+  put<uint32_t>(out, 8, static_cast<uint32_t>(spec_.size()));
+  put<int32_t>(out, 12, serverWorld_);
+  put<uint64_t>(out, 16, worker_.size());
+  put<uint64_t>(out, 24, serverOffset_);
+  put<uint64_t>(out, 32, server_.size());
+  std::memcpy(out.data() + kFixedBytes, spec_.data(), spec_.size());
+  size_t off = kFixedBytes + specBytes;
+  if (!worker_.empty()) std::memcpy(out.data() + off, worker_.data(), 4 * worker_.size());
+  off += 4 * worker_.size();
+  if (!server_.empty()) std::memcpy(out.data() + off, server_.data(), 4 * server_.size());
+  off += 4 * server_.size();
+  put<uint64_t>(out, off, checksum(out.data(), off));
+  return out;
+}
+
+Result<ErrorFeedback> ErrorFeedback::deserialize(const void* bytes, size_t size) {
+  const char* what = "error-feedback checkpoint";
+  if (!bytes && size) return errorInvalidArgument("%s: null buffer", what);
+  if (size < kFixedBytes + kCheckBytes)
+    return errorCorrupt("%s of %zu bytes is shorter than its %zu-byte minimum (truncated?)", what,
+                        size, kFixedBytes + kCheckBytes);
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  if (get<uint32_t>(p, 0) != kMagic)
+    return errorCorrupt(
+        "%s: bad magic 0x%08x (expected \"TREF\"): not an error-feedback "
+        "checkpoint",
+        what, get<uint32_t>(p, 0));
+  uint32_t version = get<uint32_t>(p, 4);
+  if (version != kVersion)
+    return errorCorrupt("%s has format version %u; this build reads version %u", what, version,
+                        kVersion);
+  if (get<uint64_t>(p, size - kCheckBytes) != checksum(p, size - kCheckBytes))
+    return errorCorrupt("%s checksum mismatch: the data is corrupt or truncated", what);
+  uint32_t specLen = get<uint32_t>(p, 8);
+  int32_t world = get<int32_t>(p, 12);
+  uint64_t count = get<uint64_t>(p, 16);
+  uint64_t serverOffset = get<uint64_t>(p, 24);
+  uint64_t serverLength = get<uint64_t>(p, 32);
+  if (specLen == 0 || specLen > kMaxSpecBytes)
+    return errorCorrupt("%s: codec spec length %u is outside 1..%zu", what, specLen, kMaxSpecBytes);
+  size_t body = size - kFixedBytes - kCheckBytes;
+  size_t specBytes = pad4(specLen);
+  if (specBytes > body || count > (body - specBytes) / 4 ||
+      serverLength > (body - specBytes) / 4 - count ||
+      specBytes + 4 * (count + serverLength) != body)
+    return errorCorrupt(
+        "%s: its lengths (spec %u, count %llu, server %llu) do not add up to its "
+        "%zu bytes",
+        what, specLen, static_cast<unsigned long long>(count),
+        static_cast<unsigned long long>(serverLength), size);
+  if (world < 0 || (world == 0 && (serverLength || serverOffset)) || serverOffset > count ||
+      serverLength > count - serverOffset)
+    return errorCorrupt("%s: server chunk [%llu, +%llu) of world %d is invalid for %llu elements",
+                        what, static_cast<unsigned long long>(serverOffset),
+                        static_cast<unsigned long long>(serverLength), world,
+                        static_cast<unsigned long long>(count));
+  std::string spec(reinterpret_cast<const char*>(p + kFixedBytes), specLen);
+  auto codec = makeCodec(spec);
+  if (!codec.isOk())
+    return errorCorrupt("%s names an invalid codec spec: %s", what,
+                        codec.status().message().c_str());
+  if ((*codec)->spec() != spec)
+    return errorCorrupt("%s: codec spec '%s' is not in canonical form", what, spec.c_str());
+  for (size_t i = specLen; i < specBytes; ++i)
+    if (p[kFixedBytes + i] != 0) return errorCorrupt("%s: nonzero spec padding", what);
+
+  ErrorFeedback ef;
+  ef.spec_ = spec;
+  ef.worker_.resize(count);
+  size_t off = kFixedBytes + specBytes;
+  if (count) std::memcpy(ef.worker_.data(), p + off, 4 * count);
+  off += 4 * count;
+  ef.server_.resize(serverLength);
+  if (serverLength) std::memcpy(ef.server_.data(), p + off, 4 * serverLength);
+  ef.serverOffset_ = serverOffset;
+  ef.serverWorld_ = world;
+  return ef;
+}
+
+}  // namespace terse

@@ -1,0 +1,28 @@
+// Shared helpers of the CPU kernels (private to kernels/cpu).
+#pragma once
+
+#include "terse/common/parallel.h"
+#include "terse/kernels/kernels.h"
+
+#include <cstddef>
+#include <cstdint>
+
+#define TERSE_RESTRICT __restrict__
+
+namespace terse::kernels::cpu::detail {
+
+// Below this many elements per thread a piece is not worth handing to the pool: the wake-up
+// costs more than streaming 64K floats.
+constexpr size_t kMinPerThread = size_t{1} << 16;
+
+// parallelFor over [0, n) with pieces aligned to `align` elements.
+template <typename Body>
+void forRange(size_t n, size_t align, Body&& body) {
+  if (n <= kMinPerThread) {
+    if (n) body(size_t{0}, n);
+    return;
+  }
+  parallelFor(n, align, kMinPerThread, [&](size_t b, size_t e) { body(b, e); });
+}
+
+}  // namespace terse::kernels::cpu::detail

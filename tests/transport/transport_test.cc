@@ -1,0 +1,240 @@
+// Conformance tests of transport.h's contract, run on every backend and world size with ranks as
+// threads. Each message's content is a function of (source, destination, sequence), so a
+// misrouted, reordered or truncated delivery shows up as a mismatch.
+#include "harness.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+
+namespace terse::testing {
+namespace {
+
+struct Param {
+  Backend backend;
+  int size;
+};
+
+std::string paramName(const ::testing::TestParamInfo<Param>& info) {
+  return std::string(backendName(info.param.backend)) + "_" + std::to_string(info.param.size) +
+         "ranks";
+}
+
+std::vector<Param> allParams() {
+  std::vector<Param> out;
+  for (Backend b : allBackends())
+    for (int n : {1, 2, 3, 4, 8}) out.push_back({b, n});
+  return out;
+}
+
+class TransportTest : public ::testing::TestWithParam<Param> {};
+
+// Every rank sends to its right neighbour and receives from its left one while also sending left
+// and receiving from the right (both directions at once), for sizes from 0 bytes to 64 MiB.
+TEST_P(TransportTest, RingBothDirectionsByteExact) {
+  const Param p = GetParam();
+  std::vector<size_t> sizes = {0, 1, 7, 4096, 65537, size_t{1} << 20};
+  // The largest size is checked where memory and two cores allow it in reasonable time.
+  if (p.size <= 4) sizes.push_back(size_t{64} << 20);
+  runThreads(p.backend, p.size, [&](Transport& t) {
+    const int n = t.size(), me = t.rank();
+    const int right = (me + 1) % n, left = (me + n - 1) % n;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const size_t bytes = sizes[i];
+      std::vector<uint8_t> toRight(bytes), toLeft(bytes), fromLeft(bytes + 16),
+          fromRight(bytes + 16);
+      fillPattern(toRight, me, right, i);
+      fillPattern(toLeft, me, left, i + 1000);
+      TransportRequest *r1, *r2, *s1, *s2;
+      ASSERT_TRUE(t.irecv(left, 5, fromLeft.data(), fromLeft.size(), &r1).isOk());
+      ASSERT_TRUE(t.irecv(right, 6, fromRight.data(), fromRight.size(), &r2).isOk());
+      ASSERT_TRUE(t.isend(right, 5, toRight.data(), bytes, &s1).isOk());
+      ASSERT_TRUE(t.isend(left, 6, toLeft.data(), bytes, &s2).isOk());
+      EXPECT_EQ(waitOk(t, s1), bytes);
+      EXPECT_EQ(waitOk(t, s2), bytes);
+      EXPECT_EQ(waitOk(t, r1), bytes) << "size " << bytes;
+      EXPECT_EQ(waitOk(t, r2), bytes) << "size " << bytes;
+      EXPECT_EQ(firstMismatch(fromLeft, bytes, left, me, i), -1)
+          << "rank " << me << " from " << left << " size " << bytes;
+      EXPECT_EQ(firstMismatch(fromRight, bytes, right, me, i + 1000), -1)
+          << "rank " << me << " from " << right << " size " << bytes;
+    }
+  });
+}
+
+// Many messages in flight to every peer on a few tags: per (peer, tag) they must arrive in
+// posting order, and the receives are posted after the sends for half the tags so both the
+// unexpected-message and the posted-receive paths are taken.
+TEST_P(TransportTest, ManyInFlightKeepPerTagOrder) {
+  const Param p = GetParam();
+  const int kPerPair = p.size <= 4 ? 64 : 24;
+  const int kTags = 3;
+  runThreads(p.backend, p.size, [&](Transport& t) {
+    const int n = t.size(), me = t.rank();
+    auto msgBytes = [](int k) { return static_cast<size_t>((k * 37) % 3000); };
+    std::vector<std::vector<uint8_t>> out, in;
+    std::vector<TransportRequest*> sends, recvs;
+    std::vector<std::tuple<int, int, int>> recvWho;  // (src, tag, k)
+    auto postRecvs = [&](int tag) {
+      for (int src = 0; src < n; ++src)
+        for (int k = 0; k < kPerPair; ++k) {
+          in.emplace_back(3000);
+          TransportRequest* r;
+          ASSERT_TRUE(t.irecv(src, tag, in.back().data(), in.back().size(), &r).isOk());
+          recvs.push_back(r);
+          recvWho.emplace_back(src, tag, k);
+        }
+    };
+    in.reserve(static_cast<size_t>(n) * kPerPair * kTags);
+    out.reserve(static_cast<size_t>(n) * kPerPair * kTags);
+    postRecvs(0);
+    for (int tag = 0; tag < kTags; ++tag)
+      for (int k = 0; k < kPerPair; ++k)
+        for (int dst = 0; dst < n; ++dst) {
+          out.emplace_back(msgBytes(k));
+          fillPattern(out.back(), me, dst, tag * 100000 + k);
+          TransportRequest* s;
+          ASSERT_TRUE(t.isend(dst, tag, out.back().data(), out.back().size(), &s).isOk());
+          sends.push_back(s);
+        }
+    for (int tag = 1; tag < kTags; ++tag) postRecvs(tag);
+    for (size_t i = 0; i < recvs.size(); ++i) {
+      auto [src, tag, k] = recvWho[i];
+      size_t got = waitOk(t, recvs[i]);
+      EXPECT_EQ(got, msgBytes(k));
+      EXPECT_EQ(firstMismatch(in[i], got, src, me, tag * 100000 + k), -1)
+          << "rank " << me << " message " << k << " from " << src << " tag " << tag;
+    }
+    for (TransportRequest* s : sends) waitOk(t, s);
+  });
+}
+
+// test() polling (instead of wait) also completes everything, and a receive posted for one tag is
+// never satisfied by a message on another.
+TEST_P(TransportTest, TagsNeverCrossAndTestPolls) {
+  const Param p = GetParam();
+  runThreads(p.backend, p.size, [&](Transport& t) {
+    const int n = t.size(), me = t.rank();
+    const int to = (me + 1) % n, from = (me + n - 1) % n;
+    const uint64_t tagA = 7, tagB = kMaxTransportTag;  // the largest legal tag too
+    uint64_t a = 0xA000 + me, b = 0xB000 + me, gotA = 0, gotB = 0;
+    TransportRequest *ra, *rb, *sa, *sb;
+    // Receive B first although A is sent first.
+    ASSERT_TRUE(t.irecv(from, tagB, &gotB, sizeof gotB, &rb).isOk());
+    ASSERT_TRUE(t.isend(to, tagA, &a, sizeof a, &sa).isOk());
+    ASSERT_TRUE(t.isend(to, tagB, &b, sizeof b, &sb).isOk());
+    ASSERT_TRUE(t.irecv(from, tagA, &gotA, sizeof gotA, &ra).isOk());
+    std::vector<TransportRequest*> pending = {ra, rb, sa, sb};
+    auto deadline = std::chrono::steady_clock::now() + kTestTimeout;
+    while (!pending.empty() && std::chrono::steady_clock::now() < deadline) {
+      t.progress();
+      for (size_t i = 0; i < pending.size();) {
+        bool done = false;
+        size_t bytes = 0;
+        Status s = t.test(pending[i], &done, &bytes);
+        ASSERT_TRUE(s.isOk()) << s.toString();
+        if (done) {
+          EXPECT_EQ(bytes, sizeof(uint64_t));
+          pending.erase(pending.begin() + i);
+        } else {
+          ++i;
+        }
+      }
+    }
+    ASSERT_TRUE(pending.empty()) << "requests did not complete by polling";
+    EXPECT_EQ(gotA, 0xA000u + from);
+    EXPECT_EQ(gotB, 0xB000u + from);
+  });
+}
+
+// A message larger than the receive buffer fails the receive with kInvalidUsage; nothing is
+// written past the buffer.
+TEST_P(TransportTest, TruncationIsAnErrorNotSilent) {
+  const Param p = GetParam();
+  runThreads(p.backend, p.size, [&](Transport& t) {
+    const int n = t.size(), me = t.rank();
+    const int to = (me + 1) % n, from = (me + n - 1) % n;
+    std::vector<uint8_t> big(100000, 0x5A), small(1000 + 64, 0xEE);
+    TransportRequest *r, *s;
+    ASSERT_TRUE(t.irecv(from, 1, small.data(), 1000, &r).isOk());
+    ASSERT_TRUE(t.isend(to, 1, big.data(), big.size(), &s).isOk());
+    size_t bytes = 0;
+    Status rs = t.wait(r, &bytes, kTestTimeout);
+    EXPECT_EQ(rs.code(), StatusCode::kInvalidUsage) << rs.toString();
+    Status ss = t.wait(s, &bytes, kTestTimeout);
+    // The sender may see success (its bytes left) or the receiver's error; it must not hang.
+    (void)ss;
+    for (size_t i = 1000; i < small.size(); ++i) ASSERT_EQ(small[i], 0xEE) << "overrun at " << i;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::ValuesIn(allParams()), paramName);
+
+// ---- errors that do not depend on the world size ----
+
+class TransportErrorTest : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(TransportErrorTest, BadArgumentsAreRejected) {
+  runThreads(GetParam(), 2, [&](Transport& t) {
+    char buf[8] = {};
+    TransportRequest* r = nullptr;
+    EXPECT_EQ(t.isend(2, 0, buf, 8, &r).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(t.irecv(-1, 0, buf, 8, &r).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(t.isend(0, kMaxTransportTag + 1, buf, 8, &r).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(t.irecv(0, 0, nullptr, 8, &r).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(t.isend(0, 0, buf, 8, nullptr).code(), StatusCode::kInvalidArgument);
+  });
+}
+
+// A receive nobody sends to fails with kTimeout naming the peer; cancel then frees it.
+TEST_P(TransportErrorTest, UnmatchedReceiveTimesOutNamingPeer) {
+  runThreads(GetParam(), 2, [&](Transport& t) {
+    if (t.rank() != 0) return;
+    char buf[8];
+    TransportRequest* r;
+    ASSERT_TRUE(t.irecv(1, 99, buf, sizeof buf, &r).isOk());
+    size_t bytes;
+    Status s = t.wait(r, &bytes, std::chrono::milliseconds(50));
+    EXPECT_EQ(s.code(), StatusCode::kTimeout);
+    EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  });
+}
+
+// A rank that aborts makes the others' pending and later operations fail with kRemoteError
+// naming it; its own later operations fail with the abort's reason.
+TEST_P(TransportErrorTest, AbortedPeerFailsPendingAndLaterOps) {
+  std::atomic<bool> posted{false};
+  runThreads(GetParam(), 3, [&](Transport& t) {
+    char buf[64];
+    if (t.rank() == 2) {
+      while (!posted.load()) t.progress();
+      t.abort(errorInternal("test abort"));
+      TransportRequest* r;
+      Status s = t.isend(0, 1, buf, sizeof buf, &r);
+      if (s.isOk()) s = t.wait(r, nullptr, kTestTimeout);
+      EXPECT_FALSE(s.isOk());
+      return;
+    }
+    if (t.rank() == 0) {
+      TransportRequest* r;
+      ASSERT_TRUE(t.irecv(2, 1, buf, sizeof buf, &r).isOk());
+      posted = true;
+      size_t bytes;
+      Status s = t.wait(r, &bytes, kTestTimeout);
+      EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.toString();
+      EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.message();
+      // Later operations with rank 2 fail too, quickly.
+      Status later = t.isend(2, 1, buf, sizeof buf, &r);
+      if (later.isOk()) later = t.wait(r, &bytes, kTestTimeout);
+      EXPECT_EQ(later.code(), StatusCode::kRemoteError) << later.toString();
+      EXPECT_NE(later.message().find("rank 2"), std::string::npos) << later.message();
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransportErrorTest, ::testing::ValuesIn(allBackends()),
+                         [](const auto& pinfo) { return std::string(backendName(pinfo.param)); });
+
+}  // namespace
+}  // namespace terse::testing
