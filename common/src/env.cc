@@ -33,6 +33,12 @@ const std::vector<EnvVarInfo>& envRegistry() {
       {"TERSE_TIMEOUT_MS", "int", "300000",
        "Per-operation timeout in milliseconds for rendezvous, transport and collectives. A peer "
        "that does not answer within it is reported by rank."},
+      {"TERSE_SEGMENT_BYTES", "int", "1048576",
+       "Pipeline segment of the collectives, in bytes of float32 (rounded to a multiple of 65536 "
+       "elements): compression, transfer and reduction of different segments overlap."},
+      {"TERSE_SMALL_BYTES", "int", "65536",
+       "Uncompressed allreduces of at most this many float32 bytes use recursive doubling "
+       "(latency-bound) instead of the ring (bandwidth-bound)."},
       {"TERSE_TRANSPORT", "enum", "ucx",
        "Byte transport between processes: ucx (the default) or inproc (threads of one process, "
        "for tests)."},

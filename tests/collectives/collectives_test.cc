@@ -229,8 +229,10 @@ TEST(AllreduceFeedback, MatchesSimulationAndConverges) {
     for (size_t i = 0; i < count; ++i) {
       for (int r = 0; r < n; ++r) truth[i] += loadAt(in[r], DataType::kFloat32, i) / n;
     }
-    const int steps = 60;
-    double firstErr = 0, lastErr = 0;
+    // EF's promise: the residuals stay bounded, so the error of the running average decays like
+    // 1/T once they reach their steady state (top-k needs ~1/ratio steps to get there).
+    const int steps = 200;
+    double midErr = 0, lastErr = 0;
     for (int step = 0; step < steps; ++step) {
       std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(count * 4));
       auto st = runWorld(n, [&](int r, CollectiveEngine& e) {
@@ -252,10 +254,10 @@ TEST(AllreduceFeedback, MatchesSimulationAndConverges) {
         meanGot[i] += (loadAt(out[0], DataType::kFloat32, i) - meanGot[i]) / (step + 1);
         err += std::fabs(meanGot[i] - truth[i]);
       }
-      if (step == 0) firstErr = err;
+      if (step == steps / 2 - 1) midErr = err;
       lastErr = err;
     }
-    EXPECT_LT(lastErr, 0.1 * firstErr) << spec << ": error feedback did not pull the average in";
+    EXPECT_LT(lastErr, 0.65 * midErr) << spec << ": the averaged error does not decay like 1/T";
 
     // The same without residuals: the running average keeps its bias.
     std::vector<double> meanNoEf(count, 0.0);
@@ -278,7 +280,8 @@ TEST(AllreduceFeedback, MatchesSimulationAndConverges) {
         noEfErr += std::fabs(meanNoEf[i] - truth[i]);
       }
     }
-    EXPECT_GT(noEfErr, 0.5 * firstErr) << spec << ": without residuals the bias should remain";
+    EXPECT_LT(lastErr, 0.5 * noEfErr)
+        << spec << ": with residuals the average should end well below the bias floor without";
   }
 }
 
