@@ -51,9 +51,11 @@ __global__ void convertVecKernel(const In* in, Out* out, size_t n, float scale, 
       Vec4<float>::load(residual, i, e);
       for (int j = 0; j < 4; ++j) v[j] = v[j] * scale + e[j];
       Vec4<Out>::store(out, i, v);
-      float sent[4];
-      Vec4<Out>::load(out, i, sent);
-      for (int j = 0; j < 4; ++j) e[j] = num::residualOf(v[j], sent[j]);
+      for (int j = 0; j < 4; ++j) {
+        Out sent[1];  // what the store above wrote, without reading it back from memory
+        num::store(sent, 0, v[j]);
+        e[j] = num::residualOf(v[j], num::load(sent, 0));
+      }
       Vec4<float>::store(residual, i, e);
     } else {
       if (scale != 1.0f)
