@@ -28,8 +28,6 @@ void setUcxEnvironment(Backend b) {
   // Loopback only, whatever the host has.
   setenv("UCX_NET_DEVICES", "lo", 1);
   setenv("UCX_TLS", b == Backend::kUcxTcp ? "tcp" : "shm", 1);
-  // UCX warns about unused variables from other engineers' shells; keep test output readable.
-  setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
 }
 
 Result<std::vector<std::string>> MemoryAllGather::operator()(int rank, const std::string& mine) {
