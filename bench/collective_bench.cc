@@ -184,14 +184,13 @@ std::vector<double> exactResult(CollectiveKind kind, DataType dt, ReduceOp op, i
 int runKind(CollectiveKind kind, int argc, char** argv) {
   Options o;
   if (int rc = parse(argc, argv, &o)) return rc == 1 ? 0 : rc;
-  auto created = Communicator::create();
+  auto created = Communicator::createFromEnv();
   if (!created.isOk()) {
     std::fprintf(stderr, "terse-bench: %s\n", created.status().toString().c_str());
     return 1;
   }
   Communicator& comm = *created.value();
   const int n = comm.size(), rank = comm.rank();
-  CollectiveEngine engine(comm.transport(), comm.timeout());
   const size_t es = dataTypeSize(o.dtype);
   const double busFactor = kind == CollectiveKind::kAllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
 
@@ -229,26 +228,31 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
         auto e = ErrorFeedback::create(codec.value()->spec(), sendCount);
         ef = std::make_unique<ErrorFeedback>(std::move(e).value());
       }
-      CollectiveOp op;
-      op.feedback = ef.get();
-      op.kind = kind;
-      op.send = send.data();
-      op.recv = recv.data();
-      op.count = count;
-      op.dtype = o.dtype;
-      op.op = o.op;
-      op.codec = codec.value().get();
+      CollectiveOptions opts;
+      opts.codec = spec;
+      opts.feedback = ef.get();
+      auto call = [&] {
+        switch (kind) {
+          case CollectiveKind::kAllReduce:
+            return comm.allreduce(send.data(), recv.data(), count, o.dtype, o.op, opts);
+          case CollectiveKind::kReduceScatter:
+            return comm.reduceScatter(send.data(), recv.data(), count, o.dtype, o.op, opts);
+          case CollectiveKind::kAllGather:
+            return comm.allgather(send.data(), recv.data(), count, o.dtype, opts);
+        }
+        return Status::ok();
+      };
       Status st;
-      for (int i = 0; i < o.warmup && st.isOk(); ++i) st = engine.run(op);
+      for (int i = 0; i < o.warmup && st.isOk(); ++i) st = call();
       if (st.isOk()) st = comm.barrier();
-      uint64_t sentBefore = engine.bytesSent();
+      uint64_t sentBefore = comm.bytesSent();
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.iters && st.isOk(); ++i) st = engine.run(op);
+      for (int i = 0; i < o.iters && st.isOk(); ++i) st = call();
       double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o.iters;
-      double wire = double(engine.bytesSent() - sentBefore) / o.iters;
+      double wire = double(comm.bytesSent() - sentBefore) / o.iters;
       // The accuracy figure is one call's, from fresh residuals (what a first training step sees).
       if (ef) ef->reset();
-      if (st.isOk() && o.check) st = engine.run(op);
+      if (st.isOk() && o.check) st = call();
       if (!st.isOk()) {
         std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
         return 1;
@@ -263,15 +267,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
         }
       }
       std::vector<float> stats(3 * n, 0.0f), mineStats = {float(us), float(err), float(maxRef)};
-      auto none = makeCodec("none").value();
-      CollectiveOp gather;
-      gather.kind = CollectiveKind::kAllGather;
-      gather.count = 3 * n;
-      gather.send = mineStats.data();
-      gather.recv = stats.data();
-      gather.codec = none.get();
       // Every rank sends exactly 3 values: the balanced split of 3n gives each rank 3.
-      st = engine.run(gather);
+      st = comm.allgather(mineStats.data(), stats.data(), 3 * n, DataType::kFloat32);
       if (!st.isOk()) {
         std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
         return 1;

@@ -1,5 +1,7 @@
 #include "terse/communicator.h"
 
+#include "terse/collectives/engine.h"
+#include "terse/compressors/codec.h"
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
 #include "terse/rendezvous/bootstrap.h"
@@ -31,7 +33,10 @@ std::string nextStorePrefix() {
 }  // namespace
 
 Communicator::Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout)
-    : transport_(std::move(transport)), timeout_(timeout) {}
+    : transport_(std::move(transport)),
+      timeout_(timeout),
+      engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)),
+      worker_(std::make_unique<CollectiveWorker>()) {}
 
 Communicator::~Communicator() = default;
 
@@ -81,10 +86,15 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
 int Communicator::rank() const { return transport_->rank(); }
 int Communicator::size() const { return transport_->size(); }
 
+// The barrier runs on the worker thread like the collectives: one thread drives the transport.
+Status Communicator::barrier() {
+  return worker_->run([this] { return barrierNow(); });
+}
+
 // Dissemination barrier: in round k every rank signals rank+2^k and hears from rank-2^k, so
 // after ceil(log2 n) rounds each rank has (transitively) heard from all. Within one round the
 // sources differ, and consecutive barriers stay apart by per-(peer, tag) FIFO order.
-Status Communicator::barrier() {
+Status Communicator::barrierNow() {
   const int n = size(), me = rank();
   ++barrierCount_;
   uint8_t out = 1, in = 0;
@@ -111,5 +121,61 @@ Status Communicator::barrier() {
 }
 
 void Communicator::abort(const Status& why) { transport_->abort(why); }
+
+void Communicator::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  engine_->setTimeout(timeout);
+}
+
+uint64_t Communicator::bytesSent() const { return engine_->bytesSent(); }
+
+std::pair<size_t, size_t> Communicator::partOf(size_t count) const {
+  Range r = chunkRange(count, size(), rank());
+  return {r.begin, r.length};
+}
+
+Result<std::shared_ptr<const Codec>> Communicator::codec(const std::string& spec) {
+  std::lock_guard<std::mutex> lock(codecMutex_);
+  auto it = codecs_.find(spec);
+  if (it != codecs_.end()) return it->second;
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<const Codec> made, makeCodec(spec));
+  codecs_.emplace(spec, made);
+  return made;
+}
+
+Work Communicator::submitCollective(int kind, const void* send, void* recv, size_t count,
+                                    DataType type, ReduceOp op, const CollectiveOptions& options) {
+  auto parsed = codec(options.codec);
+  if (!parsed.isOk()) return Work::completed(parsed.status());
+  CollectiveOp call;
+  call.kind = static_cast<CollectiveKind>(kind);
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.dtype = type;
+  call.op = op;
+  call.feedback = options.feedback;
+  std::shared_ptr<const Codec> keep = parsed.value();
+  call.codec = keep.get();
+  return worker_->submit([this, call, keep] { return engine_->run(call); });
+}
+
+Work Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op, const CollectiveOptions& options) {
+  return submitCollective(static_cast<int>(CollectiveKind::kAllReduce), send, recv, count, type,
+                          op, options);
+}
+
+Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t count, DataType type,
+                                      ReduceOp op, const CollectiveOptions& options) {
+  return submitCollective(static_cast<int>(CollectiveKind::kReduceScatter), send, recv, count,
+                          type, op, options);
+}
+
+Work Communicator::allgatherAsync(const void* send, void* recv, size_t count, DataType type,
+                                  const CollectiveOptions& options) {
+  return submitCollective(static_cast<int>(CollectiveKind::kAllGather), send, recv, count, type,
+                          ReduceOp::kSum, options);
+}
 
 }  // namespace terse
