@@ -83,6 +83,46 @@ TEST(KernelNumeric, FloatToBf16RoundsToNearestEven) {
   }
 }
 
+// Every half pattern and a sweep of float patterns through the kernels (both paths) against
+// the numeric.h formulas, bit for bit.
+TEST(KernelConvert, BitPatternsMatchFormulas) {
+  std::vector<Half> halves(65536);
+  for (uint32_t b = 0; b < 65536; ++b) halves[b].bits = static_cast<uint16_t>(b);
+  std::vector<BFloat16> bf(65536);
+  for (uint32_t b = 0; b < 65536; ++b) bf[b].bits = static_cast<uint16_t>(b);
+  std::vector<float> floats;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 4099)
+    floats.push_back(num::bitsFloat(static_cast<uint32_t>(u)));
+  for (uint32_t u : {0x477fefffu, 0x477ff000u, 0x477fffffu, 0x33000000u, 0x33000001u, 0x387fe000u,
+                     0x38800000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00001u, 0x7f7fffffu,
+                     0x7f7f8000u, 0x00000001u, 0x80000000u})
+    floats.push_back(num::bitsFloat(u));
+  forEachIsa([&] {
+    std::vector<float> f(65536);
+    cpu::convert(halves.data(), f.data(), 65536, 1.0f, nullptr);
+    for (uint32_t b = 0; b < 65536; ++b)
+      ASSERT_EQ(num::floatBits(f[b]), num::floatBits(num::halfBitsToFloat(halves[b].bits))) << b;
+    cpu::convert(bf.data(), f.data(), 65536, 1.0f, nullptr);
+    for (uint32_t b = 0; b < 65536; ++b)
+      ASSERT_EQ(num::floatBits(f[b]), num::floatBits(num::bf16BitsToFloat(bf[b].bits))) << b;
+    std::vector<Half> h(floats.size());
+    std::vector<BFloat16> g(floats.size());
+    cpu::convert(floats.data(), h.data(), floats.size(), 1.0f, nullptr);
+    cpu::convert(floats.data(), g.data(), floats.size(), 1.0f, nullptr);
+    for (size_t i = 0; i < floats.size(); ++i) {
+      ASSERT_EQ(h[i].bits, num::floatToHalfBits(floats[i]))
+          << std::hex << num::floatBits(floats[i]);
+      ASSERT_EQ(g[i].bits, num::floatToBf16Bits(floats[i]))
+          << std::hex << num::floatBits(floats[i]);
+    }
+    // Half <-> bfloat16 directly, every pattern.
+    std::vector<BFloat16> hb(65536);
+    cpu::convert(halves.data(), hb.data(), 65536, 1.0f, nullptr);
+    for (uint32_t b = 0; b < 65536; ++b)
+      ASSERT_EQ(hb[b].bits, num::floatToBf16Bits(num::halfBitsToFloat(halves[b].bits))) << b;
+  });
+}
+
 // ---- convert / accumulate / scale -------------------------------------------------------------
 
 template <typename In, typename Out>
@@ -107,15 +147,17 @@ void checkConvert() {
 }
 
 TEST(KernelConvert, AllTypePairsMatchScalar) {
-  checkConvert<float, float>();
-  checkConvert<float, Half>();
-  checkConvert<float, BFloat16>();
-  checkConvert<Half, float>();
-  checkConvert<Half, Half>();
-  checkConvert<Half, BFloat16>();
-  checkConvert<BFloat16, float>();
-  checkConvert<BFloat16, Half>();
-  checkConvert<BFloat16, BFloat16>();
+  forEachIsa([&] {
+    checkConvert<float, float>();
+    checkConvert<float, Half>();
+    checkConvert<float, BFloat16>();
+    checkConvert<Half, float>();
+    checkConvert<Half, Half>();
+    checkConvert<Half, BFloat16>();
+    checkConvert<BFloat16, float>();
+    checkConvert<BFloat16, Half>();
+    checkConvert<BFloat16, BFloat16>();
+  });
 }
 
 template <typename In>
@@ -131,14 +173,16 @@ void checkAccumulate() {
 }
 
 TEST(KernelConvert, AccumulateAndScale) {
-  checkAccumulate<float>();
-  checkAccumulate<Half>();
-  checkAccumulate<BFloat16>();
-  auto v = randomValues(300007, 1);
-  auto want = v;
-  for (float& x : want) x *= 0.125f;
-  cpu::scaleInPlace(v.data(), v.size(), 0.125f);
-  EXPECT_EQ(v, want);
+  forEachIsa([&] {
+    checkAccumulate<float>();
+    checkAccumulate<Half>();
+    checkAccumulate<BFloat16>();
+    auto v = randomValues(300007, 1);
+    auto want = v;
+    for (float& x : want) x *= 0.125f;
+    cpu::scaleInPlace(v.data(), v.size(), 0.125f);
+    EXPECT_EQ(v, want);
+  });
 }
 
 // ---- int8 ------------------------------------------------------------------------------------
@@ -193,13 +237,17 @@ void checkInt8(Rounding rounding) {
 }
 
 TEST(KernelInt8, NearestMatchesScalar) {
-  checkInt8<float>(Rounding::kNearest);
-  checkInt8<Half>(Rounding::kNearest);
-  checkInt8<BFloat16>(Rounding::kNearest);
+  forEachIsa([&] {
+    checkInt8<float>(Rounding::kNearest);
+    checkInt8<Half>(Rounding::kNearest);
+    checkInt8<BFloat16>(Rounding::kNearest);
+  });
 }
 TEST(KernelInt8, StochasticMatchesScalar) {
-  checkInt8<float>(Rounding::kStochastic);
-  checkInt8<BFloat16>(Rounding::kStochastic);
+  forEachIsa([&] {
+    checkInt8<float>(Rounding::kStochastic);
+    checkInt8<BFloat16>(Rounding::kStochastic);
+  });
 }
 
 // ---- onebit ----------------------------------------------------------------------------------
@@ -251,9 +299,11 @@ void checkOnebit() {
 }
 
 TEST(KernelOnebit, MatchesScalar) {
-  checkOnebit<float>();
-  checkOnebit<Half>();
-  checkOnebit<BFloat16>();
+  forEachIsa([&] {
+    checkOnebit<float>();
+    checkOnebit<Half>();
+    checkOnebit<BFloat16>();
+  });
 }
 
 // ---- topk ------------------------------------------------------------------------------------
@@ -300,39 +350,45 @@ void checkTopk(const std::vector<float>& raw, size_t k, bool withResidual) {
 }
 
 TEST(KernelTopk, MatchesBruteForce) {
-  for (size_t n : kSizes) {
-    for (size_t k : {size_t{0}, size_t{1}, n / 100 + 1, n / 3, n, n + 5}) {
-      SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
-      auto raw = randomValues(n, n * 7 + k);
-      checkTopk<float>(raw, k, false);
-      checkTopk<float>(raw, k, true);
-      checkTopk<Half>(raw, k, true);
-      checkTopk<BFloat16>(raw, k, false);
+  forEachIsa([&] {
+    for (size_t n : kSizes) {
+      for (size_t k : {size_t{0}, size_t{1}, n / 100 + 1, n / 3, n, n + 5}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
+        auto raw = randomValues(n, n * 7 + k);
+        checkTopk<float>(raw, k, false);
+        checkTopk<float>(raw, k, true);
+        checkTopk<Half>(raw, k, true);
+        checkTopk<BFloat16>(raw, k, false);
+      }
     }
-  }
+  });
 }
 
 TEST(KernelTopk, TiesTakeLowerIndicesAcrossThreads) {
-  // Many equal magnitudes spread over the whole range, so the cut falls inside a run of ties
-  // that spans thread pieces.
-  size_t n = 400000;
-  std::vector<float> raw(n);
-  for (size_t i = 0; i < n; ++i) raw[i] = (i % 7 == 0) ? ((i & 1) ? -2.0f : 2.0f) : 1.0f;
-  for (size_t k : {size_t{1000}, size_t{57143}, size_t{57144}, size_t{60000}, size_t{399999}}) {
-    SCOPED_TRACE(k);
-    checkTopk<float>(raw, k, true);
-  }
-  std::vector<float> zeros(n, 0.0f);
-  checkTopk<float>(zeros, 12345, true);
+  forEachIsa([&] {
+    // Many equal magnitudes spread over the whole range, so the cut falls inside a run of ties
+    // that spans thread pieces.
+    size_t n = 400000;
+    std::vector<float> raw(n);
+    for (size_t i = 0; i < n; ++i) raw[i] = (i % 7 == 0) ? ((i & 1) ? -2.0f : 2.0f) : 1.0f;
+    for (size_t k : {size_t{1000}, size_t{57143}, size_t{57144}, size_t{60000}, size_t{399999}}) {
+      SCOPED_TRACE(k);
+      checkTopk<float>(raw, k, true);
+    }
+    std::vector<float> zeros(n, 0.0f);
+    checkTopk<float>(zeros, 12345, true);
+  });
 }
 
 TEST(KernelTopk, NaNAndInfAreSelectedFirst) {
-  auto raw = randomValues(1000, 77);
-  raw[500] = std::numeric_limits<float>::quiet_NaN();
-  raw[10] = -std::numeric_limits<float>::infinity();
-  raw[999] = std::numeric_limits<float>::infinity();
-  checkTopk<float>(raw, 3, false);
-  checkTopk<float>(raw, 20, true);
+  forEachIsa([&] {
+    auto raw = randomValues(1000, 77);
+    raw[500] = std::numeric_limits<float>::quiet_NaN();
+    raw[10] = -std::numeric_limits<float>::infinity();
+    raw[999] = std::numeric_limits<float>::infinity();
+    checkTopk<float>(raw, 3, false);
+    checkTopk<float>(raw, 20, true);
+  });
 }
 
 TEST(KernelTopk, DecodersRejectBadIndicesWithoutWriting) {
