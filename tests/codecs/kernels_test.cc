@@ -414,3 +414,80 @@ TEST(KernelTopk, DecodersRejectBadIndicesWithoutWriting) {
 
 }  // namespace
 }  // namespace terse::test
+
+namespace terse::test {
+namespace {
+
+// The portable and AVX2 paths must agree bit for bit on everything they write (the GPU tests
+// compare against whichever path this machine runs).
+TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
+  kernels::cpu::detail::setAvx2Enabled(true);
+  if (!kernels::cpu::detail::useAvx2()) GTEST_SKIP() << "this CPU has no AVX2/F16C";
+  auto raw = randomValues(200003, 5);
+  raw[17] = std::numeric_limits<float>::quiet_NaN();
+  raw[70001] = std::numeric_limits<float>::infinity();
+  raw[90000] = 1e6f;
+  raw[90001] = -0.0f;
+  auto res0 = randomValues(raw.size(), 6, 0.01f);
+  size_t n = raw.size();
+  struct Out {
+    std::vector<uint8_t> bytes;
+    std::vector<float> res;
+  };
+  auto runBoth = [&](auto fn) {
+    Out o[2];
+    for (int p = 0; p < 2; ++p) {
+      kernels::cpu::detail::setAvx2Enabled(p == 1);
+      o[p].res = res0;
+      o[p].bytes = fn(o[p].res.data());
+    }
+    kernels::cpu::detail::setAvx2Enabled(true);
+    EXPECT_EQ(o[0].bytes, o[1].bytes);
+    ASSERT_EQ(o[0].res.size(), o[1].res.size());
+    for (size_t i = 0; i < o[0].res.size(); ++i)
+      ASSERT_EQ(num::floatBits(o[0].res[i]), num::floatBits(o[1].res[i]))
+          << "residual " << i << ": " << o[0].res[i] << " vs " << o[1].res[i];
+  };
+  auto asBytes = [](const auto& v) {
+    auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    return std::vector<uint8_t>(p, p + v.size() * sizeof(v[0]));
+  };
+  auto h = typed<Half>(raw);
+  for (size_t block : {32, 256, 2048}) {
+    SCOPED_TRACE(block);
+    runBoth([&](float* res) {
+      std::vector<float> scales((n + block - 1) / block);
+      std::vector<int8_t> q(n);
+      cpu::int8Quantize(h.data(), n, block, Rounding::kNearest, 0, 0, res, scales.data(), q.data());
+      std::vector<float> out(n);
+      cpu::int8Dequantize(scales.data(), q.data(), n, block, out.data());
+      auto b = asBytes(scales);
+      auto c = asBytes(q);
+      auto d = asBytes(out);
+      b.insert(b.end(), c.begin(), c.end());
+      b.insert(b.end(), d.begin(), d.end());
+      return b;
+    });
+    runBoth([&](float* res) {
+      std::vector<float> scales((n + block - 1) / block);
+      std::vector<uint32_t> bits((n + 31) / 32);
+      cpu::onebitCompress(raw.data(), n, block, res, scales.data(), bits.data());
+      std::vector<BFloat16> out(n);
+      cpu::onebitDecompress(scales.data(), bits.data(), n, block, out.data());
+      auto b = asBytes(scales);
+      auto c = asBytes(bits);
+      auto d = asBytes(out);
+      b.insert(b.end(), c.begin(), c.end());
+      b.insert(b.end(), d.begin(), d.end());
+      return b;
+    });
+  }
+  runBoth([&](float* res) {
+    std::vector<Half> out(n);
+    cpu::convert(raw.data(), out.data(), n, 0.5f, res);
+    return asBytes(out);
+  });
+}
+
+}  // namespace
+}  // namespace terse::test
