@@ -192,6 +192,15 @@ class UcxTransport final : public Transport {
       return why;
     }
     if (r->state.load(std::memory_order_acquire) == kReqPending) {
+      if (!peerFailed_[r->peer].isOk()) {
+        // The peer is gone but UCX has not completed this request (a rendezvous send to a peer
+        // without failure reporting stays pending forever): fail it ourselves.
+        Status why = errorRemote("%s rank %d (tag %llu) failed: %s", requestVerb(r), r->peer,
+                                 static_cast<unsigned long long>(r->tag),
+                                 peerFailed_[r->peer].message().c_str());
+        cancel(r);
+        return why;
+      }
       *done = false;
       return Status::ok();
     }
@@ -233,7 +242,13 @@ class UcxTransport final : public Transport {
     if (r == nullptr || r->state.load(std::memory_order_relaxed) == kReqFree || r->orphan) return;
     if (r->state.load(std::memory_order_acquire) == kReqPending && r->backend && worker_) {
       ucp_request_cancel(worker_, r->backend);
-      if (!progressUntilDone(r, std::chrono::milliseconds(50))) {
+      if (!progressUntilDone(r, std::chrono::milliseconds(50)) && !peerFailed_[r->peer].isOk()) {
+        // Its peer is gone, so nothing will touch the buffer any more; UCX keeps the request
+        // until the worker goes.
+        r->orphan = true;
+        return;
+      }
+      if (r->state.load(std::memory_order_acquire) == kReqPending) {
         // UCX cannot cancel a transfer already on the wire. Its buffer must not be touched after
         // we return, so the connection to that peer goes: closing it completes the request.
         failPeer(r->peer,
