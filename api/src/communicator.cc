@@ -23,8 +23,8 @@ Result<std::chrono::milliseconds> timeoutFromEnv() {
   return std::chrono::milliseconds(ms);
 }
 
-// Communicators created in the same order on every rank get the same key prefix, so several
-// can be built over one store.
+// Each process is one rank, so communicators created in the same order on every rank get the
+// same key prefix, and several can be built over one store.
 std::string nextStorePrefix() {
   static std::atomic<unsigned> count{0};
   return "comm" + std::to_string(count.fetch_add(1));
@@ -46,10 +46,10 @@ std::unique_ptr<Communicator> Communicator::fromTransport(std::unique_ptr<Transp
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size, Store& store,
-                                                              std::chrono::milliseconds timeout) {
-  const std::string prefix = nextStorePrefix();
+                                                              std::chrono::milliseconds timeout,
+                                                              const std::string& scope) {
   AddressAllGather exchange = [&](const std::string& mine) {
-    return storeAllGather(store, prefix, rank, size, mine, timeout);
+    return storeAllGather(store, scope, rank, size, mine, timeout);
   };
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
                          createUcxTransport(rank, size, exchange, timeout));
@@ -80,7 +80,7 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
   }
   TERSE_INFO(kSubsysBoot, "rank %d of %d (rank from %s), local rank %d, store %s", info.rank,
              info.size, info.rankSource.c_str(), info.localRank, store->describe().c_str());
-  return createUcx(info.rank, info.size, *store, timeout);
+  return createUcx(info.rank, info.size, *store, timeout, nextStorePrefix());
 }
 
 int Communicator::rank() const { return transport_->rank(); }

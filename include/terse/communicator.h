@@ -57,9 +57,12 @@ class Communicator {
   static Result<std::unique_ptr<Communicator>> createFromEnv();
 
   // The same over a store the caller opened (the NCCL plugin, the PyTorch package, tests with
-  // ranks as threads over a memory store). `store` is only used during the call.
+  // ranks as threads over a memory store). `store` is only used during the call. `scope`
+  // prefixes the keys: every rank of one communicator passes the same, and communicators that
+  // share a store use different ones.
   static Result<std::unique_ptr<Communicator>> createUcx(int rank, int size, Store& store,
-                                                         std::chrono::milliseconds timeout);
+                                                         std::chrono::milliseconds timeout,
+                                                         const std::string& scope = "comm");
 
   // Wraps a transport built by the caller (the in-process backend in unit tests).
   static std::unique_ptr<Communicator> fromTransport(std::unique_ptr<Transport> transport,

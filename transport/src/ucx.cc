@@ -45,6 +45,24 @@ bool isPeerFailure(ucs_status_t s) {
 
 class UcxTransport;
 
+// True when a UCX_TLS list names shared-memory transports only (none of which can report a
+// peer's failure in UCX 1.13).
+bool onlySharedMemory(const char* tls) {
+  std::string list(tls);
+  if (!list.empty() && list[0] == '^') return false;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string t = list.substr(start, end - start);
+    if (!t.empty() && t != "shm" && t != "sm" && t != "posix" && t != "sysv" && t != "cma" &&
+        t != "knem" && t != "xpmem" && t != "self")
+      return false;
+    start = end + 1;
+  }
+  return true;
+}
+
 struct PeerErrorArg {
   UcxTransport* self;
   int peer;
@@ -63,6 +81,9 @@ class UcxTransport final : public Transport {
     failedQueue_.reserve(size);
     const char* tls = std::getenv("UCX_TLS");
     describe_ = std::string("ucx(") + (tls && *tls ? tls : "all") + ")";
+    // With only shared-memory transports allowed, asking UCX for a PEER-mode endpoint just makes
+    // it log an error before we fall back; skip the question.
+    peerModeUnreachable_ = tls && *tls && onlySharedMemory(tls);
   }
 
   ~UcxTransport() override { shutdown(); }
@@ -171,6 +192,15 @@ class UcxTransport final : public Transport {
       return why;
     }
     if (r->state.load(std::memory_order_acquire) == kReqPending) {
+      if (!peerFailed_[r->peer].isOk()) {
+        // The peer is gone but UCX has not completed this request (a rendezvous send to a peer
+        // without failure reporting stays pending forever): fail it ourselves.
+        Status why = errorRemote("%s rank %d (tag %llu) failed: %s", requestVerb(r), r->peer,
+                                 static_cast<unsigned long long>(r->tag),
+                                 peerFailed_[r->peer].message().c_str());
+        cancel(r);
+        return why;
+      }
       *done = false;
       return Status::ok();
     }
@@ -212,7 +242,13 @@ class UcxTransport final : public Transport {
     if (r == nullptr || r->state.load(std::memory_order_relaxed) == kReqFree || r->orphan) return;
     if (r->state.load(std::memory_order_acquire) == kReqPending && r->backend && worker_) {
       ucp_request_cancel(worker_, r->backend);
-      if (!progressUntilDone(r, std::chrono::milliseconds(50))) {
+      if (!progressUntilDone(r, std::chrono::milliseconds(50)) && !peerFailed_[r->peer].isOk()) {
+        // Its peer is gone, so nothing will touch the buffer any more; UCX keeps the request
+        // until the worker goes.
+        r->orphan = true;
+        return;
+      }
+      if (r->state.load(std::memory_order_acquire) == kReqPending) {
         // UCX cannot cancel a transfer already on the wire. Its buffer must not be touched after
         // we return, so the connection to that peer goes: closing it completes the request.
         failPeer(r->peer,
@@ -373,22 +409,22 @@ class UcxTransport final : public Transport {
       params.err_handler.arg = &errArgs_[peer];
       ucs_status_t s = ucp_ep_create(worker_, &params, &eps_[peer]);
       if (s == UCS_ERR_UNREACHABLE && params.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
-        peerModeUnreachable_ = true;  // the same transports serve every peer: ask UCX once
         // UCX 1.13's shared-memory transports have no peer-failure support, so a PEER-mode
         // endpoint cannot use them. Rather than refuse the user's UCX_TLS=shm, connect without
-        // it: a dead peer is then reported by the per-operation timeout instead.
+        // it. The same transports serve every peer, so UCX is asked only once.
+        peerModeUnreachable_ = true;
         params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
         s = ucp_ep_create(worker_, &params, &eps_[peer]);
-        if (s == UCS_OK && peers_[peer].sameHost && peers_[peer].pid != getpid()) {
-          // On one host we can still notice a dead peer process ourselves.
+      }
+      if (s == UCS_OK && params.err_mode == UCP_ERR_HANDLING_MODE_NONE) {
+        TERSE_INFO(kSubsysNet,
+                   "rank %d: the transports to rank %d (%s) cannot report peer failure; a dead "
+                   "process on this host is noticed by polling it, others by the timeout",
+                   rank_, peer, describe_.c_str());
+        if (peers_[peer].sameHost && peers_[peer].pid != getpid()) {
           peers_[peer].watchPid = true;
           watchingPids_ = true;
         }
-        if (s == UCS_OK)
-          TERSE_INFO(kSubsysNet,
-                     "rank %d: the transports to rank %d (%s) cannot report peer failure; a dead "
-                     "peer will surface as a timeout (TERSE_TIMEOUT_MS)",
-                     rank_, peer, describe_.c_str());
       }
       if (s != UCS_OK) {
         eps_[peer] = nullptr;
