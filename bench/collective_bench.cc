@@ -199,7 +199,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     std::printf("# terse-bench %s: %d ranks over %s, %s, %s, %d warmup + %d timed calls\n",
                 collectiveName(kind), n, comm.transport().describe().c_str(), dataTypeName(o.dtype),
                 reduceOpName(o.op), o.warmup, o.iters);
-    std::printf("#%11s %12s %8s %6s %-30s %10s %8s %8s %12s %7s %10s\n", "size(B)", "count", "type",
+    std::printf("#%11s %12s %8s %6s %-36s %10s %8s %8s %12s %7s %10s\n", "size(B)", "count", "type",
                 "redop", "codec", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "maxrelerr");
     if (!o.json.empty() && !(json = std::fopen(o.json.c_str(), "w"))) {
       std::fprintf(stderr, "terse-bench: cannot write %s\n", o.json.c_str());
@@ -283,10 +283,11 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       double algbw = double(count * es) / tmax / 1e3;  // bytes/us -> GB/s
       double plain = busFactor * double(count * es);
       if (rank == 0) {
-        std::printf("%12zu %12zu %8s %6s %-30s %10.1f %8.3f %8.3f %12.0f %7.2f %10.2e\n", count * es,
+        char relText[32] = "-";
+        if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);
+        std::printf("%12zu %12zu %8s %6s %-36s %10.1f %8.3f %8.3f %12.0f %7.2f %10s\n", count * es,
                     count, dataTypeName(o.dtype), reduceOpName(o.op), codec.value()->spec().c_str(),
-                    tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
-                    o.check ? rel : 0.0);
+                    tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, relText);
         std::fflush(stdout);
         if (json)
           std::fprintf(json,
