@@ -5,7 +5,9 @@
 #include "simd_avx2.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 namespace terse::kernels::cpu {
 namespace {
@@ -53,7 +55,9 @@ struct TopkJob {
   float* values = nullptr;
   uint32_t* candIdx = nullptr;
   uint32_t* candKey = nullptr;
-  uint32_t bucket0 = 0;  // the chosen level-0 digit
+  uint32_t bucket0 = 0;     // the chosen level-0 digit
+  uint32_t lowerBound = 0;  // sampled path: keep every key >= this
+  size_t candCap = 0;       // sampled path: candidate slots per piece
   bool avx = false;
 
   size_t begin(size_t p) const { return std::min(n, p * chunk); }
@@ -83,6 +87,33 @@ struct TopkJob {
         ++out;
       }
     }
+  }
+
+  // Sampled path: every element with key >= lowerBound, up to candCap per piece; candCount
+  // counts them all, so an overflow is visible.
+  void collectAboveScalar(size_t p) {
+    PieceState& st = state[p];
+    uint64_t count = 0;
+    collectAboveRange(begin(p), end(p), st, count);
+    st.candCount = count;
+  }
+  void collectAboveRange(size_t b, size_t e, PieceState& st, uint64_t& count) {
+    for (size_t i = b; i < e; ++i) {
+      uint32_t key = num::magnitudeKey(valueAt(in, residual, i));
+      if (key >= lowerBound) {
+        if (count < candCap) {
+          candIdx[st.candBegin + count] = static_cast<uint32_t>(i);
+          candKey[st.candBegin + count] = key;
+        }
+        ++count;
+      }
+    }
+  }
+  void collectAbove(size_t p) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+    if (avx) return collectAboveAvx2(p);
+#endif
+    collectAboveScalar(p);
   }
 
   void writeScalar(size_t p) {
@@ -193,6 +224,20 @@ struct TopkJob {
     }
   }
 
+  TERSE_AVX2 void collectAboveAvx2(size_t p) {
+    PieceState& st = state[p];
+    uint64_t count = 0;
+    size_t b = begin(p), e = end(p), i = b;
+    const __m256i atLeast = _mm256_set1_epi32(static_cast<int>(lowerBound) - 1);
+    for (; i + 8 <= e; i += 8) {
+      __m256i key = avx2::magnitudeKey(value8(i));
+      if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, atLeast))))
+        collectAboveRange(i, i + 8, st, count);
+    }
+    collectAboveRange(i, e, st, count);
+    st.candCount = count;
+  }
+
   TERSE_AVX2 void writeAvx2(size_t p) {
     size_t out = state[p].outOffset;
     uint64_t eqLeft = state[p].takeEqual;
@@ -247,6 +292,41 @@ uint32_t chooseDigit(const uint64_t* hist, uint32_t digits, uint64_t remaining, 
 
 }  // namespace
 
+constexpr size_t kSamples = 16384;
+
+// A key that about 2k + 1024 of the n elements reach, from kSamples evenly spaced ones.
+template <typename In>
+uint32_t sampleBound(const TopkJob<In>& job, size_t k) {
+  static thread_local uint32_t keys[kSamples];
+  size_t n = job.n;
+  for (size_t j = 0; j < kSamples; ++j)
+    keys[j] = num::magnitudeKey(valueAt(job.in, job.residual, j * n / kSamples));
+  double target = 2.0 * static_cast<double>(k) + 1024.0;
+  size_t rank = static_cast<size_t>(std::ceil(target * kSamples / static_cast<double>(n)));
+  if (rank >= kSamples) return 0;
+  std::nth_element(keys, keys + rank, keys + kSamples, std::greater<uint32_t>());
+  return keys[rank];
+}
+
+// Places the selection: `remaining` keys equal to T are taken, lowest indices first (pieces
+// in index order), then one stable pass per piece writes indices, values and residuals.
+template <typename In>
+size_t finish(TopkJob<In>& job, uint64_t remaining, uint32_t* indices, float* values, size_t k) {
+  job.threshold = job.prefix;
+  uint64_t eqLeft = remaining, offset = 0;
+  for (size_t p = 0; p < job.pieces; ++p) {
+    PieceState& st = job.state[p];
+    st.takeEqual = std::min(eqLeft, st.equal);
+    eqLeft -= st.takeEqual;
+    st.outOffset = offset;
+    offset += st.greater + st.takeEqual;
+  }
+  job.indices = indices;
+  job.values = values;
+  forPieces(job, &TopkJob<In>::write);
+  return k;
+}
+
 template <typename In>
 size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scratch,
                     uint32_t* indices, float* values) {
@@ -287,6 +367,54 @@ size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scr
     job.prefix |= chosen << kShift[level];
     job.prefixMask |= (kDigits[level] - 1) << kShift[level];
   };
+
+  // Sampled path: a lower bound on the k-th key guessed from a sample keeps a small superset of
+  // the selection in one pass; the exact select then runs on that superset. When the guess
+  // keeps too few (fewer than k) or too many (past the scratch) the radix path below runs.
+  size_t perPiece = candidateCapacity(n) / job.pieces;
+  if (n >= kSamples && 3 * k + 2048 <= perPiece) {
+    job.lowerBound = sampleBound(job, k);
+    job.candCap = perPiece;
+    for (size_t p = 0; p < job.pieces; ++p) job.state[p].candBegin = p * perPiece;
+    forPieces(job, &TopkJob<In>::collectAbove);
+    uint64_t found = 0;
+    bool overflow = false;
+    for (size_t p = 0; p < job.pieces; ++p) {
+      found += job.state[p].candCount;
+      overflow |= job.state[p].candCount > perPiece;
+    }
+    if (!overflow && found >= k) {
+      for (int level = 0; level < kLevels; ++level) {
+        uint32_t digits = kDigits[level];
+        std::fill(total, total + digits, 0);
+        for (size_t p = 0; p < job.pieces; ++p) {
+          const PieceState& st = job.state[p];
+          for (size_t c = st.candBegin; c < st.candBegin + st.candCount; ++c) {
+            uint32_t key = job.candKey[c];
+            if ((key & job.prefixMask) == job.prefix)
+              ++total[(key >> kShift[level]) & (digits - 1)];
+          }
+        }
+        uint64_t above;
+        uint32_t d = chooseDigit(total, digits, remaining, &above);
+        decide(level, d, above);
+      }
+      // Every key >= T is a candidate (T >= lowerBound because >= k keys are), so the
+      // candidates give each piece's counts.
+      uint32_t t = job.prefix;
+      for (size_t p = 0; p < job.pieces; ++p) {
+        PieceState& st = job.state[p];
+        uint64_t g = 0, eq = 0;
+        for (size_t c = st.candBegin; c < st.candBegin + st.candCount; ++c) {
+          g += job.candKey[c] > t;
+          eq += job.candKey[c] == t;
+        }
+        st.greater = g;
+        st.equal = eq;
+      }
+      return finish(job, remaining, indices, values, k);
+    }
+  }
 
   // Level 0 over the whole input (parallel).
   job.level = 0;
@@ -345,20 +473,7 @@ size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scr
       decide(level, chosen, above);
     }
   }
-  job.threshold = job.prefix;
-  // `remaining` elements equal to T are taken, lowest indices first: pieces in index order.
-  uint64_t eqLeft = remaining, offset = 0;
-  for (size_t p = 0; p < job.pieces; ++p) {
-    PieceState& st = job.state[p];
-    st.takeEqual = std::min(eqLeft, st.equal);
-    eqLeft -= st.takeEqual;
-    st.outOffset = offset;
-    offset += st.greater + st.takeEqual;
-  }
-  job.indices = indices;
-  job.values = values;
-  forPieces(job, &TopkJob<In>::write);
-  return k;
+  return finish(job, remaining, indices, values, k);
 }
 
 namespace {

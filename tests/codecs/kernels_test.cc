@@ -380,6 +380,20 @@ TEST(KernelTopk, TiesTakeLowerIndicesAcrossThreads) {
   });
 }
 
+TEST(KernelTopk, UnrepresentativeSampleFallsBackExactly) {
+  // The sampled fast path looks at every 64th element here: make those the largest, so its
+  // guessed bound keeps fewer than k elements and the exact radix path has to take over.
+  size_t n = size_t{1} << 20;
+  std::vector<float> raw(n);
+  for (size_t i = 0; i < n; ++i)
+    raw[i] = i % 64 == 0 ? 10.0f : (i % 7 == 3 ? -5.0f : 1.0f + i * 1e-7f);
+  forEachIsa([&] {
+    checkTopk<float>(raw, 20000, true);
+    checkTopk<float>(raw, 16384, false);
+    checkTopk<float>(raw, 16385, true);
+  });
+}
+
 TEST(KernelTopk, NaNAndInfAreSelectedFirst) {
   forEachIsa([&] {
     auto raw = randomValues(1000, 77);
