@@ -99,7 +99,9 @@ struct TopkJob {
   }
   void collectAboveRange(size_t b, size_t e, PieceState& st, uint64_t& count) {
     for (size_t i = b; i < e; ++i) {
-      uint32_t key = num::magnitudeKey(valueAt(in, residual, i));
+      float v = valueAt(in, residual, i);
+      if (residual) residual[i] = v;  // provisional: unselected keeps v (selected reset later)
+      uint32_t key = num::magnitudeKey(v);
       if (key >= lowerBound) {
         if (count < candCap) {
           candIdx[st.candBegin + count] = static_cast<uint32_t>(i);
@@ -229,10 +231,22 @@ struct TopkJob {
     uint64_t count = 0;
     size_t b = begin(p), e = end(p), i = b;
     const __m256i atLeast = _mm256_set1_epi32(static_cast<int>(lowerBound) - 1);
+    alignas(32) uint32_t keys[8];
     for (; i + 8 <= e; i += 8) {
-      __m256i key = avx2::magnitudeKey(value8(i));
-      if (_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, atLeast))))
-        collectAboveRange(i, i + 8, st, count);
+      __m256 v = value8(i);
+      if (residual) _mm256_storeu_ps(residual + i, v);  // provisional, as in the scalar loop
+      __m256i key = avx2::magnitudeKey(v);
+      int m = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, atLeast)));
+      if (!m) continue;
+      _mm256_store_si256(reinterpret_cast<__m256i*>(keys), key);
+      for (; m; m &= m - 1) {
+        int l = __builtin_ctz(static_cast<unsigned>(m));
+        if (count < candCap) {
+          candIdx[st.candBegin + count] = static_cast<uint32_t>(i + l);
+          candKey[st.candBegin + count] = keys[l];
+        }
+        ++count;
+      }
     }
     collectAboveRange(i, e, st, count);
     st.candCount = count;
@@ -328,8 +342,8 @@ size_t finish(TopkJob<In>& job, uint64_t remaining, uint32_t* indices, float* va
 }
 
 template <typename In>
-size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scratch,
-                    uint32_t* indices, float* values) {
+size_t topkSelect(const In* in, size_t n, size_t k, float* residual, void* scratch,
+                  uint32_t* indices, float* values, bool allowSampling) {
   k = std::min(k, n);
   if (k == 0) {  // nothing sent: the whole value stays in the residual
     if (residual)
@@ -372,7 +386,7 @@ size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scr
   // the selection in one pass; the exact select then runs on that superset. When the guess
   // keeps too few (fewer than k) or too many (past the scratch) the radix path below runs.
   size_t perPiece = candidateCapacity(n) / job.pieces;
-  if (n >= kSamples && 3 * k + 2048 <= perPiece) {
+  if (allowSampling && n >= kSamples && 3 * k + 2048 <= perPiece) {
     job.lowerBound = sampleBound(job, k);
     job.candCap = perPiece;
     for (size_t p = 0; p < job.pieces; ++p) job.state[p].candBegin = p * perPiece;
@@ -399,20 +413,37 @@ size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scr
         uint32_t d = chooseDigit(total, digits, remaining, &above);
         decide(level, d, above);
       }
-      // Every key >= T is a candidate (T >= lowerBound because >= k keys are), so the
-      // candidates give each piece's counts.
+      // Every key >= T is a candidate (T >= lowerBound because >= k keys are) and the
+      // candidates are in index order, so the selection is read off them; the residual already
+      // holds v everywhere and only the selected positions drop to 0.
       uint32_t t = job.prefix;
+      uint64_t eqLeft = remaining;
+      size_t out = 0;
       for (size_t p = 0; p < job.pieces; ++p) {
-        PieceState& st = job.state[p];
-        uint64_t g = 0, eq = 0;
+        const PieceState& st = job.state[p];
         for (size_t c = st.candBegin; c < st.candBegin + st.candCount; ++c) {
-          g += job.candKey[c] > t;
-          eq += job.candKey[c] == t;
+          uint32_t key = job.candKey[c];
+          if (key < t || (key == t && eqLeft == 0)) continue;
+          eqLeft -= key == t;
+          uint32_t i = job.candIdx[c];
+          indices[out] = i;
+          if (residual) {
+            values[out] = residual[i];
+            residual[i] = 0.0f;
+          } else {
+            values[out] = num::load(in, i);
+          }
+          ++out;
         }
-        st.greater = g;
-        st.equal = eq;
       }
-      return finish(job, remaining, indices, values, k);
+      return out;
+    }
+    if (residual) {
+      // The residual already holds v = in + old residual: select from it alone.
+      size_t got = topkSelect(static_cast<const float*>(residual), n, k, nullptr, scratch, indices,
+                              values, false);
+      for (size_t j = 0; j < got; ++j) residual[indices[j]] = 0.0f;
+      return got;
     }
   }
 
@@ -474,6 +505,12 @@ size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scr
     }
   }
   return finish(job, remaining, indices, values, k);
+}
+
+template <typename In>
+size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scratch,
+                    uint32_t* indices, float* values) {
+  return topkSelect(in, n, k, residual, scratch, indices, values, true);
 }
 
 namespace {
