@@ -26,6 +26,7 @@ std::vector<T> typed(const std::vector<float>& v) {
 
 // ---- conversions against the compiler's own binary16 and an exact bfloat16 rounding ---------
 
+#if defined(__FLT16_MANT_DIG__)  // the compiler has _Float16 (GCC 12, newer clang)
 TEST(KernelNumeric, HalfToFloatMatchesCompilerForAllPatterns) {
   for (uint32_t b = 0; b < 65536; ++b) {
     _Float16 h;
@@ -61,6 +62,10 @@ TEST(KernelNumeric, FloatToHalfMatchesCompilerExceptSaturation) {
                      0x38800000u, 0x7f800000u, 0xff800000u})
     check(u);
 }
+
+#else
+TEST(KernelNumeric, HalfMatchesCompiler) { GTEST_SKIP() << "this compiler has no _Float16"; }
+#endif
 
 TEST(KernelNumeric, FloatToBf16RoundsToNearestEven) {
   for (uint64_t u = 0; u <= 0xffffffffull; u += 101) {
