@@ -474,19 +474,20 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
   auto h = typed<Half>(raw);
   for (size_t block : {32, 256, 2048}) {
     SCOPED_TRACE(block);
-    runBoth([&](float* res) {
-      std::vector<float> scales((n + block - 1) / block);
-      std::vector<int8_t> q(n);
-      cpu::int8Quantize(h.data(), n, block, Rounding::kNearest, 0, 0, res, scales.data(), q.data());
-      std::vector<float> out(n);
-      cpu::int8Dequantize(scales.data(), q.data(), n, block, out.data());
-      auto b = asBytes(scales);
-      auto c = asBytes(q);
-      auto d = asBytes(out);
-      b.insert(b.end(), c.begin(), c.end());
-      b.insert(b.end(), d.begin(), d.end());
-      return b;
-    });
+    for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic})
+      runBoth([&](float* res) {
+        std::vector<float> scales((n + block - 1) / block);
+        std::vector<int8_t> q(n);
+        cpu::int8Quantize(h.data(), n, block, rounding, 77, 5, res, scales.data(), q.data());
+        std::vector<float> out(n);
+        cpu::int8Dequantize(scales.data(), q.data(), n, block, out.data());
+        auto b = asBytes(scales);
+        auto c = asBytes(q);
+        auto d = asBytes(out);
+        b.insert(b.end(), c.begin(), c.end());
+        b.insert(b.end(), d.begin(), d.end());
+        return b;
+      });
     runBoth([&](float* res) {
       std::vector<float> scales((n + block - 1) / block);
       std::vector<uint32_t> bits((n + 31) / 32);
