@@ -96,6 +96,39 @@ TEST(Communicator, AbortFromAnotherThreadEndsAWait) {
   EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
 }
 
+// The same over UCX: the watchdog's abort ends rank 0's wait, and rank 1, which then enters the
+// barrier, learns from the broken connection that rank 0 is gone.
+TEST(Communicator, AbortFromAnotherThreadOverUcxReachesThePeer) {
+  setUcxEnvironment(Backend::kUcxTcp);
+  auto store = createMemoryStore();
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  onEachRank(2, [&](int r) {
+    auto c = Communicator::createUcx(r, 2, *store, milliseconds(60000));
+    ASSERT_TRUE(c.isOk()) << c.status().toString();
+    comms[r] = std::move(*c);
+  });
+  ASSERT_TRUE(comms[0] && comms[1]);
+  std::atomic<bool> rank0Done{false};
+  onEachRank(2, [&](int r) {
+    if (r == 0) {
+      std::thread watchdog([&] {
+        std::this_thread::sleep_for(milliseconds(50));
+        comms[0]->abort(errorInternal("watchdog gave up"));
+      });
+      Status s = comms[0]->barrier();
+      watchdog.join();
+      EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
+      rank0Done = true;
+      return;
+    }
+    while (!rank0Done.load()) comms[1]->transport().progress();
+    Status s = comms[1]->barrier();
+    EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.toString();
+    EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();
+  });
+  onEachRank(2, [&](int r) { comms[r].reset(); });
+}
+
 TEST(Communicator, PeerThatAbortsIsNamedInTheOthersBarrier) {
   auto comms = makeInProc(3, milliseconds(60000));
   onEachRank(3, [&](int r) {

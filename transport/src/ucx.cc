@@ -294,7 +294,13 @@ class UcxTransport final : public Transport {
     // endpoints, which is what makes their pending operations with us fail.
     for (const auto& req : pool_.all()) {
       TransportRequest* r = req.get();
-      if (r->state.load(std::memory_order_relaxed) != kReqPending) continue;
+      const int state = r->state.load(std::memory_order_relaxed);
+      if (state == kReqDone && r->backend) {
+        // Finished but not yet collected by test(): hand UCX's request back while it exists.
+        ucp_request_free(r->backend);
+        r->backend = nullptr;
+      }
+      if (state != kReqPending) continue;
       r->backend = nullptr;  // freed with the worker
       r->ucsStatus = UCS_ERR_CANCELED;
       if (r->orphan)
