@@ -153,8 +153,18 @@ Result<std::vector<std::string>> storeAllGather(Store& store, const std::string&
   for (;;) {
     for (int r = 0; r < size; ++r) {
       if (seen[r]) continue;
-      TERSE_ASSIGN_OR_RETURN(std::optional<std::string> value,
-                             store.tryGet(prefix + "/rank/" + std::to_string(r)));
+      Result<std::optional<std::string>> got = store.tryGet(prefix + "/rank/" + std::to_string(r));
+      if (!got.isOk()) {
+        // Typically rank 0 gave up first (the same missing ranks) and took the store with it:
+        // say who was missing, not only that the store went away.
+        std::vector<size_t> missing;
+        for (int q = 0; q < size; ++q)
+          if (!seen[q]) missing.push_back(static_cast<size_t>(q));
+        return Status(got.status().code(), got.status().message() + "; at that point " +
+                                               describeMissingRanks(missing) +
+                                               " (rank 0 gives up after the same timeout)");
+      }
+      std::optional<std::string> value = std::move(got).value();
       if (!value) continue;
       size_t nl = value->find('\n');
       std::string theirs = nl == std::string::npos ? *value : value->substr(0, nl + 1);
