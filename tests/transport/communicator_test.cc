@@ -3,7 +3,6 @@
 #include "harness.h"
 #include "terse/communicator.h"
 #include "terse/rendezvous/store.h"
-#include "terse/transport/inproc.h"
 
 #include <gtest/gtest.h>
 
@@ -16,14 +15,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// One communicator per thread over the in-process backend (or UCX through a memory store).
+// One communicator per thread over the in-process backend.
 std::vector<std::unique_ptr<Communicator>> makeInProc(int n, milliseconds timeout) {
-  auto fabric = makeInProcFabric(n);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (int r = 0; r < n; ++r)
-    comms.push_back(
-        Communicator::fromTransport(createInProcTransport(*fabric, r).value(), timeout));
-  return comms;
+  auto world = Communicator::createInProcWorld(n, timeout);
+  EXPECT_TRUE(world.isOk()) << world.status().toString();
+  return std::move(world).value();
 }
 
 void onEachRank(int n, const std::function<void(int)>& fn) {
