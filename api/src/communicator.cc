@@ -7,6 +7,7 @@
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
 #include "terse/rendezvous/bootstrap.h"
+#include "terse/transport/inproc.h"
 #include "terse/transport/transport.h"
 #include "terse/transport/ucx.h"
 
@@ -45,6 +46,17 @@ Communicator::~Communicator() = default;
 std::unique_ptr<Communicator> Communicator::fromTransport(std::unique_ptr<Transport> transport,
                                                           std::chrono::milliseconds timeout) {
   return std::unique_ptr<Communicator>(new Communicator(std::move(transport), timeout));
+}
+
+Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWorld(
+    int size, std::chrono::milliseconds timeout) {
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
+  std::vector<std::unique_ptr<Communicator>> world;
+  for (int r = 0; r < size; ++r) {
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
+    world.push_back(fromTransport(std::move(t), timeout));
+  }
+  return world;
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size, Store& store,

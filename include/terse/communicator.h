@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace terse {
 
@@ -66,6 +67,11 @@ class Communicator {
   static Result<std::unique_ptr<Communicator>> createUcx(int rank, int size, Store& store,
                                                          std::chrono::milliseconds timeout,
                                                          const std::string& scope = "comm");
+
+  // A whole world of `size` ranks in this process over the in-process backend, one communicator
+  // per rank, each to be driven by its own thread (unit tests of the layers above).
+  static Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
+      int size, std::chrono::milliseconds timeout);
 
   // Wraps a transport built by the caller (the in-process backend in unit tests).
   static std::unique_ptr<Communicator> fromTransport(std::unique_ptr<Transport> transport,

@@ -138,6 +138,53 @@ std::string describeMissingRanks(const std::vector<size_t>& missing) {
 
 }  // namespace
 
+namespace {
+
+// A rank that fails the rendezvous publishes why under <prefix>/failed, so the others report the
+// cause rather than the store vanishing when rank 0, which serves it, exits. Rank 0 then stays a
+// moment (at most 2 s) until the ranks that arrived have read it.
+Status failRendezvous(Store& store, const std::string& prefix, int rank, int size,
+                      const Status& why, bool publish, std::chrono::milliseconds timeout) {
+  if (publish)
+    (void)store.set(prefix + "/failed", std::to_string(static_cast<int>(why.code())) + "\nrank " +
+                                            std::to_string(rank) + ": " + why.message());
+  if (rank != 0) {
+    // Whatever made us fail, we are done reading: rank 0 need not wait for us.
+    (void)store.set(prefix + "/failed-seen/" + std::to_string(rank), "1");
+    return why;
+  }
+  std::vector<int> waitFor;
+  for (int q = 1; q < size; ++q) {
+    auto present = store.tryGet(prefix + "/rank/" + std::to_string(q));
+    if (present.isOk() && present->has_value()) waitFor.push_back(q);
+  }
+  auto until = std::chrono::steady_clock::now() +
+               std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(2));
+  while (!waitFor.empty() && std::chrono::steady_clock::now() < until) {
+    auto seen = store.tryGet(prefix + "/failed-seen/" + std::to_string(waitFor.back()));
+    if (!seen.isOk()) break;
+    if (seen->has_value())
+      waitFor.pop_back();
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return why;
+}
+
+// The failure another rank published, if any (acknowledged so rank 0 may go).
+Status publishedFailure(Store& store, const std::string& prefix, int rank) {
+  auto got = store.tryGet(prefix + "/failed");
+  if (!got.isOk() || !got->has_value()) return Status::ok();
+  (void)store.set(prefix + "/failed-seen/" + std::to_string(rank), "1");
+  const std::string& text = **got;
+  size_t nl = text.find('\n');
+  int code = std::atoi(text.c_str());
+  if (nl == std::string::npos || code <= 0) return errorRemote("%s", text.c_str());
+  return Status(static_cast<StatusCode>(code), text.substr(nl + 1));
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> storeAllGather(Store& store, const std::string& prefix, int rank,
                                                 int size, const std::string& mine,
                                                 std::chrono::milliseconds timeout) {
@@ -150,37 +197,51 @@ Result<std::vector<std::string>> storeAllGather(Store& store, const std::string&
   int remaining = size;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto delay = std::chrono::milliseconds(1);
+  auto missingRanks = [&] {
+    std::vector<size_t> missing;
+    for (int q = 0; q < size; ++q)
+      if (!seen[q]) missing.push_back(static_cast<size_t>(q));
+    return describeMissingRanks(missing);
+  };
   for (;;) {
+    Status other = publishedFailure(store, prefix, rank);
+    if (!other.isOk()) return failRendezvous(store, prefix, rank, size, other, false, timeout);
     for (int r = 0; r < size; ++r) {
       if (seen[r]) continue;
-      TERSE_ASSIGN_OR_RETURN(std::optional<std::string> value,
-                             store.tryGet(prefix + "/rank/" + std::to_string(r)));
+      Result<std::optional<std::string>> got = store.tryGet(prefix + "/rank/" + std::to_string(r));
+      if (!got.isOk()) {
+        // Rank 0 is gone with its store: say who was missing, not only that the store went.
+        return Status(got.status().code(),
+                      got.status().message() + "; at that point " + missingRanks());
+      }
+      std::optional<std::string> value = std::move(got).value();
       if (!value) continue;
       size_t nl = value->find('\n');
       std::string theirs = nl == std::string::npos ? *value : value->substr(0, nl + 1);
       if (theirs != header) {
         std::string shown = theirs;
         if (!shown.empty() && shown.back() == '\n') shown.pop_back();
-        return errorInvalidUsage(
-            "rank %d announced '%s' but rank %d runs '%s': all ranks must run the same terse "
-            "version with the same world size (check TERSE_WORLD_SIZE and the launcher's -n)",
-            r, shown.c_str(), rank, header.substr(0, header.size() - 1).c_str());
+        return failRendezvous(
+            store, prefix, rank, size,
+            errorInvalidUsage(
+                "rank %d announced '%s' but rank %d runs '%s': all ranks must run the same terse "
+                "version with the same world size (check TERSE_WORLD_SIZE and the launcher's -n)",
+                r, shown.c_str(), rank, header.substr(0, header.size() - 1).c_str()),
+            true, timeout);
       }
       all[r] = value->substr(nl + 1);
       seen[r] = true;
       --remaining;
     }
     if (remaining == 0) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      std::vector<size_t> missing;
-      for (int r = 0; r < size; ++r)
-        if (!seen[r]) missing.push_back(static_cast<size_t>(r));
-      return errorTimeout(
-          "%s rank %d waited %lld ms for a world of %d ranks on the %s store; "
-          "check that every rank was started with the same TERSE_STORE",
-          describeMissingRanks(missing).c_str(), rank, static_cast<long long>(timeout.count()),
-          size, store.describe().c_str());
-    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      return failRendezvous(
+          store, prefix, rank, size,
+          errorTimeout("%s rank %d waited %lld ms for a world of %d ranks on the %s store; "
+                       "check that every rank was started with the same TERSE_STORE",
+                       missingRanks().c_str(), rank, static_cast<long long>(timeout.count()), size,
+                       store.describe().c_str()),
+          true, timeout);
     std::this_thread::sleep_for(delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(32));
   }

@@ -101,8 +101,11 @@ class TcpStoreServer {
       acceptor_.join();
     }
     {
+      // Only the read side: a handler that has just applied a request still sends its answer
+      // (the client that set the last key rank 0 waited for must not see a reset), then finds
+      // end-of-stream and returns.
       std::lock_guard<std::mutex> lock(clientsMu_);
-      for (int fd : clientFds_) ::shutdown(fd, SHUT_RDWR);
+      for (int fd : clientFds_) ::shutdown(fd, SHUT_RD);
     }
     for (auto& t : handlers_) t.join();
     handlers_.clear();

@@ -32,8 +32,8 @@ const std::string kRun = TERSE_RUN_PATH;
 
 TEST(TerseRun, PrefixesLinesAndSetsTheVariables) {
   Outcome r = run(kRun +
-              " -n 3 -- sh -c 'echo \"rank $TERSE_RANK of $TERSE_WORLD_SIZE local "
-              "$TERSE_LOCAL_RANK store $TERSE_STORE\"; echo to-stderr >&2'");
+                  " -n 3 -- sh -c 'echo \"rank $TERSE_RANK of $TERSE_WORLD_SIZE local "
+                  "$TERSE_LOCAL_RANK store $TERSE_STORE\"; echo to-stderr >&2'");
   EXPECT_EQ(r.code, 0) << r.output;
   for (int k = 0; k < 3; ++k) {
     std::string want = "[" + std::to_string(k) + "] rank " + std::to_string(k) + " of 3 local " +
@@ -69,7 +69,7 @@ TEST(TerseRun, UsageErrors) {
 // set up and move checked data.
 TEST(TerseRun, RunsACommunicatorEndToEnd) {
   Outcome r = run("env UCX_TLS=tcp UCX_NET_DEVICES=lo " + kRun + " -n 2 " + TERSE_BENCH_PATH +
-              " p2p -b 1K -e 256K -f 16 -n 30 -c");
+                  " p2p -b 1K -e 256K -f 16 -n 30 -c");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[1] # every received message matched its pattern"), std::string::npos)
       << r.output;

@@ -3,7 +3,6 @@
 #include "harness.h"
 #include "terse/communicator.h"
 #include "terse/rendezvous/store.h"
-#include "terse/transport/inproc.h"
 
 #include <gtest/gtest.h>
 
@@ -16,14 +15,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// One communicator per thread over the in-process backend (or UCX through a memory store).
+// One communicator per thread over the in-process backend.
 std::vector<std::unique_ptr<Communicator>> makeInProc(int n, milliseconds timeout) {
-  auto fabric = makeInProcFabric(n);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (int r = 0; r < n; ++r)
-    comms.push_back(
-        Communicator::fromTransport(createInProcTransport(*fabric, r).value(), timeout));
-  return comms;
+  auto world = Communicator::createInProcWorld(n, timeout);
+  EXPECT_TRUE(world.isOk()) << world.status().toString();
+  return std::move(world).value();
 }
 
 void onEachRank(int n, const std::function<void(int)>& fn) {
@@ -94,6 +90,39 @@ TEST(Communicator, AbortFromAnotherThreadEndsAWait) {
   watchdog.join();
   EXPECT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
+}
+
+// The same over UCX: the watchdog's abort ends rank 0's wait, and rank 1, which then enters the
+// barrier, learns from the broken connection that rank 0 is gone.
+TEST(Communicator, AbortFromAnotherThreadOverUcxReachesThePeer) {
+  setUcxEnvironment(Backend::kUcxTcp);
+  auto store = createMemoryStore();
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  onEachRank(2, [&](int r) {
+    auto c = Communicator::createUcx(r, 2, *store, milliseconds(60000));
+    ASSERT_TRUE(c.isOk()) << c.status().toString();
+    comms[r] = std::move(*c);
+  });
+  ASSERT_TRUE(comms[0] && comms[1]);
+  std::atomic<bool> rank0Done{false};
+  onEachRank(2, [&](int r) {
+    if (r == 0) {
+      std::thread watchdog([&] {
+        std::this_thread::sleep_for(milliseconds(50));
+        comms[0]->abort(errorInternal("watchdog gave up"));
+      });
+      Status s = comms[0]->barrier();
+      watchdog.join();
+      EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
+      rank0Done = true;
+      return;
+    }
+    while (!rank0Done.load()) comms[1]->transport().progress();
+    Status s = comms[1]->barrier();
+    EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.toString();
+    EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();
+  });
+  onEachRank(2, [&](int r) { comms[r].reset(); });
 }
 
 TEST(Communicator, PeerThatAbortsIsNamedInTheOthersBarrier) {
