@@ -66,27 +66,58 @@ void makeDatasets(const DatasetConfig& config, Dataset* train, Dataset* test) {
   drawSet(config, centers, config.testSize, 0.0, testRng, test);
 }
 
-std::vector<size_t> batchRows(const Dataset& train, Split split, uint64_t seed, size_t epoch,
-                              size_t step, size_t globalBatch, int rank, int world) {
-  const size_t local = globalBatch / static_cast<size_t>(world);
-  std::vector<size_t> rows(local);
+namespace {
+
+// The per-epoch order a rank walks (the whole permutation for iid, the rank's label-sorted shard
+// permuted for noniid). Built once per epoch and cached: every step of the epoch reuses it.
+struct EpochOrder {
+  const Dataset* data = nullptr;
+  size_t size = 0, epoch = 0;
+  uint64_t seed = 0;
+  Split split = Split::kIid;
+  int rank = -1, world = 0;
+  std::vector<size_t> rows;
+};
+
+const std::vector<size_t>& epochOrder(const Dataset& train, Split split, uint64_t seed,
+                                      size_t epoch, int rank, int world) {
+  thread_local EpochOrder cache;
+  if (split == Split::kIid) rank = 0, world = 1;  // one order shared by every rank
+  if (cache.data == &train && cache.size == train.size() && cache.epoch == epoch &&
+      cache.seed == seed && cache.split == split && cache.rank == rank && cache.world == world)
+    return cache.rows;
+  cache = EpochOrder{&train, train.size(), epoch, seed, split, rank, world, {}};
   if (split == Split::kIid) {
-    std::vector<size_t> perm = permutation(train.size(), mixSeed(seed, 1000 + epoch));
-    size_t begin = step * globalBatch + static_cast<size_t>(rank) * local;
-    for (size_t i = 0; i < local; ++i) rows[i] = perm[(begin + i) % perm.size()];
-    return rows;
+    cache.rows = permutation(train.size(), mixSeed(seed, 1000 + epoch));
+    return cache.rows;
   }
   // Non-IID: the rank's shard of the label-sorted set (a stable sort keeps it deterministic).
   std::vector<size_t> byLabel(train.size());
   std::iota(byLabel.begin(), byLabel.end(), size_t{0});
   std::stable_sort(byLabel.begin(), byLabel.end(),
                    [&](size_t a, size_t b) { return train.label[a] < train.label[b]; });
-  size_t shard = train.size() / static_cast<size_t>(world);
-  size_t shardBegin = shard * static_cast<size_t>(rank);
+  const size_t shard = train.size() / static_cast<size_t>(world);
+  const size_t shardBegin = shard * static_cast<size_t>(rank);
   std::vector<size_t> perm =
       permutation(shard, mixSeed(seed, (1000 + epoch) * 4096 + static_cast<size_t>(rank)));
-  for (size_t i = 0; i < local; ++i)
-    rows[i] = byLabel[shardBegin + perm[(step * local + i) % shard]];
+  cache.rows.resize(shard);
+  for (size_t i = 0; i < shard; ++i) cache.rows[i] = byLabel[shardBegin + perm[i]];
+  return cache.rows;
+}
+
+}  // namespace
+
+std::vector<size_t> batchRows(const Dataset& train, Split split, uint64_t seed, size_t epoch,
+                              size_t step, size_t globalBatch, int rank, int world) {
+  const size_t local = globalBatch / static_cast<size_t>(world);
+  const std::vector<size_t>& order = epochOrder(train, split, seed, epoch, rank, world);
+  std::vector<size_t> rows(local);
+  if (order.empty()) return rows;
+  // iid: step s takes rows [s*B, (s+1)*B) of the epoch's order and rank r the r-th slice of
+  // them; noniid: each rank walks its own shard's order.
+  const size_t begin =
+      split == Split::kIid ? step * globalBatch + static_cast<size_t>(rank) * local : step * local;
+  for (size_t i = 0; i < local; ++i) rows[i] = order[(begin + i) % order.size()];
   return rows;
 }
 

@@ -24,13 +24,13 @@ class Rng {
 };
 
 struct DatasetConfig {
-  size_t features = 32;
+  size_t features = 64;
   size_t classes = 10;
   size_t modesPerClass = 2;  // two Gaussian blobs per class: not linearly separable
-  double centerScale = 1.0;  // spread of the blob centres
+  double centerScale = 0.5;  // spread of the blob centres
   double noise = 1.1;        // std-dev of the samples around their centre
   double labelNoise = 0.05;  // fraction of labels replaced by a random class (a loss floor)
-  size_t trainSize = 8192;
+  size_t trainSize = 32768;
   size_t testSize = 2048;
   uint64_t seed = 1;
 };

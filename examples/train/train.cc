@@ -35,8 +35,8 @@ struct Options {
   bool feedback = true;  // error feedback for every compressing codec unless --no-ef
   bool fused = true;     // one bucket for all parameters (else one allreduce per tensor)
   Split split = Split::kIid;
-  size_t epochs = 4, batch = 128, hidden = 64;
-  double lr = 0.1, momentum = 0.9;
+  size_t epochs = 8, batch = 128, hidden = 32;
+  double lr = 0.1, momentum = 0.8;
   uint64_t seed = 1;
   DatasetConfig data;
   std::string log, checkpointDir, resumeDir;
@@ -48,7 +48,7 @@ void usage(FILE* out) {
   std::fprintf(out,
                "usage: terse-run -n N -- terse-train [options]\n"
                "  --model softmax|mlp       model (default mlp)\n"
-               "  --hidden H                MLP hidden width (default 64)\n"
+               "  --hidden H                MLP hidden width (default 32)\n"
                "  --codec SPEC              none, fp16, bf16, int8, onebit, topk:ratio=0.01, ...\n"
                "  --no-ef                   no error feedback (residuals dropped)\n"
                "  --bucket fused|tensor     one allreduce for all parameters, or one per tensor\n"
@@ -57,6 +57,7 @@ void usage(FILE* out) {
                "  --lr LR --momentum MU     SGD with momentum, cosine-decayed learning rate\n"
                "  --seed S                  data, initialisation and shuffling seed\n"
                "  --train-size N --test-size N --features D --classes K\n"
+               "  --center-scale S --noise S --label-noise P   shape of the synthetic mixture\n"
                "  --log FILE                JSON log (written by rank 0)\n"
                "  --checkpoint DIR          save model and error feedback into DIR ...\n"
                "  --checkpoint-at STEP      ... after this many steps (default: at the end)\n"
@@ -139,6 +140,12 @@ bool parseOptions(int argc, char** argv, Options* o) {
       if (!number(&o->data.features)) return false;
     } else if (a == "--classes") {
       if (!number(&o->data.classes)) return false;
+    } else if (a == "--center-scale") {
+      if (!number(&o->data.centerScale)) return false;
+    } else if (a == "--noise") {
+      if (!number(&o->data.noise)) return false;
+    } else if (a == "--label-noise") {
+      if (!number(&o->data.labelNoise)) return false;
     } else if (a == "--log") {
       if (!value(&v)) return false;
       o->log = v;
