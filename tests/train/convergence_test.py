@@ -24,10 +24,11 @@ ACC_TOL = 0.01   # absolute, on the final test accuracy (1 point)
 WORLD = 4
 # Small enough for a few minutes on two loaded cores, long enough for the codecs to settle.
 # (terse-train's defaults: 2,410-parameter MLP, 32,768 rows, 8 epochs of 256 steps, momentum 0.8.)
-COMMON = ["--model", "mlp", "--quiet"]
-# The resume test needs no comparison with "none", so it uses a wider MLP (9,610 parameters: every
-# one of 4 ranks owns an allreduce chunk, so the server residuals really move between ranks).
-RESUME = ["--hidden", "128", "--train-size", "8192", "--epochs", "3", "--momentum", "0.9"]
+COMMON = ["--quiet"]
+# The resume test uses terse-train's defaults but a 64-wide hidden layer (4,810 parameters), so
+# that allreduce's 2048-aligned chunks differ between 4 ranks ([0,2048) [2048,4096) [4096,4810) and
+# an empty one) and 2 ranks ([0,4096) [4096,4810)): the server residuals really are re-partitioned.
+RESUME = ["--hidden", "64"]
 RUN_TIMEOUT_S = 300
 
 # (label, codec, error feedback)
@@ -69,7 +70,8 @@ def convergence(args):
     results = {}
     for label, codec, ef in CODECS:
         extra = ["--codec", codec] + ([] if ef else ["--no-ef"])
-        run = train(args, WORLD, os.path.join(args.work, f"mlp-{label}.json"), extra)
+        run = train(args, WORLD, os.path.join(args.work, f"{args.model}-{args.split}-{label}.json"),
+                    ["--model", args.model, "--split", args.split] + extra)
         results[label] = final(run)
     base_loss, base_acc = results["none"]
     failures = []
@@ -96,7 +98,7 @@ def convergence(args):
                 failures.append(f"{label}: final loss {loss:.5f} without error feedback is not "
                                 f"measurably worse than none ({base_loss:.5f}) and the same codec "
                                 f"with error feedback ({with_ef:.5f})")
-    with open(os.path.join(args.work, "summary.json"), "w") as f:
+    with open(os.path.join(args.work, f"summary-{args.model}-{args.split}.json"), "w") as f:
         json.dump({k: {"train_loss": v[0], "test_acc": v[1]} for k, v in results.items()}, f,
                   indent=1)
     return failures
@@ -116,7 +118,8 @@ def resume(args):
     want = [s for s in full["steps"] if s[0] > stop]
     if same["start_step"] != stop or same["steps"] != want or same["epochs"] != [
             e for e in full["epochs"] if e["step"] > stop]:
-        diff = next((a, b) for a, b in zip(same["steps"] + [None] * len(want), want) if a != b)
+        diff = next(((a, b) for a, b in zip(same["steps"] + [None] * len(want), want) if a != b),
+                    (same["start_step"], stop))
         failures.append(f"resumed at the same world size, the curve differs from the "
                         f"uninterrupted run (first difference: got {diff[0]}, want {diff[1]})")
     else:
@@ -145,6 +148,10 @@ def main():
     p.add_argument("--terse-train", required=True)
     p.add_argument("--work", required=True, help="directory for logs and checkpoints")
     p.add_argument("--resume-codec", default="topk:ratio=0.01")
+    p.add_argument("--model", default="mlp", choices=["mlp", "softmax"],
+                   help="model of the convergence runs")
+    p.add_argument("--split", default="iid", choices=["iid", "noniid"],
+                   help="data split of the convergence runs")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
     failures = convergence(args) if args.mode == "convergence" else resume(args)
