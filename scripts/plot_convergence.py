@@ -7,7 +7,8 @@ python3-matplotlib; the pyenv python3 on PATH lacks it).
 
 Reads every *.json in the directory that holds a terse-train log ("config" and "steps"), smooths
 the per-step minibatch loss with a moving average (--window steps) and marks each epoch's
-full-training-set loss with a dot.
+full-training-set loss with a dot. With --table it also prints the docs/convergence.md table
+(final losses and accuracies against the uncompressed run) as Markdown.
 """
 import argparse
 import glob
@@ -51,6 +52,7 @@ def main():
     p.add_argument("output")
     p.add_argument("--window", type=int, default=50)
     p.add_argument("--title", default=None)
+    p.add_argument("--table", action="store_true", help="print the Markdown results table")
     args = p.parse_args()
     runs = []
     for path in sorted(glob.glob(os.path.join(args.logdir, "*.json"))):
@@ -95,6 +97,26 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     fig.savefig(args.output, dpi=110)
     print(f"wrote {args.output} ({len(runs)} runs)")
+    if args.table:
+        print_table(runs)
+
+
+def print_table(runs):
+    base = next((r for r in runs if r["config"]["codec"] == "none"), None)
+    if base is None:
+        sys.exit("--table needs the run with codec none as the reference")
+    b = base["epochs"][-1]
+    b_bytes = base["bytes_sent_rank0"]
+    print("| codec (canonical spec) | EF | final train loss | vs none | test acc | vs none "
+          "| test loss | bytes sent by rank 0 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for log in runs:
+        c, e = log["config"], log["epochs"][-1]
+        ef = "–" if c["codec"] == "none" else ("yes" if c["error_feedback"] else "**no**")
+        print(f"| {c['codec']} | {ef} | {e['train_loss']:.4f} | "
+              f"{(e['train_loss'] / b['train_loss'] - 1) * 100:+.2f}% | {e['test_acc'] * 100:.2f}% | "
+              f"{(e['test_acc'] - b['test_acc']) * 100:+.2f} | {e['test_loss']:.4f} | "
+              f"{log['bytes_sent_rank0'] / 1e6:.1f} MB ({log['bytes_sent_rank0'] / b_bytes:.3f}x) |")
 
 
 if __name__ == "__main__":
