@@ -1,0 +1,391 @@
+// terse-train: data-parallel training of a small classifier on terse's compressed allreduce.
+//
+//   terse-run -n 4 -- terse-train --model mlp --codec topk:ratio=0.01 --log run.json
+//
+// Every rank builds the same synthetic dataset and model (same seeds), takes its own shard of
+// each global batch, computes the mean cross-entropy gradient, and averages it with
+// Communicator::allreduce(kAvg) under the chosen codec and one ErrorFeedback object per
+// parameter tensor (or one for the fused bucket). SGD with momentum and a cosine learning rate
+// then applies the (bit-identical on every rank) averaged gradient. See docs/convergence.md.
+#include "checkpoint.h"
+#include "model.h"
+
+#include "terse/collectives/partition.h"
+
+#include <terse/terse.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <sys/stat.h>
+#include <type_traits>
+#include <vector>
+
+namespace terse::train {
+namespace {
+
+struct Options {
+  std::string model = "mlp";
+  std::string codec = "none";
+  bool feedback = true;  // error feedback for every compressing codec unless --no-ef
+  bool fused = true;     // one bucket for all parameters (else one allreduce per tensor)
+  Split split = Split::kIid;
+  size_t epochs = 8, batch = 128, hidden = 32;
+  double lr = 0.1, momentum = 0.8;
+  uint64_t seed = 1;
+  DatasetConfig data;
+  std::string log, checkpointDir, resumeDir;
+  uint64_t checkpointAt = 0, stopAt = 0;
+  bool quiet = false;
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: terse-run -n N -- terse-train [options]\n"
+               "  --model softmax|mlp       model (default mlp)\n"
+               "  --hidden H                MLP hidden width (default 32)\n"
+               "  --codec SPEC              none, fp16, bf16, int8, onebit, topk:ratio=0.01, ...\n"
+               "  --no-ef                   no error feedback (residuals dropped)\n"
+               "  --bucket fused|tensor     one allreduce for all parameters, or one per tensor\n"
+               "  --split iid|noniid        how ranks share the data (default iid)\n"
+               "  --epochs E --batch B      schedule; B is the global batch, a multiple of N\n"
+               "  --lr LR --momentum MU     SGD with momentum, cosine-decayed learning rate\n"
+               "  --seed S                  data, initialisation and shuffling seed\n"
+               "  --train-size N --test-size N --features D --classes K\n"
+               "  --center-scale S --noise S --label-noise P   shape of the synthetic mixture\n"
+               "  --log FILE                JSON log (written by rank 0)\n"
+               "  --checkpoint DIR          save model and error feedback into DIR ...\n"
+               "  --checkpoint-at STEP      ... after this many steps (default: at the end)\n"
+               "  --stop-at STEP            stop after this many steps (simulated interruption)\n"
+               "  --resume DIR              continue from a checkpoint (any world size)\n"
+               "  --quiet                   no per-epoch lines\n");
+}
+
+bool parseOptions(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char** out) {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "terse-train: %s needs a value\n", a.c_str());
+        return false;
+      }
+      *out = argv[++i];
+      return true;
+    };
+    auto number = [&](auto* out) {
+      const char* v = nullptr;
+      if (!value(&v)) return false;
+      char* end = nullptr;
+      double d = std::strtod(v, &end);
+      if (!*v || *end || !std::isfinite(d) || d < 0) {
+        std::fprintf(stderr, "terse-train: %s wants a non-negative number, got '%s'\n", a.c_str(),
+                     v);
+        return false;
+      }
+      *out = static_cast<std::remove_pointer_t<decltype(out)>>(d);
+      return true;
+    };
+    const char* v = nullptr;
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      std::exit(0);
+    } else if (a == "--model") {
+      if (!value(&v)) return false;
+      o->model = v;
+      if (!Model::validKind(o->model)) {
+        std::fprintf(stderr, "terse-train: --model must be softmax or mlp, got '%s'\n", v);
+        return false;
+      }
+    } else if (a == "--codec") {
+      if (!value(&v)) return false;
+      o->codec = v;
+    } else if (a == "--no-ef") {
+      o->feedback = false;
+    } else if (a == "--bucket") {
+      if (!value(&v)) return false;
+      if (std::strcmp(v, "fused") && std::strcmp(v, "tensor")) {
+        std::fprintf(stderr, "terse-train: --bucket must be fused or tensor, got '%s'\n", v);
+        return false;
+      }
+      o->fused = std::strcmp(v, "fused") == 0;
+    } else if (a == "--split") {
+      if (!value(&v)) return false;
+      if (std::strcmp(v, "iid") && std::strcmp(v, "noniid")) {
+        std::fprintf(stderr, "terse-train: --split must be iid or noniid, got '%s'\n", v);
+        return false;
+      }
+      o->split = std::strcmp(v, "iid") == 0 ? Split::kIid : Split::kNonIid;
+    } else if (a == "--epochs") {
+      if (!number(&o->epochs)) return false;
+    } else if (a == "--batch") {
+      if (!number(&o->batch)) return false;
+    } else if (a == "--hidden") {
+      if (!number(&o->hidden)) return false;
+    } else if (a == "--lr") {
+      if (!number(&o->lr)) return false;
+    } else if (a == "--momentum") {
+      if (!number(&o->momentum)) return false;
+    } else if (a == "--seed") {
+      if (!number(&o->seed)) return false;
+    } else if (a == "--train-size") {
+      if (!number(&o->data.trainSize)) return false;
+    } else if (a == "--test-size") {
+      if (!number(&o->data.testSize)) return false;
+    } else if (a == "--features") {
+      if (!number(&o->data.features)) return false;
+    } else if (a == "--classes") {
+      if (!number(&o->data.classes)) return false;
+    } else if (a == "--center-scale") {
+      if (!number(&o->data.centerScale)) return false;
+    } else if (a == "--noise") {
+      if (!number(&o->data.noise)) return false;
+    } else if (a == "--label-noise") {
+      if (!number(&o->data.labelNoise)) return false;
+    } else if (a == "--log") {
+      if (!value(&v)) return false;
+      o->log = v;
+    } else if (a == "--checkpoint") {
+      if (!value(&v)) return false;
+      o->checkpointDir = v;
+    } else if (a == "--checkpoint-at") {
+      if (!number(&o->checkpointAt)) return false;
+    } else if (a == "--stop-at") {
+      if (!number(&o->stopAt)) return false;
+    } else if (a == "--resume") {
+      if (!value(&v)) return false;
+      o->resumeDir = v;
+    } else if (a == "--quiet") {
+      o->quiet = true;
+    } else {
+      std::fprintf(stderr, "terse-train: unknown option '%s' (see --help)\n", a.c_str());
+      return false;
+    }
+  }
+  if (o->data.features == 0 || o->data.classes < 2 || o->batch == 0 || o->epochs == 0 ||
+      (o->model == "mlp" && o->hidden == 0) || o->data.trainSize < o->batch || o->momentum >= 1) {
+    std::fprintf(stderr,
+                 "terse-train: need features >= 1, classes >= 2, hidden >= 1, momentum < 1, "
+                 "epochs >= 1 and a training set at least one batch large\n");
+    return false;
+  }
+  o->data.seed = o->seed;
+  return true;
+}
+
+struct StepRecord {
+  uint64_t step;
+  float loss, acc;
+};
+struct EpochRecord {
+  uint64_t epoch, step;
+  float trainLoss, trainAcc, testLoss, testAcc;
+};
+
+// Loss and accuracy over a whole set: each rank evaluates a contiguous 1/world of the rows and
+// the sums are allreduced uncompressed.
+Status evaluate(Communicator& comm, const Model& model, const Dataset& data, float* loss,
+                float* acc) {
+  Range part = chunkRange(data.size(), comm.size(), comm.rank());
+  std::vector<size_t> rows(part.length);
+  for (size_t i = 0; i < part.length; ++i) rows[i] = part.begin + i;
+  size_t correct = 0;
+  double mean = model.lossAndGradient(data, rows, nullptr, &correct);
+  float sums[2] = {static_cast<float>(mean * static_cast<double>(part.length)),
+                   static_cast<float>(correct)};
+  TERSE_RETURN_IF_ERROR(comm.allreduce(sums, sums, 2, DataType::kFloat32, ReduceOp::kSum));
+  *loss = sums[0] / static_cast<float>(data.size());
+  *acc = sums[1] / static_cast<float>(data.size());
+  return Status::ok();
+}
+
+Status writeLog(const Options& o, const std::string& codec, bool feedback, int world, size_t params,
+                uint64_t startStep, uint64_t totalSteps, const std::vector<StepRecord>& steps,
+                const std::vector<EpochRecord>& epochs, uint64_t bytesSent) {
+  FILE* f = std::fopen(o.log.c_str(), "w");
+  if (!f) return errorSystem("cannot write the log '%s': %s", o.log.c_str(), std::strerror(errno));
+  std::fprintf(f,
+               "{\n  \"config\": {\"model\": \"%s\", \"codec\": \"%s\", \"error_feedback\": %s, "
+               "\"bucket\": \"%s\", \"split\": \"%s\", \"world\": %d, \"parameters\": %zu, "
+               "\"epochs\": %zu, \"batch\": %zu, \"lr\": %g, \"momentum\": %g, \"seed\": %llu, "
+               "\"train_size\": %zu, \"test_size\": %zu},\n",
+               o.model.c_str(), codec.c_str(), feedback ? "true" : "false",
+               o.fused ? "fused" : "tensor", o.split == Split::kIid ? "iid" : "noniid", world,
+               params, o.epochs, o.batch, o.lr, o.momentum, static_cast<unsigned long long>(o.seed),
+               o.data.trainSize, o.data.testSize);
+  std::fprintf(f, "  \"start_step\": %llu, \"total_steps\": %llu, \"bytes_sent_rank0\": %llu,\n",
+               static_cast<unsigned long long>(startStep),
+               static_cast<unsigned long long>(totalSteps),
+               static_cast<unsigned long long>(bytesSent));
+  std::fprintf(f, "  \"steps\": [");
+  for (size_t i = 0; i < steps.size(); ++i)
+    std::fprintf(f, "%s\n    [%llu, %.9g, %.9g]", i ? "," : "",
+                 static_cast<unsigned long long>(steps[i].step), steps[i].loss, steps[i].acc);
+  std::fprintf(f, "\n  ],\n  \"epochs\": [");
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    const EpochRecord& e = epochs[i];
+    std::fprintf(f,
+                 "%s\n    {\"epoch\": %llu, \"step\": %llu, \"train_loss\": %.9g, \"train_acc\": "
+                 "%.9g, \"test_loss\": %.9g, \"test_acc\": %.9g}",
+                 i ? "," : "", static_cast<unsigned long long>(e.epoch),
+                 static_cast<unsigned long long>(e.step), e.trainLoss, e.trainAcc, e.testLoss,
+                 e.testAcc);
+  }
+  std::fprintf(f, "\n  ]\n}\n");
+  bool ok = std::ferror(f) == 0;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) return errorSystem("writing the log '%s' failed", o.log.c_str());
+  return Status::ok();
+}
+
+Status run(const Options& o) {
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> commPtr, Communicator::createFromEnv());
+  Communicator& comm = *commPtr;
+  const int rank = comm.rank(), world = comm.size();
+  if (o.batch % static_cast<size_t>(world) != 0)
+    return errorInvalidArgument(
+        "the global batch %zu is not a multiple of the world size %d: pick "
+        "--batch divisible by -n",
+        o.batch, world);
+
+  Dataset train, test;
+  makeDatasets(o.data, &train, &test);
+  Model model(o.model, o.data.features, o.hidden, o.data.classes, o.seed);
+  const size_t count = model.parameterCount();
+  std::vector<float> grad(count), momentum(count, 0.0f);
+  std::vector<Tensor> buckets =
+      o.fused ? std::vector<Tensor>{Tensor{"all", 0, count}} : model.tensors();
+
+  // Error feedback for every compressing codec unless --no-ef; "none" needs none.
+  TERSE_ASSIGN_OR_RETURN(ErrorFeedback probe, ErrorFeedback::create(o.codec, 1));
+  const std::string codec = probe.codecSpec();
+  const bool useFeedback = o.feedback && codec != "none";
+  std::vector<ErrorFeedback> feedback;
+  if (useFeedback)
+    for (const Tensor& t : buckets) {
+      TERSE_ASSIGN_OR_RETURN(ErrorFeedback ef, ErrorFeedback::create(codec, t.length));
+      feedback.push_back(std::move(ef));
+    }
+
+  const uint64_t perEpoch = stepsPerEpoch(train.size(), o.batch);
+  const uint64_t totalSteps = perEpoch * o.epochs;
+  uint64_t step = 0;
+  if (!o.resumeDir.empty()) {
+    TERSE_ASSIGN_OR_RETURN(ModelState saved, loadModel(o.resumeDir));
+    if (saved.params.size() != count)
+      return errorInvalidArgument(
+          "checkpoint '%s' holds %zu parameters, this model has %zu: resume "
+          "with the same --model/--hidden/--features/--classes",
+          o.resumeDir.c_str(), saved.params.size(), count);
+    if (saved.codec != (useFeedback ? codec : std::string()))
+      return errorInvalidArgument(
+          "checkpoint '%s' has error feedback for codec '%s', this run uses "
+          "'%s'%s: resume with the codec (and --no-ef) it was saved with",
+          o.resumeDir.c_str(), saved.codec.c_str(), codec.c_str(),
+          useFeedback ? " with feedback" : " without feedback");
+    model.params() = saved.params;
+    momentum = saved.momentum;
+    step = saved.step;
+    if (useFeedback) {
+      TERSE_ASSIGN_OR_RETURN(feedback, loadFeedback(o.resumeDir, saved.world, world, rank));
+      if (feedback.size() != buckets.size())
+        return errorInvalidArgument(
+            "checkpoint '%s' has %zu error-feedback objects, this run needs "
+            "%zu: resume with the same --bucket",
+            o.resumeDir.c_str(), feedback.size(), buckets.size());
+      for (size_t b = 0; b < buckets.size(); ++b)
+        TERSE_RETURN_IF_ERROR(feedback[b].checkCompatible(codec, buckets[b].length));
+    }
+    if (rank == 0 && !o.quiet)
+      std::printf("resumed at step %llu from '%s' (saved by %d ranks, now %d)\n",
+                  static_cast<unsigned long long>(step), o.resumeDir.c_str(), saved.world, world);
+  }
+  if (rank == 0 && !o.quiet)
+    std::printf("model %s (%zu parameters), codec %s, error feedback %s, %zu bucket(s), %d ranks\n",
+                o.model.c_str(), count, codec.c_str(), useFeedback ? "on" : "off", buckets.size(),
+                world);
+
+  const uint64_t startStep = step;
+  const uint64_t checkpointAt =
+      o.checkpointAt ? o.checkpointAt : (o.stopAt ? o.stopAt : totalSteps);
+  const uint64_t endStep = o.stopAt ? std::min<uint64_t>(o.stopAt, totalSteps) : totalSteps;
+  std::vector<StepRecord> steps;
+  std::vector<EpochRecord> epochs;
+  while (step < endStep) {
+    const uint64_t epoch = step / perEpoch;
+    std::vector<size_t> rows =
+        batchRows(train, o.split, o.seed, epoch, step % perEpoch, o.batch, rank, world);
+    size_t correct = 0;
+    double loss = model.lossAndGradient(train, rows, grad.data(), &correct);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      float* g = grad.data() + buckets[b].offset;
+      TERSE_RETURN_IF_ERROR(
+          comm.allreduce(g, g, buckets[b].length, DataType::kFloat32, ReduceOp::kAvg,
+                         CollectiveOptions{codec, useFeedback ? &feedback[b] : nullptr})
+              .withContext("allreduce of bucket " + buckets[b].name));
+    }
+    float stats[2] = {static_cast<float>(loss),
+                      static_cast<float>(correct) / static_cast<float>(rows.size())};
+    TERSE_RETURN_IF_ERROR(comm.allreduce(stats, stats, 2, DataType::kFloat32, ReduceOp::kAvg));
+
+    const double progress = static_cast<double>(step) / static_cast<double>(totalSteps);
+    const float lr = static_cast<float>(o.lr * 0.5 * (1.0 + std::cos(M_PI * progress)));
+    const float mu = static_cast<float>(o.momentum);
+    float* p = model.params().data();
+    for (size_t i = 0; i < count; ++i) {
+      momentum[i] = mu * momentum[i] + grad[i];
+      p[i] -= lr * momentum[i];
+    }
+    ++step;
+    steps.push_back(StepRecord{step, stats[0], stats[1]});
+
+    if (step % perEpoch == 0) {
+      EpochRecord e{step / perEpoch, step, 0, 0, 0, 0};
+      TERSE_RETURN_IF_ERROR(evaluate(comm, model, train, &e.trainLoss, &e.trainAcc));
+      TERSE_RETURN_IF_ERROR(evaluate(comm, model, test, &e.testLoss, &e.testAcc));
+      epochs.push_back(e);
+      if (rank == 0 && !o.quiet)
+        std::printf(
+            "epoch %llu/%zu step %llu train_loss %.5f train_acc %.4f test_loss %.5f "
+            "test_acc %.4f\n",
+            static_cast<unsigned long long>(e.epoch), o.epochs,
+            static_cast<unsigned long long>(step), e.trainLoss, e.trainAcc, e.testLoss, e.testAcc);
+      std::fflush(stdout);
+    }
+    if (!o.checkpointDir.empty() && step == checkpointAt) {
+      ::mkdir(o.checkpointDir.c_str(), 0755);  // an existing directory is fine
+      if (rank == 0)
+        TERSE_RETURN_IF_ERROR(
+            saveModel(o.checkpointDir, ModelState{step, world, useFeedback ? codec : std::string(),
+                                                  model.params(), momentum}));
+      if (useFeedback) TERSE_RETURN_IF_ERROR(saveFeedback(o.checkpointDir, rank, feedback));
+      // Nobody leaves (or overwrites) before every file is complete.
+      TERSE_RETURN_IF_ERROR(comm.barrier());
+      if (rank == 0 && !o.quiet)
+        std::printf("checkpoint at step %llu in '%s'\n", static_cast<unsigned long long>(step),
+                    o.checkpointDir.c_str());
+    }
+  }
+  if (rank == 0 && !o.log.empty())
+    TERSE_RETURN_IF_ERROR(writeLog(o, codec, useFeedback, world, count, startStep, totalSteps,
+                                   steps, epochs, comm.bytesSent()));
+  return comm.barrier();
+}
+
+}  // namespace
+}  // namespace terse::train
+
+int main(int argc, char** argv) {
+  terse::train::Options options;
+  if (!terse::train::parseOptions(argc, argv, &options)) return 2;
+  terse::Status status = terse::train::run(options);
+  if (!status.isOk()) {
+    std::fprintf(stderr, "terse-train: %s\n", status.toString().c_str());
+    return 1;
+  }
+  return 0;
+}

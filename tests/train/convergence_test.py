@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Convergence and resume tests of terse-train (examples/train) under terse-run.
+
+  convergence: trains the MLP with 4 ranks to a fixed step budget with every codec, with and
+               without error feedback, and checks that each compressing codec with error
+               feedback ends within LOSS_TOL (relative) of the uncompressed final training loss
+               and within ACC_TOL of its test accuracy, while onebit and topk without error
+               feedback end measurably worse.
+  resume:      a run stopped mid-epoch and resumed from its checkpoint at the same world size
+               reproduces the uninterrupted run's loss curve exactly; resumed at another world
+               size (residuals re-partitioned) it ends within the same tolerances.
+
+The JSON logs stay in --work (scripts/plot_convergence.py plots them). Standard library only.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+LOSS_TOL = 0.02  # relative, on the final full-training-set loss
+ACC_TOL = 0.01   # absolute, on the final test accuracy (1 point)
+WORLD = 4
+# Small enough for a few minutes on two loaded cores, long enough for the codecs to settle.
+# (terse-train's defaults: 2,410-parameter MLP, 32,768 rows, 8 epochs of 256 steps, momentum 0.8.)
+COMMON = ["--quiet"]
+# The resume test uses terse-train's defaults but a 64-wide hidden layer (4,810 parameters), so
+# that allreduce's 2048-aligned chunks differ between 4 ranks ([0,2048) [2048,4096) [4096,4810) and
+# an empty one) and 2 ranks ([0,4096) [4096,4810)): the server residuals really are re-partitioned.
+RESUME = ["--hidden", "64"]
+RUN_TIMEOUT_S = 300
+
+# (label, codec, error feedback)
+CODECS = [
+    ("none", "none", False),
+    ("fp16", "fp16", True),
+    ("bf16", "bf16", True),
+    ("int8", "int8", True),
+    ("onebit", "onebit", True),
+    ("topk1%", "topk:ratio=0.01", True),
+    ("onebit-noef", "onebit", False),
+    ("topk1%-noef", "topk:ratio=0.01", False),
+]
+
+
+def train(args, world, log, extra):
+    cmd = [args.terse_run, "-n", str(world), "--", args.terse_train] + COMMON + extra + ["--log", log]
+    env = dict(os.environ)
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    print("+", " ".join(cmd), flush=True)
+    try:
+        done = subprocess.run(cmd, env=env, timeout=RUN_TIMEOUT_S, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"FAIL: {' '.join(cmd)} did not finish in {RUN_TIMEOUT_S} s")
+    if done.returncode != 0:
+        print(done.stdout)
+        sys.exit(f"FAIL: {' '.join(cmd)} exited with {done.returncode}")
+    with open(log) as f:
+        return json.load(f)
+
+
+def final(run):
+    last = run["epochs"][-1]
+    return last["train_loss"], last["test_acc"]
+
+
+def convergence(args):
+    results = {}
+    for label, codec, ef in CODECS:
+        extra = ["--codec", codec] + ([] if ef else ["--no-ef"])
+        run = train(args, WORLD, os.path.join(args.work, f"{args.model}-{args.split}-{label}.json"),
+                    ["--model", args.model, "--split", args.split] + extra)
+        results[label] = final(run)
+    base_loss, base_acc = results["none"]
+    failures = []
+    print(f"\n{'codec':<14}{'train loss':>12}{'vs none':>10}{'test acc':>10}{'vs none':>10}")
+    for label, (loss, acc) in results.items():
+        print(f"{label:<14}{loss:>12.5f}{(loss / base_loss - 1) * 100:>+9.2f}%"
+              f"{acc * 100:>9.2f}%{(acc - base_acc) * 100:>+9.2f}")
+    for label, _, ef in CODECS:
+        loss, acc = results[label]
+        if label == "none":
+            continue
+        if ef or label in ("fp16", "bf16", "int8"):
+            if abs(loss - base_loss) > LOSS_TOL * base_loss:
+                failures.append(f"{label}: final loss {loss:.5f} is not within {LOSS_TOL:.0%} of "
+                                f"none's {base_loss:.5f}")
+            if abs(acc - base_acc) > ACC_TOL:
+                failures.append(f"{label}: test accuracy {acc:.4f} is not within {ACC_TOL} of "
+                                f"none's {base_acc:.4f}")
+        else:
+            with_ef = results[label.replace("-noef", "")][0]
+            # Measurably worse: beyond the tolerance the error-feedback runs must meet, and worse
+            # than the same codec with error feedback.
+            if not (loss > base_loss * (1 + LOSS_TOL) and loss > with_ef * (1 + LOSS_TOL)):
+                failures.append(f"{label}: final loss {loss:.5f} without error feedback is not "
+                                f"measurably worse than none ({base_loss:.5f}) and the same codec "
+                                f"with error feedback ({with_ef:.5f})")
+    with open(os.path.join(args.work, f"summary-{args.model}-{args.split}.json"), "w") as f:
+        json.dump({k: {"train_loss": v[0], "test_acc": v[1]} for k, v in results.items()}, f,
+                  indent=1)
+    return failures
+
+
+def resume(args):
+    failures = []
+    codec = RESUME + ["--codec", args.resume_codec]
+    full = train(args, WORLD, os.path.join(args.work, "full.json"), codec)
+    per_epoch = full["total_steps"] // len(full["epochs"])
+    stop = per_epoch + per_epoch // 2  # mid-epoch: the data position must be restored too
+    ckpt = os.path.join(args.work, "ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    train(args, WORLD, os.path.join(args.work, "first-half.json"),
+          codec + ["--checkpoint", ckpt, "--stop-at", str(stop)])
+    same = train(args, WORLD, os.path.join(args.work, "resumed-4.json"), codec + ["--resume", ckpt])
+    want = [s for s in full["steps"] if s[0] > stop]
+    if same["start_step"] != stop or same["steps"] != want or same["epochs"] != [
+            e for e in full["epochs"] if e["step"] > stop]:
+        diff = next(((a, b) for a, b in zip(same["steps"] + [None] * len(want), want) if a != b),
+                    (same["start_step"], stop))
+        failures.append(f"resumed at the same world size, the curve differs from the "
+                        f"uninterrupted run (first difference: got {diff[0]}, want {diff[1]})")
+    else:
+        print(f"resume at {WORLD} ranks: {len(want)} steps identical to the uninterrupted run")
+    other = 2
+    moved = train(args, other, os.path.join(args.work, f"resumed-{other}.json"),
+                  codec + ["--resume", ckpt])
+    loss, acc = final(moved)
+    base_loss, base_acc = final(full)
+    print(f"resume at {other} ranks: final loss {loss:.5f} (uninterrupted {base_loss:.5f}), "
+          f"test accuracy {acc:.4f} (uninterrupted {base_acc:.4f})")
+    if abs(loss - base_loss) > LOSS_TOL * base_loss or abs(acc - base_acc) > ACC_TOL:
+        failures.append(f"resumed at {other} ranks: final loss {loss:.5f} / accuracy {acc:.4f} "
+                        f"not within tolerance of {base_loss:.5f} / {base_acc:.4f}")
+    for a, b in zip(moved["epochs"], [e for e in full["epochs"] if e["step"] > stop]):
+        if abs(a["train_loss"] - b["train_loss"]) > LOSS_TOL * b["train_loss"]:
+            failures.append(f"resumed at {other} ranks: epoch {a['epoch']} loss {a['train_loss']:.5f}"
+                            f" vs {b['train_loss']:.5f} uninterrupted")
+    return failures
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("mode", choices=["convergence", "resume"])
+    p.add_argument("--terse-run", required=True)
+    p.add_argument("--terse-train", required=True)
+    p.add_argument("--work", required=True, help="directory for logs and checkpoints")
+    p.add_argument("--resume-codec", default="topk:ratio=0.01")
+    p.add_argument("--model", default="mlp", choices=["mlp", "softmax"],
+                   help="model of the convergence runs")
+    p.add_argument("--split", default="iid", choices=["iid", "noniid"],
+                   help="data split of the convergence runs")
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    failures = convergence(args) if args.mode == "convergence" else resume(args)
+    for f in failures:
+        print("FAIL:", f)
+    print("PASS" if not failures else f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
