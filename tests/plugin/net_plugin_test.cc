@@ -488,6 +488,59 @@ INSTANTIATE_TEST_SUITE_P(Ranks, NetPluginRingTest,
                                   std::to_string(std::get<1>(p.param));
                          });
 
+// Bad arguments are error codes, never crashes or hangs.
+TEST(NetPluginErrors, BadArgumentsReturnErrors) {
+  auto codes = runRanks(1, [&](int) {
+    useLoopback("tcp");
+    NetApi api(kPluginPath, 11);
+    ncclNetProperties_v11_t props;
+    HARNESS_CHECK(api.getProperties(0, &props) == ncclInvalidUsage,
+                  "getProperties before init must be ncclInvalidUsage");
+    NCCL_OK(api.init());
+    HARNESS_CHECK(api.getProperties(1, &props) == ncclInvalidArgument, "device 1 does not exist");
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+    void* comm = nullptr;
+    HARNESS_CHECK(api.connect(0, handle, &comm) == ncclInvalidArgument && comm == nullptr,
+                  "connect with a zeroed handle must be ncclInvalidArgument");
+    void* lc = nullptr;
+    HARNESS_CHECK(api.listen(3, handle, &lc) == ncclInvalidArgument, "listen on device 3");
+    std::string dir = makeTempDir();
+    Exchange ex(dir);
+    Link link = connectPeers(api, ex, "bad", 0, 0, 0);
+    std::vector<uint8_t> buf(64);
+    void* req = nullptr;
+    HARNESS_CHECK(api.isend(link.sendComm, buf.data(), (1ull << 30) + 1, 0, nullptr, &req) ==
+                      ncclInvalidArgument,
+                  "isend above maxP2pBytes");
+    HARNESS_CHECK(api.isend(link.recvComm, buf.data(), 8, 0, nullptr, &req) == ncclInvalidArgument,
+                  "isend on a receive comm");
+    void* data = buf.data();
+    size_t size = buf.size();
+    int tag = 0;
+    HARNESS_CHECK(
+        api.irecv(link.recvComm, 0, &data, &size, &tag, nullptr, &req) == ncclInvalidArgument,
+        "irecv of 0 buffers");
+    HARNESS_CHECK(
+        api.irecv(link.sendComm, 1, &data, &size, &tag, nullptr, &req) == ncclInvalidArgument,
+        "irecv on a send comm");
+    void* nullData = nullptr;
+    HARNESS_CHECK(
+        api.irecv(link.recvComm, 1, &nullData, &size, &tag, nullptr, &req) == ncclInvalidArgument,
+        "irecv into NULL");
+    // A send larger than the posted receive fails the receive instead of overrunning it.
+    size_t small = 16;
+    void* rreq = postRecv(api, link.recvComm, 1, &data, &small, &tag, nullptr);
+    void* sreq = postSend(api, link.sendComm, buf.data(), buf.size(), 0, nullptr);
+    HARNESS_CHECK(waitRequest(api, rreq, nullptr) == ncclInvalidUsage,
+                  "a truncated receive must be ncclInvalidUsage");
+    (void)waitRequest(api, sreq, nullptr);
+    closeLink(api, link);
+    NCCL_OK(api.finalize());
+    removeTree(dir);
+  });
+  EXPECT_EQ(codes[0], 0);
+}
+
 // Lines the plugin hands to "NCCL's" logger, as (level, text).
 std::vector<std::pair<int, std::string>>& loggedLines() {
   static std::vector<std::pair<int, std::string>> lines;
