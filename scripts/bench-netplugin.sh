@@ -5,6 +5,7 @@
 #
 #   scripts/bench-netplugin.sh                      # tcp and sm, 1 MiB / 4 MiB / 16 MiB
 #   TLS_LIST=tcp SIZES="1M 8M" REPEATS=7 scripts/bench-netplugin.sh
+#   PERFTEST_FLAGS="-M serialized" ...   # perftest in the worker thread mode the plugin uses
 #
 # Both sides get the same UCX settings: UCX_NET_DEVICES=lo, UCX_TLS, UCX_RNDV_SCHEME=put_zcopy
 # (the plugin's default; see docs/nccl-plugin.md), a window of 32 messages in flight, and peer
@@ -42,7 +43,7 @@ perftest_once() {  # tls size iters -> MB/s (overall)
   local out=""
   for _ in $(seq 1 50); do
     if out=$(UCX_TLS=$tls ucx_perftest 127.0.0.1 -p "$port" -t tag_bw -s "$size" -n "$iters" \
-               -w 16 -O 32 $flags -f 2>/dev/null); then
+               -w 16 -O 32 $flags ${PERFTEST_FLAGS:-} -f 2>/dev/null); then
       break
     fi
     sleep 0.1
@@ -56,11 +57,11 @@ plugin_once() {  # tls size -> MB/s
     sed -n 's/.*MBps=\([0-9.]*\).*/\1/p'
 }
 
-echo "# terse NCCL net plugin vs ucx_perftest tag_bw, loopback ($(date -u +%F), $(nproc) cores," \
+echo "# terse NCCL net plugin vs ucx_perftest tag_bw ${PERFTEST_FLAGS:-}, loopback ($(date -u +%F), $(nproc) cores," \
      "load $(cut -d' ' -f1 /proc/loadavg), UCX $(ucx_info -v | sed -n 's/# Version //p'))"
 echo
-echo "| UCX_TLS | size | plugin MB/s (median of $REPEATS) | ucx_perftest MB/s (median) | plugin / perftest |"
-echo "|---|---|---|---|---|"
+echo "| UCX_TLS | size | plugin MB/s (median of $REPEATS) | ucx_perftest MB/s (median) | ratio of medians | median of paired ratios |"
+echo "|---|---|---|---|---|---|"
 for tls in $TLS_LIST; do
   for s in $SIZES; do
     size=$(bytes_of "$s")
@@ -75,6 +76,10 @@ for tls in $TLS_LIST; do
     pm=$(printf '%s\n' "${p[@]}" | median)
     qm=$(printf '%s\n' "${q[@]}" | median)
     ratio=$(awk -v a="$pm" -v b="$qm" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
-    echo "| $tls | $s | $pm | $qm | $ratio |"
+    # Each plugin run and the perftest run right after it share the machine's load of the moment.
+    paired=$(for i in "${!p[@]}"; do
+               awk -v a="${p[$i]}" -v b="${q[$i]}" 'BEGIN { if (b > 0) printf "%.3f\n", a / b }'
+             done | median)
+    echo "| $tls | $s | $pm | $qm | $ratio | $(printf '%.2f' "$paired") |"
   done
 done
