@@ -33,7 +33,7 @@ bytes_of() {
   esac
 }
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+median() { grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 perftest_once() {  # tls size iters -> MB/s (overall)
   local tls=$1 size=$2 iters=$3 port=$((20000 + RANDOM % 20000)) flags=""
