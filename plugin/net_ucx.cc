@@ -273,8 +273,8 @@ bool Comm::peerHungUp(bool force) {
     std::string path = "/proc/self/fd/" + std::to_string(fd_);
     ssize_t l = readlink(path.c_str(), link, sizeof(link) - 1);
     (void)l;
-    PLUGIN_TRACE("comm %u: setup socket fd %d (%s): revents %#x, peek %zd (%s)", recvCommId_, fd_,
-                 link, p.revents, n, n < 0 ? std::strerror(err) : "ok");
+    PLUGIN_TRACE("comm %u: setup socket fd %d (%s) hung up: revents %#x%s", recvCommId_, fd_, link,
+                 p.revents, n <= 0 ? (n == 0 ? ", EOF" : ", read error") : "");
   }
   return gone;
 }
