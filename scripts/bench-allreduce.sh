@@ -30,6 +30,8 @@ if [ "$tcp" = 1 ]; then
   mpi_flags+=(--mca btl tcp,self --mca pml ob1)
   label="TCP over loopback"
 else
+  # UCX's shared-memory transports (terse watches same-host peers itself on them).
+  export UCX_TLS=${UCX_TLS:-posix,cma,self}
   mpi_flags+=(--mca btl vader,self)
   label="shared memory"
 fi
