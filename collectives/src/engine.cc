@@ -127,7 +127,7 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
   mine.seq = seq;
   mine.worldSize = static_cast<uint32_t>(n);
   auto* theirs = reinterpret_cast<Descriptor*>(scratch(0, sizeof(Descriptor) * n));
-  RequestList reqs(transport_, timeout_);
+  RequestList reqs(transport_, timeout_, &bytesSent_);
   std::vector<size_t> recvSlot(n, 0);
   const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, 0);
   for (int i = 0; i < n; ++i) {

@@ -20,7 +20,9 @@ inline uint64_t makeTag(uint32_t seq, Phase phase, size_t index) {
 
 class RequestList {
  public:
-  RequestList(Transport& t, std::chrono::milliseconds timeout) : t_(t), timeout_(timeout) {}
+  // `sentBytes`, when given, accumulates the bytes of every send posted (for benchmark tables).
+  RequestList(Transport& t, std::chrono::milliseconds timeout, uint64_t* sentBytes = nullptr)
+      : t_(t), timeout_(timeout), sentBytes_(sentBytes) {}
   ~RequestList() { cancelAll(); }
   RequestList(const RequestList&) = delete;
   RequestList& operator=(const RequestList&) = delete;
@@ -29,6 +31,7 @@ class RequestList {
   Status send(int peer, uint64_t tag, const void* data, size_t bytes, size_t* slot) {
     TransportRequest* r = nullptr;
     TERSE_RETURN_IF_ERROR(t_.isend(peer, tag, data, bytes, &r));
+    if (sentBytes_) *sentBytes_ += bytes;
     *slot = add(r);
     return Status::ok();
   }
@@ -68,6 +71,7 @@ class RequestList {
   }
   Transport& t_;
   std::chrono::milliseconds timeout_;
+  uint64_t* sentBytes_;
   std::vector<TransportRequest*> reqs_;
 };
 

@@ -42,7 +42,7 @@ Status CollectiveEngine::ringReduceScatterCore(float* work, size_t count, DataTy
   uint8_t* sendStage = wire == DataType::kFloat32 ? nullptr : scratch(1, count * es);
   uint8_t* recvStage = scratch(2, count * es);
 
-  RequestList reqs(transport_, timeout_);
+  RequestList reqs(transport_, timeout_, &bytesSent_);
   reqs.reserve(2 * (n - 1) * maxSegs);
   std::vector<size_t> recvSlot((n - 1) * maxSegs);
   for (int s = 0; s < n - 1; ++s) {
@@ -95,7 +95,7 @@ Status CollectiveEngine::ringAllgatherCore(void* buffer, size_t count, DataType 
   const size_t seg = ringSegment(count);
   const size_t maxSegs = segmentCount(chunkRange(count, n, 0).length, seg);
 
-  RequestList reqs(transport_, timeout_);
+  RequestList reqs(transport_, timeout_, &bytesSent_);
   reqs.reserve(2 * (n - 1) * maxSegs);
   std::vector<size_t> recvSlot((n - 1) * maxSegs);
   for (int s = 0; s < n - 1; ++s) {
@@ -174,7 +174,7 @@ Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int extra = n - p;
-  RequestList reqs(transport_, timeout_);
+  RequestList reqs(transport_, timeout_, &bytesSent_);
   size_t step = 0;
   auto exchange = [&](int peer, bool sendIt, bool recvIt) -> Status {
     size_t rs = 0, ss = 0;

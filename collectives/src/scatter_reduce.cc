@@ -65,7 +65,7 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   const auto* input = static_cast<const uint8_t*>(op.send);
   auto* output = static_cast<uint8_t*>(op.recv);
 
-  RequestList reqs(transport_, timeout_);
+  RequestList reqs(transport_, timeout_, &bytesSent_);
   std::vector<size_t> contribSlot(n * maxSegs, 0), gatherSlot(n * maxSegs, 0);
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;
@@ -184,7 +184,7 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
   auto* output = static_cast<uint8_t*>(op.recv);
   const auto* input = static_cast<const uint8_t*>(op.send);
 
-  RequestList reqs(transport_, timeout_);
+  RequestList reqs(transport_, timeout_, &bytesSent_);
   std::vector<size_t> slot(n * maxSegs, 0);
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;

@@ -42,6 +42,14 @@ const std::vector<EnvVarInfo>& envRegistry() {
       {"TERSE_TRANSPORT", "enum", "ucx",
        "Byte transport between processes: ucx (the default) or inproc (threads of one process, "
        "for tests)."},
+      {"TERSE_NET_IFNAME", "string", "",
+       "NCCL net plugin: interface whose address carries connection setup. When unset, the first "
+       "interface named in UCX_NET_DEVICES, else the first non-loopback interface that is up."},
+      {"TERSE_NET_SPEED_MBPS", "int", "0",
+       "NCCL net plugin: link speed in Mbit/s reported to NCCL; 0 reads it from sysfs (10000 when "
+       "the link has none, e.g. loopback)."},
+      {"TERSE_NET_MAX_RECVS", "int", "8",
+       "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8."},
   };
   return kRegistry;
 }

@@ -342,6 +342,16 @@ std::string TopkCodec::formatRatio(double r) {
   return buf;
 }
 
+std::string TopkCodec::formatRatioFloat(float r) {
+  // The header carries the ratio as float32: print the shortest decimal of that float.
+  char buf[40];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(r));
+    if (std::strtof(buf, nullptr) == r) break;
+  }
+  return buf;
+}
+
 double TopkCodec::wireBytesPerElement() const { return 8.0 * ratio_; }
 
 size_t TopkCodec::kFor(size_t n) const {
@@ -359,7 +369,7 @@ Status TopkCodec::checkParams(const wire::Header& h) const {
     return errorInvalidUsage(
         "message was written by topk:ratio=%s but is decoded with %s: every "
         "rank must use the same codec spec",
-        formatRatio(num::bitsFloat(h.param1)).c_str(), spec().c_str());
+        formatRatioFloat(num::bitsFloat(h.param1)).c_str(), spec().c_str());
   if (h.param0 > h.count)
     return errorCorrupt("topk message claims k=%u values for only %llu elements", h.param0,
                         static_cast<unsigned long long>(h.count));

@@ -125,6 +125,7 @@ class TopkCodec final : public CodecBase {
   // Values sent for n elements: max(1, round(ratio * n)), at most n (0 for n = 0).
   size_t kFor(size_t n) const;
   static std::string formatRatio(double r);
+  static std::string formatRatioFloat(float r);
 
  protected:
   size_t payloadBytes(const wire::Header& h) const override;

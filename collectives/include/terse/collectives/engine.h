@@ -67,6 +67,10 @@ class CollectiveEngine {
   // Allreduce's internal chunk boundaries are multiples of this many elements.
   static constexpr size_t kChunkAlign = 2048;
 
+  // Bytes this rank has handed to the transport since construction (all calls, descriptors
+  // included): what benchmarks report as wire bytes.
+  uint64_t bytesSent() const { return bytesSent_; }
+
   Transport& transport() { return transport_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
@@ -91,6 +95,7 @@ class CollectiveEngine {
   size_t segmentElems_;
   size_t smallBytes_;
   uint32_t seq_ = 0;
+  uint64_t bytesSent_ = 0;
   std::vector<std::vector<uint8_t>> scratch_;  // grow-only workspaces, reused across calls
 };
 

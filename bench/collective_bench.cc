@@ -1,0 +1,325 @@
+// terse-bench allreduce | reducescatter | allgather: nccl-tests' flags and table, run under
+// terse-run (or mpirun/srun/torchrun), one line per size and codec:
+//
+//   terse-run -n 4 terse-bench allreduce -b 1M -e 64M -f 4 --codec none --codec onebit
+//
+// time is the slowest rank's average per call; algbw = uncompressed bytes / time; busbw applies
+// nccl-tests' factor (2(n-1)/n for allreduce, (n-1)/n for the others), so `none` is comparable with
+// nccl-tests and MPI. wire is the bytes this rank sent per call (descriptor included), ratio the
+// uncompressed algorithm's bytes over that, and maxrelerr max|got - exact| / max|exact| (-c 1),
+// the exact result recomputed from every rank's deterministic input.
+#include "subcommand.h"
+
+#include "terse/collectives/engine.h"
+#include "terse/kernels/numeric.h"
+
+#include <terse/communicator.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace terse::bench {
+namespace {
+
+struct Options {
+  size_t minBytes = 32 << 20, maxBytes = 32 << 20;
+  double factor = 2;
+  int iters = 20, warmup = 5;
+  bool check = true;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::vector<std::string> codecs;
+  std::string json;
+};
+
+bool parseSize(const char* text, size_t* out) {
+  char* end = nullptr;
+  double v = std::strtod(text, &end);
+  if (end == text || v < 0) return false;
+  switch (*end) {
+    case 'K': case 'k': v *= 1024; ++end; break;
+    case 'M': case 'm': v *= 1024 * 1024; ++end; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; ++end; break;
+  }
+  if (*end == 'B' || *end == 'b') ++end;
+  if (*end != '\0') return false;
+  *out = static_cast<size_t>(v);
+  return true;
+}
+
+const char* kAllCodecs[] = {"none", "fp16", "bf16", "int8", "onebit", "topk"};
+
+void usage(const char* name) {
+  std::printf(
+      "usage: terse-bench %s [options]\n"
+      "  -b, --minbytes SIZE   smallest message (uncompressed bytes; K/M/G suffixes) [32M]\n"
+      "  -e, --maxbytes SIZE   largest message [32M]\n"
+      "  -f, --stepfactor F    multiply the size by F each step [2]\n"
+      "  -n, --iters N         timed calls per size [20]\n"
+      "  -w, --warmup_iters N  untimed calls first [5]\n"
+      "  -c, --check 0|1       compute maxrelerr against the exact result [1]\n"
+      "  -d, --datatype T      float | half | bfloat16 [float]\n"
+      "  -o, --op OP           sum | avg [sum]\n"
+      "  -J, --json FILE       also write the rows as JSON\n"
+      "      --codec SPEC      codec spec (repeatable; 'all' = every codec) [none]\n"
+      "Ranks come from terse-run, mpirun, srun or torchrun (see docs/env.md).\n",
+      name);
+}
+
+int parse(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "terse-bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto bad = [&](const char* v) {
+      std::fprintf(stderr, "terse-bench: bad value '%s' for %s\n", v, a.c_str());
+      return 2;
+    };
+    if (a == "-h" || a == "--help") {
+      usage(argv[0]);
+      return 1;
+    } else if (a == "-b" || a == "--minbytes") {
+      const char* v = value();
+      if (!parseSize(v, &o->minBytes)) return bad(v);
+    } else if (a == "-e" || a == "--maxbytes") {
+      const char* v = value();
+      if (!parseSize(v, &o->maxBytes)) return bad(v);
+    } else if (a == "-f" || a == "--stepfactor") {
+      o->factor = std::atof(value());
+      if (o->factor <= 1.0) return bad(argv[i]);
+    } else if (a == "-n" || a == "--iters") {
+      o->iters = std::atoi(value());
+      if (o->iters < 1) return bad(argv[i]);
+    } else if (a == "-w" || a == "--warmup_iters") {
+      o->warmup = std::atoi(value());
+      if (o->warmup < 0) return bad(argv[i]);
+    } else if (a == "-c" || a == "--check") {
+      o->check = std::atoi(value()) != 0;
+    } else if (a == "-d" || a == "--datatype") {
+      std::string v = value();
+      if (v == "float" || v == "float32") o->dtype = DataType::kFloat32;
+      else if (v == "half" || v == "float16") o->dtype = DataType::kFloat16;
+      else if (v == "bfloat16") o->dtype = DataType::kBFloat16;
+      else return bad(v.c_str());
+    } else if (a == "-o" || a == "--op") {
+      std::string v = value();
+      if (v == "sum") o->op = ReduceOp::kSum;
+      else if (v == "avg") o->op = ReduceOp::kAvg;
+      else return bad(v.c_str());
+    } else if (a == "-J" || a == "--json") {
+      o->json = value();
+    } else if (a == "--codec") {
+      std::string v = value();
+      if (v == "all") o->codecs.insert(o->codecs.end(), std::begin(kAllCodecs), std::end(kAllCodecs));
+      else o->codecs.push_back(v);
+    } else {
+      std::fprintf(stderr, "terse-bench: unknown option '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (o->codecs.empty()) o->codecs.push_back("none");
+  if (o->maxBytes < o->minBytes) o->maxBytes = o->minBytes;
+  return 0;
+}
+
+// Deterministic gradient-like input of `rank`, so every rank can recompute the exact result.
+float inputValue(int rank, size_t i) {
+  uint64_t h = num::mix64((uint64_t(rank + 1) << 40) ^ (i * 0x9e3779b97f4a7c15ull));
+  float u = static_cast<float>(h >> 40) / 16777216.0f;
+  return (2.0f * u - 1.0f) * (0.5f + static_cast<float>((h >> 8) & 0xff) / 256.0f);
+}
+
+void fill(std::vector<uint8_t>& buf, DataType dt, int rank, size_t begin, size_t n) {
+  buf.resize(n * dataTypeSize(dt));
+  for (size_t i = 0; i < n; ++i) {
+    float v = inputValue(rank, begin + i);
+    if (dt == DataType::kFloat32) num::store(reinterpret_cast<float*>(buf.data()), i, v);
+    if (dt == DataType::kFloat16) num::store(reinterpret_cast<Half*>(buf.data()), i, v);
+    if (dt == DataType::kBFloat16) num::store(reinterpret_cast<BFloat16*>(buf.data()), i, v);
+  }
+}
+
+float loadAt(const uint8_t* p, DataType dt, size_t i) {
+  if (dt == DataType::kFloat32) return num::load(reinterpret_cast<const float*>(p), i);
+  if (dt == DataType::kFloat16) return num::load(reinterpret_cast<const Half*>(p), i);
+  return num::load(reinterpret_cast<const BFloat16*>(p), i);
+}
+
+// The exact result this rank should hold (double), recomputed from every rank's input.
+std::vector<double> exactResult(CollectiveKind kind, DataType dt, ReduceOp op, int n, size_t count,
+                                Range mine) {
+  std::vector<uint8_t> tmp;
+  std::vector<double> ref;
+  if (kind == CollectiveKind::kAllGather) {
+    ref.resize(count);
+    for (int owner = 0; owner < n; ++owner) {
+      Range c = chunkRange(count, n, owner);
+      fill(tmp, dt, owner, c.begin, c.length);
+      for (size_t i = 0; i < c.length; ++i) ref[c.begin + i] = loadAt(tmp.data(), dt, i);
+    }
+    return ref;
+  }
+  Range out = kind == CollectiveKind::kReduceScatter ? mine : Range{0, count};
+  ref.assign(out.length, 0.0);
+  for (int r = 0; r < n; ++r) {
+    fill(tmp, dt, r, out.begin, out.length);
+    for (size_t i = 0; i < out.length; ++i) ref[i] += loadAt(tmp.data(), dt, i);
+  }
+  if (op == ReduceOp::kAvg)
+    for (double& v : ref) v /= n;
+  return ref;
+}
+
+int runKind(CollectiveKind kind, int argc, char** argv) {
+  Options o;
+  if (int rc = parse(argc, argv, &o)) return rc == 1 ? 0 : rc;
+  auto created = Communicator::create();
+  if (!created.isOk()) {
+    std::fprintf(stderr, "terse-bench: %s\n", created.status().toString().c_str());
+    return 1;
+  }
+  Communicator& comm = *created.value();
+  const int n = comm.size(), rank = comm.rank();
+  CollectiveEngine engine(comm.transport(), comm.timeout());
+  const size_t es = dataTypeSize(o.dtype);
+  const double busFactor = kind == CollectiveKind::kAllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
+
+  FILE* json = nullptr;
+  if (rank == 0) {
+    std::printf("# terse-bench %s: %d ranks over %s, %s, %s, %d warmup + %d timed calls\n",
+                collectiveName(kind), n, comm.transport().describe().c_str(), dataTypeName(o.dtype),
+                reduceOpName(o.op), o.warmup, o.iters);
+    std::printf("#%11s %12s %8s %6s %-30s %10s %8s %8s %12s %7s %10s\n", "size(B)", "count", "type",
+                "redop", "codec", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "maxrelerr");
+    if (!o.json.empty() && !(json = std::fopen(o.json.c_str(), "w"))) {
+      std::fprintf(stderr, "terse-bench: cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+    if (json) std::fprintf(json, "[\n");
+  }
+  bool firstRow = true;
+  for (const std::string& spec : o.codecs) {
+    auto codec = makeCodec(spec);
+    if (!codec.isOk()) {
+      if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", codec.status().toString().c_str());
+      return 2;
+    }
+    for (size_t bytes = o.minBytes; bytes <= o.maxBytes;
+         bytes = std::max(bytes + 1, static_cast<size_t>(bytes * o.factor))) {
+      const size_t count = bytes / es;
+      Range mine = chunkRange(count, n, rank);
+      std::vector<uint8_t> send, recv;
+      size_t sendCount = kind == CollectiveKind::kAllGather ? mine.length : count;
+      size_t recvCount = kind == CollectiveKind::kReduceScatter ? mine.length : count;
+      fill(send, o.dtype, rank, kind == CollectiveKind::kAllGather ? mine.begin : 0, sendCount);
+      recv.assign(recvCount * es, 0);
+      std::unique_ptr<ErrorFeedback> ef;
+      if (codec.value()->wantsErrorFeedback()) {
+        auto e = ErrorFeedback::create(codec.value()->spec(), sendCount);
+        ef = std::make_unique<ErrorFeedback>(std::move(e).value());
+      }
+      CollectiveOp op;
+      op.feedback = ef.get();
+      op.kind = kind;
+      op.send = send.data();
+      op.recv = recv.data();
+      op.count = count;
+      op.dtype = o.dtype;
+      op.op = o.op;
+      op.codec = codec.value().get();
+      Status st;
+      for (int i = 0; i < o.warmup && st.isOk(); ++i) st = engine.run(op);
+      if (st.isOk()) st = comm.barrier();
+      uint64_t sentBefore = engine.bytesSent();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < o.iters && st.isOk(); ++i) st = engine.run(op);
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o.iters;
+      double wire = double(engine.bytesSent() - sentBefore) / o.iters;
+      // The accuracy figure is one call's, from fresh residuals (what a first training step sees).
+      if (ef) ef->reset();
+      if (st.isOk() && o.check) st = engine.run(op);
+      if (!st.isOk()) {
+        std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
+        return 1;
+      }
+      // Slowest rank's time, and the largest error anywhere, via an uncompressed allgather.
+      double err = 0, maxRef = 0;
+      if (o.check && count > 0) {
+        auto ref = exactResult(kind, o.dtype, o.op, n, count, mine);
+        for (size_t i = 0; i < recvCount; ++i) {
+          err = std::max(err, std::fabs(loadAt(recv.data(), o.dtype, i) - ref[i]));
+          maxRef = std::max(maxRef, std::fabs(ref[i]));
+        }
+      }
+      std::vector<float> stats(3 * n, 0.0f), mineStats = {float(us), float(err), float(maxRef)};
+      auto none = makeCodec("none").value();
+      CollectiveOp gather;
+      gather.kind = CollectiveKind::kAllGather;
+      gather.count = 3 * n;
+      gather.send = mineStats.data();
+      gather.recv = stats.data();
+      gather.codec = none.get();
+      // Every rank sends exactly 3 values: the balanced split of 3n gives each rank 3.
+      st = engine.run(gather);
+      if (!st.isOk()) {
+        std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
+        return 1;
+      }
+      double tmax = 0, emax = 0, rmax = 0;
+      for (int r = 0; r < n; ++r) {
+        tmax = std::max<double>(tmax, stats[3 * r]);
+        emax = std::max<double>(emax, stats[3 * r + 1]);
+        rmax = std::max<double>(rmax, stats[3 * r + 2]);
+      }
+      double rel = rmax > 0 ? emax / rmax : 0;
+      double algbw = double(count * es) / tmax / 1e3;  // bytes/us -> GB/s
+      double plain = busFactor * double(count * es);
+      if (rank == 0) {
+        std::printf("%12zu %12zu %8s %6s %-30s %10.1f %8.3f %8.3f %12.0f %7.2f %10.2e\n", count * es,
+                    count, dataTypeName(o.dtype), reduceOpName(o.op), codec.value()->spec().c_str(),
+                    tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
+                    o.check ? rel : 0.0);
+        std::fflush(stdout);
+        if (json)
+          std::fprintf(json,
+                       "%s  {\"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
+                       "\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+                       "\"codec\": \"%s\", \"time_us\": %.3f, \"algbw_gbs\": %.6f, "
+                       "\"busbw_gbs\": %.6f, \"wire_bytes\": %.0f, \"ratio\": %.4f, "
+                       "\"maxrelerr\": %.6e}",
+                       firstRow ? "" : ",\n", collectiveName(kind), n,
+                       comm.transport().describe().c_str(), count * es, count,
+                       dataTypeName(o.dtype), reduceOpName(o.op), codec.value()->spec().c_str(),
+                       tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
+                       o.check ? rel : 0.0);
+      }
+      firstRow = false;
+    }
+  }
+  if (json) {
+    std::fprintf(json, "\n]\n");
+    std::fclose(json);
+  }
+  return 0;
+}
+
+RegisterSubcommand allreduceCmd({"allreduce", "compressed allreduce, nccl-tests' table",
+                                 [](int c, char** v) { return runKind(CollectiveKind::kAllReduce, c, v); }});
+RegisterSubcommand reducescatterCmd({"reducescatter", "compressed reduce-scatter, nccl-tests' table",
+                                     [](int c, char** v) { return runKind(CollectiveKind::kReduceScatter, c, v); }});
+RegisterSubcommand allgatherCmd({"allgather", "compressed allgather, nccl-tests' table",
+                                 [](int c, char** v) { return runKind(CollectiveKind::kAllGather, c, v); }});
+
+}  // namespace
+}  // namespace terse::bench

@@ -1,0 +1,178 @@
+// Blockwise CUDA encoders: int8 (absmax scale per block) and onebit (mean-magnitude scale per
+// block, signs packed 32 to a word). One CUDA block reduces one codec block with
+// cub::BlockReduce; the per-element work then uses the scale through numeric.h, exactly as the
+// CPU path does.
+//
+// int8 scales are a max, which is order independent, so they match the CPU bitwise. onebit
+// scales are a float sum whose tree order differs from the CPU's, so they agree to rounding
+// (the GPU tests state the tolerance); bits and residuals follow from the scale bitwise.
+// Residuals go through num::residualOf (non-finite differences leave 0), like the CPU.
+#include "launch.cuh"
+
+#include <cub/block/block_reduce.cuh>
+
+namespace terse::kernels::cuda {
+namespace {
+
+using detail::gridFor;
+using detail::kThreads;
+
+struct MaxKeyOp {
+  __device__ __forceinline__ uint32_t operator()(uint32_t a, uint32_t b) const {
+    return a > b ? a : b;
+  }
+};
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
+using BlockReduceF = cub::BlockReduce<float, kThreads>;
+using BlockReduceU = cub::BlockReduce<uint32_t, kThreads>;
+
+// Keys at or above this are Inf or NaN (magnitudeKey clears the sign).
+constexpr uint32_t kNonFiniteKey = 0x7f800000u;
+
+template <typename In>
+__device__ __forceinline__ float inputValue(const In* in, const float* residual, size_t i) {
+  float v = num::load(in, i);
+  return residual ? v + residual[i] : v;
+}
+
+__host__ __device__ inline size_t blockCount(size_t n, size_t block) {
+  return n / block + (n % block != 0);
+}
+
+unsigned gridForBlocks(size_t blocks) {
+  return static_cast<unsigned>(blocks < detail::kMaxBlocks ? blocks : detail::kMaxBlocks);
+}
+
+// ---- int8 -----------------------------------------------------------------------------------
+// One CUDA block per codec block (grid-stride over blocks): reduce absmax and all-finite, then
+// quantize the same elements. Each element is read and written by one thread only, so reading
+// the residual twice sees the old value both times.
+template <typename In>
+__global__ void int8QuantizeKernel(const In* in, size_t n, size_t block, Rounding rounding,
+                                   uint64_t seed, uint64_t offset, float* residual, float* scales,
+                                   int8_t* q) {
+  __shared__ typename BlockReduceU::TempStorage temp;
+  __shared__ float blockScale;
+  size_t blocks = blockCount(n, block);
+  for (size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    size_t begin = b * block;
+    size_t end = begin + block < n ? begin + block : n;
+    // The largest magnitude as its order-preserving key (as on the CPU): an integer max is
+    // exact, and a key >= kNonFiniteKey flags Inf/NaN in the block.
+    uint32_t maxKey = 0;
+    for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
+      uint32_t key = num::magnitudeKey(inputValue(in, residual, i));
+      maxKey = key > maxKey ? key : maxKey;
+    }
+    uint32_t blockMax = BlockReduceU(temp).Reduce(maxKey, MaxKeyOp{});
+    if (threadIdx.x == 0) {
+      float s = num::int8Scale(num::bitsFloat(blockMax), blockMax < kNonFiniteKey);
+      scales[b] = s;
+      blockScale = s;
+    }
+    __syncthreads();
+    float scale = blockScale;
+    float inv = num::int8InvScale(scale);
+    for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
+      float v = inputValue(in, residual, i);
+      int8_t qi = rounding == Rounding::kStochastic
+                      ? num::int8QuantizeStochastic(v, inv, num::uniform01(seed, offset + i))
+                      : num::int8QuantizeNearest(v, inv);
+      q[i] = qi;
+      if (residual) residual[i] = num::residualOf(v, num::int8Dequantize(qi, scale));
+    }
+    __syncthreads();  // temp and blockScale are reused by the next codec block
+  }
+}
+
+// ---- onebit ---------------------------------------------------------------------------------
+template <typename In>
+__global__ void onebitScaleKernel(const In* in, size_t n, size_t block, const float* residual,
+                                  float* scales) {
+  __shared__ typename BlockReduceF::TempStorage temp;
+  size_t blocks = blockCount(n, block);
+  for (size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    size_t begin = b * block;
+    size_t end = begin + block < n ? begin + block : n;
+    float sum = 0.0f;
+    int finite = 1;
+    for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
+      float v = inputValue(in, residual, i);
+      sum += fabsf(v);
+      finite &= num::isFinite(v) ? 1 : 0;
+    }
+    int allFinite = __syncthreads_and(finite);
+    float total = BlockReduceF(temp).Reduce(sum, SumOp{});
+    if (threadIdx.x == 0) {
+      scales[b] = num::onebitScale(total, static_cast<uint32_t>(end - begin), allFinite != 0);
+    }
+    __syncthreads();
+  }
+}
+
+// Element i is handled by lane i % 32 of some warp (blocks of 256 threads and a grid stride
+// that is a multiple of 32), so one ballot yields word i / 32 and lane 0 stores it. The loop
+// bound is rounded up to whole words so every lane of a warp takes the same trip count.
+template <typename In>
+__global__ void onebitPackKernel(const In* in, size_t n, size_t block, float* residual,
+                                 const float* scales, uint32_t* bits) {
+  size_t padded = (n + 31) / 32 * 32;
+  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < padded;
+       i += size_t{gridDim.x} * kThreads) {
+    bool inRange = i < n;
+    float v = 0.0f;
+    bool bit = false;
+    if (inRange) {
+      v = inputValue(in, residual, i);
+      bit = num::onebitBit(v);
+    }
+    uint32_t word = __ballot_sync(0xffffffffu, inRange && bit);
+    if ((threadIdx.x & 31u) == 0) bits[i / 32] = word;
+    if (inRange && residual)
+      residual[i] = num::residualOf(v, num::onebitDecode(bit, scales[i / block]));
+  }
+}
+
+}  // namespace
+
+template <typename In>
+cudaError_t int8Quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t seed,
+                         uint64_t offset, float* residual, float* scales, int8_t* q,
+                         cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (block == 0 || in == nullptr || scales == nullptr || q == nullptr)
+    return cudaErrorInvalidValue;
+  int8QuantizeKernel<In><<<gridForBlocks(blockCount(n, block)), kThreads, 0, stream>>>(
+      in, n, block, rounding, seed, offset, residual, scales, q);
+  return detail::lastLaunchError();
+}
+
+template <typename In>
+cudaError_t onebitCompress(const In* in, size_t n, size_t block, float* residual, float* scales,
+                           uint32_t* bits, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (block == 0 || in == nullptr || scales == nullptr || bits == nullptr)
+    return cudaErrorInvalidValue;
+  // Two kernels because a 32-element word can straddle two codec blocks when block % 32 != 0;
+  // the scales are complete before any residual is updated.
+  onebitScaleKernel<In><<<gridForBlocks(blockCount(n, block)), kThreads, 0, stream>>>(
+      in, n, block, residual, scales);
+  TERSE_CUDA_TRY(detail::lastLaunchError());
+  onebitPackKernel<In><<<gridFor(n), kThreads, 0, stream>>>(in, n, block, residual, scales, bits);
+  return detail::lastLaunchError();
+}
+
+#define TERSE_PER_TYPE(T)                                                                      \
+  template cudaError_t int8Quantize<T>(const T*, size_t, size_t, Rounding, uint64_t, uint64_t, \
+                                       float*, float*, int8_t*, cudaStream_t);                 \
+  template cudaError_t onebitCompress<T>(const T*, size_t, size_t, float*, float*, uint32_t*,  \
+                                         cudaStream_t);
+TERSE_PER_TYPE(float)
+TERSE_PER_TYPE(Half)
+TERSE_PER_TYPE(BFloat16)
+#undef TERSE_PER_TYPE
+
+}  // namespace terse::kernels::cuda

@@ -1,0 +1,476 @@
+// The exported NCCL net tables (v11 and the v10/v9/v8 shims) over NetContext. Every entry point
+// is a firewall: it returns an ncclResult_t, logs the error once, and lets no exception out.
+#include "net_ucx.h"
+#include "plugin_log.h"
+
+#include "terse/common/logging.h"
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+
+namespace terse::plugin {
+namespace {
+
+// Process-wide state of one load of the library. Reset by dlclose (the statics go with it).
+struct PluginState {
+  std::mutex mu;
+  std::optional<DeviceInfo> device;  // discovered by the first init, then fixed for this load
+  int ptrSupport = NCCL_PTR_HOST;
+  NetContext* legacy = nullptr;  // the one context of v8..v10 (their init has no ctx)
+  int liveContexts = 0;          // v11 contexts not yet finalized
+
+  // v8..v10 have no finalize: their context goes when NCCL dlcloses us (static destructors
+  // run then), so a later dlopen starts from nothing and no UCX thread outlives the library.
+  ~PluginState() {
+    delete legacy;
+    setNcclLogger(nullptr);
+  }
+};
+
+PluginState& state() {
+  static PluginState s;
+  return s;
+}
+
+ncclResult_t toNccl(const Status& s, const char* entry) {
+  if (s.isOk()) return ncclSuccess;
+  PLUGIN_WARN("%s failed: %s", entry, s.message().c_str());
+  switch (s.code()) {
+    case StatusCode::kOk: return ncclSuccess;
+    case StatusCode::kInvalidArgument: return ncclInvalidArgument;
+    case StatusCode::kUnsupported: return ncclInvalidArgument;
+    case StatusCode::kInvalidUsage: return ncclInvalidUsage;
+    case StatusCode::kRemoteError: return ncclRemoteError;
+    case StatusCode::kTimeout: return ncclRemoteError;
+    case StatusCode::kSystemError: return ncclSystemError;
+    case StatusCode::kInProgress: return ncclInProgress;
+    case StatusCode::kCorrupt:
+    case StatusCode::kInternal: return ncclInternalError;
+  }
+  return ncclInternalError;
+}
+
+template <typename Body>
+ncclResult_t guarded(const char* entry, Body&& body) noexcept {
+  try {
+    return toNccl(body(), entry);
+  } catch (const std::bad_alloc&) {
+    PLUGIN_WARN("%s failed: out of memory", entry);
+    return ncclSystemError;
+  } catch (const std::exception& e) {
+    PLUGIN_WARN("%s failed: internal error: %s", entry, e.what());
+    return ncclInternalError;
+  } catch (...) {
+    PLUGIN_WARN("%s failed: unknown internal error", entry);
+    return ncclInternalError;
+  }
+}
+
+Status notNull(const void* p, const char* entry, const char* what) {
+  if (p == nullptr) return errorInvalidArgument("%s: %s is NULL", entry, what);
+  return Status::ok();
+}
+
+// Shared by every init: the logger, and the device discovered once per load.
+Status initCommon(ncclDebugLogger_t logger) {
+  if (logger != nullptr) setNcclLogger(logger);
+  PluginState& s = state();
+  if (s.device) return Status::ok();
+  TERSE_ASSIGN_OR_RETURN(DeviceInfo dev, discoverDevice());
+  s.device = std::move(dev);
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  PLUGIN_INFO("Using [0]%s (setup via %s), speed %d Mbit/s%s, UCX %u.%u.%u, maxRecvs %d",
+              s.device->name.c_str(), sockaddrToString(s.device->bindAddr).c_str(),
+              s.device->speedMbps, s.device->speedKnown ? "" : " (unknown link speed: default)",
+              major, minor, release, s.device->maxRecvs);
+  return Status::ok();
+}
+
+Result<NetContext*> newContext() {
+  PluginState& s = state();
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<NetContext> ctx, NetContext::create(*s.device));
+  s.ptrSupport = ctx->ptrSupport();
+  return ctx.release();
+}
+
+// After the last context is gone nothing may call back into NCCL's logger: NCCL may dlclose us.
+void maybeReleaseLogger() {
+  PluginState& s = state();
+  if (s.liveContexts == 0 && s.legacy == nullptr) setNcclLogger(nullptr);
+}
+
+ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t*,
+                     ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+  return guarded("init", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(ctx, "init", "ctx"));
+    *ctx = nullptr;
+    PluginState& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    TERSE_RETURN_IF_ERROR(initCommon(logger));
+    TERSE_ASSIGN_OR_RETURN(NetContext * c, newContext());
+    *ctx = c;
+    ++s.liveContexts;
+    PLUGIN_TRACE("init for comm %#llx", static_cast<unsigned long long>(commId));
+    return Status::ok();
+  });
+}
+
+ncclResult_t finalizeV11(void* ctx) {
+  return guarded("finalize", [&]() -> Status {
+    PluginState& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (ctx != nullptr) {
+      delete static_cast<NetContext*>(ctx);
+      --s.liveContexts;
+    }
+    maybeReleaseLogger();
+    return Status::ok();
+  });
+}
+
+ncclResult_t initLegacy(ncclDebugLogger_t logger) {
+  return guarded("init", [&]() -> Status {
+    PluginState& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    TERSE_RETURN_IF_ERROR(initCommon(logger));
+    if (s.legacy == nullptr) {
+      TERSE_ASSIGN_OR_RETURN(s.legacy, newContext());
+    }
+    return Status::ok();
+  });
+}
+ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+  return initLegacy(logger);
+}
+
+ncclResult_t devices(int* ndev) {
+  return guarded("devices", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(ndev, "devices", "ndev"));
+    PluginState& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    *ndev = s.device ? 1 : 0;
+    return Status::ok();
+  });
+}
+
+ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
+  return guarded("getProperties", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(props, "getProperties", "props"));
+    PluginState& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.device) return errorInvalidUsage("getProperties called before a successful init");
+    if (dev != 0) return errorInvalidArgument("getProperties: device %d does not exist", dev);
+    const DeviceInfo& d = *s.device;
+    *props = ncclNetProperties_v11_t{};
+    props->name = const_cast<char*>(d.name.c_str());
+    props->pciPath = d.pciPath.empty() ? nullptr : const_cast<char*>(d.pciPath.c_str());
+    props->guid = d.guid;
+    props->ptrSupport = s.ptrSupport;
+    props->regIsGlobal = 0;
+    props->forceFlush = 0;
+    props->speed = d.speedMbps;
+    props->port = 0;
+    props->latency = 0;  // not measured; NCCL then uses its own default
+    props->maxComms = d.maxComms;
+    props->maxRecvs = d.maxRecvs;
+    props->netDeviceType = NCCL_NET_DEVICE_HOST;
+    props->netDeviceVersion = 0;
+    props->vProps.ndevs = 1;
+    props->vProps.devs[0] = 0;
+    props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+    props->maxCollBytes = NCCL_MAX_COLLNET_SIZE_BYTES;
+    props->maxMultiRequestSize = 1;
+    return Status::ok();
+  });
+}
+
+ncclResult_t getPropertiesV10(int dev, ncclNetProperties_v10_t* props) {
+  if (props == nullptr) return ncclInvalidArgument;
+  ncclNetProperties_v11_t p;
+  ncclResult_t r = getPropertiesV11(dev, &p);
+  if (r != ncclSuccess) return r;
+  *props = ncclNetProperties_v10_t{p.name,
+                                   p.pciPath,
+                                   p.guid,
+                                   p.ptrSupport,
+                                   p.regIsGlobal,
+                                   p.forceFlush,
+                                   p.speed,
+                                   p.port,
+                                   p.latency,
+                                   p.maxComms,
+                                   p.maxRecvs,
+                                   p.netDeviceType,
+                                   p.netDeviceVersion,
+                                   p.vProps,
+                                   p.maxP2pBytes,
+                                   p.maxCollBytes};
+  return ncclSuccess;
+}
+
+ncclResult_t getPropertiesV8(int dev, ncclNetProperties_v8_t* props) {
+  if (props == nullptr) return ncclInvalidArgument;
+  ncclNetProperties_v11_t p;
+  ncclResult_t r = getPropertiesV11(dev, &p);
+  if (r != ncclSuccess) return r;
+  *props = ncclNetProperties_v8_t{p.name,        p.pciPath,  p.guid,          p.ptrSupport,
+                                  p.regIsGlobal, p.speed,    p.port,          p.latency,
+                                  p.maxComms,    p.maxRecvs, p.netDeviceType, p.netDeviceVersion};
+  return ncclSuccess;
+}
+
+ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listenComm) {
+  return guarded("listen", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(ctx, "listen", "ctx"));
+    TERSE_RETURN_IF_ERROR(notNull(handle, "listen", "handle"));
+    TERSE_RETURN_IF_ERROR(notNull(listenComm, "listen", "listenComm"));
+    auto* c = static_cast<NetContext*>(ctx);
+    std::lock_guard<std::mutex> lock(c->mutex());
+    ListenComm* l = nullptr;
+    TERSE_RETURN_IF_ERROR(c->listen(dev, handle, &l));
+    *listenComm = l;
+    return Status::ok();
+  });
+}
+
+ncclResult_t connectV11(void* ctx, int dev, void* handle, void** sendComm,
+                        ncclNetDeviceHandle_v11_t** sendDevComm) {
+  return guarded("connect", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(ctx, "connect", "ctx"));
+    TERSE_RETURN_IF_ERROR(notNull(handle, "connect", "handle"));
+    TERSE_RETURN_IF_ERROR(notNull(sendComm, "connect", "sendComm"));
+    *sendComm = nullptr;
+    if (sendDevComm != nullptr) *sendDevComm = nullptr;  // host-only: no device handle
+    auto* c = static_cast<NetContext*>(ctx);
+    std::lock_guard<std::mutex> lock(c->mutex());
+    SendComm* comm = nullptr;
+    TERSE_RETURN_IF_ERROR(c->connect(dev, handle, &comm));
+    *sendComm = static_cast<Comm*>(comm);
+    return Status::ok();
+  });
+}
+
+ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t** recvDevComm) {
+  return guarded("accept", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(listenComm, "accept", "listenComm"));
+    TERSE_RETURN_IF_ERROR(notNull(recvComm, "accept", "recvComm"));
+    *recvComm = nullptr;
+    if (recvDevComm != nullptr) *recvDevComm = nullptr;
+    auto* l = static_cast<ListenComm*>(listenComm);
+    NetContext* c = contextOf(l);
+    std::lock_guard<std::mutex> lock(c->mutex());
+    RecvComm* comm = nullptr;
+    TERSE_RETURN_IF_ERROR(c->accept(l, &comm));
+    *recvComm = static_cast<Comm*>(comm);
+    return Status::ok();
+  });
+}
+
+ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  return guarded("regMr", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(comm, "regMr", "comm"));
+    TERSE_RETURN_IF_ERROR(notNull(mhandle, "regMr", "mhandle"));
+    auto* c = static_cast<Comm*>(comm);
+    std::lock_guard<std::mutex> lock(c->context()->mutex());
+    MemRegion* region = nullptr;
+    TERSE_RETURN_IF_ERROR(c->context()->regMr(c, data, size, type, &region));
+    *mhandle = region;
+    return Status::ok();
+  });
+}
+
+ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t, int fd,
+                         void** mhandle) {
+  if (fd == -1) return regMr(comm, data, size, type, mhandle);
+  return guarded("regMrDmaBuf", [&]() -> Status {
+    return errorUnsupported(
+        "regMrDmaBuf: DMA-BUF registration is not supported (ptrSupport has "
+        "no NCCL_PTR_DMABUF)");
+  });
+}
+
+ncclResult_t deregMr(void* comm, void* mhandle) {
+  return guarded("deregMr", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(comm, "deregMr", "comm"));
+    auto* c = static_cast<Comm*>(comm);
+    std::lock_guard<std::mutex> lock(c->context()->mutex());
+    return c->context()->deregMr(c, static_cast<MemRegion*>(mhandle));
+  });
+}
+
+ncclResult_t isendV11(void* sendComm, void* data, size_t size, int tag, void* mhandle, void*,
+                      void** request) {
+  return guarded("isend", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(sendComm, "isend", "sendComm"));
+    TERSE_RETURN_IF_ERROR(notNull(request, "isend", "request"));
+    *request = nullptr;
+    auto* send = dynamic_cast<SendComm*>(static_cast<Comm*>(sendComm));
+    if (send == nullptr) return errorInvalidArgument("isend: the comm is not a send comm");
+    std::lock_guard<std::mutex> lock(send->context()->mutex());
+    NetRequest* r = nullptr;
+    TERSE_RETURN_IF_ERROR(
+        send->context()->isend(send, data, size, tag, static_cast<MemRegion*>(mhandle), &r));
+    *request = r;
+    return Status::ok();
+  });
+}
+
+ncclResult_t irecvV11(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                      void**, void** request) {
+  return guarded("irecv", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(recvComm, "irecv", "recvComm"));
+    TERSE_RETURN_IF_ERROR(notNull(request, "irecv", "request"));
+    *request = nullptr;  // overwrites NCCL's optional-completion marker: we always return one
+    auto* recv = dynamic_cast<RecvComm*>(static_cast<Comm*>(recvComm));
+    if (recv == nullptr) return errorInvalidArgument("irecv: the comm is not a receive comm");
+    std::lock_guard<std::mutex> lock(recv->context()->mutex());
+    NetRequest* r = nullptr;
+    TERSE_RETURN_IF_ERROR(recv->context()->irecv(recv, n, data, sizes, tags, mhandles, &r));
+    *request = r;
+    return Status::ok();
+  });
+}
+
+ncclResult_t iflush(void* recvComm, int, void**, int*, void**, void** request) {
+  return guarded("iflush", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(recvComm, "iflush", "recvComm"));
+    TERSE_RETURN_IF_ERROR(notNull(request, "iflush", "request"));
+    // UCX completes a receive only once the bytes are in place (host, or CUDA through
+    // cuda_copy), so there is never anything left to flush.
+    *request = nullptr;
+    return Status::ok();
+  });
+}
+
+ncclResult_t test(void* request, int* done, int* sizes) {
+  return guarded("test", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(request, "test", "request"));
+    TERSE_RETURN_IF_ERROR(notNull(done, "test", "done"));
+    auto* r = static_cast<NetRequest*>(request);
+    std::lock_guard<std::mutex> lock(r->comm->context()->mutex());
+    return r->comm->context()->test(r, done, sizes);
+  });
+}
+
+ncclResult_t closeSend(void* sendComm) {
+  return guarded("closeSend", [&]() -> Status {
+    if (sendComm == nullptr) return Status::ok();
+    auto* send = dynamic_cast<SendComm*>(static_cast<Comm*>(sendComm));
+    if (send == nullptr) return errorInvalidArgument("closeSend: the comm is not a send comm");
+    NetContext* c = send->context();
+    std::lock_guard<std::mutex> lock(c->mutex());
+    return c->closeSend(send);
+  });
+}
+
+ncclResult_t closeRecv(void* recvComm) {
+  return guarded("closeRecv", [&]() -> Status {
+    if (recvComm == nullptr) return Status::ok();
+    auto* recv = dynamic_cast<RecvComm*>(static_cast<Comm*>(recvComm));
+    if (recv == nullptr) return errorInvalidArgument("closeRecv: the comm is not a receive comm");
+    NetContext* c = recv->context();
+    std::lock_guard<std::mutex> lock(c->mutex());
+    return c->closeRecv(recv);
+  });
+}
+
+ncclResult_t closeListen(void* listenComm) {
+  return guarded("closeListen", [&]() -> Status {
+    if (listenComm == nullptr) return Status::ok();
+    auto* l = static_cast<ListenComm*>(listenComm);
+    NetContext* c = contextOf(l);
+    std::lock_guard<std::mutex> lock(c->mutex());
+    return c->closeListen(l);
+  });
+}
+
+// ---- older tables: adapt arguments, then call the v11 code ----------------------------------
+
+ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
+  NetContext* c = state().legacy;
+  if (c == nullptr)
+    return guarded("listen", [] { return errorInvalidUsage("listen before init"); });
+  return listenV11(c, dev, handle, listenComm);
+}
+
+ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sendComm,
+                        ncclNetDeviceHandle_v10_t** sendDevComm) {
+  NetContext* c = state().legacy;
+  if (c == nullptr)
+    return guarded("connect", [] { return errorInvalidUsage("connect before init"); });
+  return connectV11(c, dev, handle, sendComm, sendDevComm);
+}
+
+ncclResult_t connectV9(int dev, void* handle, void** sendComm,
+                       ncclNetDeviceHandle_v9_t** sendDevComm) {
+  return connectV10(dev, nullptr, handle, sendComm, sendDevComm);
+}
+
+ncclResult_t isendV9(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                     void** request) {
+  return isendV11(sendComm, data, size, tag, mhandle, nullptr, request);
+}
+
+ncclResult_t irecvV9(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                     void** request) {
+  return irecvV11(recvComm, n, data, sizes, tags, mhandles, nullptr, request);
+}
+
+ncclResult_t isendV8(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
+  if (size < 0)
+    return guarded("isend", [&] { return errorInvalidArgument("isend: negative size %d", size); });
+  return isendV11(sendComm, data, static_cast<size_t>(size), tag, mhandle, nullptr, request);
+}
+
+ncclResult_t irecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
+                     void** request) {
+  if (n < 1 || n > kMaxGroupedRecvs || sizes == nullptr)
+    return guarded("irecv", [&] {
+      return errorInvalidArgument("irecv: %d buffers (1..%d) or NULL sizes", n, kMaxGroupedRecvs);
+    });
+  size_t wide[kMaxGroupedRecvs];
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] < 0)
+      return guarded("irecv", [&] { return errorInvalidArgument("irecv: negative size"); });
+    wide[i] = static_cast<size_t>(sizes[i]);
+  }
+  return irecvV11(recvComm, n, data, wide, tags, mhandles, nullptr, request);
+}
+
+}  // namespace
+}  // namespace terse::plugin
+
+using namespace terse::plugin;  // NOLINT: the tables below list many entry points
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
+    "terse",     initV11, devices,     getPropertiesV11, listenV11,   connectV11,
+    accept,      regMr,   regMrDmaBuf, deregMr,          isendV11,    irecvV11,
+    iflush,      test,    closeSend,   closeRecv,        closeListen,
+    nullptr,  // getDeviceMr: host-only device, nothing to map
+    nullptr,  // irecvConsumed: only for NCCL_NET_DEVICE_UNPACK
+    nullptr,  // makeVDevice: one device, nothing to merge
+    finalizeV11,
+    nullptr,  // setNetAttr: hints only; UCX picks lanes itself
+};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
+    "terse",   initV10,     devices,     getPropertiesV10, listenLegacy, connectV10, accept,
+    regMr,     regMrDmaBuf, deregMr,     isendV11,         irecvV11,     iflush,     test,
+    closeSend, closeRecv,   closeListen, nullptr,          nullptr,      nullptr,
+};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v9_t ncclNetPlugin_v9 = {
+    "terse",   initLegacy,  devices,     getPropertiesV10, listenLegacy, connectV9, accept,
+    regMr,     regMrDmaBuf, deregMr,     isendV9,          irecvV9,      iflush,    test,
+    closeSend, closeRecv,   closeListen, nullptr,          nullptr,      nullptr,
+};
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlugin_v8 = {
+    "terse",   initLegacy,  devices,     getPropertiesV8, listenLegacy, connectV9, accept,
+    regMr,     regMrDmaBuf, deregMr,     isendV8,         irecvV8,      iflush,    test,
+    closeSend, closeRecv,   closeListen, nullptr,         nullptr,
+};

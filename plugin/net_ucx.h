@@ -1,0 +1,166 @@
+// The net plugin's implementation: connection-oriented byte pipes over UCX tagged messages.
+// The C tables in net_tables.cc are thin shims over these classes; nothing here is exported.
+//
+// Connection setup. listen() opens a nonblocking TCP socket on the chosen interface and puts
+// its address in NCCL's 128-byte handle. connect() dials it, sends a hello, and reads back the
+// receiver's UCX worker address plus a receiver-chosen comm id; accept() answers. Both run as
+// small state machines advanced on each call, so neither ever blocks. The TCP socket then stays
+// open for the life of the comm: it carries no data, but it turns a dead peer into a
+// hang-up the other side sees at once, whatever UCX transport moves the bytes.
+//
+// Data. A send comm owns a UCX endpoint to the receiver's worker; a message travels with the UCX
+// tag (recvCommId << 32 | NCCL tag), so receives on one comm match its sends in posting order
+// per tag, and the tag picks the buffer of a grouped receive.
+//
+// Thread-safety: every entry point locks its NetContext's mutex; NCCL calls from several
+// threads (service thread for connect/accept/regMr, progress thread for isend/irecv/test).
+#pragma once
+
+#include "terse/common/status.h"
+
+#include "nccl_net_abi.h"
+#include "net_device.h"
+
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace terse::plugin {
+
+class NetContext;
+class Comm;
+
+// Result of one request's sub-operation, filled by UCX callbacks.
+struct SubOp {
+  void* ucpRequest = nullptr;  // live UCX request, nullptr once its callback ran
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  size_t bytes = 0;
+};
+
+// What NCCL holds as `request`. Pooled per comm, so no allocation per message.
+struct NetRequest {
+  Comm* comm = nullptr;
+  bool inUse = false;
+  bool abandoned = false;  // test() reported an error; freed when UCX lets go of it
+  int n = 0;
+  std::array<SubOp, kMaxGroupedRecvs> ops{};
+};
+
+// What NCCL holds as `mhandle`: the registered range, checked on every isend/irecv.
+struct MemRegion {
+  uintptr_t begin;
+  size_t size;
+  int type;  // NCCL_PTR_HOST or NCCL_PTR_CUDA
+};
+
+class Comm {
+ public:
+  Comm(NetContext* ctx, int fd, size_t poolSize, uint32_t recvCommId);
+  virtual ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  NetContext* context() const { return ctx_; }
+  uint32_t id() const { return recvCommId_; }
+  // Marks the comm broken; every pending and later request fails with ncclRemoteError.
+  void fail(const std::string& why);
+  bool failed() const { return !failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+
+  NetRequest* allocRequest();
+  void freeRequest(NetRequest* r);
+  // Checks the bootstrap socket (rate-limited): a hang-up means the peer process is gone.
+  bool peerHungUp(bool force);
+  // Requests whose UCX operations are still running (used while closing).
+  bool hasLiveUcxOps() const;
+  std::vector<NetRequest>& pool() { return pool_; }
+
+ protected:
+  NetContext* ctx_;
+  int fd_;
+  uint32_t recvCommId_;
+  std::vector<NetRequest> pool_;
+  std::string failure_;
+  std::chrono::steady_clock::time_point lastCheck_{};
+};
+
+class SendComm : public Comm {
+ public:
+  SendComm(NetContext* ctx, int fd, uint32_t recvCommId, size_t poolSize)
+      : Comm(ctx, fd, poolSize, recvCommId) {}
+  ~SendComm() override;
+  Status createEndpoint(const std::vector<uint8_t>& workerAddress);
+  ucp_ep_h ep() const { return ep_; }
+
+ private:
+  ucp_ep_h ep_ = nullptr;
+};
+
+class RecvComm : public Comm {
+ public:
+  RecvComm(NetContext* ctx, int fd, uint32_t recvCommId, size_t poolSize)
+      : Comm(ctx, fd, poolSize, recvCommId) {}
+};
+
+class ListenComm;
+struct ConnectAttempt;
+// The context a listen comm belongs to (ListenComm is private to net_ucx.cc).
+NetContext* contextOf(ListenComm* listen);
+
+// One UCX context + worker. v11 makes one per init() (per NCCL communicator); v8..v10 share one.
+class NetContext {
+ public:
+  static Result<std::unique_ptr<NetContext>> create(const DeviceInfo& device);
+  ~NetContext();
+  NetContext(const NetContext&) = delete;
+  NetContext& operator=(const NetContext&) = delete;
+
+  Status listen(int dev, void* handle, ListenComm** out);
+  Status connect(int dev, void* handle, SendComm** out);
+  Status accept(ListenComm* listen, RecvComm** out);
+  Status closeListen(ListenComm* listen);
+  Status closeSend(SendComm* comm);
+  Status closeRecv(RecvComm* comm);
+
+  Status regMr(Comm* comm, void* data, size_t size, int type, MemRegion** out);
+  Status deregMr(Comm* comm, MemRegion* region);
+  Status isend(SendComm* comm, void* data, size_t size, int tag, MemRegion* mh, NetRequest** out);
+  Status irecv(RecvComm* comm, int n, void** data, const size_t* sizes, const int* tags,
+               void** mhandles, NetRequest** out);
+  Status test(NetRequest* request, int* done, int* sizes);
+
+  std::mutex& mutex() { return mu_; }
+  ucp_worker_h worker() const { return worker_; }
+  const DeviceInfo& device() const { return device_; }
+  // Memory types UCX can move (NCCL_PTR_* bits), from ucp_context_query.
+  int ptrSupport() const { return ptrSupport_; }
+  void progress();
+
+ private:
+  NetContext() = default;
+  Status init(const DeviceInfo& device);
+  void closeComm(Comm* comm);
+  Status advanceConnect(ConnectAttempt* attempt, SendComm** out);
+
+  std::mutex mu_;
+  DeviceInfo device_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<uint8_t> workerAddress_;
+  int ptrSupport_ = NCCL_PTR_HOST;
+  uint32_t nextRecvCommId_ = 1;
+  uint64_t nextListenNonce_ = 1;
+  // Everything still open, so finalize can tear down what NCCL left behind.
+  std::vector<std::unique_ptr<ListenComm>> listens_;
+  std::vector<std::unique_ptr<ConnectAttempt>> attempts_;
+  std::vector<std::unique_ptr<Comm>> comms_;
+};
+
+}  // namespace terse::plugin

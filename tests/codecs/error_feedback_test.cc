@@ -1,0 +1,114 @@
+// ErrorFeedback: creation, compatibility errors naming both sides, server repartitioning, and
+// the checkpoint form (round trip, truncation, corruption).
+#include "terse/compressors/error_feedback.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+namespace terse::test {
+namespace {
+
+ErrorFeedback filled(const std::string& spec, size_t count, int world, size_t off, size_t len) {
+  auto ef = ErrorFeedback::create(spec, count);
+  EXPECT_TRUE(ef.isOk()) << ef.status().toString();
+  auto v = randomValues(count, 1);
+  std::copy(v.begin(), v.end(), ef->worker());
+  if (world > 0) {
+    float* s = ef->server(world, off, len);
+    EXPECT_NE(s, nullptr);
+    for (size_t i = 0; i < len; ++i) s[i] = static_cast<float>(i) * 0.5f - 3.0f;
+  }
+  return std::move(ef).value();
+}
+
+TEST(ErrorFeedback, CreateCanonicalizesAndStartsAtZero) {
+  auto ef = ErrorFeedback::create("onebit", 1000);
+  ASSERT_TRUE(ef.isOk());
+  EXPECT_EQ(ef->codecSpec(), "onebit:block=2048");
+  EXPECT_EQ(ef->count(), 1000u);
+  for (size_t i = 0; i < 1000; ++i) EXPECT_EQ(ef->worker()[i], 0.0f);
+  EXPECT_EQ(ef->serverLength(), 0u);
+  auto bad = ErrorFeedback::create("onebit:block=3", 10);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("power of two"), std::string::npos);
+}
+
+TEST(ErrorFeedback, CompatibilityErrorsNameBothSides) {
+  auto ef = ErrorFeedback::create("topk:ratio=0.01", 500);
+  ASSERT_TRUE(ef.isOk());
+  EXPECT_TRUE(ef->checkCompatible("topk", 500).isOk());  // same canonical spec
+  Status s = ef->checkCompatible("topk:ratio=0.02", 500);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("topk:ratio=0.01"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("topk:ratio=0.02"), std::string::npos) << s.message();
+  s = ef->checkCompatible("topk:ratio=0.01", 501);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("500"), std::string::npos);
+  EXPECT_NE(s.message().find("501"), std::string::npos);
+  EXPECT_FALSE(ef->checkCompatible("nonsense", 500).isOk());
+}
+
+TEST(ErrorFeedback, ServerResidualRepartitionsToZero) {
+  auto ef = filled("onebit", 1000, 4, 250, 250);
+  EXPECT_EQ(ef.serverWorldSize(), 4);
+  EXPECT_EQ(ef.serverOffset(), 250u);
+  float* s = ef.server(4, 250, 250);  // same partition: kept
+  EXPECT_EQ(s[3], 3 * 0.5f - 3.0f);
+  s = ef.server(2, 500, 500);  // another partition: fresh zeros
+  ASSERT_NE(s, nullptr);
+  for (size_t i = 0; i < 500; ++i) ASSERT_EQ(s[i], 0.0f);
+  EXPECT_EQ(ef.serverLength(), 500u);
+  EXPECT_EQ(ef.server(2, 900, 200), nullptr);  // past the tensor
+  EXPECT_EQ(ef.server(0, 0, 10), nullptr);
+  ef.reset();
+  for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(ef.worker()[i], 0.0f);
+}
+
+TEST(ErrorFeedback, SerializeRoundTrip) {
+  for (auto [spec, count, world] :
+       std::vector<std::tuple<std::string, size_t, int>>{{"onebit:block=64", 1000, 4},
+                                                         {"topk", 0, 0},
+                                                         {"int8", 7, 0},
+                                                         {"topk:ratio=0.3", 33, 3}}) {
+    SCOPED_TRACE(spec);
+    size_t len = world ? count / world : 0;
+    auto ef = filled(spec, count, world, len, len);
+    auto bytes = ef.serialize();
+    auto back = ErrorFeedback::deserialize(bytes.data(), bytes.size());
+    ASSERT_TRUE(back.isOk()) << back.status().toString();
+    EXPECT_EQ(back->codecSpec(), ef.codecSpec());
+    ASSERT_EQ(back->count(), count);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(back->worker()[i], ef.worker()[i]);
+    EXPECT_EQ(back->serverWorldSize(), world);
+    EXPECT_EQ(back->serverOffset(), ef.serverOffset());
+    ASSERT_EQ(back->serverLength(), len);
+    if (world) {
+      float* s = back->server(world, len, len);  // same partition: the loaded residual is kept
+      for (size_t i = 0; i < len; ++i) ASSERT_EQ(s[i], static_cast<float>(i) * 0.5f - 3.0f);
+    }
+    EXPECT_EQ(back->serialize(), bytes);
+  }
+}
+
+TEST(ErrorFeedback, TruncatedAndCorruptCheckpointsAreRejected) {
+  auto ef = filled("int8:block=32", 40, 2, 20, 20);
+  auto bytes = ef.serialize();
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + len);
+    auto r = ErrorFeedback::deserialize(cut.data(), cut.size());
+    ASSERT_FALSE(r.isOk()) << "accepted " << len << " of " << bytes.size() << " bytes";
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  EXPECT_FALSE(ErrorFeedback::deserialize(longer.data(), longer.size()).isOk());
+  for (size_t bit = 0; bit < bytes.size() * 8; ++bit) {
+    auto f = bytes;
+    f[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    ASSERT_FALSE(ErrorFeedback::deserialize(f.data(), f.size()).isOk()) << "bit " << bit;
+  }
+  EXPECT_FALSE(ErrorFeedback::deserialize(nullptr, 100).isOk());
+}
+
+}  // namespace
+}  // namespace terse::test

@@ -1,0 +1,597 @@
+// Every terse::kernels::cuda function against its terse::kernels::cpu twin on random inputs.
+//
+// Equality is bitwise wherever each output element depends on one input element (casts,
+// accumulation, int8 with its max-based scales, decoders, top-k indices/values/residuals).
+// onebit scales are float sums whose order differs (CUB tree vs. the CPU's 8 lanes), so they
+// agree within kOnebitScaleRelTol; the residuals and decoded values are then checked bitwise
+// against numeric.h applied to the GPU's own scales. NaN compares equal to NaN (GPU arithmetic
+// produces the canonical NaN, x86 keeps the payload). Every test skips without a device.
+#include "terse/kernels/cuda.h"
+#include "terse/kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace terse::kernels {
+namespace {
+
+// Relative tolerance of onebit scales: a sum of up to 2048 magnitudes in another order differs
+// by a few float ulps per addition level; 1e-4 is far above that and far below any real bug.
+constexpr float kOnebitScaleRelTol = 1e-4f;
+
+const size_t kSizes[] = {0, 1, 7, 1000, (size_t{1} << 20) + 3};
+
+#define TERSE_REQUIRE_DEVICE()                                                              \
+  do {                                                                                      \
+    if (!cuda::deviceAvailable())                                                           \
+      GTEST_SKIP() << "no CUDA device: the CUDA kernels are built but cannot run on this "  \
+                      "machine (cudaGetDeviceCount found none); run on a GPU host to test"; \
+  } while (0)
+
+#define ASSERT_CUDA(expr)                                                              \
+  do {                                                                                 \
+    cudaError_t terse_e_ = (expr);                                                     \
+    ASSERT_EQ(terse_e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(terse_e_); \
+  } while (0)
+
+// ---- element helpers -------------------------------------------------------------------------
+const char* typeName(float*) { return "float"; }
+const char* typeName(Half*) { return "half"; }
+const char* typeName(BFloat16*) { return "bfloat16"; }
+template <typename T>
+const char* typeName() {
+  return typeName(static_cast<T*>(nullptr));
+}
+
+bool sameValue(float a, float b) {
+  return num::floatBits(a) == num::floatBits(b) || (std::isnan(a) && std::isnan(b));
+}
+bool sameValue(Half a, Half b) {
+  auto nan = [](uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; };
+  return a.bits == b.bits || (nan(a.bits) && nan(b.bits));
+}
+bool sameValue(BFloat16 a, BFloat16 b) {
+  auto nan = [](uint16_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0; };
+  return a.bits == b.bits || (nan(a.bits) && nan(b.bits));
+}
+bool sameValue(int8_t a, int8_t b) { return a == b; }
+bool sameValue(uint32_t a, uint32_t b) { return a == b; }
+
+template <typename T>
+std::string show(T v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    return "0x" + std::to_string(v.bits) + " (" + std::to_string(num::load(&v, 0)) + ")";
+  } else if constexpr (std::is_same_v<T, float>) {
+    return std::to_string(v);
+  } else {
+    return std::to_string(static_cast<long long>(v));
+  }
+}
+
+// Counts mismatches and names the first, so a failure says where and by how much.
+template <typename T>
+void expectSame(const std::vector<T>& gpu, const std::vector<T>& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (!sameValue(gpu[i], cpu[i])) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << gpu.size() << " differ, first at " << first
+                     << ": gpu " << (bad ? show(gpu[first]) : "") << " cpu "
+                     << (bad ? show(cpu[first]) : "");
+}
+
+// Gaussian values over a wide dynamic range (2^-6..2^6 times N(0,1)), rounded to T.
+template <typename T>
+std::vector<T> randomValues(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> exponent(-6, 6);
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) num::store(v.data(), i, std::ldexp(normal(rng), exponent(rng)));
+  return v;
+}
+
+std::vector<float> randomResidual(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (auto& x : v) x = std::ldexp(normal(rng), -8);
+  return v;
+}
+
+// ---- device memory -------------------------------------------------------------------------
+// A device array of n elements; `shift` elements of headroom let a test hand out a pointer
+// that is not 16-byte aligned, which forces the scalar kernels.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n, size_t shift = 0) : n_(n), shift_(shift) {
+    void* p = nullptr;
+    err_ = cudaMalloc(&p, std::max<size_t>(1, (n + shift) * sizeof(T)));
+    base_ = static_cast<T*>(p);
+  }
+  ~DeviceArray() {
+    if (base_) cudaFree(base_);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  cudaError_t status() const { return err_; }
+  T* get() const { return base_ + shift_; }
+  cudaError_t upload(const std::vector<T>& v) {
+    if (v.size() != n_) return cudaErrorInvalidValue;
+    return cudaMemcpy(get(), v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> download() const {
+    std::vector<T> v(n_);
+    if (cudaMemcpy(v.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+      ADD_FAILURE() << "cudaMemcpy to host failed";
+    return v;
+  }
+
+ private:
+  size_t n_;
+  size_t shift_;
+  cudaError_t err_ = cudaSuccess;
+  T* base_ = nullptr;
+};
+
+template <typename T>
+std::vector<float> asFloats(const std::vector<T>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = num::load(v.data(), i);
+  return f;
+}
+
+template <typename T>
+class GpuKernels : public ::testing::Test {};
+using ElementTypes = ::testing::Types<float, Half, BFloat16>;
+TYPED_TEST_SUITE(GpuKernels, ElementTypes);
+
+// ---- device queries ------------------------------------------------------------------------
+TEST(GpuDevice, PointerKinds) {
+  TERSE_REQUIRE_DEVICE();
+  DeviceArray<float> d(16);
+  ASSERT_CUDA(d.status());
+  std::vector<float> host(16);
+  EXPECT_TRUE(cuda::isDevicePointer(d.get()));
+  EXPECT_FALSE(cuda::isDevicePointer(host.data()));
+  EXPECT_FALSE(cuda::isDevicePointer(nullptr));
+}
+
+// ---- convert / accumulate / scale ----------------------------------------------------------
+template <typename In, typename Out>
+void checkConvert(size_t n, float scale, bool withResidual, size_t shift) {
+  SCOPED_TRACE(std::string(typeName<In>()) + "->" + typeName<Out>() + " n=" + std::to_string(n) +
+               " scale=" + std::to_string(scale) + " residual=" + std::to_string(withResidual) +
+               " shift=" + std::to_string(shift));
+  auto in = randomValues<In>(n, 11 + n);
+  auto residual = randomResidual(n, 12 + n);
+  std::vector<Out> cpuOut(n);
+  std::vector<float> cpuResidual = residual;
+  cpu::convert(in.data(), cpuOut.data(), n, scale, withResidual ? cpuResidual.data() : nullptr);
+
+  DeviceArray<In> dIn(n, shift);
+  DeviceArray<Out> dOut(n, shift);
+  DeviceArray<float> dResidual(n, shift);
+  ASSERT_CUDA(dIn.status());
+  ASSERT_CUDA(dOut.status());
+  ASSERT_CUDA(dResidual.status());
+  ASSERT_CUDA(dIn.upload(in));
+  ASSERT_CUDA(dResidual.upload(residual));
+  ASSERT_CUDA(cuda::convert(dIn.get(), dOut.get(), n, scale,
+                            withResidual ? dResidual.get() : nullptr, nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  expectSame(dOut.download(), cpuOut, "convert output");
+  expectSame(dResidual.download(), withResidual ? cpuResidual : residual, "convert residual");
+}
+
+template <typename In, typename Out>
+void checkConvertAll() {
+  for (size_t n : kSizes)
+    for (float scale : {1.0f, 0.125f, 3.0f})
+      for (bool withResidual : {false, true})
+        for (size_t shift : {0, 1}) checkConvert<In, Out>(n, scale, withResidual, shift);
+}
+
+TYPED_TEST(GpuKernels, ConvertMatchesCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  checkConvertAll<TypeParam, float>();
+  checkConvertAll<TypeParam, Half>();
+  checkConvertAll<TypeParam, BFloat16>();
+}
+
+TYPED_TEST(GpuKernels, ConvertSpecialValuesMatchCpu) {
+  TERSE_REQUIRE_DEVICE();
+  using T = TypeParam;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> raw = {0.0f,   -0.0f,  inf,      -inf,    nan,  65504.0f, 65520.0f,
+                            -1e30f, 1e-30f, 5.96e-8f, 3.0e-8f, 1.0f, -2.5f};
+  std::vector<T> in(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) num::store(in.data(), i, raw[i]);
+  std::vector<float> residual(raw.size(), 0.25f);
+  size_t n = in.size();
+  auto run = [&](auto outTag) {
+    using Out = decltype(outTag);
+    std::vector<Out> cpuOut(n);
+    std::vector<float> cpuResidual = residual;
+    cpu::convert(in.data(), cpuOut.data(), n, 1.0f, cpuResidual.data());
+    DeviceArray<T> dIn(n);
+    DeviceArray<Out> dOut(n);
+    DeviceArray<float> dResidual(n);
+    ASSERT_CUDA(dIn.upload(in));
+    ASSERT_CUDA(dResidual.upload(residual));
+    ASSERT_CUDA(cuda::convert(dIn.get(), dOut.get(), n, 1.0f, dResidual.get(), nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expectSame(dOut.download(), cpuOut, std::string("special convert to ") + typeName<Out>());
+    expectSame(dResidual.download(), cpuResidual, "special convert residual");
+  };
+  run(float{});
+  run(Half{});
+  run(BFloat16{});
+}
+
+TYPED_TEST(GpuKernels, AccumulateMatchesCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  using T = TypeParam;
+  for (size_t n : kSizes) {
+    for (size_t shift : {0, 1}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " shift=" + std::to_string(shift));
+      auto in = randomValues<T>(n, 21 + n);
+      auto acc = randomResidual(n, 22 + n);
+      std::vector<float> cpuAcc = acc;
+      cpu::accumulate(in.data(), cpuAcc.data(), n);
+      DeviceArray<T> dIn(n, shift);
+      DeviceArray<float> dAcc(n, shift);
+      ASSERT_CUDA(dIn.upload(in));
+      ASSERT_CUDA(dAcc.upload(acc));
+      ASSERT_CUDA(cuda::accumulate(dIn.get(), dAcc.get(), n, nullptr));
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      expectSame(dAcc.download(), cpuAcc, "accumulate");
+    }
+  }
+}
+
+TEST(GpuKernelsFloat, ScaleInPlaceMatchesCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  for (size_t n : kSizes) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    auto acc = randomValues<float>(n, 31 + n);
+    std::vector<float> cpuAcc = acc;
+    cpu::scaleInPlace(cpuAcc.data(), n, 1.0f / 3.0f);
+    DeviceArray<float> dAcc(n);
+    ASSERT_CUDA(dAcc.upload(acc));
+    ASSERT_CUDA(cuda::scaleInPlace(dAcc.get(), n, 1.0f / 3.0f, nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expectSame(dAcc.download(), cpuAcc, "scaleInPlace");
+  }
+}
+
+// ---- int8 ------------------------------------------------------------------------------------
+template <typename In>
+void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool withResidual) {
+  size_t n = in.size();
+  SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) +
+               " block=" + std::to_string(block) +
+               " stochastic=" + std::to_string(rounding == Rounding::kStochastic) +
+               " residual=" + std::to_string(withResidual));
+  size_t blocks = (n + block - 1) / block;
+  const uint64_t seed = 0x5eed, offset = 977;
+  auto residual = randomResidual(n, 41 + n);
+  std::vector<float> cpuResidual = residual, cpuScales(blocks);
+  std::vector<int8_t> cpuQ(n);
+  cpu::int8Quantize(in.data(), n, block, rounding, seed, offset,
+                    withResidual ? cpuResidual.data() : nullptr, cpuScales.data(), cpuQ.data());
+
+  DeviceArray<In> dIn(n);
+  DeviceArray<float> dResidual(n), dScales(blocks);
+  DeviceArray<int8_t> dQ(n);
+  ASSERT_CUDA(dIn.upload(in));
+  ASSERT_CUDA(dResidual.upload(residual));
+  ASSERT_CUDA(cuda::int8Quantize(dIn.get(), n, block, rounding, seed, offset,
+                                 withResidual ? dResidual.get() : nullptr, dScales.get(), dQ.get(),
+                                 nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  // Scales are a max of exact keys: bitwise equal, so q and residuals are too.
+  expectSame(dScales.download(), cpuScales, "int8 scales");
+  expectSame(dQ.download(), cpuQ, "int8 q");
+  expectSame(dResidual.download(), withResidual ? cpuResidual : residual, "int8 residual");
+
+  // Decoders on the same payload, into every element type and accumulating.
+  auto decode = [&](auto outTag) {
+    using Out = decltype(outTag);
+    std::vector<Out> cpuOut(n);
+    cpu::int8Dequantize(cpuScales.data(), cpuQ.data(), n, block, cpuOut.data());
+    DeviceArray<Out> dOut(n);
+    ASSERT_CUDA(cuda::int8Dequantize(dScales.get(), dQ.get(), n, block, dOut.get(), nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expectSame(dOut.download(), cpuOut, std::string("int8 dequantize to ") + typeName<Out>());
+  };
+  decode(float{});
+  decode(Half{});
+  decode(BFloat16{});
+  auto acc = randomResidual(n, 43 + n);
+  std::vector<float> cpuAcc = acc;
+  cpu::int8DequantizeAccumulate(cpuScales.data(), cpuQ.data(), n, block, cpuAcc.data());
+  DeviceArray<float> dAcc(n);
+  ASSERT_CUDA(dAcc.upload(acc));
+  ASSERT_CUDA(
+      cuda::int8DequantizeAccumulate(dScales.get(), dQ.get(), n, block, dAcc.get(), nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  expectSame(dAcc.download(), cpuAcc, "int8 dequantize-accumulate");
+}
+
+TYPED_TEST(GpuKernels, Int8MatchesCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  for (size_t n : kSizes)
+    for (size_t block : {256, 100, 4096})
+      for (Rounding r : {Rounding::kNearest, Rounding::kStochastic})
+        for (bool withResidual : {false, true})
+          checkInt8(randomValues<TypeParam>(n, 40 + n), block, r, withResidual);
+}
+
+TYPED_TEST(GpuKernels, Int8NonFiniteBlocksMatchCpu) {
+  TERSE_REQUIRE_DEVICE();
+  auto in = randomValues<TypeParam>(1000, 45);
+  num::store(in.data(), 3, std::numeric_limits<float>::quiet_NaN());
+  num::store(in.data(), 300, std::numeric_limits<float>::infinity());
+  num::store(in.data(), 600, -std::numeric_limits<float>::infinity());
+  for (size_t i = 768; i < 1000; ++i) num::store(in.data(), i, 0.0f);  // all-zero last block
+  checkInt8(in, 256, Rounding::kNearest, true);
+  checkInt8(in, 256, Rounding::kStochastic, false);
+}
+
+// ---- onebit ----------------------------------------------------------------------------------
+template <typename In>
+void checkOnebit(const std::vector<In>& in, size_t block, bool withResidual) {
+  size_t n = in.size();
+  SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) +
+               " block=" + std::to_string(block) + " residual=" + std::to_string(withResidual));
+  size_t blocks = (n + block - 1) / block, words = (n + 31) / 32;
+  auto residual = randomResidual(n, 51 + n);
+  std::vector<float> cpuResidual = residual, cpuScales(blocks);
+  std::vector<uint32_t> cpuBits(words);
+  cpu::onebitCompress(in.data(), n, block, withResidual ? cpuResidual.data() : nullptr,
+                      cpuScales.data(), cpuBits.data());
+
+  DeviceArray<In> dIn(n);
+  DeviceArray<float> dResidual(n), dScales(blocks);
+  DeviceArray<uint32_t> dBits(words);
+  ASSERT_CUDA(dIn.upload(in));
+  ASSERT_CUDA(dResidual.upload(residual));
+  ASSERT_CUDA(cuda::onebitCompress(dIn.get(), n, block, withResidual ? dResidual.get() : nullptr,
+                                   dScales.get(), dBits.get(), nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  auto gpuScales = dScales.download();
+  auto gpuBits = dBits.download();
+  expectSame(gpuBits, cpuBits, "onebit bits");
+  for (size_t b = 0; b < blocks; ++b) {
+    if (std::isnan(cpuScales[b])) {
+      EXPECT_TRUE(std::isnan(gpuScales[b])) << "block " << b;
+    } else {
+      EXPECT_NEAR(gpuScales[b], cpuScales[b], kOnebitScaleRelTol * cpuScales[b]) << "block " << b;
+    }
+  }
+  // Residuals follow bitwise from the GPU's own scales through numeric.h.
+  std::vector<float> expected = residual;
+  if (withResidual) {
+    for (size_t i = 0; i < n; ++i) {
+      float v = num::load(in.data(), i) + residual[i];
+      bool bit = (gpuBits[i / 32] >> (i % 32)) & 1u;
+      expected[i] = num::residualOf(v, num::onebitDecode(bit, gpuScales[i / block]));
+    }
+  }
+  expectSame(dResidual.download(), expected, "onebit residual");
+
+  auto decode = [&](auto outTag) {
+    using Out = decltype(outTag);
+    std::vector<Out> cpuOut(n);
+    cpu::onebitDecompress(gpuScales.data(), gpuBits.data(), n, block, cpuOut.data());
+    DeviceArray<Out> dOut(n);
+    ASSERT_CUDA(cuda::onebitDecompress(dScales.get(), dBits.get(), n, block, dOut.get(), nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expectSame(dOut.download(), cpuOut, std::string("onebit decompress to ") + typeName<Out>());
+  };
+  decode(float{});
+  decode(Half{});
+  decode(BFloat16{});
+  auto acc = randomResidual(n, 53 + n);
+  std::vector<float> cpuAcc = acc;
+  cpu::onebitDecompressAccumulate(gpuScales.data(), gpuBits.data(), n, block, cpuAcc.data());
+  DeviceArray<float> dAcc(n);
+  ASSERT_CUDA(dAcc.upload(acc));
+  ASSERT_CUDA(
+      cuda::onebitDecompressAccumulate(dScales.get(), dBits.get(), n, block, dAcc.get(), nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  expectSame(dAcc.download(), cpuAcc, "onebit decompress-accumulate");
+}
+
+TYPED_TEST(GpuKernels, OnebitMatchesCpu) {
+  TERSE_REQUIRE_DEVICE();
+  // The CPU path supports power-of-two blocks >= 32 (what the codec uses).
+  for (size_t n : kSizes)
+    for (size_t block : {32, 2048})
+      for (bool withResidual : {false, true})
+        checkOnebit(randomValues<TypeParam>(n, 50 + n), block, withResidual);
+}
+
+TYPED_TEST(GpuKernels, OnebitZerosAndNonFiniteMatchCpu) {
+  TERSE_REQUIRE_DEVICE();
+  auto in = randomValues<TypeParam>(4096 + 5, 55);
+  for (size_t i = 0; i < 40; ++i) num::store(in.data(), i, i % 2 ? -0.0f : 0.0f);
+  num::store(in.data(), 2100, std::numeric_limits<float>::quiet_NaN());
+  for (size_t i = 4096; i < in.size(); ++i) num::store(in.data(), i, 0.0f);
+  checkOnebit(in, 2048, true);
+  checkOnebit(in, 32, false);
+}
+
+// ---- topk ------------------------------------------------------------------------------------
+template <typename In>
+void checkTopk(const std::vector<In>& in, size_t k, bool withResidual) {
+  size_t n = in.size();
+  SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+               " residual=" + std::to_string(withResidual));
+  size_t kk = std::min(k, n);
+  auto residual = randomResidual(n, 61 + n);
+  std::vector<float> cpuResidual = residual, cpuValues(kk);
+  std::vector<uint32_t> cpuIndices(kk);
+  std::vector<char> cpuScratch(cpu::topkScratchBytes(n));
+  size_t cpuK = cpu::topkCompress(in.data(), n, k, withResidual ? cpuResidual.data() : nullptr,
+                                  cpuScratch.data(), cpuIndices.data(), cpuValues.data());
+  ASSERT_EQ(cpuK, kk);
+
+  size_t scratchBytes = cuda::topkScratchBytes(n);
+  if (n > 0) {
+    ASSERT_GT(scratchBytes, 0u);
+  }
+  DeviceArray<char> dScratch(scratchBytes);
+  DeviceArray<In> dIn(n);
+  DeviceArray<float> dResidual(n), dValues(kk);
+  DeviceArray<uint32_t> dIndices(kk);
+  ASSERT_CUDA(dScratch.status());
+  ASSERT_CUDA(dIn.upload(in));
+  ASSERT_CUDA(dResidual.upload(residual));
+  size_t gpuK = 12345;
+  ASSERT_CUDA(cuda::topkCompress(dIn.get(), n, k, withResidual ? dResidual.get() : nullptr,
+                                 dScratch.get(), scratchBytes, dIndices.get(), dValues.get(), &gpuK,
+                                 nullptr));
+  EXPECT_EQ(gpuK, kk);
+  expectSame(dIndices.download(), cpuIndices, "topk indices");
+  expectSame(dValues.download(), cpuValues, "topk values");
+  expectSame(dResidual.download(), withResidual ? cpuResidual : residual, "topk residual");
+}
+
+// Few distinct magnitudes with random signs: most of the selection is decided by the tie rule.
+template <typename T>
+std::vector<T> tiedValues(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> level(0, 4);
+  std::vector<T> v(n);
+  const float levels[] = {0.0f, 0.5f, 1.0f, 2.0f, 4.0f};
+  for (size_t i = 0; i < n; ++i)
+    num::store(v.data(), i, (rng() & 1 ? -1.0f : 1.0f) * levels[level(rng)]);
+  return v;
+}
+
+TYPED_TEST(GpuKernels, TopkMatchesCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  for (size_t n : kSizes) {
+    for (size_t k : {size_t{0}, size_t{1}, n / 100 + 1, n / 2, n, n + 5}) {
+      for (bool withResidual : {false, true}) {
+        checkTopk(randomValues<TypeParam>(n, 60 + n), k, withResidual);
+        checkTopk(tiedValues<TypeParam>(n, 62 + n), k, withResidual);
+      }
+    }
+  }
+}
+
+TYPED_TEST(GpuKernels, TopkSelectsNaNAndInfFirst) {
+  TERSE_REQUIRE_DEVICE();
+  auto in = randomValues<TypeParam>(5000, 65);
+  num::store(in.data(), 4000, std::numeric_limits<float>::quiet_NaN());
+  num::store(in.data(), 17, -std::numeric_limits<float>::infinity());
+  checkTopk(in, 1, false);
+  checkTopk(in, 2, false);
+  checkTopk(in, 50, true);
+}
+
+TEST(GpuKernelsFloat, TopkRejectsSmallScratch) {
+  TERSE_REQUIRE_DEVICE();
+  size_t n = 1000;
+  size_t bytes = cuda::topkScratchBytes(n);
+  ASSERT_GT(bytes, 0u);
+  DeviceArray<char> scratch(bytes);
+  DeviceArray<float> in(n), values(10);
+  DeviceArray<uint32_t> indices(10);
+  size_t k = 99;
+  EXPECT_EQ(cuda::topkCompress(in.get(), n, 10, nullptr, scratch.get(), bytes / 4, indices.get(),
+                               values.get(), &k, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(k, 0u);
+}
+
+template <typename Out>
+void checkTopkDecode(const std::vector<uint32_t>& indices, const std::vector<float>& values,
+                     size_t n, bool expectValid) {
+  size_t k = indices.size();
+  SCOPED_TRACE(std::string(typeName<Out>()) + " n=" + std::to_string(n) +
+               " k=" + std::to_string(k));
+  // Sentinel contents show whether anything was written.
+  std::vector<Out> before(n);
+  for (size_t i = 0; i < n; ++i) num::store(before.data(), i, 7.0f + static_cast<float>(i % 5));
+  std::vector<Out> cpuOut = before;
+  bool cpuValid = cpu::topkDecompress(indices.data(), values.data(), k, n, cpuOut.data());
+  ASSERT_EQ(cpuValid, expectValid);
+
+  DeviceArray<uint32_t> dIndices(k);
+  DeviceArray<float> dValues(k);
+  DeviceArray<Out> dOut(n);
+  ASSERT_CUDA(dIndices.upload(indices));
+  ASSERT_CUDA(dValues.upload(values));
+  ASSERT_CUDA(dOut.upload(before));
+  bool valid = !expectValid;
+  ASSERT_CUDA(
+      cuda::topkDecompress(dIndices.get(), dValues.get(), k, n, dOut.get(), &valid, nullptr));
+  EXPECT_EQ(valid, expectValid);
+  expectSame(dOut.download(), cpuOut, "topk decompress");
+
+  std::vector<float> acc = asFloats(before);
+  std::vector<float> cpuAcc = acc;
+  bool cpuAccValid =
+      cpu::topkDecompressAccumulate(indices.data(), values.data(), k, n, cpuAcc.data());
+  ASSERT_EQ(cpuAccValid, expectValid);
+  DeviceArray<float> dAcc(n);
+  ASSERT_CUDA(dAcc.upload(acc));
+  valid = !expectValid;
+  ASSERT_CUDA(cuda::topkDecompressAccumulate(dIndices.get(), dValues.get(), k, n, dAcc.get(),
+                                             &valid, nullptr));
+  EXPECT_EQ(valid, expectValid);
+  expectSame(dAcc.download(), cpuAcc, "topk decompress-accumulate");
+}
+
+template <typename Out>
+void checkTopkDecodeCases() {
+  for (size_t n : kSizes) {
+    // Valid payloads: a random ascending subset.
+    std::mt19937_64 rng(70 + n);
+    std::vector<uint32_t> indices;
+    for (size_t i = 0; i < n; ++i)
+      if (rng() % 13 == 0) indices.push_back(static_cast<uint32_t>(i));
+    auto values = randomResidual(indices.size(), 71 + n);
+    checkTopkDecode<Out>(indices, values, n, true);
+    checkTopkDecode<Out>({}, {}, n, true);
+    // Corrupt payloads: out of range, duplicate, descending, more pairs than elements.
+    checkTopkDecode<Out>({static_cast<uint32_t>(n)}, {1.0f}, n, false);
+    if (n >= 2) {
+      checkTopkDecode<Out>({0, 1, 1}, {1.0f, 2.0f, 3.0f}, n, false);
+      checkTopkDecode<Out>({1, 0}, {1.0f, 2.0f}, n, false);
+      std::vector<uint32_t> tooMany(n + 1);
+      for (size_t i = 0; i < tooMany.size(); ++i) tooMany[i] = static_cast<uint32_t>(i);
+      checkTopkDecode<Out>(tooMany, std::vector<float>(n + 1, 1.0f), n, false);
+    }
+    if (!indices.empty()) {
+      auto bad = indices;
+      bad.back() = 0xffffffffu;  // valid except the last pair
+      checkTopkDecode<Out>(bad, values, n, false);
+    }
+  }
+}
+
+TYPED_TEST(GpuKernels, TopkDecodersMatchCpuAndRejectCorruptIndices) {
+  TERSE_REQUIRE_DEVICE();
+  checkTopkDecodeCases<TypeParam>();
+}
+
+}  // namespace
+}  // namespace terse::kernels

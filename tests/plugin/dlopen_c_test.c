@@ -1,0 +1,49 @@
+/* Loads the plugin from plain C, as NCCL does: RTLD_NOW makes any unresolved C++ symbol fail
+ * the load. Then checks each table's name and runs v11 init/devices/getProperties/finalize. */
+#include "nccl_net_abi.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s path/to/libnccl-net-terse.so\n", argv[0]);
+    return 2;
+  }
+  void* dl = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (dl == NULL) {
+    fprintf(stderr, "dlopen failed: %s\n", dlerror());
+    return 1;
+  }
+  const char* names[] = {"ncclNetPlugin_v11", "ncclNetPlugin_v10", "ncclNetPlugin_v9",
+                         "ncclNetPlugin_v8"};
+  for (int i = 0; i < 4; ++i) {
+    const char* const* table = (const char* const*)dlsym(dl, names[i]);
+    if (table == NULL || strcmp(*table, "terse") != 0) {
+      fprintf(stderr, "%s missing or misnamed\n", names[i]);
+      return 1;
+    }
+  }
+  if (dlsym(dl, "ncclNetPlugin_v7") != NULL) {
+    fprintf(stderr, "ncclNetPlugin_v7 should not exist\n");
+    return 1;
+  }
+  const ncclNet_v11_t* net = (const ncclNet_v11_t*)dlsym(dl, "ncclNetPlugin_v11");
+  void* ctx = NULL;
+  int ndev = -1;
+  ncclNetProperties_v11_t props;
+  if (net->init(&ctx, 1, NULL, NULL, NULL) != ncclSuccess || ctx == NULL ||
+      net->devices(&ndev) != ncclSuccess || ndev != 1 ||
+      net->getProperties(0, &props) != ncclSuccess || net->finalize(ctx) != ncclSuccess) {
+    fprintf(stderr, "v11 init/devices/getProperties/finalize failed (ndev %d)\n", ndev);
+    return 1;
+  }
+  printf("loaded %s: device %s speed %d Mbit/s ptrSupport %#x maxRecvs %d maxComms %d\n", net->name,
+         props.name, props.speed, props.ptrSupport, props.maxRecvs, props.maxComms);
+  if (dlclose(dl) != 0) {
+    fprintf(stderr, "dlclose failed: %s\n", dlerror());
+    return 1;
+  }
+  return 0;
+}

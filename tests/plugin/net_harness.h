@@ -1,0 +1,313 @@
+// A stand-in for NCCL: loads the built libnccl-net-terse.so with dlopen, looks up one versioned
+// table and drives it the way NCCL's proxy does (nonblocking connect/accept polled together,
+// NULL requests retried, test() until done). Forked processes play the ranks; they swap listen
+// handles through files in a per-test directory. Shared by the tests and the benchmark.
+#pragma once
+
+#include "nccl_net_abi.h"
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace terse::harness {
+
+// Any failure inside a rank throws; the rank's main turns it into a nonzero exit code.
+#define HARNESS_CHECK(cond, ...)                                                             \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      char harness_msg_[512];                                                                \
+      std::snprintf(harness_msg_, sizeof(harness_msg_), __VA_ARGS__);                        \
+      throw std::runtime_error(std::string(__FILE__ ":") + std::to_string(__LINE__) + ": " + \
+                               harness_msg_);                                                \
+    }                                                                                        \
+  } while (0)
+#define NCCL_OK(call)                                                                   \
+  do {                                                                                  \
+    ncclResult_t harness_r_ = (call);                                                   \
+    HARNESS_CHECK(harness_r_ == ncclSuccess, "%s returned %d", #call, (int)harness_r_); \
+  } while (0)
+
+// One loaded table of any version, seen through v11-shaped calls.
+class NetApi {
+ public:
+  NetApi(const char* path, int version) : version_(version) {
+    dl_ = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    HARNESS_CHECK(dl_ != nullptr, "dlopen(%s): %s", path, dlerror());
+    std::string sym = "ncclNetPlugin_v" + std::to_string(version);
+    table_ = dlsym(dl_, sym.c_str());
+    HARNESS_CHECK(table_ != nullptr, "dlsym(%s) failed", sym.c_str());
+  }
+  ~NetApi() {
+    if (dl_ != nullptr) dlclose(dl_);
+  }
+  NetApi(const NetApi&) = delete;
+  NetApi& operator=(const NetApi&) = delete;
+
+  int version() const { return version_; }
+  const char* name() const { return *static_cast<const char* const*>(table_); }
+
+  ncclResult_t init(ncclDebugLogger_t logger = nullptr) {
+    switch (version_) {
+      case 11: return v11()->init(&ctx_, 0x1234, nullptr, logger, nullptr);
+      case 10: return v10()->init(logger, nullptr);
+      case 9: return v9()->init(logger);
+      default: return v8()->init(logger);
+    }
+  }
+  // v11 only; the older tables are torn down by dlclose.
+  ncclResult_t finalize() {
+    if (version_ != 11) return ncclSuccess;
+    ncclResult_t r = v11()->finalize(ctx_);
+    ctx_ = nullptr;
+    return r;
+  }
+  ncclResult_t devices(int* n) { return v8()->devices(n); }  // same slot in every version
+  // Returns the v11 fields; the older versions' fields are copied into it.
+  ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* p) {
+    std::memset(p, 0, sizeof(*p));
+    if (version_ == 11) return v11()->getProperties(dev, p);
+    if (version_ == 10 || version_ == 9) {
+      ncclNetProperties_v10_t q;
+      ncclResult_t r = v10()->getProperties(dev, &q);
+      std::memcpy(p, &q, sizeof(q));
+      return r;
+    }
+    ncclNetProperties_v8_t q;
+    ncclResult_t r = v8()->getProperties(dev, &q);
+    p->name = q.name;
+    p->pciPath = q.pciPath;
+    p->guid = q.guid;
+    p->ptrSupport = q.ptrSupport;
+    p->speed = q.speed;
+    p->latency = q.latency;
+    p->maxComms = q.maxComms;
+    p->maxRecvs = q.maxRecvs;
+    p->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+    return r;
+  }
+  ncclResult_t listen(int dev, void* handle, void** lc) {
+    if (version_ == 11) return v11()->listen(ctx_, dev, handle, lc);
+    return v8()->listen(dev, handle, lc);  // v8, v9 and v10 share the slot and signature
+  }
+  ncclResult_t connect(int dev, void* handle, void** sc) {
+    ncclNetDeviceHandle_v11_t* dh = nullptr;
+    switch (version_) {
+      case 11: return v11()->connect(ctx_, dev, handle, sc, &dh);
+      case 10: {
+        ncclNetCommConfig_v10_t cfg{-1};
+        return v10()->connect(dev, &cfg, handle, sc, &dh);
+      }
+      default: return v8()->connect(dev, handle, sc, &dh);
+    }
+  }
+  ncclResult_t accept(void* lc, void** rc) {
+    ncclNetDeviceHandle_v11_t* dh = nullptr;
+    return v8()->accept(lc, rc, &dh);
+  }
+  ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mh) {
+    return v8()->regMr(comm, data, size, type, mh);
+  }
+  ncclResult_t deregMr(void* comm, void* mh) { return v8()->deregMr(comm, mh); }
+  ncclResult_t isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
+    switch (version_) {
+      case 11: return v11()->isend(sc, data, size, tag, mh, nullptr, req);
+      case 10: return v10()->isend(sc, data, size, tag, mh, nullptr, req);
+      case 9: return v9()->isend(sc, data, size, tag, mh, req);
+      default: return v8()->isend(sc, data, static_cast<int>(size), tag, mh, req);
+    }
+  }
+  ncclResult_t irecv(void* rc, int n, void** data, const size_t* sizes, int* tags, void** mhs,
+                     void** req) {
+    size_t s[8];
+    int si[8];
+    for (int i = 0; i < n && i < 8; ++i) {
+      s[i] = sizes[i];
+      si[i] = static_cast<int>(sizes[i]);
+    }
+    switch (version_) {
+      case 11: return v11()->irecv(rc, n, data, s, tags, mhs, nullptr, req);
+      case 10: return v10()->irecv(rc, n, data, s, tags, mhs, nullptr, req);
+      case 9: return v9()->irecv(rc, n, data, s, tags, mhs, req);
+      default: return v8()->irecv(rc, n, data, si, tags, mhs, req);
+    }
+  }
+  ncclResult_t iflush(void* rc, int n, void** data, int* sizes, void** mhs, void** req) {
+    return v8()->iflush(rc, n, data, sizes, mhs, req);
+  }
+  ncclResult_t test(void* req, int* done, int* sizes) { return v8()->test(req, done, sizes); }
+  ncclResult_t closeSend(void* c) { return v8()->closeSend(c); }
+  ncclResult_t closeRecv(void* c) { return v8()->closeRecv(c); }
+  ncclResult_t closeListen(void* c) { return v8()->closeListen(c); }
+
+ private:
+  // Every version lays out name..irecvConsumed with the same slots; only signatures differ.
+  const ncclNet_v11_t* v11() const { return static_cast<const ncclNet_v11_t*>(table_); }
+  const ncclNet_v10_t* v10() const { return static_cast<const ncclNet_v10_t*>(table_); }
+  const ncclNet_v9_t* v9() const { return static_cast<const ncclNet_v9_t*>(table_); }
+  const ncclNet_v8_t* v8() const { return static_cast<const ncclNet_v8_t*>(table_); }
+
+  int version_;
+  void* dl_ = nullptr;
+  const void* table_ = nullptr;
+  void* ctx_ = nullptr;
+};
+
+// Files in a directory as a tiny key-value store between forked ranks.
+class Exchange {
+ public:
+  explicit Exchange(std::string dir) : dir_(std::move(dir)) {}
+  void put(const std::string& key, const void* data, size_t size) const {
+    std::string tmp = dir_ + "/." + key + ".tmp", path = dir_ + "/" + key;
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    HARNESS_CHECK(f != nullptr, "cannot write %s", tmp.c_str());
+    HARNESS_CHECK(std::fwrite(data, 1, size, f) == size || size == 0, "short write");
+    std::fclose(f);
+    HARNESS_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "rename %s", path.c_str());
+  }
+  std::vector<char> get(const std::string& key, int timeoutSec = 60) const {
+    std::string path = dir_ + "/" + key;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
+    for (;;) {
+      std::ifstream in(path, std::ios::binary);
+      if (in.good())
+        return std::vector<char>((std::istreambuf_iterator<char>(in)),
+                                 std::istreambuf_iterator<char>());
+      HARNESS_CHECK(std::chrono::steady_clock::now() < deadline, "timed out waiting for %s",
+                    key.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  void barrier(const std::string& name, int rank, int nranks) const {
+    char one = 1;
+    put(name + ".b" + std::to_string(rank), &one, 1);
+    for (int r = 0; r < nranks; ++r) get(name + ".b" + std::to_string(r));
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+struct Link {
+  void* listenComm = nullptr;
+  void* sendComm = nullptr;  // to `to`
+  void* recvComm = nullptr;  // from `from`
+};
+
+// Listens, publishes the handle, and polls connect(to) and accept(from) together until both
+// are up, as NCCL's service thread does. Passing to == rank connects to self.
+inline Link connectPeers(NetApi& api, const Exchange& ex, const std::string& key, int rank, int to,
+                         int from, int timeoutSec = 60) {
+  Link link;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  NCCL_OK(api.listen(0, handle, &link.listenComm));
+  HARNESS_CHECK(link.listenComm != nullptr, "listen gave no comm");
+  ex.put(key + ".h" + std::to_string(rank), handle, sizeof(handle));
+  std::vector<char> peer = ex.get(key + ".h" + std::to_string(to));
+  HARNESS_CHECK(peer.size() == NCCL_NET_HANDLE_MAXSIZE, "bad handle size %zu", peer.size());
+  (void)from;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
+  while (link.sendComm == nullptr || link.recvComm == nullptr) {
+    if (link.sendComm == nullptr) NCCL_OK(api.connect(0, peer.data(), &link.sendComm));
+    if (link.recvComm == nullptr) NCCL_OK(api.accept(link.listenComm, &link.recvComm));
+    HARNESS_CHECK(std::chrono::steady_clock::now() < deadline, "connect/accept timed out");
+  }
+  return link;
+}
+
+inline void closeLink(NetApi& api, Link& link) {
+  NCCL_OK(api.closeSend(link.sendComm));
+  NCCL_OK(api.closeRecv(link.recvComm));
+  NCCL_OK(api.closeListen(link.listenComm));
+  link = Link{};
+}
+
+// Tests a request until done; returns the final result code (so error paths can be checked).
+inline ncclResult_t waitRequest(NetApi& api, void* req, int* sizes, int timeoutSec = 120) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
+  int done = 0;
+  while (!done) {
+    ncclResult_t r = api.test(req, &done, sizes);
+    if (r != ncclSuccess) return r;
+    HARNESS_CHECK(std::chrono::steady_clock::now() < deadline, "request did not finish in %ds",
+                  timeoutSec);
+  }
+  return ncclSuccess;
+}
+
+// Forks `nranks` processes running body(rank); returns each one's exit status (0 = passed,
+// 124 = timed out, 128+signal = killed). A rank prints its failure to stderr.
+inline std::vector<int> runRanks(int nranks, const std::function<void(int rank)>& body,
+                                 int timeoutSec = 240) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nranks; ++r) {
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(static_cast<unsigned>(timeoutSec + 5));  // a wedged rank dies on its own too
+      int code = 0;
+      try {
+        body(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[rank %d] FAILED: %s\n", r, e.what());
+        code = 1;
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(nranks, -1);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
+  int left = nranks;
+  while (left > 0) {
+    for (int r = 0; r < nranks; ++r) {
+      if (codes[r] != -1) continue;
+      int status = 0;
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        --left;
+      }
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < nranks; ++r)
+        if (codes[r] == -1) {
+          kill(pids[r], SIGKILL);
+          waitpid(pids[r], nullptr, 0);
+          codes[r] = 124;
+        }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return codes;
+}
+
+inline std::string makeTempDir() {
+  char tmpl[] = "/tmp/terse-plugin-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  HARNESS_CHECK(d != nullptr, "mkdtemp failed");
+  return d;
+}
+
+inline void removeTree(const std::string& dir) {
+  std::string cmd = "rm -rf '" + dir + "'";
+  if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir.c_str());
+}
+
+}  // namespace terse::harness

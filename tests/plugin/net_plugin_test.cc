@@ -1,0 +1,634 @@
+// Drives the built libnccl-net-terse.so the way NCCL does, from forked processes (see
+// net_harness.h). Every check compares delivered bytes and sizes with an independent pattern
+// generator or reference sum, so a plugin that drops, reorders, truncates or corrupts fails.
+#include "net_harness.h"
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <deque>
+#include <numeric>
+
+namespace terse::harness {
+namespace {
+
+constexpr const char* kPluginPath = TERSE_PLUGIN_PATH;
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Deterministic bytes for message `seed`; byte i depends on (seed, i) only.
+void fillPattern(uint8_t* p, size_t n, uint64_t seed) {
+  size_t words = n / 8;
+  for (size_t w = 0; w < words; ++w) {
+    uint64_t v = mix(seed * 0x100000001b3ull + w);
+    std::memcpy(p + 8 * w, &v, 8);
+  }
+  uint64_t v = mix(seed * 0x100000001b3ull + words);
+  for (size_t i = words * 8; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * (i % 8)));
+}
+
+// Index of the first byte that differs from the pattern, or n.
+size_t checkPattern(const uint8_t* p, size_t n, uint64_t seed) {
+  std::vector<uint8_t> want(n);
+  fillPattern(want.data(), n, seed);
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != want[i]) return i;
+  return n;
+}
+
+void useLoopback(const std::string& tls) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  setenv("UCX_TLS", tls.c_str(), 1);
+  setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
+}
+
+// Posts until the plugin accepts (NULL request = "call again"), as NCCL's proxy does.
+void* postSend(NetApi& api, void* comm, void* data, size_t size, int tag, void* mh) {
+  void* req = nullptr;
+  for (int spins = 0; req == nullptr; ++spins) {
+    NCCL_OK(api.isend(comm, data, size, tag, mh, &req));
+    HARNESS_CHECK(spins < 50000000, "isend never accepted the request");
+  }
+  return req;
+}
+
+void* postRecv(NetApi& api, void* comm, int n, void** data, const size_t* sizes, int* tags,
+               void** mhs) {
+  void* req = reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION);  // NCCL's LL preset
+  void* first = req;
+  for (int spins = 0;; ++spins) {
+    req = first;
+    NCCL_OK(api.irecv(comm, n, data, sizes, tags, mhs, &req));
+    if (req != nullptr) break;
+    HARNESS_CHECK(spins < 50000000, "irecv never accepted the request");
+  }
+  HARNESS_CHECK(req != first, "irecv kept NCCL's optional-completion marker as the request");
+  return req;
+}
+
+std::string ranksSummary(const std::vector<int>& codes) {
+  std::string s;
+  for (size_t r = 0; r < codes.size(); ++r)
+    s += "rank " + std::to_string(r) + " exit " + std::to_string(codes[r]) + "; ";
+  return s;
+}
+
+void expectAllPassed(const std::vector<int>& codes) {
+  for (int c : codes) EXPECT_EQ(c, 0) << ranksSummary(codes);
+}
+
+struct Variant {
+  int version;
+  std::string tls;
+};
+std::string variantName(const testing::TestParamInfo<Variant>& info) {
+  return "v" + std::to_string(info.param.version) + "_" + info.param.tls;
+}
+
+class NetPluginTest : public testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override { dir_ = makeTempDir(); }
+  void TearDown() override { removeTree(dir_); }
+  std::string dir_;
+};
+
+// Sizes from 0 bytes to 64 MiB both ways at once, each receive larger than its send, with
+// registration checks, reported sizes, and untouched bytes past the message.
+TEST_P(NetPluginTest, SizesBothWaysReceiveLargerThanSend) {
+  const Variant v = GetParam();
+  auto codes = runRanks(2, [&](int rank) {
+    useLoopback(v.tls);
+    NetApi api(kPluginPath, v.version);
+    HARNESS_CHECK(std::string(api.name()) == "terse", "table name is '%s'", api.name());
+    NCCL_OK(api.init());
+    int ndev = 0;
+    NCCL_OK(api.devices(&ndev));
+    HARNESS_CHECK(ndev == 1, "devices reported %d", ndev);
+    ncclNetProperties_v11_t props;
+    NCCL_OK(api.getProperties(0, &props));
+    HARNESS_CHECK((props.ptrSupport & NCCL_PTR_HOST) && !(props.ptrSupport & NCCL_PTR_DMABUF),
+                  "ptrSupport %#x", props.ptrSupport);
+    HARNESS_CHECK(props.speed > 0 && props.maxComms > 0 && props.maxRecvs >= 1 &&
+                      props.maxRecvs <= 8 && props.maxP2pBytes == NCCL_MAX_NET_SIZE_BYTES,
+                  "properties speed %d maxComms %d maxRecvs %d maxP2pBytes %zu", props.speed,
+                  props.maxComms, props.maxRecvs, props.maxP2pBytes);
+    HARNESS_CHECK(std::string(props.name) == "lo", "device name '%s'", props.name);
+
+    Exchange ex(dir_);
+    int peer = 1 - rank;
+    Link link = connectPeers(api, ex, "sizes", rank, peer, peer);
+    const std::vector<size_t> sizes = {0, 1, 7, 4096, 65537, (1u << 20) + 3, 8u << 20, 64u << 20};
+    const size_t extra = 4096 + 13;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      size_t n = sizes[k];
+      std::vector<uint8_t> sendBuf(n + 1), recvBuf(n + extra, 0xA5);
+      fillPattern(sendBuf.data(), n, k * 16 + rank);
+      void *smh = nullptr, *rmh = nullptr;
+      NCCL_OK(api.regMr(link.sendComm, sendBuf.data(), sendBuf.size(), NCCL_PTR_HOST, &smh));
+      NCCL_OK(api.regMr(link.recvComm, recvBuf.data(), recvBuf.size(), NCCL_PTR_HOST, &rmh));
+      void* rdata = recvBuf.data();
+      size_t cap = recvBuf.size();
+      int tag = static_cast<int>(k) + 100;
+      void* rreq = postRecv(api, link.recvComm, 1, &rdata, &cap, &tag, &rmh);
+      void* sreq = postSend(api, link.sendComm, sendBuf.data(), n, tag, smh);
+      int ssize = -1, rsize = -1;
+      NCCL_OK(waitRequest(api, sreq, &ssize));
+      NCCL_OK(waitRequest(api, rreq, &rsize));
+      HARNESS_CHECK(ssize == static_cast<int>(n), "send of %zu reported %d", n, ssize);
+      HARNESS_CHECK(rsize == static_cast<int>(n), "receive of %zu reported %d", n, rsize);
+      size_t bad = checkPattern(recvBuf.data(), n, k * 16 + peer);
+      HARNESS_CHECK(bad == n, "size %zu: byte %zu differs", n, bad);
+      for (size_t i = n; i < recvBuf.size(); ++i)
+        HARNESS_CHECK(recvBuf[i] == 0xA5, "size %zu: byte %zu past the message was written", n, i);
+      void* flushReq = reinterpret_cast<void*>(1);
+      NCCL_OK(api.iflush(link.recvComm, 1, &rdata, &rsize, &rmh, &flushReq));
+      HARNESS_CHECK(flushReq == nullptr, "host memory needs no flush");
+      NCCL_OK(api.deregMr(link.sendComm, smh));
+      NCCL_OK(api.deregMr(link.recvComm, rmh));
+    }
+    // A buffer outside its registration is refused, not sent.
+    std::vector<uint8_t> small(64);
+    void* mh = nullptr;
+    NCCL_OK(api.regMr(link.sendComm, small.data(), 32, NCCL_PTR_HOST, &mh));
+    void* req = nullptr;
+    HARNESS_CHECK(api.isend(link.sendComm, small.data(), 64, 1, mh, &req) == ncclInvalidArgument,
+                  "isend beyond the registered range must fail");
+    NCCL_OK(api.deregMr(link.sendComm, mh));
+    // CUDA memory is refused exactly when ptrSupport says so.
+    if (!(props.ptrSupport & NCCL_PTR_CUDA))
+      HARNESS_CHECK(api.regMr(link.sendComm, small.data(), 64, NCCL_PTR_CUDA, &mh) != ncclSuccess,
+                    "regMr(CUDA) must fail when ptrSupport lacks NCCL_PTR_CUDA");
+    ex.barrier("sizes-done", rank, 2);
+    closeLink(api, link);
+    NCCL_OK(api.finalize());
+  });
+  expectAllPassed(codes);
+}
+
+// At most 32 receives (and 32 x maxRecvs sends) in flight; the next post gets a NULL request.
+// Messages keep their posting order on the tag.
+TEST_P(NetPluginTest, BackpressureAndOrdering) {
+  const Variant v = GetParam();
+  auto codes = runRanks(2, [&](int rank) {
+    useLoopback(v.tls);
+    NetApi api(kPluginPath, v.version);
+    NCCL_OK(api.init());
+    ncclNetProperties_v11_t props;
+    NCCL_OK(api.getProperties(0, &props));
+    Exchange ex(dir_);
+    Link link = connectPeers(api, ex, "bp", rank, 1 - rank, 1 - rank);
+    const int kMessages = 700;
+    const size_t kCap = 64 << 10;
+    auto sizeOf = [](int i) { return static_cast<size_t>((i * 7919) % (64 << 10)); };
+    if (rank == 0) {
+      std::vector<std::vector<uint8_t>> bufs(kMessages);
+      std::deque<std::pair<int, void*>> inFlight;
+      int next = 0, firstNullAt = -1;
+      while (next < kMessages || !inFlight.empty()) {
+        while (next < kMessages) {
+          bufs[next].resize(sizeOf(next));
+          fillPattern(bufs[next].data(), bufs[next].size(), next);
+          void* req = nullptr;
+          NCCL_OK(api.isend(link.sendComm, bufs[next].data(), bufs[next].size(), 7, nullptr, &req));
+          if (req == nullptr) {
+            if (firstNullAt < 0) firstNullAt = static_cast<int>(inFlight.size());
+            break;
+          }
+          inFlight.emplace_back(next++, req);
+        }
+        int done = 0, size = -1;
+        NCCL_OK(api.test(inFlight.front().second, &done, &size));
+        if (done) {
+          HARNESS_CHECK(size == static_cast<int>(sizeOf(inFlight.front().first)), "send size %d",
+                        size);
+          inFlight.pop_front();
+        }
+      }
+      HARNESS_CHECK(firstNullAt == NCCL_NET_MAX_REQUESTS * props.maxRecvs,
+                    "first NULL send after %d requests, expected %d", firstNullAt,
+                    NCCL_NET_MAX_REQUESTS * props.maxRecvs);
+    } else {
+      std::vector<std::vector<uint8_t>> bufs(NCCL_NET_MAX_REQUESTS + 1, std::vector<uint8_t>(kCap));
+      std::deque<std::pair<int, void*>> inFlight;
+      int posted = 0, received = 0, firstNullAt = -1;
+      while (received < kMessages) {
+        while (posted < kMessages) {
+          void* data = bufs[posted % bufs.size()].data();
+          size_t cap = kCap;
+          int tag = 7;
+          void* req = nullptr;
+          NCCL_OK(api.irecv(link.recvComm, 1, &data, &cap, &tag, nullptr, &req));
+          if (req == nullptr) {
+            if (firstNullAt < 0) firstNullAt = static_cast<int>(inFlight.size());
+            break;
+          }
+          inFlight.emplace_back(posted++, req);
+        }
+        int done = 0, size = -1;
+        NCCL_OK(api.test(inFlight.front().second, &done, &size));
+        if (done) {
+          int i = inFlight.front().first;
+          HARNESS_CHECK(size == static_cast<int>(sizeOf(i)), "message %d: size %d, want %zu", i,
+                        size, sizeOf(i));
+          size_t bad = checkPattern(bufs[i % bufs.size()].data(), sizeOf(i), i);
+          HARNESS_CHECK(bad == sizeOf(i), "message %d: byte %zu differs (out of order?)", i, bad);
+          inFlight.pop_front();
+          ++received;
+        }
+      }
+      HARNESS_CHECK(firstNullAt == NCCL_NET_MAX_REQUESTS, "first NULL receive after %d requests",
+                    firstNullAt);
+    }
+    ex.barrier("bp-done", rank, 2);
+    closeLink(api, link);
+    NCCL_OK(api.finalize());
+  });
+  expectAllPassed(codes);
+}
+
+// Grouped receives (n = maxRecvs): the tag picks the buffer, whatever order the sends come in.
+TEST_P(NetPluginTest, GroupedReceivesMatchByTag) {
+  const Variant v = GetParam();
+  auto codes = runRanks(2, [&](int rank) {
+    useLoopback(v.tls);
+    NetApi api(kPluginPath, v.version);
+    NCCL_OK(api.init());
+    ncclNetProperties_v11_t props;
+    NCCL_OK(api.getProperties(0, &props));
+    const int n = props.maxRecvs;
+    HARNESS_CHECK(n > 1, "maxRecvs is %d; grouped receives need > 1", n);
+    Exchange ex(dir_);
+    Link link = connectPeers(api, ex, "grp", rank, 1 - rank, 1 - rank);
+    const int kGroups = 40, kWindow = 4;
+    auto sizeOf = [](int g, int t) {
+      return static_cast<size_t>(((g * 131 + t * 977) % 97) * 2113);
+    };
+    auto seedOf = [](int g, int t) { return static_cast<uint64_t>(g * 64 + t); };
+    if (rank == 0) {
+      std::vector<std::vector<uint8_t>> bufs(static_cast<size_t>(kGroups * n));
+      std::deque<void*> inFlight;
+      for (int g = 0; g < kGroups; ++g) {
+        for (int k = 0; k < n; ++k) {
+          int t = (k * 3 + g) % n;  // a different tag order in every group
+          if (std::gcd(3, n) != 1) t = (n - 1 - k + g) % n;
+          auto& b = bufs[static_cast<size_t>(g * n + t)];
+          b.resize(sizeOf(g, t));
+          fillPattern(b.data(), b.size(), seedOf(g, t));
+          inFlight.push_back(postSend(api, link.sendComm, b.data(), b.size(), 1000 + t, nullptr));
+        }
+        while (inFlight.size() > static_cast<size_t>(kWindow * n)) {
+          NCCL_OK(waitRequest(api, inFlight.front(), nullptr));
+          inFlight.pop_front();
+        }
+      }
+      for (void* r : inFlight) NCCL_OK(waitRequest(api, r, nullptr));
+    } else {
+      // Too many buffers is refused.
+      std::vector<void*> d(9, nullptr);
+      std::vector<size_t> s(9, 0);
+      std::vector<int> tg(9, 0);
+      void* bad = nullptr;
+      if (n < 8)
+        HARNESS_CHECK(api.irecv(link.recvComm, n + 1, d.data(), s.data(), tg.data(), nullptr,
+                                &bad) == ncclInvalidArgument,
+                      "irecv with n > maxRecvs must fail");
+      std::vector<std::vector<uint8_t>> bufs(static_cast<size_t>(kGroups * n));
+      std::deque<std::pair<int, void*>> inFlight;
+      auto finish = [&](int g, void* req) {
+        std::vector<int> sizes(n, -1);
+        NCCL_OK(waitRequest(api, req, sizes.data()));
+        for (int t = 0; t < n; ++t) {
+          HARNESS_CHECK(sizes[t] == static_cast<int>(sizeOf(g, t)),
+                        "group %d tag %d: size %d, want %zu", g, t, sizes[t], sizeOf(g, t));
+          auto& b = bufs[static_cast<size_t>(g * n + t)];
+          size_t at = checkPattern(b.data(), sizeOf(g, t), seedOf(g, t));
+          HARNESS_CHECK(at == sizeOf(g, t), "group %d tag %d: byte %zu differs", g, t, at);
+        }
+      };
+      for (int g = 0; g < kGroups; ++g) {
+        std::vector<void*> data(n);
+        std::vector<size_t> caps(n);
+        std::vector<int> tags(n);
+        for (int t = 0; t < n; ++t) {
+          auto& b = bufs[static_cast<size_t>(g * n + t)];
+          b.assign(sizeOf(g, t) + 100, 0);
+          data[t] = b.data();
+          caps[t] = b.size();
+          tags[t] = 1000 + t;
+        }
+        inFlight.emplace_back(
+            g, postRecv(api, link.recvComm, n, data.data(), caps.data(), tags.data(), nullptr));
+        if (inFlight.size() > static_cast<size_t>(kWindow)) {
+          finish(inFlight.front().first, inFlight.front().second);
+          inFlight.pop_front();
+        }
+      }
+      for (auto& [g, r] : inFlight) finish(g, r);
+    }
+    ex.barrier("grp-done", rank, 2);
+    closeLink(api, link);
+    NCCL_OK(api.finalize());
+  });
+  expectAllPassed(codes);
+}
+
+// LL (16-byte lines {data, flag, data, flag}) and LL128 (8-byte flag per 128 bytes) buffers,
+// reused step after step as NCCL does: every line must carry this step's flag and data.
+TEST_P(NetPluginTest, LlShapedBuffersBitExact) {
+  const Variant v = GetParam();
+  auto codes = runRanks(2, [&](int rank) {
+    useLoopback(v.tls);
+    NetApi api(kPluginPath, v.version);
+    NCCL_OK(api.init());
+    Exchange ex(dir_);
+    Link link = connectPeers(api, ex, "ll", rank, 1 - rank, 1 - rank);
+    const size_t kLines = 4096;
+    std::vector<uint32_t> ll(kLines * 4), llIn(kLines * 4, 0);
+    std::vector<uint64_t> ll128(kLines * 16), ll128In(kLines * 16, 0);
+    void* mh[4];
+    NCCL_OK(api.regMr(link.sendComm, ll.data(), ll.size() * 4, NCCL_PTR_HOST, &mh[0]));
+    NCCL_OK(api.regMr(link.recvComm, llIn.data(), llIn.size() * 4, NCCL_PTR_HOST, &mh[1]));
+    NCCL_OK(api.regMr(link.sendComm, ll128.data(), ll128.size() * 8, NCCL_PTR_HOST, &mh[2]));
+    NCCL_OK(api.regMr(link.recvComm, ll128In.data(), ll128In.size() * 8, NCCL_PTR_HOST, &mh[3]));
+    int peer = 1 - rank;
+    auto word = [](int src, uint32_t step, size_t i) {
+      return static_cast<uint32_t>(mix((uint64_t(src) << 48) ^ (uint64_t(step) << 32) ^ i));
+    };
+    for (uint32_t step = 1; step <= 60; ++step) {
+      size_t lines = 1 + (step * 389) % kLines;  // a different fill each step
+      for (size_t l = 0; l < lines; ++l) {
+        ll[4 * l + 0] = word(rank, step, 2 * l);
+        ll[4 * l + 1] = step;
+        ll[4 * l + 2] = word(rank, step, 2 * l + 1);
+        ll[4 * l + 3] = step;
+        for (int k = 0; k < 15; ++k) ll128[16 * l + k] = mix(word(rank, step, 16 * l + k));
+        ll128[16 * l + 15] = step;
+      }
+      void* rdata[2] = {llIn.data(), ll128In.data()};
+      size_t caps[2] = {llIn.size() * 4, ll128In.size() * 8};  // whole buffers, like NCCL
+      int tags[2] = {0, 1};
+      void* r0 = postRecv(api, link.recvComm, 1, &rdata[0], &caps[0], &tags[0], &mh[1]);
+      void* r1 = postRecv(api, link.recvComm, 1, &rdata[1], &caps[1], &tags[1], &mh[3]);
+      void* s0 = postSend(api, link.sendComm, ll.data(), lines * 16, 0, mh[0]);
+      void* s1 = postSend(api, link.sendComm, ll128.data(), lines * 128, 1, mh[2]);
+      int sz0 = -1, sz1 = -1;
+      NCCL_OK(waitRequest(api, s0, nullptr));
+      NCCL_OK(waitRequest(api, s1, nullptr));
+      NCCL_OK(waitRequest(api, r0, &sz0));
+      NCCL_OK(waitRequest(api, r1, &sz1));
+      HARNESS_CHECK(sz0 == static_cast<int>(lines * 16) && sz1 == static_cast<int>(lines * 128),
+                    "step %u: sizes %d %d", step, sz0, sz1);
+      for (size_t l = 0; l < lines; ++l) {
+        HARNESS_CHECK(llIn[4 * l + 1] == step && llIn[4 * l + 3] == step &&
+                          llIn[4 * l] == word(peer, step, 2 * l) &&
+                          llIn[4 * l + 2] == word(peer, step, 2 * l + 1),
+                      "LL step %u line %zu wrong", step, l);
+        HARNESS_CHECK(ll128In[16 * l + 15] == step, "LL128 step %u line %zu flag", step, l);
+        for (int k = 0; k < 15; ++k)
+          HARNESS_CHECK(ll128In[16 * l + k] == mix(word(peer, step, 16 * l + k)),
+                        "LL128 step %u line %zu word %d", step, l, k);
+      }
+    }
+    for (int i = 0; i < 4; ++i) NCCL_OK(api.deregMr(i % 2 ? link.recvComm : link.sendComm, mh[i]));
+    ex.barrier("ll-done", rank, 2);
+    closeLink(api, link);
+    NCCL_OK(api.finalize());
+  });
+  expectAllPassed(codes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tables, NetPluginTest,
+                         testing::Values(Variant{11, "tcp"}, Variant{11, "sm"}, Variant{10, "tcp"},
+                                         Variant{9, "tcp"}, Variant{8, "tcp"}, Variant{8, "sm"}),
+                         variantName);
+
+// A ring allreduce (reduce-scatter then allgather) built only from isend/irecv, on 2..4
+// processes; every rank must end with the exact integer sum.
+class NetPluginRingTest : public testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(NetPluginRingTest, RingAllreduceExact) {
+  const int nranks = std::get<0>(GetParam());
+  const int version = std::get<1>(GetParam());
+  std::string dir = makeTempDir();
+  auto codes = runRanks(nranks, [&](int rank) {
+    useLoopback("tcp");
+    NetApi api(kPluginPath, version);
+    NCCL_OK(api.init());
+    Exchange ex(dir);
+    int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    Link link = connectPeers(api, ex, "ring", rank, next, prev);
+    const size_t count = (1u << 20) + 3;
+    auto value = [](int r, size_t i) { return static_cast<uint32_t>(mix(r * 1000003ull + i)); };
+    std::vector<uint32_t> data(count), tmp(count / nranks + nranks);
+    for (size_t i = 0; i < count; ++i) data[i] = value(rank, i);
+    auto chunkBegin = [&](int c) { return count * static_cast<size_t>(c) / nranks; };
+    auto chunkLen = [&](int c) { return chunkBegin(c + 1) - chunkBegin(c); };
+    void *dmh, *tmh;
+    NCCL_OK(api.regMr(link.sendComm, data.data(), count * 4, NCCL_PTR_HOST, &dmh));
+    NCCL_OK(api.regMr(link.recvComm, tmp.data(), tmp.size() * 4, NCCL_PTR_HOST, &tmh));
+    void* dmhRecv;
+    NCCL_OK(api.regMr(link.recvComm, data.data(), count * 4, NCCL_PTR_HOST, &dmhRecv));
+    for (int s = 0; s < nranks - 1; ++s) {  // reduce-scatter
+      int sendC = ((rank - s) % nranks + nranks) % nranks;
+      int recvC = ((rank - s - 1) % nranks + nranks) % nranks;
+      void* rdata = tmp.data();
+      size_t cap = tmp.size() * 4;
+      int tag = s;
+      void* rr = postRecv(api, link.recvComm, 1, &rdata, &cap, &tag, &tmh);
+      void* sr = postSend(api, link.sendComm, data.data() + chunkBegin(sendC), chunkLen(sendC) * 4,
+                          s, dmh);
+      int got = -1;
+      NCCL_OK(waitRequest(api, rr, &got));
+      NCCL_OK(waitRequest(api, sr, nullptr));
+      HARNESS_CHECK(got == static_cast<int>(chunkLen(recvC) * 4), "step %d got %d bytes", s, got);
+      for (size_t i = 0; i < chunkLen(recvC); ++i) data[chunkBegin(recvC) + i] += tmp[i];
+    }
+    for (int s = 0; s < nranks - 1; ++s) {  // allgather
+      int sendC = ((rank + 1 - s) % nranks + nranks) % nranks;
+      int recvC = ((rank - s) % nranks + nranks) % nranks;
+      void* rdata = data.data() + chunkBegin(recvC);
+      size_t cap = chunkLen(recvC) * 4;
+      int tag = 100 + s;
+      void* rr = postRecv(api, link.recvComm, 1, &rdata, &cap, &tag, &dmhRecv);
+      void* sr = postSend(api, link.sendComm, data.data() + chunkBegin(sendC), chunkLen(sendC) * 4,
+                          100 + s, dmh);
+      NCCL_OK(waitRequest(api, rr, nullptr));
+      NCCL_OK(waitRequest(api, sr, nullptr));
+    }
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t want = 0;
+      for (int r = 0; r < nranks; ++r) want += value(r, i);
+      HARNESS_CHECK(data[i] == want, "element %zu: %u, want %u", i, data[i], want);
+    }
+    NCCL_OK(api.deregMr(link.sendComm, dmh));
+    NCCL_OK(api.deregMr(link.recvComm, tmh));
+    NCCL_OK(api.deregMr(link.recvComm, dmhRecv));
+    ex.barrier("ring-done", rank, nranks);
+    closeLink(api, link);
+    NCCL_OK(api.finalize());
+  });
+  removeTree(dir);
+  expectAllPassed(codes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, NetPluginRingTest,
+                         testing::Values(std::make_tuple(2, 11), std::make_tuple(3, 11),
+                                         std::make_tuple(4, 11), std::make_tuple(3, 10),
+                                         std::make_tuple(3, 9), std::make_tuple(3, 8)),
+                         [](const auto& p) {
+                           return std::to_string(std::get<0>(p.param)) + "ranks_v" +
+                                  std::to_string(std::get<1>(p.param));
+                         });
+
+int countEntries(const char* dir) {
+  DIR* d = opendir(dir);
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n;
+}
+
+bool pluginMapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libnccl-net-terse") != std::string::npos) return true;
+  return false;
+}
+
+// init / connect / traffic / finalize / dlclose, again and again in one process: no thread,
+// file descriptor or mapping may outlive a cycle, and every reload must work.
+class NetPluginReloadTest : public testing::TestWithParam<int> {};
+
+TEST_P(NetPluginReloadTest, InitFinalizeDlcloseCycles) {
+  const int version = GetParam();
+  std::string dir = makeTempDir();
+  auto codes = runRanks(1, [&](int) {
+    useLoopback("tcp,self");
+    const int threads0 = countEntries("/proc/self/task");
+    const int fds0 = countEntries("/proc/self/fd");
+    for (int cycle = 0; cycle < 5; ++cycle) {
+      {
+        NetApi api(kPluginPath, version);
+        NCCL_OK(api.init());
+        HARNESS_CHECK(countEntries("/proc/self/task") >= threads0, "thread count");
+        Exchange ex(dir);
+        std::string key = "cycle" + std::to_string(cycle);
+        Link link = connectPeers(api, ex, key, 0, 0, 0);  // to ourselves
+        std::vector<uint8_t> out(1 << 20), in((1 << 20) + 64, 0);
+        fillPattern(out.data(), out.size(), cycle);
+        void* rdata = in.data();
+        size_t cap = in.size();
+        int tag = cycle;
+        void* rr = postRecv(api, link.recvComm, 1, &rdata, &cap, &tag, nullptr);
+        void* sr = postSend(api, link.sendComm, out.data(), out.size(), cycle, nullptr);
+        int got = -1;
+        NCCL_OK(waitRequest(api, sr, nullptr));
+        NCCL_OK(waitRequest(api, rr, &got));
+        HARNESS_CHECK(got == static_cast<int>(out.size()) &&
+                          checkPattern(in.data(), out.size(), cycle) == out.size(),
+                      "cycle %d: self traffic corrupted", cycle);
+        closeLink(api, link);
+        NCCL_OK(api.finalize());
+      }  // dlclose
+      HARNESS_CHECK(!pluginMapped(), "cycle %d: the library is still mapped after dlclose", cycle);
+      // UCX joins its async thread while cleaning up; allow the kernel a moment to reap it.
+      int threads = 0;
+      for (int i = 0; i < 200 && (threads = countEntries("/proc/self/task")) != threads0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      HARNESS_CHECK(threads == threads0, "cycle %d: %d threads after finalize+dlclose, %d before",
+                    cycle, threads, threads0);
+      int fds = countEntries("/proc/self/fd");
+      HARNESS_CHECK(fds == fds0, "cycle %d: %d open fds after finalize+dlclose, %d before", cycle,
+                    fds, fds0);
+    }
+  });
+  removeTree(dir);
+  expectAllPassed(codes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tables, NetPluginReloadTest, testing::Values(11, 8),
+                         [](const auto& p) { return "v" + std::to_string(p.param); });
+
+// A peer that dies mid-transfer makes test() return ncclRemoteError (6) on the survivor, for a
+// waiting receive (sender died) and for a waiting send (receiver died). Never a hang.
+class NetPluginPeerDeathTest : public testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(NetPluginPeerDeathTest, SurvivorGetsRemoteError) {
+  const std::string tls = std::get<0>(GetParam());
+  const bool senderDies = std::get<1>(GetParam());
+  std::string dir = makeTempDir();
+  const int victim = senderDies ? 0 : 1;
+  auto codes = runRanks(2, [&](int rank) {
+    useLoopback(tls);
+    NetApi api(kPluginPath, 11);
+    NCCL_OK(api.init());
+    Exchange ex(dir);
+    Link link = connectPeers(api, ex, "death", rank, 1 - rank, 1 - rank);
+    const size_t kBig = 32u << 20;
+    std::vector<uint8_t> buf(kBig, 1), in(kBig, 0);
+    // Rank 0 sends to rank 1. One message first, so the death happens on a working link.
+    void* rdata = in.data();
+    size_t cap = kBig;
+    int tag0 = 0, tag1 = 1, tag2 = 2;
+    if (rank == 0) {
+      NCCL_OK(
+          waitRequest(api, postSend(api, link.sendComm, buf.data(), 4096, 0, nullptr), nullptr));
+    } else {
+      NCCL_OK(
+          waitRequest(api, postRecv(api, link.recvComm, 1, &rdata, &cap, &tag0, nullptr), nullptr));
+    }
+    ex.barrier("warm", rank, 2);
+    if (rank == 0) {
+      void* big = postSend(api, link.sendComm, buf.data(), kBig, 1, nullptr);
+      if (senderDies) {
+        int done = 0;
+        for (int i = 0; i < 100 && !done; ++i) NCCL_OK(api.test(big, &done, nullptr));
+        raise(SIGKILL);  // mid-transfer: the receiver still waits on tag 2
+      }
+      ncclResult_t r = waitRequest(api, big, nullptr, 120);  // receiver never posts tag 1
+      HARNESS_CHECK(r == ncclRemoteError, "send to a dead receiver: test returned %d, want 6",
+                    static_cast<int>(r));
+    } else {
+      if (!senderDies) {
+        (void)postRecv(api, link.recvComm, 1, &rdata, &cap, &tag0, nullptr);
+        raise(SIGKILL);
+      }
+      void* r1 = postRecv(api, link.recvComm, 1, &rdata, &cap, &tag1, nullptr);
+      void* r2 = postRecv(api, link.recvComm, 1, &rdata, &cap, &tag2, nullptr);
+      ncclResult_t a = waitRequest(api, r1, nullptr, 120);
+      ncclResult_t b = a == ncclSuccess ? waitRequest(api, r2, nullptr, 120) : ncclRemoteError;
+      HARNESS_CHECK(b == ncclRemoteError && (a == ncclSuccess || a == ncclRemoteError),
+                    "receive from a dead sender: test returned %d then %d, want 6",
+                    static_cast<int>(a), static_cast<int>(b));
+      void* more = nullptr;
+      HARNESS_CHECK(
+          api.irecv(link.recvComm, 1, &rdata, &cap, &tag2, nullptr, &more) == ncclRemoteError,
+          "a broken comm must refuse new receives");
+    }
+    closeLink(api, link);
+    NCCL_OK(api.finalize());
+  });
+  removeTree(dir);
+  EXPECT_EQ(codes[victim], 128 + SIGKILL) << ranksSummary(codes);
+  EXPECT_EQ(codes[1 - victim], 0) << ranksSummary(codes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, NetPluginPeerDeathTest,
+                         testing::Combine(testing::Values("tcp", "sm"), testing::Bool()),
+                         [](const auto& p) {
+                           return std::get<0>(p.param) +
+                                  (std::get<1>(p.param) ? "_senderDies" : "_receiverDies");
+                         });
+
+}  // namespace
+}  // namespace terse::harness
