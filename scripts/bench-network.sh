@@ -120,7 +120,7 @@ done
 if ((probe_only)); then
   do_terse=0 do_mpi=0 do_plot=0 do_probe=1
 fi
-((do_terse || do_mpi || probe_only)) || die_usage "--no-terse together with --no-mpi leaves nothing to run"
+((do_terse || probe_only)) || [[ $do_mpi != 0 ]] || die_usage "--no-terse together with --no-mpi leaves nothing to run"
 
 [[ -n $out_dir ]] || out_dir="$root_dir/bench-results/network-$(date -u +%Y%m%d-%H%M%S)"
 [[ $build_dir = /* ]] || build_dir="$root_dir/$build_dir"
@@ -345,12 +345,9 @@ record_run() {
     "$1" "$2" "$3" "$4" "$5" "$6" >>"$out_dir/runs.jsonl"
 }
 
-terse_codec_arg() {
-  # terse-bench takes one --codec value: "all" or a comma-separated list.
-  local joined
-  joined=$(echo $codecs | tr ' ' ',')
-  echo "$joined"
-}
+# terse-bench takes --codec once per codec ("all" expands to every codec).
+codec_args=()
+for c in $codecs; do codec_args+=(--codec "$c"); done
 
 run_terse() {
   local rate=$1 size=$2 probe=$3 tag="terse-${1}gbit-$2"
@@ -362,7 +359,7 @@ run_terse() {
   for ((r = 0; r < ranks; r++)); do
     local ns json log
     ns=$(host_ns $((r + 1)))
-    json="$out_dir/raw/$tag-rank$r.json"
+    json="$out_dir/raw/$tag.json" # only rank 0 writes it
     log="$out_dir/logs/$tag-rank$r.log"
     (
       # UCX_TLS=tcp: without it UCX would pick shared memory between the namespaces (same
@@ -370,7 +367,7 @@ run_terse() {
       ip netns exec "$ns" env TERSE_RANK=$r TERSE_WORLD_SIZE=$ranks TERSE_STORE="$store" \
         UCX_TLS=tcp UCX_NET_DEVICES=eth0 \
         "$terse_bench" allreduce -b "$size" -e "$size" -n "$iters" -w "$warmup" \
-        --codec "$(terse_codec_arg)" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
+        "${codec_args[@]}" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
       echo $rc >"$rc_dir/rank$r.rc"
     ) &
   done
@@ -380,12 +377,12 @@ run_terse() {
     exit 1
   fi
   wait
-  [[ -s "$out_dir/raw/$tag-rank0.json" ]] || {
-    echo "bench-network: terse-bench rank 0 wrote no JSON ($out_dir/raw/$tag-rank0.json)" >&2
+  [[ -s "$out_dir/raw/$tag.json" ]] || {
+    echo "bench-network: terse-bench rank 0 wrote no JSON ($out_dir/raw/$tag.json)" >&2
     show_logs "$out_dir/logs/$tag-rank0.log"
     exit 1
   }
-  record_run terse "$rate" "$size" "raw/$tag-rank0.json" "$probe" $(($(date +%s) - t0))
+  record_run terse "$rate" "$size" "raw/$tag.json" "$probe" $(($(date +%s) - t0))
 }
 
 write_mpi_launcher() {
