@@ -11,6 +11,7 @@
 #include "subcommand.h"
 
 #include "terse/collectives/engine.h"
+#include "terse/compressors/auto_spec.h"
 #include "terse/kernels/numeric.h"
 
 #include <terse/communicator.h>
@@ -184,14 +185,13 @@ std::vector<double> exactResult(CollectiveKind kind, DataType dt, ReduceOp op, i
 int runKind(CollectiveKind kind, int argc, char** argv) {
   Options o;
   if (int rc = parse(argc, argv, &o)) return rc == 1 ? 0 : rc;
-  auto created = Communicator::create();
+  auto created = Communicator::createFromEnv();
   if (!created.isOk()) {
     std::fprintf(stderr, "terse-bench: %s\n", created.status().toString().c_str());
     return 1;
   }
   Communicator& comm = *created.value();
   const int n = comm.size(), rank = comm.rank();
-  CollectiveEngine engine(comm.transport(), comm.timeout());
   const size_t es = dataTypeSize(o.dtype);
   const double busFactor = kind == CollectiveKind::kAllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
 
@@ -200,7 +200,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     std::printf("# terse-bench %s: %d ranks over %s, %s, %s, %d warmup + %d timed calls\n",
                 collectiveName(kind), n, comm.transport().describe().c_str(), dataTypeName(o.dtype),
                 reduceOpName(o.op), o.warmup, o.iters);
-    std::printf("#%11s %12s %8s %6s %-30s %10s %8s %8s %12s %7s %10s\n", "size(B)", "count", "type",
+    std::printf("#%11s %12s %8s %6s %-36s %10s %8s %8s %12s %7s %10s\n", "size(B)", "count", "type",
                 "redop", "codec", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "maxrelerr");
     if (!o.json.empty() && !(json = std::fopen(o.json.c_str(), "w"))) {
       std::fprintf(stderr, "terse-bench: cannot write %s\n", o.json.c_str());
@@ -210,10 +210,26 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
   }
   bool firstRow = true;
   for (const std::string& spec : o.codecs) {
-    auto codec = makeCodec(spec);
-    if (!codec.isOk()) {
-      if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", codec.status().toString().c_str());
-      return 2;
+    // A codec, or the auto policy (whose pick is logged with TERSE_DEBUG=INFO).
+    std::string label;
+    bool wantsFeedback = false;
+    if (isAutoSpec(spec)) {
+      auto parsed = parseAutoSpec(spec);
+      if (!parsed.isOk()) {
+        if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", parsed.status().toString().c_str());
+        return 2;
+      }
+      label = parsed.value().canonical;
+      for (const auto& c : parsed.value().candidates)
+        wantsFeedback |= makeCodec(c).value()->wantsErrorFeedback();
+    } else {
+      auto codec = makeCodec(spec);
+      if (!codec.isOk()) {
+        if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", codec.status().toString().c_str());
+        return 2;
+      }
+      label = codec.value()->spec();
+      wantsFeedback = codec.value()->wantsErrorFeedback();
     }
     for (size_t bytes = o.minBytes; bytes <= o.maxBytes;
          bytes = std::max(bytes + 1, static_cast<size_t>(bytes * o.factor))) {
@@ -225,30 +241,35 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       fill(send, o.dtype, rank, kind == CollectiveKind::kAllGather ? mine.begin : 0, sendCount);
       recv.assign(recvCount * es, 0);
       std::unique_ptr<ErrorFeedback> ef;
-      if (codec.value()->wantsErrorFeedback()) {
-        auto e = ErrorFeedback::create(codec.value()->spec(), sendCount);
+      if (wantsFeedback) {
+        auto e = ErrorFeedback::create(label, sendCount);
         ef = std::make_unique<ErrorFeedback>(std::move(e).value());
       }
-      CollectiveOp op;
-      op.feedback = ef.get();
-      op.kind = kind;
-      op.send = send.data();
-      op.recv = recv.data();
-      op.count = count;
-      op.dtype = o.dtype;
-      op.op = o.op;
-      op.codec = codec.value().get();
+      CollectiveOptions opts;
+      opts.codec = spec;
+      opts.feedback = ef.get();
+      auto call = [&] {
+        switch (kind) {
+          case CollectiveKind::kAllReduce:
+            return comm.allreduce(send.data(), recv.data(), count, o.dtype, o.op, opts);
+          case CollectiveKind::kReduceScatter:
+            return comm.reduceScatter(send.data(), recv.data(), count, o.dtype, o.op, opts);
+          case CollectiveKind::kAllGather:
+            return comm.allgather(send.data(), recv.data(), count, o.dtype, opts);
+        }
+        return Status::ok();
+      };
       Status st;
-      for (int i = 0; i < o.warmup && st.isOk(); ++i) st = engine.run(op);
+      for (int i = 0; i < o.warmup && st.isOk(); ++i) st = call();
       if (st.isOk()) st = comm.barrier();
-      uint64_t sentBefore = engine.bytesSent();
+      uint64_t sentBefore = comm.bytesSent();
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.iters && st.isOk(); ++i) st = engine.run(op);
+      for (int i = 0; i < o.iters && st.isOk(); ++i) st = call();
       double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o.iters;
-      double wire = double(engine.bytesSent() - sentBefore) / o.iters;
+      double wire = double(comm.bytesSent() - sentBefore) / o.iters;
       // The accuracy figure is one call's, from fresh residuals (what a first training step sees).
       if (ef) ef->reset();
-      if (st.isOk() && o.check) st = engine.run(op);
+      if (st.isOk() && o.check) st = call();
       if (!st.isOk()) {
         std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
         return 1;
@@ -263,15 +284,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
         }
       }
       std::vector<float> stats(3 * n, 0.0f), mineStats = {float(us), float(err), float(maxRef)};
-      auto none = makeCodec("none").value();
-      CollectiveOp gather;
-      gather.kind = CollectiveKind::kAllGather;
-      gather.count = 3 * n;
-      gather.send = mineStats.data();
-      gather.recv = stats.data();
-      gather.codec = none.get();
       // Every rank sends exactly 3 values: the balanced split of 3n gives each rank 3.
-      st = engine.run(gather);
+      st = comm.allgather(mineStats.data(), stats.data(), 3 * n, DataType::kFloat32);
       if (!st.isOk()) {
         std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
         return 1;
@@ -286,10 +300,11 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       double algbw = double(count * es) / tmax / 1e3;  // bytes/us -> GB/s
       double plain = busFactor * double(count * es);
       if (rank == 0) {
-        std::printf("%12zu %12zu %8s %6s %-30s %10.1f %8.3f %8.3f %12.0f %7.2f %10.2e\n", count * es,
-                    count, dataTypeName(o.dtype), reduceOpName(o.op), codec.value()->spec().c_str(),
-                    tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
-                    o.check ? rel : 0.0);
+        char relText[32] = "-";
+        if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);
+        std::printf("%12zu %12zu %8s %6s %-36s %10.1f %8.3f %8.3f %12.0f %7.2f %10s\n", count * es,
+                    count, dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(),
+                    tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, relText);
         std::fflush(stdout);
         if (json)
           std::fprintf(json,
@@ -300,7 +315,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
                        "\"maxrelerr\": %.6e}",
                        firstRow ? "" : ",\n", collectiveName(kind), n,
                        comm.transport().describe().c_str(), count * es, count,
-                       dataTypeName(o.dtype), reduceOpName(o.op), codec.value()->spec().c_str(),
+                       dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(),
                        tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
                        o.check ? rel : 0.0);
       }

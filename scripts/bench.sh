@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs terse's main benchmark on this machine.
-# For now: the codec benchmark (compress / decompress-accumulate GB/s next to memcpy).
+# Sets up, builds and runs terse's main benchmark on this machine: 4 ranks allreduce 64 MiB of
+# float32 with every codec, next to OpenMPI's MPI_Allreduce in the same run
+# (scripts/bench-allreduce.sh; pass its options, e.g. --tcp or --size 16M).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-build_dir=${TERSE_BUILD_DIR:-build}
-"$build_dir/bin/terse-bench" codecs "$@"
+exec bash scripts/bench-allreduce.sh "$@"

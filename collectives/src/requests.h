@@ -11,11 +11,12 @@
 
 namespace terse::detail {
 
-// Tag layout (40 bits): call sequence (20) | phase (2) | index (18).
+// Tag layout (39 bits, below the communicator's reserved range at the top of the 40-bit space):
+// call sequence (19) | phase (2) | index (18).
 enum Phase : uint64_t { kPhaseReduce = 0, kPhaseGather = 1, kPhaseDescriptor = 2 };
 constexpr size_t kMaxTagIndex = (size_t{1} << 18) - 1;
 inline uint64_t makeTag(uint32_t seq, Phase phase, size_t index) {
-  return (uint64_t{seq & 0xfffffu} << 20) | (uint64_t{phase} << 18) | (index & kMaxTagIndex);
+  return (uint64_t{seq & 0x7ffffu} << 20) | (uint64_t{phase} << 18) | (index & kMaxTagIndex);
 }
 
 class RequestList {

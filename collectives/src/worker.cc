@@ -2,6 +2,13 @@
 
 namespace terse {
 
+Work Work::completed(Status status) {
+  auto state = std::make_shared<State>();
+  state->done = true;
+  state->status = std::move(status);
+  return Work(state);
+}
+
 bool Work::test() const {
   if (!state_) return true;
   std::lock_guard<std::mutex> lock(state_->mutex);

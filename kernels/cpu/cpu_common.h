@@ -15,6 +15,11 @@ namespace terse::kernels::cpu::detail {
 // costs more than streaming 64K floats.
 constexpr size_t kMinPerThread = size_t{1} << 16;
 
+// True when the AVX2 + F16C paths run (the CPU has them and testing did not turn them off).
+bool useAvx2();
+// For tests: false runs the portable loops everywhere, true restores detection.
+void setAvx2Enabled(bool enabled);
+
 // parallelFor over [0, n) with pieces aligned to `align` elements.
 template <typename Body>
 void forRange(size_t n, size_t align, Body&& body) {

@@ -1,5 +1,6 @@
 // int8 blockwise absmax quantization.
 #include "cpu_common.h"
+#include "simd_avx2.h"
 
 #include <algorithm>
 
@@ -67,6 +68,94 @@ void dequantizeAccBlock(float scale, const int8_t* TERSE_RESTRICT q, size_t n,
   for (size_t i = 0; i < n; ++i) acc[i] += num::int8Dequantize(q[i], scale);
 }
 
+#if TERSE_CPU_HAVE_AVX2_PATH
+// num::int8QuantizeNearest for 8 lanes, as float (an integer in [-127, 127]).
+TERSE_AVX2_INLINE __m256 quantizeNearest8(__m256 v, __m256 inv) {
+  __m256 q = _mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_CUR_DIRECTION);  // rintf
+  q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);                   // NaN -> 0
+  q = _mm256_min_ps(q, _mm256_set1_ps(127.0f));
+  q = _mm256_max_ps(q, _mm256_set1_ps(-127.0f));
+  // -0 + 0 = +0: the scalar path goes through int8_t, which has no negative zero.
+  return _mm256_add_ps(q, _mm256_setzero_ps());
+}
+
+// Four vectors of small integers (as float) -> 32 int8 in order.
+TERSE_AVX2_INLINE __m256i packInt8(__m256 a, __m256 b, __m256 c, __m256 d) {
+  __m256i ab = _mm256_packs_epi32(_mm256_cvtps_epi32(a), _mm256_cvtps_epi32(b));
+  __m256i cd = _mm256_packs_epi32(_mm256_cvtps_epi32(c), _mm256_cvtps_epi32(d));
+  __m256i abcd = _mm256_packs_epi16(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
+  return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+template <typename In>
+TERSE_AVX2 void quantizeBlockNearestAvx2(const In* TERSE_RESTRICT in, size_t n,
+                                         float* TERSE_RESTRICT residual,
+                                         float* TERSE_RESTRICT scaleOut, int8_t* TERSE_RESTRICT q) {
+  using namespace avx2;
+  __m256i maxKeys = _mm256_setzero_si256();
+  size_t full8 = n / 8 * 8;
+  for (size_t i = 0; i < full8; i += 8) {
+    __m256 v = load8(in + i);
+    if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
+    maxKeys = _mm256_max_epu32(maxKeys, avx2::magnitudeKey(v));
+  }
+  alignas(32) uint32_t keys[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(keys), maxKeys);
+  uint32_t maxKey = 0;
+  for (uint32_t k : keys) maxKey = std::max(maxKey, k);
+  for (size_t i = full8; i < n; ++i)
+    maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
+  bool finite = maxKey < 0x7f800000u;
+  float scale = num::int8Scale(num::bitsFloat(maxKey), finite);
+  float invScale = num::int8InvScale(scale);
+  *scaleOut = scale;
+
+  const __m256 inv = _mm256_set1_ps(invScale), sc = _mm256_set1_ps(scale);
+  size_t full32 = n / 32 * 32;
+  for (size_t i = 0; i < full32; i += 32) {
+    __m256 v[4], qf[4];
+    for (int j = 0; j < 4; ++j) {
+      v[j] = load8(in + i + 8 * j);
+      if (residual) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(residual + i + 8 * j));
+      qf[j] = quantizeNearest8(v[j], inv);
+      if (residual)
+        _mm256_storeu_ps(residual + i + 8 * j, avx2::residualOf(v[j], _mm256_mul_ps(qf[j], sc)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), packInt8(qf[0], qf[1], qf[2], qf[3]));
+  }
+  for (size_t i = full32; i < n; ++i) {
+    float v = valueAt(in, residual, i);
+    int8_t c = num::int8QuantizeNearest(v, invScale);
+    q[i] = c;
+    if (residual) residual[i] = num::residualOf(v, num::int8Dequantize(c, scale));
+  }
+}
+
+template <typename Out>
+TERSE_AVX2 void dequantizeBlockAvx2(float scale, const int8_t* TERSE_RESTRICT q, size_t n,
+                                    Out* TERSE_RESTRICT out) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
+    avx2::store8(out + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), sc));
+  }
+  dequantizeBlock(scale, q + i, n - i, out + i);
+}
+
+TERSE_AVX2 void dequantizeAccBlockAvx2(float scale, const int8_t* TERSE_RESTRICT q, size_t n,
+                                       float* TERSE_RESTRICT acc) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
+    __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), sc);
+    _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), d));
+  }
+  dequantizeAccBlock(scale, q + i, n - i, acc + i);
+}
+#endif
+
 // Runs body(blockIndex, begin, length) for every block, blocks spread over threads.
 template <typename Body>
 void forBlocks(size_t n, size_t block, Body&& body) {
@@ -80,7 +169,14 @@ void forBlocks(size_t n, size_t block, Body&& body) {
 template <typename In>
 void int8Quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t seed,
                   uint64_t offset, float* residual, float* scales, int8_t* q) {
+  bool avx = detail::useAvx2();
   forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+    // Stochastic rounding's 64-bit hashing has no AVX2 multiply; it stays on the portable loop.
+    if (avx && rounding == Rounding::kNearest)
+      return quantizeBlockNearestAvx2(in + s, len, residual ? residual + s : nullptr, scales + bi,
+                                      q + s);
+#endif
     quantizeBlock(in + s, len, rounding, seed, offset + s, residual ? residual + s : nullptr,
                   scales + bi, q + s);
   });
@@ -95,7 +191,11 @@ void int8Dequantize(const float* scales, const int8_t* q, size_t n, size_t block
 
 void int8DequantizeAccumulate(const float* scales, const int8_t* q, size_t n, size_t block,
                               float* acc) {
+  bool avx = detail::useAvx2();
   forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+    if (avx) return dequantizeAccBlockAvx2(scales[bi], q + s, len, acc + s);
+#endif
     dequantizeAccBlock(scales[bi], q + s, len, acc + s);
   });
 }

@@ -112,3 +112,91 @@ TEST(ErrorFeedback, TruncatedAndCorruptCheckpointsAreRejected) {
 
 }  // namespace
 }  // namespace terse::test
+
+namespace terse::test {
+namespace {
+
+// The checksum of docs/wire-format.md, written again here so the test can forge checkpoints
+// whose checksum is right but whose fields are not.
+uint64_t docChecksum(const uint8_t* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+std::vector<uint8_t> reseal(std::vector<uint8_t> b) {
+  uint64_t c = docChecksum(b.data(), b.size() - 8);
+  std::memcpy(b.data() + b.size() - 8, &c, 8);
+  return b;
+}
+
+TEST(ErrorFeedback, ForgedFieldsWithValidChecksumAreRejected) {
+  auto ef = filled("onebit:block=64", 100, 2, 50, 50);
+  auto bytes = ef.serialize();
+  ASSERT_TRUE(ErrorFeedback::deserialize(bytes.data(), bytes.size()).isOk());
+  // The layout is as documented: resealing an unchanged copy changes nothing.
+  EXPECT_EQ(reseal(bytes), bytes);
+  auto expectReject = [](std::vector<uint8_t> b, const char* what) {
+    auto r = ErrorFeedback::deserialize(b.data(), b.size());
+    ASSERT_FALSE(r.isOk()) << what;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << what;
+  };
+  auto put64 = [](std::vector<uint8_t>& b, size_t off, uint64_t v) {
+    std::memcpy(b.data() + off, &v, 8);
+  };
+  auto put32 = [](std::vector<uint8_t>& b, size_t off, uint32_t v) {
+    std::memcpy(b.data() + off, &v, 4);
+  };
+  {
+    auto b = bytes;
+    put64(b, 16, 101);  // count one larger than the data
+    expectReject(reseal(b), "count");
+  }
+  {
+    auto b = bytes;
+    put64(b, 16, uint64_t{1} << 62);  // count whose byte size overflows
+    expectReject(reseal(b), "huge count");
+  }
+  {
+    auto b = bytes;
+    put64(b, 24, 60);  // server chunk [60, 110) past the tensor
+    expectReject(reseal(b), "server offset");
+  }
+  {
+    auto b = bytes;
+    put32(b, 12, static_cast<uint32_t>(-1));  // negative world size
+    expectReject(reseal(b), "world");
+  }
+  {
+    auto b = bytes;
+    put32(b, 8, 1000);  // spec length beyond the limit
+    expectReject(reseal(b), "spec length");
+  }
+  {
+    auto b = bytes;
+    put32(b, 4, 2);  // a future version
+    expectReject(reseal(b), "version");
+  }
+  {
+    // A spec that parses but is not canonical ("onebit" instead of "onebit:block=2048").
+    auto other = filled("onebit", 3, 0, 0, 0).serialize();
+    std::string canonical = "onebit:block=2048";
+    ASSERT_EQ(std::string(other.begin() + 40, other.begin() + 40 + canonical.size()), canonical);
+    std::vector<uint8_t> b(other.begin(), other.begin() + 40);
+    put32(b, 8, 6);
+    for (char c : std::string("onebit")) b.push_back(static_cast<uint8_t>(c));
+    b.push_back(0);
+    b.push_back(0);
+    b.insert(b.end(), other.begin() + 40 + 20, other.end());
+    expectReject(reseal(b), "non-canonical spec");
+  }
+}
+
+}  // namespace
+}  // namespace terse::test

@@ -83,6 +83,46 @@ TEST(KernelNumeric, FloatToBf16RoundsToNearestEven) {
   }
 }
 
+// Every half pattern and a sweep of float patterns through the kernels (both paths) against
+// the numeric.h formulas, bit for bit.
+TEST(KernelConvert, BitPatternsMatchFormulas) {
+  std::vector<Half> halves(65536);
+  for (uint32_t b = 0; b < 65536; ++b) halves[b].bits = static_cast<uint16_t>(b);
+  std::vector<BFloat16> bf(65536);
+  for (uint32_t b = 0; b < 65536; ++b) bf[b].bits = static_cast<uint16_t>(b);
+  std::vector<float> floats;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 4099)
+    floats.push_back(num::bitsFloat(static_cast<uint32_t>(u)));
+  for (uint32_t u : {0x477fefffu, 0x477ff000u, 0x477fffffu, 0x33000000u, 0x33000001u, 0x387fe000u,
+                     0x38800000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00001u, 0x7f7fffffu,
+                     0x7f7f8000u, 0x00000001u, 0x80000000u})
+    floats.push_back(num::bitsFloat(u));
+  forEachIsa([&] {
+    std::vector<float> f(65536);
+    cpu::convert(halves.data(), f.data(), 65536, 1.0f, nullptr);
+    for (uint32_t b = 0; b < 65536; ++b)
+      ASSERT_EQ(num::floatBits(f[b]), num::floatBits(num::halfBitsToFloat(halves[b].bits))) << b;
+    cpu::convert(bf.data(), f.data(), 65536, 1.0f, nullptr);
+    for (uint32_t b = 0; b < 65536; ++b)
+      ASSERT_EQ(num::floatBits(f[b]), num::floatBits(num::bf16BitsToFloat(bf[b].bits))) << b;
+    std::vector<Half> h(floats.size());
+    std::vector<BFloat16> g(floats.size());
+    cpu::convert(floats.data(), h.data(), floats.size(), 1.0f, nullptr);
+    cpu::convert(floats.data(), g.data(), floats.size(), 1.0f, nullptr);
+    for (size_t i = 0; i < floats.size(); ++i) {
+      ASSERT_EQ(h[i].bits, num::floatToHalfBits(floats[i]))
+          << std::hex << num::floatBits(floats[i]);
+      ASSERT_EQ(g[i].bits, num::floatToBf16Bits(floats[i]))
+          << std::hex << num::floatBits(floats[i]);
+    }
+    // Half <-> bfloat16 directly, every pattern.
+    std::vector<BFloat16> hb(65536);
+    cpu::convert(halves.data(), hb.data(), 65536, 1.0f, nullptr);
+    for (uint32_t b = 0; b < 65536; ++b)
+      ASSERT_EQ(hb[b].bits, num::floatToBf16Bits(num::halfBitsToFloat(halves[b].bits))) << b;
+  });
+}
+
 // ---- convert / accumulate / scale -------------------------------------------------------------
 
 template <typename In, typename Out>
@@ -107,15 +147,17 @@ void checkConvert() {
 }
 
 TEST(KernelConvert, AllTypePairsMatchScalar) {
-  checkConvert<float, float>();
-  checkConvert<float, Half>();
-  checkConvert<float, BFloat16>();
-  checkConvert<Half, float>();
-  checkConvert<Half, Half>();
-  checkConvert<Half, BFloat16>();
-  checkConvert<BFloat16, float>();
-  checkConvert<BFloat16, Half>();
-  checkConvert<BFloat16, BFloat16>();
+  forEachIsa([&] {
+    checkConvert<float, float>();
+    checkConvert<float, Half>();
+    checkConvert<float, BFloat16>();
+    checkConvert<Half, float>();
+    checkConvert<Half, Half>();
+    checkConvert<Half, BFloat16>();
+    checkConvert<BFloat16, float>();
+    checkConvert<BFloat16, Half>();
+    checkConvert<BFloat16, BFloat16>();
+  });
 }
 
 template <typename In>
@@ -131,14 +173,16 @@ void checkAccumulate() {
 }
 
 TEST(KernelConvert, AccumulateAndScale) {
-  checkAccumulate<float>();
-  checkAccumulate<Half>();
-  checkAccumulate<BFloat16>();
-  auto v = randomValues(300007, 1);
-  auto want = v;
-  for (float& x : want) x *= 0.125f;
-  cpu::scaleInPlace(v.data(), v.size(), 0.125f);
-  EXPECT_EQ(v, want);
+  forEachIsa([&] {
+    checkAccumulate<float>();
+    checkAccumulate<Half>();
+    checkAccumulate<BFloat16>();
+    auto v = randomValues(300007, 1);
+    auto want = v;
+    for (float& x : want) x *= 0.125f;
+    cpu::scaleInPlace(v.data(), v.size(), 0.125f);
+    EXPECT_EQ(v, want);
+  });
 }
 
 // ---- int8 ------------------------------------------------------------------------------------
@@ -193,13 +237,17 @@ void checkInt8(Rounding rounding) {
 }
 
 TEST(KernelInt8, NearestMatchesScalar) {
-  checkInt8<float>(Rounding::kNearest);
-  checkInt8<Half>(Rounding::kNearest);
-  checkInt8<BFloat16>(Rounding::kNearest);
+  forEachIsa([&] {
+    checkInt8<float>(Rounding::kNearest);
+    checkInt8<Half>(Rounding::kNearest);
+    checkInt8<BFloat16>(Rounding::kNearest);
+  });
 }
 TEST(KernelInt8, StochasticMatchesScalar) {
-  checkInt8<float>(Rounding::kStochastic);
-  checkInt8<BFloat16>(Rounding::kStochastic);
+  forEachIsa([&] {
+    checkInt8<float>(Rounding::kStochastic);
+    checkInt8<BFloat16>(Rounding::kStochastic);
+  });
 }
 
 // ---- onebit ----------------------------------------------------------------------------------
@@ -251,9 +299,11 @@ void checkOnebit() {
 }
 
 TEST(KernelOnebit, MatchesScalar) {
-  checkOnebit<float>();
-  checkOnebit<Half>();
-  checkOnebit<BFloat16>();
+  forEachIsa([&] {
+    checkOnebit<float>();
+    checkOnebit<Half>();
+    checkOnebit<BFloat16>();
+  });
 }
 
 // ---- topk ------------------------------------------------------------------------------------
@@ -300,39 +350,45 @@ void checkTopk(const std::vector<float>& raw, size_t k, bool withResidual) {
 }
 
 TEST(KernelTopk, MatchesBruteForce) {
-  for (size_t n : kSizes) {
-    for (size_t k : {size_t{0}, size_t{1}, n / 100 + 1, n / 3, n, n + 5}) {
-      SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
-      auto raw = randomValues(n, n * 7 + k);
-      checkTopk<float>(raw, k, false);
-      checkTopk<float>(raw, k, true);
-      checkTopk<Half>(raw, k, true);
-      checkTopk<BFloat16>(raw, k, false);
+  forEachIsa([&] {
+    for (size_t n : kSizes) {
+      for (size_t k : {size_t{0}, size_t{1}, n / 100 + 1, n / 3, n, n + 5}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
+        auto raw = randomValues(n, n * 7 + k);
+        checkTopk<float>(raw, k, false);
+        checkTopk<float>(raw, k, true);
+        checkTopk<Half>(raw, k, true);
+        checkTopk<BFloat16>(raw, k, false);
+      }
     }
-  }
+  });
 }
 
 TEST(KernelTopk, TiesTakeLowerIndicesAcrossThreads) {
-  // Many equal magnitudes spread over the whole range, so the cut falls inside a run of ties
-  // that spans thread pieces.
-  size_t n = 400000;
-  std::vector<float> raw(n);
-  for (size_t i = 0; i < n; ++i) raw[i] = (i % 7 == 0) ? ((i & 1) ? -2.0f : 2.0f) : 1.0f;
-  for (size_t k : {size_t{1000}, size_t{57143}, size_t{57144}, size_t{60000}, size_t{399999}}) {
-    SCOPED_TRACE(k);
-    checkTopk<float>(raw, k, true);
-  }
-  std::vector<float> zeros(n, 0.0f);
-  checkTopk<float>(zeros, 12345, true);
+  forEachIsa([&] {
+    // Many equal magnitudes spread over the whole range, so the cut falls inside a run of ties
+    // that spans thread pieces.
+    size_t n = 400000;
+    std::vector<float> raw(n);
+    for (size_t i = 0; i < n; ++i) raw[i] = (i % 7 == 0) ? ((i & 1) ? -2.0f : 2.0f) : 1.0f;
+    for (size_t k : {size_t{1000}, size_t{57143}, size_t{57144}, size_t{60000}, size_t{399999}}) {
+      SCOPED_TRACE(k);
+      checkTopk<float>(raw, k, true);
+    }
+    std::vector<float> zeros(n, 0.0f);
+    checkTopk<float>(zeros, 12345, true);
+  });
 }
 
 TEST(KernelTopk, NaNAndInfAreSelectedFirst) {
-  auto raw = randomValues(1000, 77);
-  raw[500] = std::numeric_limits<float>::quiet_NaN();
-  raw[10] = -std::numeric_limits<float>::infinity();
-  raw[999] = std::numeric_limits<float>::infinity();
-  checkTopk<float>(raw, 3, false);
-  checkTopk<float>(raw, 20, true);
+  forEachIsa([&] {
+    auto raw = randomValues(1000, 77);
+    raw[500] = std::numeric_limits<float>::quiet_NaN();
+    raw[10] = -std::numeric_limits<float>::infinity();
+    raw[999] = std::numeric_limits<float>::infinity();
+    checkTopk<float>(raw, 3, false);
+    checkTopk<float>(raw, 20, true);
+  });
 }
 
 TEST(KernelTopk, DecodersRejectBadIndicesWithoutWriting) {
@@ -354,6 +410,83 @@ TEST(KernelTopk, DecodersRejectBadIndicesWithoutWriting) {
     EXPECT_EQ(out[i], want);
     EXPECT_EQ(acc[i], 7.0f + want);
   }
+}
+
+}  // namespace
+}  // namespace terse::test
+
+namespace terse::test {
+namespace {
+
+// The portable and AVX2 paths must agree bit for bit on everything they write (the GPU tests
+// compare against whichever path this machine runs).
+TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
+  kernels::cpu::detail::setAvx2Enabled(true);
+  if (!kernels::cpu::detail::useAvx2()) GTEST_SKIP() << "this CPU has no AVX2/F16C";
+  auto raw = randomValues(200003, 5);
+  raw[17] = std::numeric_limits<float>::quiet_NaN();
+  raw[70001] = std::numeric_limits<float>::infinity();
+  raw[90000] = 1e6f;
+  raw[90001] = -0.0f;
+  auto res0 = randomValues(raw.size(), 6, 0.01f);
+  size_t n = raw.size();
+  struct Out {
+    std::vector<uint8_t> bytes;
+    std::vector<float> res;
+  };
+  auto runBoth = [&](auto fn) {
+    Out o[2];
+    for (int p = 0; p < 2; ++p) {
+      kernels::cpu::detail::setAvx2Enabled(p == 1);
+      o[p].res = res0;
+      o[p].bytes = fn(o[p].res.data());
+    }
+    kernels::cpu::detail::setAvx2Enabled(true);
+    EXPECT_EQ(o[0].bytes, o[1].bytes);
+    ASSERT_EQ(o[0].res.size(), o[1].res.size());
+    for (size_t i = 0; i < o[0].res.size(); ++i)
+      ASSERT_EQ(num::floatBits(o[0].res[i]), num::floatBits(o[1].res[i]))
+          << "residual " << i << ": " << o[0].res[i] << " vs " << o[1].res[i];
+  };
+  auto asBytes = [](const auto& v) {
+    auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    return std::vector<uint8_t>(p, p + v.size() * sizeof(v[0]));
+  };
+  auto h = typed<Half>(raw);
+  for (size_t block : {32, 256, 2048}) {
+    SCOPED_TRACE(block);
+    runBoth([&](float* res) {
+      std::vector<float> scales((n + block - 1) / block);
+      std::vector<int8_t> q(n);
+      cpu::int8Quantize(h.data(), n, block, Rounding::kNearest, 0, 0, res, scales.data(), q.data());
+      std::vector<float> out(n);
+      cpu::int8Dequantize(scales.data(), q.data(), n, block, out.data());
+      auto b = asBytes(scales);
+      auto c = asBytes(q);
+      auto d = asBytes(out);
+      b.insert(b.end(), c.begin(), c.end());
+      b.insert(b.end(), d.begin(), d.end());
+      return b;
+    });
+    runBoth([&](float* res) {
+      std::vector<float> scales((n + block - 1) / block);
+      std::vector<uint32_t> bits((n + 31) / 32);
+      cpu::onebitCompress(raw.data(), n, block, res, scales.data(), bits.data());
+      std::vector<BFloat16> out(n);
+      cpu::onebitDecompress(scales.data(), bits.data(), n, block, out.data());
+      auto b = asBytes(scales);
+      auto c = asBytes(bits);
+      auto d = asBytes(out);
+      b.insert(b.end(), c.begin(), c.end());
+      b.insert(b.end(), d.begin(), d.end());
+      return b;
+    });
+  }
+  runBoth([&](float* res) {
+    std::vector<Half> out(n);
+    cpu::convert(raw.data(), out.data(), n, 0.5f, res);
+    return asBytes(out);
+  });
 }
 
 }  // namespace

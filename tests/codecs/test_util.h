@@ -4,13 +4,33 @@
 #include "terse/compressors/codec.h"
 #include "terse/kernels/numeric.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+namespace terse::kernels::cpu::detail {
+bool useAvx2();
+void setAvx2Enabled(bool enabled);
+}  // namespace terse::kernels::cpu::detail
+
 namespace terse::test {
+
+// Runs fn once with the portable kernel loops and once with the AVX2 ones (when the CPU has
+// them), so both paths are held to the same references.
+template <typename Fn>
+void forEachIsa(Fn&& fn) {
+  for (bool avx2 : {false, true}) {
+    kernels::cpu::detail::setAvx2Enabled(avx2);
+    if (avx2 && !kernels::cpu::detail::useAvx2()) break;
+    SCOPED_TRACE(avx2 ? "AVX2 path" : "portable path");
+    fn();
+  }
+  kernels::cpu::detail::setAvx2Enabled(true);
+}
 
 // A buffer of n elements of a runtime DataType, with float32 views for checking.
 struct TypedBuffer {

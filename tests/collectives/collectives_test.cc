@@ -209,7 +209,7 @@ TEST_P(AllreduceTest, SweepsWorldSizesCountsTypesAndOps) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, AllreduceTest,
                          ::testing::Values("none", "fp16", "bf16", "int8", "onebit", "topk"),
-                         [](const auto& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // With error feedback the scatter-reduce result equals the simulation step after step (worker
 // and server residuals both carried), and the running average of the results approaches the
@@ -322,9 +322,10 @@ TEST(ReduceScatterAllgather, MatchReferenceAndCompose) {
           // for the lossless allgather; compressed ones round it once more.
           for (int r = 0; r < n; ++r) {
             Range mine = chunkRange(count, n, r);
-            if (spec == "none")
+            if (spec == "none") {
               ASSERT_EQ(0, std::memcmp(parts[r].data(), gathered[0].data() + mine.begin * es,
                                        mine.length * es));
+            }
           }
           double tolScale = spec == "none" ? n * 0x1p-22 + n * unitRoundoff(dt)
                             : spec == "bf16" ? 0x1p-6

@@ -1,11 +1,12 @@
 #include "harness.h"
 
 #include "terse/transport/inproc.h"
+#include "terse/transport/ucx.h"
 
 #include <gtest/gtest.h>
 
-#include <condition_variable>
-#include <mutex>
+#include <atomic>
+#include <cstdlib>
 #include <thread>
 
 namespace terse::testing {
@@ -19,55 +20,59 @@ const char* backendName(Backend b) {
   return "?";
 }
 
-std::vector<Backend> allBackends() { return {Backend::kInProc}; }
+std::vector<Backend> allBackends() {
+  return {Backend::kInProc, Backend::kUcxTcp, Backend::kUcxShm};
+}
 
-namespace {
+void setUcxEnvironment(Backend b) {
+  // Loopback only, whatever the host has.
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  setenv("UCX_TLS", b == Backend::kUcxTcp ? "tcp" : "shm", 1);
+}
 
-class ThreadBarrier {
- public:
-  explicit ThreadBarrier(int n) : n_(n) {}
-  void arrive() {
-    std::unique_lock<std::mutex> lock(mu_);
-    int gen = generation_;
-    if (++count_ == n_) {
-      count_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return gen != generation_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_;
-  int count_ = 0;
-  int generation_ = 0;
-};
-
-}  // namespace
+Result<std::vector<std::string>> MemoryAllGather::operator()(int rank, const std::string& mine) {
+  std::unique_lock<std::mutex> lock(mu_);
+  values_[rank] = mine;
+  if (++arrived_ == static_cast<int>(values_.size())) cv_.notify_all();
+  if (!cv_.wait_for(lock, kTestTimeout,
+                    [&] { return arrived_ == static_cast<int>(values_.size()); }))
+    return errorTimeout("in-memory address exchange: only %d of %zu ranks arrived", arrived_,
+                        values_.size());
+  return values_;
+}
 
 void runThreads(Backend backend, int worldSize, const std::function<void(Transport&)>& fn) {
-  std::vector<std::unique_ptr<Transport>> transports(worldSize);
+  std::shared_ptr<InProcFabric> fabric;
   if (backend == Backend::kInProc) {
-    auto fabric = makeInProcFabric(worldSize);
-    ASSERT_TRUE(fabric.isOk()) << fabric.status().toString();
-    for (int r = 0; r < worldSize; ++r) {
-      auto t = createInProcTransport(*fabric, r);
-      ASSERT_TRUE(t.isOk()) << t.status().toString();
-      transports[r] = std::move(*t);
-    }
+    auto f = makeInProcFabric(worldSize);
+    ASSERT_TRUE(f.isOk()) << f.status().toString();
+    fabric = *f;
   } else {
-    GTEST_SKIP() << backendName(backend) << " is not built yet";
+    setUcxEnvironment(backend);
   }
-  ThreadBarrier barrier(worldSize);
+  MemoryAllGather exchange(worldSize);
+  std::atomic<int> finished{0};
   std::vector<std::thread> threads;
   for (int r = 0; r < worldSize; ++r) {
     threads.emplace_back([&, r] {
-      fn(*transports[r]);
-      barrier.arrive();
-      // Keep progressing nothing here: every rank has finished its operations.
+      Result<std::unique_ptr<Transport>> t =
+          fabric ? createInProcTransport(fabric, r)
+                 : createUcxTransport(
+                       r, worldSize, [&](const std::string& mine) { return exchange(r, mine); },
+                       kTestTimeout);
+      if (!t.isOk()) {
+        ADD_FAILURE() << "rank " << r << ": " << t.status().toString();
+        finished.fetch_add(1);
+        return;
+      }
+      fn(**t);
+      // Keep progressing until everyone is done: a peer's last operation may need ours.
+      finished.fetch_add(1);
+      auto deadline = std::chrono::steady_clock::now() + kTestTimeout;
+      while (finished.load() < worldSize && std::chrono::steady_clock::now() < deadline) {
+        (*t)->progress();
+        std::this_thread::yield();
+      }
     });
   }
   for (auto& th : threads) th.join();

@@ -5,6 +5,8 @@
 #include "terse/transport/transport.h"
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -16,6 +18,22 @@ namespace terse::testing {
 enum class Backend { kInProc, kUcxTcp, kUcxShm };
 const char* backendName(Backend b);
 std::vector<Backend> allBackends();
+
+// Sets UCX_TLS / UCX_NET_DEVICES=lo for a UCX backend (before any UCX context exists).
+void setUcxEnvironment(Backend b);
+
+// The worker-address exchange for ranks that are threads of this process.
+class MemoryAllGather {
+ public:
+  explicit MemoryAllGather(int size) : values_(size) {}
+  Result<std::vector<std::string>> operator()(int rank, const std::string& mine);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> values_;
+  int arrived_ = 0;
+};
 
 // Creates the world's transports (one per thread), runs fn(transport) on each, then meets at a
 // barrier before tearing down so no rank sees a peer leave early. Failures inside fn are gtest

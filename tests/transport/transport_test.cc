@@ -2,6 +2,7 @@
 // threads. Each message's content is a function of (source, destination, sequence), so a
 // misrouted, reordered or truncated delivery shows up as a mismatch.
 #include "harness.h"
+#include "patterns.h"
 
 #include <gtest/gtest.h>
 
@@ -34,33 +35,8 @@ class TransportTest : public ::testing::TestWithParam<Param> {};
 // and receiving from the right (both directions at once), for sizes from 0 bytes to 64 MiB.
 TEST_P(TransportTest, RingBothDirectionsByteExact) {
   const Param p = GetParam();
-  std::vector<size_t> sizes = {0, 1, 7, 4096, 65537, size_t{1} << 20};
-  // The largest size is checked where memory and two cores allow it in reasonable time.
-  if (p.size <= 4) sizes.push_back(size_t{64} << 20);
-  runThreads(p.backend, p.size, [&](Transport& t) {
-    const int n = t.size(), me = t.rank();
-    const int right = (me + 1) % n, left = (me + n - 1) % n;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      const size_t bytes = sizes[i];
-      std::vector<uint8_t> toRight(bytes), toLeft(bytes), fromLeft(bytes + 16),
-          fromRight(bytes + 16);
-      fillPattern(toRight, me, right, i);
-      fillPattern(toLeft, me, left, i + 1000);
-      TransportRequest *r1, *r2, *s1, *s2;
-      ASSERT_TRUE(t.irecv(left, 5, fromLeft.data(), fromLeft.size(), &r1).isOk());
-      ASSERT_TRUE(t.irecv(right, 6, fromRight.data(), fromRight.size(), &r2).isOk());
-      ASSERT_TRUE(t.isend(right, 5, toRight.data(), bytes, &s1).isOk());
-      ASSERT_TRUE(t.isend(left, 6, toLeft.data(), bytes, &s2).isOk());
-      EXPECT_EQ(waitOk(t, s1), bytes);
-      EXPECT_EQ(waitOk(t, s2), bytes);
-      EXPECT_EQ(waitOk(t, r1), bytes) << "size " << bytes;
-      EXPECT_EQ(waitOk(t, r2), bytes) << "size " << bytes;
-      EXPECT_EQ(firstMismatch(fromLeft, bytes, left, me, i), -1)
-          << "rank " << me << " from " << left << " size " << bytes;
-      EXPECT_EQ(firstMismatch(fromRight, bytes, right, me, i + 1000), -1)
-          << "rank " << me << " from " << right << " size " << bytes;
-    }
-  });
+  const std::vector<size_t> sizes = ringSizes(p.size);
+  runThreads(p.backend, p.size, [&](Transport& t) { ringBothDirections(t, sizes); });
 }
 
 // Many messages in flight to every peer on a few tags: per (peer, tag) they must arrive in
@@ -70,44 +46,7 @@ TEST_P(TransportTest, ManyInFlightKeepPerTagOrder) {
   const Param p = GetParam();
   const int kPerPair = p.size <= 4 ? 64 : 24;
   const int kTags = 3;
-  runThreads(p.backend, p.size, [&](Transport& t) {
-    const int n = t.size(), me = t.rank();
-    auto msgBytes = [](int k) { return static_cast<size_t>((k * 37) % 3000); };
-    std::vector<std::vector<uint8_t>> out, in;
-    std::vector<TransportRequest*> sends, recvs;
-    std::vector<std::tuple<int, int, int>> recvWho;  // (src, tag, k)
-    auto postRecvs = [&](int tag) {
-      for (int src = 0; src < n; ++src)
-        for (int k = 0; k < kPerPair; ++k) {
-          in.emplace_back(3000);
-          TransportRequest* r;
-          ASSERT_TRUE(t.irecv(src, tag, in.back().data(), in.back().size(), &r).isOk());
-          recvs.push_back(r);
-          recvWho.emplace_back(src, tag, k);
-        }
-    };
-    in.reserve(static_cast<size_t>(n) * kPerPair * kTags);
-    out.reserve(static_cast<size_t>(n) * kPerPair * kTags);
-    postRecvs(0);
-    for (int tag = 0; tag < kTags; ++tag)
-      for (int k = 0; k < kPerPair; ++k)
-        for (int dst = 0; dst < n; ++dst) {
-          out.emplace_back(msgBytes(k));
-          fillPattern(out.back(), me, dst, tag * 100000 + k);
-          TransportRequest* s;
-          ASSERT_TRUE(t.isend(dst, tag, out.back().data(), out.back().size(), &s).isOk());
-          sends.push_back(s);
-        }
-    for (int tag = 1; tag < kTags; ++tag) postRecvs(tag);
-    for (size_t i = 0; i < recvs.size(); ++i) {
-      auto [src, tag, k] = recvWho[i];
-      size_t got = waitOk(t, recvs[i]);
-      EXPECT_EQ(got, msgBytes(k));
-      EXPECT_EQ(firstMismatch(in[i], got, src, me, tag * 100000 + k), -1)
-          << "rank " << me << " message " << k << " from " << src << " tag " << tag;
-    }
-    for (TransportRequest* s : sends) waitOk(t, s);
-  });
+  runThreads(p.backend, p.size, [&](Transport& t) { manyInFlight(t, kPerPair, kTags); });
 }
 
 // test() polling (instead of wait) also completes everything, and a receive posted for one tag is
@@ -202,18 +141,23 @@ TEST_P(TransportErrorTest, UnmatchedReceiveTimesOutNamingPeer) {
 }
 
 // A rank that aborts makes the others' pending and later operations fail with kRemoteError
-// naming it; its own later operations fail with the abort's reason.
+// naming it; its own later operations fail with the abort's reason. UCX's shared-memory
+// transports cannot report a peer's failure and the aborting rank is a thread of this process
+// (no process to watch), so there the pending receive ends in a timeout that names it instead.
 TEST_P(TransportErrorTest, AbortedPeerFailsPendingAndLaterOps) {
+  const bool detects = GetParam() != Backend::kUcxShm;
+  const auto timeout = detects ? kTestTimeout : std::chrono::milliseconds(2000);
   std::atomic<bool> posted{false};
   runThreads(GetParam(), 3, [&](Transport& t) {
-    char buf[64];
+    char buf[64] = {};
     if (t.rank() == 2) {
       while (!posted.load()) t.progress();
       t.abort(errorInternal("test abort"));
       TransportRequest* r;
       Status s = t.isend(0, 1, buf, sizeof buf, &r);
       if (s.isOk()) s = t.wait(r, nullptr, kTestTimeout);
-      EXPECT_FALSE(s.isOk());
+      EXPECT_EQ(s.code(), StatusCode::kInternal) << s.toString();
+      EXPECT_NE(s.message().find("test abort"), std::string::npos) << s.message();
       return;
     }
     if (t.rank() == 0) {
@@ -221,9 +165,11 @@ TEST_P(TransportErrorTest, AbortedPeerFailsPendingAndLaterOps) {
       ASSERT_TRUE(t.irecv(2, 1, buf, sizeof buf, &r).isOk());
       posted = true;
       size_t bytes;
-      Status s = t.wait(r, &bytes, kTestTimeout);
-      EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.toString();
+      Status s = t.wait(r, &bytes, timeout);
+      EXPECT_EQ(s.code(), detects ? StatusCode::kRemoteError : StatusCode::kTimeout)
+          << s.toString();
       EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.message();
+      if (!detects) return;
       // Later operations with rank 2 fail too, quickly.
       Status later = t.isend(2, 1, buf, sizeof buf, &r);
       if (later.isOk()) later = t.wait(r, &bytes, kTestTimeout);

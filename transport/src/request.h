@@ -38,6 +38,11 @@ struct TransportRequest {
   Status error;                      // set before state becomes kReqFailed
   void* backend = nullptr;           // the UCX request handle, when there is one
   TransportRequest* next = nullptr;  // free list / in-process match queue link
+  // UCX: the caller gave the request up (cancel/timeout) before UCX finished with it; the
+  // completion callback returns it to the pool instead.
+  bool orphan = false;
+  int ucsStatus = 0;    // UCX: the completion status its callback saw
+  void* ctx = nullptr;  // UCX: the owning transport, for callbacks
 };
 
 // A grow-only pool. acquire() allocates only when every request is in use, so a steady pattern
@@ -56,6 +61,8 @@ class RequestPool {
     r->bytes = 0;
     r->backend = nullptr;
     r->error = Status::ok();
+    r->orphan = false;
+    r->ucsStatus = 0;
     r->state.store(kReqPending, std::memory_order_relaxed);
     return r;
   }

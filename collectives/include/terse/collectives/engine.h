@@ -73,6 +73,7 @@ class CollectiveEngine {
 
   Transport& transport() { return transport_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
  private:
   Status validate(const CollectiveOp& op) const;

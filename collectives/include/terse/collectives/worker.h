@@ -19,6 +19,8 @@ namespace terse {
 class Work {
  public:
   Work() = default;
+  // A Work that is already finished with `status` (errors found before anything was queued).
+  static Work completed(Status status);
   // True once the job finished (successfully or not). Never blocks.
   bool test() const;
   // Blocks until the job finished and returns its status. A default-constructed Work is done.

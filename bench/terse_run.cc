@@ -1,0 +1,268 @@
+// terse-run: starts N ranks of a command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,
+// TERSE_LOCAL_RANK and TERSE_STORE set, prefixes every output line with "[rank] ", and when a
+// rank fails (non-zero exit or a signal) stops the others and exits non-zero saying which rank
+// failed and how. Rank 0 serves the TCP store on a free loopback port unless --store is given.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+volatile sig_atomic_t gInterrupted = 0;
+
+void onSignal(int sig) { gInterrupted = sig; }
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: terse-run -n N [--store host:port|dir] [--] command [args...]\n\n"
+               "Starts N ranks of command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,\n"
+               "TERSE_LOCAL_RANK and TERSE_STORE set (by default a TCP store served by rank 0 on\n"
+               "a free 127.0.0.1 port). Output lines are prefixed with [rank]. If a rank exits\n"
+               "non-zero or dies, the others are stopped (SIGTERM, then SIGKILL after 3 s) and\n"
+               "terse-run exits non-zero naming the rank.\n");
+}
+
+int freeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+std::string howItEnded(int status) {
+  char buf[128];
+  if (WIFEXITED(status)) {
+    std::snprintf(buf, sizeof buf, "exited with code %d", WEXITSTATUS(status));
+  } else if (WIFSIGNALED(status)) {
+    std::snprintf(buf, sizeof buf, "was killed by signal %d (%s)", WTERMSIG(status),
+                  strsignal(WTERMSIG(status)));
+  } else {
+    std::snprintf(buf, sizeof buf, "ended with status 0x%x", status);
+  }
+  return buf;
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+// One output stream of one rank: bytes are forwarded line by line with the rank prefix, so lines
+// of different ranks never interleave mid-line.
+struct Stream {
+  int fd = -1;
+  int rank = 0;
+  FILE* out = nullptr;
+  std::string pending;
+
+  void forward(const char* data, size_t n) {
+    pending.append(data, n);
+    size_t start = 0, nl;
+    while ((nl = pending.find('\n', start)) != std::string::npos) {
+      std::fprintf(out, "[%d] %.*s\n", rank, static_cast<int>(nl - start), pending.data() + start);
+      start = nl + 1;
+    }
+    pending.erase(0, start);
+    std::fflush(out);
+  }
+  void finish() {
+    if (!pending.empty()) std::fprintf(out, "[%d] %s\n", rank, pending.c_str());
+    pending.clear();
+    std::fflush(out);
+  }
+};
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n = 0;
+  std::string store;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    }
+    if ((a == "-n" || a == "--np") && i + 1 < argc) {
+      char* end = nullptr;
+      long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v < 1 || v > 4096) {
+        std::fprintf(stderr, "terse-run: -n wants a rank count in 1..4096, got '%s'\n", argv[i]);
+        return 2;
+      }
+      n = static_cast<int>(v);
+    } else if (a == "--store" && i + 1 < argc) {
+      store = argv[++i];
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "terse-run: unknown option '%s'\n\n", a.c_str());
+      usage(stderr);
+      return 2;
+    } else {
+      break;
+    }
+  }
+  if (n == 0 || i >= argc) {
+    std::fprintf(stderr, "terse-run: %s\n\n", n == 0 ? "missing -n N" : "missing the command");
+    usage(stderr);
+    return 2;
+  }
+  char** command = argv + i;
+  if (store.empty()) {
+    int port = freeLoopbackPort();
+    if (port == 0) {
+      std::fprintf(stderr, "terse-run: cannot find a free port on 127.0.0.1: %s\n",
+                   std::strerror(errno));
+      return 1;
+    }
+    store = "127.0.0.1:" + std::to_string(port);
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<Rank> ranks(n);
+  std::vector<Stream> streams;
+  std::fflush(nullptr);
+  for (int r = 0; r < n; ++r) {
+    int outPipe[2], errPipe[2];
+    if (::pipe(outPipe) != 0 || ::pipe(errPipe) != 0) {
+      std::fprintf(stderr, "terse-run: pipe: %s\n", std::strerror(errno));
+      return 1;
+    }
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      std::fprintf(stderr, "terse-run: fork: %s\n", std::strerror(errno));
+      return 1;
+    }
+    if (pid == 0) {
+      ::setpgid(0, 0);  // its own group, so stopping a rank stops whatever it started
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
+      signal(SIGPIPE, SIG_DFL);
+      ::dup2(outPipe[1], STDOUT_FILENO);
+      ::dup2(errPipe[1], STDERR_FILENO);
+      ::close(outPipe[0]);
+      ::close(outPipe[1]);
+      ::close(errPipe[0]);
+      ::close(errPipe[1]);
+      setenv("TERSE_RANK", std::to_string(r).c_str(), 1);
+      setenv("TERSE_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("TERSE_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("TERSE_STORE", store.c_str(), 1);
+      ::execvp(command[0], command);
+      std::fprintf(stderr, "terse-run: cannot run '%s': %s\n", command[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also here, to win the race with the child's own call
+    ::close(outPipe[1]);
+    ::close(errPipe[1]);
+    ranks[r].pid = pid;
+    ranks[r].running = true;
+    streams.push_back({outPipe[0], r, stdout, {}});
+    streams.push_back({errPipe[0], r, stderr, {}});
+  }
+
+  int firstFailed = -1;
+  int running = n;
+  bool stopping = false;
+  auto killAt = std::chrono::steady_clock::time_point::max();
+  auto stopOthers = [&](const char* why) {
+    if (stopping) return;
+    stopping = true;
+    std::fprintf(stderr, "terse-run: %s; stopping the other ranks\n", why);
+    for (const Rank& rk : ranks)
+      if (rk.running) ::kill(-rk.pid, SIGTERM);
+    killAt = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  };
+
+  char buf[65536];
+  while (running > 0 || !streams.empty()) {
+    std::vector<pollfd> pfds;
+    for (const Stream& s : streams) pfds.push_back({s.fd, POLLIN, 0});
+    int pr = ::poll(pfds.data(), pfds.size(), 50);
+    if (pr > 0) {
+      for (size_t k = 0; k < pfds.size(); ++k) {
+        if (!(pfds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ssize_t got = ::read(streams[k].fd, buf, sizeof buf);
+        if (got > 0) {
+          streams[k].forward(buf, static_cast<size_t>(got));
+        } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+          streams[k].finish();
+          ::close(streams[k].fd);
+          streams[k].fd = -1;
+        }
+      }
+      streams.erase(
+          std::remove_if(streams.begin(), streams.end(), [](const Stream& s) { return s.fd < 0; }),
+          streams.end());
+    }
+    for (int r = 0; r < n; ++r) {
+      if (!ranks[r].running) continue;
+      int status = 0;
+      if (::waitpid(ranks[r].pid, &status, WNOHANG) != ranks[r].pid) continue;
+      ranks[r].running = false;
+      ranks[r].status = status;
+      --running;
+      if (failed(status) && firstFailed < 0 && !stopping) {
+        firstFailed = r;
+        std::string why = "rank " + std::to_string(r) + " " + howItEnded(status);
+        stopOthers(why.c_str());
+      }
+      // A rank that ends, even cleanly, may leave children holding its pipes; they go with it.
+      ::kill(-ranks[r].pid, SIGKILL);
+    }
+    if (gInterrupted && !stopping) {
+      std::string why = std::string("interrupted by ") + strsignal(gInterrupted);
+      stopOthers(why.c_str());
+    }
+    if (stopping && running > 0 && std::chrono::steady_clock::now() >= killAt) {
+      for (const Rank& rk : ranks)
+        if (rk.running) ::kill(-rk.pid, SIGKILL);
+      killAt = std::chrono::steady_clock::time_point::max();
+    }
+  }
+
+  if (firstFailed >= 0) {
+    const int status = ranks[firstFailed].status;
+    std::fprintf(stderr, "terse-run: FAILED: rank %d %s\n", firstFailed,
+                 howItEnded(status).c_str());
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
+  }
+  if (gInterrupted) return 128 + gInterrupted;
+  return 0;
+}

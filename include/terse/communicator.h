@@ -1,0 +1,152 @@
+// terse::Communicator: a group of ranks that can exchange bytes, created once per process from
+// the launcher's environment (terse-run, mpirun, srun, torchrun) or from explicit parts.
+//
+// Ownership: a Communicator owns its Transport (UCX or in-process); destroying it closes the
+// connections gracefully (messages already completed are delivered) unless it was aborted.
+// Collectives borrow transport() and timeout(); they never outlive the Communicator.
+//
+// Thread-safety: one thread at a time drives a Communicator (barrier, collectives, transport
+// calls). abort() may be called from any thread, e.g. a watchdog: every pending and later
+// operation of this rank then fails with the abort's reason, and the other ranks' operations
+// with this rank fail with kRemoteError naming it.
+//
+// Tags: collectives own tags below kReservedTagBase; the communicator's own traffic (barrier)
+// uses the tags from there to kMaxTransportTag.
+#pragma once
+
+#include "terse/collectives/worker.h"
+#include "terse/common/status.h"
+#include "terse/compressors/error_feedback.h"
+
+#include <terse/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace terse {
+
+class Transport;
+class Store;
+class Codec;
+class CollectiveEngine;
+class AutoSelector;
+
+// How a collective compresses. The codec spec is parsed once per communicator and cached.
+struct CollectiveOptions {
+  // "none" (uncompressed), "fp16", "bf16", "int8[:block=N,round=nearest|stochastic,seed=N]",
+  // "onebit[:block=N]", "topk[:ratio=R]"; see docs/codecs.md. "auto[:max=NAME]" picks, per
+  // call, the codec expected to finish first among those up to NAME (default int8): see
+  // collectives/auto_select.h.
+  std::string codec = "none";
+  // Residuals for codecs that need error feedback (onebit, topk), owned by the caller and made for
+  // this tensor: ErrorFeedback::create(codec, count) for allreduce and reduce-scatter, for this
+  // rank's part (chunkRange) for allgather. Must not be shared by two calls in flight.
+  ErrorFeedback* feedback = nullptr;
+};
+
+class Communicator {
+ public:
+  static constexpr uint64_t kReservedTagBase = (uint64_t{1} << 40) - (uint64_t{1} << 16);
+
+  // The usual entry point. Reads rank, world size and the store from TERSE_RANK /
+  // TERSE_WORLD_SIZE / TERSE_STORE (or the launcher's variables, see docs/env.md), the timeout
+  // from TERSE_TIMEOUT_MS and the backend from TERSE_TRANSPORT (ucx), then meets the other
+  // ranks: a rank that never arrives is a kTimeout naming it; ranks that disagree on the world
+  // size or terse version fail with kInvalidUsage.
+  static Result<std::unique_ptr<Communicator>> createFromEnv();
+
+  // The same over a store the caller opened (the NCCL plugin, the PyTorch package, tests with
+  // ranks as threads over a memory store). `store` is only used during the call. `scope`
+  // prefixes the keys: every rank of one communicator passes the same, and communicators that
+  // share a store use different ones.
+  static Result<std::unique_ptr<Communicator>> createUcx(int rank, int size, Store& store,
+                                                         std::chrono::milliseconds timeout,
+                                                         const std::string& scope = "comm");
+
+  // Wraps a transport built by the caller (the in-process backend in unit tests).
+  static std::unique_ptr<Communicator> fromTransport(std::unique_ptr<Transport> transport,
+                                                     std::chrono::milliseconds timeout);
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+
+  // Returns once every rank has entered it; kTimeout / kRemoteError name the peer that did not
+  // answer.
+  Status barrier();
+
+  // See the thread-safety note above. `why` becomes this rank's error for every operation.
+  void abort(const Status& why);
+
+  // The per-operation timeout (TERSE_TIMEOUT_MS unless given): every wait on the transport and
+  // every collective step is bounded by it.
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // Not while collectives are in flight.
+  void setTimeout(std::chrono::milliseconds timeout);
+
+  // The byte transport this communicator owns, for the collectives layer.
+  Transport& transport() { return *transport_; }
+
+  // ---- collectives ------------------------------------------------------------------------
+  // Every rank must make the same calls, in the same order, with the same count, type, op and
+  // codec; a rank that disagrees makes the call fail on every rank (kInvalidUsage), never hang.
+  // The *Async forms return at once; the calls run in submission order on the communicator's
+  // worker thread, and buffers must stay valid (and send unmodified) until Work::wait() returns.
+  // Results of compressed collectives are bit-identical on every rank.
+  //
+  // allreduce: send and recv hold `count` elements (recv == send is in place).
+  Work allreduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                      const CollectiveOptions& options = {});
+  Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                   const CollectiveOptions& options = {}) {
+    return allreduceAsync(send, recv, count, type, op, options).wait();
+  }
+  // reduce-scatter: send holds `count` elements; recv gets this rank's part,
+  // partOf(count) = chunkRange(count, size(), rank()) (the first count % size ranks get one more).
+  Work reduceScatterAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                          const CollectiveOptions& options = {});
+  Status reduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                       const CollectiveOptions& options = {}) {
+    return reduceScatterAsync(send, recv, count, type, op, options).wait();
+  }
+  // allgather: send holds this rank's part (partOf(count)), recv gets all `count` elements.
+  Work allgatherAsync(const void* send, void* recv, size_t count, DataType type,
+                      const CollectiveOptions& options = {});
+  Status allgather(const void* send, void* recv, size_t count, DataType type,
+                   const CollectiveOptions& options = {}) {
+    return allgatherAsync(send, recv, count, type, options).wait();
+  }
+  // {offset, length} of this rank's part of a `count`-element tensor in reduce-scatter/allgather.
+  std::pair<size_t, size_t> partOf(size_t count) const;
+  // Bytes this rank has handed to the transport for collectives so far (for benchmark tables;
+  // read it after the collectives of interest completed).
+  uint64_t bytesSent() const;
+
+ private:
+  Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout);
+
+  Status barrierNow();
+  Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
+  Work submitCollective(int kind, const void* send, void* recv, size_t count, DataType type,
+                        ReduceOp op, const CollectiveOptions& options);
+
+  std::unique_ptr<Transport> transport_;
+  std::chrono::milliseconds timeout_;
+  uint64_t barrierCount_ = 0;
+  std::mutex codecMutex_;
+  std::map<std::string, std::shared_ptr<const Codec>> codecs_;
+  std::map<std::string, std::shared_ptr<AutoSelector>> selectors_;
+  std::unique_ptr<CollectiveEngine> engine_;
+  // Declared last so it is destroyed first: pending collectives finish before the engine and
+  // the transport go away.
+  std::unique_ptr<CollectiveWorker> worker_;
+};
+
+}  // namespace terse

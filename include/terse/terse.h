@@ -1,0 +1,89 @@
+/* terse: compressed collectives for data-parallel training.
+ *
+ * One header for both audiences:
+ *  - C (and any language with a C FFI): the terse_* functions below, opaque handles, status codes
+ *    and terse_last_error() for the message of the calling thread's last failure.
+ *  - C++: include this header and use terse::Communicator (terse/communicator.h) directly.
+ *
+ * Thread-safety (C API): a communicator may be used from one thread at a time, except
+ * terse_comm_abort (any thread) and terse_work_test / terse_work_wait (any thread, on handles of
+ * that communicator). Buffers handed to an *_async call must stay valid until its work completes.
+ */
+#ifndef TERSE_TERSE_H_
+#define TERSE_TERSE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <terse/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct terse_comm terse_comm_t;         /* a group of ranks */
+typedef struct terse_work terse_work_t;         /* one submitted collective */
+typedef struct terse_feedback terse_feedback_t; /* error-feedback residuals of one tensor */
+
+/* The message of the calling thread's last failed terse_* call ("" after a success). */
+const char* terse_last_error(void);
+/* A fixed name for a status code, e.g. "remote error". */
+const char* terse_status_name(terse_status_t status);
+/* Version of the library as "major.minor.patch". */
+const char* terse_version(void);
+
+/* Creates this process's communicator from the launcher's environment (terse-run, mpirun, srun,
+ * torchrun; see docs/env.md). Blocks until every rank arrived or TERSE_TIMEOUT_MS passed. */
+terse_status_t terse_comm_create(terse_comm_t** comm);
+/* Finishes queued collectives, then closes the connections. NULL is accepted. */
+void terse_comm_destroy(terse_comm_t* comm);
+int terse_comm_rank(const terse_comm_t* comm);
+int terse_comm_size(const terse_comm_t* comm);
+terse_status_t terse_comm_barrier(terse_comm_t* comm);
+/* Fails every pending and later operation of this rank with `reason` (may be NULL). */
+void terse_comm_abort(terse_comm_t* comm, const char* reason);
+/* Offset and length of this rank's part of a count-element tensor (reduce-scatter, allgather). */
+void terse_comm_part(const terse_comm_t* comm, size_t count, size_t* offset, size_t* length);
+
+/* Collectives. `codec` is a spec such as "none", "bf16", "int8:block=256", "onebit",
+ * "topk:ratio=0.01" (NULL means "none"); `feedback` may be NULL. The blocking forms return when
+ * the result is in recv; the async forms store a handle in *work (free it with terse_work_free).
+ * allreduce: send/recv hold count elements. reduce_scatter: send holds count, recv this rank's
+ * part. allgather: send holds this rank's part, recv all count elements. */
+terse_status_t terse_allreduce(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                               terse_dtype_t dtype, terse_redop_t op, const char* codec,
+                               terse_feedback_t* feedback);
+terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* recv,
+                                    size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                    const char* codec, terse_feedback_t* feedback);
+terse_status_t terse_allgather(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                               terse_dtype_t dtype, const char* codec, terse_feedback_t* feedback);
+terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void* recv,
+                                     size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                     const char* codec, terse_feedback_t* feedback,
+                                     terse_work_t** work);
+
+/* TERSE_IN_PROGRESS while running, else the collective's final status. Never blocks. */
+terse_status_t terse_work_test(terse_work_t* work);
+/* Blocks until done; returns the collective's status. */
+terse_status_t terse_work_wait(terse_work_t* work);
+/* Waits if still running, then frees. NULL is accepted. */
+void terse_work_free(terse_work_t* work);
+
+/* Error-feedback state for a tensor of `count` elements compressed with `codec`. */
+terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feedback_t** feedback);
+void terse_feedback_destroy(terse_feedback_t* feedback);
+void terse_feedback_reset(terse_feedback_t* feedback);
+/* Checkpoint form: with buffer NULL (or too small) *size gets the bytes needed and the call
+ * returns TERSE_INVALID_ARGUMENT unless buffer was NULL. */
+terse_status_t terse_feedback_serialize(const terse_feedback_t* feedback, void* buffer,
+                                        size_t* size);
+terse_status_t terse_feedback_deserialize(const void* buffer, size_t size,
+                                          terse_feedback_t** feedback);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#include <terse/communicator.h>
+#endif
+
+#endif /* TERSE_TERSE_H_ */

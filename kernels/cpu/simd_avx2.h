@@ -1,0 +1,113 @@
+// AVX2 + F16C building blocks for the CPU kernels (private to kernels/cpu).
+//
+// Binaries must run on any x86-64, so nothing here is compiled for the whole file: every
+// function carries a target attribute and is only reached after detail::useAvx2() said the CPU
+// has the instructions. Each helper computes exactly what the numeric.h formula computes for
+// every input (the kernel tests run both paths over the same bit patterns and compare).
+#pragma once
+
+#include "cpu_common.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TERSE_CPU_HAVE_AVX2_PATH 1
+#include <immintrin.h>
+
+#define TERSE_AVX2 __attribute__((target("avx2,f16c")))
+#define TERSE_AVX2_INLINE static inline __attribute__((target("avx2,f16c"), always_inline))
+
+namespace terse::kernels::cpu::avx2 {
+
+TERSE_AVX2_INLINE __m256i bitsOf(__m256 v) { return _mm256_castps_si256(v); }
+TERSE_AVX2_INLINE __m256 floatOf(__m256i v) { return _mm256_castsi256_ps(v); }
+
+// Lanes whose float is Inf or NaN (all ones) - the negation of num::isFinite.
+TERSE_AVX2_INLINE __m256i nonFiniteMask(__m256 v) {
+  const __m256i expMask = _mm256_set1_epi32(0x7f800000);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(bitsOf(v), expMask), expMask);
+}
+
+// num::residualOf: v - d, or 0 where that is not finite.
+TERSE_AVX2_INLINE __m256 residualOf(__m256 v, __m256 d) {
+  __m256 e = _mm256_sub_ps(v, d);
+  return _mm256_andnot_ps(floatOf(nonFiniteMask(e)), e);
+}
+
+// num::magnitudeKey for 8 lanes.
+TERSE_AVX2_INLINE __m256i magnitudeKey(__m256 v) {
+  return _mm256_and_si256(bitsOf(v), _mm256_set1_epi32(0x7fffffff));
+}
+
+// num::floatToHalfBits: F16C rounds to nearest even like the formula; finite values that would
+// round past 65504 are replaced by +-65504 first (F16C would make them Inf).
+TERSE_AVX2_INLINE __m128i floatToHalf8(__m256 v) {
+  __m256i absBits = magnitudeKey(v);
+  __m256i overflow = _mm256_andnot_si256(
+      _mm256_cmpgt_epi32(absBits, _mm256_set1_epi32(0x7f7fffff)),   // not Inf/NaN
+      _mm256_cmpgt_epi32(absBits, _mm256_set1_epi32(0x477fefff)));  // >= 65520 - ulp/2
+  __m256 sat = _mm256_or_ps(_mm256_set1_ps(65504.0f),
+                            _mm256_and_ps(v, floatOf(_mm256_set1_epi32(int(0x80000000u)))));
+  v = _mm256_blendv_ps(v, sat, floatOf(overflow));
+  return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+// num::halfBitsToFloat: F16C is exact for numbers; NaN lanes are rebuilt the formula's way
+// (F16C would also set the quiet bit of a signalling NaN).
+TERSE_AVX2_INLINE __m256 halfToFloat8(__m128i h) {
+  __m256 f = _mm256_cvtph_ps(h);
+  __m256i wide = _mm256_cvtepu16_epi32(h);
+  __m256i absH = _mm256_and_si256(wide, _mm256_set1_epi32(0x7fff));
+  __m256i isNaN = _mm256_cmpgt_epi32(absH, _mm256_set1_epi32(0x7c00));
+  __m256i nanBits = _mm256_or_si256(
+      _mm256_slli_epi32(_mm256_and_si256(wide, _mm256_set1_epi32(0x8000)), 16),
+      _mm256_or_si256(_mm256_set1_epi32(0x7f800000),
+                      _mm256_slli_epi32(_mm256_and_si256(wide, _mm256_set1_epi32(0x3ff)), 13)));
+  return _mm256_blendv_ps(f, floatOf(nanBits), floatOf(isNaN));
+}
+
+// num::floatToBf16Bits, 8 lanes, in the low 16 bits of each 32-bit lane.
+TERSE_AVX2_INLINE __m256i floatToBf16Wide(__m256 v) {
+  __m256i x = bitsOf(v);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i nan = _mm256_cmpgt_epi32(magnitudeKey(v), _mm256_set1_epi32(0x7f800000));
+  __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, quiet, nan);
+}
+
+// Packs the low 16 bits of 8 lanes (values < 65536) in order.
+TERSE_AVX2_INLINE __m128i pack16(__m256i w) {
+  __m256i p = _mm256_packus_epi32(w, w);  // per 128-bit lane: [a0..3 a0..3 | b0..3 b0..3]
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0xd8));
+}
+
+TERSE_AVX2_INLINE __m256 bf16ToFloat8(__m128i b) {
+  return floatOf(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+}
+
+// Typed 8-lane loads and stores in float32 (num::load / num::store).
+TERSE_AVX2_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+TERSE_AVX2_INLINE __m256 load8(const Half* p) {
+  return halfToFloat8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+TERSE_AVX2_INLINE __m256 load8(const BFloat16* p) {
+  return bf16ToFloat8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// Stores 8 values and returns what a load of them gives back (for residuals).
+TERSE_AVX2_INLINE __m256 store8(float* p, __m256 v) {
+  _mm256_storeu_ps(p, v);
+  return v;
+}
+TERSE_AVX2_INLINE __m256 store8(Half* p, __m256 v) {
+  __m128i h = floatToHalf8(v);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+  return halfToFloat8(h);
+}
+TERSE_AVX2_INLINE __m256 store8(BFloat16* p, __m256 v) {
+  __m128i b = pack16(floatToBf16Wide(v));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), b);
+  return bf16ToFloat8(b);
+}
+
+}  // namespace terse::kernels::cpu::avx2
+#endif

@@ -1,0 +1,45 @@
+// Where a rank learns who it is: rank, world size, local rank and the store address, from
+// terse's own variables or, when those are unset, from what mpirun (OpenMPI), srun (Slurm) and
+// torchrun already export. MPI is never required. Reused by the NCCL plugin and the PyTorch
+// package.
+#pragma once
+
+#include "terse/common/status.h"
+#include "terse/rendezvous/store.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace terse {
+
+struct BootstrapInfo {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;
+  std::string store;       // "host:port" (TCP store served by rank 0) or a directory path
+  std::string rankSource;  // the variable the rank came from, for messages
+};
+
+// Reads TERSE_RANK / TERSE_WORLD_SIZE / TERSE_LOCAL_RANK / TERSE_STORE, falling back to
+// OMPI_COMM_WORLD_*, PMI_*, SLURM_* and torchrun's RANK / WORLD_SIZE / LOCAL_RANK /
+// MASTER_ADDR:MASTER_PORT. Missing or malformed values are errors that say what to set.
+Result<BootstrapInfo> readBootstrapEnv();
+
+// Parses "host:port" into its parts; false when `spec` is not of that form (then it is a path).
+bool parseHostPort(const std::string& spec, std::string* host, int* port);
+
+// Opens the store named by info.store: TCP (rank 0 serves) or a file store.
+Result<std::unique_ptr<Store>> openStore(const BootstrapInfo& info,
+                                         std::chrono::milliseconds timeout);
+
+// Every rank publishes `mine` and receives all ranks' values in rank order. Each value carries a
+// header with terse's version and the world size, so ranks that disagree on either fail here
+// with a message naming the rank, and ranks that never arrive fail with kTimeout naming them.
+// `prefix` scopes the keys so one store can host several exchanges.
+Result<std::vector<std::string>> storeAllGather(Store& store, const std::string& prefix, int rank,
+                                                int size, const std::string& mine,
+                                                std::chrono::milliseconds timeout);
+
+}  // namespace terse

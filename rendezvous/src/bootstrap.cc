@@ -1,0 +1,197 @@
+#include "terse/rendezvous/bootstrap.h"
+
+#include "terse/common/env.h"
+#include "terse/common/logging.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#ifndef TERSE_VERSION_STRING
+#define TERSE_VERSION_STRING "unknown"
+#endif
+
+namespace terse {
+
+namespace {
+
+// The first of `names` that is set. Launcher variables are not terse's, so they are read
+// directly rather than through the registry; terse's own come first and go through it.
+Result<std::optional<int64_t>> firstInt(const char* terseName,
+                                        std::initializer_list<const char*> fallbacks,
+                                        std::string* source) {
+  const char* own = std::getenv(terseName);
+  if (own != nullptr && *own != '\0') {
+    TERSE_ASSIGN_OR_RETURN(int64_t v, envInt(terseName));
+    *source = terseName;
+    return std::optional<int64_t>(v);
+  }
+  for (const char* name : fallbacks) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0')
+      return errorInvalidArgument("%s='%s' is not an integer (read because %s is unset)", name,
+                                  text, terseName);
+    *source = name;
+    return std::optional<int64_t>(v);
+  }
+  return std::optional<int64_t>();
+}
+
+std::string headerOf(int size) {
+  return std::string("terse ") + TERSE_VERSION_STRING + " size " + std::to_string(size) + "\n";
+}
+
+}  // namespace
+
+Result<BootstrapInfo> readBootstrapEnv() {
+  BootstrapInfo info;
+  std::string sizeSource, localSource;
+  TERSE_ASSIGN_OR_RETURN(
+      auto rank,
+      firstInt("TERSE_RANK", {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"},
+               &info.rankSource));
+  TERSE_ASSIGN_OR_RETURN(
+      auto size,
+      firstInt("TERSE_WORLD_SIZE",
+               {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}, &sizeSource));
+  TERSE_ASSIGN_OR_RETURN(
+      auto local,
+      firstInt("TERSE_LOCAL_RANK", {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"},
+               &localSource));
+  if (!rank && !size) {
+    // Nothing launched us as part of a world: a single rank.
+    info.rank = 0;
+    info.size = 1;
+    info.rankSource = "default (no launcher variables set)";
+  } else if (!rank || !size) {
+    return errorInvalidArgument(
+        "found the %s but not the %s; set both TERSE_RANK and TERSE_WORLD_SIZE (or launch with "
+        "terse-run, mpirun, srun or torchrun)",
+        rank ? "rank" : "world size", rank ? "world size" : "rank");
+  } else {
+    info.rank = static_cast<int>(*rank);
+    info.size = static_cast<int>(*size);
+  }
+  if (info.size < 1 || info.size > (1 << 24))
+    return errorInvalidArgument("world size %d (from %s) is outside 1..2^24", info.size,
+                                sizeSource.c_str());
+  if (info.rank < 0 || info.rank >= info.size)
+    return errorInvalidArgument("rank %d (from %s) is outside 0..%d for a world of %d ranks",
+                                info.rank, info.rankSource.c_str(), info.size - 1, info.size);
+  info.localRank = local ? static_cast<int>(*local) : info.rank;
+  if (info.localRank < 0)
+    return errorInvalidArgument("local rank %d (from %s) is negative", info.localRank,
+                                localSource.c_str());
+
+  TERSE_ASSIGN_OR_RETURN(info.store, envString("TERSE_STORE"));
+  if (info.store.empty()) {
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    if (addr && *addr && port && *port) info.store = std::string(addr) + ":" + port;
+  }
+  if (info.store.empty() && info.size > 1)
+    return errorInvalidArgument(
+        "no rendezvous store for a world of %d ranks: set TERSE_STORE=host:port (a free port on "
+        "rank 0's host) or TERSE_STORE=/shared/fresh/directory, or use terse-run, which sets it",
+        info.size);
+  return info;
+}
+
+bool parseHostPort(const std::string& spec, std::string* host, int* port) {
+  if (spec.empty() || spec[0] == '/' || spec[0] == '.') return false;
+  size_t colon = spec.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size()) return false;
+  const std::string digits = spec.substr(colon + 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 5)
+    return false;
+  *host = spec.substr(0, colon);
+  *port = std::atoi(digits.c_str());
+  return true;
+}
+
+Result<std::unique_ptr<Store>> openStore(const BootstrapInfo& info,
+                                         std::chrono::milliseconds timeout) {
+  if (info.store.empty()) return errorInvalidArgument("no store address (set TERSE_STORE)");
+  std::string host;
+  int port = 0;
+  if (parseHostPort(info.store, &host, &port))
+    return createTcpStore(host, port, info.rank == 0, timeout);
+  return createFileStore(info.store);
+}
+
+namespace {
+
+std::string describeMissingRanks(const std::vector<size_t>& missing) {
+  std::string list;
+  for (size_t i = 0; i < missing.size() && i < 16; ++i)
+    list += (i ? ", " : "") + std::to_string(missing[i]);
+  if (missing.size() > 16) list += ", ...";
+  return (missing.size() == 1 ? "rank " : "ranks ") + list + " (" + std::to_string(missing.size()) +
+         " missing) never arrived at the rendezvous:";
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> storeAllGather(Store& store, const std::string& prefix, int rank,
+                                                int size, const std::string& mine,
+                                                std::chrono::milliseconds timeout) {
+  const std::string header = headerOf(size);
+  TERSE_RETURN_IF_ERROR(store.set(prefix + "/rank/" + std::to_string(rank), header + mine));
+  // Poll every rank's key, checking each header as soon as it appears, so a mismatched rank is
+  // reported at once rather than as a timeout.
+  std::vector<std::string> all(size);
+  std::vector<bool> seen(size, false);
+  int remaining = size;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto delay = std::chrono::milliseconds(1);
+  for (;;) {
+    for (int r = 0; r < size; ++r) {
+      if (seen[r]) continue;
+      TERSE_ASSIGN_OR_RETURN(std::optional<std::string> value,
+                             store.tryGet(prefix + "/rank/" + std::to_string(r)));
+      if (!value) continue;
+      size_t nl = value->find('\n');
+      std::string theirs = nl == std::string::npos ? *value : value->substr(0, nl + 1);
+      if (theirs != header) {
+        std::string shown = theirs;
+        if (!shown.empty() && shown.back() == '\n') shown.pop_back();
+        return errorInvalidUsage(
+            "rank %d announced '%s' but rank %d runs '%s': all ranks must run the same terse "
+            "version with the same world size (check TERSE_WORLD_SIZE and the launcher's -n)",
+            r, shown.c_str(), rank, header.substr(0, header.size() - 1).c_str());
+      }
+      all[r] = value->substr(nl + 1);
+      seen[r] = true;
+      --remaining;
+    }
+    if (remaining == 0) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::vector<size_t> missing;
+      for (int r = 0; r < size; ++r)
+        if (!seen[r]) missing.push_back(static_cast<size_t>(r));
+      return errorTimeout(
+          "%s rank %d waited %lld ms for a world of %d ranks on the %s store; "
+          "check that every rank was started with the same TERSE_STORE",
+          describeMissingRanks(missing).c_str(), rank, static_cast<long long>(timeout.count()),
+          size, store.describe().c_str());
+    }
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(32));
+  }
+  // Rank 0 may serve the store: it waits until everyone has read before it may go away.
+  TERSE_RETURN_IF_ERROR(store.set(prefix + "/read/" + std::to_string(rank), "1"));
+  if (rank == 0) {
+    std::vector<std::string> readKeys;
+    for (int r = 0; r < size; ++r) readKeys.push_back(prefix + "/read/" + std::to_string(r));
+    TERSE_RETURN_IF_ERROR(store.waitAll(readKeys, timeout, &describeMissingRanks));
+  }
+  return all;
+}
+
+}  // namespace terse

@@ -1,0 +1,311 @@
+// The TCP store: a small server thread in rank 0 holding a map, and a client per process.
+// Frames: request  = op(u8: 1 set, 2 get) | key length (u32) | value length (u32) | key | value
+//         response = found (u8) | value length (u32) | value
+// Lengths are little-endian host order (every rank runs on the same kind of machine).
+#include "terse/common/logging.h"
+#include "terse/rendezvous/store.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace terse {
+
+namespace {
+
+constexpr uint8_t kOpSet = 1;
+constexpr uint8_t kOpGet = 2;
+constexpr uint32_t kMaxField = 64u << 20;  // guards the server against garbage lengths
+
+using Clock = std::chrono::steady_clock;
+
+// Full read/write of n bytes before `deadline`. Returns 0 on success, a negative errno, or
+// -ECONNRESET when the other side closed.
+int ioAll(int fd, void* buf, size_t n, bool writing, Clock::time_point deadline) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return -ETIMEDOUT;
+    pollfd pfd{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
+    int pr = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr < 0) return -errno;
+    if (pr == 0) continue;
+    ssize_t k = writing ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (k < 0) return -errno;
+    if (k == 0) return -ECONNRESET;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return 0;
+}
+
+Result<addrinfo*> resolve(const std::string& host, int port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr)
+    return errorInvalidArgument("cannot resolve store host '%s': %s", host.c_str(),
+                                gai_strerror(rc));
+  return res;
+}
+
+class TcpStoreServer {
+ public:
+  ~TcpStoreServer() { stop(); }
+
+  Status start(const std::string& host, int port) {
+    TERSE_ASSIGN_OR_RETURN(addrinfo * res, resolve(host, port, true));
+    listenFd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(listenFd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int rc = ::bind(listenFd_, res->ai_addr, res->ai_addrlen);
+    int e = errno;
+    ::freeaddrinfo(res);
+    if (rc != 0)
+      return errorSystem(
+          "rank 0 cannot serve the rendezvous store on %s:%d: %s; pick a free port "
+          "in TERSE_STORE (or MASTER_PORT)",
+          host.c_str(), port, std::strerror(e));
+    if (::listen(listenFd_, 1024) != 0)
+      return errorSystem("listen on %s:%d failed: %s", host.c_str(), port, std::strerror(errno));
+    if (::pipe2(wake_, O_CLOEXEC) != 0) return errorSystem("pipe: %s", std::strerror(errno));
+    acceptor_ = std::thread([this] { acceptLoop(); });
+    TERSE_INFO(kSubsysBoot, "rendezvous store serving on %s:%d", host.c_str(), port);
+    return Status::ok();
+  }
+
+  void stop() {
+    if (acceptor_.joinable()) {
+      stopping_ = true;
+      char c = 0;
+      (void)!::write(wake_[1], &c, 1);
+      acceptor_.join();
+    }
+    {
+      std::lock_guard<std::mutex> lock(clientsMu_);
+      for (int fd : clientFds_) ::shutdown(fd, SHUT_RDWR);
+    }
+    for (auto& t : handlers_) t.join();
+    handlers_.clear();
+    for (int fd : clientFds_) ::close(fd);
+    clientFds_.clear();
+    if (listenFd_ >= 0) ::close(listenFd_);
+    listenFd_ = -1;
+    for (int& fd : wake_)
+      if (fd >= 0) {
+        ::close(fd);
+        fd = -1;
+      }
+  }
+
+ private:
+  void acceptLoop() {
+    while (!stopping_) {
+      pollfd pfds[2] = {{listenFd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+      int pr = ::poll(pfds, 2, -1);
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr < 0 || (pfds[1].revents & POLLIN)) return;
+      int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      std::lock_guard<std::mutex> lock(clientsMu_);
+      clientFds_.push_back(fd);
+      handlers_.emplace_back([this, fd] { serve(fd); });
+    }
+  }
+
+  // One thread per client: rendezvous has a handful of requests per rank.
+  void serve(int fd) {
+    const auto forever = Clock::time_point::max();
+    for (;;) {
+      uint8_t op;
+      uint32_t lens[2];
+      if (readBlocking(fd, &op, 1) != 0 || readBlocking(fd, lens, sizeof lens) != 0) return;
+      if ((op != kOpSet && op != kOpGet) || lens[0] > kMaxField || lens[1] > kMaxField) {
+        TERSE_WARN(kSubsysBoot,
+                   "rendezvous store: dropping a client that sent a malformed request");
+        return;
+      }
+      std::string key(lens[0], '\0'), value(lens[1], '\0');
+      if (readBlocking(fd, key.data(), key.size()) != 0 ||
+          readBlocking(fd, value.data(), value.size()) != 0)
+        return;
+      uint8_t found = 1;
+      {
+        std::lock_guard<std::mutex> lock(mapMu_);
+        if (op == kOpSet) {
+          map_[key] = std::move(value);
+          value.clear();
+        } else {
+          auto it = map_.find(key);
+          found = it != map_.end();
+          value = found ? it->second : std::string();
+        }
+      }
+      uint32_t vlen = static_cast<uint32_t>(value.size());
+      if (ioAll(fd, &found, 1, true, forever) != 0 || ioAll(fd, &vlen, 4, true, forever) != 0 ||
+          ioAll(fd, value.data(), value.size(), true, forever) != 0)
+        return;
+    }
+  }
+
+  int readBlocking(int fd, void* buf, size_t n) {
+    return ioAll(fd, buf, n, false, Clock::time_point::max());
+  }
+
+  int listenFd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex clientsMu_;
+  std::vector<int> clientFds_;
+  std::list<std::thread> handlers_;
+  std::mutex mapMu_;
+  std::map<std::string, std::string> map_;
+};
+
+class TcpStore final : public Store {
+ public:
+  TcpStore(std::string host, int port, std::chrono::milliseconds timeout)
+      : host_(std::move(host)), port_(port), timeout_(timeout) {}
+
+  ~TcpStore() override {
+    if (fd_ >= 0) ::close(fd_);
+    // The server (rank 0) goes last: other ranks may still be reading.
+    server_.reset();
+  }
+
+  Status serve() {
+    server_ = std::make_unique<TcpStoreServer>();
+    return server_->start(host_, port_);
+  }
+
+  Status connect() {
+    auto deadline = Clock::now() + timeout_;
+    auto delay = std::chrono::milliseconds(10);
+    std::string last = "no attempt";
+    for (;;) {
+      TERSE_ASSIGN_OR_RETURN(addrinfo * res, resolve(host_, port_, false));
+      int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
+      int e = errno;
+      ::freeaddrinfo(res);
+      if (rc == 0) {
+        int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        fd_ = fd;
+        return Status::ok();
+      }
+      ::close(fd);
+      last = std::strerror(e);
+      if (Clock::now() >= deadline)
+        return errorTimeout(
+            "could not reach the rendezvous store at %s:%d (served by rank 0) "
+            "within %lld ms: %s; is rank 0 running, and do all ranks use the same "
+            "TERSE_STORE?",
+            host_.c_str(), port_, static_cast<long long>(timeout_.count()), last.c_str());
+      std::this_thread::sleep_for(delay);
+      delay = std::min(delay * 2, std::chrono::milliseconds(200));
+    }
+  }
+
+  Status set(const std::string& key, const std::string& value) override {
+    std::string unused;
+    bool found;
+    return request(kOpSet, key, value, &found, &unused);
+  }
+
+  Result<std::optional<std::string>> tryGet(const std::string& key) override {
+    std::string value;
+    bool found = false;
+    TERSE_RETURN_IF_ERROR(request(kOpGet, key, std::string(), &found, &value));
+    if (!found) return std::optional<std::string>();
+    return std::optional<std::string>(std::move(value));
+  }
+
+  std::string describe() const override {
+    return "tcp(" + host_ + ":" + std::to_string(port_) + ")";
+  }
+
+ private:
+  Status request(uint8_t op, const std::string& key, const std::string& value, bool* found,
+                 std::string* out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ < 0) return broken_;
+    if (key.size() > kMaxField || value.size() > kMaxField)
+      return errorInvalidArgument("store key or value over 64 MiB");
+    auto deadline = Clock::now() + timeout_;
+    uint32_t lens[2] = {static_cast<uint32_t>(key.size()), static_cast<uint32_t>(value.size())};
+    int rc = ioAll(fd_, &op, 1, true, deadline);
+    if (!rc) rc = ioAll(fd_, lens, sizeof lens, true, deadline);
+    if (!rc) rc = ioAll(fd_, const_cast<char*>(key.data()), key.size(), true, deadline);
+    if (!rc) rc = ioAll(fd_, const_cast<char*>(value.data()), value.size(), true, deadline);
+    uint8_t f = 0;
+    uint32_t vlen = 0;
+    if (!rc) rc = ioAll(fd_, &f, 1, false, deadline);
+    if (!rc) rc = ioAll(fd_, &vlen, 4, false, deadline);
+    if (!rc && vlen > kMaxField) rc = -EPROTO;
+    if (!rc) {
+      out->assign(vlen, '\0');
+      rc = ioAll(fd_, out->data(), vlen, false, deadline);
+    }
+    if (rc == 0) {
+      *found = f != 0;
+      return Status::ok();
+    }
+    // A half-done exchange leaves the stream unusable; later calls report the same failure.
+    ::close(fd_);
+    fd_ = -1;
+    if (rc == -ETIMEDOUT)
+      broken_ = errorTimeout("the rendezvous store at %s:%d (rank 0) did not answer within %lld ms",
+                             host_.c_str(), port_, static_cast<long long>(timeout_.count()));
+    else
+      broken_ = errorRemote(
+          "the connection to the rendezvous store at %s:%d broke (%s); rank 0, "
+          "which serves it, probably exited or crashed",
+          host_.c_str(), port_, std::strerror(-rc));
+    return broken_;
+  }
+
+  std::string host_;
+  int port_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  int fd_ = -1;
+  Status broken_;
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> createTcpStore(const std::string& host, int port, bool serve,
+                                              std::chrono::milliseconds timeout) {
+  if (port <= 0 || port > 65535)
+    return errorInvalidArgument("store port %d is outside 1..65535", port);
+  auto store = std::make_unique<TcpStore>(host, port, timeout);
+  if (serve) TERSE_RETURN_IF_ERROR(store->serve());
+  TERSE_RETURN_IF_ERROR(store->connect());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace terse

@@ -1,0 +1,149 @@
+// The public collective API across real processes over UCX (TCP and shared memory): every codec
+// gives bit-identical results on every rank and `none` matches the serial sum; async handles
+// complete in order; a rank killed mid-collective makes every survivor fail with an error
+// naming it, within the timeout.
+#include "../transport/process_harness.h"
+
+#include "terse/communicator.h"
+#include "terse/kernels/numeric.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace terse::testing {
+namespace {
+
+float valueAt(int rank, size_t i, int call) {
+  uint64_t h = num::mix64((uint64_t(rank) << 40) ^ (i * 0x9e3779b97f4a7c15ull) ^ uint64_t(call));
+  return static_cast<float>(h >> 40) / 16777216.0f - 0.5f;
+}
+
+EnvMap env(const std::string& tls, int port, int timeoutMs) {
+  return {{"UCX_TLS", tls},
+          {"UCX_NET_DEVICES", "lo"},
+          {"TERSE_STORE", "127.0.0.1:" + std::to_string(port)},
+          {"TERSE_TIMEOUT_MS", std::to_string(timeoutMs)}};
+}
+
+const char* kCodecs[] = {"none", "fp16", "bf16", "int8", "onebit", "topk:ratio=0.05"};
+constexpr size_t kCount = 100003;
+
+// Each rank allreduces with every codec (two calls in flight at once per codec) and writes its
+// results to <dir>/rank<r>.bin for the parent to compare.
+int allreduceBody(int rank, const std::string& dir) {
+  auto made = Communicator::createFromEnv();
+  if (!made.isOk()) {
+    reportFromChild(made.status().toString());
+    return 2;
+  }
+  Communicator& comm = **made;
+  std::ofstream out(dir + "/rank" + std::to_string(rank) + ".bin", std::ios::binary);
+  for (const char* spec : kCodecs) {
+    std::vector<float> a(kCount), b(kCount), ra(kCount), rb(kCount);
+    for (size_t i = 0; i < kCount; ++i) a[i] = valueAt(rank, i, 0), b[i] = valueAt(rank, i, 1);
+    auto ef = ErrorFeedback::create(spec, kCount);
+    if (!ef.isOk()) return 3;
+    CollectiveOptions withEf{spec, &ef.value()};
+    Work first = comm.allreduceAsync(a.data(), ra.data(), kCount, DataType::kFloat32,
+                                     ReduceOp::kSum, withEf);
+    Work second = comm.allreduceAsync(b.data(), rb.data(), kCount, DataType::kFloat32,
+                                      ReduceOp::kAvg, CollectiveOptions{spec, nullptr});
+    Status s1 = second.wait(), s0 = first.wait();
+    if (!s0.isOk() || !s1.isOk()) {
+      reportFromChild(std::string(spec) + ": " + (s0.isOk() ? s1 : s0).toString());
+      return 4;
+    }
+    out.write(reinterpret_cast<const char*>(ra.data()), kCount * 4);
+    out.write(reinterpret_cast<const char*>(rb.data()), kCount * 4);
+  }
+  Status b = comm.barrier();
+  return b.isOk() ? 0 : 5;
+}
+
+std::string readAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CollectiveProcesses : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+TEST_P(CollectiveProcesses, EveryCodecBitIdenticalAndNoneExact) {
+  const auto [tls, n] = GetParam();
+  const std::string dir = makeTempDir();
+  const int port = freeLoopbackPort();
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  auto outcomes = runProcesses(
+      n, ranks, [&](int) { return env(tls, port, 60000); },
+      [&](int r) { return allreduceBody(r, dir); }, std::chrono::seconds(240));
+  for (const auto& o : outcomes) ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
+  std::string r0 = readAll(dir + "/rank0.bin");
+  ASSERT_EQ(r0.size(), std::size(kCodecs) * 2 * kCount * 4);
+  for (int r = 1; r < n; ++r)
+    EXPECT_TRUE(readAll(dir + "/rank" + std::to_string(r) + ".bin") == r0)
+        << "rank " << r << " holds different bits than rank 0";
+  // `none` (the first block) against the serial sum.
+  const float* got = reinterpret_cast<const float*>(r0.data());
+  for (size_t i = 0; i < kCount; ++i) {
+    double ref = 0, mag = 0;
+    for (int r = 0; r < n; ++r) ref += valueAt(r, i, 0), mag += std::fabs(valueAt(r, i, 0));
+    ASSERT_NEAR(got[i], ref, n * 0x1p-23 * mag + 1e-7) << "element " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, CollectiveProcesses,
+                         ::testing::Combine(::testing::Values("tcp,self", "posix,cma,self"),
+                                            ::testing::Values(2, 3, 4)),
+                         [](const auto& p) {
+                           std::string tl = std::get<0>(p.param)[0] == 't' ? "tcp" : "shm";
+                           return tl + "_" + std::to_string(std::get<1>(p.param)) + "ranks";
+                         });
+
+// Rank 2 dies (SIGKILL) while the others are inside a large compressed allreduce: each survivor
+// must return an error that names rank 2 well before the harness deadline.
+TEST(CollectiveProcesses, KilledRankIsNamedBySurvivors) {
+  for (const char* tls : {"tcp,self", "posix,cma,self"}) {
+    const int n = 3, port = freeLoopbackPort();
+    auto outcomes = runProcesses(
+        n, {0, 1, 2}, [&](int) { return env(tls, port, 20000); },
+        [&](int rank) {
+          auto made = Communicator::createFromEnv();
+          if (!made.isOk()) return 2;
+          Communicator& comm = **made;
+          const size_t count = size_t{8} << 20;
+          std::vector<float> in(count, 1.0f), out(count);
+          if (!comm.allreduce(in.data(), out.data(), 1000, DataType::kFloat32, ReduceOp::kSum).isOk())
+            return 3;
+          if (rank == 2) {
+            usleep(20000);  // let the others enter the big call
+            raise(SIGKILL);
+          }
+          auto start = std::chrono::steady_clock::now();
+          Status s = comm.allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                    ReduceOp::kSum, CollectiveOptions{"int8", nullptr});
+          double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          reportFromChild(s.toString() + formatString(" (after %.1f s)", secs));
+          if (s.isOk()) return 4;
+          if (s.message().find("rank 2") == std::string::npos) return 5;
+          return secs < 25.0 ? 0 : 6;
+        },
+        std::chrono::seconds(90));
+    ASSERT_EQ(outcomes.size(), 3u);
+    EXPECT_EQ(outcomes[2].signal, SIGKILL) << describe(outcomes[2]);
+    for (int r = 0; r < 2; ++r)
+      EXPECT_TRUE(outcomes[r].exited && outcomes[r].code == 0)
+          << tls << ": " << describe(outcomes[r]) << ": " << outcomes[r].report;
+  }
+}
+
+}  // namespace
+}  // namespace terse::testing

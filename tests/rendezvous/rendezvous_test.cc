@@ -1,0 +1,299 @@
+#include "terse/rendezvous/bootstrap.h"
+#include "terse/rendezvous/store.h"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+namespace terse {
+namespace {
+
+using std::chrono::milliseconds;
+
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Clears every variable the bootstrap reads so each test states its own environment.
+class EnvGuard {
+ public:
+  EnvGuard() { clear(); }
+  ~EnvGuard() { clear(); }
+  static void clear() {
+    for (const char* v :
+         {"TERSE_RANK", "TERSE_WORLD_SIZE", "TERSE_LOCAL_RANK", "TERSE_STORE",
+          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
+          "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "RANK", "WORLD_SIZE",
+          "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+      unsetenv(v);
+  }
+};
+
+TEST(Bootstrap, ParseHostPort) {
+  std::string host;
+  int port = 0;
+  EXPECT_TRUE(parseHostPort("127.0.0.1:29500", &host, &port));
+  EXPECT_EQ(host, "127.0.0.1");
+  EXPECT_EQ(port, 29500);
+  EXPECT_TRUE(parseHostPort("node-7:80", &host, &port));
+  EXPECT_EQ(host, "node-7");
+  EXPECT_FALSE(parseHostPort("/tmp/store", &host, &port));
+  EXPECT_FALSE(parseHostPort("./store:1", &host, &port));
+  EXPECT_FALSE(parseHostPort("host:", &host, &port));
+  EXPECT_FALSE(parseHostPort(":80", &host, &port));
+  EXPECT_FALSE(parseHostPort("host:80x", &host, &port));
+  EXPECT_FALSE(parseHostPort("store", &host, &port));
+}
+
+TEST(Bootstrap, TerseVariablesWin) {
+  EnvGuard guard;
+  setenv("TERSE_RANK", "2", 1);
+  setenv("TERSE_WORLD_SIZE", "4", 1);
+  setenv("TERSE_LOCAL_RANK", "0", 1);
+  setenv("TERSE_STORE", "h:1234", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
+  auto info = readBootstrapEnv();
+  ASSERT_TRUE(info.isOk()) << info.status().toString();
+  EXPECT_EQ(info->rank, 2);
+  EXPECT_EQ(info->size, 4);
+  EXPECT_EQ(info->localRank, 0);
+  EXPECT_EQ(info->store, "h:1234");
+  EXPECT_EQ(info->rankSource, "TERSE_RANK");
+}
+
+TEST(Bootstrap, LauncherFallbacks) {
+  {
+    EnvGuard guard;  // mpirun (OpenMPI)
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "5", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    setenv("TERSE_STORE", "/tmp/x", 1);
+    auto info = readBootstrapEnv();
+    ASSERT_TRUE(info.isOk()) << info.status().toString();
+    EXPECT_EQ(info->rank, 3);
+    EXPECT_EQ(info->size, 5);
+    EXPECT_EQ(info->localRank, 1);
+    EXPECT_EQ(info->rankSource, "OMPI_COMM_WORLD_RANK");
+  }
+  {
+    EnvGuard guard;  // srun
+    setenv("SLURM_PROCID", "6", 1);
+    setenv("SLURM_NTASKS", "7", 1);
+    setenv("SLURM_LOCALID", "2", 1);
+    setenv("TERSE_STORE", "n1:5000", 1);
+    auto info = readBootstrapEnv();
+    ASSERT_TRUE(info.isOk()) << info.status().toString();
+    EXPECT_EQ(info->rank, 6);
+    EXPECT_EQ(info->size, 7);
+    EXPECT_EQ(info->localRank, 2);
+  }
+  {
+    EnvGuard guard;  // torchrun: the store comes from MASTER_ADDR:MASTER_PORT
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    auto info = readBootstrapEnv();
+    ASSERT_TRUE(info.isOk()) << info.status().toString();
+    EXPECT_EQ(info->rank, 1);
+    EXPECT_EQ(info->store, "10.0.0.1:29500");
+  }
+}
+
+TEST(Bootstrap, BadEnvironmentsSayWhatToSet) {
+  {
+    EnvGuard guard;  // nothing set: a world of one
+    auto info = readBootstrapEnv();
+    ASSERT_TRUE(info.isOk());
+    EXPECT_EQ(info->size, 1);
+    EXPECT_EQ(info->rank, 0);
+  }
+  {
+    EnvGuard guard;
+    setenv("TERSE_RANK", "1", 1);
+    auto info = readBootstrapEnv();
+    ASSERT_FALSE(info.isOk());
+    EXPECT_NE(info.status().message().find("TERSE_WORLD_SIZE"), std::string::npos);
+  }
+  {
+    EnvGuard guard;
+    setenv("TERSE_RANK", "4", 1);
+    setenv("TERSE_WORLD_SIZE", "4", 1);
+    setenv("TERSE_STORE", "/tmp/x", 1);
+    auto info = readBootstrapEnv();
+    ASSERT_FALSE(info.isOk());
+    EXPECT_NE(info.status().message().find("rank 4"), std::string::npos);
+  }
+  {
+    EnvGuard guard;
+    setenv("TERSE_RANK", "0", 1);
+    setenv("TERSE_WORLD_SIZE", "2", 1);
+    auto info = readBootstrapEnv();
+    ASSERT_FALSE(info.isOk());
+    EXPECT_NE(info.status().message().find("TERSE_STORE"), std::string::npos);
+  }
+  {
+    EnvGuard guard;
+    setenv("SLURM_PROCID", "x1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    auto info = readBootstrapEnv();
+    ASSERT_FALSE(info.isOk());
+    EXPECT_NE(info.status().message().find("SLURM_PROCID='x1'"), std::string::npos);
+  }
+}
+
+// The behaviour every store shares.
+void checkStoreBasics(Store& store) {
+  auto missing = store.tryGet("absent");
+  ASSERT_TRUE(missing.isOk()) << missing.status().toString();
+  EXPECT_FALSE(missing->has_value());
+  std::string binary("a\0b/\xff", 5);
+  ASSERT_TRUE(store.set("dir/key with spaces", binary).isOk());
+  auto got = store.get("dir/key with spaces", milliseconds(1000));
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(*got, binary);
+  ASSERT_TRUE(store.set("empty", "").isOk());
+  EXPECT_EQ(store.get("empty", milliseconds(1000)).value(), "");
+  // A get waits for a later set.
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    EXPECT_TRUE(store.set("late", "v").isOk());
+  });
+  auto waited = store.get("late", milliseconds(20000));
+  late.join();
+  ASSERT_TRUE(waited.isOk()) << waited.status().toString();
+  EXPECT_EQ(*waited, "v");
+  // A timeout names the key.
+  auto timeout = store.get("never", milliseconds(30));
+  ASSERT_FALSE(timeout.isOk());
+  EXPECT_EQ(timeout.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(timeout.status().message().find("never"), std::string::npos);
+  Status all = store.waitAll({"empty", "never", "late", "nor-this"}, milliseconds(30));
+  EXPECT_EQ(all.code(), StatusCode::kTimeout);
+  EXPECT_NE(all.message().find("'never', 'nor-this'"), std::string::npos) << all.message();
+}
+
+TEST(Store, Memory) {
+  auto store = createMemoryStore();
+  checkStoreBasics(*store);
+}
+
+TEST(Store, File) {
+  char templ[] = "/tmp/terse-store-XXXXXX";
+  ASSERT_NE(::mkdtemp(templ), nullptr);
+  std::string dir = std::string(templ) + "/sub";
+  auto store = createFileStore(dir);
+  ASSERT_TRUE(store.isOk()) << store.status().toString();
+  checkStoreBasics(**store);
+  EXPECT_FALSE(createFileStore("").isOk());
+  (void)!std::system((std::string("rm -rf ") + templ).c_str());
+}
+
+TEST(Store, TcpServerAndClients) {
+  const int port = freePort();
+  auto server = createTcpStore("127.0.0.1", port, true, milliseconds(5000));
+  ASSERT_TRUE(server.isOk()) << server.status().toString();
+  checkStoreBasics(**server);
+  // Other clients see the server's keys and each other's.
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i)
+    clients.emplace_back([&, i] {
+      auto c = createTcpStore("127.0.0.1", port, false, milliseconds(5000));
+      ASSERT_TRUE(c.isOk()) << c.status().toString();
+      EXPECT_EQ((*c)->get("dir/key with spaces", milliseconds(1000)).value().size(), 5u);
+      ASSERT_TRUE((*c)->set("client" + std::to_string(i), std::string(100000, 'a' + i)).isOk());
+      for (int j = 0; j < 4; ++j) {
+        auto v = (*c)->get("client" + std::to_string(j), milliseconds(20000));
+        ASSERT_TRUE(v.isOk()) << v.status().toString();
+        EXPECT_EQ(*v, std::string(100000, 'a' + j));
+      }
+    });
+  for (auto& t : clients) t.join();
+  // Two servers cannot share a port.
+  auto second = createTcpStore("127.0.0.1", port, true, milliseconds(200));
+  ASSERT_FALSE(second.isOk());
+  EXPECT_NE(second.status().message().find(std::to_string(port)), std::string::npos);
+}
+
+TEST(Store, TcpClientErrorsNameTheStore) {
+  const int port = freePort();
+  // Nobody serves: a timeout that names the address and rank 0.
+  auto none = createTcpStore("127.0.0.1", port, false, milliseconds(100));
+  ASSERT_FALSE(none.isOk());
+  EXPECT_EQ(none.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(none.status().message().find("127.0.0.1:" + std::to_string(port)), std::string::npos);
+  EXPECT_NE(none.status().message().find("rank 0"), std::string::npos);
+  // The server goes away: the client's next call is a remote error, not a hang.
+  auto server = createTcpStore("127.0.0.1", port, true, milliseconds(2000));
+  ASSERT_TRUE(server.isOk());
+  auto client = createTcpStore("127.0.0.1", port, false, milliseconds(2000));
+  ASSERT_TRUE(client.isOk());
+  ASSERT_TRUE((*client)->set("k", "v").isOk());
+  server->reset();
+  Status after = (*client)->set("k2", "v");
+  EXPECT_EQ(after.code(), StatusCode::kRemoteError) << after.toString();
+  EXPECT_NE(after.message().find("rank 0"), std::string::npos);
+  EXPECT_EQ((*client)->set("k3", "v").code(), StatusCode::kRemoteError) << "stays broken";
+}
+
+TEST(StoreAllGather, ThreadsGetEveryValueInRankOrder) {
+  for (int n : {1, 2, 3, 8}) {
+    auto store = createMemoryStore();
+    std::vector<std::vector<std::string>> got(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        auto all =
+            storeAllGather(*store, "x", r, n, "value" + std::to_string(r * 7), milliseconds(20000));
+        ASSERT_TRUE(all.isOk()) << all.status().toString();
+        got[r] = *all;
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(got[r].size(), static_cast<size_t>(n));
+      for (int q = 0; q < n; ++q) EXPECT_EQ(got[r][q], "value" + std::to_string(q * 7));
+    }
+  }
+}
+
+TEST(StoreAllGather, MissingRanksAreNamed) {
+  auto store = createMemoryStore();
+  // Ranks 0 and 2 of 4 arrive; 1 and 3 never do.
+  std::thread other([&] { (void)storeAllGather(*store, "y", 2, 4, "b", milliseconds(100)); });
+  auto r = storeAllGather(*store, "y", 0, 4, "a", milliseconds(100));
+  other.join();
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kTimeout);
+  EXPECT_NE(r.status().message().find("ranks 1, 3 (2 missing)"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(StoreAllGather, VersionMismatchIsNamed) {
+  auto store = createMemoryStore();
+  // What a rank running another terse release would publish.
+  ASSERT_TRUE(store->set("z/rank/1", "terse 99.0.0 size 2\nfoo").isOk());
+  auto r = storeAllGather(*store, "z", 0, 2, "a", milliseconds(5000));
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidUsage);
+  EXPECT_NE(r.status().message().find("rank 1 announced 'terse 99.0.0 size 2'"), std::string::npos)
+      << r.status().message();
+}
+
+}  // namespace
+}  // namespace terse

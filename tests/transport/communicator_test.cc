@@ -1,0 +1,140 @@
+// Communicator over ranks as threads: barrier semantics, timeouts, abort from another thread,
+// a peer that aborts, and the environment checks of createFromEnv.
+#include "harness.h"
+#include "terse/communicator.h"
+#include "terse/rendezvous/store.h"
+#include "terse/transport/inproc.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+
+namespace terse::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+// One communicator per thread over the in-process backend (or UCX through a memory store).
+std::vector<std::unique_ptr<Communicator>> makeInProc(int n, milliseconds timeout) {
+  auto fabric = makeInProcFabric(n);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < n; ++r)
+    comms.push_back(
+        Communicator::fromTransport(createInProcTransport(*fabric, r).value(), timeout));
+  return comms;
+}
+
+void onEachRank(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+// No rank leaves barrier k before every rank has entered it.
+void checkBarrierSemantics(std::vector<std::unique_ptr<Communicator>>& comms) {
+  const int n = static_cast<int>(comms.size());
+  const int kRounds = 20;
+  std::vector<std::atomic<int>> entered(kRounds);
+  for (auto& e : entered) e = 0;
+  onEachRank(n, [&](int r) {
+    for (int k = 0; k < kRounds; ++k) {
+      if ((r + k) % 3 == 0) std::this_thread::sleep_for(milliseconds(1));  // stagger arrivals
+      entered[k].fetch_add(1);
+      Status s = comms[r]->barrier();
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      EXPECT_EQ(entered[k].load(), n) << "rank " << r << " left barrier " << k << " early";
+    }
+  });
+}
+
+TEST(Communicator, BarrierInProc) {
+  for (int n : {1, 2, 3, 4, 5, 8}) {
+    auto comms = makeInProc(n, milliseconds(60000));
+    EXPECT_EQ(comms[n - 1]->rank(), n - 1);
+    EXPECT_EQ(comms[0]->size(), n);
+    checkBarrierSemantics(comms);
+  }
+}
+
+TEST(Communicator, BarrierUcxThroughAStore) {
+  setUcxEnvironment(Backend::kUcxTcp);
+  for (int n : {2, 3}) {
+    auto store = createMemoryStore();
+    std::vector<std::unique_ptr<Communicator>> comms(n);
+    onEachRank(n, [&](int r) {
+      auto c = Communicator::createUcx(r, n, *store, milliseconds(60000));
+      ASSERT_TRUE(c.isOk()) << c.status().toString();
+      comms[r] = std::move(*c);
+    });
+    for (auto& c : comms) ASSERT_NE(c, nullptr);
+    EXPECT_NE(comms[0]->transport().describe().find("ucx"), std::string::npos);
+    checkBarrierSemantics(comms);
+    // Teardown keeps progressing: each rank's destructor runs on its own thread.
+    onEachRank(n, [&](int r) { comms[r].reset(); });
+  }
+}
+
+TEST(Communicator, BarrierTimesOutNamingTheAbsentRank) {
+  auto comms = makeInProc(2, milliseconds(100));
+  Status s = comms[0]->barrier();  // rank 1 never enters
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.toString();
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("barrier"), std::string::npos) << s.message();
+}
+
+TEST(Communicator, AbortFromAnotherThreadEndsAWait) {
+  auto comms = makeInProc(2, milliseconds(60000));
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    comms[0]->abort(errorInternal("watchdog gave up"));
+  });
+  Status s = comms[0]->barrier();  // rank 1 never enters; only the abort ends this
+  watchdog.join();
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
+}
+
+TEST(Communicator, PeerThatAbortsIsNamedInTheOthersBarrier) {
+  auto comms = makeInProc(3, milliseconds(60000));
+  onEachRank(3, [&](int r) {
+    if (r == 2) {
+      comms[2]->abort(errorInternal("rank 2 gives up"));
+      return;
+    }
+    Status s = comms[r]->barrier();
+    // Rank 1 hears from rank 0 in round 0 but needs rank 2 in round 1 (and rank 0 needs it in
+    // round 0): both fail naming rank 2.
+    EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.toString();
+    EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.message();
+  });
+}
+
+TEST(Communicator, CreateFromEnvChecksItsVariables) {
+  for (const char* v : {"TERSE_RANK", "TERSE_WORLD_SIZE", "TERSE_STORE", "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "RANK",
+                        "WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    unsetenv(v);
+  setenv("TERSE_TRANSPORT", "inproc", 1);
+  auto inproc = Communicator::createFromEnv();
+  EXPECT_EQ(inproc.status().code(), StatusCode::kInvalidUsage) << inproc.status().toString();
+  setenv("TERSE_TRANSPORT", "carrier-pigeon", 1);
+  EXPECT_EQ(Communicator::createFromEnv().status().code(), StatusCode::kInvalidArgument);
+  unsetenv("TERSE_TRANSPORT");
+  setenv("TERSE_TIMEOUT_MS", "0", 1);
+  auto zero = Communicator::createFromEnv();
+  EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("TERSE_TIMEOUT_MS"), std::string::npos);
+  unsetenv("TERSE_TIMEOUT_MS");
+  // No launcher at all: a world of one that works.
+  setUcxEnvironment(Backend::kUcxTcp);
+  auto single = Communicator::createFromEnv();
+  ASSERT_TRUE(single.isOk()) << single.status().toString();
+  EXPECT_EQ((*single)->size(), 1);
+  EXPECT_EQ((*single)->timeout(), milliseconds(300000));
+  EXPECT_TRUE((*single)->barrier().isOk());
+}
+
+}  // namespace
+}  // namespace terse::testing

@@ -1,0 +1,214 @@
+// Ranks as forked processes over UCX, bootstrapped the way a real job is: Communicator::
+// createFromEnv reading TERSE_RANK / TERSE_WORLD_SIZE / TERSE_STORE. Failure cases need real
+// processes: a rank killed with SIGKILL mid-transfer, a rank that never starts, ranks that
+// disagree on the world size.
+#include "patterns.h"
+#include "process_harness.h"
+#include "terse/communicator.h"
+#include "terse/transport/transport.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+
+namespace terse::testing {
+namespace {
+
+EnvMap ucxEnv(const std::string& tls, const std::string& store, int timeoutMs) {
+  return {{"UCX_TLS", tls},
+          {"UCX_NET_DEVICES", "lo"},
+          {"TERSE_STORE", store},
+          {"TERSE_TIMEOUT_MS", std::to_string(timeoutMs)}};
+}
+
+std::string tcpStore() { return "127.0.0.1:" + std::to_string(freeLoopbackPort()); }
+
+std::vector<int> allRanks(int n) {
+  std::vector<int> r(n);
+  for (int i = 0; i < n; ++i) r[i] = i;
+  return r;
+}
+
+void expectAllExitedZero(const std::vector<RankOutcome>& outcomes) {
+  for (const auto& o : outcomes) EXPECT_TRUE(o.exited && o.code == 0) << describe(o);
+}
+
+// Child body: communicator from the environment, then the traffic patterns and a barrier.
+int trafficBody(int rank) {
+  auto comm = Communicator::createFromEnv();
+  if (!comm.isOk()) {
+    reportFromChild(comm.status().toString());
+    return 2;
+  }
+  Communicator& c = **comm;
+  if (c.rank() != rank) return 3;
+  ringBothDirections(c.transport(), ringSizes(c.size()));
+  manyInFlight(c.transport(), c.size() <= 4 ? 32 : 12, 2);
+  Status b = c.barrier();
+  if (!b.isOk()) {
+    reportFromChild(b.toString());
+    return 4;
+  }
+  return 0;
+}
+
+struct Param {
+  const char* tls;
+  int size;
+};
+
+class ProcessTrafficTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(ProcessTrafficTest, RingManyInFlightAndBarrier) {
+  const Param p = GetParam();
+  const std::string store = tcpStore();
+  auto outcomes = runProcesses(
+      p.size, allRanks(p.size), [&](int) { return ucxEnv(p.tls, store, 120000); }, trafficBody,
+      std::chrono::seconds(240));
+  expectAllExitedZero(outcomes);
+}
+
+std::vector<Param> trafficParams() {
+  std::vector<Param> out;
+  for (const char* tls : {"tcp", "shm"})
+    for (int n : {1, 2, 3, 4, 8}) out.push_back({tls, n});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, ProcessTrafficTest, ::testing::ValuesIn(trafficParams()),
+                         [](const auto& pinfo) {
+                           return std::string(pinfo.param.tls) + "_" +
+                                  std::to_string(pinfo.param.size) + "ranks";
+                         });
+
+// The file store bootstraps the same way as the TCP one.
+TEST(ProcessBootstrap, FileStore) {
+  const std::string dir = makeTempDir();
+  ASSERT_FALSE(dir.empty());
+  auto outcomes = runProcesses(
+      3, allRanks(3), [&](int) { return ucxEnv("tcp", dir + "/store", 60000); },
+      [](int) {
+        auto comm = Communicator::createFromEnv();
+        if (!comm.isOk()) {
+          reportFromChild(comm.status().toString());
+          return 2;
+        }
+        Status b = (*comm)->barrier();
+        reportFromChild(b.toString());
+        return b.isOk() ? 0 : 4;
+      },
+      std::chrono::seconds(120));
+  expectAllExitedZero(outcomes);
+  (void)!std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+// Rank 3 starts 64 MiB transfers with everyone and SIGKILLs itself while they are in flight.
+// Every other rank must fail (not hang) with an error that names rank 3.
+class KillTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KillTest, SigkilledRankIsNamedByEveryOther) {
+  const int kWorld = 4, kVictim = 3;
+  const size_t kBytes = size_t{64} << 20;
+  const std::string store = tcpStore();
+  const char* tls = GetParam();
+  auto outcomes = runProcesses(
+      kWorld, allRanks(kWorld), [&](int) { return ucxEnv(tls, store, 30000); },
+      [&](int rank) {
+        auto comm = Communicator::createFromEnv();
+        if (!comm.isOk()) {
+          reportFromChild("setup: " + comm.status().toString());
+          return 2;
+        }
+        Communicator& c = **comm;
+        Transport& t = c.transport();
+        if (!c.barrier().isOk()) return 5;  // everyone is connected before the kill
+        std::vector<uint8_t> out(kBytes, 0x11), in(kBytes);
+        if (rank == kVictim) {
+          std::vector<TransportRequest*> reqs(kWorld - 1);
+          std::vector<std::vector<uint8_t>> ins(kWorld - 1, std::vector<uint8_t>(kBytes));
+          for (int p = 0; p < kWorld - 1; ++p) {
+            (void)t.isend(p, 9, out.data(), kBytes, &reqs[p]);
+            (void)t.irecv(p, 9, ins[p].data(), kBytes, &reqs[p]);
+          }
+          for (int i = 0; i < 2000; ++i) t.progress();  // mid-transfer
+          ::kill(::getpid(), SIGKILL);
+        }
+        TransportRequest *r = nullptr, *s = nullptr;
+        Status rs = t.irecv(kVictim, 9, in.data(), kBytes, &r);
+        Status ss = t.isend(kVictim, 9, out.data(), kBytes, &s);
+        // One of the two may complete (the victim may have received or sent before dying);
+        // the other must fail naming it. Then a later operation with it must fail too.
+        if (rs.isOk()) rs = t.wait(r, nullptr, c.timeout());
+        if (ss.isOk()) ss = t.wait(s, nullptr, c.timeout());
+        Status failed = !rs.isOk() ? rs : ss;
+        if (failed.isOk()) {
+          TransportRequest* again = nullptr;
+          uint8_t byte;
+          failed = t.irecv(kVictim, 10, &byte, 1, &again);
+          if (failed.isOk()) failed = t.wait(again, nullptr, c.timeout());
+        }
+        reportFromChild(failed.toString());
+        return 0;
+      },
+      std::chrono::seconds(120));
+  for (const auto& o : outcomes) {
+    if (o.rank == kVictim) {
+      EXPECT_EQ(o.signal, SIGKILL) << describe(o);
+      continue;
+    }
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o);
+    EXPECT_NE(o.report.find("rank 3"), std::string::npos) << describe(o);
+    EXPECT_TRUE(o.report.rfind("remote error:", 0) == 0 || o.report.rfind("timeout:", 0) == 0)
+        << describe(o);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, KillTest, ::testing::Values("tcp", "shm"));
+
+// A world of three where rank 2 never starts: the others fail at rendezvous with a timeout that
+// names rank 2.
+TEST(ProcessBootstrap, MissingRankIsATimeoutNamingIt) {
+  const std::string store = tcpStore();
+  auto outcomes = runProcesses(
+      3, {0, 1}, [&](int) { return ucxEnv("tcp", store, 1500); },
+      [](int) {
+        auto comm = Communicator::createFromEnv();
+        reportFromChild(comm.status().toString());
+        return comm.isOk() ? 1 : 0;
+      },
+      std::chrono::seconds(60));
+  for (const auto& o : outcomes) {
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o);
+    EXPECT_EQ(o.report.rfind("timeout:", 0), 0u) << describe(o);
+    EXPECT_NE(o.report.find("rank 2 "), std::string::npos) << describe(o);
+  }
+}
+
+// Rank 1 believes the world has three ranks, rank 0 two: both fail fast with kInvalidUsage.
+TEST(ProcessBootstrap, WorldSizeMismatchIsDetected) {
+  const std::string store = tcpStore();
+  auto outcomes = runProcesses(
+      2, {0, 1},
+      [&](int rank) {
+        EnvMap env = ucxEnv("tcp", store, 20000);
+        if (rank == 1) env["TERSE_WORLD_SIZE"] = "3";
+        return env;
+      },
+      [](int) {
+        auto comm = Communicator::createFromEnv();
+        reportFromChild(comm.status().toString());
+        return comm.isOk() ? 1 : 0;
+      },
+      std::chrono::seconds(60));
+  for (const auto& o : outcomes) {
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o);
+    EXPECT_EQ(o.report.rfind("invalid usage:", 0), 0u) << describe(o);
+    EXPECT_NE(o.report.find("size"), std::string::npos) << describe(o);
+  }
+}
+
+}  // namespace
+}  // namespace terse::testing

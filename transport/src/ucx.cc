@@ -1,0 +1,621 @@
+#include "terse/transport/ucx.h"
+
+#include "request.h"
+#include "terse/common/logging.h"
+
+#include <ucp/api/ucp.h>
+
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+
+namespace terse {
+
+namespace {
+
+constexpr int kTagBits = 40;
+constexpr uint64_t kFullMask = ~uint64_t{0};
+constexpr int kMaxRanks = 1 << 24;
+
+uint64_t wireTag(int source, uint64_t tag) {
+  return (static_cast<uint64_t>(source) << kTagBits) | tag;
+}
+
+// UCX statuses that mean the other side is gone or unreachable rather than a local failure.
+bool isPeerFailure(ucs_status_t s) {
+  switch (s) {
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_IO_ERROR:
+    case UCS_ERR_TIMED_OUT: return true;
+    default: return false;
+  }
+}
+
+class UcxTransport;
+
+// True when a UCX_TLS list names shared-memory transports only (none of which can report a
+// peer's failure in UCX 1.13).
+bool onlySharedMemory(const char* tls) {
+  std::string list(tls);
+  if (!list.empty() && list[0] == '^') return false;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string t = list.substr(start, end - start);
+    if (!t.empty() && t != "shm" && t != "sm" && t != "posix" && t != "sysv" && t != "cma" &&
+        t != "knem" && t != "xpmem" && t != "self")
+      return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+struct PeerErrorArg {
+  UcxTransport* self;
+  int peer;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(int rank, int size, std::chrono::milliseconds timeout)
+      : rank_(rank),
+        size_(size),
+        timeout_(timeout),
+        eps_(size, nullptr),
+        peerFailed_(size),
+        errArgs_(size) {
+    for (int p = 0; p < size; ++p) errArgs_[p] = {this, p};
+    failedQueue_.reserve(size);
+    const char* tls = std::getenv("UCX_TLS");
+    describe_ = std::string("ucx(") + (tls && *tls ? tls : "all") + ")";
+    // With only shared-memory transports allowed, asking UCX for a PEER-mode endpoint just makes
+    // it log an error before we fall back; skip the question.
+    peerModeUnreachable_ = tls && *tls && onlySharedMemory(tls);
+  }
+
+  ~UcxTransport() override { shutdown(); }
+
+  Status init(const AddressAllGather& allgather) {
+    ucp_config_t* config = nullptr;
+    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+    if (s != UCS_OK)
+      return errorSystem("reading UCX configuration failed (%s); check the UCX_* variables",
+                         ucs_status_string(s));
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG;
+    s = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    if (s != UCS_OK)
+      return errorSystem("ucp_init failed (%s); check UCX_TLS and UCX_NET_DEVICES",
+                         ucs_status_string(s));
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    s = ucp_worker_create(context_, &wp, &worker_);
+    if (s != UCS_OK) return errorSystem("ucp_worker_create failed (%s)", ucs_status_string(s));
+    ucp_address_t* address = nullptr;
+    size_t length = 0;
+    s = ucp_worker_get_address(worker_, &address, &length);
+    if (s != UCS_OK) return errorSystem("ucp_worker_get_address failed (%s)", ucs_status_string(s));
+    // What peers need: our host and pid (for the liveness check below) and the worker address.
+    std::string mine = hostName() + '\0' + std::to_string(getpid()) + '\0';
+    mine.append(reinterpret_cast<const char*>(address), length);
+    ucp_worker_release_address(worker_, address);
+    TERSE_ASSIGN_OR_RETURN(std::vector<std::string> blobs, allgather(mine));
+    if (static_cast<int>(blobs.size()) != size_)
+      return errorInternal("worker address exchange returned %zu addresses for %d ranks",
+                           blobs.size(), size_);
+    const std::string myHost = hostName();
+    for (int p = 0; p < size_; ++p) {
+      const std::string& b = blobs[p];
+      size_t hostEnd = b.find('\0');
+      size_t pidEnd = hostEnd == std::string::npos ? hostEnd : b.find('\0', hostEnd + 1);
+      if (pidEnd == std::string::npos)
+        return errorCorrupt(
+            "rank %d published a malformed worker address (%zu bytes); are all "
+            "ranks running the same terse version?",
+            p, b.size());
+      PeerInfo info;
+      info.sameHost = b.compare(0, hostEnd, myHost) == 0;
+      info.pid = std::atoi(b.c_str() + hostEnd + 1);
+      info.address = b.substr(pidEnd + 1);
+      peers_.push_back(std::move(info));
+    }
+    TERSE_INFO(kSubsysNet, "rank %d: UCX transport %s ready (%zu-byte worker address)", rank_,
+               describe_.c_str(), length);
+    return Status::ok();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string describe() const override { return describe_; }
+
+  Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
+               TransportRequest** request) override {
+    TERSE_RETURN_IF_ERROR(
+        checkTransferArgs("isend", rank_, size_, peer, tag, data, bytes, request));
+    TERSE_RETURN_IF_ERROR(checkUsable(peer, "send to", tag));
+    ucp_ep_h ep = nullptr;
+    TERSE_RETURN_IF_ERROR(endpoint(peer, &ep));
+    TransportRequest* r = newRequest(RequestKind::kSend, peer, tag, const_cast<void*>(data), bytes);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &UcxTransport::onSend;
+    param.user_data = r;
+    ucs_status_ptr_t sp = ucp_tag_send_nbx(ep, data, bytes, wireTag(rank_, tag), &param);
+    return started(r, sp, bytes, request);
+  }
+
+  Status irecv(int peer, uint64_t tag, void* data, size_t capacity,
+               TransportRequest** request) override {
+    TERSE_RETURN_IF_ERROR(
+        checkTransferArgs("irecv", rank_, size_, peer, tag, data, capacity, request));
+    TERSE_RETURN_IF_ERROR(checkUsable(peer, "receive from", tag));
+    // An endpoint to the sender is what lets UCX tell us when it dies while we wait.
+    ucp_ep_h ep = nullptr;
+    TERSE_RETURN_IF_ERROR(endpoint(peer, &ep));
+    TransportRequest* r = newRequest(RequestKind::kRecv, peer, tag, data, capacity);
+    ucp_request_param_t param{};
+    // Always a request: the received length reaches us through the callback alone (UCX 1.13
+    // reports 0 through recv_info for messages that complete later).
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = &UcxTransport::onRecv;
+    param.user_data = r;
+    ucs_status_ptr_t sp =
+        ucp_tag_recv_nbx(worker_, data, capacity, wireTag(peer, tag), kFullMask, &param);
+    return started(r, sp, 0, request);
+  }
+
+  Status test(TransportRequest* r, bool* done, size_t* bytes) override {
+    if (r == nullptr || done == nullptr) return errorInvalidArgument("test: null argument");
+    if (r->state.load(std::memory_order_relaxed) == kReqFree)
+      return errorInvalidUsage("test: the request was already released");
+    if (r->state.load(std::memory_order_relaxed) == kReqPending) progress();
+    if (aborted_.load(std::memory_order_acquire)) {
+      Status why = abortStatus();
+      cancel(r);
+      return why;
+    }
+    if (r->state.load(std::memory_order_acquire) == kReqPending) {
+      if (!peerFailed_[r->peer].isOk()) {
+        // The peer is gone but UCX has not completed this request (a rendezvous send to a peer
+        // without failure reporting stays pending forever): fail it ourselves.
+        Status why = errorRemote("%s rank %d (tag %llu) failed: %s", requestVerb(r), r->peer,
+                                 static_cast<unsigned long long>(r->tag),
+                                 peerFailed_[r->peer].message().c_str());
+        cancel(r);
+        return why;
+      }
+      *done = false;
+      return Status::ok();
+    }
+    Status result = outcome(r);
+    if (result.isOk()) {
+      *done = true;
+      if (bytes) *bytes = r->bytes;
+    }
+    releaseRequest(r);
+    return result;
+  }
+
+  Status wait(TransportRequest* r, size_t* bytes, std::chrono::milliseconds timeout) override {
+    if (r == nullptr) return errorInvalidArgument("wait: null request");
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    const int peer = r->peer;
+    const uint64_t tag = r->tag;
+    const char* verb = requestVerb(r);
+    for (unsigned spin = 1;; ++spin) {
+      bool done = false;
+      TERSE_RETURN_IF_ERROR(test(r, &done, bytes));
+      if (done) return Status::ok();
+      if (spin % 256 == 0) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          cancel(r);
+          return errorTimeout(
+              "%s rank %d (tag %llu) did not complete within %lld ms; rank %d may be stuck, dead "
+              "or not posting the matching operation",
+              verb, peer, static_cast<unsigned long long>(tag),
+              static_cast<long long>(timeout.count()), peer);
+        }
+        // Oversubscribed hosts (more ranks than cores) need the spinning ranks to step aside.
+        sched_yield();
+      }
+    }
+  }
+
+  void cancel(TransportRequest* r) override {
+    if (r == nullptr || r->state.load(std::memory_order_relaxed) == kReqFree || r->orphan) return;
+    if (r->state.load(std::memory_order_acquire) == kReqPending && r->backend && worker_) {
+      ucp_request_cancel(worker_, r->backend);
+      if (!progressUntilDone(r, std::chrono::milliseconds(50)) && !peerFailed_[r->peer].isOk()) {
+        // Its peer is gone, so nothing will touch the buffer any more; UCX keeps the request
+        // until the worker goes.
+        r->orphan = true;
+        return;
+      }
+      if (r->state.load(std::memory_order_acquire) == kReqPending) {
+        // UCX cannot cancel a transfer already on the wire. Its buffer must not be touched after
+        // we return, so the connection to that peer goes: closing it completes the request.
+        failPeer(r->peer,
+                 errorRemote("the connection to rank %d was closed because a %s it was "
+                             "cancelled mid-transfer (after an error or timeout)",
+                             r->peer, r->kind == RequestKind::kSend ? "send to" : "receive from"));
+        if (!progressUntilDone(r, std::chrono::milliseconds(1000))) {
+          TERSE_WARN(kSubsysNet, "rank %d: a cancelled %s rank %d is still in UCX's hands", rank_,
+                     requestVerb(r), r->peer);
+          r->orphan = true;
+          return;
+        }
+      }
+    }
+    releaseRequest(r);
+  }
+
+  void progress() override {
+    if (worker_ == nullptr) return;  // aborted
+    ucp_worker_progress(worker_);
+    if (!failedQueue_.empty()) closeFailedPeers();
+    if (watchingPids_) checkPeerProcesses();
+    if (aborted_.load(std::memory_order_relaxed) && !abortHandled_) handleAbort();
+  }
+
+  void abort(const Status& why) override {
+    std::lock_guard<std::mutex> lock(abortMu_);
+    if (aborted_.load()) return;
+    abortWhy_ = why.isOk() ? errorRemote("rank %d aborted", rank_) : why;
+    aborted_.store(true, std::memory_order_release);
+  }
+
+  // On the driving thread, after abort(): drop every connection so the peers' pending operations
+  // fail promptly (they see their endpoint to us break), and cancel our own.
+  void handleAbort() {
+    abortHandled_ = true;
+    Status why = abortStatus();
+    TERSE_INFO(kSubsysNet, "rank %d: aborting: %s", rank_, why.message().c_str());
+    for (int p = 0; p < size_; ++p)
+      if (peerFailed_[p].isOk()) failPeer(p, why);
+    for (int i = 0; i < 100; ++i) ucp_worker_progress(worker_);
+    // Destroying the worker also drops the connections UCX opened on our side for the peers'
+    // endpoints, which is what makes their pending operations with us fail.
+    for (const auto& req : pool_.all()) {
+      TransportRequest* r = req.get();
+      if (r->state.load(std::memory_order_relaxed) != kReqPending) continue;
+      r->backend = nullptr;  // freed with the worker
+      r->ucsStatus = UCS_ERR_CANCELED;
+      if (r->orphan)
+        pool_.release(r);
+      else
+        r->state.store(kReqDone, std::memory_order_release);
+    }
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+  }
+
+  // For peers whose endpoints cannot report failure: a peer process that has exited (or is a
+  // zombie) is failed, at most every 100 ms.
+  void checkPeerProcesses() {
+    auto now = std::chrono::steady_clock::now();
+    if (now < nextPidCheck_) return;
+    nextPidCheck_ = now + std::chrono::milliseconds(100);
+    for (int p = 0; p < size_; ++p) {
+      if (!peers_[p].watchPid || !peerFailed_[p].isOk() || processAlive(peers_[p].pid)) continue;
+      failPeer(p,
+               errorRemote("rank %d (pid %d on this host) is no longer running", p, peers_[p].pid));
+      TERSE_WARN(kSubsysNet, "rank %d: %s", rank_, peerFailed_[p].message().c_str());
+    }
+  }
+
+  static bool processAlive(int pid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return kill(pid, 0) == 0 || errno == EPERM;
+    char buf[256] = {};
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    // "pid (comm) S ...": the state follows the last ')'.
+    const char* close = std::strrchr(buf, ')');
+    if (n == 0 || close == nullptr || close[1] == '\0') return true;
+    char state = close[2];
+    return state != 'Z' && state != 'X';
+  }
+
+  static std::string hostName() {
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) != 0) return "unknown";
+    return name;
+  }
+
+  // Called by UCX from inside ucp_worker_progress.
+  void notePeerFailure(int peer, ucs_status_t status) {
+    if (!peerFailed_[peer].isOk()) return;
+    peerFailed_[peer] = errorRemote(
+        "the connection to rank %d broke (UCX: %s); rank %d probably "
+        "died or closed its transport",
+        peer, ucs_status_string(status), peer);
+    TERSE_WARN(kSubsysNet, "rank %d: %s", rank_, peerFailed_[peer].message().c_str());
+    failedQueue_.push_back(peer);
+  }
+
+ private:
+  static void onSend(void* ucxRequest, ucs_status_t status, void* user) {
+    auto* r = static_cast<TransportRequest*>(user);
+    r->ucsStatus = status;
+    if (status == UCS_OK) r->bytes = r->size;
+    static_cast<UcxTransport*>(r->ctx)->completed(r);
+  }
+
+  static void onRecv(void* ucxRequest, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                     void* user) {
+    auto* r = static_cast<TransportRequest*>(user);
+    r->ucsStatus = status;
+    if (status == UCS_OK) r->bytes = info->length;
+    static_cast<UcxTransport*>(r->ctx)->completed(r);
+  }
+
+  static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+    auto* a = static_cast<PeerErrorArg*>(arg);
+    a->self->notePeerFailure(a->peer, status);
+  }
+
+  void completed(TransportRequest* r) {
+    if (r->orphan) {
+      releaseRequest(r);
+      return;
+    }
+    r->state.store(kReqDone, std::memory_order_release);
+  }
+
+  Status abortStatus() {
+    std::lock_guard<std::mutex> lock(abortMu_);
+    return abortWhy_;
+  }
+
+  Status checkUsable(int peer, const char* verb, uint64_t tag) {
+    if (aborted_.load(std::memory_order_acquire)) {
+      if (!abortHandled_) handleAbort();
+      return abortStatus();
+    }
+    if (!peerFailed_[peer].isOk())
+      return errorRemote("%s rank %d (tag %llu) failed: %s", verb, peer,
+                         static_cast<unsigned long long>(tag), peerFailed_[peer].message().c_str());
+    return Status::ok();
+  }
+
+  Status endpoint(int peer, ucp_ep_h* ep) {
+    if (eps_[peer] == nullptr) {
+      ucp_ep_params_t params{};
+      params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                          UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      params.address = reinterpret_cast<const ucp_address_t*>(peers_[peer].address.data());
+      params.err_mode =
+          peerModeUnreachable_ ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+      params.err_handler.cb = &UcxTransport::onEndpointError;
+      params.err_handler.arg = &errArgs_[peer];
+      ucs_status_t s = ucp_ep_create(worker_, &params, &eps_[peer]);
+      if (s == UCS_ERR_UNREACHABLE && params.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
+        // UCX 1.13's shared-memory transports have no peer-failure support, so a PEER-mode
+        // endpoint cannot use them. Rather than refuse the user's UCX_TLS=shm, connect without
+        // it. The same transports serve every peer, so UCX is asked only once.
+        peerModeUnreachable_ = true;
+        params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        s = ucp_ep_create(worker_, &params, &eps_[peer]);
+      }
+      if (s == UCS_OK && params.err_mode == UCP_ERR_HANDLING_MODE_NONE) {
+        TERSE_INFO(kSubsysNet,
+                   "rank %d: the transports to rank %d (%s) cannot report peer failure; a dead "
+                   "process on this host is noticed by polling it, others by the timeout",
+                   rank_, peer, describe_.c_str());
+        if (peers_[peer].sameHost && peers_[peer].pid != getpid()) {
+          peers_[peer].watchPid = true;
+          watchingPids_ = true;
+        }
+      }
+      if (s != UCS_OK) {
+        eps_[peer] = nullptr;
+        return errorRemote(
+            "cannot create a UCX endpoint to rank %d (%s); check that UCX_TLS and "
+            "UCX_NET_DEVICES allow a path between the two ranks",
+            peer, ucs_status_string(s));
+      }
+      TERSE_TRACE(kSubsysNet, "rank %d: endpoint to rank %d created", rank_, peer);
+    }
+    *ep = eps_[peer];
+    return Status::ok();
+  }
+
+  TransportRequest* newRequest(RequestKind kind, int peer, uint64_t tag, void* data, size_t size) {
+    TransportRequest* r = pool_.acquire();
+    r->kind = kind;
+    r->owner = rank_;
+    r->peer = peer;
+    r->tag = tag;
+    r->data = data;
+    r->size = size;
+    r->ctx = this;
+    return r;
+  }
+
+  Status started(TransportRequest* r, ucs_status_ptr_t sp, size_t immediateBytes,
+                 TransportRequest** request) {
+    if (sp == nullptr) {  // completed in place
+      r->ucsStatus = UCS_OK;
+      r->bytes = immediateBytes;
+      r->state.store(kReqDone, std::memory_order_relaxed);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+      r->ucsStatus = UCS_PTR_STATUS(sp);
+      Status why = outcome(r);
+      releaseRequest(r);
+      return why;
+    } else {
+      r->backend = sp;
+    }
+    *request = r;
+    return Status::ok();
+  }
+
+  // The Status a finished request reports.
+  Status outcome(const TransportRequest* r) const {
+    auto s = static_cast<ucs_status_t>(r->ucsStatus);
+    if (s == UCS_OK) return Status::ok();
+    const auto tag = static_cast<unsigned long long>(r->tag);
+    if (s == UCS_ERR_MESSAGE_TRUNCATED)
+      return errorInvalidUsage(
+          "receive from rank %d (tag %llu): the message is larger than the %zu-byte buffer; post "
+          "a larger receive",
+          r->peer, tag, r->size);
+    if (!peerFailed_[r->peer].isOk())
+      return errorRemote("%s rank %d (tag %llu) failed: %s", requestVerb(r), r->peer, tag,
+                         peerFailed_[r->peer].message().c_str());
+    if (isPeerFailure(s))
+      return errorRemote("%s rank %d (tag %llu) failed: UCX reported %s; rank %d probably died",
+                         requestVerb(r), r->peer, tag, ucs_status_string(s), r->peer);
+    if (s == UCS_ERR_CANCELED)
+      return errorInvalidUsage("%s rank %d (tag %llu) was cancelled", requestVerb(r), r->peer, tag);
+    return errorSystem("%s rank %d (tag %llu) failed in UCX: %s", requestVerb(r), r->peer, tag,
+                       ucs_status_string(s));
+  }
+
+  void releaseRequest(TransportRequest* r) {
+    if (r->backend) ucp_request_free(r->backend);
+    pool_.release(r);
+  }
+
+  bool progressUntilDone(TransportRequest* r, std::chrono::milliseconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (r->state.load(std::memory_order_acquire) == kReqPending) {
+      ucp_worker_progress(worker_);
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+    }
+    return true;
+  }
+
+  // Marks `peer` failed (if not already) and force-closes its endpoint, which completes every
+  // outstanding operation on it with UCS_ERR_CANCELED.
+  void failPeer(int peer, Status why) {
+    if (peerFailed_[peer].isOk()) {
+      peerFailed_[peer] = std::move(why);
+      failedQueue_.push_back(peer);
+    }
+    closeFailedPeers();
+  }
+
+  // Runs outside UCX callbacks: closes failed peers' endpoints and cancels the receives posted
+  // for them (a receive is not tied to an endpoint, so UCX would leave it waiting forever).
+  void closeFailedPeers() {
+    while (!failedQueue_.empty()) {
+      int peer = failedQueue_.back();
+      failedQueue_.pop_back();
+      if (eps_[peer]) {
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        ucs_status_ptr_t sp = ucp_ep_close_nbx(eps_[peer], &param);
+        eps_[peer] = nullptr;
+        if (UCS_PTR_IS_PTR(sp)) ucp_request_free(sp);
+      }
+      for (const auto& req : pool_.all()) {
+        TransportRequest* r = req.get();
+        if (r->state.load(std::memory_order_relaxed) == kReqPending && r->peer == peer &&
+            r->kind == RequestKind::kRecv && r->backend)
+          ucp_request_cancel(worker_, r->backend);
+      }
+    }
+  }
+
+  void shutdown() {
+    if (worker_) {
+      const bool force = aborted_.load();
+      std::vector<ucs_status_ptr_t> closing;
+      for (int p = 0; p < size_; ++p) {
+        if (!eps_[p]) continue;
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = force || !peerFailed_[p].isOk() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        ucs_status_ptr_t sp = ucp_ep_close_nbx(eps_[p], &param);
+        eps_[p] = nullptr;
+        if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
+      }
+      // A graceful close flushes; bound it so a vanished peer cannot hold us here.
+      auto limit = std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10));
+      auto deadline = std::chrono::steady_clock::now() + limit;
+      for (ucs_status_ptr_t sp : closing) {
+        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+               std::chrono::steady_clock::now() < deadline)
+          ucp_worker_progress(worker_);
+        ucp_request_free(sp);
+      }
+      for (const auto& req : pool_.all())
+        if (req->state.load() == kReqPending && req->backend) {
+          ucp_request_cancel(worker_, req->backend);
+          req->orphan = true;
+        }
+      for (int i = 0; i < 100; ++i) ucp_worker_progress(worker_);
+      ucp_worker_destroy(worker_);
+      worker_ = nullptr;
+    }
+    if (context_) {
+      ucp_cleanup(context_);
+      context_ = nullptr;
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  struct PeerInfo {
+    std::string address;  // the UCX worker address
+    int pid = 0;
+    bool sameHost = false;
+    bool watchPid = false;  // its endpoint cannot report failure; we poll its process instead
+  };
+  std::vector<PeerInfo> peers_;
+  bool watchingPids_ = false;
+  bool peerModeUnreachable_ = false;
+  std::chrono::steady_clock::time_point nextPidCheck_{};
+  std::vector<ucp_ep_h> eps_;
+  std::vector<Status> peerFailed_;  // ok while the peer is healthy
+  std::vector<PeerErrorArg> errArgs_;
+  std::vector<int> failedQueue_;  // failed peers whose endpoints still need closing
+  std::atomic<bool> aborted_{false};
+  bool abortHandled_ = false;  // driving thread only
+  std::mutex abortMu_;
+  Status abortWhy_;
+  RequestPool pool_;
+  std::string describe_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> createUcxTransport(int rank, int size,
+                                                      const AddressAllGather& allgather,
+                                                      std::chrono::milliseconds timeout) {
+  if (size < 1 || size > kMaxRanks)
+    return errorInvalidArgument("world size %d is outside [1, 2^24]", size);
+  if (rank < 0 || rank >= size)
+    return errorInvalidArgument("rank %d is outside the world of %d ranks", rank, size);
+  if (!allgather) return errorInvalidArgument("createUcxTransport: no address exchange given");
+  auto t = std::make_unique<UcxTransport>(rank, size, timeout);
+  TERSE_RETURN_IF_ERROR(
+      t->init(allgather).withContext("creating the UCX transport of rank " + std::to_string(rank)));
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+}  // namespace terse
