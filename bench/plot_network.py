@@ -83,11 +83,25 @@ def load(results_dir):
     return setup, rows
 
 
+def shorten_codecs(rows):
+    """Labels by codec name ("int8") instead of the full spec ("int8:block=256,..."), unless two
+    different specs of one codec were measured; the full spec stays in codec_spec."""
+    specs = {}
+    for r in rows:
+        if r["impl"] == "terse":
+            specs.setdefault(r["codec"].split(":")[0], set()).add(r["codec"])
+    for r in rows:
+        r["codec_spec"] = r["codec"]
+        name = r["codec"].split(":")[0]
+        if r["impl"] == "terse" and len(specs[name]) == 1:
+            r["codec"] = name
+
+
 def add_speedups(rows):
     """speedup = time of terse `none` / time of this row, at the same rate and size."""
     none = {}
     for r in rows:
-        if r["impl"] == "terse" and r["codec"] == "none":
+        if r["impl"] == "terse" and r["codec_spec"].split(":")[0] == "none":
             none[(r["rate_gbit"], r["bytes"])] = r["time_us"]
     for r in rows:
         base = none.get((r["rate_gbit"], r["bytes"]))
@@ -146,6 +160,10 @@ def write_markdown(path, setup, rows):
             + ", ".join(f"{probes[k]:.2f} Gbit/s at {rate_label(k)} Gbit/s" for k in sorted(probes))
             + "."
         )
+        lines.append("")
+    full = sorted({(r["codec"], r["codec_spec"]) for r in rows if r["codec"] != r.get("codec_spec", r["codec"])})
+    if full:
+        lines.append("Codec specs: " + ", ".join(f"{c} = `{spec}`" for c, spec in full) + ".")
         lines.append("")
     lines.append(
         "busbw is nccl-tests' bus bandwidth of the uncompressed float32 size; speedup is the time of "
@@ -290,6 +308,7 @@ def main(argv):
         return 2
     results_dir = argv[1]
     setup, rows = load(results_dir)
+    shorten_codecs(rows)
     add_speedups(rows)
     with open(os.path.join(results_dir, "results.json"), "w") as f:
         json.dump({"setup": setup, "rows": rows}, f, indent=1)
