@@ -205,7 +205,7 @@ def plot_busbw_lines(results_dir, setup, rows, order):
 
     written = []
     for rate in sorted({r["rate_gbit"] for r in rows}):
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, ax = plt.subplots(figsize=(10, 5))
         for codec in order:
             pts = sorted(
                 (r["bytes"], r["busbw_gbs"]) for r in rows if r["rate_gbit"] == rate and r["codec"] == codec
@@ -224,7 +224,7 @@ def plot_busbw_lines(results_dir, setup, rows, order):
         ax.set_ylabel("bus bandwidth (GB/s, uncompressed-equivalent)")
         ax.set_title(f"Allreduce at {rate_label(rate)} Gbit/s\n{title_setup(setup, rows)}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         name = f"busbw-{rate_label(rate)}gbit.png"
         fig.savefig(os.path.join(results_dir, name), dpi=110)
@@ -264,14 +264,16 @@ def plot_busbw_bars(results_dir, setup, rows, order, size):
 
     rates = sorted({r["rate_gbit"] for r in rows})
     series = {(r["codec"], r["rate_gbit"]): r["busbw_gbs"] for r in rows if r["bytes"] == size}
-    fig, ax = plt.subplots(figsize=(max(7, 2 + 1.6 * len(rates)), 5))
+    fig, ax = plt.subplots(figsize=(max(9, 4 + 1.6 * len(rates)), 5))
     grouped_bars(ax, rates, series, order, lambda v: f"{v:.2f}")
     for j, rate in enumerate(rates):
         ax.hlines(rate / 8, j - 0.45, j + 0.45, colors="grey", linestyles=":",
                   label="line rate" if j == 0 else None)
-    ax.set_ylabel("bus bandwidth (GB/s, uncompressed-equivalent)")
+    # Log scale: line rates differ 25x between settings and the bars must stay readable at each.
+    ax.set_yscale("log")
+    ax.set_ylabel("bus bandwidth (GB/s, uncompressed-equivalent, log scale)")
     ax.set_title(f"Allreduce of {size_label(size)} float32 per link rate\n{title_setup(setup, rows)}", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(os.path.join(results_dir, "busbw.png"), dpi=110)
     plt.close(fig)
@@ -289,13 +291,13 @@ def plot_speedup(results_dir, setup, rows, order, size):
     }
     if not series:
         return []
-    fig, ax = plt.subplots(figsize=(max(7, 2 + 1.6 * len(rates)), 5))
+    fig, ax = plt.subplots(figsize=(max(9, 4 + 1.6 * len(rates)), 5))
     grouped_bars(ax, rates, series, order, lambda v: f"{v:.2f}x")
     ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
     ax.set_ylabel("speedup over terse none (time ratio, higher is better)")
     ax.set_title(f"Allreduce of {size_label(size)} float32: speedup over uncompressed\n{title_setup(setup, rows)}",
                  fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(os.path.join(results_dir, "speedup.png"), dpi=110)
     plt.close(fig)

@@ -457,9 +457,18 @@ n_sizes=$(echo $sizes | wc -w)
 run_total=$((n_rates * n_sizes * (do_terse + do_mpi)))
 run_index=0
 
+command_line() {
+  # The command as a person would retype it: arguments with spaces in double quotes.
+  local line=$0 a
+  for a in "${orig_args[@]}"; do
+    if [[ $a =~ [^A-Za-z0-9_./:=+-] ]]; then line+=" \"$a\""; else line+=" $a"; fi
+  done
+  echo "$line"
+}
+
 cat >"$out_dir/setup.json" <<EOF
 {
-  "command": "$(printf '%q ' "$0" "${orig_args[@]}" | sed 's/ $//; s/\\/\\\\/g; s/"/\\"/g')",
+  "command": "$(command_line | sed 's/\\/\\\\/g; s/"/\\"/g')",
   "date_utc": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "git_commit": "$(git -C "$root_dir" rev-parse --short HEAD 2>/dev/null || echo unknown)",
   "ranks": $ranks,
