@@ -212,7 +212,7 @@ teardown() {
   trap - EXIT INT TERM
   if ((created)); then
     if ((keep)); then
-      echo "bench-network: --keep: namespaces left up: $(echo $(our_namespaces)); remove them with: $0 --prefix $prefix --clean --probe-only --rates 1  (or ip netns del NAME)" >&2
+      echo "bench-network: --keep: namespaces left up: $(our_namespaces | tr '\n' ' '); remove them with: $0 --prefix $prefix --clean --probe-only --rates 1  (or ip netns del NAME)" >&2
     else
       delete_namespaces
       local left
@@ -354,7 +354,8 @@ run_terse() {
   local rc_dir="$out_dir/rc/$tag" r pids=()
   rm -rf "$rc_dir"
   mkdir -p "$rc_dir"
-  local store="$(host_addr 1):29517" t0
+  local store t0
+  store="$(host_addr 1):29517"
   t0=$(date +%s)
   for ((r = 0; r < ranks; r++)); do
     local ns json log
