@@ -1,0 +1,337 @@
+#!/usr/bin/python3
+"""Turns a bench-network.sh results directory into results.json, results.md and PNG plots.
+
+  /usr/bin/python3 bench/plot_network.py RESULTS_DIR
+
+RESULTS_DIR holds setup.json (how the run was made), runs.jsonl (one line per benchmark run: impl,
+rate_gbit, size, file, probe_gbit) and the raw JSON rows each benchmark wrote. Written next to them:
+
+  results.json          every row, tagged with its link rate and its speedup over `none`
+  results.md            the same as a Markdown table, with the setup above it
+  busbw-<R>gbit.png     bus bandwidth vs message size at R Gbit/s, one line per codec and OpenMPI
+                        (only when several sizes were measured)
+  busbw.png             bus bandwidth per codec at each rate (when a single size was measured)
+  speedup.png           speedup over terse `none` per codec at each rate (largest size)
+
+Bus bandwidth is nccl-tests' figure for the uncompressed-equivalent size, so a compressed codec
+can exceed the link rate; speedup is time(none) / time(codec) at the same rate and size.
+Uses Debian's python3-matplotlib (run with /usr/bin/python3).
+"""
+import json
+import os
+import sys
+
+kOpenMpi = "OpenMPI"
+
+
+def fail(msg):
+    sys.stderr.write(f"plot_network: {msg}\n")
+    sys.exit(1)
+
+
+def size_label(n):
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def rate_label(r):
+    return f"{r:g}"
+
+
+def load(results_dir):
+    """Every row of every run, flattened and tagged with rate and implementation."""
+    setup_path = os.path.join(results_dir, "setup.json")
+    runs_path = os.path.join(results_dir, "runs.jsonl")
+    if not os.path.exists(runs_path):
+        fail(f"{runs_path} not found: is {results_dir} a bench-network.sh results directory?")
+    setup = {}
+    if os.path.exists(setup_path):
+        with open(setup_path) as f:
+            setup = json.load(f)
+    rows = []
+    with open(runs_path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                run = json.loads(line)
+                path = os.path.join(results_dir, run["file"])
+                with open(path) as rf:
+                    raw = json.load(rf)
+            except (ValueError, KeyError, OSError) as e:
+                fail(f"{runs_path}:{lineno}: {e}")
+            for r in raw:
+                row = {
+                    "impl": run["impl"],
+                    "rate_gbit": float(run["rate_gbit"]),
+                    "probe_gbit": run.get("probe_gbit"),
+                    "ranks": int(r.get("ranks", setup.get("ranks", 0))),
+                    "bytes": int(r["bytes"]),
+                    "codec": r["codec"] if run["impl"] == "terse" else kOpenMpi,
+                    "time_us": float(r["time_us"]),
+                    "algbw_gbs": float(r["algbw_gbs"]),
+                    "busbw_gbs": float(r["busbw_gbs"]),
+                }
+                for key in ("wire_bytes", "ratio", "maxrelerr"):
+                    if key in r:
+                        row[key] = float(r[key])
+                rows.append(row)
+    if not rows:
+        fail(f"no result rows in {runs_path}")
+    return setup, rows
+
+
+def shorten_codecs(rows):
+    """Labels by codec name ("int8") instead of the full spec ("int8:block=256,..."), unless two
+    different specs of one codec were measured; the full spec stays in codec_spec."""
+    specs = {}
+    for r in rows:
+        if r["impl"] == "terse":
+            specs.setdefault(r["codec"].split(":")[0], set()).add(r["codec"])
+    for r in rows:
+        r["codec_spec"] = r["codec"]
+        name = r["codec"].split(":")[0]
+        if r["impl"] == "terse" and len(specs[name]) == 1:
+            r["codec"] = name
+
+
+def add_speedups(rows):
+    """speedup = time of terse `none` / time of this row, at the same rate and size."""
+    none = {}
+    for r in rows:
+        if r["impl"] == "terse" and r["codec_spec"].split(":")[0] == "none":
+            none[(r["rate_gbit"], r["bytes"])] = r["time_us"]
+    for r in rows:
+        base = none.get((r["rate_gbit"], r["bytes"]))
+        r["speedup_vs_none"] = base / r["time_us"] if base and r["time_us"] > 0 else None
+
+
+def codec_order(rows):
+    """Codecs in the order they first appear (terse-bench's order), OpenMPI last."""
+    seen = []
+    for r in rows:
+        if r["codec"] not in seen and r["codec"] != kOpenMpi:
+            seen.append(r["codec"])
+    if any(r["codec"] == kOpenMpi for r in rows):
+        seen.append(kOpenMpi)
+    return seen
+
+
+def setup_line(setup, rows):
+    ranks = setup.get("ranks") or max(r["ranks"] for r in rows)
+    parts = [f"{ranks} ranks, one per network namespace, veth + bridge shaped with tc tbf"]
+    if setup.get("iters") is not None:
+        parts.append(f"{setup['iters']} timed + {setup.get('warmup', 0)} warm-up calls")
+    if setup.get("cpus"):
+        parts.append(f"{setup['cpus']} CPU cores")
+    return ", ".join(parts)
+
+
+def title_setup(setup, rows):
+    """A short setup line that fits under a plot title."""
+    ranks = setup.get("ranks") or max(r["ranks"] for r in rows)
+    text = f"{ranks} ranks, one per netns, veth + bridge shaped by tc tbf"
+    if setup.get("iters") is not None:
+        text += f", {setup['iters']} timed calls"
+    if setup.get("cpus"):
+        text += f", {setup['cpus']}-core host"
+    return text
+
+
+def write_markdown(path, setup, rows):
+    rates = sorted({r["rate_gbit"] for r in rows})
+    order = codec_order(rows)
+    lines = ["# Allreduce on emulated links", ""]
+    lines.append(f"Setup: {setup_line(setup, rows)}.")
+    if setup.get("command"):
+        lines.append(f"Command: `{setup['command']}`")
+    if setup.get("date_utc"):
+        lines.append(f"Date: {setup['date_utc']}, commit {setup.get('git_commit', 'unknown')}.")
+    lines.append("")
+    probes = {}
+    for r in rows:
+        if r.get("probe_gbit") is not None:
+            probes[r["rate_gbit"]] = r["probe_gbit"]
+    if probes:
+        lines.append(
+            "One TCP stream measured on a shaped link: "
+            + ", ".join(f"{probes[k]:.2f} Gbit/s at {rate_label(k)} Gbit/s" for k in sorted(probes))
+            + "."
+        )
+        lines.append("")
+    full = sorted({(r["codec"], r["codec_spec"]) for r in rows if r["codec"] != r.get("codec_spec", r["codec"])})
+    if full:
+        lines.append("Codec specs: " + ", ".join(f"{c} = `{spec}`" for c, spec in full) + ".")
+        lines.append("")
+    lines.append(
+        "busbw is nccl-tests' bus bandwidth of the uncompressed float32 size; speedup is the time of "
+        "terse `none` over the row's time at the same rate and size; wire ratio is the uncompressed "
+        "algorithm's bytes over the bytes actually sent."
+    )
+    lines.append("")
+    lines.append(
+        "| rate (Gbit/s) | size | codec | time (ms) | busbw (GB/s) | speedup over none | wire ratio | maxrelerr |"
+    )
+    lines.append("|---:|---:|---|---:|---:|---:|---:|---:|")
+    for rate in rates:
+        for size in sorted({r["bytes"] for r in rows if r["rate_gbit"] == rate}):
+            sel = [r for r in rows if r["rate_gbit"] == rate and r["bytes"] == size]
+            sel.sort(key=lambda r: order.index(r["codec"]))
+            for r in sel:
+                speed = f"{r['speedup_vs_none']:.2f}x" if r.get("speedup_vs_none") else "-"
+                ratio = f"{r['ratio']:.2f}" if "ratio" in r else "-"
+                err = f"{r['maxrelerr']:.2e}" if "maxrelerr" in r else "-"
+                lines.append(
+                    f"| {rate_label(rate)} | {size_label(size)} | {r['codec']} | {r['time_us'] / 1000:.1f} "
+                    f"| {r['busbw_gbs']:.3f} | {speed} | {ratio} | {err} |"
+                )
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def style_for(codec, order):
+    import matplotlib
+
+    if codec == kOpenMpi:
+        return {"color": "black", "linestyle": "--", "marker": "s"}
+    cmap = matplotlib.colormaps["tab10"]
+    return {"color": cmap(order.index(codec) % 10), "linestyle": "-", "marker": "o"}
+
+
+def plot_busbw_lines(results_dir, setup, rows, order):
+    import matplotlib.pyplot as plt
+
+    written = []
+    for rate in sorted({r["rate_gbit"] for r in rows}):
+        fig, ax = plt.subplots(figsize=(10, 5))
+        for codec in order:
+            pts = sorted(
+                (r["bytes"], r["busbw_gbs"]) for r in rows if r["rate_gbit"] == rate and r["codec"] == codec
+            )
+            if not pts:
+                continue
+            label = f"terse {codec}" if codec != kOpenMpi else "OpenMPI MPI_Allreduce (TCP)"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **style_for(codec, order))
+        # In the ring model busbw equals the link bandwidth, so the line rate is the uncompressed ceiling.
+        ax.axhline(rate / 8, color="grey", linewidth=1, linestyle=":", label=f"line rate ({rate_label(rate)} Gbit/s)")
+        ax.set_xscale("log", base=2)
+        sizes = sorted({r["bytes"] for r in rows if r["rate_gbit"] == rate})
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([size_label(s) for s in sizes])
+        ax.set_xlabel("message size (bytes of float32, uncompressed)")
+        ax.set_ylabel("bus bandwidth (GB/s, uncompressed-equivalent)")
+        ax.set_title(f"Allreduce at {rate_label(rate)} Gbit/s\n{title_setup(setup, rows)}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        fig.tight_layout()
+        name = f"busbw-{rate_label(rate)}gbit.png"
+        fig.savefig(os.path.join(results_dir, name), dpi=110)
+        plt.close(fig)
+        written.append(name)
+    return written
+
+
+def grouped_bars(ax, rates, series, order, value_fmt):
+    """Bars grouped by link rate, one bar per series (codec), value printed on top."""
+    width = 0.8 / max(1, len(order))
+    for i, codec in enumerate(order):
+        xs, ys = [], []
+        for j, rate in enumerate(rates):
+            v = series.get((codec, rate))
+            if v is None:
+                continue
+            xs.append(j - 0.4 + width * (i + 0.5))
+            ys.append(v)
+        if not xs:
+            continue
+        st = style_for(codec, order)
+        label = f"terse {codec}" if codec != kOpenMpi else "OpenMPI MPI_Allreduce (TCP)"
+        bars = ax.bar(xs, ys, width=width, color=st["color"], label=label,
+                      hatch="//" if codec == kOpenMpi else None, edgecolor="white")
+        for b, y in zip(bars, ys):
+            ax.annotate(value_fmt(y), (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom",
+                        fontsize=7, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(range(len(rates)))
+    ax.set_xticklabels([f"{rate_label(r)} Gbit/s" for r in rates])
+    ax.set_xlabel("emulated link rate")
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def plot_busbw_bars(results_dir, setup, rows, order, size):
+    import matplotlib.pyplot as plt
+
+    rates = sorted({r["rate_gbit"] for r in rows})
+    series = {(r["codec"], r["rate_gbit"]): r["busbw_gbs"] for r in rows if r["bytes"] == size}
+    fig, ax = plt.subplots(figsize=(max(9, 4 + 1.6 * len(rates)), 5))
+    grouped_bars(ax, rates, series, order, lambda v: f"{v:.2f}")
+    for j, rate in enumerate(rates):
+        ax.hlines(rate / 8, j - 0.45, j + 0.45, colors="grey", linestyles=":",
+                  label="line rate" if j == 0 else None)
+    # Log scale: line rates differ 25x between settings and the bars must stay readable at each.
+    ax.set_yscale("log")
+    ax.set_ylabel("bus bandwidth (GB/s, uncompressed-equivalent, log scale)")
+    ax.set_title(f"Allreduce of {size_label(size)} float32 per link rate\n{title_setup(setup, rows)}", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(os.path.join(results_dir, "busbw.png"), dpi=110)
+    plt.close(fig)
+    return ["busbw.png"]
+
+
+def plot_speedup(results_dir, setup, rows, order, size):
+    import matplotlib.pyplot as plt
+
+    rates = sorted({r["rate_gbit"] for r in rows})
+    series = {
+        (r["codec"], r["rate_gbit"]): r["speedup_vs_none"]
+        for r in rows
+        if r["bytes"] == size and r.get("speedup_vs_none") is not None
+    }
+    if not series:
+        return []
+    fig, ax = plt.subplots(figsize=(max(9, 4 + 1.6 * len(rates)), 5))
+    grouped_bars(ax, rates, series, order, lambda v: f"{v:.2f}x")
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
+    ax.set_ylabel("speedup over terse none (time ratio, higher is better)")
+    ax.set_title(f"Allreduce of {size_label(size)} float32: speedup over uncompressed\n{title_setup(setup, rows)}",
+                 fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(os.path.join(results_dir, "speedup.png"), dpi=110)
+    plt.close(fig)
+    return ["speedup.png"]
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] in ("-h", "--help"):
+        sys.stderr.write(__doc__)
+        return 2
+    results_dir = argv[1]
+    setup, rows = load(results_dir)
+    shorten_codecs(rows)
+    add_speedups(rows)
+    with open(os.path.join(results_dir, "results.json"), "w") as f:
+        json.dump({"setup": setup, "rows": rows}, f, indent=1)
+    write_markdown(os.path.join(results_dir, "results.md"), setup, rows)
+    written = ["results.json", "results.md"]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    except ImportError:
+        fail("matplotlib is missing: apt-get install python3-matplotlib and run with /usr/bin/python3")
+    order = codec_order(rows)
+    sizes = sorted({r["bytes"] for r in rows})
+    if len(sizes) > 1:
+        written += plot_busbw_lines(results_dir, setup, rows, order)
+    else:
+        written += plot_busbw_bars(results_dir, setup, rows, order, sizes[0])
+    written += plot_speedup(results_dir, setup, rows, order, sizes[-1])
+    print(f"plot_network: wrote {', '.join(written)} in {results_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

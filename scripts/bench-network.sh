@@ -1,0 +1,519 @@
+#!/usr/bin/env bash
+# Benchmarks terse's allreduce and OpenMPI's MPI_Allreduce on emulated network links.
+#
+# As root, builds N emulated hosts (one network namespace per rank) joined by veth pairs to a
+# bridge that lives in its own namespace, shapes both directions of every link with tc tbf to
+# each requested rate, runs `terse-bench allreduce` (every codec) and `mpi-allreduce-bench`
+# (OpenMPI, TCP) across them, and writes JSON, a Markdown table and PNG plots. Everything it
+# creates is removed on exit, on failure and on Ctrl-C. Addresses exist only on interfaces
+# inside the namespaces this script created, so no benchmark traffic can leave them.
+#
+# Exit status: 0 done, 1 a run failed, 2 bad arguments, 77 this machine cannot emulate links
+# (not root, no network namespaces, no veth/bridge, no tc tbf) or a previous run's namespaces
+# are still there.
+set -euo pipefail
+
+kSkip=77
+orig_args=("$@")
+root_dir=$(cd "$(dirname "$0")/.." && pwd)
+
+usage() {
+  cat <<EOF
+Usage: sudo $0 [options]
+
+  --ranks N          emulated hosts, one rank each (default 4)
+  --rates "R ..."    link rates in Gbit/s (default "1 10 25")
+  --sizes "S ..."    message sizes, K/M/G suffixes allowed (default "64M"; e.g. "1M 4M 16M 64M")
+  --codecs "C ..."   terse codecs (default all; e.g. "none fp16 int8 onebit topk")
+  --iters N          timed iterations per size (default 10)
+  --warmup N         warm-up iterations per size (default 3)
+  --out DIR          results directory (default bench-results/network-<UTC date>)
+  --timeout S        limit for one run of one implementation at one rate and size (default 900)
+  --no-mpi           skip OpenMPI
+  --no-terse         skip terse (OpenMPI only)
+  --no-probe         skip the raw TCP throughput probe of each shaped link
+  --no-plot          write JSON only
+  --probe-only       build the hosts, shape each rate and measure one TCP stream; no benchmarks
+  --keep             leave namespaces up at the end (debugging); remove them later with --clean
+  --clean            remove namespaces a previous run left behind (then continue)
+  --prefix P         namespace name prefix (default terse: terse-h1..terse-hN, terse-br)
+  --build-dir D      where terse-bench and mpi-allreduce-bench are (default build)
+  -h, --help         this text
+EOF
+}
+
+ranks=4
+rates="1 10 25"
+sizes="64M"
+codecs="all"
+iters=10
+warmup=3
+out_dir=""
+run_timeout=900
+do_mpi=auto
+do_terse=1
+do_probe=1
+do_plot=1
+probe_only=0
+keep=0
+clean=0
+prefix=terse
+build_dir=${TERSE_BUILD_DIR:-build}
+
+die_usage() {
+  echo "bench-network: $*" >&2
+  echo "Run with --help for the options." >&2
+  exit 2
+}
+
+need_arg() {
+  [[ $# -ge 2 ]] || die_usage "option $1 needs a value"
+}
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ranks) need_arg "$@"; ranks=$2; shift 2 ;;
+    --rates) need_arg "$@"; rates=$2; shift 2 ;;
+    --sizes) need_arg "$@"; sizes=$2; shift 2 ;;
+    --codecs) need_arg "$@"; codecs=$2; shift 2 ;;
+    --iters) need_arg "$@"; iters=$2; shift 2 ;;
+    --warmup) need_arg "$@"; warmup=$2; shift 2 ;;
+    --out) need_arg "$@"; out_dir=$2; shift 2 ;;
+    --timeout) need_arg "$@"; run_timeout=$2; shift 2 ;;
+    --prefix) need_arg "$@"; prefix=$2; shift 2 ;;
+    --build-dir) need_arg "$@"; build_dir=$2; shift 2 ;;
+    --no-mpi) do_mpi=0; shift ;;
+    --no-terse) do_terse=0; shift ;;
+    --no-probe) do_probe=0; shift ;;
+    --no-plot) do_plot=0; shift ;;
+    --probe-only) probe_only=1; shift ;;
+    --keep) keep=1; shift ;;
+    --clean) clean=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) die_usage "unknown option '$1'" ;;
+  esac
+done
+
+# ---- argument checks (before touching anything) ----------------------------------------------
+[[ $ranks =~ ^[0-9]+$ ]] && ((ranks >= 2 && ranks <= 64)) ||
+  die_usage "--ranks must be a whole number from 2 to 64, got '$ranks'"
+[[ $iters =~ ^[0-9]+$ ]] && ((iters >= 1)) || die_usage "--iters must be a positive whole number, got '$iters'"
+[[ $warmup =~ ^[0-9]+$ ]] || die_usage "--warmup must be a whole number, got '$warmup'"
+[[ $run_timeout =~ ^[0-9]+$ ]] && ((run_timeout >= 1)) ||
+  die_usage "--timeout must be a positive number of seconds, got '$run_timeout'"
+# Namespace names become file names under /run/netns and parts of host names: keep them plain.
+[[ $prefix =~ ^[a-z][a-z0-9-]{0,23}$ ]] ||
+  die_usage "--prefix must be lower-case letters, digits and '-', starting with a letter, at most 24 characters; got '$prefix'"
+[[ -n ${rates// /} ]] || die_usage "--rates is empty"
+for r in $rates; do
+  [[ $r =~ ^[0-9]+(\.[0-9]+)?$ ]] && [[ $r != 0 && ! $r =~ ^0+(\.0+)?$ ]] ||
+    die_usage "--rates takes positive numbers of Gbit/s such as \"1 10 25\", got '$r'"
+done
+[[ -n ${sizes// /} ]] || die_usage "--sizes is empty"
+for s in $sizes; do
+  [[ $s =~ ^[0-9]+[KMG]?$ ]] || die_usage "--sizes takes byte counts with an optional K, M or G suffix, got '$s'"
+done
+[[ -n ${codecs// /} ]] || die_usage "--codecs is empty"
+for c in $codecs; do
+  [[ $c =~ ^[a-z0-9_]+$ ]] || die_usage "--codecs takes codec names such as none, fp16, int8; got '$c'"
+done
+if ((probe_only)); then
+  do_terse=0 do_mpi=0 do_plot=0 do_probe=1
+fi
+((do_terse || probe_only)) || [[ $do_mpi != 0 ]] || die_usage "--no-terse together with --no-mpi leaves nothing to run"
+
+[[ -n $out_dir ]] || out_dir="$root_dir/bench-results/network-$(date -u +%Y%m%d-%H%M%S)"
+[[ $build_dir = /* ]] || build_dir="$root_dir/$build_dir"
+terse_bench="$build_dir/bin/terse-bench"
+mpi_bench="$build_dir/bin/mpi-allreduce-bench"
+plot_py=/usr/bin/python3 # Debian's python3 is the one with python3-matplotlib.
+net=10.213.0            # Host i is $net.i on an isolated bridge; nothing routes to or from it.
+
+bridge_ns="$prefix-br"
+host_ns() { echo "$prefix-h$1"; }
+host_addr() { echo "$net.$1"; }
+
+# ---- environment checks ----------------------------------------------------------------------
+refuse() {
+  echo "bench-network: $*" >&2
+  exit $kSkip
+}
+
+[[ $(id -u) -eq 0 ]] ||
+  refuse "must run as root: it creates network namespaces, veth pairs, a bridge and tc qdiscs (try: sudo $0 ...)"
+command -v ip >/dev/null || refuse "'ip' (iproute2) not found; install iproute2"
+command -v tc >/dev/null || refuse "'tc' (iproute2) not found; install iproute2"
+ip netns list >/dev/null 2>&1 || refuse "'ip netns' does not work here: the kernel or container lacks network namespaces"
+if ((do_terse)); then
+  [[ -x $terse_bench ]] || {
+    echo "bench-network: $terse_bench not found: build first (scripts/build.sh) or pass --build-dir" >&2
+    exit 2
+  }
+fi
+if [[ $do_mpi == auto ]]; then
+  if [[ -x $mpi_bench ]] && command -v mpirun >/dev/null; then
+    do_mpi=1
+  else
+    do_mpi=0
+    echo "bench-network: OpenMPI comparison skipped: $( [[ -x $mpi_bench ]] && echo "mpirun not found" || echo "$mpi_bench not built (needs OpenMPI at configure time)")" >&2
+  fi
+fi
+((do_terse || do_mpi || probe_only)) || { echo "bench-network: nothing left to run" >&2; exit 2; }
+if ((do_plot)); then
+  "$plot_py" -c 'import matplotlib' 2>/dev/null ||
+    { echo "bench-network: $plot_py cannot import matplotlib: apt-get install python3-matplotlib, or pass --no-plot" >&2; exit 2; }
+fi
+
+our_namespaces() {
+  # Every namespace that carries our prefix, whoever made it (a previous, interrupted run).
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(br|h[0-9]+)\$" || true
+}
+
+kill_namespace_processes() {
+  # Only processes living inside our own namespaces: the ranks, mpirun and orted we started.
+  local ns pids
+  for ns in "$@"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [[ -z $pids ]] || kill -TERM $pids 2>/dev/null || true
+  done
+  sleep 0.5
+  for ns in "$@"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+  done
+}
+
+delete_namespaces() {
+  local names
+  names=$(our_namespaces)
+  [[ -n $names ]] || return 0
+  # shellcheck disable=SC2086
+  kill_namespace_processes $names
+  local ns
+  for ns in $names; do
+    ip netns del "$ns" 2>/dev/null || echo "bench-network: could not delete namespace $ns" >&2
+  done
+}
+
+stale=$(our_namespaces)
+if [[ -n $stale ]]; then
+  if ((clean)); then
+    echo "bench-network: removing namespaces left by an earlier run: $(echo $stale)"
+    delete_namespaces
+  else
+    refuse "namespaces from an earlier run still exist ($(echo $stale)); another run may be active. Remove them with --clean, or pick another --prefix"
+  fi
+fi
+
+# ---- teardown on every exit path ---------------------------------------------------------------
+created=0
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if ((created)); then
+    if ((keep)); then
+      echo "bench-network: --keep: namespaces left up: $(our_namespaces | tr '\n' ' '); remove them with: $0 --prefix $prefix --clean --probe-only --rates 1  (or ip netns del NAME)" >&2
+    else
+      delete_namespaces
+      local left
+      left=$(our_namespaces)
+      [[ -z $left ]] || echo "bench-network: namespaces still present after teardown: $left" >&2
+    fi
+  fi
+  exit $rc
+}
+trap teardown EXIT
+trap 'echo; echo "bench-network: interrupted, tearing down" >&2; exit 130' INT
+trap 'echo "bench-network: terminated, tearing down" >&2; exit 143' TERM
+
+# ---- topology ---------------------------------------------------------------------------------
+setup_topology() {
+  created=1
+  ip netns add "$bridge_ns" 2>/dev/null ||
+    refuse "cannot create network namespace $bridge_ns ('ip netns add' failed): this kernel or container does not allow network namespaces"
+  ip -n "$bridge_ns" link set lo up
+  ip -n "$bridge_ns" link add br0 type bridge 2>/dev/null ||
+    refuse "cannot create a bridge inside a namespace (kernel module 'bridge' missing?)"
+  ip -n "$bridge_ns" link set br0 up
+  local i ns
+  for ((i = 1; i <= ranks; i++)); do
+    ns=$(host_ns $i)
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    # The pair is born inside the bridge namespace and its far end moved straight into the host
+    # namespace: no interface of ours ever exists in the namespace this script started in.
+    ip -n "$bridge_ns" link add "p$i" type veth peer name eth0 netns "$ns" 2>/dev/null ||
+      refuse "cannot create veth pairs inside namespaces (kernel module 'veth' missing?)"
+    ip -n "$bridge_ns" link set "p$i" master br0 up
+    ip -n "$ns" addr add "$(host_addr $i)/24" dev eth0
+    ip -n "$ns" link set eth0 up
+  done
+}
+
+shape_links() {
+  # tbf on both ends: the host's eth0 shapes what it sends, the bridge port shapes what it
+  # receives. The bucket holds about 1 ms at the rate (at least 256 KiB) so high rates are not
+  # throttled by timer granularity; a 50 ms queue absorbs incast without tail drops.
+  local rate=$1 i
+  local burst
+  burst=$(awk -v r="$rate" 'BEGIN { b = r * 1e9 / 8 / 1000; if (b < 262144) b = 262144; printf "%d", b }')
+  for ((i = 1; i <= ranks; i++)); do
+    tc -n "$(host_ns $i)" qdisc replace dev eth0 root tbf rate "${rate}gbit" burst "$burst" latency 50ms 2>/dev/null ||
+      refuse "tc cannot attach a tbf qdisc (kernel module sch_tbf missing?)"
+    tc -n "$bridge_ns" qdisc replace dev "p$i" root tbf rate "${rate}gbit" burst "$burst" latency 50ms
+  done
+}
+
+wait_for_links() {
+  # Proves the path h1 -> every host over the bridge without any tool beyond bash: a TCP
+  # connect to a closed port is answered with a reset ("refused") only when the host is reachable.
+  local i tries err
+  for ((i = 2; i <= ranks; i++)); do
+    for ((tries = 0; tries < 50; tries++)); do
+      err=$(ip netns exec "$(host_ns 1)" timeout 1 bash -c "exec 3<>/dev/tcp/$(host_addr $i)/9" 2>&1 || true)
+      [[ $err == *refused* ]] && break
+      sleep 0.1
+    done
+    ((tries < 50)) || { echo "bench-network: $(host_ns 1) cannot reach $(host_addr $i) over the bridge: $err" >&2; exit 1; }
+  done
+}
+
+# ---- running things inside the namespaces ----------------------------------------------------
+progress() {
+  # One line rewritten in place on a terminal; a line every 30 s in a log.
+  if [[ -t 1 ]]; then
+    printf '\r\033[K%s' "$*"
+  else
+    echo "$*"
+  fi
+}
+
+# wait_ranks LABEL RCDIR N: waits until N rank exit codes are in RCDIR, a rank fails, or the
+# timeout passes; kills whatever is still running in our namespaces in the last two cases.
+wait_ranks() {
+  local label=$1 rc_dir=$2 n=$3 start now elapsed done_count failed=""
+  start=$(date +%s)
+  local last_line=0
+  while :; do
+    done_count=0
+    failed=""
+    local f
+    for f in "$rc_dir"/*.rc; do
+      [[ -e $f ]] || continue
+      done_count=$((done_count + 1))
+      [[ $(cat "$f") == 0 ]] || failed+=" $(basename "$f" .rc)=$(cat "$f")"
+    done
+    now=$(date +%s)
+    elapsed=$((now - start))
+    if [[ -n $failed ]] || ((done_count == n)) || ((elapsed >= run_timeout)); then
+      break
+    fi
+    if [[ -t 1 ]] || ((elapsed - last_line >= 30)); then
+      progress "$label: $elapsed s, $done_count/$n processes done"
+      last_line=$elapsed
+    fi
+    sleep 1
+  done
+  [[ -t 1 ]] && printf '\r\033[K'
+  if [[ -n $failed || $done_count -lt $n ]]; then
+    # shellcheck disable=SC2046
+    kill_namespace_processes $(our_namespaces)
+    sleep 0.5
+    if [[ -n $failed ]]; then
+      echo "bench-network: $label FAILED:$failed (exit status per process)" >&2
+    else
+      echo "bench-network: $label TIMED OUT after ${run_timeout} s ($done_count/$n processes finished)" >&2
+    fi
+    return 1
+  fi
+  echo "$label: done in $elapsed s"
+  return 0
+}
+
+show_logs() {
+  local f
+  for f in "$@"; do
+    [[ -s $f ]] || continue
+    echo "---- last lines of $f ----" >&2
+    tail -n 20 "$f" >&2
+  done
+}
+
+record_run() {
+  # One JSON line per run for plot_network.py: what ran, at which rate, and where its rows are.
+  printf '{"impl": "%s", "rate_gbit": %s, "size": "%s", "file": "%s", "probe_gbit": %s, "seconds": %s}\n' \
+    "$1" "$2" "$3" "$4" "$5" "$6" >>"$out_dir/runs.jsonl"
+}
+
+# terse-bench takes --codec once per codec ("all" expands to every codec).
+codec_args=()
+for c in $codecs; do codec_args+=(--codec "$c"); done
+
+run_terse() {
+  local rate=$1 size=$2 probe=$3 tag="terse-${1}gbit-$2"
+  local rc_dir="$out_dir/rc/$tag" r pids=()
+  rm -rf "$rc_dir"
+  mkdir -p "$rc_dir"
+  local store t0
+  store="$(host_addr 1):29517"
+  t0=$(date +%s)
+  for ((r = 0; r < ranks; r++)); do
+    local ns json log
+    ns=$(host_ns $((r + 1)))
+    json="$out_dir/raw/$tag.json" # only rank 0 writes it
+    log="$out_dir/logs/$tag-rank$r.log"
+    (
+      # UCX_TLS=tcp: without it UCX would pick shared memory between the namespaces (same
+      # machine) and the traffic would never cross the shaped links.
+      ip netns exec "$ns" env TERSE_RANK=$r TERSE_WORLD_SIZE=$ranks TERSE_STORE="$store" \
+        UCX_TLS=tcp UCX_NET_DEVICES=eth0 \
+        "$terse_bench" allreduce -b "$size" -e "$size" -n "$iters" -w "$warmup" \
+        "${codec_args[@]}" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
+      echo $rc >"$rc_dir/rank$r.rc"
+    ) &
+  done
+  if ! wait_ranks "[$run_index/$run_total] terse $size at $rate Gbit/s" "$rc_dir" "$ranks"; then
+    wait
+    show_logs "$out_dir/logs/$tag"-rank*.log
+    exit 1
+  fi
+  wait
+  [[ -s "$out_dir/raw/$tag.json" ]] || {
+    echo "bench-network: terse-bench rank 0 wrote no JSON ($out_dir/raw/$tag.json)" >&2
+    show_logs "$out_dir/logs/$tag-rank0.log"
+    exit 1
+  }
+  record_run terse "$rate" "$size" "raw/$tag.json" "$probe" $(($(date +%s) - t0))
+}
+
+write_mpi_launcher() {
+  # mpirun's remote-shell agent: host terse-hK means "run in namespace terse-hK with its own
+  # host name", so one mpirun started in terse-h1 places one rank per emulated host. Any other
+  # host name is refused, so nothing can be started outside our namespaces.
+  local agent="$out_dir/mpi/launch-agent.sh" hostfile="$out_dir/mpi/hostfile" i allowed=""
+  mkdir -p "$out_dir/mpi"
+  for ((i = 1; i <= ranks; i++)); do allowed+="$(host_ns $i)|"; done
+  allowed=${allowed%|}
+  cat >"$agent" <<EOF
+#!/bin/sh
+# Generated by bench-network.sh: maps emulated host names to network namespaces.
+host=\$1
+shift
+case "\$host" in
+  $allowed) ;;
+  *) echo "launch-agent: refusing unknown host '\$host' (only $allowed)" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$host" unshare --uts sh -c "hostname \$host && \$*"
+EOF
+  chmod +x "$agent"
+  : >"$hostfile"
+  for ((i = 1; i <= ranks; i++)); do echo "$(host_ns $i) slots=1" >>"$hostfile"; done
+}
+
+run_mpi() {
+  local rate=$1 size=$2 probe=$3 tag="mpi-${1}gbit-$2"
+  local rc_dir="$out_dir/rc/$tag" t0
+  rm -rf "$rc_dir"
+  mkdir -p "$rc_dir"
+  t0=$(date +%s)
+  local json="$out_dir/raw/$tag.json" log="$out_dir/logs/$tag.log"
+  (
+    # pml ob1 + btl tcp: OpenMPI's own TCP path over eth0 (pml ucx would pick shared memory).
+    ip netns exec "$(host_ns 1)" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$(host_ns 1)" \
+      mpirun --allow-run-as-root --oversubscribe -np "$ranks" --hostfile "$out_dir/mpi/hostfile" \
+      --mca plm_rsh_agent "$out_dir/mpi/launch-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+      --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+      -x UCX_TLS=tcp -x UCX_NET_DEVICES=eth0 \
+      "$mpi_bench" -b "$size" -e "$size" -n "$iters" -w "$warmup" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
+    echo $rc >"$rc_dir/mpirun.rc"
+  ) &
+  if ! wait_ranks "[$run_index/$run_total] OpenMPI $size at $rate Gbit/s" "$rc_dir" 1; then
+    wait
+    show_logs "$log"
+    exit 1
+  fi
+  wait
+  [[ -s $json ]] || { echo "bench-network: mpi-allreduce-bench wrote no JSON ($json)" >&2; show_logs "$log"; exit 1; }
+  record_run openmpi "$rate" "$size" "raw/$tag.json" "$probe" $(($(date +%s) - t0))
+}
+
+probe_link() {
+  # Raw TCP from host 2 to host 1 for 2 s: the rate one stream really gets on this link.
+  local rate=$1 port=29518 result
+  local log="$out_dir/logs/probe-${rate}gbit.log"
+  ip netns exec "$(host_ns 1)" "$plot_py" "$root_dir/bench/link_probe.py" recv "$(host_addr 1)" $port >"$log" 2>&1 &
+  local recv_pid=$!
+  ip netns exec "$(host_ns 2)" "$plot_py" "$root_dir/bench/link_probe.py" send "$(host_addr 1)" $port 2 2>>"$log" || true
+  wait $recv_pid || true
+  result=$(awk 'NF == 3 { print $3 }' "$log" | tail -n1)
+  echo "${result:-null}"
+}
+
+# ---- main ------------------------------------------------------------------------------------
+mkdir -p "$out_dir/raw" "$out_dir/logs" "$out_dir/rc"
+out_dir=$(cd "$out_dir" && pwd)
+: >"$out_dir/runs.jsonl"
+n_rates=$(echo $rates | wc -w)
+n_sizes=$(echo $sizes | wc -w)
+run_total=$((n_rates * n_sizes * (do_terse + do_mpi)))
+run_index=0
+
+command_line() {
+  # The command as a person would retype it: arguments with spaces in double quotes.
+  local line=$0 a
+  for a in "${orig_args[@]}"; do
+    if [[ $a =~ [^A-Za-z0-9_./:=+-] ]]; then line+=" \"$a\""; else line+=" $a"; fi
+  done
+  echo "$line"
+}
+
+cat >"$out_dir/setup.json" <<EOF
+{
+  "command": "$(command_line | sed 's/\\/\\\\/g; s/"/\\"/g')",
+  "date_utc": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+  "git_commit": "$(git -C "$root_dir" rev-parse --short HEAD 2>/dev/null || echo unknown)",
+  "ranks": $ranks,
+  "rates_gbit": [$(echo $rates | sed 's/ /, /g')],
+  "sizes": [$(for s in $sizes; do printf '"%s",' "$s"; done | sed 's/,$//')],
+  "codecs": "$(echo $codecs)",
+  "iters": $iters,
+  "warmup": $warmup,
+  "cpus": $(nproc),
+  "kernel": "$(uname -r)",
+  "cpu_model": "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/"/\\"/g')",
+  "shaping": "tc tbf on both ends of each veth (host eth0 and bridge port), burst max(256 KiB, 1 ms at rate), latency 50ms",
+  "terse_transport": "UCX_TLS=tcp UCX_NET_DEVICES=eth0",
+  "openmpi": "$(mpirun --version 2>/dev/null | head -n1 | sed 's/"/\\"/g')",
+  "openmpi_flags": "--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0"
+}
+EOF
+
+echo "bench-network: $ranks emulated hosts ($(host_ns 1)..$(host_ns $ranks), bridge in $bridge_ns), rates: $rates Gbit/s, sizes: $sizes, results in $out_dir"
+setup_topology
+((do_mpi)) && write_mpi_launcher
+
+for rate in $rates; do
+  shape_links "$rate"
+  wait_for_links
+  probe=null
+  if ((do_probe)); then
+    probe=$(probe_link "$rate")
+    echo "link at $rate Gbit/s: one TCP stream measured $probe Gbit/s"
+  fi
+  for size in $sizes; do
+    if ((do_terse)); then
+      run_index=$((run_index + 1))
+      run_terse "$rate" "$size" "$probe"
+    fi
+    if ((do_mpi)); then
+      run_index=$((run_index + 1))
+      run_mpi "$rate" "$size" "$probe"
+    fi
+  done
+done
+
+if ((do_plot)); then
+  "$plot_py" "$root_dir/bench/plot_network.py" "$out_dir"
+else
+  echo "bench-network: raw results in $out_dir/raw, index in $out_dir/runs.jsonl"
+fi

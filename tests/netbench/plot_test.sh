@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# plot_network.py on a hand-made results directory: the speedups in results.md must be the
+# ratios of the fixture's times (computed here independently), and every file must be written.
+# Needs no root; skips (77) only when Debian's python3-matplotlib is missing.
+set -euo pipefail
+src=${1:?usage: plot_test.sh SOURCE_DIR}
+py=/usr/bin/python3
+"$py" -c 'import matplotlib' 2>/dev/null || { echo "SKIP: $py has no matplotlib (apt-get install python3-matplotlib)"; exit 77; }
+
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+mkdir -p "$dir/raw"
+echo '{"ranks": 2, "iters": 3, "warmup": 1, "cpus": 2, "command": "fixture"}' >"$dir/setup.json"
+
+# terse row: bytes codec time_us ratio err; busbw follows from the time (2 ranks: factor 1).
+terse_rows() {
+  local first=1 bytes codec t ratio err
+  echo "["
+  while read -r bytes codec t ratio err; do
+    ((first)) || echo ","
+    first=0
+    awk -v b="$bytes" -v c="$codec" -v t="$t" -v q="$ratio" -v e="$err" 'BEGIN {
+      printf "{\"collective\": \"allreduce\", \"ranks\": 2, \"bytes\": %d, \"codec\": \"%s\", \"time_us\": %s, \"algbw_gbs\": %f, \"busbw_gbs\": %f, \"wire_bytes\": %d, \"ratio\": %s, \"maxrelerr\": %s}", b, c, t, b / t / 1000, b / t / 1000, b / q, q, e }'
+  done
+  echo "]"
+}
+mpi_rows() {
+  local bytes=$1 t=$2
+  awk -v b="$bytes" -v t="$t" 'BEGIN { printf "[{\"collective\": \"allreduce\", \"impl\": \"openmpi\", \"ranks\": 2, \"bytes\": %d, \"time_us\": %s, \"algbw_gbs\": %f, \"busbw_gbs\": %f}]\n", b, t, b / t / 1000, b / t / 1000 }'
+}
+
+printf '1048576 none 16000 1 0\n1048576 int8 4000 3.9 1.5e-3\n' | terse_rows >"$dir/raw/t1-1M.json"
+printf '4194304 none 64000 1 0\n4194304 int8 12800 3.9 1.5e-3\n' | terse_rows >"$dir/raw/t1-4M.json"
+printf '1048576 none 2000 1 0\n1048576 int8 2500 3.9 1.5e-3\n' | terse_rows >"$dir/raw/t10-1M.json"
+printf '4194304 none 8000 1 0\n4194304 int8 6400 3.9 1.5e-3\n' | terse_rows >"$dir/raw/t10-4M.json"
+mpi_rows 1048576 20000 >"$dir/raw/m1-1M.json"
+mpi_rows 4194304 80000 >"$dir/raw/m1-4M.json"
+{
+  for f in t1-1M:1:1M m1-1M:1:1M t1-4M:1:4M m1-4M:1:4M t10-1M:10:1M t10-4M:10:4M; do
+    IFS=: read -r name rate size <<<"$f"
+    impl=terse
+    [[ $name == m* ]] && impl=openmpi
+    echo "{\"impl\": \"$impl\", \"rate_gbit\": $rate, \"size\": \"$size\", \"file\": \"raw/$name.json\", \"probe_gbit\": null, \"seconds\": 1}"
+  done
+} >"$dir/runs.jsonl"
+
+"$py" "$src/bench/plot_network.py" "$dir"
+
+fails=0
+expect_row() {
+  # rate size codec speedup: the table row must carry this speedup (time(none) / time(row)).
+  if ! grep -Eq "^\| $1 \| $2 \| $3 \| [0-9.]+ \| [0-9.]+ \| $4 \|" "$dir/results.md"; then
+    echo "FAIL: no row '| $1 | $2 | $3 | ... | $4 |' in results.md"
+    fails=1
+  fi
+}
+# Expected speedups, by hand from the times above.
+expect_row 1 1M none 1.00x
+expect_row 1 1M int8 "$(awk 'BEGIN { printf "%.2fx", 16000 / 4000 }')"
+expect_row 1 1M OpenMPI "$(awk 'BEGIN { printf "%.2fx", 16000 / 20000 }')"
+expect_row 1 4M int8 "$(awk 'BEGIN { printf "%.2fx", 64000 / 12800 }')"
+expect_row 10 1M int8 "$(awk 'BEGIN { printf "%.2fx", 2000 / 2500 }')"
+expect_row 10 4M int8 "$(awk 'BEGIN { printf "%.2fx", 8000 / 6400 }')"
+# 10 Gbit/s has no OpenMPI run: no OpenMPI row may appear there.
+if grep -Eq '^\| 10 \| [0-9]+M \| OpenMPI' "$dir/results.md"; then
+  echo "FAIL: an OpenMPI row at 10 Gbit/s, where none was measured"
+  fails=1
+fi
+rows=$(grep -Ec '^\| (1|10) \| [0-9]+M \|' "$dir/results.md")
+[[ $rows == 10 ]] || { echo "FAIL: results.md has $rows data rows, expected 10"; fails=1; }
+for png in busbw-1gbit.png busbw-10gbit.png speedup.png; do
+  if [[ $(head -c 8 "$dir/$png" 2>/dev/null | od -An -tx1 | tr -d ' \n') != 89504e470d0a1a0a ]]; then
+    echo "FAIL: $png missing or not a PNG"
+    fails=1
+  fi
+done
+"$py" - "$dir/results.json" <<'PY' || fails=1
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert len(rows) == 10, len(rows)
+got = {(r["rate_gbit"], r["bytes"], r["codec"]): r["speedup_vs_none"] for r in rows}
+assert abs(got[(1.0, 1048576, "int8")] - 4.0) < 1e-9, got
+assert abs(got[(1.0, 4194304, "OpenMPI")] - 0.8) < 1e-9, got
+PY
+((fails == 0)) && echo "plot_network.py: all checks passed"
+exit $fails
