@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace terse::plugin {
@@ -22,6 +23,7 @@ constexpr size_t kMaxWorkerAddress = 64 << 10;
 constexpr auto kHangupCheckInterval = std::chrono::milliseconds(100);
 // Bound on waiting for UCX to finish an endpoint close or cancelled receives.
 constexpr auto kCloseDeadline = std::chrono::seconds(10);
+constexpr auto kDeadPeerCloseDeadline = std::chrono::milliseconds(500);
 
 // NCCL's 128-byte handle. listen fills the address part; connect keeps its attempt id in the
 // tail of its own copy (NCCL calls connect again with the same buffer until it succeeds).
@@ -140,6 +142,26 @@ ucs_memory_type_t ucxMemoryType(const MemRegion* mh) {
   return mh != nullptr && mh->type == NCCL_PTR_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
 }
 
+// True when UCX_TLS names only intra-host transports, none of which can report a dead peer in
+// UCX 1.13: asking for peer error mode would only make UCX print an error and refuse.
+bool sharedMemoryOnly() {
+  const char* tls = std::getenv("UCX_TLS");
+  if (tls == nullptr || *tls == '\0' || *tls == '^') return false;
+  static const char* kLocal[] = {"sm",  "shm",  "posix", "sysv", "xpmem",
+                                 "cma", "knem", "self",  "mm"};
+  std::string list = tls;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = std::min(list.find(',', pos), list.size());
+    std::string t = list.substr(pos, comma - pos);
+    if (!t.empty() &&
+        std::none_of(std::begin(kLocal), std::end(kLocal), [&](const char* k) { return t == k; }))
+      return false;
+    pos = comma + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 // ---- connection setup state ----------------------------------------------------------------
@@ -237,13 +259,24 @@ bool Comm::peerHungUp(bool force) {
   lastCheck_ = now;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
-  if (p.revents & POLLIN) {
+  bool gone = (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0;
+  ssize_t n = 1;
+  int err = 0;
+  if (!gone && (p.revents & POLLIN)) {
     char c;
-    ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    err = errno;
+    gone = n == 0 || (n < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR);
   }
-  return false;
+  if (gone) {
+    char link[256] = {0};
+    std::string path = "/proc/self/fd/" + std::to_string(fd_);
+    ssize_t l = readlink(path.c_str(), link, sizeof(link) - 1);
+    (void)l;
+    PLUGIN_TRACE("comm %u: setup socket fd %d (%s): revents %#x, peek %zd (%s)", recvCommId_, fd_,
+                 link, p.revents, n, n < 0 ? std::strerror(err) : "ok");
+  }
+  return gone;
 }
 
 SendComm::~SendComm() = default;
@@ -253,10 +286,17 @@ Status SendComm::createEndpoint(const std::vector<uint8_t>& workerAddress) {
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(workerAddress.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_mode = ctx_->peerErrorMode() ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = onEndpointError;
   params.err_handler.arg = this;
   ucs_status_t st = ucp_ep_create(ctx_->worker(), &params, &ep_);
+  if (st == UCS_ERR_UNREACHABLE && params.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
+    // UCX 1.13's shared-memory transports cannot report peer failure, so UCX refuses them in
+    // peer mode. Without it a dead peer is still caught: its setup socket hangs up.
+    ctx_->disablePeerErrorMode();
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    st = ucp_ep_create(ctx_->worker(), &params, &ep_);
+  }
   if (st != UCS_OK)
     return errorRemote(
         "ucp_ep_create to the receiver failed: %s (check UCX_TLS/UCX_NET_DEVICES "
@@ -280,6 +320,16 @@ Status NetContext::init(const DeviceInfo& device) {
   if (st != UCS_OK)
     return errorSystem("ucp_config_read failed: %s (check the UCX_* variables)",
                        ucs_status_string(st));
+  // With UCX's default get-based rendezvous the sender's request completes only after the
+  // receiver sends an ack, which UCX may queue until the receiver's next progress call. NCCL
+  // stops calling test() on a receiver that has nothing pending, so the sender could wait
+  // indefinitely. Put-based rendezvous completes the sender on its own progress. A user's
+  // UCX_RNDV_SCHEME wins.
+  if (std::getenv("UCX_RNDV_SCHEME") == nullptr) {
+    st = ucp_config_modify(config, "RNDV_SCHEME", "put_zcopy");
+    if (st != UCS_OK)
+      PLUGIN_TRACE("could not select put-based rendezvous: %s", ucs_status_string(st));
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG;
@@ -306,24 +356,23 @@ Status NetContext::init(const DeviceInfo& device) {
   const auto* bytes = reinterpret_cast<const uint8_t*>(address);
   workerAddress_.assign(bytes, bytes + len);
   ucp_worker_release_address(worker_, address);
+  peerErrorMode_ = !sharedMemoryOnly();
   return Status::ok();
 }
 
 NetContext::~NetContext() {
   std::lock_guard<std::mutex> lock(mu_);
-  while (!comms_.empty()) {
-    Comm* c = comms_.back().get();
+  std::vector<Comm*> open;
+  for (auto& c : comms_)
+    if (!c->closed()) open.push_back(c.get());
+  for (Comm* c : open) {
     c->fail("the plugin is finalizing");
     closeComm(c);
-    if (!comms_.empty() && comms_.back().get() == c) {
-      // UCX still holds requests that point into this comm; the worker goes first below.
-      break;
-    }
   }
   attempts_.clear();
   listens_.clear();
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
-  comms_.clear();
+  comms_.clear();  // after the worker: no UCX callback can reach their pools any more
   if (context_ != nullptr) ucp_cleanup(context_);
 }
 
@@ -438,9 +487,10 @@ Status NetContext::advanceConnect(ConnectAttempt* a, SendComm** out) {
   auto comm = std::make_unique<SendComm>(
       this, a->fd, a->header.recvCommId,
       static_cast<size_t>(NCCL_NET_MAX_REQUESTS) * static_cast<size_t>(device_.maxRecvs));
+  int fd = a->fd;
   a->fd = -1;  // the comm owns the socket now
   TERSE_RETURN_IF_ERROR(comm->createEndpoint(a->address));
-  PLUGIN_TRACE("connected to %s as comm %u", a->peer.c_str(), comm->id());
+  PLUGIN_TRACE("connected to %s as comm %u (fd %d)", a->peer.c_str(), comm->id(), fd);
   *out = comm.get();
   comms_.push_back(std::move(comm));
   return Status::ok();
@@ -508,7 +558,7 @@ Status NetContext::accept(ListenComm* l, RecvComm** out) {
                                              static_cast<size_t>(NCCL_NET_MAX_REQUESTS));
       p->fd = -1;
       l->pending.erase(l->pending.begin() + static_cast<long>(i));
-      PLUGIN_TRACE("accepted comm %u", comm->id());
+      PLUGIN_TRACE("accepted comm %u (fd %d)", comm->id(), comm->fd());
       *out = comm.get();
       comms_.push_back(std::move(comm));
       return Status::ok();
@@ -526,20 +576,23 @@ Status NetContext::closeListen(ListenComm* l) {
 }
 
 void NetContext::closeComm(Comm* comm) {
-  auto deadline = std::chrono::steady_clock::now() + kCloseDeadline;
+  // A dead peer will never answer: give UCX a moment, not the full deadline.
+  bool force = comm->failed() || comm->peerHungUp(true);
+  auto deadline =
+      std::chrono::steady_clock::now() + (force ? kDeadPeerCloseDeadline : kCloseDeadline);
   auto* send = dynamic_cast<SendComm*>(comm);
   if (send != nullptr && send->ep() != nullptr) {
     // Flush so bytes of sends NCCL saw complete reach the peer; force when the peer is gone.
-    bool force = comm->failed() || comm->peerHungUp(true);
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t req = ucp_ep_close_nbx(send->ep(), &param);
+    send->forgetEndpoint();
     if (UCS_PTR_IS_PTR(req)) {
       while (ucp_request_check_status(req) == UCS_INPROGRESS &&
              std::chrono::steady_clock::now() < deadline)
         ucp_worker_progress(worker_);
-      if (ucp_request_check_status(req) == UCS_INPROGRESS)
+      if (ucp_request_check_status(req) == UCS_INPROGRESS && !force)
         PLUGIN_WARN("closeSend: UCX did not finish closing the endpoint within %llds",
                     static_cast<long long>(kCloseDeadline.count()));
       ucp_request_free(req);
@@ -551,8 +604,9 @@ void NetContext::closeComm(Comm* comm) {
   while (comm->hasLiveUcxOps() && std::chrono::steady_clock::now() < deadline)
     ucp_worker_progress(worker_);
   if (comm->hasLiveUcxOps()) {
-    PLUGIN_WARN("comm %u: UCX still holds requests after close; keeping the comm until finalize",
-                comm->id());
+    // UCX still points into this comm's request pool; it is freed after the worker at finalize.
+    PLUGIN_TRACE("comm %u: UCX still holds requests after close; kept until finalize", comm->id());
+    comm->markClosed();
     return;
   }
   comms_.erase(

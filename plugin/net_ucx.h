@@ -69,6 +69,7 @@ class Comm {
 
   NetContext* context() const { return ctx_; }
   uint32_t id() const { return recvCommId_; }
+  int fd() const { return fd_; }
   // Marks the comm broken; every pending and later request fails with ncclRemoteError.
   void fail(const std::string& why);
   bool failed() const { return !failure_.empty(); }
@@ -80,6 +81,9 @@ class Comm {
   bool peerHungUp(bool force);
   // Requests whose UCX operations are still running (used while closing).
   bool hasLiveUcxOps() const;
+  // Closed by NCCL but UCX still holds requests into the pool: freed with the worker.
+  void markClosed() { closed_ = true; }
+  bool closed() const { return closed_; }
   std::vector<NetRequest>& pool() { return pool_; }
 
  protected:
@@ -88,6 +92,7 @@ class Comm {
   uint32_t recvCommId_;
   std::vector<NetRequest> pool_;
   std::string failure_;
+  bool closed_ = false;
   std::chrono::steady_clock::time_point lastCheck_{};
 };
 
@@ -98,6 +103,7 @@ class SendComm : public Comm {
   ~SendComm() override;
   Status createEndpoint(const std::vector<uint8_t>& workerAddress);
   ucp_ep_h ep() const { return ep_; }
+  void forgetEndpoint() { ep_ = nullptr; }  // after ucp_ep_close_nbx
 
  private:
   ucp_ep_h ep_ = nullptr;
@@ -141,6 +147,9 @@ class NetContext {
   const DeviceInfo& device() const { return device_; }
   // Memory types UCX can move (NCCL_PTR_* bits), from ucp_context_query.
   int ptrSupport() const { return ptrSupport_; }
+  // Whether endpoints ask UCX for peer-failure reports (not possible over shared memory only).
+  bool peerErrorMode() const { return peerErrorMode_; }
+  void disablePeerErrorMode() { peerErrorMode_ = false; }
   void progress();
 
  private:
@@ -155,6 +164,7 @@ class NetContext {
   ucp_worker_h worker_ = nullptr;
   std::vector<uint8_t> workerAddress_;
   int ptrSupport_ = NCCL_PTR_HOST;
+  bool peerErrorMode_ = true;
   uint32_t nextRecvCommId_ = 1;
   uint64_t nextListenNonce_ = 1;
   // Everything still open, so finalize can tear down what NCCL left behind.

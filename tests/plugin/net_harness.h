@@ -265,6 +265,10 @@ inline std::vector<int> runRanks(int nranks, const std::function<void(int rank)>
         body(r);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "[rank %d] FAILED: %s\n", r, e.what());
+        if (std::getenv("TERSE_HARNESS_DUMP_FDS") != nullptr) {
+          std::string cmd = "ls -l /proc/" + std::to_string(getpid()) + "/fd >&2";
+          if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "ls failed\n");
+        }
         code = 1;
       }
       std::fflush(nullptr);

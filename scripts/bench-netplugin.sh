@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Bandwidth of the NCCL net plugin against `ucx_perftest -t tag_bw` on the same UCX transport,
+# loopback only. For each transport and size the two run alternately REPEATS times (so load
+# from other processes hits both alike); the table shows medians and plugin/perftest.
+#
+#   scripts/bench-netplugin.sh                      # tcp and sm, 1 MiB / 4 MiB / 16 MiB
+#   TLS_LIST=tcp SIZES="1M 8M" REPEATS=7 scripts/bench-netplugin.sh
+#
+# Both sides get the same UCX settings: UCX_NET_DEVICES=lo, UCX_TLS, UCX_RNDV_SCHEME=put_zcopy
+# (the plugin's default; see docs/nccl-plugin.md), a window of 32 messages in flight, and peer
+# error handling where the plugin uses it (tcp; UCX 1.13's shared memory has none).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${TERSE_BUILD_DIR:-build}
+if [ ! -x "$build_dir/bin/terse-netplugin-bench" ]; then
+  cmake -S . -B "$build_dir" -G Ninja >/dev/null
+fi
+cmake --build "$build_dir" -j2 --target terse-netplugin-bench nccl-net-terse >/dev/null
+
+TLS_LIST=${TLS_LIST:-"tcp sm"}
+SIZES=${SIZES:-"1M 4M 16M"}
+REPEATS=${REPEATS:-5}
+BYTES=${BYTES:-1G}   # per measurement
+export UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n UCX_RNDV_SCHEME=${UCX_RNDV_SCHEME:-put_zcopy}
+
+bytes_of() {
+  case $1 in
+    *K|*k) echo $(( ${1%[Kk]} * 1024 ));;
+    *M|*m) echo $(( ${1%[Mm]} * 1048576 ));;
+    *G|*g) echo $(( ${1%[Gg]} * 1073741824 ));;
+    *) echo "$1";;
+  esac
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+perftest_once() {  # tls size iters -> MB/s (overall)
+  local tls=$1 size=$2 iters=$3 port=$((20000 + RANDOM % 20000)) flags=""
+  [ "$tls" = tcp ] && flags="-e"
+  UCX_TLS=$tls ucx_perftest -p "$port" >/dev/null 2>&1 &
+  local server=$!
+  local out=""
+  for _ in $(seq 1 50); do
+    if out=$(UCX_TLS=$tls ucx_perftest 127.0.0.1 -p "$port" -t tag_bw -s "$size" -n "$iters" \
+               -w 16 -O 32 $flags -f 2>/dev/null); then
+      break
+    fi
+    sleep 0.1
+  done
+  wait "$server" || true
+  echo "$out" | awk 'NF >= 8 && $1 ~ /^[0-9]+$/ {print $6}' | tail -1
+}
+
+plugin_once() {  # tls size -> MB/s
+  UCX_TLS=$1 "$build_dir/bin/terse-netplugin-bench" --sizes "$2" --bytes "$BYTES" 2>/dev/null |
+    sed -n 's/.*MBps=\([0-9.]*\).*/\1/p'
+}
+
+echo "# terse NCCL net plugin vs ucx_perftest tag_bw, loopback ($(date -u +%F), $(nproc) cores," \
+     "load $(cut -d' ' -f1 /proc/loadavg), UCX $(ucx_info -v | sed -n 's/# Version //p'))"
+echo
+echo "| UCX_TLS | size | plugin MB/s (median of $REPEATS) | ucx_perftest MB/s (median) | plugin / perftest |"
+echo "|---|---|---|---|---|"
+for tls in $TLS_LIST; do
+  for s in $SIZES; do
+    size=$(bytes_of "$s")
+    iters=$(( $(bytes_of "$BYTES") / size ))
+    [ "$iters" -lt 20 ] && iters=20
+    p=(); q=()
+    for _ in $(seq 1 "$REPEATS"); do
+      p+=("$(plugin_once "$tls" "$size")")
+      q+=("$(perftest_once "$tls" "$size" "$iters")")
+    done
+    echo "raw $tls $s plugin: ${p[*]} perftest: ${q[*]}" >&2
+    pm=$(printf '%s\n' "${p[@]}" | median)
+    qm=$(printf '%s\n' "${q[@]}" | median)
+    ratio=$(awk -v a="$pm" -v b="$qm" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
+    echo "| $tls | $s | $pm | $qm | $ratio |"
+  done
+done
