@@ -491,13 +491,13 @@ TEST(CollNetPlugin, WindowsAndSizesItCannotRunAreInvalidUsage) {
 }
 
 // A training loop: every step allreduces two tensors (sizes 1000 and 777) with onebit and
-// TERSE_COLLNET_EF_PERIOD=2. Residuals carry over per position, so the plugin matches terse's
-// API with one persistent ErrorFeedback per tensor, bit for bit, and the running average of the
-// compressed results converges to the true average. Then the sequence changes (a 500-element
-// call at position 0): the documented WARN appears and residuals restart from zero.
+// TERSE_COLLNET_EF_PERIOD=2, for 240 steps. Residuals carry over per position, so the plugin
+// matches terse's API with one persistent ErrorFeedback per tensor, bit for bit, and the running
+// average of the compressed results converges to the true average. Then the sequence changes (a
+// 500-element call at position 0): the documented WARN appears and residuals restart from zero.
 TEST(CollNetPlugin, OnebitResidualsFollowTheStepSequenceAndResetWhenItChanges) {
   std::string dir = makeTempDir();
-  const int nranks = 2, steps = 60;
+  const int nranks = 2, steps = 240;
   std::vector<int> codes = runRanks(
       nranks,
       [&](int rank) {
@@ -527,7 +527,7 @@ TEST(CollNetPlugin, OnebitResidualsFollowTheStepSequenceAndResetWhenItChanges) {
           }
           sums.emplace_back(sizes[k], 0.0f);
         }
-        double firstErr[2] = {0, 0}, lastErr[2] = {0, 0};
+        double firstErr[2] = {0, 0}, midErr[2] = {0, 0}, lastErr[2] = {0, 0};
         for (int s = 0; s < steps; ++s) {
           for (int k = 0; k < 2; ++k) {
             std::vector<float> out(sizes[k]), ref(sizes[k]);
@@ -542,20 +542,25 @@ TEST(CollNetPlugin, OnebitResidualsFollowTheStepSequenceAndResetWhenItChanges) {
             HARNESS_CHECK(ds.isOk(), "direct: %s", ds.message().c_str());
             HARNESS_CHECK(std::memcmp(out.data(), ref.data(), sizes[k] * 4) == 0,
                           "step %d tensor %d: plugin and terse API differ", s, k);
+            // Mean absolute error of the running mean over the tensor.
             double err = 0;
             for (size_t i = 0; i < sizes[k]; ++i) {
               sums[k][i] += out[i];
-              err =
-                  std::max(err, std::fabs(static_cast<double>(sums[k][i]) / (s + 1) - truth[k][i]));
+              err += std::fabs(static_cast<double>(sums[k][i]) / (s + 1) - truth[k][i]);
             }
+            err /= static_cast<double>(sizes[k]);
             if (s == 0) firstErr[k] = err;
+            if (s == steps / 2 - 1) midErr[k] = err;
             lastErr[k] = err;
           }
         }
         for (int k = 0; k < 2; ++k)
-          HARNESS_CHECK(lastErr[k] < firstErr[k] / 8 && lastErr[k] < 0.05,
-                        "tensor %d: running-mean error %g after %d steps (first step %g)", k,
-                        lastErr[k], steps, firstErr[k]);
+          // Error feedback keeps the residuals bounded, so the running mean's error falls like
+          // 1/T: doubling the steps must shrink it clearly, and it ends far below one step's error
+          // (measured: 0.27 after 1 step, 0.0077 after 120, 0.0041 after 240).
+          HARNESS_CHECK(lastErr[k] < 0.7 * midErr[k] && lastErr[k] < firstErr[k] / 20,
+                        "tensor %d: running-mean error %g after %d steps (%g after %d, %g after 1)",
+                        k, lastErr[k], steps, midErr[k], steps / 2, firstErr[k]);
         HARNESS_CHECK(!warned("sequence changed"), "a stable sequence must not reset");
 
         // The sequence changes: position 0 now carries 500 elements.
