@@ -24,6 +24,10 @@
 #include <thread>
 #include <vector>
 
+// Present only in sanitizer builds (TERSE_SANITIZE=address): lets a forked rank run the leak
+// check that _exit would skip.
+extern "C" int __lsan_do_recoverable_leak_check() __attribute__((weak));
+
 namespace terse::harness {
 
 // Any failure inside a rank throws; the rank's main turns it into a nonzero exit code.
@@ -263,6 +267,8 @@ inline std::vector<int> runRanks(int nranks, const std::function<void(int rank)>
       int code = 0;
       try {
         body(r);
+        if (__lsan_do_recoverable_leak_check != nullptr && __lsan_do_recoverable_leak_check() != 0)
+          throw std::runtime_error("LeakSanitizer found leaks (see above)");
       } catch (const std::exception& e) {
         std::fprintf(stderr, "[rank %d] FAILED: %s\n", r, e.what());
         if (std::getenv("TERSE_HARNESS_DUMP_FDS") != nullptr) {

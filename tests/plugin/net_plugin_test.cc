@@ -8,6 +8,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cstdarg>
 #include <deque>
 #include <numeric>
 
@@ -487,6 +488,117 @@ INSTANTIATE_TEST_SUITE_P(Ranks, NetPluginRingTest,
                                   std::to_string(std::get<1>(p.param));
                          });
 
+// Bad arguments are error codes, never crashes or hangs.
+TEST(NetPluginErrors, BadArgumentsReturnErrors) {
+  auto codes = runRanks(1, [&](int) {
+    useLoopback("tcp");
+    NetApi api(kPluginPath, 11);
+    ncclNetProperties_v11_t props;
+    HARNESS_CHECK(api.getProperties(0, &props) == ncclInvalidUsage,
+                  "getProperties before init must be ncclInvalidUsage");
+    NCCL_OK(api.init());
+    HARNESS_CHECK(api.getProperties(1, &props) == ncclInvalidArgument, "device 1 does not exist");
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+    void* comm = nullptr;
+    HARNESS_CHECK(api.connect(0, handle, &comm) == ncclInvalidArgument && comm == nullptr,
+                  "connect with a zeroed handle must be ncclInvalidArgument");
+    void* lc = nullptr;
+    HARNESS_CHECK(api.listen(3, handle, &lc) == ncclInvalidArgument, "listen on device 3");
+    std::string dir = makeTempDir();
+    Exchange ex(dir);
+    Link link = connectPeers(api, ex, "bad", 0, 0, 0);
+    std::vector<uint8_t> buf(64);
+    void* req = nullptr;
+    HARNESS_CHECK(api.isend(link.sendComm, buf.data(), (1ull << 30) + 1, 0, nullptr, &req) ==
+                      ncclInvalidArgument,
+                  "isend above maxP2pBytes");
+    HARNESS_CHECK(api.isend(link.recvComm, buf.data(), 8, 0, nullptr, &req) == ncclInvalidArgument,
+                  "isend on a receive comm");
+    void* data = buf.data();
+    size_t size = buf.size();
+    int tag = 0;
+    HARNESS_CHECK(
+        api.irecv(link.recvComm, 0, &data, &size, &tag, nullptr, &req) == ncclInvalidArgument,
+        "irecv of 0 buffers");
+    HARNESS_CHECK(
+        api.irecv(link.sendComm, 1, &data, &size, &tag, nullptr, &req) == ncclInvalidArgument,
+        "irecv on a send comm");
+    void* nullData = nullptr;
+    HARNESS_CHECK(
+        api.irecv(link.recvComm, 1, &nullData, &size, &tag, nullptr, &req) == ncclInvalidArgument,
+        "irecv into NULL");
+    // A send larger than the posted receive fails the receive instead of overrunning it.
+    size_t small = 16;
+    void* rreq = postRecv(api, link.recvComm, 1, &data, &small, &tag, nullptr);
+    void* sreq = postSend(api, link.sendComm, buf.data(), buf.size(), 0, nullptr);
+    HARNESS_CHECK(waitRequest(api, rreq, nullptr) == ncclInvalidUsage,
+                  "a truncated receive must be ncclInvalidUsage");
+    (void)waitRequest(api, sreq, nullptr);
+    closeLink(api, link);
+    NCCL_OK(api.finalize());
+    removeTree(dir);
+  });
+  EXPECT_EQ(codes[0], 0);
+}
+
+// Lines the plugin hands to "NCCL's" logger, as (level, text).
+std::vector<std::pair<int, std::string>>& loggedLines() {
+  static std::vector<std::pair<int, std::string>> lines;
+  return lines;
+}
+
+void recordingLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt,
+                     ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  loggedLines().emplace_back(static_cast<int>(level), buf);
+}
+
+// The logger passed to init receives the plugin's lines, prefixed "NET/terse", at NCCL's levels,
+// and nothing after the last finalize (NCCL may dlclose the plugin right after it).
+TEST(NetPluginLogging, LinesGoToNcclLoggerWithPrefix) {
+  for (int version : {11, 9}) {
+    auto codes = runRanks(1, [&](int) {
+      useLoopback("tcp");
+      NetApi api(kPluginPath, version);
+      NCCL_OK(api.init(recordingLogger));
+      auto& lines = loggedLines();
+      bool banner = false;
+      for (auto& [level, text] : lines)
+        banner |= level == NCCL_LOG_INFO && text.find("NET/terse : Using [0]lo") == 0;
+      HARNESS_CHECK(banner, "no INFO 'NET/terse : Using [0]lo' line from init (%zu lines)",
+                    lines.size());
+      std::string dir = makeTempDir();
+      Exchange ex(dir);
+      Link link = connectPeers(api, ex, "log", 0, 0, 0);
+      char byte = 0;
+      void* mh = nullptr;
+      size_t before = lines.size();
+      HARNESS_CHECK(api.regMr(link.sendComm, &byte, 1, 0x40, &mh) == ncclInvalidArgument,
+                    "regMr with an unknown memory type must fail");
+      HARNESS_CHECK(lines.size() > before && lines.back().first == NCCL_LOG_WARN &&
+                        lines.back().second.find("NET/terse : regMr failed") == 0,
+                    "the failure was not logged as WARN 'NET/terse : regMr failed...'");
+      closeLink(api, link);
+      NCCL_OK(api.finalize());
+      removeTree(dir);
+      if (version == 11) {
+        before = lines.size();
+        int ndev = 0;
+        NCCL_OK(api.devices(&ndev));
+        void* lc = nullptr;
+        char handle[NCCL_NET_HANDLE_MAXSIZE];
+        (void)api.listen(0, handle, &lc);  // no ctx any more: fails, but must not log to NCCL
+        HARNESS_CHECK(lines.size() == before, "the plugin logged to NCCL after finalize");
+      }
+    });
+    EXPECT_EQ(codes[0], 0) << "version " << version;
+  }
+}
+
 int countEntries(const char* dir) {
   DIR* d = opendir(dir);
   if (d == nullptr) return -1;
@@ -561,6 +673,8 @@ INSTANTIATE_TEST_SUITE_P(Tables, NetPluginReloadTest, testing::Values(11, 8),
 
 // A peer that dies mid-transfer makes test() return ncclRemoteError (6) on the survivor, for a
 // waiting receive (sender died) and for a waiting send (receiver died). Never a hang.
+void survivorRun(const std::string& tls, bool senderDies, const std::string& dir, int rank);
+
 class NetPluginPeerDeathTest : public testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(NetPluginPeerDeathTest, SurvivorGetsRemoteError) {
@@ -570,6 +684,22 @@ TEST_P(NetPluginPeerDeathTest, SurvivorGetsRemoteError) {
   const int victim = senderDies ? 0 : 1;
   auto codes = runRanks(2, [&](int rank) {
     useLoopback(tls);
+    const int threads0 = countEntries("/proc/self/task");
+    survivorRun(tls, senderDies, dir, rank);
+    // Teardown after a peer died must leave nothing running either.
+    int threads = 0;
+    for (int i = 0; i < 200 && (threads = countEntries("/proc/self/task")) != threads0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    HARNESS_CHECK(threads == threads0, "%d threads after finalize+dlclose, %d before", threads,
+                  threads0);
+  });
+  removeTree(dir);
+  EXPECT_EQ(codes[victim], 128 + SIGKILL) << ranksSummary(codes);
+  EXPECT_EQ(codes[1 - victim], 0) << ranksSummary(codes);
+}
+
+void survivorRun(const std::string& tls, bool senderDies, const std::string& dir, int rank) {
+  {
     NetApi api(kPluginPath, 11);
     NCCL_OK(api.init());
     Exchange ex(dir);
@@ -617,10 +747,7 @@ TEST_P(NetPluginPeerDeathTest, SurvivorGetsRemoteError) {
     }
     closeLink(api, link);
     NCCL_OK(api.finalize());
-  });
-  removeTree(dir);
-  EXPECT_EQ(codes[victim], 128 + SIGKILL) << ranksSummary(codes);
-  EXPECT_EQ(codes[1 - victim], 0) << ranksSummary(codes);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, NetPluginPeerDeathTest,
