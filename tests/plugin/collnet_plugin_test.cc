@@ -649,7 +649,7 @@ TEST(CollNetPlugin, LargeStagingBufferInt8) {
   removeTree(dir);
 }
 
-// A rank dies after connecting: the survivors' test() must return an error, not hang.
+// A rank dies in the middle of a call: the survivors' test() must return an error, not hang.
 TEST(CollNetPlugin, PeerDyingMidCallIsAnErrorFromTest) {
   std::string dir = makeTempDir();
   std::vector<int> codes = runRanks(
@@ -662,8 +662,15 @@ TEST(CollNetPlugin, PeerDyingMidCallIsAnErrorFromTest) {
         NCCL_OK(api.init());
         void* cc = joinWorld(api, ex, "w", rank, 3);
         ex.barrier("joined", rank, 3);
-        if (rank == 2) _exit(0);  // no close: the process just disappears
-        std::vector<float> in(1 << 16, 1.0f), out(1 << 16);
+        std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
+        if (rank == 2) {
+          // Dies in the middle of a call: posts its part of the collective, then disappears
+          // without closing anything.
+          void* req = nullptr;
+          NCCL_OK(api.iallreduce(cc, in.data(), out.data(), in.size(), ncclCollFloat32, ncclCollSum,
+                                 &req));
+          _exit(0);
+        }
         ncclResult_t last = ncclSuccess;
         // The first calls may still complete before the death is noticed; within a few calls the
         // survivors must see an error.
