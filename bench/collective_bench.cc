@@ -11,6 +11,7 @@
 #include "subcommand.h"
 
 #include "terse/collectives/engine.h"
+#include "terse/compressors/auto_spec.h"
 #include "terse/kernels/numeric.h"
 
 #include <terse/communicator.h>
@@ -209,10 +210,26 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
   }
   bool firstRow = true;
   for (const std::string& spec : o.codecs) {
-    auto codec = makeCodec(spec);
-    if (!codec.isOk()) {
-      if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", codec.status().toString().c_str());
-      return 2;
+    // A codec, or the auto policy (whose pick is logged with TERSE_DEBUG=INFO).
+    std::string label;
+    bool wantsFeedback = false;
+    if (isAutoSpec(spec)) {
+      auto parsed = parseAutoSpec(spec);
+      if (!parsed.isOk()) {
+        if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", parsed.status().toString().c_str());
+        return 2;
+      }
+      label = parsed.value().canonical;
+      for (const auto& c : parsed.value().candidates)
+        wantsFeedback |= makeCodec(c).value()->wantsErrorFeedback();
+    } else {
+      auto codec = makeCodec(spec);
+      if (!codec.isOk()) {
+        if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", codec.status().toString().c_str());
+        return 2;
+      }
+      label = codec.value()->spec();
+      wantsFeedback = codec.value()->wantsErrorFeedback();
     }
     for (size_t bytes = o.minBytes; bytes <= o.maxBytes;
          bytes = std::max(bytes + 1, static_cast<size_t>(bytes * o.factor))) {
@@ -224,8 +241,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       fill(send, o.dtype, rank, kind == CollectiveKind::kAllGather ? mine.begin : 0, sendCount);
       recv.assign(recvCount * es, 0);
       std::unique_ptr<ErrorFeedback> ef;
-      if (codec.value()->wantsErrorFeedback()) {
-        auto e = ErrorFeedback::create(codec.value()->spec(), sendCount);
+      if (wantsFeedback) {
+        auto e = ErrorFeedback::create(label, sendCount);
         ef = std::make_unique<ErrorFeedback>(std::move(e).value());
       }
       CollectiveOptions opts;
@@ -286,7 +303,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
         char relText[32] = "-";
         if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);
         std::printf("%12zu %12zu %8s %6s %-36s %10.1f %8.3f %8.3f %12.0f %7.2f %10s\n", count * es,
-                    count, dataTypeName(o.dtype), reduceOpName(o.op), codec.value()->spec().c_str(),
+                    count, dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(),
                     tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, relText);
         std::fflush(stdout);
         if (json)
@@ -298,7 +315,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
                        "\"maxrelerr\": %.6e}",
                        firstRow ? "" : ",\n", collectiveName(kind), n,
                        comm.transport().describe().c_str(), count * es, count,
-                       dataTypeName(o.dtype), reduceOpName(o.op), codec.value()->spec().c_str(),
+                       dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(),
                        tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
                        o.check ? rel : 0.0);
       }

@@ -1,6 +1,8 @@
 #include "terse/communicator.h"
 
+#include "terse/collectives/auto_select.h"
 #include "terse/collectives/engine.h"
+#include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
@@ -145,8 +147,6 @@ Result<std::shared_ptr<const Codec>> Communicator::codec(const std::string& spec
 
 Work Communicator::submitCollective(int kind, const void* send, void* recv, size_t count,
                                     DataType type, ReduceOp op, const CollectiveOptions& options) {
-  auto parsed = codec(options.codec);
-  if (!parsed.isOk()) return Work::completed(parsed.status());
   CollectiveOp call;
   call.kind = static_cast<CollectiveKind>(kind);
   call.send = send;
@@ -155,6 +155,26 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
   call.dtype = type;
   call.op = op;
   call.feedback = options.feedback;
+  if (isAutoSpec(options.codec)) {
+    std::shared_ptr<AutoSelector> selector;
+    {
+      std::lock_guard<std::mutex> lock(codecMutex_);
+      auto it = selectors_.find(options.codec);
+      if (it == selectors_.end()) {
+        auto made = AutoSelector::create(options.codec);
+        if (!made.isOk()) return Work::completed(made.status());
+        it = selectors_.emplace(options.codec, std::move(made).value()).first;
+      }
+      selector = it->second;
+    }
+    // The pick (and the first call's calibration) happens in order on the worker thread.
+    return worker_->submit([this, call, selector]() mutable -> Status {
+      TERSE_ASSIGN_OR_RETURN(call.codec, selector->choose(*engine_, call));
+      return engine_->run(call);
+    });
+  }
+  auto parsed = codec(options.codec);
+  if (!parsed.isOk()) return Work::completed(parsed.status());
   std::shared_ptr<const Codec> keep = parsed.value();
   call.codec = keep.get();
   return worker_->submit([this, call, keep] { return engine_->run(call); });

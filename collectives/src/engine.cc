@@ -162,6 +162,7 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
 
 Status CollectiveEngine::run(const CollectiveOp& op) {
   TERSE_RETURN_IF_ERROR(validate(op));
+  if (op.feedback) op.feedback->prepareFor(op.codec->spec());
   const uint32_t seq = seq_++;
   TERSE_RETURN_IF_ERROR(exchangeDescriptors(op, seq));
   const bool uncompressed = op.codec->id() == CodecId::kNone;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 namespace terse {
@@ -140,13 +142,28 @@ Status CodecBase::checkParams(const wire::Header& h) const {
 }
 
 // Runs fn(const float* values) over in*scale: the kernels other than the casts take no scale,
-// so a scale other than 1 costs one extra pass through a per-thread float32 buffer.
+// so a scale other than 1 costs one extra pass through a per-thread float32 buffer (top-k
+// selects over the whole tensor, so it needs all n values at once).
 template <typename Fn>
 static auto withScaled(const void* in, DataType dt, size_t n, float scale, Fn&& fn) {
   if (scale == 1.0f) return withType(dt, in, fn);
   float* tmp = scaledScratch(n).data();
   withType(dt, in, [&](auto* p) { k::convert(p, tmp, n, scale, nullptr); });
   return fn(static_cast<const float*>(tmp));
+}
+
+// Blockwise codecs scale in chunks (a multiple of every block size, so block boundaries and
+// bit words line up) to keep the per-thread buffer small: fn(values, begin, length).
+constexpr size_t kScaleChunk = size_t{1} << 20;
+template <typename Fn>
+static void withScaledChunks(const void* in, DataType dt, size_t n, float scale, Fn&& fn) {
+  if (scale == 1.0f) return withType(dt, in, [&](auto* p) { fn(p, size_t{0}, n); });
+  float* tmp = scaledScratch(std::min(n, kScaleChunk)).data();
+  for (size_t b = 0; b < n; b += kScaleChunk) {
+    size_t len = std::min(kScaleChunk, n - b);
+    withType(dt, in, [&](auto* p) { k::convert(p + b, tmp, len, scale, nullptr); });
+    fn(static_cast<const float*>(tmp), b, len);
+  }
 }
 
 // ---- none / fp16 / bf16 ----------------------------------------------------------------------
@@ -245,8 +262,10 @@ Result<size_t> Int8Codec::encode(const void* in, DataType dt, size_t n, float* r
   auto* scales = reinterpret_cast<float*>(payload);
   auto* q = reinterpret_cast<int8_t*>(payload + 4 * blocks(n));
   uint64_t seed = roundingSeed(seed_, call.nonce);
-  withScaled(in, dt, n, call.scale, [&](auto* src) {
-    k::int8Quantize(src, n, block_, rounding_, seed, 0, residual, scales, q);
+  withScaledChunks(in, dt, n, call.scale, [&](auto* src, size_t b, size_t len) {
+    // offset b keeps element i's random draw uniform01(seed, i) whatever the chunking
+    k::int8Quantize(src, len, block_, rounding_, seed, b, residual ? residual + b : nullptr,
+                    scales + b / block_, q + b);
   });
   size_t end = 4 * blocks(n) + n, padded = 4 * blocks(n) + wire::align4(n);
   std::fill(payload + end, payload + padded, 0);
@@ -303,8 +322,10 @@ Result<size_t> OnebitCodec::encode(const void* in, DataType dt, size_t n, float*
                                    wire::Header& h) const {
   auto* scales = reinterpret_cast<float*>(payload);
   auto* bits = reinterpret_cast<uint32_t*>(payload + 4 * blocks(n));
-  withScaled(in, dt, n, call.scale,
-             [&](auto* src) { k::onebitCompress(src, n, block_, residual, scales, bits); });
+  withScaledChunks(in, dt, n, call.scale, [&](auto* src, size_t b, size_t len) {
+    k::onebitCompress(src, len, block_, residual ? residual + b : nullptr, scales + b / block_,
+                      bits + b / 32);
+  });
   h.param0 = block_;
   return 4 * blocks(n) + 4 * ((n + 31) / 32);
 }

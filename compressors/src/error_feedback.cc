@@ -2,6 +2,7 @@
 #include "terse/compressors/error_feedback.h"
 
 #include "terse/common/logging.h"
+#include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
 
 #include <algorithm>
@@ -43,22 +44,47 @@ T get(const uint8_t* p, size_t off) {
   return v;
 }
 
+// Canonical form of a codec spec or of an auto policy spec.
+Result<std::string> canonicalSpec(const std::string& spec) {
+  if (isAutoSpec(spec)) {
+    TERSE_ASSIGN_OR_RETURN(AutoSpec a, parseAutoSpec(spec));
+    return a.canonical;
+  }
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<const Codec> codec, makeCodec(spec));
+  return codec->spec();
+}
+
 }  // namespace
 
 Result<ErrorFeedback> ErrorFeedback::create(const std::string& codecSpec, size_t count) {
-  auto codec = makeCodec(codecSpec);
-  if (!codec.isOk()) return codec.status().withContext("creating error-feedback state");
+  auto canonical = canonicalSpec(codecSpec);
+  if (!canonical.isOk()) return canonical.status().withContext("creating error-feedback state");
   ErrorFeedback ef;
-  ef.spec_ = (*codec)->spec();
+  ef.spec_ = canonical.value();
   ef.worker_.assign(count, 0.0f);
   return ef;
 }
 
+void ErrorFeedback::prepareFor(const std::string& codecSpec) {
+  if (codecSpec == activeSpec_) return;
+  if (!activeSpec_.empty() && isAutoSpec(spec_))
+    TERSE_INFO(kSubsysCodec, "error feedback: %s switched from %s to %s; residuals reset",
+               spec_.c_str(), activeSpec_.c_str(), codecSpec.c_str());
+  if (!activeSpec_.empty()) reset();
+  activeSpec_ = codecSpec;
+}
+
 Status ErrorFeedback::checkCompatible(const std::string& codecSpec, size_t count) const {
-  auto codec = makeCodec(codecSpec);
-  if (!codec.isOk()) return codec.status();
-  std::string canonical = (*codec)->spec();
-  if (canonical != spec_ || count != worker_.size())
+  auto canonicalResult = canonicalSpec(codecSpec);
+  if (!canonicalResult.isOk()) return canonicalResult.status();
+  std::string canonical = canonicalResult.value();
+  bool specOk = canonical == spec_;
+  if (!specOk && isAutoSpec(spec_)) {
+    auto a = parseAutoSpec(spec_);
+    for (const auto& c : a.isOk() ? a.value().candidates : std::vector<std::string>{})
+      specOk |= c == canonical;
+  }
+  if (!specOk || count != worker_.size())
     return errorInvalidArgument(
         "error-feedback state was made for codec '%s' and %zu elements but is used with codec "
         "'%s' and %zu elements: create (or load) one state per tensor and codec",
@@ -151,11 +177,11 @@ Result<ErrorFeedback> ErrorFeedback::deserialize(const void* bytes, size_t size)
                         static_cast<unsigned long long>(serverLength), world,
                         static_cast<unsigned long long>(count));
   std::string spec(reinterpret_cast<const char*>(p + kFixedBytes), specLen);
-  auto codec = makeCodec(spec);
-  if (!codec.isOk())
+  auto canonical = canonicalSpec(spec);
+  if (!canonical.isOk())
     return errorCorrupt("%s names an invalid codec spec: %s", what,
-                        codec.status().message().c_str());
-  if ((*codec)->spec() != spec)
+                        canonical.status().message().c_str());
+  if (canonical.value() != spec)
     return errorCorrupt("%s: codec spec '%s' is not in canonical form", what, spec.c_str());
   for (size_t i = specLen; i < specBytes; ++i)
     if (p[kFixedBytes + i] != 0) return errorCorrupt("%s: nonzero spec padding", what);

@@ -33,11 +33,14 @@ class Transport;
 class Store;
 class Codec;
 class CollectiveEngine;
+class AutoSelector;
 
 // How a collective compresses. The codec spec is parsed once per communicator and cached.
 struct CollectiveOptions {
   // "none" (uncompressed), "fp16", "bf16", "int8[:block=N,round=nearest|stochastic,seed=N]",
-  // "onebit[:block=N]", "topk[:ratio=R]"; see docs/codecs.md.
+  // "onebit[:block=N]", "topk[:ratio=R]"; see docs/codecs.md. "auto[:max=NAME]" picks, per
+  // call, the codec expected to finish first among those up to NAME (default int8): see
+  // collectives/auto_select.h.
   std::string codec = "none";
   // Residuals for codecs that need error feedback (onebit, topk), owned by the caller and made for
   // this tensor: ErrorFeedback::create(codec, count) for allreduce and reduce-scatter, for this
@@ -139,6 +142,7 @@ class Communicator {
   uint64_t barrierCount_ = 0;
   std::mutex codecMutex_;
   std::map<std::string, std::shared_ptr<const Codec>> codecs_;
+  std::map<std::string, std::shared_ptr<AutoSelector>> selectors_;
   std::unique_ptr<CollectiveEngine> engine_;
   // Declared last so it is destroyed first: pending collectives finish before the engine and
   // the transport go away.

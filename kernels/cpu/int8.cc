@@ -70,9 +70,49 @@ void dequantizeAccBlock(float scale, const int8_t* TERSE_RESTRICT q, size_t n,
 
 #if TERSE_CPU_HAVE_AVX2_PATH
 // num::int8QuantizeNearest for 8 lanes, as float (an integer in [-127, 127]).
+TERSE_AVX2_INLINE __m256 clampQ8(__m256 q);
 TERSE_AVX2_INLINE __m256 quantizeNearest8(__m256 v, __m256 inv) {
-  __m256 q = _mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_CUR_DIRECTION);  // rintf
-  q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);                   // NaN -> 0
+  return clampQ8(_mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_CUR_DIRECTION));  // rintf
+}
+// num::int8QuantizeStochastic: floorf(v * inv + u).
+TERSE_AVX2_INLINE __m256 quantizeStochastic8(__m256 v, __m256 inv, __m256 u) {
+  return clampQ8(_mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(v, inv), u)));
+}
+// 64-bit lane-wise a * b (low 64 bits) from 32-bit multiplies: AVX2 has no vpmullq.
+TERSE_AVX2_INLINE __m256i mullo64(__m256i a, __m256i b) {
+  __m256i lo = _mm256_mul_epu32(a, b);
+  __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                   _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+  return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+}
+
+// num::mix64 on four lanes.
+TERSE_AVX2_INLINE __m256i mix64x4(__m256i z) {
+  z = mullo64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)),
+              _mm256_set1_epi64x(static_cast<long long>(0xbf58476d1ce4e5b9ull)));
+  z = mullo64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)),
+              _mm256_set1_epi64x(static_cast<long long>(0x94d049bb133111ebull)));
+  return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+}
+
+// num::uniform01(seed, index + j) for j = 0..7, bit for bit.
+TERSE_AVX2_INLINE __m256 uniform8(uint64_t seed, uint64_t index) {
+  const uint64_t g = 0x9e3779b97f4a7c15ull;
+  uint64_t z0 = seed + (index + 1) * g;
+  // Even elements in one vector, odd in the other, so the 32-bit results interleave in order.
+  __m256i even =
+      _mm256_setr_epi64x(static_cast<long long>(z0), static_cast<long long>(z0 + 2 * g),
+                         static_cast<long long>(z0 + 4 * g), static_cast<long long>(z0 + 6 * g));
+  __m256i odd = _mm256_add_epi64(even, _mm256_set1_epi64x(static_cast<long long>(g)));
+  __m256i re = _mm256_srli_epi64(mix64x4(even), 40);
+  __m256i ro = _mm256_srli_epi64(mix64x4(odd), 40);
+  __m256i r = _mm256_blend_epi32(re, _mm256_slli_epi64(ro, 32), 0xaa);
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(r), _mm256_set1_ps(1.0f / 16777216.0f));
+}
+
+// num::clampInt8 after the NaN check, kept in float.
+TERSE_AVX2_INLINE __m256 clampQ8(__m256 q) {
+  q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);  // NaN -> 0
   q = _mm256_min_ps(q, _mm256_set1_ps(127.0f));
   q = _mm256_max_ps(q, _mm256_set1_ps(-127.0f));
   // -0 + 0 = +0: the scalar path goes through int8_t, which has no negative zero.
@@ -88,9 +128,9 @@ TERSE_AVX2_INLINE __m256i packInt8(__m256 a, __m256 b, __m256 c, __m256 d) {
 }
 
 template <typename In>
-TERSE_AVX2 void quantizeBlockNearestAvx2(const In* TERSE_RESTRICT in, size_t n,
-                                         float* TERSE_RESTRICT residual,
-                                         float* TERSE_RESTRICT scaleOut, int8_t* TERSE_RESTRICT q) {
+TERSE_AVX2 void quantizeBlockAvx2(const In* TERSE_RESTRICT in, size_t n, Rounding rounding,
+                                  uint64_t seed, uint64_t offset, float* TERSE_RESTRICT residual,
+                                  float* TERSE_RESTRICT scaleOut, int8_t* TERSE_RESTRICT q) {
   using namespace avx2;
   __m256i maxKeys = _mm256_setzero_si256();
   size_t full8 = n / 8 * 8;
@@ -112,12 +152,14 @@ TERSE_AVX2 void quantizeBlockNearestAvx2(const In* TERSE_RESTRICT in, size_t n,
 
   const __m256 inv = _mm256_set1_ps(invScale), sc = _mm256_set1_ps(scale);
   size_t full32 = n / 32 * 32;
+  bool stochastic = rounding == Rounding::kStochastic;
   for (size_t i = 0; i < full32; i += 32) {
     __m256 v[4], qf[4];
     for (int j = 0; j < 4; ++j) {
       v[j] = load8(in + i + 8 * j);
       if (residual) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(residual + i + 8 * j));
-      qf[j] = quantizeNearest8(v[j], inv);
+      qf[j] = stochastic ? quantizeStochastic8(v[j], inv, uniform8(seed, offset + i + 8 * j))
+                         : quantizeNearest8(v[j], inv);
       if (residual)
         _mm256_storeu_ps(residual + i + 8 * j, avx2::residualOf(v[j], _mm256_mul_ps(qf[j], sc)));
     }
@@ -125,7 +167,9 @@ TERSE_AVX2 void quantizeBlockNearestAvx2(const In* TERSE_RESTRICT in, size_t n,
   }
   for (size_t i = full32; i < n; ++i) {
     float v = valueAt(in, residual, i);
-    int8_t c = num::int8QuantizeNearest(v, invScale);
+    int8_t c = stochastic
+                   ? num::int8QuantizeStochastic(v, invScale, num::uniform01(seed, offset + i))
+                   : num::int8QuantizeNearest(v, invScale);
     q[i] = c;
     if (residual) residual[i] = num::residualOf(v, num::int8Dequantize(c, scale));
   }
@@ -172,10 +216,9 @@ void int8Quantize(const In* in, size_t n, size_t block, Rounding rounding, uint6
   bool avx = detail::useAvx2();
   forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
 #if TERSE_CPU_HAVE_AVX2_PATH
-    // Stochastic rounding's 64-bit hashing has no AVX2 multiply; it stays on the portable loop.
-    if (avx && rounding == Rounding::kNearest)
-      return quantizeBlockNearestAvx2(in + s, len, residual ? residual + s : nullptr, scales + bi,
-                                      q + s);
+    if (avx)
+      return quantizeBlockAvx2(in + s, len, rounding, seed, offset + s,
+                               residual ? residual + s : nullptr, scales + bi, q + s);
 #endif
     quantizeBlock(in + s, len, rounding, seed, offset + s, residual ? residual + s : nullptr,
                   scales + bi, q + s);

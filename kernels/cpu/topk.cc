@@ -5,7 +5,9 @@
 #include "simd_avx2.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 namespace terse::kernels::cpu {
 namespace {
@@ -53,7 +55,9 @@ struct TopkJob {
   float* values = nullptr;
   uint32_t* candIdx = nullptr;
   uint32_t* candKey = nullptr;
-  uint32_t bucket0 = 0;  // the chosen level-0 digit
+  uint32_t bucket0 = 0;     // the chosen level-0 digit
+  uint32_t lowerBound = 0;  // sampled path: keep every key >= this
+  size_t candCap = 0;       // sampled path: candidate slots per piece
   bool avx = false;
 
   size_t begin(size_t p) const { return std::min(n, p * chunk); }
@@ -83,6 +87,35 @@ struct TopkJob {
         ++out;
       }
     }
+  }
+
+  // Sampled path: every element with key >= lowerBound, up to candCap per piece; candCount
+  // counts them all, so an overflow is visible.
+  void collectAboveScalar(size_t p) {
+    PieceState& st = state[p];
+    uint64_t count = 0;
+    collectAboveRange(begin(p), end(p), st, count);
+    st.candCount = count;
+  }
+  void collectAboveRange(size_t b, size_t e, PieceState& st, uint64_t& count) {
+    for (size_t i = b; i < e; ++i) {
+      float v = valueAt(in, residual, i);
+      if (residual) residual[i] = v;  // provisional: unselected keeps v (selected reset later)
+      uint32_t key = num::magnitudeKey(v);
+      if (key >= lowerBound) {
+        if (count < candCap) {
+          candIdx[st.candBegin + count] = static_cast<uint32_t>(i);
+          candKey[st.candBegin + count] = key;
+        }
+        ++count;
+      }
+    }
+  }
+  void collectAbove(size_t p) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+    if (avx) return collectAboveAvx2(p);
+#endif
+    collectAboveScalar(p);
   }
 
   void writeScalar(size_t p) {
@@ -193,6 +226,32 @@ struct TopkJob {
     }
   }
 
+  TERSE_AVX2 void collectAboveAvx2(size_t p) {
+    PieceState& st = state[p];
+    uint64_t count = 0;
+    size_t b = begin(p), e = end(p), i = b;
+    const __m256i atLeast = _mm256_set1_epi32(static_cast<int>(lowerBound) - 1);
+    alignas(32) uint32_t keys[8];
+    for (; i + 8 <= e; i += 8) {
+      __m256 v = value8(i);
+      if (residual) _mm256_storeu_ps(residual + i, v);  // provisional, as in the scalar loop
+      __m256i key = avx2::magnitudeKey(v);
+      int m = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, atLeast)));
+      if (!m) continue;
+      _mm256_store_si256(reinterpret_cast<__m256i*>(keys), key);
+      for (; m; m &= m - 1) {
+        int l = __builtin_ctz(static_cast<unsigned>(m));
+        if (count < candCap) {
+          candIdx[st.candBegin + count] = static_cast<uint32_t>(i + l);
+          candKey[st.candBegin + count] = keys[l];
+        }
+        ++count;
+      }
+    }
+    collectAboveRange(i, e, st, count);
+    st.candCount = count;
+  }
+
   TERSE_AVX2 void writeAvx2(size_t p) {
     size_t out = state[p].outOffset;
     uint64_t eqLeft = state[p].takeEqual;
@@ -247,9 +306,44 @@ uint32_t chooseDigit(const uint64_t* hist, uint32_t digits, uint64_t remaining, 
 
 }  // namespace
 
+constexpr size_t kSamples = 16384;
+
+// A key that about 2k + 1024 of the n elements reach, from kSamples evenly spaced ones.
 template <typename In>
-size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scratch,
-                    uint32_t* indices, float* values) {
+uint32_t sampleBound(const TopkJob<In>& job, size_t k) {
+  static thread_local uint32_t keys[kSamples];
+  size_t n = job.n;
+  for (size_t j = 0; j < kSamples; ++j)
+    keys[j] = num::magnitudeKey(valueAt(job.in, job.residual, j * n / kSamples));
+  double target = 2.0 * static_cast<double>(k) + 1024.0;
+  size_t rank = static_cast<size_t>(std::ceil(target * kSamples / static_cast<double>(n)));
+  if (rank >= kSamples) return 0;
+  std::nth_element(keys, keys + rank, keys + kSamples, std::greater<uint32_t>());
+  return keys[rank];
+}
+
+// Places the selection: `remaining` keys equal to T are taken, lowest indices first (pieces
+// in index order), then one stable pass per piece writes indices, values and residuals.
+template <typename In>
+size_t finish(TopkJob<In>& job, uint64_t remaining, uint32_t* indices, float* values, size_t k) {
+  job.threshold = job.prefix;
+  uint64_t eqLeft = remaining, offset = 0;
+  for (size_t p = 0; p < job.pieces; ++p) {
+    PieceState& st = job.state[p];
+    st.takeEqual = std::min(eqLeft, st.equal);
+    eqLeft -= st.takeEqual;
+    st.outOffset = offset;
+    offset += st.greater + st.takeEqual;
+  }
+  job.indices = indices;
+  job.values = values;
+  forPieces(job, &TopkJob<In>::write);
+  return k;
+}
+
+template <typename In>
+size_t topkSelect(const In* in, size_t n, size_t k, float* residual, void* scratch,
+                  uint32_t* indices, float* values, bool allowSampling) {
   k = std::min(k, n);
   if (k == 0) {  // nothing sent: the whole value stays in the residual
     if (residual)
@@ -287,6 +381,71 @@ size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scr
     job.prefix |= chosen << kShift[level];
     job.prefixMask |= (kDigits[level] - 1) << kShift[level];
   };
+
+  // Sampled path: a lower bound on the k-th key guessed from a sample keeps a small superset of
+  // the selection in one pass; the exact select then runs on that superset. When the guess
+  // keeps too few (fewer than k) or too many (past the scratch) the radix path below runs.
+  size_t perPiece = candidateCapacity(n) / job.pieces;
+  if (allowSampling && n >= kSamples && 3 * k + 2048 <= perPiece) {
+    job.lowerBound = sampleBound(job, k);
+    job.candCap = perPiece;
+    for (size_t p = 0; p < job.pieces; ++p) job.state[p].candBegin = p * perPiece;
+    forPieces(job, &TopkJob<In>::collectAbove);
+    uint64_t found = 0;
+    bool overflow = false;
+    for (size_t p = 0; p < job.pieces; ++p) {
+      found += job.state[p].candCount;
+      overflow |= job.state[p].candCount > perPiece;
+    }
+    if (!overflow && found >= k) {
+      for (int level = 0; level < kLevels; ++level) {
+        uint32_t digits = kDigits[level];
+        std::fill(total, total + digits, 0);
+        for (size_t p = 0; p < job.pieces; ++p) {
+          const PieceState& st = job.state[p];
+          for (size_t c = st.candBegin; c < st.candBegin + st.candCount; ++c) {
+            uint32_t key = job.candKey[c];
+            if ((key & job.prefixMask) == job.prefix)
+              ++total[(key >> kShift[level]) & (digits - 1)];
+          }
+        }
+        uint64_t above;
+        uint32_t d = chooseDigit(total, digits, remaining, &above);
+        decide(level, d, above);
+      }
+      // Every key >= T is a candidate (T >= lowerBound because >= k keys are) and the
+      // candidates are in index order, so the selection is read off them; the residual already
+      // holds v everywhere and only the selected positions drop to 0.
+      uint32_t t = job.prefix;
+      uint64_t eqLeft = remaining;
+      size_t out = 0;
+      for (size_t p = 0; p < job.pieces; ++p) {
+        const PieceState& st = job.state[p];
+        for (size_t c = st.candBegin; c < st.candBegin + st.candCount; ++c) {
+          uint32_t key = job.candKey[c];
+          if (key < t || (key == t && eqLeft == 0)) continue;
+          eqLeft -= key == t;
+          uint32_t i = job.candIdx[c];
+          indices[out] = i;
+          if (residual) {
+            values[out] = residual[i];
+            residual[i] = 0.0f;
+          } else {
+            values[out] = num::load(in, i);
+          }
+          ++out;
+        }
+      }
+      return out;
+    }
+    if (residual) {
+      // The residual already holds v = in + old residual: select from it alone.
+      size_t got = topkSelect(static_cast<const float*>(residual), n, k, nullptr, scratch, indices,
+                              values, false);
+      for (size_t j = 0; j < got; ++j) residual[indices[j]] = 0.0f;
+      return got;
+    }
+  }
 
   // Level 0 over the whole input (parallel).
   job.level = 0;
@@ -345,20 +504,13 @@ size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scr
       decide(level, chosen, above);
     }
   }
-  job.threshold = job.prefix;
-  // `remaining` elements equal to T are taken, lowest indices first: pieces in index order.
-  uint64_t eqLeft = remaining, offset = 0;
-  for (size_t p = 0; p < job.pieces; ++p) {
-    PieceState& st = job.state[p];
-    st.takeEqual = std::min(eqLeft, st.equal);
-    eqLeft -= st.takeEqual;
-    st.outOffset = offset;
-    offset += st.greater + st.takeEqual;
-  }
-  job.indices = indices;
-  job.values = values;
-  forPieces(job, &TopkJob<In>::write);
-  return k;
+  return finish(job, remaining, indices, values, k);
+}
+
+template <typename In>
+size_t topkCompress(const In* in, size_t n, size_t k, float* residual, void* scratch,
+                    uint32_t* indices, float* values) {
+  return topkSelect(in, n, k, residual, scratch, indices, values, true);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 namespace terse::test {
 namespace {
@@ -372,6 +373,85 @@ TEST(NonFinite, TopkAlwaysSendsNaNAndInf) {
   EXPECT_EQ(s.decoded[50], 1e30f);
   EXPECT_EQ(s.residual[10], 0.0f);
   EXPECT_EQ(s.residual[0], 1.0f);
+}
+
+}  // namespace
+}  // namespace terse::test
+
+namespace terse::test {
+namespace {
+
+// CodecCall::scale is exactly "multiply in float32 first": the bytes equal those of compressing
+// pre-scaled input, residual included, across the chunking the blockwise codecs use (n spans
+// several 2^20-element chunks and ends mid-block).
+TEST(CodecScale, EqualsPrescaledInputByteForByte) {
+  const size_t n = (size_t{3} << 19) + 77;
+  auto x = randomValues(n, 21);
+  std::vector<float> pre(n);
+  for (size_t i = 0; i < n; ++i) pre[i] = x[i] * 0.125f;
+  for (std::string spec : {"fp16", "int8:block=64", "int8:round=stochastic,seed=4",
+                           "onebit:block=32", "topk:ratio=0.001"}) {
+    SCOPED_TRACE(spec);
+    auto c = codecOrDie(spec);
+    WireBuffer a(c->maxWireBytes(n)), b(c->maxWireBytes(n));
+    auto ra = randomValues(n, 22, 0.01f), rb = ra;
+    CodecCall scaled;
+    scaled.scale = 0.125f;
+    scaled.nonce = 9;
+    CodecCall plain;
+    plain.nonce = 9;
+    auto la =
+        c->compress(x.data(), DataType::kFloat32, n, ra.data(), a.data(), a.capacity(), scaled);
+    auto lb =
+        c->compress(pre.data(), DataType::kFloat32, n, rb.data(), b.data(), b.capacity(), plain);
+    ASSERT_TRUE(la.isOk() && lb.isOk());
+    ASSERT_EQ(*la, *lb);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), *la));
+    EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), n * 4));
+  }
+}
+
+// Codecs are immutable and shared: concurrent calls from several threads give the bytes a
+// single thread gives.
+TEST(CodecThreads, ConcurrentCallsMatchSerial) {
+  const int kThreads = 4;
+  const size_t n = 150001;
+  for (std::string spec : {"fp16", "int8:round=stochastic", "onebit", "topk"}) {
+    SCOPED_TRACE(spec);
+    auto c = codecOrDie(spec);
+    std::vector<std::vector<float>> inputs;
+    std::vector<std::vector<uint8_t>> serial;
+    for (int t = 0; t < kThreads; ++t) {
+      inputs.push_back(randomValues(n, 100 + t));
+      WireBuffer w(c->maxWireBytes(n));
+      CodecCall call;
+      call.scale = 0.5f;
+      call.nonce = t;
+      auto r = c->compress(inputs[t].data(), DataType::kFloat32, n, nullptr, w.data(), w.capacity(),
+                           call);
+      ASSERT_TRUE(r.isOk());
+      serial.emplace_back(w.u8(), w.u8() + *r);
+    }
+    std::vector<std::vector<uint8_t>> parallel(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 3; ++rep) {
+          WireBuffer w(c->maxWireBytes(n));
+          CodecCall call;
+          call.scale = 0.5f;
+          call.nonce = t;
+          auto r = c->compress(inputs[t].data(), DataType::kFloat32, n, nullptr, w.data(),
+                               w.capacity(), call);
+          if (r.isOk()) parallel[t].assign(w.u8(), w.u8() + *r);
+          std::vector<float> acc(n, 0.0f);
+          if (r.isOk() && !c->decompressAccumulate(w.data(), *r, acc.data(), n).isOk())
+            parallel[t].clear();
+        }
+      });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) EXPECT_EQ(parallel[t], serial[t]) << "thread " << t;
+  }
 }
 
 }  // namespace

@@ -21,14 +21,20 @@ namespace terse {
 class ErrorFeedback {
  public:
   // For a tensor of `count` elements compressed with `codecSpec` (canonicalized; an invalid spec
-  // is an error). Residuals start at zero.
+  // is an error). Residuals start at zero. An auto policy spec ("auto:max=onebit") makes a state
+  // that serves whichever codec the policy picks; the residuals reset when the pick changes.
   static Result<ErrorFeedback> create(const std::string& codecSpec, size_t count);
 
   size_t count() const { return worker_.size(); }
   const std::string& codecSpec() const { return spec_; }
 
-  // kInvalidArgument naming both sides when this object was made for another codec or size.
+  // kInvalidArgument naming both sides when this object was made for another codec or size
+  // (an auto state accepts each codec its policy allows).
   Status checkCompatible(const std::string& codecSpec, size_t count) const;
+
+  // Called by the collectives before a call with the concrete codec `codecSpec`: residuals left
+  // by a different codec are reset (they mean something else), so only auto states ever reset.
+  void prepareFor(const std::string& codecSpec);
 
   // The worker residual: count() floats.
   float* worker() { return worker_.data(); }
@@ -52,6 +58,7 @@ class ErrorFeedback {
 
  private:
   std::string spec_;
+  std::string activeSpec_;  // the concrete codec of the last call (auto states)
   std::vector<float> worker_;
   std::vector<float> server_;
   size_t serverOffset_ = 0;
