@@ -4,6 +4,7 @@
 
 #include "terse/common/env.h"
 #include "terse/communicator.h"
+#include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
 #include "terse/rendezvous/store.h"
@@ -209,6 +210,45 @@ void log(LogLevel level, const char* file, int line, const char* fmt, ...) {
 
 bool supported(int dataType, int redOp) { return mapType(dataType).isOk() && mapOp(redOp).isOk(); }
 
+namespace {
+
+// Canonicalises *spec (a codec or an `auto[:max=NAME]` policy) and says whether it may need
+// error feedback (onebit, topk, or an auto policy that allows them). A spec terse does not know
+// is a WARN and becomes "none".
+Result<bool> validateSpec(std::string* spec) {
+  if (isAutoSpec(*spec)) {
+    auto parsed = parseAutoSpec(*spec);
+    if (parsed.isOk()) {
+      bool feedback = false;
+      for (const std::string& candidate : parsed->candidates) {
+        TERSE_ASSIGN_OR_RETURN(std::shared_ptr<const Codec> codec, makeCodec(candidate));
+        feedback |= codec->wantsErrorFeedback();
+      }
+      *spec = parsed->canonical;
+      return feedback;
+    }
+    COLLNET_WARN(
+        "TERSE_COLLNET_CODEC='%s' is not a codec terse knows (%s); CollNet runs "
+        "uncompressed (codec none)",
+        spec->c_str(), parsed.status().message().c_str());
+    *spec = "none";
+    return false;
+  }
+  auto codec = makeCodec(*spec);
+  if (!codec.isOk()) {
+    COLLNET_WARN(
+        "TERSE_COLLNET_CODEC='%s' is not a codec terse knows (%s); CollNet runs "
+        "uncompressed (codec none)",
+        spec->c_str(), codec.status().message().c_str());
+    *spec = "none";
+    return false;
+  }
+  *spec = (*codec)->spec();
+  return (*codec)->wantsErrorFeedback();
+}
+
+}  // namespace
+
 Result<Config> loadConfig() {
   Config c;
   TERSE_ASSIGN_OR_RETURN(int64_t timeoutMs, envInt("TERSE_TIMEOUT_MS"));
@@ -223,25 +263,18 @@ Result<Config> loadConfig() {
   }
   TERSE_ASSIGN_OR_RETURN(std::string spec, envString("TERSE_COLLNET_CODEC"));
   if (spec.empty()) spec = "none";
-  auto codec = makeCodec(spec);
-  if (!codec.isOk()) {
-    COLLNET_WARN(
-        "TERSE_COLLNET_CODEC='%s' is not a codec terse knows (%s); CollNet runs "
-        "uncompressed (codec none)",
-        spec.c_str(), codec.status().message().c_str());
-    spec = "none";
-  } else if ((*codec)->wantsErrorFeedback() && period == 0) {
+  TERSE_ASSIGN_OR_RETURN(bool needsFeedback, validateSpec(&spec));
+  if (needsFeedback && period == 0) {
     COLLNET_WARN(
         "TERSE_COLLNET_CODEC='%s' needs error feedback, which needs "
         "TERSE_COLLNET_EF_PERIOD (iallreduce + ireducescatter calls per training step); "
         "it is unset, so CollNet runs uncompressed (codec none)",
         spec.c_str());
     spec = "none";
-  } else {
-    spec = (*codec)->spec();
-    c.errorFeedback = (*codec)->wantsErrorFeedback();
-    if (c.errorFeedback) c.efPeriod = period;
+    needsFeedback = false;
   }
+  c.errorFeedback = needsFeedback;
+  if (c.errorFeedback) c.efPeriod = period;
   c.codec = spec;
   TERSE_ASSIGN_OR_RETURN(DeviceInfo dev, discoverDevice());
   c.host = numericHost(dev.bindAddr);

@@ -267,7 +267,8 @@ void sweepRank(int rank, int nranks, const std::string& dir, const std::string& 
   HARNESS_CHECK(ndev == 1, "devices = %d", ndev);
   void* cc = joinWorld(api, ex, "w", rank, nranks);
   auto direct = directWorld(ex, "d", rank, nranks);
-  const std::string directCodec = codec.rfind("auto", 0) == 0 ? "none" : codec;
+  // A codec the plugin rejects runs as none.
+  const std::string directCodec = codec.rfind("zstd", 0) == 0 ? "none" : codec;
   const bool ef = directCodec.rfind("onebit", 0) == 0 || directCodec.rfind("topk", 0) == 0;
   int step = 0;
   for (const TypeCase& t : kTypes) {
@@ -441,9 +442,56 @@ TEST(CollNetPlugin, UnknownCodecWarnsAndRunsUncompressed) {
   std::vector<int> codes = runRanks(
       2,
       [&](int rank) {
-        sweepRank(rank, 2, dir, "auto:max=int8", 11, false);
-        HARNESS_CHECK(warned("TERSE_COLLNET_CODEC='auto:max=int8' is not a codec"),
+        sweepRank(rank, 2, dir, "zstd:level=3", 11, false);
+        HARNESS_CHECK(warned("TERSE_COLLNET_CODEC='zstd:level=3' is not a codec"),
                       "no WARN about the unknown codec");
+      },
+      240);
+  expectAllPassed(codes);
+  removeTree(dir);
+}
+
+// `auto` picks a codec per call from a model calibrated on each communicator, so its bits are
+// not compared with a second communicator: every rank must agree bit for bit, and the result
+// must stay within what the least exact allowed codec (int8, two quantisations) can lose.
+TEST(CollNetPlugin, AutoPolicyIsAcceptedAndRanksAgree) {
+  std::string dir = makeTempDir();
+  const int nranks = 2;
+  std::vector<int> codes = runRanks(
+      nranks,
+      [&](int rank) {
+        useLoopback();
+        setenv("TERSE_COLLNET_CODEC", "auto:max=int8", 1);
+        Exchange ex(dir);
+        CollApi api(kPluginPath, 11);
+        NCCL_OK(api.init());
+        HARNESS_CHECK(!warned("is not a codec"), "auto:max=int8 was rejected");
+        void* cc = joinWorld(api, ex, "w", rank, nranks);
+        int call = 0;
+        for (size_t count : kCounts) {
+          std::vector<uint8_t> in = makeInput(DataType::kFloat32, count, 10 * rank + call);
+          std::vector<float> out(count);
+          void* req = nullptr;
+          NCCL_OK(
+              api.iallreduce(cc, in.data(), out.data(), count, ncclCollFloat32, ncclCollSum, &req));
+          int size = 0;
+          NCCL_OK(waitColl(api, req, &size));
+          checkSameAcrossRanks(ex, "auto" + std::to_string(call), rank, nranks, out.data(),
+                               count * 4);
+          std::vector<std::vector<uint8_t>> all;
+          for (int r = 0; r < nranks; ++r)
+            all.push_back(makeInput(DataType::kFloat32, count, 10 * r + call));
+          for (size_t i = 0; i < count; ++i) {
+            double want = 0;
+            for (int r = 0; r < nranks; ++r) want += loadAt(DataType::kFloat32, all[r].data(), i);
+            // int8: half a step of max|x|/127 per rank's value, then of the sum's block max.
+            HARNESS_CHECK(
+                std::fabs(out[i] - want) <= nranks * 0.5 / 127 + nranks * 0.5 / 127 + 1e-5,
+                "auto: element %zu of %zu is %g, want %g", i, count, out[i], want);
+          }
+          ++call;
+        }
+        NCCL_OK(api.closeColl(cc));
       },
       240);
   expectAllPassed(codes);
