@@ -498,6 +498,43 @@ TEST(CollNetPlugin, AutoPolicyIsAcceptedAndRanksAgree) {
   removeTree(dir);
 }
 
+// auto allowing onebit/topk needs residuals: with a period they are kept per position like a
+// fixed codec's, and every rank still ends each call with the same bits.
+TEST(CollNetPlugin, AutoPolicyWithErrorFeedbackKeepsRanksIdentical) {
+  std::string dir = makeTempDir();
+  const int nranks = 2;
+  std::vector<int> codes = runRanks(
+      nranks,
+      [&](int rank) {
+        useLoopback();
+        setenv("TERSE_COLLNET_CODEC", "auto:max=onebit", 1);
+        setenv("TERSE_COLLNET_EF_PERIOD", "2", 1);
+        Exchange ex(dir);
+        CollApi api(kPluginPath, 11);
+        NCCL_OK(api.init());
+        HARNESS_CHECK(!warned("TERSE_COLLNET_CODEC"), "auto:max=onebit with a period was rejected");
+        void* cc = joinWorld(api, ex, "w", rank, nranks);
+        for (int step = 0; step < 10; ++step)
+          for (size_t count : {size_t{5000}, size_t{70000}}) {
+            std::vector<uint8_t> in = makeInput(DataType::kFloat32, count, 3 * rank + step);
+            std::vector<float> out(count);
+            void* req = nullptr;
+            NCCL_OK(api.iallreduce(cc, in.data(), out.data(), count, ncclCollFloat32, ncclCollAvg,
+                                   &req));
+            int size = 0;
+            NCCL_OK(waitColl(api, req, &size));
+            for (float v : out) HARNESS_CHECK(std::isfinite(v), "non-finite result");
+            checkSameAcrossRanks(ex, "s" + std::to_string(step) + "c" + std::to_string(count), rank,
+                                 nranks, out.data(), count * 4);
+          }
+        HARNESS_CHECK(!warned("sequence changed"), "a stable sequence must not reset");
+        NCCL_OK(api.closeColl(cc));
+      },
+      240);
+  expectAllPassed(codes);
+  removeTree(dir);
+}
+
 TEST(CollNetPlugin, WindowsAndSizesItCannotRunAreInvalidUsage) {
   std::string dir = makeTempDir();
   std::vector<int> codes = runRanks(
