@@ -50,6 +50,14 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "the link has none, e.g. loopback)."},
       {"TERSE_NET_MAX_RECVS", "int", "8",
        "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8."},
+      {"TERSE_COLLNET_CODEC", "string", "none",
+       "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
+       "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec is a "
+       "WARN at init and runs uncompressed."},
+      {"TERSE_COLLNET_EF_PERIOD", "int", "0",
+       "NCCL CollNet plugin: iallreduce + ireducescatter calls per training step; residuals of "
+       "error-feedback codecs (onebit, topk) are kept per position in that sequence. 0 = unset: "
+       "such codecs fall back to none."},
   };
   return kRegistry;
 }

@@ -1,0 +1,425 @@
+// The exported NCCL CollNet tables (v11, and v10/v9/v8 shims) over collnet_comm. Every entry
+// point is a firewall: it returns an ncclResult_t, logs a failure once, and lets no exception
+// out.
+#include "collnet_comm.h"
+#include "net_device.h"
+
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+
+namespace terse::plugin::collnet {
+namespace {
+
+struct Context {
+  Config config;
+};
+
+// Per load of the library (dlclose resets it).
+struct State {
+  std::mutex mu;
+  std::optional<DeviceInfo> device;
+  std::optional<Config> legacy;  // v8..v10 have one init and no context
+  int liveContexts = 0;
+  ~State() { setLogger(nullptr); }
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+ncclResult_t toNccl(const Status& s, const char* entry) {
+  if (s.isOk()) return ncclSuccess;
+  COLLNET_WARN("%s failed: %s", entry, s.message().c_str());
+  switch (s.code()) {
+    case StatusCode::kOk: return ncclSuccess;
+    case StatusCode::kInvalidArgument: return ncclInvalidArgument;
+    case StatusCode::kUnsupported: return ncclInvalidArgument;
+    case StatusCode::kInvalidUsage: return ncclInvalidUsage;
+    case StatusCode::kRemoteError: return ncclRemoteError;
+    case StatusCode::kTimeout: return ncclRemoteError;
+    case StatusCode::kSystemError: return ncclSystemError;
+    case StatusCode::kInProgress: return ncclInProgress;
+    case StatusCode::kCorrupt:
+    case StatusCode::kInternal: return ncclInternalError;
+  }
+  return ncclInternalError;
+}
+
+template <typename Body>
+ncclResult_t guarded(const char* entry, Body&& body) noexcept {
+  try {
+    return toNccl(body(), entry);
+  } catch (const std::bad_alloc&) {
+    COLLNET_WARN("%s failed: out of memory", entry);
+    return ncclSystemError;
+  } catch (const std::exception& e) {
+    COLLNET_WARN("%s failed: internal error: %s", entry, e.what());
+    return ncclInternalError;
+  } catch (...) {
+    COLLNET_WARN("%s failed: unknown internal error", entry);
+    return ncclInternalError;
+  }
+}
+
+Status notNull(const void* p, const char* entry, const char* what) {
+  if (p == nullptr) return errorInvalidArgument("%s: %s is NULL", entry, what);
+  return Status::ok();
+}
+
+Result<Config> initCommon(ncclDebugLogger_t logger) {
+  if (logger != nullptr) setLogger(logger);
+  State& s = state();
+  if (!s.device) {
+    TERSE_ASSIGN_OR_RETURN(DeviceInfo dev, discoverDevice());
+    s.device = std::move(dev);
+  }
+  TERSE_ASSIGN_OR_RETURN(Config config, loadConfig());
+  COLLNET_INFO("CollNet over UCX via %s (%s), codec %s%s", s.device->name.c_str(),
+               config.host.c_str(), config.codec.c_str(),
+               config.errorFeedback ? " with error feedback per call position" : "");
+  return config;
+}
+
+ncclResult_t initV11(void** ctx, uint64_t, ncclDebugLogger_t logger) {
+  return guarded("init", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(ctx, "init", "ctx"));
+    *ctx = nullptr;
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    TERSE_ASSIGN_OR_RETURN(Config config, initCommon(logger));
+    *ctx = new Context{std::move(config)};
+    ++s.liveContexts;
+    return Status::ok();
+  });
+}
+
+ncclResult_t finalizeV11(void* ctx) {
+  return guarded("finalize", [&]() -> Status {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (ctx != nullptr) {
+      delete static_cast<Context*>(ctx);
+      --s.liveContexts;
+    }
+    // Nothing may call NCCL's logger once its last context is gone: NCCL may dlclose us.
+    if (s.liveContexts == 0 && !s.legacy) setLogger(nullptr);
+    return Status::ok();
+  });
+}
+
+ncclResult_t initLegacy(ncclDebugLogger_t logger) {
+  return guarded("init", [&]() -> Status {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    TERSE_ASSIGN_OR_RETURN(Config config, initCommon(logger));
+    s.legacy = std::move(config);
+    return Status::ok();
+  });
+}
+
+ncclResult_t devices(int* ndev) {
+  return guarded("devices", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(ndev, "devices", "ndev"));
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    *ndev = s.device ? 1 : 0;
+    return Status::ok();
+  });
+}
+
+Status checkDev(int dev) {
+  if (dev != 0) return errorInvalidArgument("device %d does not exist (terse has device 0)", dev);
+  if (!state().device) return errorInvalidUsage("getProperties before a successful init");
+  return Status::ok();
+}
+
+ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
+  return guarded("getProperties", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(props, "getProperties", "props"));
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    TERSE_RETURN_IF_ERROR(checkDev(dev));
+    std::memset(props, 0, sizeof(*props));
+    props->name = const_cast<char*>(s.device->name.c_str());
+    props->pciPath =
+        s.device->pciPath.empty() ? nullptr : const_cast<char*>(s.device->pciPath.c_str());
+    props->guid = s.device->guid;
+    props->ptrSupport = NCCL_PTR_HOST;  // NCCL stages CollNet data in host memory for us
+    props->regIsGlobal = 0;
+    props->forceFlush = 0;
+    props->speed = s.device->speedMbps;
+    props->port = 0;
+    props->latency = 0;
+    props->maxComms = 65536;
+    props->maxRecvs = 1;
+    props->netDeviceType = NCCL_NET_DEVICE_HOST;
+    props->netDeviceVersion = 0;
+    props->vProps.ndevs = 1;
+    props->vProps.devs[0] = 0;
+    props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+    props->maxCollBytes = NCCL_MAX_COLLNET_SIZE_BYTES;
+    props->maxMultiRequestSize = 1;
+    return Status::ok();
+  });
+}
+
+ncclResult_t getPropertiesV10(int dev, ncclNetProperties_v10_t* props) {
+  if (props == nullptr) return ncclInvalidArgument;
+  ncclNetProperties_v11_t p;
+  ncclResult_t r = getPropertiesV11(dev, &p);
+  if (r != ncclSuccess) return r;
+  static_assert(sizeof(ncclNetProperties_v10_t) <= sizeof(ncclNetProperties_v11_t), "prefix");
+  std::memcpy(props, &p, sizeof(*props));  // v10 is v11 without its last field
+  return ncclSuccess;
+}
+
+ncclResult_t getPropertiesV8(int dev, ncclNetProperties_v8_t* props) {
+  if (props == nullptr) return ncclInvalidArgument;
+  ncclNetProperties_v11_t p;
+  ncclResult_t r = getPropertiesV11(dev, &p);
+  if (r != ncclSuccess) return r;
+  std::memset(props, 0, sizeof(*props));
+  props->name = p.name;
+  props->pciPath = p.pciPath;
+  props->guid = p.guid;
+  props->ptrSupport = p.ptrSupport;
+  props->regIsGlobal = p.regIsGlobal;
+  props->speed = p.speed;
+  props->port = p.port;
+  props->latency = p.latency;
+  props->maxComms = p.maxComms;
+  props->maxRecvs = p.maxRecvs;
+  props->netDeviceType = p.netDeviceType;
+  props->netDeviceVersion = p.netDeviceVersion;
+  return ncclSuccess;
+}
+
+ncclResult_t listenWith(const Config& config, int dev, void* handle, void** listenComm) {
+  return guarded("listen", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(listenComm, "listen", "listenComm"));
+    *listenComm = nullptr;
+    if (dev != 0) return errorInvalidArgument("listen: device %d does not exist", dev);
+    TERSE_ASSIGN_OR_RETURN(ListenComm * lc, listen(config, handle));
+    *listenComm = lc;
+    return Status::ok();
+  });
+}
+
+ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listenComm) {
+  if (ctx == nullptr) {
+    COLLNET_WARN("listen failed: ctx is NULL (init did not succeed)");
+    return ncclInvalidUsage;
+  }
+  return listenWith(static_cast<Context*>(ctx)->config, dev, handle, listenComm);
+}
+
+ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
+  std::optional<Config> config;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    config = state().legacy;
+  }
+  if (!config) {
+    COLLNET_WARN("listen failed: called before a successful init");
+    return ncclInvalidUsage;
+  }
+  return listenWith(*config, dev, handle, listenComm);
+}
+
+ncclResult_t connectColl(void* handles[], int nranks, int rank, void* listenComm, void** collComm) {
+  return guarded("connect", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(collComm, "connect", "collComm"));
+    *collComm = nullptr;
+    TERSE_ASSIGN_OR_RETURN(CollComm * cc,
+                           connect(handles, nranks, rank, static_cast<ListenComm*>(listenComm)));
+    *collComm = cc;
+    return Status::ok();
+  });
+}
+
+ncclResult_t reduceSupport(int dataType, int redOp, int* supportedOut) {
+  return guarded("reduceSupport", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(supportedOut, "reduceSupport", "supported"));
+    *supportedOut = supported(dataType, redOp) ? 1 : 0;
+    return Status::ok();
+  });
+}
+
+// Registration is bookkeeping only: terse hands host buffers to UCX per call.
+struct MemoryRegion {
+  void* data;
+  size_t size;
+};
+
+ncclResult_t regMr(void* collComm, void* data, size_t size, int type, void** mhandle) {
+  return guarded("regMr", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(collComm, "regMr", "collComm"));
+    TERSE_RETURN_IF_ERROR(notNull(mhandle, "regMr", "mhandle"));
+    *mhandle = nullptr;
+    if (type != NCCL_PTR_HOST)
+      return errorInvalidArgument(
+          "regMr: pointer type %#x is not host memory (terse's CollNet "
+          "reports ptrSupport = NCCL_PTR_HOST only)",
+          type);
+    *mhandle = new MemoryRegion{data, size};
+    return Status::ok();
+  });
+}
+
+ncclResult_t regMrDmaBuf(void* collComm, void* data, size_t size, int type, uint64_t, int fd,
+                         void** mhandle) {
+  if (fd >= 0 || type == NCCL_PTR_DMABUF) {
+    COLLNET_WARN("regMrDmaBuf failed: DMA-BUF registration is not supported (host memory only)");
+    return ncclInvalidArgument;
+  }
+  return regMr(collComm, data, size, type, mhandle);
+}
+
+ncclResult_t deregMr(void*, void* mhandle) {
+  return guarded("deregMr", [&]() -> Status {
+    delete static_cast<MemoryRegion*>(mhandle);
+    return Status::ok();
+  });
+}
+
+ncclResult_t iallreduceV11(void* collComm, void* sendData, void* recvData, size_t count,
+                           int dataType, int redOp, void*, void*, void** request) {
+  return guarded("iallreduce", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(request, "iallreduce", "request"));
+    *request = nullptr;
+    TERSE_ASSIGN_OR_RETURN(Request * r, iallreduce(static_cast<CollComm*>(collComm), sendData,
+                                                   recvData, count, dataType, redOp));
+    *request = r;
+    return Status::ok();
+  });
+}
+
+ncclResult_t iallreduceV8(void* collComm, void* sendData, void* recvData, int count, int dataType,
+                          int redOp, void* sendMh, void* recvMh, void** request) {
+  if (count < 0) {
+    COLLNET_WARN("iallreduce failed: negative count %d", count);
+    return ncclInvalidArgument;
+  }
+  return iallreduceV11(collComm, sendData, recvData, static_cast<size_t>(count), dataType, redOp,
+                       sendMh, recvMh, request);
+}
+
+ncclResult_t iallgatherV11(void* collComm, void* sendData, int nRecvParts,
+                           ncclNetSGE_v11_t* recvParts, size_t bytesPerRank, size_t windowOffset,
+                           size_t windowBytes, void*, void** request) {
+  return guarded("iallgather", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(request, "iallgather", "request"));
+    *request = nullptr;
+    TERSE_ASSIGN_OR_RETURN(
+        Request * r, iallgather(static_cast<CollComm*>(collComm), sendData, nRecvParts, recvParts,
+                                bytesPerRank, windowOffset, windowBytes));
+    *request = r;
+    return Status::ok();
+  });
+}
+
+ncclResult_t ireducescatterV11(void* collComm, int nSendParts, ncclNetSGE_v11_t* sendParts,
+                               void* recvData, size_t bytesPerRank, size_t windowOffset,
+                               size_t windowBytes, int dataType, int redOp, void*, void** request) {
+  return guarded("ireducescatter", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(request, "ireducescatter", "request"));
+    *request = nullptr;
+    TERSE_ASSIGN_OR_RETURN(Request * r, ireducescatter(static_cast<CollComm*>(collComm), nSendParts,
+                                                       sendParts, recvData, bytesPerRank,
+                                                       windowOffset, windowBytes, dataType, redOp));
+    *request = r;
+    return Status::ok();
+  });
+}
+
+// v8 parts carry 32-bit sizes: widen them into the v11 shape.
+std::unique_ptr<ncclNetSGE_v11_t[]> widen(int n, const ncclNetSGE_v8_t* parts) {
+  if (n <= 0 || parts == nullptr) return nullptr;
+  std::unique_ptr<ncclNetSGE_v11_t[]> out(new ncclNetSGE_v11_t[static_cast<size_t>(n)]);
+  for (int i = 0; i < n; ++i) out[i] = {parts[i].mhandle, parts[i].address, parts[i].size};
+  return out;
+}
+
+ncclResult_t iallgatherV8(void* collComm, void* sendData, int nRecvParts,
+                          ncclNetSGE_v8_t* recvParts, size_t bytesPerRank, size_t windowOffset,
+                          size_t windowBytes, void* sendMh, void** request) {
+  auto parts = widen(nRecvParts, recvParts);
+  return iallgatherV11(collComm, sendData, parts ? nRecvParts : 0, parts.get(), bytesPerRank,
+                       windowOffset, windowBytes, sendMh, request);
+}
+
+ncclResult_t ireducescatterV8(void* collComm, int nSendParts, ncclNetSGE_v8_t* sendParts,
+                              void* recvData, size_t bytesPerRank, size_t windowOffset,
+                              size_t windowBytes, int dataType, int redOp, void* recvMh,
+                              void** request) {
+  auto parts = widen(nSendParts, sendParts);
+  return ireducescatterV11(collComm, parts ? nSendParts : 0, parts.get(), recvData, bytesPerRank,
+                           windowOffset, windowBytes, dataType, redOp, recvMh, request);
+}
+
+ncclResult_t iflush(void*, void*, int, void*, void** request) {
+  // Host memory only: nothing is ever in flight towards a GPU.
+  if (request != nullptr) *request = nullptr;
+  return ncclSuccess;
+}
+
+ncclResult_t testRequest(void* request, int* done, int* size) {
+  return guarded("test", [&]() -> Status {
+    TERSE_RETURN_IF_ERROR(notNull(done, "test", "done"));
+    bool finished = false;
+    size_t bytes = 0;
+    Status s = test(static_cast<Request*>(request), &finished, &bytes);
+    *done = finished ? 1 : 0;
+    if (finished && s.isOk() && size != nullptr)
+      *size = bytes > static_cast<size_t>(std::numeric_limits<int>::max())
+                  ? std::numeric_limits<int>::max()
+                  : static_cast<int>(bytes);
+    return s;
+  });
+}
+
+ncclResult_t closeCollEntry(void* collComm) {
+  return guarded("closeColl", [&]() { return closeColl(static_cast<CollComm*>(collComm)); });
+}
+
+ncclResult_t closeListenEntry(void* listenComm) {
+  return guarded("closeListen",
+                 [&]() { return closeListen(static_cast<ListenComm*>(listenComm)); });
+}
+
+ncclResult_t makeVDevice(int*, ncclNetVDeviceProps_v11_t*) {
+  COLLNET_WARN("makeVDevice: terse's CollNet has one device and no virtual devices");
+  return ncclInvalidUsage;
+}
+
+}  // namespace
+}  // namespace terse::plugin::collnet
+
+using namespace terse::plugin::collnet;  // NOLINT: the tables below name the shims
+
+extern "C" __attribute__((visibility("default"))) const ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
+    "terse",           initV11, devices,     getPropertiesV11, listenV11,        connectColl,
+    reduceSupport,     regMr,   regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
+    ireducescatterV11, iflush,  testRequest, closeCollEntry,   closeListenEntry, makeVDevice,
+    finalizeV11};
+
+extern "C" __attribute__((visibility("default"))) const ncclCollNet_v10_t ncclCollNetPlugin_v10 = {
+    "terse",           initLegacy, devices,     getPropertiesV10, listenLegacy,     connectColl,
+    reduceSupport,     regMr,      regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
+    ireducescatterV11, iflush,     testRequest, closeCollEntry,   closeListenEntry, makeVDevice};
+
+extern "C" __attribute__((visibility("default"))) const ncclCollNet_v9_t ncclCollNetPlugin_v9 = {
+    "terse",           initLegacy, devices,     getPropertiesV10, listenLegacy,     connectColl,
+    reduceSupport,     regMr,      regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
+    ireducescatterV11, iflush,     testRequest, closeCollEntry,   closeListenEntry, makeVDevice};
+
+extern "C" __attribute__((visibility("default"))) const ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
+    "terse",          initLegacy, devices,     getPropertiesV8, listenLegacy,    connectColl,
+    reduceSupport,    regMr,      regMrDmaBuf, deregMr,         iallreduceV8,    iallgatherV8,
+    ireducescatterV8, iflush,     testRequest, closeCollEntry,  closeListenEntry};
