@@ -2,6 +2,7 @@
 // point is a firewall: it returns an ncclResult_t, logs a failure once, and lets no exception
 // out.
 #include "collnet_comm.h"
+#include "entry_guard.h"
 #include "net_device.h"
 
 #include <cstring>
@@ -33,43 +34,11 @@ State& state() {
   return s;
 }
 
-ncclResult_t toNccl(const Status& s, const char* entry) {
-  if (s.isOk()) return ncclSuccess;
-  COLLNET_WARN("%s failed: %s", entry, s.message().c_str());
-  switch (s.code()) {
-    case StatusCode::kOk: return ncclSuccess;
-    case StatusCode::kInvalidArgument: return ncclInvalidArgument;
-    case StatusCode::kUnsupported: return ncclInvalidArgument;
-    case StatusCode::kInvalidUsage: return ncclInvalidUsage;
-    case StatusCode::kRemoteError: return ncclRemoteError;
-    case StatusCode::kTimeout: return ncclRemoteError;
-    case StatusCode::kSystemError: return ncclSystemError;
-    case StatusCode::kInProgress: return ncclInProgress;
-    case StatusCode::kCorrupt:
-    case StatusCode::kInternal: return ncclInternalError;
-  }
-  return ncclInternalError;
-}
-
 template <typename Body>
 ncclResult_t guarded(const char* entry, Body&& body) noexcept {
-  try {
-    return toNccl(body(), entry);
-  } catch (const std::bad_alloc&) {
-    COLLNET_WARN("%s failed: out of memory", entry);
-    return ncclSystemError;
-  } catch (const std::exception& e) {
-    COLLNET_WARN("%s failed: internal error: %s", entry, e.what());
-    return ncclInternalError;
-  } catch (...) {
-    COLLNET_WARN("%s failed: unknown internal error", entry);
-    return ncclInternalError;
-  }
-}
-
-Status notNull(const void* p, const char* entry, const char* what) {
-  if (p == nullptr) return errorInvalidArgument("%s: %s is NULL", entry, what);
-  return Status::ok();
+  return guardEntry(
+      entry, [](const char* e, const char* m) { COLLNET_WARN("%s failed: %s", e, m); },
+      std::forward<Body>(body));
 }
 
 Result<Config> initCommon(ncclDebugLogger_t logger) {

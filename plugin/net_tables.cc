@@ -1,6 +1,7 @@
 // The exported NCCL net tables (v11 and the v10/v9/v8 shims) over NetContext. Every entry point
 // is a firewall: it returns an ncclResult_t, logs the error once, and lets no exception out.
 #include "net_ucx.h"
+#include "entry_guard.h"
 #include "plugin_log.h"
 
 #include "terse/common/logging.h"
@@ -35,43 +36,11 @@ PluginState& state() {
   return s;
 }
 
-ncclResult_t toNccl(const Status& s, const char* entry) {
-  if (s.isOk()) return ncclSuccess;
-  PLUGIN_WARN("%s failed: %s", entry, s.message().c_str());
-  switch (s.code()) {
-    case StatusCode::kOk: return ncclSuccess;
-    case StatusCode::kInvalidArgument: return ncclInvalidArgument;
-    case StatusCode::kUnsupported: return ncclInvalidArgument;
-    case StatusCode::kInvalidUsage: return ncclInvalidUsage;
-    case StatusCode::kRemoteError: return ncclRemoteError;
-    case StatusCode::kTimeout: return ncclRemoteError;
-    case StatusCode::kSystemError: return ncclSystemError;
-    case StatusCode::kInProgress: return ncclInProgress;
-    case StatusCode::kCorrupt:
-    case StatusCode::kInternal: return ncclInternalError;
-  }
-  return ncclInternalError;
-}
-
 template <typename Body>
 ncclResult_t guarded(const char* entry, Body&& body) noexcept {
-  try {
-    return toNccl(body(), entry);
-  } catch (const std::bad_alloc&) {
-    PLUGIN_WARN("%s failed: out of memory", entry);
-    return ncclSystemError;
-  } catch (const std::exception& e) {
-    PLUGIN_WARN("%s failed: internal error: %s", entry, e.what());
-    return ncclInternalError;
-  } catch (...) {
-    PLUGIN_WARN("%s failed: unknown internal error", entry);
-    return ncclInternalError;
-  }
-}
-
-Status notNull(const void* p, const char* entry, const char* what) {
-  if (p == nullptr) return errorInvalidArgument("%s: %s is NULL", entry, what);
-  return Status::ok();
+  return guardEntry(
+      entry, [](const char* e, const char* m) { PLUGIN_WARN("%s failed: %s", e, m); },
+      std::forward<Body>(body));
 }
 
 // Shared by every init: the logger, and the device discovered once per load.
