@@ -78,6 +78,7 @@ Status CollectiveEngine::ringReduceScatterCore(float* work, size_t count, DataTy
       TERSE_RETURN_IF_ERROR(reqs.wait(recvSlot[s * maxSegs + g]));
       detail::accumulateTyped(recvStage + off * es, wire, work + off, sg.length);
       if (s + 1 < n - 1) TERSE_RETURN_IF_ERROR(sendSegment(s + 1, c, g));
+      transport_.progress();  // keep transfers moving while this rank computes
     }
   }
   return reqs.waitAll();

@@ -99,8 +99,10 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
         TERSE_RETURN_IF_ERROR(reqs.send(j, makeTag(seq, detail::kPhaseReduce, g),
                                         slotPtr(sendWire, j, g), bytes, &slot));
       }
+      // Transports such as UCX over TCP move bytes only while progressed: keep the link busy
+      // between compressions instead of leaving it idle for a whole round.
+      transport_.progress();
     }
-    transport_.progress();
     return Status::ok();
   };
 
@@ -115,6 +117,7 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(contribSlot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(codec.decompressAccumulate(wire, bytes, acc, sg.length)
                                 .withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
+      transport_.progress();
     }
     uint8_t* out = output + (allreduce ? mine.begin + sg.begin : sg.begin) * es;
     if (!allreduce) {
@@ -151,6 +154,7 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
                                              output + (c.begin + sg.begin) * es, op.dtype, sg.length)
                                 .withContext(formatString("result of chunk %d segment %zu from rank %d",
                                                           i, g, i)));
+      transport_.progress();
     }
     return Status::ok();
   };
