@@ -75,6 +75,9 @@ void ErrorFeedback::prepareFor(const std::string& codecSpec) {
 }
 
 Status ErrorFeedback::checkCompatible(const std::string& codecSpec, size_t count) const {
+  // The collectives pass canonical specs: the common case needs no parsing.
+  if (count == worker_.size() && (codecSpec == spec_ || codecSpec == activeSpec_))
+    return Status::ok();
   auto canonicalResult = canonicalSpec(codecSpec);
   if (!canonicalResult.isOk()) return canonicalResult.status();
   std::string canonical = canonicalResult.value();
