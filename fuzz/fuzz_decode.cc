@@ -25,10 +25,18 @@ using terse::Codec;
 using terse::DataType;
 
 const char* const kSpecs[] = {
-    "none",           "fp16",          "bf16",
-    "int8",           "int8:block=32", "int8:block=32,round=stochastic,seed=3",
-    "int8:block=1",   "onebit",        "onebit:block=32",
-    "onebit:block=1", "topk",          "topk:ratio=0.25",
+    "none",
+    "fp16",
+    "bf16",
+    "int8",
+    "int8:block=32",
+    "int8:block=32,round=stochastic,seed=3",
+    "int8:block=65536",
+    "onebit",
+    "onebit:block=32",
+    "onebit:block=65536",
+    "topk",
+    "topk:ratio=0.25",
     "topk:ratio=1",
 };
 constexpr size_t kNumSpecs = sizeof(kSpecs) / sizeof(kSpecs[0]);
