@@ -138,6 +138,14 @@ class TcpStoreServer {
 
   // One thread per client: rendezvous has a handful of requests per rank.
   void serve(int fd) {
+    serveRequests(fd);
+    // Hang up however serving ended (a malformed request, a client that left, stop()), so a
+    // dropped client sees end-of-stream at once instead of waiting out its timeout. The fd itself
+    // is closed in stop(), which owns clientFds_.
+    ::shutdown(fd, SHUT_RDWR);
+  }
+
+  void serveRequests(int fd) {
     const auto forever = Clock::time_point::max();
     for (;;) {
       uint8_t head[store_protocol::kRequestHeadBytes];
