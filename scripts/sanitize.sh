@@ -16,17 +16,17 @@ fi
 labels=${TERSE_SANITIZE_LABELS:-codec|common|api|collectives|rendezvous}
 jobs=${TERSE_BUILD_JOBS:-2}
 # The default compiler (gcc on Debian): it links libasan into shared libraries, which libterse.so
-# and the NCCL plugin need because they link with --no-undefined. CC/CXX override it.
-cc_args=()
+# and the NCCL plugin need because they link with --no-undefined (clang does not). CC/CXX
+# override it.
 start=$(date +%s)
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cc_args[@]}" \
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTERSE_SANITIZE="$mode" -DTERSE_ENABLE_CUDA=OFF -DTERSE_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build_dir" -j "$jobs"
 built=$(date +%s)
 
 # halt_on_error: the first report fails the test instead of scrolling past. detect_leaks stays
-# on: a leak in a test binary is a leak in the library. UCX keeps a few process-lifetime
-# allocations of its own; they are suppressed by library name only.
+# on: a leak in a test binary is a leak in the library. A LeakSanitizer suppressions file, if
+# third-party leaks ever need one, goes in scripts/lsan.supp.
 supp="$PWD/scripts/lsan.supp"
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:print_stacktrace=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
