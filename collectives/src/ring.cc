@@ -211,7 +211,7 @@ Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint
   if (r < 2 * extra) {
     if (r % 2 == 0) {
       TERSE_RETURN_IF_ERROR(exchange(r + 1, false, true));
-      std::memcpy(work, incoming, bytes);
+      if (bytes) std::memcpy(work, incoming, bytes);  // both are null for count 0
     } else {
       TERSE_RETURN_IF_ERROR(exchange(r - 1, true, false));
     }

@@ -1,7 +1,6 @@
 // The TCP store: a small server thread in rank 0 holding a map, and a client per process.
-// Frames: request  = op(u8: 1 set, 2 get) | key length (u32) | value length (u32) | key | value
-//         response = found (u8) | value length (u32) | value
-// Lengths are little-endian host order (every rank runs on the same kind of machine).
+// The frames are in tcp_store_protocol.h.
+#include "tcp_store_protocol.h"
 #include "terse/common/logging.h"
 #include "terse/rendezvous/store.h"
 
@@ -26,9 +25,9 @@ namespace terse {
 
 namespace {
 
-constexpr uint8_t kOpSet = 1;
-constexpr uint8_t kOpGet = 2;
-constexpr uint32_t kMaxField = 64u << 20;  // guards the server against garbage lengths
+using store_protocol::kMaxField;
+using store_protocol::kOpGet;
+using store_protocol::kOpSet;
 
 using Clock = std::chrono::steady_clock;
 
@@ -139,34 +138,37 @@ class TcpStoreServer {
 
   // One thread per client: rendezvous has a handful of requests per rank.
   void serve(int fd) {
+    serveRequests(fd);
+    // Hang up however serving ended (a malformed request, a client that left, stop()), so a
+    // dropped client sees end-of-stream at once instead of waiting out its timeout. The fd itself
+    // is closed in stop(), which owns clientFds_.
+    ::shutdown(fd, SHUT_RDWR);
+  }
+
+  void serveRequests(int fd) {
     const auto forever = Clock::time_point::max();
     for (;;) {
-      uint8_t op;
-      uint32_t lens[2];
-      if (readBlocking(fd, &op, 1) != 0 || readBlocking(fd, lens, sizeof lens) != 0) return;
-      if ((op != kOpSet && op != kOpGet) || lens[0] > kMaxField || lens[1] > kMaxField) {
+      uint8_t head[store_protocol::kRequestHeadBytes];
+      if (readBlocking(fd, head, sizeof head) != 0) return;
+      store_protocol::RequestHead req;
+      if (!store_protocol::parseRequestHead(head, &req)) {
         TERSE_WARN(kSubsysBoot,
                    "rendezvous store: dropping a client that sent a malformed request");
         return;
       }
-      std::string key(lens[0], '\0'), value(lens[1], '\0');
+      std::string key(req.keyLen, '\0'), value(req.valueLen, '\0');
       if (readBlocking(fd, key.data(), key.size()) != 0 ||
           readBlocking(fd, value.data(), value.size()) != 0)
         return;
-      uint8_t found = 1;
+      uint8_t found = 0;
       {
         std::lock_guard<std::mutex> lock(mapMu_);
-        if (op == kOpSet) {
-          map_[key] = std::move(value);
-          value.clear();
-        } else {
-          auto it = map_.find(key);
-          found = it != map_.end();
-          value = found ? it->second : std::string();
-        }
+        value =
+            store_protocol::applyRequest(map_, req.op, std::move(key), std::move(value), &found);
       }
-      uint32_t vlen = static_cast<uint32_t>(value.size());
-      if (ioAll(fd, &found, 1, true, forever) != 0 || ioAll(fd, &vlen, 4, true, forever) != 0 ||
+      uint8_t answer[store_protocol::kResponseHeadBytes];
+      store_protocol::encodeResponseHead(found, static_cast<uint32_t>(value.size()), answer);
+      if (ioAll(fd, answer, sizeof answer, true, forever) != 0 ||
           ioAll(fd, value.data(), value.size(), true, forever) != 0)
         return;
     }
@@ -265,9 +267,9 @@ class TcpStore final : public Store {
     if (!rc) rc = ioAll(fd_, const_cast<char*>(value.data()), value.size(), true, deadline);
     uint8_t f = 0;
     uint32_t vlen = 0;
-    if (!rc) rc = ioAll(fd_, &f, 1, false, deadline);
-    if (!rc) rc = ioAll(fd_, &vlen, 4, false, deadline);
-    if (!rc && vlen > kMaxField) rc = -EPROTO;
+    uint8_t answer[store_protocol::kResponseHeadBytes];
+    if (!rc) rc = ioAll(fd_, answer, sizeof answer, false, deadline);
+    if (!rc && !store_protocol::parseResponseHead(answer, &f, &vlen)) rc = -EPROTO;
     if (!rc) {
       out->assign(vlen, '\0');
       rc = ioAll(fd_, out->data(), vlen, false, deadline);

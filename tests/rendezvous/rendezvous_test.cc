@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -250,6 +251,67 @@ TEST(Store, TcpClientErrorsNameTheStore) {
   EXPECT_EQ(after.code(), StatusCode::kRemoteError) << after.toString();
   EXPECT_NE(after.message().find("rank 0"), std::string::npos);
   EXPECT_EQ((*client)->set("k3", "v").code(), StatusCode::kRemoteError) << "stays broken";
+}
+
+// A raw client speaking the frame format of tcp_store_protocol.h byte by byte: a well-formed set
+// and get are answered with the documented bytes, and a request with an unknown op or a length
+// over 64 MiB makes the server drop that client (before allocating anything) while it keeps
+// serving the others. fuzz_store covers the same parser with arbitrary bytes.
+TEST(Store, TcpServerFramesAndMalformedRequests) {
+  const int port = freePort();
+  auto server = createTcpStore("127.0.0.1", port, true, milliseconds(5000));
+  ASSERT_TRUE(server.isOk()) << server.status().toString();
+  auto rawConnect = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    timeval tv{10, 0};  // a server that neither answers nor hangs up fails the test, not hangs it
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+  };
+  auto frame = [](uint8_t op, const std::string& key, const std::string& value, uint32_t keyLen,
+                  uint32_t valueLen) {
+    std::string f(1, static_cast<char>(op));
+    f.append(reinterpret_cast<const char*>(&keyLen), 4);
+    f.append(reinterpret_cast<const char*>(&valueLen), 4);
+    return f + key + value;
+  };
+  auto recvAll = [](int fd, size_t n) {
+    std::string got;
+    char buf[256];
+    while (got.size() < n) {
+      ssize_t k = ::recv(fd, buf, std::min(sizeof buf, n - got.size()), 0);
+      if (k <= 0) break;
+      got.append(buf, static_cast<size_t>(k));
+    }
+    return got;
+  };
+
+  int fd = rawConnect();
+  std::string set = frame(1, "raw", "value", 3, 5);
+  ASSERT_EQ(::send(fd, set.data(), set.size(), 0), static_cast<ssize_t>(set.size()));
+  EXPECT_EQ(recvAll(fd, 5), std::string("\x01\x00\x00\x00\x00", 5));
+  std::string get = frame(2, "raw", "", 3, 0);
+  ASSERT_EQ(::send(fd, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
+  EXPECT_EQ(recvAll(fd, 10), std::string("\x01\x05\x00\x00\x00value", 10));
+  ::close(fd);
+
+  for (const std::string& bad : {frame(7, "", "", 0, 0), frame(1, "", "", 0xffffffffu, 0),
+                                 frame(2, "", "", 1, (64u << 20) + 1)}) {
+    fd = rawConnect();
+    ASSERT_EQ(::send(fd, bad.data(), bad.size(), 0), static_cast<ssize_t>(bad.size()));
+    char c;
+    EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the server hangs up on a malformed request";
+    ::close(fd);
+  }
+  auto client = createTcpStore("127.0.0.1", port, false, milliseconds(5000));
+  ASSERT_TRUE(client.isOk()) << client.status().toString();
+  auto v = (*client)->get("raw", milliseconds(5000));
+  ASSERT_TRUE(v.isOk()) << v.status().toString();
+  EXPECT_EQ(*v, "value");
 }
 
 TEST(StoreAllGather, ThreadsGetEveryValueInRankOrder) {
