@@ -44,9 +44,21 @@ bool parseSize(const char* text, size_t* out) {
   double v = std::strtod(text, &end);
   if (end == text || v < 0) return false;
   switch (*end) {
-    case 'K': case 'k': v *= 1024; ++end; break;
-    case 'M': case 'm': v *= 1024 * 1024; ++end; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; ++end; break;
+    case 'K':
+    case 'k':
+      v *= 1024;
+      ++end;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      ++end;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      ++end;
+      break;
   }
   if (*end == 'B' || *end == 'b') ++end;
   if (*end != '\0') return false;
@@ -109,21 +121,30 @@ int parse(int argc, char** argv, Options* o) {
       o->check = std::atoi(value()) != 0;
     } else if (a == "-d" || a == "--datatype") {
       std::string v = value();
-      if (v == "float" || v == "float32") o->dtype = DataType::kFloat32;
-      else if (v == "half" || v == "float16") o->dtype = DataType::kFloat16;
-      else if (v == "bfloat16") o->dtype = DataType::kBFloat16;
-      else return bad(v.c_str());
+      if (v == "float" || v == "float32")
+        o->dtype = DataType::kFloat32;
+      else if (v == "half" || v == "float16")
+        o->dtype = DataType::kFloat16;
+      else if (v == "bfloat16")
+        o->dtype = DataType::kBFloat16;
+      else
+        return bad(v.c_str());
     } else if (a == "-o" || a == "--op") {
       std::string v = value();
-      if (v == "sum") o->op = ReduceOp::kSum;
-      else if (v == "avg") o->op = ReduceOp::kAvg;
-      else return bad(v.c_str());
+      if (v == "sum")
+        o->op = ReduceOp::kSum;
+      else if (v == "avg")
+        o->op = ReduceOp::kAvg;
+      else
+        return bad(v.c_str());
     } else if (a == "-J" || a == "--json") {
       o->json = value();
     } else if (a == "--codec") {
       std::string v = value();
-      if (v == "all") o->codecs.insert(o->codecs.end(), std::begin(kAllCodecs), std::end(kAllCodecs));
-      else o->codecs.push_back(v);
+      if (v == "all")
+        o->codecs.insert(o->codecs.end(), std::begin(kAllCodecs), std::end(kAllCodecs));
+      else
+        o->codecs.push_back(v);
     } else {
       std::fprintf(stderr, "terse-bench: unknown option '%s' (see --help)\n", a.c_str());
       return 2;
@@ -193,7 +214,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
   Communicator& comm = *created.value();
   const int n = comm.size(), rank = comm.rank();
   const size_t es = dataTypeSize(o.dtype);
-  const double busFactor = kind == CollectiveKind::kAllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
+  const double busFactor =
+      kind == CollectiveKind::kAllReduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
 
   FILE* json = nullptr;
   if (rank == 0) {
@@ -216,7 +238,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     if (isAutoSpec(spec)) {
       auto parsed = parseAutoSpec(spec);
       if (!parsed.isOk()) {
-        if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", parsed.status().toString().c_str());
+        if (rank == 0)
+          std::fprintf(stderr, "terse-bench: %s\n", parsed.status().toString().c_str());
         return 2;
       }
       label = parsed.value().canonical;
@@ -265,7 +288,9 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       uint64_t sentBefore = comm.bytesSent();
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.iters && st.isOk(); ++i) st = call();
-      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o.iters;
+      double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          o.iters;
       double wire = double(comm.bytesSent() - sentBefore) / o.iters;
       // The accuracy figure is one call's, from fresh residuals (what a first training step sees).
       if (ef) ef->reset();
@@ -303,8 +328,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
         char relText[32] = "-";
         if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);
         std::printf("%12zu %12zu %8s %6s %-36s %10.1f %8.3f %8.3f %12.0f %7.2f %10s\n", count * es,
-                    count, dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(),
-                    tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, relText);
+                    count, dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(), tmax, algbw,
+                    algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, relText);
         std::fflush(stdout);
         if (json)
           std::fprintf(json,
@@ -315,9 +340,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
                        "\"maxrelerr\": %.6e}",
                        firstRow ? "" : ",\n", collectiveName(kind), n,
                        comm.transport().describe().c_str(), count * es, count,
-                       dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(),
-                       tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
-                       o.check ? rel : 0.0);
+                       dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(), tmax, algbw,
+                       algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, o.check ? rel : 0.0);
       }
       firstRow = false;
     }
@@ -330,11 +354,16 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
 }
 
 RegisterSubcommand allreduceCmd({"allreduce", "compressed allreduce, nccl-tests' table",
-                                 [](int c, char** v) { return runKind(CollectiveKind::kAllReduce, c, v); }});
-RegisterSubcommand reducescatterCmd({"reducescatter", "compressed reduce-scatter, nccl-tests' table",
-                                     [](int c, char** v) { return runKind(CollectiveKind::kReduceScatter, c, v); }});
+                                 [](int c, char** v) {
+                                   return runKind(CollectiveKind::kAllReduce, c, v);
+                                 }});
+RegisterSubcommand reducescatterCmd(
+    {"reducescatter", "compressed reduce-scatter, nccl-tests' table",
+     [](int c, char** v) { return runKind(CollectiveKind::kReduceScatter, c, v); }});
 RegisterSubcommand allgatherCmd({"allgather", "compressed allgather, nccl-tests' table",
-                                 [](int c, char** v) { return runKind(CollectiveKind::kAllGather, c, v); }});
+                                 [](int c, char** v) {
+                                   return runKind(CollectiveKind::kAllGather, c, v);
+                                 }});
 
 }  // namespace
 }  // namespace terse::bench

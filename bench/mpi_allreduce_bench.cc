@@ -31,12 +31,18 @@ int main(int argc, char** argv) {
   std::string json;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "-b") minBytes = parseSize(argv[i + 1]);
-    else if (a == "-e") maxBytes = parseSize(argv[i + 1]);
-    else if (a == "-f") factor = std::atof(argv[i + 1]);
-    else if (a == "-n") iters = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "-w") warmup = std::max(0, std::atoi(argv[i + 1]));
-    else if (a == "-J") json = argv[i + 1];
+    if (a == "-b")
+      minBytes = parseSize(argv[i + 1]);
+    else if (a == "-e")
+      maxBytes = parseSize(argv[i + 1]);
+    else if (a == "-f")
+      factor = std::atof(argv[i + 1]);
+    else if (a == "-n")
+      iters = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "-w")
+      warmup = std::max(0, std::atoi(argv[i + 1]));
+    else if (a == "-J")
+      json = argv[i + 1];
     else {
       if (rank == 0) std::fprintf(stderr, "mpi-allreduce-bench: unknown option %s\n", a.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
@@ -47,7 +53,8 @@ int main(int argc, char** argv) {
   FILE* out = rank == 0 && !json.empty() ? std::fopen(json.c_str(), "w") : nullptr;
   if (out) std::fprintf(out, "[\n");
   if (rank == 0) {
-    std::printf("# mpi-allreduce-bench: %d ranks, float32 sum, %d warmup + %d timed calls\n", n, warmup, iters);
+    std::printf("# mpi-allreduce-bench: %d ranks, float32 sum, %d warmup + %d timed calls\n", n,
+                warmup, iters);
     std::printf("#%11s %12s %10s %8s %8s\n", "size(B)", "count", "time(us)", "algbw", "busbw");
   }
   bool first = true;
@@ -57,11 +64,13 @@ int main(int argc, char** argv) {
     std::vector<float> send(count), recv(count);
     for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>((i * 7 + rank) % 97) / 97.0f;
     for (int i = 0; i < warmup; ++i)
-      MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (int i = 0; i < iters; ++i)
-      MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
     double us = (MPI_Wtime() - t0) * 1e6 / iters, tmax = 0;
     MPI_Reduce(&us, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) {
@@ -69,8 +78,9 @@ int main(int argc, char** argv) {
       std::printf("%12zu %12zu %10.1f %8.3f %8.3f\n", count * 4, count, tmax, algbw, busbw);
       std::fflush(stdout);
       if (out)
-        std::fprintf(out, "%s  {\"collective\": \"allreduce\", \"impl\": \"openmpi\", \"ranks\": %d, "
-                          "\"bytes\": %zu, \"time_us\": %.3f, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f}",
+        std::fprintf(out,
+                     "%s  {\"collective\": \"allreduce\", \"impl\": \"openmpi\", \"ranks\": %d, "
+                     "\"bytes\": %zu, \"time_us\": %.3f, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f}",
                      first ? "" : ",\n", n, count * 4, tmax, algbw, busbw);
       first = false;
     }

@@ -8,8 +8,8 @@
 namespace terse::bench {
 
 struct Subcommand {
-  std::string name;     // "codecs", "p2p", "allreduce", ...
-  std::string summary;  // one line for `terse-bench --help`
+  std::string name;                                // "codecs", "p2p", "allreduce", ...
+  std::string summary;                             // one line for `terse-bench --help`
   std::function<int(int argc, char** argv)> main;  // argv[0] is the subcommand's name
 };
 

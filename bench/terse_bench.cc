@@ -15,7 +15,8 @@ std::vector<Subcommand>& subcommands() {
 static void usage(FILE* out) {
   auto all = terse::bench::subcommands();
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  std::fprintf(out, "usage: terse-bench <subcommand> [options]   (terse-bench <subcommand> --help)\n\n");
+  std::fprintf(out,
+               "usage: terse-bench <subcommand> [options]   (terse-bench <subcommand> --help)\n\n");
   for (const auto& s : all) std::fprintf(out, "  %-14s %s\n", s.name.c_str(), s.summary.c_str());
 }
 

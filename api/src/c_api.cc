@@ -60,9 +60,9 @@ terse::CollectiveOptions options(const char* codec, terse_feedback_t* feedback) 
   return o;
 }
 
-#define TERSE_REQUIRE(cond, what)                                        \
-  do {                                                                   \
-    if (!(cond)) return fail(TERSE_INVALID_ARGUMENT, what " is NULL");   \
+#define TERSE_REQUIRE(cond, what)                                      \
+  do {                                                                 \
+    if (!(cond)) return fail(TERSE_INVALID_ARGUMENT, what " is NULL"); \
   } while (0)
 
 }  // namespace
@@ -105,8 +105,8 @@ terse_status_t terse_comm_barrier(terse_comm_t* comm) {
 void terse_comm_abort(terse_comm_t* comm, const char* reason) {
   if (!comm) return;
   try {
-    comm->comm->abort(terse::errorInvalidUsage("aborted by the application%s%s",
-                                               reason ? ": " : "", reason ? reason : ""));
+    comm->comm->abort(terse::errorInvalidUsage("aborted by the application%s%s", reason ? ": " : "",
+                                               reason ? reason : ""));
   } catch (...) {
   }
 }
@@ -128,9 +128,9 @@ terse_status_t terse_allreduce(terse_comm_t* comm, const void* send, void* recv,
   });
 }
 
-terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* recv,
-                                    size_t count, terse_dtype_t dtype, terse_redop_t op,
-                                    const char* codec, terse_feedback_t* feedback) {
+terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                    terse_dtype_t dtype, terse_redop_t op, const char* codec,
+                                    terse_feedback_t* feedback) {
   TERSE_REQUIRE(comm, "terse_reduce_scatter: comm");
   return guarded([&] {
     return done(comm->comm->reduceScatter(send, recv, count, static_cast<terse::DataType>(dtype),
@@ -148,17 +148,15 @@ terse_status_t terse_allgather(terse_comm_t* comm, const void* send, void* recv,
   });
 }
 
-terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void* recv,
-                                     size_t count, terse_dtype_t dtype, terse_redop_t op,
-                                     const char* codec, terse_feedback_t* feedback,
-                                     terse_work_t** work) {
+terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                     terse_dtype_t dtype, terse_redop_t op, const char* codec,
+                                     terse_feedback_t* feedback, terse_work_t** work) {
   TERSE_REQUIRE(comm, "terse_allreduce_async: comm");
   TERSE_REQUIRE(work, "terse_allreduce_async: work");
   return guarded([&] {
-    *work = new terse_work{comm->comm->allreduceAsync(send, recv, count,
-                                                      static_cast<terse::DataType>(dtype),
-                                                      static_cast<terse::ReduceOp>(op),
-                                                      options(codec, feedback))};
+    *work = new terse_work{
+        comm->comm->allreduceAsync(send, recv, count, static_cast<terse::DataType>(dtype),
+                                   static_cast<terse::ReduceOp>(op), options(codec, feedback))};
     return done(terse::Status::ok());
   });
 }

@@ -12,6 +12,7 @@
 #include "terse/transport/ucx.h"
 
 #include <atomic>
+#include <thread>
 #include <strings.h>
 
 namespace terse {
@@ -108,6 +109,35 @@ Status Communicator::barrier() {
 // Dissemination barrier: in round k every rank signals rank+2^k and hears from rank-2^k, so
 // after ceil(log2 n) rounds each rank has (transitively) heard from all. Within one round the
 // sources differ, and consecutive barriers stay apart by per-(peer, tag) FIFO order.
+Status Communicator::waitBoth(TransportRequest* a, TransportRequest* b) {
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
+  TransportRequest* pending[2] = {a, b};
+  for (unsigned spin = 0;; ++spin) {
+    for (int i = 0; i < 2; ++i) {
+      if (pending[i] == nullptr) continue;
+      bool done = false;
+      Status s = transport_->test(pending[i], &done, nullptr);
+      if (!s.isOk()) {
+        pending[i] = nullptr;  // released by test
+        if (pending[1 - i]) transport_->cancel(pending[1 - i]);
+        return s;
+      }
+      if (done) pending[i] = nullptr;
+    }
+    if (!pending[0] && !pending[1]) return Status::ok();
+    if (spin % 256 == 255) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        // wait() names the peer and releases the request; cancel the other one.
+        TransportRequest* first = pending[0] ? pending[0] : pending[1];
+        TransportRequest* other = first == pending[0] ? pending[1] : nullptr;
+        if (other) transport_->cancel(other);
+        return transport_->wait(first, nullptr, std::chrono::milliseconds(0));
+      }
+      std::this_thread::yield();
+    }
+  }
+}
+
 Status Communicator::barrierNow() {
   const int n = size(), me = rank();
   ++barrierCount_;
@@ -122,11 +152,9 @@ Status Communicator::barrierNow() {
       s = transport_->isend(to, tag, &out, sizeof out, &send);
       if (!s.isOk()) transport_->cancel(recv);
     }
-    if (s.isOk()) {
-      s = transport_->wait(send, nullptr, timeout_);
-      if (!s.isOk()) transport_->cancel(recv);
-    }
-    if (s.isOk()) s = transport_->wait(recv, nullptr, timeout_);
+    // Wait on both at once: whichever peer is gone fails its side at once and names it, while a
+    // sequential wait could sit on a transfer whose other end has already given up.
+    if (s.isOk()) s = waitBoth(recv, send);
     if (!s.isOk())
       return s.withContext("barrier " + std::to_string(barrierCount_) + " on rank " +
                            std::to_string(me));
@@ -194,14 +222,14 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
 
 Work Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op, const CollectiveOptions& options) {
-  return submitCollective(static_cast<int>(CollectiveKind::kAllReduce), send, recv, count, type,
-                          op, options);
+  return submitCollective(static_cast<int>(CollectiveKind::kAllReduce), send, recv, count, type, op,
+                          options);
 }
 
 Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t count, DataType type,
                                       ReduceOp op, const CollectiveOptions& options) {
-  return submitCollective(static_cast<int>(CollectiveKind::kReduceScatter), send, recv, count,
-                          type, op, options);
+  return submitCollective(static_cast<int>(CollectiveKind::kReduceScatter), send, recv, count, type,
+                          op, options);
 }
 
 Work Communicator::allgatherAsync(const void* send, void* recv, size_t count, DataType type,

@@ -71,13 +71,15 @@ Status AutoSelector::calibrate(CollectiveEngine& engine) {
     size_t bytes = 0;
     float* res = codec.wantsErrorFeedback() ? residual.data() : nullptr;
     TERSE_ASSIGN_OR_RETURN(double tc, bestOf(2, [&]() -> Status {
-      TERSE_ASSIGN_OR_RETURN(bytes, codec.compress(buf.data(), DataType::kFloat32, largeCount, res,
-                                                   wire.data(), wire.size()));
-      return Status::ok();
-    }));
+                             TERSE_ASSIGN_OR_RETURN(
+                                 bytes, codec.compress(buf.data(), DataType::kFloat32, largeCount,
+                                                       res, wire.data(), wire.size()));
+                             return Status::ok();
+                           }));
     TERSE_ASSIGN_OR_RETURN(double td, bestOf(2, [&] {
-      return codec.decompressAccumulate(wire.data(), bytes, acc.data(), largeCount);
-    }));
+                             return codec.decompressAccumulate(wire.data(), bytes, acc.data(),
+                                                               largeCount);
+                           }));
     mine[1 + c] = static_cast<float>(tc * (1.0 + 1.0 / n) + 2.0 * td);
   }
 

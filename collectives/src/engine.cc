@@ -52,13 +52,11 @@ struct Descriptor {
 constexpr uint32_t kDescriptorMagic = 0x44435354;  // "TSCD"
 
 std::string describe(const Descriptor& d) {
-  return formatString("%s(count=%llu, %s, %s, codec %s [spec hash %016llx])",
-                      collectiveName(static_cast<CollectiveKind>(d.kind)),
-                      static_cast<unsigned long long>(d.count),
-                      dataTypeName(static_cast<DataType>(d.dtype)),
-                      reduceOpName(static_cast<ReduceOp>(d.op)),
-                      codecName(static_cast<CodecId>(d.codec)),
-                      static_cast<unsigned long long>(d.specHash));
+  return formatString(
+      "%s(count=%llu, %s, %s, codec %s [spec hash %016llx])",
+      collectiveName(static_cast<CollectiveKind>(d.kind)), static_cast<unsigned long long>(d.count),
+      dataTypeName(static_cast<DataType>(d.dtype)), reduceOpName(static_cast<ReduceOp>(d.op)),
+      codecName(static_cast<CodecId>(d.codec)), static_cast<unsigned long long>(d.specHash));
 }
 
 }  // namespace
@@ -87,7 +85,8 @@ uint8_t* CollectiveEngine::scratch(int slot, size_t bytes) {
 
 Status CollectiveEngine::validate(const CollectiveOp& op) const {
   const int n = transport_.size(), r = transport_.rank();
-  if (op.codec == nullptr) return errorInvalidArgument("%s: no codec given", collectiveName(op.kind));
+  if (op.codec == nullptr)
+    return errorInvalidArgument("%s: no codec given", collectiveName(op.kind));
   size_t sendCount = op.count, recvCount = op.count;
   if (op.kind == CollectiveKind::kReduceScatter) recvCount = chunkRange(op.count, n, r).length;
   if (op.kind == CollectiveKind::kAllGather) sendCount = chunkRange(op.count, n, r).length;

@@ -58,10 +58,13 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   uint8_t* gatherWire = allreduce ? scratch(4, n * maxSegs * stride) : nullptr;  // [owner i][g]
   float* acc = reinterpret_cast<float*>(scratch(5, seg * sizeof(float)));
   std::vector<size_t> ownBytes(maxSegs, 0);
-  auto slotPtr = [&](uint8_t* base, int who, size_t g) { return base + (who * maxSegs + g) * stride; };
+  auto slotPtr = [&](uint8_t* base, int who, size_t g) {
+    return base + (who * maxSegs + g) * stride;
+  };
 
   float* worker = op.feedback ? op.feedback->worker() : nullptr;
-  float* server = (op.feedback && allreduce) ? op.feedback->server(n, mine.begin, mine.length) : nullptr;
+  float* server =
+      (op.feedback && allreduce) ? op.feedback->server(n, mine.begin, mine.length) : nullptr;
   const auto* input = static_cast<const uint8_t*>(op.send);
   auto* output = static_cast<uint8_t*>(op.recv);
 
@@ -71,11 +74,13 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
     if (i == r) continue;
     for (size_t g = 0; g < mySegs; ++g)
       TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, detail::kPhaseReduce, g),
-                                      slotPtr(recvWire, i, g), stride, &contribSlot[i * maxSegs + g]));
+                                      slotPtr(recvWire, i, g), stride,
+                                      &contribSlot[i * maxSegs + g]));
     if (!allreduce) continue;
     for (size_t g = 0; g < segmentCount(chunkOf(i).length, seg); ++g)
       TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, detail::kPhaseGather, g),
-                                      slotPtr(gatherWire, i, g), stride, &gatherSlot[i * maxSegs + g]));
+                                      slotPtr(gatherWire, i, g), stride,
+                                      &gatherSlot[i * maxSegs + g]));
   }
 
   // Step 1 for round g.
@@ -88,10 +93,9 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       size_t off = c.begin + sg.begin;
       CodecCall call;
       call.nonce = nonceFor(seq, r, j, g, 0);
-      TERSE_ASSIGN_OR_RETURN(size_t bytes,
-                             codec.compress(input + off * es, op.dtype, sg.length,
-                                            worker ? worker + off : nullptr,
-                                            slotPtr(sendWire, j, g), stride, call));
+      TERSE_ASSIGN_OR_RETURN(size_t bytes, codec.compress(input + off * es, op.dtype, sg.length,
+                                                          worker ? worker + off : nullptr,
+                                                          slotPtr(sendWire, j, g), stride, call));
       if (j == r) {
         ownBytes[g] = bytes;
       } else {
@@ -115,8 +119,9 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       const uint8_t* wire = slotPtr(i == r ? sendWire : recvWire, i, g);
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(contribSlot[i * maxSegs + g], &bytes));
-      TERSE_RETURN_IF_ERROR(codec.decompressAccumulate(wire, bytes, acc, sg.length)
-                                .withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
+      TERSE_RETURN_IF_ERROR(
+          codec.decompressAccumulate(wire, bytes, acc, sg.length)
+              .withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
       transport_.progress();
     }
     uint8_t* out = output + (allreduce ? mine.begin + sg.begin : sg.begin) * es;
@@ -128,13 +133,13 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
     call.scale = avgScale;
     call.nonce = nonceFor(seq, r, r, g, 1);
     uint8_t* result = resultWire + g * stride;
-    TERSE_ASSIGN_OR_RETURN(size_t bytes, codec.compress(acc, DataType::kFloat32, sg.length,
-                                                        server ? server + sg.begin : nullptr,
-                                                        result, stride, call));
+    TERSE_ASSIGN_OR_RETURN(
+        size_t bytes, codec.compress(acc, DataType::kFloat32, sg.length,
+                                     server ? server + sg.begin : nullptr, result, stride, call));
     for (int k = 1; k < n; ++k) {
       size_t slot;
-      TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g), result,
-                                      bytes, &slot));
+      TERSE_RETURN_IF_ERROR(
+          reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g), result, bytes, &slot));
     }
     // The owner keeps what it broadcast, not its exact sum: all ranks end bit-identical.
     return codec.decompress(result, bytes, out, op.dtype, sg.length);
@@ -150,10 +155,11 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       Range sg = segmentRange(c.length, seg, g);
       size_t bytes = 0;
       TERSE_RETURN_IF_ERROR(reqs.wait(gatherSlot[i * maxSegs + g], &bytes));
-      TERSE_RETURN_IF_ERROR(codec.decompress(slotPtr(gatherWire, i, g), bytes,
-                                             output + (c.begin + sg.begin) * es, op.dtype, sg.length)
-                                .withContext(formatString("result of chunk %d segment %zu from rank %d",
-                                                          i, g, i)));
+      TERSE_RETURN_IF_ERROR(
+          codec
+              .decompress(slotPtr(gatherWire, i, g), bytes, output + (c.begin + sg.begin) * es,
+                          op.dtype, sg.length)
+              .withContext(formatString("result of chunk %d segment %zu from rank %d", i, g, i)));
       transport_.progress();
     }
     return Status::ok();
@@ -217,9 +223,11 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
       Range sg = segmentRange(c.length, seg, g);
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(slot[i * maxSegs + g], &bytes));
-      TERSE_RETURN_IF_ERROR(codec.decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es,
-                                             op.dtype, sg.length)
-                                .withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
+      TERSE_RETURN_IF_ERROR(
+          codec
+              .decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es, op.dtype,
+                          sg.length)
+              .withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
     }
   }
   return reqs.waitAll();

@@ -95,13 +95,14 @@ Result<int64_t> envInt(const char* name) {
 Result<bool> envBool(const char* name) {
   TERSE_ASSIGN_OR_RETURN(std::string text, envString(name));
   const char* t = text.c_str();
-  if (!strcasecmp(t, "1") || !strcasecmp(t, "true") || !strcasecmp(t, "yes") || !strcasecmp(t, "on"))
+  if (!strcasecmp(t, "1") || !strcasecmp(t, "true") || !strcasecmp(t, "yes") ||
+      !strcasecmp(t, "on"))
     return true;
-  if (!strcasecmp(t, "0") || !strcasecmp(t, "false") || !strcasecmp(t, "no") || !strcasecmp(t, "off") ||
-      text.empty())
+  if (!strcasecmp(t, "0") || !strcasecmp(t, "false") || !strcasecmp(t, "no") ||
+      !strcasecmp(t, "off") || text.empty())
     return false;
-  return errorInvalidArgument("%s='%s' is not a boolean (accepted: 1/0, true/false, yes/no, on/off)",
-                              name, t);
+  return errorInvalidArgument(
+      "%s='%s' is not a boolean (accepted: 1/0, true/false, yes/no, on/off)", name, t);
 }
 
 }  // namespace terse

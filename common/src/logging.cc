@@ -34,10 +34,12 @@ LogConfig& config() {
 }
 
 uint64_t parseSubsys(const std::string& text) {
-  static const struct { const char* name; uint64_t bit; } kNames[] = {
-      {"INIT", kSubsysInit}, {"COLL", kSubsysColl},   {"NET", kSubsysNet},
-      {"CODEC", kSubsysCodec}, {"BOOT", kSubsysBoot}, {"PLUGIN", kSubsysPlugin},
-      {"ALL", kSubsysAll}};
+  static const struct {
+    const char* name;
+    uint64_t bit;
+  } kNames[] = {{"INIT", kSubsysInit},   {"COLL", kSubsysColl}, {"NET", kSubsysNet},
+                {"CODEC", kSubsysCodec}, {"BOOT", kSubsysBoot}, {"PLUGIN", kSubsysPlugin},
+                {"ALL", kSubsysAll}};
   bool invert = !text.empty() && text[0] == '^';
   uint64_t mask = 0;
   size_t pos = invert ? 1 : 0;
@@ -79,9 +81,12 @@ void reloadLogConfig() {
   LogConfig& cfg = rawConfig();
   std::string level = envRaw("TERSE_DEBUG");
   LogLevel l = LogLevel::kWarn;
-  if (!strcasecmp(level.c_str(), "NONE")) l = LogLevel::kNone;
-  else if (!strcasecmp(level.c_str(), "INFO")) l = LogLevel::kInfo;
-  else if (!strcasecmp(level.c_str(), "TRACE")) l = LogLevel::kTrace;
+  if (!strcasecmp(level.c_str(), "NONE"))
+    l = LogLevel::kNone;
+  else if (!strcasecmp(level.c_str(), "INFO"))
+    l = LogLevel::kInfo;
+  else if (!strcasecmp(level.c_str(), "TRACE"))
+    l = LogLevel::kTrace;
   cfg.level.store(static_cast<int>(l));
   cfg.subsys.store(parseSubsys(envRaw("TERSE_DEBUG_SUBSYS")));
 }

@@ -5,14 +5,13 @@
 namespace terse {
 
 namespace {
-constexpr const char* kAutoAccepted =
-    "accepted: auto, auto:max=none|fp16|bf16|int8|onebit|topk";
+constexpr const char* kAutoAccepted = "accepted: auto, auto:max=none|fp16|bf16|int8|onebit|topk";
 struct Level {
   const char* name;
   int level;
 };
-constexpr Level kLevels[] = {{"none", 0}, {"fp16", 1}, {"bf16", 1}, {"int8", 2},
-                             {"topk", 3}, {"onebit", 3}};
+constexpr Level kLevels[] = {{"none", 0}, {"fp16", 1}, {"bf16", 1},
+                             {"int8", 2}, {"topk", 3}, {"onebit", 3}};
 }  // namespace
 
 bool isAutoSpec(const std::string& spec) {

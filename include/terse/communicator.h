@@ -31,6 +31,7 @@
 namespace terse {
 
 class Transport;
+struct TransportRequest;
 class Store;
 class Codec;
 class CollectiveEngine;
@@ -139,6 +140,7 @@ class Communicator {
   Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout);
 
   Status barrierNow();
+  Status waitBoth(TransportRequest* a, TransportRequest* b);
   Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
   Work submitCollective(int kind, const void* send, void* recv, size_t count, DataType type,
                         ReduceOp op, const CollectiveOptions& options);

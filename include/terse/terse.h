@@ -53,15 +53,14 @@ void terse_comm_part(const terse_comm_t* comm, size_t count, size_t* offset, siz
 terse_status_t terse_allreduce(terse_comm_t* comm, const void* send, void* recv, size_t count,
                                terse_dtype_t dtype, terse_redop_t op, const char* codec,
                                terse_feedback_t* feedback);
-terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* recv,
-                                    size_t count, terse_dtype_t dtype, terse_redop_t op,
-                                    const char* codec, terse_feedback_t* feedback);
+terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                    terse_dtype_t dtype, terse_redop_t op, const char* codec,
+                                    terse_feedback_t* feedback);
 terse_status_t terse_allgather(terse_comm_t* comm, const void* send, void* recv, size_t count,
                                terse_dtype_t dtype, const char* codec, terse_feedback_t* feedback);
-terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void* recv,
-                                     size_t count, terse_dtype_t dtype, terse_redop_t op,
-                                     const char* codec, terse_feedback_t* feedback,
-                                     terse_work_t** work);
+terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                     terse_dtype_t dtype, terse_redop_t op, const char* codec,
+                                     terse_feedback_t* feedback, terse_work_t** work);
 
 /* TERSE_IN_PROGRESS while running, else the collective's final status. Never blocks. */
 terse_status_t terse_work_test(terse_work_t* work);
@@ -82,7 +81,7 @@ terse_status_t terse_feedback_deserialize(const void* buffer, size_t size,
                                           terse_feedback_t** feedback);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #include <terse/communicator.h>
 #endif
 

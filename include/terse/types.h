@@ -54,7 +54,7 @@ enum class ReduceOp : uint8_t {
 };
 
 constexpr size_t dataTypeSize(DataType t) { return t == DataType::kFloat32 ? 4 : 2; }
-const char* dataTypeName(DataType t);  // "float32", "float16", "bfloat16"
+const char* dataTypeName(DataType t);   // "float32", "float16", "bfloat16"
 const char* reduceOpName(ReduceOp op);  // "sum", "avg"
 
 }  // namespace terse

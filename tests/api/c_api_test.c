@@ -9,14 +9,14 @@
 #include <string.h>
 
 static int failures = 0;
-#define CHECK(cond, ...)                                    \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      fprintf(stderr, "c_api_test:%d: ", __LINE__);         \
-      fprintf(stderr, __VA_ARGS__);                         \
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      fprintf(stderr, "c_api_test:%d: ", __LINE__);               \
+      fprintf(stderr, __VA_ARGS__);                               \
       fprintf(stderr, " [last error: %s]\n", terse_last_error()); \
-      failures++;                                           \
-    }                                                       \
+      failures++;                                                 \
+    }                                                             \
   } while (0)
 
 int main(void) {

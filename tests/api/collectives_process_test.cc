@@ -85,7 +85,8 @@ TEST_P(CollectiveProcesses, EveryCodecBitIdenticalAndNoneExact) {
   auto outcomes = runProcesses(
       n, ranks, [&](int) { return env(tls, port, 60000); },
       [&](int r) { return allreduceBody(r, dir); }, std::chrono::seconds(240));
-  for (const auto& o : outcomes) ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
+  for (const auto& o : outcomes)
+    ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
   std::string r0 = readAll(dir + "/rank0.bin");
   ASSERT_EQ(r0.size(), std::size(kCodecs) * 2 * kCount * 4);
   for (int r = 1; r < n; ++r)
@@ -121,7 +122,8 @@ TEST(CollectiveProcesses, KilledRankIsNamedBySurvivors) {
           Communicator& comm = **made;
           const size_t count = size_t{8} << 20;
           std::vector<float> in(count, 1.0f), out(count);
-          if (!comm.allreduce(in.data(), out.data(), 1000, DataType::kFloat32, ReduceOp::kSum).isOk())
+          if (!comm.allreduce(in.data(), out.data(), 1000, DataType::kFloat32, ReduceOp::kSum)
+                   .isOk())
             return 3;
           if (rank == 2) {
             usleep(20000);  // let the others enter the big call
@@ -130,7 +132,8 @@ TEST(CollectiveProcesses, KilledRankIsNamedBySurvivors) {
           auto start = std::chrono::steady_clock::now();
           Status s = comm.allreduce(in.data(), out.data(), count, DataType::kFloat32,
                                     ReduceOp::kSum, CollectiveOptions{"int8", nullptr});
-          double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          double secs =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           reportFromChild(s.toString() + formatString(" (after %.1f s)", secs));
           if (s.isOk()) return 4;
           if (s.message().find("rank 2") == std::string::npos) return 5;

@@ -56,7 +56,8 @@ TEST(AutoSelect, EveryRankPicksTheSameCodec) {
   for (const char* spec : {"auto:max=int8", "auto:max=onebit"}) {
     const int n = 4;
     const size_t count = (size_t{1} << 20) + 7;
-    std::vector<std::vector<float>> in(n, std::vector<float>(count)), out(n, std::vector<float>(count));
+    std::vector<std::vector<float>> in(n, std::vector<float>(count)),
+        out(n, std::vector<float>(count));
     for (int r = 0; r < n; ++r)
       for (size_t i = 0; i < count; ++i) in[r][i] = std::sin(0.001f * i + r);
     std::vector<std::string> picks(n);
@@ -74,12 +75,14 @@ TEST(AutoSelect, EveryRankPicksTheSameCodec) {
         TERSE_RETURN_IF_ERROR(e.run(op));
       }
       EXPECT_TRUE(sel->calibrated());
-      auto predictions = sel->predict(CollectiveOp{CollectiveKind::kAllReduce, nullptr, nullptr, count}, n);
+      auto predictions =
+          sel->predict(CollectiveOp{CollectiveKind::kAllReduce, nullptr, nullptr, count}, n);
       EXPECT_EQ(predictions.size(), std::string(spec) == "auto:max=int8" ? 4u : 6u);
       for (auto& p : predictions) EXPECT_GT(p.second, 0.0) << p.first;
       return Status::ok();
     });
-    for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].isOk()) << spec << " rank " << r << ": " << st[r].toString();
+    for (int r = 0; r < n; ++r)
+      ASSERT_TRUE(st[r].isOk()) << spec << " rank " << r << ": " << st[r].toString();
     for (int r = 1; r < n; ++r) {
       EXPECT_EQ(picks[r], picks[0]);
       EXPECT_EQ(0, std::memcmp(out[r].data(), out[0].data(), count * 4)) << "rank " << r;

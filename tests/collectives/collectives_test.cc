@@ -100,8 +100,9 @@ std::vector<uint8_t> runAllreduce(const Case& c, bool inPlace, size_t segmentByt
         return e.run(op);
       },
       segmentBytes);
-  for (int r = 0; r < c.ranks; ++r) EXPECT_TRUE(statuses[r].isOk()) << caseName(c) << " rank " << r
-                                                                    << ": " << statuses[r].toString();
+  for (int r = 0; r < c.ranks; ++r)
+    EXPECT_TRUE(statuses[r].isOk())
+        << caseName(c) << " rank " << r << ": " << statuses[r].toString();
   for (int r = 1; r < c.ranks; ++r)
     EXPECT_TRUE(out[0].empty() || std::memcmp(out[0].data(), out[r].data(), out[0].size()) == 0)
         << caseName(c) << ": rank " << r << " differs from rank 0";
@@ -142,11 +143,12 @@ std::vector<uint8_t> simulate(const Case& c, const Codec& codec, size_t segment,
       size_t off = chunk.begin + s.begin;
       std::vector<float> acc(s.length, 0.0f);
       for (int i = 0; i < n; ++i) {
-        auto bytes = codec.compress(in[i].data() + off * dataTypeSize(c.dtype), c.dtype, s.length,
-                                    worker ? (*worker)[i].data() + off : nullptr, wire.data(),
-                                    wire.size());
+        auto bytes =
+            codec.compress(in[i].data() + off * dataTypeSize(c.dtype), c.dtype, s.length,
+                           worker ? (*worker)[i].data() + off : nullptr, wire.data(), wire.size());
         EXPECT_TRUE(bytes.isOk());
-        EXPECT_TRUE(codec.decompressAccumulate(wire.data(), bytes.value(), acc.data(), s.length).isOk());
+        EXPECT_TRUE(
+            codec.decompressAccumulate(wire.data(), bytes.value(), acc.data(), s.length).isOk());
       }
       CodecCall call;
       call.scale = scale;
@@ -155,8 +157,9 @@ std::vector<uint8_t> simulate(const Case& c, const Codec& codec, size_t segment,
                                   server ? (*server)[j].data() + s.begin : nullptr, wire.data(),
                                   wire.size(), call);
       EXPECT_TRUE(bytes.isOk());
-      EXPECT_TRUE(codec.decompress(wire.data(), bytes.value(),
-                                   expected.data() + off * dataTypeSize(c.dtype), c.dtype, s.length)
+      EXPECT_TRUE(codec
+                      .decompress(wire.data(), bytes.value(),
+                                  expected.data() + off * dataTypeSize(c.dtype), c.dtype, s.length)
                       .isOk());
     }
   }
@@ -316,9 +319,11 @@ TEST(ReduceScatterAllgather, MatchReferenceAndCompose) {
             ag.recv = gathered[r].data();
             return e.run(ag);
           });
-          for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].isOk()) << caseName(c) << ": " << st[r].toString();
+          for (int r = 0; r < n; ++r)
+            ASSERT_TRUE(st[r].isOk()) << caseName(c) << ": " << st[r].toString();
           for (int r = 1; r < n; ++r)
-            ASSERT_EQ(gathered[r], gathered[0]) << caseName(c) << ": allgather differs on rank " << r;
+            ASSERT_EQ(gathered[r], gathered[0])
+                << caseName(c) << ": allgather differs on rank " << r;
           // Each rank's reduce-scatter part is its slice of the allgathered result, bit for bit,
           // for the lossless allgather; compressed ones round it once more.
           for (int r = 0; r < n; ++r) {
@@ -329,7 +334,7 @@ TEST(ReduceScatterAllgather, MatchReferenceAndCompose) {
                                       mine.length * es) == 0);
             }
           }
-          double tolScale = spec == "none" ? n * 0x1p-22 + n * unitRoundoff(dt)
+          double tolScale = spec == "none"   ? n * 0x1p-22 + n * unitRoundoff(dt)
                             : spec == "bf16" ? 0x1p-6
                             : spec == "int8" ? 0.05
                                              : 10.0;  // onebit: only sign and scale survive
@@ -353,10 +358,16 @@ TEST(Collectives, DisagreeingRanksAllFail) {
   };
   std::vector<Variant> variants = {
       {"count", [](int r, CollectiveOp& op) { op.count = r == 2 ? 999 : 1000; }},
-      {"dtype", [](int r, CollectiveOp& op) { op.dtype = r == 1 ? DataType::kFloat16 : DataType::kFloat32; }},
+      {"dtype",
+       [](int r, CollectiveOp& op) {
+         op.dtype = r == 1 ? DataType::kFloat16 : DataType::kFloat32;
+       }},
       {"codec", [&](int r, CollectiveOp& op) { op.codec = r == 0 ? int8.get() : none.get(); }},
       {"op", [](int r, CollectiveOp& op) { op.op = r == 1 ? ReduceOp::kAvg : ReduceOp::kSum; }},
-      {"kind", [](int r, CollectiveOp& op) { op.kind = r == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce; }},
+      {"kind",
+       [](int r, CollectiveOp& op) {
+         op.kind = r == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+       }},
   };
   for (auto& v : variants) {
     auto st = runWorld(n, [&](int r, CollectiveEngine& e) {
@@ -380,7 +391,8 @@ TEST(Collectives, DisagreeingRanksAllFail) {
       return s;
     });
     for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(st[r].code(), StatusCode::kInvalidUsage) << v.what << " rank " << r << ": " << st[r].toString();
+      EXPECT_EQ(st[r].code(), StatusCode::kInvalidUsage)
+          << v.what << " rank " << r << ": " << st[r].toString();
       EXPECT_NE(st[r].message().find("disagree"), std::string::npos) << st[r].message();
     }
   }
@@ -397,7 +409,8 @@ TEST(Collectives, InvalidArgumentsAreErrors) {
     op.codec = onebit.get();
     Status nullSend = e.run(op);
     EXPECT_EQ(nullSend.code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(nullSend.message().find("send buffer is null"), std::string::npos) << nullSend.message();
+    EXPECT_NE(nullSend.message().find("send buffer is null"), std::string::npos)
+        << nullSend.message();
     op.send = buf.data();
     op.codec = nullptr;
     EXPECT_EQ(e.run(op).code(), StatusCode::kInvalidArgument);

@@ -192,7 +192,8 @@ TEST(ProcessBootstrap, MissingRankIsATimeoutNamingIt) {
     // The store's server (rank 0) always names the missing rank; rank 1 does when it timed out
     // itself (under heavy load it can instead lose the store first, which it then reports).
     if (o.rank == 0 || o.report.rfind("timeout:", 0) == 0) {
-      EXPECT_NE(o.report.find("rank 2 (1 missing) never arrived"), std::string::npos) << describe(o);
+      EXPECT_NE(o.report.find("rank 2 (1 missing) never arrived"), std::string::npos)
+          << describe(o);
     }
   }
 }

@@ -39,7 +39,7 @@ class AutoSelector {
 
   AutoSpec spec_;
   std::vector<std::shared_ptr<const Codec>> codecs_;
-  std::vector<double> workPerByte_;  // seconds per input byte added by each codec
+  std::vector<double> workPerByte_;   // seconds per input byte added by each codec
   double latency_ = 0, perByte_ = 0;  // a, b of the model
   bool calibrated_ = false;
   std::map<std::pair<size_t, std::string>, bool> logged_;

@@ -35,7 +35,9 @@ inline Range alignedChunkRange(size_t count, int size, int rank, size_t align) {
 
 // Pipeline segments of a chunk: `segment` elements each (the last one shorter). A zero-length
 // chunk has no segments.
-inline size_t segmentCount(size_t length, size_t segment) { return (length + segment - 1) / segment; }
+inline size_t segmentCount(size_t length, size_t segment) {
+  return (length + segment - 1) / segment;
+}
 inline Range segmentRange(size_t length, size_t segment, size_t index) {
   size_t begin = std::min(length, index * segment);
   return Range{begin, std::min(length, begin + segment) - begin};

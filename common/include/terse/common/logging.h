@@ -12,7 +12,7 @@ enum class LogLevel : int { kNone = 0, kWarn = 2, kInfo = 3, kTrace = 5 };
 enum LogSubsys : uint64_t {
   kSubsysInit = 1u << 0,
   kSubsysColl = 1u << 1,
-  kSubsysNet = 1u << 2,   // transport
+  kSubsysNet = 1u << 2,  // transport
   kSubsysCodec = 1u << 3,
   kSubsysBoot = 1u << 4,  // rendezvous and launching
   kSubsysPlugin = 1u << 5,
@@ -34,10 +34,10 @@ void reloadLogConfig();
 
 }  // namespace terse
 
-#define TERSE_LOG(level, subsys, ...)                                                    \
-  do {                                                                                   \
-    if (::terse::logEnabled(level, subsys))                                              \
-      ::terse::logMessage(level, subsys, __FILE__, __LINE__, __VA_ARGS__);               \
+#define TERSE_LOG(level, subsys, ...)                                      \
+  do {                                                                     \
+    if (::terse::logEnabled(level, subsys))                                \
+      ::terse::logMessage(level, subsys, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define TERSE_WARN(subsys, ...) TERSE_LOG(::terse::LogLevel::kWarn, subsys, __VA_ARGS__)
 #define TERSE_INFO(subsys, ...) TERSE_LOG(::terse::LogLevel::kInfo, subsys, __VA_ARGS__)

@@ -48,11 +48,13 @@ class [[nodiscard]] Status {
 
 // Formatted constructors: errorInvalidArgument("count %zu > %zu", a, b).
 std::string formatString(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-#define TERSE_DEFINE_STATUS_FACTORY(Name, Code)                                  \
-  template <typename... Args>                                                    \
-  Status Name(const char* fmt, Args... args) {                                   \
-    if constexpr (sizeof...(Args) == 0) return Status(StatusCode::Code, fmt);    \
-    else return Status(StatusCode::Code, formatString(fmt, args...));            \
+#define TERSE_DEFINE_STATUS_FACTORY(Name, Code)                    \
+  template <typename... Args>                                      \
+  Status Name(const char* fmt, Args... args) {                     \
+    if constexpr (sizeof...(Args) == 0)                            \
+      return Status(StatusCode::Code, fmt);                        \
+    else                                                           \
+      return Status(StatusCode::Code, formatString(fmt, args...)); \
   }
 TERSE_DEFINE_STATUS_FACTORY(errorInvalidArgument, kInvalidArgument)
 TERSE_DEFINE_STATUS_FACTORY(errorInvalidUsage, kInvalidUsage)
@@ -68,7 +70,7 @@ TERSE_DEFINE_STATUS_FACTORY(errorInternal, kInternal)
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT: must be an error status
 
   bool isOk() const { return std::holds_alternative<T>(v_); }
@@ -92,16 +94,16 @@ class [[nodiscard]] Result {
 
 // Propagation helpers. The function that detects an error builds its message; callers only
 // add context or pass it on.
-#define TERSE_RETURN_IF_ERROR(expr)                 \
-  do {                                              \
-    ::terse::Status terse_status_ = (expr);         \
+#define TERSE_RETURN_IF_ERROR(expr)                  \
+  do {                                               \
+    ::terse::Status terse_status_ = (expr);          \
     if (!terse_status_.isOk()) return terse_status_; \
   } while (0)
 
 #define TERSE_CONCAT_INNER(a, b) a##b
 #define TERSE_CONCAT(a, b) TERSE_CONCAT_INNER(a, b)
-#define TERSE_ASSIGN_OR_RETURN(lhs, expr)                                           \
-  auto TERSE_CONCAT(terse_result_, __LINE__) = (expr);                              \
-  if (!TERSE_CONCAT(terse_result_, __LINE__).isOk())                                \
-    return TERSE_CONCAT(terse_result_, __LINE__).status();                          \
+#define TERSE_ASSIGN_OR_RETURN(lhs, expr)                  \
+  auto TERSE_CONCAT(terse_result_, __LINE__) = (expr);     \
+  if (!TERSE_CONCAT(terse_result_, __LINE__).isOk())       \
+    return TERSE_CONCAT(terse_result_, __LINE__).status(); \
   lhs = std::move(TERSE_CONCAT(terse_result_, __LINE__)).value()

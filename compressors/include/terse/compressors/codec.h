@@ -69,7 +69,8 @@ class Codec {
   // residual: nullptr, or n float32 values; compresses v = in*scale + residual and stores the
   // new residual v - decode(encode(v)). Returns the bytes written.
   virtual Result<size_t> compress(const void* in, DataType dt, size_t n, float* residual,
-                                  void* wire, size_t capacity, const CodecCall& call = {}) const = 0;
+                                  void* wire, size_t capacity,
+                                  const CodecCall& call = {}) const = 0;
 
   // Decodes a message of `bytes` bytes into n elements of type dt. Fails (writing nothing) if
   // the message is corrupt, was written by another codec or parameters, or holds != n elements.

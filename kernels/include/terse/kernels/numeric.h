@@ -62,16 +62,17 @@ TERSE_HD uint16_t floatToHalfBits(float f) {
   uint32_t x = floatBits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u) {                       // Inf or NaN
+  if (absx >= 0x7f800000u) {  // Inf or NaN
     if (absx > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((absx >> 13) & 0x3ffu));
     return static_cast<uint16_t>(sign | 0x7c00u);
   }
   if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7bffu);  // rounds past 65504
-  if (absx < 0x38800000u) {                        // result is subnormal or zero
-    if (absx < 0x33000000u) return static_cast<uint16_t>(sign);  // below half the smallest subnormal
+  if (absx < 0x38800000u) {  // result is subnormal or zero
+    if (absx < 0x33000000u)
+      return static_cast<uint16_t>(sign);  // below half the smallest subnormal
     uint32_t exp = absx >> 23;
     uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - exp;                   // 14..24: aligns to 2^-24 units
+    uint32_t shift = 126u - exp;  // 14..24: aligns to 2^-24 units
     uint32_t value = mant >> shift;
     uint32_t rem = mant & ((1u << shift) - 1u);
     uint32_t halfway = 1u << (shift - 1u);
