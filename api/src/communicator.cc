@@ -195,6 +195,10 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
   call.dtype = type;
   call.op = op;
   call.feedback = options.feedback;
+  // Device buffers are recognised by their memory kind (always host in builds without CUDA);
+  // the engine rejects a device/host mix with a message.
+  call.device = device::isDeviceMemory(send) || device::isDeviceMemory(recv);
+  call.stream = options.stream;
   if (isAutoSpec(options.codec)) {
     std::shared_ptr<AutoSelector> selector;
     {

@@ -5,6 +5,7 @@
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -51,7 +52,12 @@ struct Descriptor {
 };
 constexpr uint32_t kDescriptorMagic = 0x44435354;  // "TSCD"
 
+// A descriptor's kind when the sending rank rejected its own arguments: its peers then fail
+// at once instead of waiting for transfers that will never come.
+constexpr uint8_t kRejectedKind = 0;
+
 std::string describe(const Descriptor& d) {
+  if (d.kind == kRejectedKind) return "a call it rejected as invalid (see that rank's error)";
   return formatString(
       "%s(count=%llu, %s, %s, codec %s [spec hash %016llx])",
       collectiveName(static_cast<CollectiveKind>(d.kind)), static_cast<unsigned long long>(d.count),
@@ -83,6 +89,19 @@ uint8_t* CollectiveEngine::scratch(int slot, size_t bytes) {
   return buf.data();
 }
 
+Result<uint8_t*> CollectiveEngine::wireScratch(const CollectiveOp& op, int slot, size_t bytes) {
+  if (!op.device) return scratch(slot, bytes);
+  if (pinned_.size() <= static_cast<size_t>(slot)) pinned_.resize(slot + 1);
+  TERSE_ASSIGN_OR_RETURN(void* p, pinned_[slot].reserve(bytes));
+  return static_cast<uint8_t*>(p);
+}
+
+Result<float*> CollectiveEngine::accScratch(const CollectiveOp& op, size_t elems) {
+  if (!op.device) return reinterpret_cast<float*>(scratch(5, elems * sizeof(float)));
+  TERSE_ASSIGN_OR_RETURN(void* p, deviceAcc_.reserve(elems * sizeof(float)));
+  return static_cast<float*>(p);
+}
+
 Status CollectiveEngine::validate(const CollectiveOp& op) const {
   const int n = transport_.size(), r = transport_.rank();
   if (op.codec == nullptr)
@@ -103,6 +122,28 @@ Status CollectiveEngine::validate(const CollectiveOp& op) const {
   if (op.op != ReduceOp::kSum && op.op != ReduceOp::kAvg)
     return errorInvalidArgument("%s: reduction %d is not sum or avg", collectiveName(op.kind),
                                 static_cast<int>(op.op));
+  // Device calls need both buffers where kernels reach them; host calls must not get device
+  // memory (the host algorithms would fault on it).
+  auto kindOf = [](const void* p, size_t elems) {
+    return elems > 0 ? device::memoryKind(p) : device::MemoryKind::kHost;
+  };
+  device::MemoryKind sendKind = kindOf(op.send, sendCount), recvKind = kindOf(op.recv, recvCount);
+  if (op.device) {
+    if (!device::available())
+      return errorUnsupported("%s: device buffers need a CUDA build of terse and a usable device",
+                              collectiveName(op.kind));
+    if ((sendCount > 0 && !device::isKernelAccessible(sendKind)) ||
+        (recvCount > 0 && !device::isKernelAccessible(recvKind)))
+      return errorInvalidArgument(
+          "%s: one buffer is CUDA device memory and the other pageable host memory; pass both "
+          "on the device or both on the host",
+          collectiveName(op.kind));
+  } else if (sendKind == device::MemoryKind::kDevice || recvKind == device::MemoryKind::kDevice) {
+    return errorInvalidArgument(
+        "%s: a buffer is CUDA device memory but the call was made for host buffers (set "
+        "CollectiveOp::device)",
+        collectiveName(op.kind));
+  }
   if (op.feedback) {
     size_t efCount = op.kind == CollectiveKind::kAllGather ? sendCount : op.count;
     TERSE_RETURN_IF_ERROR(op.feedback->checkCompatible(op.codec->spec(), efCount)
@@ -112,7 +153,7 @@ Status CollectiveEngine::validate(const CollectiveOp& op) const {
   return Status::ok();
 }
 
-Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t seq) {
+Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t seq, bool rejected) {
   const int n = transport_.size(), r = transport_.rank();
   if (n == 1) return Status::ok();
   Descriptor mine{};
@@ -120,9 +161,10 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
   mine.kind = static_cast<uint8_t>(op.kind);
   mine.dtype = static_cast<uint8_t>(op.dtype);
   mine.op = static_cast<uint8_t>(op.kind == CollectiveKind::kAllGather ? ReduceOp::kSum : op.op);
-  mine.codec = static_cast<uint8_t>(op.codec->id());
+  mine.codec = op.codec ? static_cast<uint8_t>(op.codec->id()) : 0xff;
   mine.count = op.count;
-  mine.specHash = fnv1a(op.codec->spec());
+  mine.specHash = op.codec ? fnv1a(op.codec->spec()) : 0;
+  if (rejected) mine.kind = kRejectedKind;
   mine.seq = seq;
   mine.worldSize = static_cast<uint32_t>(n);
   auto* theirs = reinterpret_cast<Descriptor*>(scratch(0, sizeof(Descriptor) * n));
@@ -148,6 +190,11 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;
     const Descriptor& d = theirs[i];
+    if (d.kind == kRejectedKind && !rejected)
+      return errorInvalidUsage(
+          "collective call #%u failed: rank %d rejected its arguments (see its error); this rank "
+          "called %s",
+          seq, i, describe(mine).c_str());
     if (d.kind != mine.kind || d.dtype != mine.dtype || d.op != mine.op || d.codec != mine.codec ||
         d.count != mine.count || d.specHash != mine.specHash || d.worldSize != mine.worldSize ||
         d.seq != mine.seq)
@@ -160,13 +207,29 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
 }
 
 Status CollectiveEngine::run(const CollectiveOp& op) {
-  TERSE_RETURN_IF_ERROR(validate(op));
+  Status valid = validate(op);
+  if (!valid.isOk()) {
+    // Still take part in the descriptor exchange, so the other ranks fail this call now (and
+    // everyone's sequence stays in step) rather than time out waiting for this rank's data.
+    (void)exchangeDescriptors(op, seq_++, /*rejected=*/true);  // our own error is the news
+    return valid;
+  }
   if (op.feedback) op.feedback->prepareFor(op.codec->spec());
   const uint32_t seq = seq_++;
   TERSE_RETURN_IF_ERROR(exchangeDescriptors(op, seq));
+  TERSE_TRACE(kSubsysColl, "%s #%u: %zu x %s, %s, codec %s%s", collectiveName(op.kind), seq,
+              op.count, dataTypeName(op.dtype), reduceOpName(op.op), op.codec->spec().c_str(),
+              op.device ? ", device buffers" : "");
+  if (!op.device) return dispatch(op, seq);
+  Status s = op.codec->id() == CodecId::kNone ? stagedUncompressed(op, seq) : dispatch(op, seq);
+  // Even after an error, kernels queued on the stream may still read the pinned workspaces:
+  // let them finish before the next call reuses them.
+  Status drained = device::synchronize(op.stream);
+  return s.isOk() ? drained : s;
+}
+
+Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   const bool uncompressed = op.codec->id() == CodecId::kNone;
-  TERSE_TRACE(kSubsysColl, "%s #%u: %zu x %s, %s, codec %s", collectiveName(op.kind), seq, op.count,
-              dataTypeName(op.dtype), reduceOpName(op.op), op.codec->spec().c_str());
   switch (op.kind) {
     case CollectiveKind::kAllReduce:
       if (!uncompressed) return scatterReduce(op, seq);
@@ -181,6 +244,36 @@ Status CollectiveEngine::run(const CollectiveOp& op) {
       return ringAllgather(op, seq);
   }
   return errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
+}
+
+Status CollectiveEngine::stagedUncompressed(const CollectiveOp& op, uint32_t seq) {
+  const int n = transport_.size(), r = transport_.rank();
+  const size_t es = dataTypeSize(op.dtype);
+  size_t sendCount = op.count, recvCount = op.count, recvOffset = 0;
+  if (op.kind == CollectiveKind::kReduceScatter) recvCount = chunkRange(op.count, n, r).length;
+  if (op.kind == CollectiveKind::kAllGather) {
+    Range mine = chunkRange(op.count, n, r);
+    sendCount = mine.length;
+    recvOffset = mine.begin;  // allgather's host algorithm reads our part in place from recv
+  }
+  // One pinned buffer of the larger side: the host algorithms all work in place.
+  size_t bytes = std::max(sendCount, recvCount) * es;
+  TERSE_ASSIGN_OR_RETURN(uint8_t * stage, wireScratch(op, 6, bytes));
+  CollectiveOp host = op;
+  host.device = false;
+  host.stream = nullptr;
+  if (op.kind == CollectiveKind::kAllGather) {
+    TERSE_RETURN_IF_ERROR(
+        device::copyAsync(stage + recvOffset * es, op.send, sendCount * es, op.stream));
+    host.send = stage + recvOffset * es;
+  } else {
+    TERSE_RETURN_IF_ERROR(device::copyAsync(stage, op.send, sendCount * es, op.stream));
+    host.send = stage;
+  }
+  host.recv = stage;
+  TERSE_RETURN_IF_ERROR(device::synchronize(op.stream));
+  TERSE_RETURN_IF_ERROR(dispatch(host, seq));
+  return device::copyAsync(op.recv, stage, recvCount * es, op.stream);
 }
 
 }  // namespace terse

@@ -31,6 +31,28 @@ uint64_t nonceFor(uint32_t seq, int rank, int chunk, size_t segment, int phase) 
   return num::mix64(x ^ num::mix64(segment + 0x51ed270b27b2f6c1ull));
 }
 
+// The codec call of one compression or decode: device calls run the codecs on the op's stream.
+CodecCall codecCall(const CollectiveOp& op, uint64_t nonce = 0, float scale = 1.0f) {
+  CodecCall call;
+  call.nonce = nonce;
+  call.scale = scale;
+  call.device = op.device;
+  call.stream = op.stream;
+  return call;
+}
+
+// The op's residuals where its codecs run: host memory, or the device for device calls.
+Result<float*> workerResidual(const CollectiveOp& op) {
+  if (!op.feedback) return static_cast<float*>(nullptr);
+  if (op.device) return op.feedback->deviceWorker(op.stream);
+  return op.feedback->worker();
+}
+Result<float*> serverResidual(const CollectiveOp& op, int n, Range mine) {
+  if (!op.feedback) return static_cast<float*>(nullptr);
+  if (op.device) return op.feedback->deviceServer(n, mine.begin, mine.length, op.stream);
+  return op.feedback->server(n, mine.begin, mine.length);
+}
+
 }  // namespace
 
 Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
@@ -52,19 +74,26 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   const size_t mySegs = segmentCount(mine.length, seg);
   const float avgScale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
 
-  uint8_t* sendWire = scratch(1, n * maxSegs * stride);  // [chunk j][segment g]
-  uint8_t* recvWire = scratch(2, n * maxSegs * stride);  // [contributor i][my segment g]
-  uint8_t* resultWire = scratch(3, maxSegs * stride);    // [my segment g]
-  uint8_t* gatherWire = allreduce ? scratch(4, n * maxSegs * stride) : nullptr;  // [owner i][g]
-  float* acc = reinterpret_cast<float*>(scratch(5, seg * sizeof(float)));
+  TERSE_ASSIGN_OR_RETURN(uint8_t * sendWire,
+                         wireScratch(op, 1, n * maxSegs * stride));  // [chunk j][segment g]
+  TERSE_ASSIGN_OR_RETURN(uint8_t * recvWire,
+                         wireScratch(op, 2, n * maxSegs * stride));  // [contributor i][my g]
+  TERSE_ASSIGN_OR_RETURN(uint8_t * resultWire, wireScratch(op, 3, maxSegs * stride));  // [my g]
+  uint8_t* gatherWire = nullptr;  // [owner i][g]
+  if (allreduce) {
+    TERSE_ASSIGN_OR_RETURN(gatherWire, wireScratch(op, 4, n * maxSegs * stride));
+  }
+  TERSE_ASSIGN_OR_RETURN(float* acc, accScratch(op, seg));
   std::vector<size_t> ownBytes(maxSegs, 0);
   auto slotPtr = [&](uint8_t* base, int who, size_t g) {
     return base + (who * maxSegs + g) * stride;
   };
 
-  float* worker = op.feedback ? op.feedback->worker() : nullptr;
-  float* server =
-      (op.feedback && allreduce) ? op.feedback->server(n, mine.begin, mine.length) : nullptr;
+  TERSE_ASSIGN_OR_RETURN(float* worker, workerResidual(op));
+  float* server = nullptr;
+  if (allreduce) {
+    TERSE_ASSIGN_OR_RETURN(server, serverResidual(op, n, mine));
+  }
   const auto* input = static_cast<const uint8_t*>(op.send);
   auto* output = static_cast<uint8_t*>(op.recv);
 
@@ -91,11 +120,10 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       if (g >= segmentCount(c.length, seg)) continue;
       Range sg = segmentRange(c.length, seg, g);
       size_t off = c.begin + sg.begin;
-      CodecCall call;
-      call.nonce = nonceFor(seq, r, j, g, 0);
-      TERSE_ASSIGN_OR_RETURN(size_t bytes, codec.compress(input + off * es, op.dtype, sg.length,
-                                                          worker ? worker + off : nullptr,
-                                                          slotPtr(sendWire, j, g), stride, call));
+      TERSE_ASSIGN_OR_RETURN(
+          size_t bytes, codec.compress(input + off * es, op.dtype, sg.length,
+                                       worker ? worker + off : nullptr, slotPtr(sendWire, j, g),
+                                       stride, codecCall(op, nonceFor(seq, r, j, g, 0))));
       if (j == r) {
         ownBytes[g] = bytes;
       } else {
@@ -114,24 +142,28 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   auto reduceRound = [&](size_t g) -> Status {
     if (g >= mySegs) return Status::ok();
     Range sg = segmentRange(mine.length, seg, g);
-    std::memset(acc, 0, sg.length * sizeof(float));
+    if (op.device)
+      TERSE_RETURN_IF_ERROR(device::zeroAsync(acc, sg.length * sizeof(float), op.stream));
+    else
+      std::memset(acc, 0, sg.length * sizeof(float));
     for (int i = 0; i < n; ++i) {
       const uint8_t* wire = slotPtr(i == r ? sendWire : recvWire, i, g);
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(contribSlot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          codec.decompressAccumulate(wire, bytes, acc, sg.length)
+          codec.decompressAccumulate(wire, bytes, acc, sg.length, codecCall(op))
               .withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
       transport_.progress();
     }
     uint8_t* out = output + (allreduce ? mine.begin + sg.begin : sg.begin) * es;
     if (!allreduce) {
+      if (op.device)
+        return device::convertAsync(acc, DataType::kFloat32, out, op.dtype, sg.length, avgScale,
+                                    op.stream);
       detail::fromFloat(acc, avgScale, op.dtype, out, sg.length);
       return Status::ok();
     }
-    CodecCall call;
-    call.scale = avgScale;
-    call.nonce = nonceFor(seq, r, r, g, 1);
+    const CodecCall call = codecCall(op, nonceFor(seq, r, r, g, 1), avgScale);
     uint8_t* result = resultWire + g * stride;
     TERSE_ASSIGN_OR_RETURN(
         size_t bytes, codec.compress(acc, DataType::kFloat32, sg.length,
@@ -142,7 +174,7 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
           reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g), result, bytes, &slot));
     }
     // The owner keeps what it broadcast, not its exact sum: all ranks end bit-identical.
-    return codec.decompress(result, bytes, out, op.dtype, sg.length);
+    return codec.decompress(result, bytes, out, op.dtype, sg.length, codecCall(op));
   };
 
   // Step 3 for round g: decode what the other owners broadcast.
@@ -158,7 +190,7 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       TERSE_RETURN_IF_ERROR(
           codec
               .decompress(slotPtr(gatherWire, i, g), bytes, output + (c.begin + sg.begin) * es,
-                          op.dtype, sg.length)
+                          op.dtype, sg.length, codecCall(op))
               .withContext(formatString("result of chunk %d segment %zu from rank %d", i, g, i)));
       transport_.progress();
     }
@@ -188,9 +220,10 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
   }
   const size_t stride = (codec.maxWireBytes(seg) + 7) / 8 * 8;
   const Range mine = chunkRange(op.count, n, r);
-  uint8_t* wire = scratch(1, n * maxSegs * stride);  // [owner i][segment g]
+  TERSE_ASSIGN_OR_RETURN(uint8_t * wire,
+                         wireScratch(op, 1, n * maxSegs * stride));  // [owner i][segment g]
   auto slotPtr = [&](int who, size_t g) { return wire + (who * maxSegs + g) * stride; };
-  float* worker = op.feedback ? op.feedback->worker() : nullptr;
+  TERSE_ASSIGN_OR_RETURN(float* worker, workerResidual(op));
   auto* output = static_cast<uint8_t*>(op.recv);
   const auto* input = static_cast<const uint8_t*>(op.send);
 
@@ -206,11 +239,10 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
   std::vector<size_t> ownBytes(maxSegs, 0);
   for (size_t g = 0; g < segmentCount(mine.length, seg); ++g) {
     Range sg = segmentRange(mine.length, seg, g);
-    CodecCall call;
-    call.nonce = nonceFor(seq, r, r, g, 2);
-    TERSE_ASSIGN_OR_RETURN(ownBytes[g], codec.compress(input + sg.begin * es, op.dtype, sg.length,
-                                                       worker ? worker + sg.begin : nullptr,
-                                                       slotPtr(r, g), stride, call));
+    TERSE_ASSIGN_OR_RETURN(
+        ownBytes[g], codec.compress(input + sg.begin * es, op.dtype, sg.length,
+                                    worker ? worker + sg.begin : nullptr, slotPtr(r, g), stride,
+                                    codecCall(op, nonceFor(seq, r, r, g, 2))));
     for (int k = 1; k < n; ++k) {
       size_t s;
       TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g),
@@ -226,7 +258,7 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
       TERSE_RETURN_IF_ERROR(
           codec
               .decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es, op.dtype,
-                          sg.length)
+                          sg.length, codecCall(op))
               .withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
     }
   }

@@ -1,6 +1,7 @@
 // The six codecs: argument checks, wire header, payload placement and dispatch to the kernels.
 #include "codecs.h"
 
+#include "terse/kernels/device.h"
 #include "terse/kernels/kernels.h"
 #include "wire.h"
 
@@ -20,22 +21,6 @@ bool validType(DataType dt) {
   return static_cast<uint8_t>(dt) <= static_cast<uint8_t>(DataType::kBFloat16);
 }
 
-// Calls fn(T*) with the pointer cast to the element type `dt` names.
-template <typename Ptr, typename Fn>
-auto withType(DataType dt, Ptr* p, Fn&& fn) {
-  using Void = std::remove_cv_t<Ptr>;
-  static_assert(std::is_same_v<Void, void>, "void pointer expected");
-  constexpr bool kConst = std::is_const_v<Ptr>;
-  switch (dt) {
-    case DataType::kFloat16:
-      return fn(static_cast<std::conditional_t<kConst, const Half*, Half*>>(p));
-    case DataType::kBFloat16:
-      return fn(static_cast<std::conditional_t<kConst, const BFloat16*, BFloat16*>>(p));
-    case DataType::kFloat32:
-    default: return fn(static_cast<std::conditional_t<kConst, const float*, float*>>(p));
-  }
-}
-
 // Scratch reused by one thread across calls (the AVG pre-scale and top-k's select state), so
 // steady-state compression allocates nothing.
 std::vector<float>& scaledScratch(size_t n) {
@@ -49,22 +34,18 @@ void* topkScratch(size_t bytes) {
   return buf.data();
 }
 
-uint64_t roundingSeed(uint64_t seed, uint64_t nonce) {
-  // Mix the nonce so nearby nonces (0, 1, 2, ...) give unrelated streams.
-  return seed ^ num::mix64(nonce + 0x632be59bd9b4e019ull);
-}
-
 }  // namespace
 
 // ---- CodecBase -----------------------------------------------------------------------------
 
 Status CodecBase::checkBuffers(const void* data, DataType dt, size_t n, const void* wire,
                                const CodecCall& call, const char* what) const {
-  if (call.device)
-    return errorUnsupported(
-        "%s: device (CUDA) buffers are not supported by the %s codec in this build yet; pass "
-        "host buffers (CodecCall::device = false)",
-        what, codecName(id()));
+  if (call.device && !device::available())
+    return errorUnsupported("%s: CodecCall::device is set but %s", what,
+                            device::built()
+                                ? "no CUDA device is usable on this machine"
+                                : "this terse was built without CUDA; pass host buffers or "
+                                  "rebuild with nvcc on PATH");
   if (!validType(dt))
     return errorInvalidArgument("%s: unknown data type %d", what, static_cast<int>(dt));
   if (n > 0 && !data)
@@ -86,6 +67,7 @@ Result<size_t> CodecBase::compress(const void* in, DataType dt, size_t n, float*
         capacity, codecName(id()), n, need);
   if (!std::isfinite(call.scale))
     return errorInvalidArgument("compress: CodecCall::scale must be finite");
+  if (call.device) return compressDevice(in, dt, n, residual, wire, call);
   wire::Header h;
   h.codec = static_cast<uint8_t>(id());
   h.dtype = static_cast<uint8_t>(dt);
@@ -120,6 +102,11 @@ Result<wire::Header> CodecBase::checkMessage(const void* wire, size_t bytes, siz
 Status CodecBase::decompress(const void* wire, size_t bytes, void* out, DataType dt, size_t n,
                              const CodecCall& call) const {
   TERSE_RETURN_IF_ERROR(checkBuffers(out, dt, n, wire, call, "decompress"));
+  if (call.device) {
+    TERSE_ASSIGN_OR_RETURN(wire::Header h, checkDeviceMessage(wire, bytes, n, call));
+    return decodeDevice(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h, out, dt, n,
+                        call);
+  }
   TERSE_ASSIGN_OR_RETURN(wire::Header h, checkMessage(wire, bytes, n));
   return decode(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h, out, dt, n);
 }
@@ -128,6 +115,11 @@ Status CodecBase::decompressAccumulate(const void* wire, size_t bytes, float* ac
                                        const CodecCall& call) const {
   TERSE_RETURN_IF_ERROR(
       checkBuffers(acc, DataType::kFloat32, n, wire, call, "decompressAccumulate"));
+  if (call.device) {
+    TERSE_ASSIGN_OR_RETURN(wire::Header h, checkDeviceMessage(wire, bytes, n, call));
+    return decodeAccumulateDevice(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h,
+                                  acc, n, call);
+  }
   TERSE_ASSIGN_OR_RETURN(wire::Header h, checkMessage(wire, bytes, n));
   return decodeAccumulate(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h, acc, n);
 }

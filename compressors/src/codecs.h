@@ -5,7 +5,31 @@
 #include "terse/kernels/kernels.h"
 #include "wire.h"
 
+#include <type_traits>
+
 namespace terse {
+
+// Calls fn(T*) with the pointer cast to the element type `dt` names.
+template <typename Ptr, typename Fn>
+inline auto withType(DataType dt, Ptr* p, Fn&& fn) {
+  using Void = std::remove_cv_t<Ptr>;
+  static_assert(std::is_same_v<Void, void>, "void pointer expected");
+  constexpr bool kConst = std::is_const_v<Ptr>;
+  switch (dt) {
+    case DataType::kFloat16:
+      return fn(static_cast<std::conditional_t<kConst, const Half*, Half*>>(p));
+    case DataType::kBFloat16:
+      return fn(static_cast<std::conditional_t<kConst, const BFloat16*, BFloat16*>>(p));
+    case DataType::kFloat32:
+    default: return fn(static_cast<std::conditional_t<kConst, const float*, float*>>(p));
+  }
+}
+
+// The int8 stochastic-rounding seed of one call (host and device paths alike).
+inline uint64_t roundingSeed(uint64_t seed, uint64_t nonce) {
+  // Mix the nonce so nearby nonces (0, 1, 2, ...) give unrelated streams.
+  return seed ^ num::mix64(nonce + 0x632be59bd9b4e019ull);
+}
 
 // Common argument checks and header handling; subclasses place their payload.
 class CodecBase : public Codec {
@@ -30,8 +54,23 @@ class CodecBase : public Codec {
                         size_t n) const = 0;
   virtual Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
                                   size_t n) const = 0;
+  // The same on the GPU (codecs_device.cc): in/out/acc/residual and the payload are device
+  // (or, for the payload, pinned host) memory; work is queued on call.stream. The defaults say
+  // the build has no CUDA; CUDA builds override them in every codec.
+  virtual Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                                      unsigned char* payload, const CodecCall& call,
+                                      wire::Header& h) const;
+  virtual Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,
+                              DataType dt, size_t n, const CodecCall& call) const;
+  virtual Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h,
+                                        float* acc, size_t n, const CodecCall& call) const;
 
  private:
+  Result<size_t> compressDevice(const void* in, DataType dt, size_t n, float* residual, void* wire,
+                                const CodecCall& call) const;
+  // The header of a message whose bytes may be in device memory (copied to the host first).
+  Result<wire::Header> checkDeviceMessage(const void* wire, size_t bytes, size_t n,
+                                          const CodecCall& call) const;
   Status checkBuffers(const void* data, DataType dt, size_t n, const void* wire,
                       const CodecCall& call, const char* what) const;
   Result<wire::Header> checkMessage(const void* wire, size_t bytes, size_t n) const;
@@ -57,6 +96,16 @@ class CastCodec final : public CodecBase {
   Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
                           size_t n) const override;
 
+#if TERSE_HAVE_CUDA
+  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                              unsigned char* payload, const CodecCall& call,
+                              wire::Header& h) const override;
+  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                      size_t n, const CodecCall& call) const override;
+  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,
+                                size_t n, const CodecCall& call) const override;
+#endif
+
  private:
   DataType wireType(DataType source) const;
   CodecId id_;
@@ -81,6 +130,16 @@ class Int8Codec final : public CodecBase {
                 size_t n) const override;
   Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
                           size_t n) const override;
+
+#if TERSE_HAVE_CUDA
+  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                              unsigned char* payload, const CodecCall& call,
+                              wire::Header& h) const override;
+  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                      size_t n, const CodecCall& call) const override;
+  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,
+                                size_t n, const CodecCall& call) const override;
+#endif
 
  private:
   size_t blocks(size_t n) const;
@@ -108,6 +167,16 @@ class OnebitCodec final : public CodecBase {
                 size_t n) const override;
   Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
                           size_t n) const override;
+
+#if TERSE_HAVE_CUDA
+  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                              unsigned char* payload, const CodecCall& call,
+                              wire::Header& h) const override;
+  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                      size_t n, const CodecCall& call) const override;
+  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,
+                                size_t n, const CodecCall& call) const override;
+#endif
 
  private:
   size_t blocks(size_t n) const;
@@ -137,6 +206,16 @@ class TopkCodec final : public CodecBase {
                 size_t n) const override;
   Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
                           size_t n) const override;
+
+#if TERSE_HAVE_CUDA
+  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                              unsigned char* payload, const CodecCall& call,
+                              wire::Header& h) const override;
+  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
+                      size_t n, const CodecCall& call) const override;
+  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,
+                                size_t n, const CodecCall& call) const override;
+#endif
 
  private:
   static Status badIndices(size_t k, size_t n);

@@ -4,6 +4,7 @@
 #include "terse/common/logging.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
+#include "terse/kernels/device.h"
 
 #include <algorithm>
 #include <cstring>
@@ -56,6 +57,90 @@ Result<std::string> canonicalSpec(const std::string& spec) {
 
 }  // namespace
 
+// The device copies: current means they hold the residuals and worker_/server_ are stale.
+struct ErrorFeedback::DeviceResiduals {
+  device::DeviceBuffer worker;
+  device::DeviceBuffer server;
+  bool current = false;
+};
+
+ErrorFeedback::ErrorFeedback() = default;
+ErrorFeedback::~ErrorFeedback() = default;
+ErrorFeedback::ErrorFeedback(ErrorFeedback&&) noexcept = default;
+ErrorFeedback& ErrorFeedback::operator=(ErrorFeedback&&) noexcept = default;
+
+ErrorFeedback::ErrorFeedback(const ErrorFeedback& other) { *this = other; }
+
+ErrorFeedback& ErrorFeedback::operator=(const ErrorFeedback& other) {
+  if (this == &other) return *this;
+  other.pullToHost();  // a copy starts on the host; device memory is never shared
+  spec_ = other.spec_;
+  activeSpec_ = other.activeSpec_;
+  worker_ = other.worker_;
+  server_ = other.server_;
+  serverOffset_ = other.serverOffset_;
+  serverWorld_ = other.serverWorld_;
+  device_.reset();
+  return *this;
+}
+
+bool ErrorFeedback::residualsOnDevice() const { return device_ && device_->current; }
+
+void ErrorFeedback::pullToHost() const {
+  if (!residualsOnDevice()) return;
+  // Synchronous (legacy default stream, then a full wait): callers finished their own stream.
+  Status s = device::copyAsync(worker_.data(), device_->worker.data(), 4 * worker_.size(), nullptr);
+  if (s.isOk())
+    s = device::copyAsync(server_.data(), device_->server.data(), 4 * server_.size(), nullptr);
+  if (s.isOk()) s = device::synchronize(nullptr);
+  if (!s.isOk()) {
+    // The device copy is unreadable (a sticky CUDA fault): zero residuals are a valid, if
+    // weaker, state; stale or garbage ones would silently bias the gradients.
+    TERSE_WARN(kSubsysCodec,
+               "error feedback: reading residuals from the device failed (%s); "
+               "they restart from zero",
+               s.toString().c_str());
+    std::fill(worker_.begin(), worker_.end(), 0.0f);
+    std::fill(server_.begin(), server_.end(), 0.0f);
+  }
+  device_->current = false;
+}
+
+Status ErrorFeedback::pushToDevice(void* stream) {
+  if (residualsOnDevice()) return Status::ok();
+  if (!device::available())
+    return errorUnsupported("error feedback: device residuals need %s",
+                            device::built() ? "a usable CUDA device, and none was found"
+                                            : "CUDA, and this terse was built without it");
+  if (!device_) device_ = std::make_unique<DeviceResiduals>();
+  TERSE_RETURN_IF_ERROR(device_->worker.reserve(4 * worker_.size()).status());
+  TERSE_RETURN_IF_ERROR(device_->server.reserve(4 * server_.size()).status());
+  TERSE_RETURN_IF_ERROR(
+      device::copyAsync(device_->worker.data(), worker_.data(), 4 * worker_.size(), stream));
+  TERSE_RETURN_IF_ERROR(
+      device::copyAsync(device_->server.data(), server_.data(), 4 * server_.size(), stream));
+  device_->current = true;
+  return Status::ok();
+}
+
+Result<float*> ErrorFeedback::deviceWorker(void* stream) {
+  TERSE_RETURN_IF_ERROR(pushToDevice(stream));
+  return static_cast<float*>(device_->worker.data());
+}
+
+Result<float*> ErrorFeedback::deviceServer(int worldSize, size_t offset, size_t length,
+                                           void* stream) {
+  if (worldSize != serverWorld_ || offset != serverOffset_ || length != server_.size()) {
+    // A new partition is rare (world or tensor changed): resize on the host, then move up.
+    if (!server(worldSize, offset, length))
+      return errorInvalidArgument(
+          "error feedback: server chunk [%zu, +%zu) does not fit a tensor of %zu elements", offset,
+          length, worker_.size());
+  }
+  TERSE_RETURN_IF_ERROR(pushToDevice(stream));
+  return static_cast<float*>(device_->server.data());
+}
+
 Result<ErrorFeedback> ErrorFeedback::create(const std::string& codecSpec, size_t count) {
   auto canonical = canonicalSpec(codecSpec);
   if (!canonical.isOk()) return canonical.status().withContext("creating error-feedback state");
@@ -96,6 +181,7 @@ Status ErrorFeedback::checkCompatible(const std::string& codecSpec, size_t count
 }
 
 float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {
+  pullToHost();
   if (worldSize <= 0 || offset > worker_.size() || length > worker_.size() - offset) {
     TERSE_WARN(kSubsysCodec,
                "error feedback: server chunk [%zu, +%zu) of world %d does not fit a tensor of %zu "
@@ -113,11 +199,13 @@ float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {
 }
 
 void ErrorFeedback::reset() {
+  if (device_) device_->current = false;  // the zeroed host copy is the state now
   std::fill(worker_.begin(), worker_.end(), 0.0f);
   std::fill(server_.begin(), server_.end(), 0.0f);
 }
 
 std::vector<uint8_t> ErrorFeedback::serialize() const {
+  pullToHost();
   size_t specBytes = pad4(spec_.size());
   size_t total = kFixedBytes + specBytes + 4 * worker_.size() + 4 * server_.size() + kCheckBytes;
   std::vector<uint8_t> out(total, 0);

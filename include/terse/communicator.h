@@ -48,6 +48,11 @@ struct CollectiveOptions {
   // this tensor: ErrorFeedback::create(codec, count) for allreduce and reduce-scatter, for this
   // rank's part (chunkRange) for allgather. Must not be shared by two calls in flight.
   ErrorFeedback* feedback = nullptr;
+  // CUDA builds: when send/recv are device (or managed) memory, the codecs run on the GPU on
+  // this stream (a cudaStream_t; nullptr is the legacy default stream), after the work already
+  // queued on it, and the call completes once the stream has finished its part. Messages are
+  // staged through pinned host memory. Ignored for host buffers.
+  void* stream = nullptr;
 };
 
 class Communicator {

@@ -49,7 +49,9 @@ void terse_comm_part(const terse_comm_t* comm, size_t count, size_t* offset, siz
  * "topk:ratio=0.01" (NULL means "none"); `feedback` may be NULL. The blocking forms return when
  * the result is in recv; the async forms store a handle in *work (free it with terse_work_free).
  * allreduce: send/recv hold count elements. reduce_scatter: send holds count, recv this rank's
- * part. allgather: send holds this rank's part, recv all count elements. */
+ * part. allgather: send holds this rank's part, recv all count elements. In CUDA builds, send and
+ * recv may both be device memory: the codecs then run on the GPU on the legacy default stream
+ * (docs/cuda.md). */
 terse_status_t terse_allreduce(terse_comm_t* comm, const void* send, void* recv, size_t count,
                                terse_dtype_t dtype, terse_redop_t op, const char* codec,
                                terse_feedback_t* feedback);

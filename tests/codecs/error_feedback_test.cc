@@ -1,6 +1,7 @@
 // ErrorFeedback: creation, compatibility errors naming both sides, server repartitioning, and
 // the checkpoint form (round trip, truncation, corruption).
 #include "terse/compressors/error_feedback.h"
+#include "terse/kernels/device.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -62,6 +63,38 @@ TEST(ErrorFeedback, ServerResidualRepartitionsToZero) {
   EXPECT_EQ(ef.server(0, 0, 10), nullptr);
   ef.reset();
   for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(ef.worker()[i], 0.0f);
+}
+
+TEST(ErrorFeedback, CopiesAreIndependentAndMovesKeepTheState) {
+  auto ef = filled("onebit:block=64", 1000, 4, 250, 250);
+  ErrorFeedback copy = ef;  // copy construction
+  ErrorFeedback assigned;
+  assigned = ef;  // copy assignment
+  EXPECT_EQ(copy.serialize(), ef.serialize());
+  EXPECT_EQ(assigned.serialize(), ef.serialize());
+  copy.worker()[3] += 1.0f;
+  assigned.server(4, 250, 250)[0] += 1.0f;
+  EXPECT_NE(copy.worker()[3], ef.worker()[3]);
+  EXPECT_NE(assigned.server(4, 250, 250)[0], ef.server(4, 250, 250)[0]);
+  auto bytes = ef.serialize();
+  ErrorFeedback moved = std::move(ef);
+  EXPECT_EQ(moved.serialize(), bytes);
+  EXPECT_FALSE(moved.residualsOnDevice());
+}
+
+TEST(ErrorFeedback, DeviceResidualsWithoutADeviceAreAClearError) {
+  if (device::available()) GTEST_SKIP() << "a CUDA device is present: tests/gpu covers this path";
+  auto ef = filled("topk", 100, 2, 50, 50);
+  auto before = ef.serialize();
+  auto w = ef.deviceWorker(nullptr);
+  ASSERT_FALSE(w.isOk());
+  EXPECT_EQ(w.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(w.status().message().find(device::built() ? "device" : "built without"),
+            std::string::npos)
+      << w.status().message();
+  EXPECT_FALSE(ef.deviceServer(2, 50, 50, nullptr).isOk());
+  EXPECT_FALSE(ef.residualsOnDevice());
+  EXPECT_EQ(ef.serialize(), before);  // nothing was lost
 }
 
 TEST(ErrorFeedback, SerializeRoundTrip) {

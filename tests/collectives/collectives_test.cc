@@ -430,5 +430,53 @@ TEST(Collectives, InvalidArgumentsAreErrors) {
   for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
 }
 
+TEST(Collectives, ARankWithBadArgumentsFailsTheCallEverywhereAtOnce) {
+  auto int8 = codecOf("int8");
+  auto st = runWorld(3, [&](int r, CollectiveEngine& e) {
+    e.setTimeout(std::chrono::milliseconds(60000));
+    std::vector<float> buf(1000, 1.0f);
+    CollectiveOp op;
+    op.send = r == 1 ? nullptr : buf.data();  // only rank 1 is wrong
+    op.recv = buf.data();
+    op.count = buf.size();
+    op.codec = int8.get();
+    auto start = std::chrono::steady_clock::now();
+    Status s = e.run(op);
+    auto took = std::chrono::steady_clock::now() - start;
+    if (r == 1) {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.toString();
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidUsage) << s.toString();
+      EXPECT_NE(s.message().find("rank 1 rejected its arguments"), std::string::npos)
+          << s.message();
+    }
+    // Far below the timeout: nobody waited for rank 1's data.
+    EXPECT_LT(took, std::chrono::milliseconds(30000));
+    op.send = buf.data();  // the next call works on every rank: sequences stayed in step
+    return e.run(op);
+  });
+  for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
+}
+
+TEST(Collectives, DeviceCallsWithoutADeviceAreUnsupported) {
+  if (device::available())
+    GTEST_SKIP() << "a CUDA device is present: tests/gpu covers device calls";
+  auto int8 = codecOf("int8");
+  auto st = runWorld(2, [&](int r, CollectiveEngine& e) {
+    std::vector<float> buf(100, 1.0f);
+    CollectiveOp op;
+    op.send = op.recv = buf.data();
+    op.count = 100;
+    op.codec = int8.get();
+    op.device = true;
+    Status s = e.run(op);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.toString();
+    EXPECT_NE(s.message().find("device"), std::string::npos) << s.message();
+    op.device = false;  // the engine stays usable and in step on both ranks
+    return e.run(op);
+  });
+  for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
+}
+
 }  // namespace
 }  // namespace terse

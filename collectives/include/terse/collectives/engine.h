@@ -21,6 +21,7 @@
 #include "terse/collectives/partition.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
+#include "terse/kernels/device.h"
 #include "terse/transport/transport.h"
 
 #include <chrono>
@@ -45,6 +46,12 @@ struct CollectiveOp {
   // Optional residuals. Allreduce and reduce-scatter: made for `count`; allgather: made for this
   // rank's chunk length.
   ErrorFeedback* feedback = nullptr;
+  // send and recv are CUDA device (or managed) memory: codecs run on the GPU on `stream` (a
+  // cudaStream_t; nullptr is the legacy default stream), messages are staged through pinned host
+  // memory, and run() returns after the stream has finished the call's work. `none` copies the
+  // tensor to pinned host memory and reduces on the host.
+  bool device = false;
+  void* stream = nullptr;
 };
 
 class CollectiveEngine {
@@ -77,7 +84,11 @@ class CollectiveEngine {
 
  private:
   Status validate(const CollectiveOp& op) const;
-  Status exchangeDescriptors(const CollectiveOp& op, uint32_t seq);
+  Status dispatch(const CollectiveOp& op, uint32_t seq);
+  // `none` on device buffers: stage through pinned host memory around the host algorithms.
+  Status stagedUncompressed(const CollectiveOp& op, uint32_t seq);
+  // rejected: this rank found its own arguments invalid and tells the others so.
+  Status exchangeDescriptors(const CollectiveOp& op, uint32_t seq, bool rejected = false);
   Status ringAllreduce(const CollectiveOp& op, uint32_t seq);
   Status ringReduceScatter(const CollectiveOp& op, uint32_t seq);
   Status ringAllgather(const CollectiveOp& op, uint32_t seq);
@@ -90,6 +101,11 @@ class CollectiveEngine {
   Status scatterReduce(const CollectiveOp& op, uint32_t seq);
   Status compressedAllgather(const CollectiveOp& op, uint32_t seq);
   uint8_t* scratch(int slot, size_t bytes);
+  // Workspace where the op's codecs can reach it: host scratch, or pinned host memory for
+  // device calls (UCX sends it, kernels read and write it through UVA).
+  Result<uint8_t*> wireScratch(const CollectiveOp& op, int slot, size_t bytes);
+  // float32 accumulators: host scratch, or device memory for device calls.
+  Result<float*> accScratch(const CollectiveOp& op, size_t elems);
 
   Transport& transport_;
   std::chrono::milliseconds timeout_;
@@ -98,6 +114,8 @@ class CollectiveEngine {
   uint32_t seq_ = 0;
   uint64_t bytesSent_ = 0;
   std::vector<std::vector<uint8_t>> scratch_;  // grow-only workspaces, reused across calls
+  std::vector<device::PinnedBuffer> pinned_;   // the same for device calls (CUDA builds)
+  device::DeviceBuffer deviceAcc_;
 };
 
 }  // namespace terse

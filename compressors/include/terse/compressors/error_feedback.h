@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,13 @@ namespace terse {
 
 class ErrorFeedback {
  public:
+  ErrorFeedback();
+  ~ErrorFeedback();
+  ErrorFeedback(const ErrorFeedback& other);
+  ErrorFeedback& operator=(const ErrorFeedback& other);
+  ErrorFeedback(ErrorFeedback&& other) noexcept;
+  ErrorFeedback& operator=(ErrorFeedback&& other) noexcept;
+
   // For a tensor of `count` elements compressed with `codecSpec` (canonicalized; an invalid spec
   // is an error). Residuals start at zero. An auto policy spec ("auto:max=onebit") makes a state
   // that serves whichever codec the policy picks; the residuals reset when the pick changes.
@@ -36,9 +44,15 @@ class ErrorFeedback {
   // by a different codec are reset (they mean something else), so only auto states ever reset.
   void prepareFor(const std::string& codecSpec);
 
-  // The worker residual: count() floats.
-  float* worker() { return worker_.data(); }
-  const float* worker() const { return worker_.data(); }
+  // The worker residual: count() floats (host memory).
+  float* worker() {
+    pullToHost();
+    return worker_.data();
+  }
+  const float* worker() const {
+    pullToHost();
+    return worker_.data();
+  }
 
   // The server residual for the chunk [offset, offset + length) of the tensor that this rank
   // owns, given the world size. A different (worldSize, offset, length) than last time starts a
@@ -51,16 +65,32 @@ class ErrorFeedback {
   // Zeroes both residuals (keeps sizes).
   void reset();
 
+  // Device (CUDA) residuals, for collectives on device buffers. The residuals live in one place
+  // at a time: these move them to the device (stream-ordered on `stream`) and return device
+  // pointers; the host accessors, serialize() and copies move them back (synchronously, so the
+  // caller must have finished its stream work first, as the collectives do before returning).
+  // kUnsupported in builds without CUDA; kSystemError when the device allocation fails.
+  Result<float*> deviceWorker(void* stream);
+  Result<float*> deviceServer(int worldSize, size_t offset, size_t length, void* stream);
+  bool residualsOnDevice() const;
+
   // Checkpoint form: versioned, little-endian, self-describing (docs/wire-format.md). The
   // decoder validates everything and fails on truncation or corruption.
   std::vector<uint8_t> serialize() const;
   static Result<ErrorFeedback> deserialize(const void* bytes, size_t size);
 
  private:
+  struct DeviceResiduals;
+  // Brings device residuals back into worker_/server_ (no-op when they are on the host). Moving
+  // the residuals does not change the state's value, hence const and the mutable members.
+  void pullToHost() const;
+  Status pushToDevice(void* stream);
+
   std::string spec_;
   std::string activeSpec_;  // the concrete codec of the last call (auto states)
-  std::vector<float> worker_;
-  std::vector<float> server_;
+  mutable std::vector<float> worker_;
+  mutable std::vector<float> server_;
+  mutable std::unique_ptr<DeviceResiduals> device_;  // null until the first device call
   size_t serverOffset_ = 0;
   int serverWorld_ = 0;
 };

@@ -1,0 +1,257 @@
+// The codecs on CUDA device buffers against the same codecs on host buffers: compress from
+// device input (wire in device memory and in pinned host memory), decode into device output,
+// decode-accumulate into device accumulators. The kernels share numeric.h with the CPU path, so
+// the bytes match exactly, except onebit's block scales (a float sum in another order, within
+// kOnebitScaleRelTol; signs and everything derived from the device's own message match). Every
+// test skips without a device.
+#include "terse/compressors/codec.h"
+#include "terse/compressors/error_feedback.h"
+#include "terse/kernels/device.h"
+#include "terse/kernels/numeric.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace terse {
+namespace {
+
+constexpr float kOnebitScaleRelTol = 1e-4f;
+
+#define TERSE_REQUIRE_DEVICE()                                                              \
+  do {                                                                                      \
+    if (!device::available())                                                               \
+      GTEST_SKIP() << "no CUDA device: the device codec paths are built but cannot run on " \
+                      "this machine; run `ctest -L gpu` on a GPU host to test them";        \
+  } while (0)
+
+// Status or Result<T>: both say isOk(); only the message is reached differently.
+inline std::string messageOf(const Status& s) { return s.toString(); }
+template <typename T>
+std::string messageOf(const Result<T>& r) {
+  return r.status().toString();
+}
+#define ASSERT_OK(expr)                                  \
+  do {                                                   \
+    const auto& terse_s_ = (expr);                       \
+    ASSERT_TRUE(terse_s_.isOk()) << messageOf(terse_s_); \
+  } while (0)
+
+// Device memory holding a copy of a host vector (and copying back).
+struct DeviceArray {
+  device::DeviceBuffer buf;
+  size_t bytes = 0;
+  explicit DeviceArray(size_t b) : bytes(b) { EXPECT_TRUE(buf.reserve(b).isOk()); }
+  template <typename T>
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size() * sizeof(T)) {
+    EXPECT_TRUE(device::copyAsync(buf.data(), host.data(), bytes, nullptr).isOk());
+    EXPECT_TRUE(device::synchronize(nullptr).isOk());
+  }
+  void* data() const { return buf.data(); }
+  template <typename T>
+  std::vector<T> toHost() const {
+    std::vector<T> out(bytes / sizeof(T));
+    EXPECT_TRUE(device::copyAsync(out.data(), buf.data(), bytes, nullptr).isOk());
+    EXPECT_TRUE(device::synchronize(nullptr).isOk());
+    return out;
+  }
+};
+
+std::vector<uint8_t> randomInput(DataType dt, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<uint8_t> out(n * dataTypeSize(dt));
+  for (size_t i = 0; i < n; ++i) {
+    float v = dist(rng);
+    switch (dt) {
+      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
+      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
+      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
+    }
+  }
+  return out;
+}
+
+bool sameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (a != a && b != b); }
+
+// Compares two messages of `spec`: identical bytes, except onebit's scales within tolerance.
+void expectSameMessage(const std::string& spec, size_t n, const std::vector<uint8_t>& host,
+                       const std::vector<uint8_t>& dev) {
+  ASSERT_EQ(host.size(), dev.size());
+  if (spec.rfind("onebit", 0) != 0) {
+    EXPECT_EQ(host, dev);
+    return;
+  }
+  // header (40 bytes, its check covers only header fields that match) | scales | bits
+  const size_t header = 40, blocks = (n + 2047) / 2048;
+  EXPECT_TRUE(std::equal(host.begin(), host.begin() + header, dev.begin()));
+  for (size_t b = 0; b < blocks; ++b) {
+    float h, d;
+    std::memcpy(&h, host.data() + header + 4 * b, 4);
+    std::memcpy(&d, dev.data() + header + 4 * b, 4);
+    EXPECT_NEAR(d, h, kOnebitScaleRelTol * std::fabs(h)) << "block " << b;
+  }
+  EXPECT_TRUE(
+      std::equal(host.begin() + header + 4 * blocks, host.end(), dev.begin() + header + 4 * blocks))
+      << "sign bits differ";
+}
+
+struct Case {
+  std::string spec;
+  DataType dt;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.spec << "/" << dataTypeName(c.dt); }
+
+class DeviceCodecTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DeviceCodecTest, MatchesTheHostPath) {
+  TERSE_REQUIRE_DEVICE();
+  const auto& [spec, dt] = GetParam();
+  auto codec = makeCodec(spec).value();
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, (size_t{1} << 20) + 3}) {
+    for (float scale : {1.0f, 0.25f}) {
+      SCOPED_TRACE(spec + " n=" + std::to_string(n) + " scale=" + std::to_string(scale));
+      auto in = randomInput(dt, n, n + 17);
+      std::vector<float> residual(n);
+      for (size_t i = 0; i < n; ++i) residual[i] = 0.01f * static_cast<float>(i % 13) - 0.06f;
+      CodecCall hostCall;
+      hostCall.scale = scale;
+      hostCall.nonce = 42;
+      const size_t cap = codec->maxWireBytes(n);
+      std::vector<uint8_t> hostWire(cap);
+      std::vector<float> hostResidual = residual;
+      auto hb =
+          codec->compress(in.data(), dt, n, hostResidual.data(), hostWire.data(), cap, hostCall);
+      ASSERT_OK(hb);
+      hostWire.resize(hb.value());
+
+      DeviceArray dIn(in), dRes(residual), dWire(cap);
+      device::PinnedBuffer pinned;
+      ASSERT_OK(pinned.reserve(cap));
+      CodecCall devCall = hostCall;
+      devCall.device = true;
+      // Wire in device memory.
+      auto db = codec->compress(dIn.data(), dt, n, static_cast<float*>(dRes.data()), dWire.data(),
+                                cap, devCall);
+      ASSERT_OK(db);
+      std::vector<uint8_t> devWire = dWire.toHost<uint8_t>();
+      devWire.resize(db.value());
+      expectSameMessage(spec, n, hostWire, devWire);
+      if (spec.rfind("onebit", 0) != 0) {
+        auto devResidual = dRes.toHost<float>();
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_TRUE(sameBits(devResidual[i], hostResidual[i])) << "residual " << i;
+      }
+      // Wire in pinned host memory (what the collectives use), from the original residual.
+      DeviceArray dRes2(residual);
+      auto pb = codec->compress(dIn.data(), dt, n, static_cast<float*>(dRes2.data()), pinned.data(),
+                                cap, devCall);
+      ASSERT_OK(pb);
+      std::vector<uint8_t> pinnedWire(static_cast<uint8_t*>(pinned.data()),
+                                      static_cast<uint8_t*>(pinned.data()) + pb.value());
+      expectSameMessage(spec, n, hostWire, pinnedWire);
+
+      // Decoding the device's message: on the host and on the device, bit for bit.
+      std::vector<uint8_t> hostOut(n * dataTypeSize(dt));
+      ASSERT_OK(codec->decompress(devWire.data(), devWire.size(), hostOut.data(), dt, n));
+      DeviceArray dOut(n * dataTypeSize(dt));
+      ASSERT_OK(codec->decompress(dWire.data(), devWire.size(), dOut.data(), dt, n, devCall));
+      ASSERT_OK(device::synchronize(nullptr));
+      EXPECT_EQ(dOut.toHost<uint8_t>(), hostOut);
+      ASSERT_OK(codec->decompress(pinned.data(), pinnedWire.size(), dOut.data(), dt, n, devCall));
+      std::vector<uint8_t> hostOutPinned(n * dataTypeSize(dt));
+      ASSERT_OK(
+          codec->decompress(pinnedWire.data(), pinnedWire.size(), hostOutPinned.data(), dt, n));
+      EXPECT_EQ(dOut.toHost<uint8_t>(), hostOutPinned);
+
+      std::vector<float> acc(n, 0.5f);
+      DeviceArray dAcc(acc);
+      ASSERT_OK(codec->decompressAccumulate(devWire.data(), devWire.size(), acc.data(), n));
+      ASSERT_OK(codec->decompressAccumulate(dWire.data(), devWire.size(),
+                                            static_cast<float*>(dAcc.data()), n, devCall));
+      auto devAcc = dAcc.toHost<float>();
+      for (size_t i = 0; i < n; ++i) ASSERT_TRUE(sameBits(devAcc[i], acc[i])) << "acc " << i;
+    }
+  }
+}
+
+std::vector<Case> allCases() {
+  std::vector<Case> out;
+  for (const char* spec : {"none", "fp16", "bf16", "int8", "int8:round=stochastic,seed=5", "onebit",
+                           "topk", "topk:ratio=0.3"})
+    for (DataType dt : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16})
+      out.push_back({spec, dt});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCodecs, DeviceCodecTest, ::testing::ValuesIn(allCases()),
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           std::string name = param.param.spec + "_" + dataTypeName(param.param.dt);
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
+                         });
+
+TEST(DeviceCodec, BadDeviceArgumentsAreErrors) {
+  TERSE_REQUIRE_DEVICE();
+  auto codec = makeCodec("int8").value();
+  std::vector<float> host(100, 1.0f);
+  DeviceArray dIn(host);
+  std::vector<uint8_t> pageableWire(codec->maxWireBytes(100));
+  CodecCall dev;
+  dev.device = true;
+  // A pageable wire buffer cannot be written by kernels.
+  auto r = codec->compress(dIn.data(), DataType::kFloat32, 100, nullptr, pageableWire.data(),
+                           pageableWire.size(), dev);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("pageable"), std::string::npos) << r.status().message();
+  // A corrupt message in device memory is rejected before any kernel runs.
+  DeviceArray dWire(codec->maxWireBytes(100));
+  ASSERT_OK(codec->compress(dIn.data(), DataType::kFloat32, 100, nullptr, dWire.data(),
+                            codec->maxWireBytes(100), dev));
+  auto bytes = dWire.toHost<uint8_t>();
+  bytes[3] ^= 0x40;  // magic
+  DeviceArray corrupt(bytes);
+  DeviceArray dOut(400);
+  Status s = codec->decompress(corrupt.data(), codec->maxWireBytes(100), dOut.data(),
+                               DataType::kFloat32, 100, dev);
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.toString();
+}
+
+TEST(DeviceCodec, ErrorFeedbackMovesBetweenHostAndDevice) {
+  TERSE_REQUIRE_DEVICE();
+  auto ef = ErrorFeedback::create("topk", 1000).value();
+  for (size_t i = 0; i < 1000; ++i) ef.worker()[i] = static_cast<float>(i);
+  auto before = ef.serialize();
+  auto w = ef.deviceWorker(nullptr);
+  ASSERT_OK(w);
+  EXPECT_TRUE(ef.residualsOnDevice());
+  // Change the device copy; host views and checkpoints must see it.
+  std::vector<float> ones(1000, 1.0f);
+  ASSERT_OK(device::copyAsync(w.value(), ones.data(), 4000, nullptr));
+  ASSERT_OK(device::synchronize(nullptr));
+  ErrorFeedback copy = ef;  // pulls to the host first
+  EXPECT_FALSE(ef.residualsOnDevice());
+  EXPECT_EQ(copy.worker()[999], 1.0f);
+  EXPECT_EQ(ef.worker()[0], 1.0f);
+  EXPECT_NE(ef.serialize(), before);
+  // reset() zeroes wherever the residuals are.
+  ASSERT_OK(ef.deviceWorker(nullptr));
+  ef.reset();
+  EXPECT_EQ(ef.worker()[5], 0.0f);
+  auto again = ef.deviceWorker(nullptr);
+  ASSERT_OK(again);
+  std::vector<float> back(1000, 7.0f);
+  ASSERT_OK(device::copyAsync(back.data(), again.value(), 4000, nullptr));
+  ASSERT_OK(device::synchronize(nullptr));
+  EXPECT_EQ(back[5], 0.0f);
+}
+
+}  // namespace
+}  // namespace terse
