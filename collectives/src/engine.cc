@@ -72,6 +72,8 @@ CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::millisecon
   size_t seg = envSize("TERSE_SEGMENT_BYTES");
   setSegmentBytes(seg ? seg : (size_t{1} << 20));
   smallBytes_ = envSize("TERSE_SMALL_BYTES");
+  size_t depth = envSize("TERSE_PIPELINE_DEPTH");
+  setPipelineDepth(depth ? depth : 1);
 }
 
 void CollectiveEngine::setSegmentBytes(size_t bytes) {

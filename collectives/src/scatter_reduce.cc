@@ -197,10 +197,14 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
     return Status::ok();
   };
 
-  for (size_t g = 0; g < maxSegs + 2; ++g) {
+  // Round g compresses segment g, reduces segment g - D and decodes the results of segment
+  // g - D - 1 (D = pipeline depth): one round of slack between an owner's reduction and its
+  // peers' decoding of it.
+  const size_t D = depth_;
+  for (size_t g = 0; g < maxSegs + D + 1; ++g) {
     if (g < maxSegs) TERSE_RETURN_IF_ERROR(compressRound(g));
-    if (g >= 1) TERSE_RETURN_IF_ERROR(reduceRound(g - 1));
-    if (g >= 2) TERSE_RETURN_IF_ERROR(gatherRound(g - 2));
+    if (g >= D) TERSE_RETURN_IF_ERROR(reduceRound(g - D));
+    if (g >= D + 1) TERSE_RETURN_IF_ERROR(gatherRound(g - D - 1));
   }
   return reqs.waitAll();
 }

@@ -36,6 +36,10 @@ const std::vector<EnvVarInfo>& envRegistry() {
       {"TERSE_SEGMENT_BYTES", "int", "1048576",
        "Pipeline segment of the collectives, in bytes of float32 (rounded to a multiple of 65536 "
        "elements): compression, transfer and reduction of different segments overlap."},
+      {"TERSE_PIPELINE_DEPTH", "int", "1",
+       "Compressed collectives: how many segment rounds a rank compresses and sends ahead of "
+       "the segment it reduces (1-8). Deeper keeps a slow link busier while ranks wait on each "
+       "other, at the cost of a longer drain."},
       {"TERSE_SMALL_BYTES", "int", "65536",
        "Uncompressed allreduces of at most this many float32 bytes use recursive doubling "
        "(latency-bound) instead of the ring (bandwidth-bound)."},

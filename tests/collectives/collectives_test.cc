@@ -430,6 +430,45 @@ TEST(Collectives, InvalidArgumentsAreErrors) {
   for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
 }
 
+TEST(Collectives, PipelineDepthChangesTimingNotResults) {
+  // 4 ranks, ~2^20 elements, 65536-element segments: 4+ segments per chunk, so depths 1-5
+  // give really different schedules (5 exceeds the segment count: all sent before any reduce).
+  const size_t count = (size_t{1} << 20) + 3;
+  for (const char* spec : {"onebit", "int8", "topk"}) {
+    SCOPED_TRACE(spec);
+    auto codec = codecOf(spec);
+    std::vector<std::vector<float>> byDepth;
+    for (size_t depth : {1, 2, 5}) {
+      std::vector<std::vector<float>> out(4);
+      auto st = runWorld(
+          4,
+          [&](int r, CollectiveEngine& e) -> Status {
+            e.setPipelineDepth(depth);
+            auto ef = ErrorFeedback::create(spec, count).value();
+            for (uint64_t step = 0; step < 2; ++step) {
+              auto in = makeInput(DataType::kFloat32, r, count, step);
+              out[r].resize(count);
+              CollectiveOp op;
+              op.send = in.data();
+              op.recv = out[r].data();
+              op.count = count;
+              op.op = ReduceOp::kAvg;
+              op.codec = codec.get();
+              op.feedback = &ef;
+              TERSE_RETURN_IF_ERROR(e.run(op));
+            }
+            return Status::ok();
+          },
+          /*segmentBytes=*/65536 * 4);
+      for (auto& s : st) ASSERT_TRUE(s.isOk()) << s.toString();
+      for (int r = 1; r < 4; ++r) ASSERT_EQ(out[r], out[0]);
+      byDepth.push_back(out[0]);
+    }
+    EXPECT_EQ(byDepth[1], byDepth[0]);
+    EXPECT_EQ(byDepth[2], byDepth[0]);
+  }
+}
+
 TEST(Collectives, ARankWithBadArgumentsFailsTheCallEverywhereAtOnce) {
   auto int8 = codecOf("int8");
   auto st = runWorld(3, [&](int r, CollectiveEngine& e) {

@@ -24,6 +24,7 @@
 #include "terse/kernels/device.h"
 #include "terse/transport/transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -67,6 +68,9 @@ class CollectiveEngine {
   void setSegmentBytes(size_t bytes);
   // Messages up to this many bytes use recursive doubling (default TERSE_SMALL_BYTES).
   void setSmallBytes(size_t bytes) { smallBytes_ = bytes; }
+  // Segment rounds compressed ahead of the one being reduced (1-8, TERSE_PIPELINE_DEPTH).
+  void setPipelineDepth(size_t depth) { depth_ = std::min<size_t>(8, std::max<size_t>(1, depth)); }
+  size_t pipelineDepth() const { return depth_; }
 
   // Elements per segment for a given codec: a multiple of every block size terse accepts, so a
   // segment never splits a compression block.
@@ -111,6 +115,7 @@ class CollectiveEngine {
   std::chrono::milliseconds timeout_;
   size_t segmentElems_;
   size_t smallBytes_;
+  size_t depth_ = 1;
   uint32_t seq_ = 0;
   uint64_t bytesSent_ = 0;
   std::vector<std::vector<uint8_t>> scratch_;  // grow-only workspaces, reused across calls
