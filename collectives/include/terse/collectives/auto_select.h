@@ -1,15 +1,13 @@
 // The `auto` codec policy: per call, the codec (or none) expected to finish first, among those
 // the user's loss budget allows (compressors/auto_spec.h).
 //
-// Model, for an allreduce of S bytes on n ranks (docs/benchmarks.md discusses it):
-//   T(none)  = a + b * wireBytes(none)
-//   T(codec) = a + b * wireBytes(codec) + S * work(codec)
-// where a and b come from two uncompressed allreduces timed on this communicator (so b holds
-// the measured link bandwidth and the CPU cost of an uncompressed reduction), wireBytes is what
-// each algorithm sends, and work(codec) is the measured per-byte cost of the compressions and
-// decompressions that the compressed algorithm adds. Calibration runs once, on the first call,
-// and every rank uses the slowest rank's figures, so all ranks pick the same codec without
-// talking about it. The pick is logged at INFO the first time each (size, codec) appears.
+// Model: T_c(count) = a_c + b_c * count for each candidate c, fitted from that candidate's own
+// float32 allreduce timed at 2^16 and 2^20 elements on this communicator the first time the
+// policy is used (docs/benchmarks.md discusses it). Timing whole collectives, rather than adding
+// a link model to separately timed codec work, keeps what the pipeline overlaps, the latency of
+// each algorithm and the CPU contention of this machine in the figures. Every rank uses the
+// slowest rank's figures, so all ranks pick the same codec without talking about it. The pick is
+// logged at INFO the first time each (size class, codec) appears.
 #pragma once
 
 #include "terse/collectives/engine.h"
@@ -39,8 +37,7 @@ class AutoSelector {
 
   AutoSpec spec_;
   std::vector<std::shared_ptr<const Codec>> codecs_;
-  std::vector<double> workPerByte_;   // seconds per input byte added by each codec
-  double latency_ = 0, perByte_ = 0;  // a, b of the model
+  std::vector<double> intercept_, slope_;  // a_c (seconds), b_c (seconds per element)
   bool calibrated_ = false;
   std::map<std::pair<size_t, std::string>, bool> logged_;
 };
