@@ -37,6 +37,7 @@ struct Options {
   ReduceOp op = ReduceOp::kSum;
   std::vector<std::string> codecs;
   std::string json;
+  bool interleave = false;
 };
 
 bool parseSize(const char* text, size_t* out) {
@@ -81,6 +82,8 @@ void usage(const char* name) {
       "  -o, --op OP           sum | avg [sum]\n"
       "  -J, --json FILE       also write the rows as JSON\n"
       "      --codec SPEC      codec spec (repeatable; 'all' = every codec) [none]\n"
+      "      --interleave      time the codecs call by call in turn (one call of each, then\n"
+      "                        again), so a load that drifts during the run hits all alike\n"
       "Ranks come from terse-run, mpirun, srun or torchrun (see docs/env.md).\n",
       name);
 }
@@ -139,6 +142,8 @@ int parse(int argc, char** argv, Options* o) {
         return bad(v.c_str());
     } else if (a == "-J" || a == "--json") {
       o->json = value();
+    } else if (a == "--interleave") {
+      o->interleave = true;
     } else if (a == "--codec") {
       std::string v = value();
       if (v == "all")
@@ -230,91 +235,125 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     }
     if (json) std::fprintf(json, "[\n");
   }
-  bool firstRow = true;
-  for (const std::string& spec : o.codecs) {
-    // A codec, or the auto policy (whose pick is logged with TERSE_DEBUG=INFO).
-    std::string label;
+  // Each codec (or auto policy) once: its label and whether it wants residuals.
+  struct Plan {
+    std::string spec, label;
     bool wantsFeedback = false;
+  };
+  std::vector<Plan> plans;
+  for (const std::string& spec : o.codecs) {
+    Plan p{spec, "", false};
     if (isAutoSpec(spec)) {
+      // The auto policy's pick is logged with TERSE_DEBUG=INFO.
       auto parsed = parseAutoSpec(spec);
       if (!parsed.isOk()) {
         if (rank == 0)
           std::fprintf(stderr, "terse-bench: %s\n", parsed.status().toString().c_str());
         return 2;
       }
-      label = parsed.value().canonical;
+      p.label = parsed.value().canonical;
       for (const auto& c : parsed.value().candidates)
-        wantsFeedback |= makeCodec(c).value()->wantsErrorFeedback();
+        p.wantsFeedback |= makeCodec(c).value()->wantsErrorFeedback();
     } else {
       auto codec = makeCodec(spec);
       if (!codec.isOk()) {
         if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", codec.status().toString().c_str());
         return 2;
       }
-      label = codec.value()->spec();
-      wantsFeedback = codec.value()->wantsErrorFeedback();
+      p.label = codec.value()->spec();
+      p.wantsFeedback = codec.value()->wantsErrorFeedback();
     }
-    for (size_t bytes = o.minBytes; bytes <= o.maxBytes;
-         bytes = std::max(bytes + 1, static_cast<size_t>(bytes * o.factor))) {
-      const size_t count = bytes / es;
-      Range mine = chunkRange(count, n, rank);
-      std::vector<uint8_t> send, recv;
-      size_t sendCount = kind == CollectiveKind::kAllGather ? mine.length : count;
-      size_t recvCount = kind == CollectiveKind::kReduceScatter ? mine.length : count;
-      fill(send, o.dtype, rank, kind == CollectiveKind::kAllGather ? mine.begin : 0, sendCount);
-      recv.assign(recvCount * es, 0);
+    plans.push_back(p);
+  }
+
+  bool firstRow = true;
+  for (size_t bytes = o.minBytes; bytes <= o.maxBytes;
+       bytes = std::max(bytes + 1, static_cast<size_t>(bytes * o.factor))) {
+    const size_t count = bytes / es;
+    Range mine = chunkRange(count, n, rank);
+    size_t sendCount = kind == CollectiveKind::kAllGather ? mine.length : count;
+    size_t recvCount = kind == CollectiveKind::kReduceScatter ? mine.length : count;
+    std::vector<uint8_t> send;
+    fill(send, o.dtype, rank, kind == CollectiveKind::kAllGather ? mine.begin : 0, sendCount);
+    // Per codec: output, residuals, options, and what its timed calls took and sent.
+    struct Run {
+      std::vector<uint8_t> recv;
       std::unique_ptr<ErrorFeedback> ef;
-      if (wantsFeedback) {
-        auto e = ErrorFeedback::create(label, sendCount);
-        ef = std::make_unique<ErrorFeedback>(std::move(e).value());
-      }
       CollectiveOptions opts;
-      opts.codec = spec;
-      opts.feedback = ef.get();
-      auto call = [&] {
-        switch (kind) {
-          case CollectiveKind::kAllReduce:
-            return comm.allreduce(send.data(), recv.data(), count, o.dtype, o.op, opts);
-          case CollectiveKind::kReduceScatter:
-            return comm.reduceScatter(send.data(), recv.data(), count, o.dtype, o.op, opts);
-          case CollectiveKind::kAllGather:
-            return comm.allgather(send.data(), recv.data(), count, o.dtype, opts);
-        }
-        return Status::ok();
-      };
-      Status st;
-      for (int i = 0; i < o.warmup && st.isOk(); ++i) st = call();
-      if (st.isOk()) st = comm.barrier();
+      double seconds = 0;
+      uint64_t wire = 0;
+    };
+    std::vector<Run> runs(plans.size());
+    for (size_t c = 0; c < plans.size(); ++c) {
+      runs[c].recv.assign(recvCount * es, 0);
+      if (plans[c].wantsFeedback)
+        runs[c].ef = std::make_unique<ErrorFeedback>(
+            ErrorFeedback::create(plans[c].label, sendCount).value());
+      runs[c].opts.codec = plans[c].spec;
+      runs[c].opts.feedback = runs[c].ef.get();
+    }
+    auto call = [&](size_t c) {
+      Run& run = runs[c];
+      switch (kind) {
+        case CollectiveKind::kAllReduce:
+          return comm.allreduce(send.data(), run.recv.data(), count, o.dtype, o.op, run.opts);
+        case CollectiveKind::kReduceScatter:
+          return comm.reduceScatter(send.data(), run.recv.data(), count, o.dtype, o.op, run.opts);
+        case CollectiveKind::kAllGather:
+          return comm.allgather(send.data(), run.recv.data(), count, o.dtype, run.opts);
+      }
+      return Status::ok();
+    };
+    auto timed = [&](size_t c) {
       uint64_t sentBefore = comm.bytesSent();
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.iters && st.isOk(); ++i) st = call();
-      double us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-          o.iters;
-      double wire = double(comm.bytesSent() - sentBefore) / o.iters;
-      // The accuracy figure is one call's, from fresh residuals (what a first training step sees).
-      if (ef) ef->reset();
-      if (st.isOk() && o.check) st = call();
-      if (!st.isOk()) {
-        std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
-        return 1;
+      Status st = call(c);
+      runs[c].seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      runs[c].wire += comm.bytesSent() - sentBefore;
+      return st;
+    };
+    auto fail = [&](const Status& st) {
+      std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
+      return 1;
+    };
+    Status st;
+    if (o.interleave) {
+      for (size_t c = 0; c < plans.size(); ++c)
+        for (int i = 0; i < o.warmup && st.isOk(); ++i) st = call(c);
+      if (st.isOk()) st = comm.barrier();
+      for (int i = 0; i < o.iters && st.isOk(); ++i)
+        for (size_t c = 0; c < plans.size() && st.isOk(); ++c) st = timed(c);
+      if (!st.isOk()) return fail(st);
+    } else {
+      for (size_t c = 0; c < plans.size() && st.isOk(); ++c) {
+        for (int i = 0; i < o.warmup && st.isOk(); ++i) st = call(c);
+        if (st.isOk()) st = comm.barrier();
+        for (int i = 0; i < o.iters && st.isOk(); ++i) st = timed(c);
       }
+      if (!st.isOk()) return fail(st);
+    }
+    for (size_t c = 0; c < plans.size(); ++c) {
+      Run& run = runs[c];
+      double us = run.seconds * 1e6 / o.iters;
+      double wire = double(run.wire) / o.iters;
+      // The accuracy figure is one call's, from fresh residuals (what a first training step sees).
+      if (run.ef) run.ef->reset();
+      if (o.check) st = call(c);
+      if (!st.isOk()) return fail(st);
       // Slowest rank's time, and the largest error anywhere, via an uncompressed allgather.
       double err = 0, maxRef = 0;
       if (o.check && count > 0) {
         auto ref = exactResult(kind, o.dtype, o.op, n, count, mine);
         for (size_t i = 0; i < recvCount; ++i) {
-          err = std::max(err, std::fabs(loadAt(recv.data(), o.dtype, i) - ref[i]));
+          err = std::max(err, std::fabs(loadAt(run.recv.data(), o.dtype, i) - ref[i]));
           maxRef = std::max(maxRef, std::fabs(ref[i]));
         }
       }
       std::vector<float> stats(3 * n, 0.0f), mineStats = {float(us), float(err), float(maxRef)};
       // Every rank sends exactly 3 values: the balanced split of 3n gives each rank 3.
       st = comm.allgather(mineStats.data(), stats.data(), 3 * n, DataType::kFloat32);
-      if (!st.isOk()) {
-        std::fprintf(stderr, "[rank %d] terse-bench: %s\n", rank, st.toString().c_str());
-        return 1;
-      }
+      if (!st.isOk()) return fail(st);
       double tmax = 0, emax = 0, rmax = 0;
       for (int r = 0; r < n; ++r) {
         tmax = std::max<double>(tmax, stats[3 * r]);
@@ -324,11 +363,12 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       double rel = rmax > 0 ? emax / rmax : 0;
       double algbw = double(count * es) / tmax / 1e3;  // bytes/us -> GB/s
       double plain = busFactor * double(count * es);
+      const char* label = plans[c].label.c_str();
       if (rank == 0) {
         char relText[32] = "-";
         if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);
         std::printf("%12zu %12zu %8s %6s %-36s %10.1f %8.3f %8.3f %12.0f %7.2f %10s\n", count * es,
-                    count, dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(), tmax, algbw,
+                    count, dataTypeName(o.dtype), reduceOpName(o.op), label, tmax, algbw,
                     algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, relText);
         std::fflush(stdout);
         if (json)
@@ -340,7 +380,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
                        "\"maxrelerr\": %.6e}",
                        firstRow ? "" : ",\n", collectiveName(kind), n,
                        comm.transport().describe().c_str(), count * es, count,
-                       dataTypeName(o.dtype), reduceOpName(o.op), label.c_str(), tmax, algbw,
+                       dataTypeName(o.dtype), reduceOpName(o.op), label, tmax, algbw,
                        algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, o.check ? rel : 0.0);
       }
       firstRow = false;

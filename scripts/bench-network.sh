@@ -33,6 +33,8 @@ Usage: sudo $0 [options]
   --no-terse         skip terse (OpenMPI only)
   --no-probe         skip the raw TCP throughput probe of each shaped link
   --no-plot          write JSON only
+  --sequential       time one codec after the other (default: call by call in turn, so a
+                     machine load that drifts during the run weighs on every codec alike)
   --probe-only       build the hosts, shape each rate and measure one TCP stream; no benchmarks
   --keep             leave namespaces up at the end (debugging); remove them later with --clean
   --clean            remove namespaces a previous run left behind (then continue)
@@ -59,6 +61,7 @@ keep=0
 clean=0
 prefix=terse
 build_dir=${TERSE_BUILD_DIR:-build}
+interleave=1
 
 die_usage() {
   echo "bench-network: $*" >&2
@@ -86,6 +89,7 @@ while [[ $# -gt 0 ]]; do
     --no-terse) do_terse=0; shift ;;
     --no-probe) do_probe=0; shift ;;
     --no-plot) do_plot=0; shift ;;
+    --sequential) interleave=0; shift ;;
     --probe-only) probe_only=1; shift ;;
     --keep) keep=1; shift ;;
     --clean) clean=1; shift ;;
@@ -348,6 +352,7 @@ record_run() {
 # terse-bench takes --codec once per codec ("all" expands to every codec).
 codec_args=()
 for c in $codecs; do codec_args+=(--codec "$c"); done
+((interleave)) && codec_args+=(--interleave)
 
 run_terse() {
   local rate=$1 size=$2 probe=$3 tag="terse-${1}gbit-$2"
