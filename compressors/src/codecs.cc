@@ -392,11 +392,7 @@ Status TopkCodec::checkParams(const wire::Header& h) const {
 Result<size_t> TopkCodec::encode(const void* in, DataType dt, size_t n, float* residual,
                                  unsigned char* payload, const CodecCall& call,
                                  wire::Header& h) const {
-  if (n > UINT32_MAX)
-    return errorInvalidArgument(
-        "topk: %zu elements exceed the 2^32-1 that 32-bit indices address; "
-        "compress the tensor in smaller chunks",
-        n);
+  TERSE_RETURN_IF_ERROR(checkIndexable(n));
   size_t want = kFor(n);
   auto* indices = reinterpret_cast<uint32_t*>(payload);
   auto* values = reinterpret_cast<float*>(payload + 4 * want);
@@ -428,6 +424,14 @@ Status TopkCodec::decodeAccumulate(const unsigned char* payload, const wire::Hea
   auto* values = reinterpret_cast<const float*>(payload + 4 * kk);
   if (!k::topkDecompressAccumulate(indices, values, kk, n, acc)) return badIndices(kk, n);
   return Status::ok();
+}
+
+Status TopkCodec::checkIndexable(size_t n) {
+  if (n <= UINT32_MAX) return Status::ok();
+  return errorInvalidArgument(
+      "topk: %zu elements exceed the 2^32-1 that 32-bit indices address; compress the tensor "
+      "in smaller chunks",
+      n);
 }
 
 Status TopkCodec::badIndices(size_t kk, size_t n) {

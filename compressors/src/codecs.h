@@ -2,27 +2,18 @@
 #pragma once
 
 #include "terse/compressors/codec.h"
+#include "terse/kernels/element_type.h"
 #include "terse/kernels/kernels.h"
 #include "wire.h"
 
-#include <type_traits>
+#include <utility>
 
 namespace terse {
 
-// Calls fn(T*) with the pointer cast to the element type `dt` names.
+// Typed dispatch of a void pointer (the kernels' element types).
 template <typename Ptr, typename Fn>
 inline auto withType(DataType dt, Ptr* p, Fn&& fn) {
-  using Void = std::remove_cv_t<Ptr>;
-  static_assert(std::is_same_v<Void, void>, "void pointer expected");
-  constexpr bool kConst = std::is_const_v<Ptr>;
-  switch (dt) {
-    case DataType::kFloat16:
-      return fn(static_cast<std::conditional_t<kConst, const Half*, Half*>>(p));
-    case DataType::kBFloat16:
-      return fn(static_cast<std::conditional_t<kConst, const BFloat16*, BFloat16*>>(p));
-    case DataType::kFloat32:
-    default: return fn(static_cast<std::conditional_t<kConst, const float*, float*>>(p));
-  }
+  return withElementType(dt, p, std::forward<Fn>(fn));
 }
 
 // The int8 stochastic-rounding seed of one call (host and device paths alike).
@@ -219,6 +210,8 @@ class TopkCodec final : public CodecBase {
 
  private:
   static Status badIndices(size_t k, size_t n);
+  // 32-bit indices address at most 2^32-1 elements.
+  static Status checkIndexable(size_t n);
   double ratio_;
   uint32_t ratioBits_;
 };

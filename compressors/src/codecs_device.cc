@@ -251,11 +251,7 @@ Status OnebitCodec::decodeAccumulateDevice(const unsigned char* payload, const w
 Result<size_t> TopkCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
                                        unsigned char* payload, const CodecCall& call,
                                        wire::Header& h) const {
-  if (n > UINT32_MAX)
-    return errorInvalidArgument(
-        "topk: %zu elements exceed the 2^32-1 that 32-bit indices address; "
-        "compress the tensor in smaller chunks",
-        n);
+  TERSE_RETURN_IF_ERROR(checkIndexable(n));
   size_t want = kFor(n);
   auto* indices = reinterpret_cast<uint32_t*>(payload);
   auto* values = reinterpret_cast<float*>(payload + 4 * want);

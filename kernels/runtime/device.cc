@@ -1,13 +1,14 @@
 // terse::device: the CUDA runtime calls behind device.h, or their "no CUDA" answers.
 #include "terse/kernels/device.h"
 
+#include "terse/kernels/element_type.h"
+
 #if TERSE_HAVE_CUDA
 #include "terse/kernels/cuda.h"
 
 #include <cuda_runtime.h>
 #endif
 
-#include <type_traits>
 #include <utility>
 
 namespace terse::device {
@@ -59,64 +60,45 @@ Status synchronize(void* stream) {
   return cudaStatus(cudaStreamSynchronize(asStream(stream)), "cudaStreamSynchronize");
 }
 
-namespace {
-// Calls fn(T*) for the element type dt names (float32, float16, bfloat16).
-template <typename Ptr, typename Fn>
-cudaError_t typed(DataType dt, Ptr* p, Fn&& fn) {
-  constexpr bool kConst = std::is_const_v<Ptr>;
-  switch (dt) {
-    case DataType::kFloat16:
-      return fn(static_cast<std::conditional_t<kConst, const Half*, Half*>>(p));
-    case DataType::kBFloat16:
-      return fn(static_cast<std::conditional_t<kConst, const BFloat16*, BFloat16*>>(p));
-    case DataType::kFloat32:
-      return fn(static_cast<std::conditional_t<kConst, const float*, float*>>(p));
-  }
-  return cudaErrorInvalidValue;
-}
-}  // namespace
-
 Status convertAsync(const void* in, DataType inType, void* out, DataType outType, size_t n,
                     float scale, void* stream) {
   if (n == 0) return Status::ok();
-  cudaError_t err = typed(inType, in, [&](auto* src) {
-    return typed(outType, out, [&](auto* dst) {
+  cudaError_t err = withElementType(inType, in, [&](auto* src) {
+    return withElementType(outType, out, [&](auto* dst) {
       return kernels::cuda::convert(src, dst, n, scale, nullptr, asStream(stream));
     });
   });
   return cudaStatus(err, "device type conversion");
 }
 
-Result<void*> DeviceBuffer::reserve(size_t bytes) {
+namespace {
+Status allocate(Space space, size_t bytes, void** p) {
+  if (space == Space::kDevice) return cudaStatus(cudaMalloc(p, bytes), "cudaMalloc");
+  return cudaStatus(cudaHostAlloc(p, bytes, cudaHostAllocPortable | cudaHostAllocMapped),
+                    "cudaHostAlloc");
+}
+void deallocate(Space space, void* p) {
+  if (space == Space::kDevice)
+    cudaFree(p);
+  else
+    cudaFreeHost(p);
+}
+}  // namespace
+
+template <Space S>
+Result<void*> Buffer<S>::reserve(size_t bytes) {
   if (bytes <= size_ && data_) return data_;
   release();
   void* p = nullptr;
-  TERSE_RETURN_IF_ERROR(cudaStatus(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc"));
+  TERSE_RETURN_IF_ERROR(allocate(S, bytes == 0 ? 1 : bytes, &p));
   data_ = p;
   size_ = bytes;
   return data_;
 }
 
-void DeviceBuffer::release() {
-  if (data_) cudaFree(data_);
-  data_ = nullptr;
-  size_ = 0;
-}
-
-Result<void*> PinnedBuffer::reserve(size_t bytes) {
-  if (bytes <= size_ && data_) return data_;
-  release();
-  void* p = nullptr;
-  TERSE_RETURN_IF_ERROR(cudaStatus(
-      cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable | cudaHostAllocMapped),
-      "cudaHostAlloc"));
-  data_ = p;
-  size_ = bytes;
-  return data_;
-}
-
-void PinnedBuffer::release() {
-  if (data_) cudaFreeHost(data_);
+template <Space S>
+void Buffer<S>::release() {
+  if (data_) deallocate(S, data_);
   data_ = nullptr;
   size_ = 0;
 }
@@ -145,17 +127,21 @@ Status synchronize(void*) { return Status::ok(); }
 Status convertAsync(const void*, DataType, void*, DataType, size_t n, float, void*) {
   return n == 0 ? Status::ok() : noCuda("a device type conversion");
 }
-Result<void*> DeviceBuffer::reserve(size_t) { return noCuda("device memory"); }
-void DeviceBuffer::release() {}
-Result<void*> PinnedBuffer::reserve(size_t) { return noCuda("pinned host memory"); }
-void PinnedBuffer::release() {}
+template <Space S>
+Result<void*> Buffer<S>::reserve(size_t) {
+  return noCuda(S == Space::kDevice ? "device memory" : "pinned host memory");
+}
+template <Space S>
+void Buffer<S>::release() {}
 
 #endif
 
-DeviceBuffer::~DeviceBuffer() { release(); }
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+template <Space S>
+Buffer<S>::Buffer(Buffer&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+
+template <Space S>
+Buffer<S>& Buffer<S>::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     release();
     data_ = std::exchange(o.data_, nullptr);
@@ -164,16 +150,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-PinnedBuffer::~PinnedBuffer() { release(); }
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
-  if (this != &o) {
-    release();
-    data_ = std::exchange(o.data_, nullptr);
-    size_ = std::exchange(o.size_, 0);
-  }
-  return *this;
-}
+template class Buffer<Space::kDevice>;
+template class Buffer<Space::kPinnedHost>;
 
 }  // namespace terse::device

@@ -4,6 +4,8 @@
 // the bytes match exactly, except onebit's block scales (a float sum in another order, within
 // kOnebitScaleRelTol; signs and everything derived from the device's own message match). Every
 // test skips without a device.
+#include "gpu_test_util.h"
+
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
 #include "terse/kernels/device.h"
@@ -24,24 +26,7 @@ namespace {
 
 constexpr float kOnebitScaleRelTol = 1e-4f;
 
-#define TERSE_REQUIRE_DEVICE()                                                              \
-  do {                                                                                      \
-    if (!device::available())                                                               \
-      GTEST_SKIP() << "no CUDA device: the device codec paths are built but cannot run on " \
-                      "this machine; run `ctest -L gpu` on a GPU host to test them";        \
-  } while (0)
-
-// Status or Result<T>: both say isOk(); only the message is reached differently.
-inline std::string messageOf(const Status& s) { return s.toString(); }
-template <typename T>
-std::string messageOf(const Result<T>& r) {
-  return r.status().toString();
-}
-#define ASSERT_OK(expr)                                  \
-  do {                                                   \
-    const auto& terse_s_ = (expr);                       \
-    ASSERT_TRUE(terse_s_.isOk()) << messageOf(terse_s_); \
-  } while (0)
+using gputest::randomInput;
 
 // Device memory holding a copy of a host vector (and copying back).
 struct DeviceArray {
@@ -62,21 +47,6 @@ struct DeviceArray {
     return out;
   }
 };
-
-std::vector<uint8_t> randomInput(DataType dt, size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<uint8_t> out(n * dataTypeSize(dt));
-  for (size_t i = 0; i < n; ++i) {
-    float v = dist(rng);
-    switch (dt) {
-      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
-      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
-      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
-    }
-  }
-  return out;
-}
 
 bool sameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (a != a && b != b); }
 

@@ -4,6 +4,7 @@
 // so results agree within a relative tolerance); bitwise identical across ranks always. Skips
 // without a device.
 #include "../collectives/world.h"
+#include "gpu_test_util.h"
 
 #include "terse/kernels/device.h"
 #include "terse/kernels/numeric.h"
@@ -23,35 +24,10 @@ namespace {
 
 using testing::runWorld;
 
-#define TERSE_REQUIRE_DEVICE()                                                               \
-  do {                                                                                       \
-    if (!device::available())                                                                \
-      GTEST_SKIP() << "no CUDA device: device collectives are built but cannot run on this " \
-                      "machine; run `ctest -L gpu` on a GPU host to test them";              \
-  } while (0)
+using gputest::loadAt;
 
 std::vector<uint8_t> inputFor(DataType dt, int rank, size_t n, int step) {
-  std::mt19937_64 rng(rank * 1000003 + step * 7919 + n);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<uint8_t> out(n * dataTypeSize(dt));
-  for (size_t i = 0; i < n; ++i) {
-    float v = dist(rng);
-    switch (dt) {
-      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
-      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
-      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
-    }
-  }
-  return out;
-}
-
-float loadAt(const std::vector<uint8_t>& b, DataType dt, size_t i) {
-  switch (dt) {
-    case DataType::kFloat32: return num::load(reinterpret_cast<const float*>(b.data()), i);
-    case DataType::kFloat16: return num::load(reinterpret_cast<const Half*>(b.data()), i);
-    case DataType::kBFloat16: return num::load(reinterpret_cast<const BFloat16*>(b.data()), i);
-  }
-  return 0;
+  return gputest::randomInput(dt, n, rank * 1000003 + step * 7919 + n);
 }
 
 struct Outcome {

@@ -6,6 +6,7 @@
 // agree within kOnebitScaleRelTol; the residuals and decoded values are then checked bitwise
 // against numeric.h applied to the GPU's own scales. NaN compares equal to NaN (GPU arithmetic
 // produces the canonical NaN, x86 keeps the payload). Every test skips without a device.
+#include "gpu_test_util.h"
 #include "terse/kernels/cuda.h"
 #include "terse/kernels/kernels.h"
 
@@ -27,13 +28,6 @@ namespace {
 constexpr float kOnebitScaleRelTol = 1e-4f;
 
 const size_t kSizes[] = {0, 1, 7, 1000, (size_t{1} << 20) + 3};
-
-#define TERSE_REQUIRE_DEVICE()                                                              \
-  do {                                                                                      \
-    if (!cuda::deviceAvailable())                                                           \
-      GTEST_SKIP() << "no CUDA device: the CUDA kernels are built but cannot run on this "  \
-                      "machine (cudaGetDeviceCount found none); run on a GPU host to test"; \
-  } while (0)
 
 #define ASSERT_CUDA(expr)                                                              \
   do {                                                                                 \

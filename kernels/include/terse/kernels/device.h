@@ -49,16 +49,20 @@ Status synchronize(void* stream);
 Status convertAsync(const void* in, DataType inType, void* out, DataType outType, size_t n,
                     float scale, void* stream);
 
-// Grow-only device memory (cudaMalloc), freed on destruction. reserve() keeps the contents
-// only when it does not grow.
-class DeviceBuffer {
+enum class Space { kDevice, kPinnedHost };
+
+// Grow-only memory, freed on destruction: device memory (cudaMalloc), or page-locked host
+// memory (cudaHostAlloc, portable and mapped), the staging area that both UCX (host memory) and
+// kernels (through UVA) can use. reserve() keeps the contents only when it does not grow.
+template <Space S>
+class Buffer {
  public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  Buffer() = default;
+  ~Buffer() { release(); }
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
 
   Result<void*> reserve(size_t bytes);
   void* data() const { return data_; }
@@ -69,26 +73,7 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t size_ = 0;
 };
-
-// Grow-only page-locked host memory (cudaHostAlloc, portable and mapped), freed on
-// destruction: the staging area that both UCX (host memory) and kernels (UVA) can use.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& other) noexcept;
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  Result<void*> reserve(size_t bytes);
-  void* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  void release();
-  void* data_ = nullptr;
-  size_t size_ = 0;
-};
+using DeviceBuffer = Buffer<Space::kDevice>;
+using PinnedBuffer = Buffer<Space::kPinnedHost>;
 
 }  // namespace terse::device
