@@ -67,6 +67,29 @@ class CodecBase : public Codec {
   Result<wire::Header> checkMessage(const void* wire, size_t bytes, size_t n) const;
 };
 
+// The payload overrides every codec declares (host path, and the device path in CUDA builds).
+#if TERSE_HAVE_CUDA
+#define TERSE_CODEC_DEVICE_OVERRIDES                                                            \
+  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,           \
+                              unsigned char* payload, const CodecCall& call, wire::Header& h)   \
+      const override;                                                                           \
+  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,           \
+                      DataType dt, size_t n, const CodecCall& call) const override;             \
+  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc, \
+                                size_t n, const CodecCall& call) const override;
+#else
+#define TERSE_CODEC_DEVICE_OVERRIDES
+#endif
+#define TERSE_CODEC_PAYLOAD_OVERRIDES                                                        \
+  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,              \
+                        unsigned char* payload, const CodecCall& call, wire::Header& h)      \
+      const override;                                                                        \
+  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt, \
+                size_t n) const override;                                                    \
+  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,   \
+                          size_t n) const override;                                          \
+  TERSE_CODEC_DEVICE_OVERRIDES
+
 // none, fp16, bf16: elementwise casts. `none` sends the source type unchanged.
 class CastCodec final : public CodecBase {
  public:
@@ -79,23 +102,7 @@ class CastCodec final : public CodecBase {
 
  protected:
   size_t payloadBytes(const wire::Header& h) const override;
-  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
-                        unsigned char* payload, const CodecCall& call,
-                        wire::Header& h) const override;
-  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                size_t n) const override;
-  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
-                          size_t n) const override;
-
-#if TERSE_HAVE_CUDA
-  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                              unsigned char* payload, const CodecCall& call,
-                              wire::Header& h) const override;
-  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                      size_t n, const CodecCall& call) const override;
-  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,
-                                size_t n, const CodecCall& call) const override;
-#endif
+  TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
   DataType wireType(DataType source) const;
@@ -114,23 +121,7 @@ class Int8Codec final : public CodecBase {
  protected:
   size_t payloadBytes(const wire::Header& h) const override;
   Status checkParams(const wire::Header& h) const override;
-  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
-                        unsigned char* payload, const CodecCall& call,
-                        wire::Header& h) const override;
-  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                size_t n) const override;
-  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
-                          size_t n) const override;
-
-#if TERSE_HAVE_CUDA
-  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                              unsigned char* payload, const CodecCall& call,
-                              wire::Header& h) const override;
-  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                      size_t n, const CodecCall& call) const override;
-  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,
-                                size_t n, const CodecCall& call) const override;
-#endif
+  TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
   size_t blocks(size_t n) const;
@@ -151,23 +142,7 @@ class OnebitCodec final : public CodecBase {
  protected:
   size_t payloadBytes(const wire::Header& h) const override;
   Status checkParams(const wire::Header& h) const override;
-  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
-                        unsigned char* payload, const CodecCall& call,
-                        wire::Header& h) const override;
-  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                size_t n) const override;
-  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
-                          size_t n) const override;
-
-#if TERSE_HAVE_CUDA
-  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                              unsigned char* payload, const CodecCall& call,
-                              wire::Header& h) const override;
-  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                      size_t n, const CodecCall& call) const override;
-  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,
-                                size_t n, const CodecCall& call) const override;
-#endif
+  TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
   size_t blocks(size_t n) const;
@@ -190,23 +165,7 @@ class TopkCodec final : public CodecBase {
  protected:
   size_t payloadBytes(const wire::Header& h) const override;
   Status checkParams(const wire::Header& h) const override;
-  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
-                        unsigned char* payload, const CodecCall& call,
-                        wire::Header& h) const override;
-  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                size_t n) const override;
-  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
-                          size_t n) const override;
-
-#if TERSE_HAVE_CUDA
-  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                              unsigned char* payload, const CodecCall& call,
-                              wire::Header& h) const override;
-  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                      size_t n, const CodecCall& call) const override;
-  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,
-                                size_t n, const CodecCall& call) const override;
-#endif
+  TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
   static Status badIndices(size_t k, size_t n);
