@@ -13,6 +13,7 @@ packages=(
   iproute2                                            # network namespaces for shaped-link tests
   clang libclang-rt-14-dev                            # libFuzzer and sanitizers
   python3 python3-matplotlib                          # benchmark plots
+  python3-torch python3-pip                           # the PyTorch DDP hook (python/), CPU-only torch 1.13
 )
 
 missing=()

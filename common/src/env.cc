@@ -29,7 +29,8 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "LOCAL_RANK."},
       {"TERSE_STORE", "string", "",
        "Rendezvous store: host:port of the TCP store served by rank 0, or a directory path for the "
-       "file store. When unset, MASTER_ADDR:MASTER_PORT (torchrun) is used if present."},
+       "file store. When unset under torchrun, MASTER_ADDR:MASTER_PORT+1 (PyTorch's own store "
+       "holds MASTER_PORT)."},
       {"TERSE_TIMEOUT_MS", "int", "300000",
        "Per-operation timeout in milliseconds for rendezvous, transport and collectives. A peer "
        "that does not answer within it is reported by rank."},
@@ -62,6 +63,10 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "NCCL CollNet plugin: iallreduce + ireducescatter calls per training step; residuals of "
        "error-feedback codecs (onebit, topk) are kept per position in that sequence. 0 = unset: "
        "such codecs fall back to none."},
+      {"TERSE_LIBRARY", "string", "",
+       "Python package (python/, docs/pytorch.md): path of the libterse.so to load. When unset: "
+       "the checkout's build/lib (when imported from the source tree), then the dynamic loader's "
+       "search path (LD_LIBRARY_PATH, ldconfig), then /usr/local/lib and /usr/lib."},
   };
   return kRegistry;
 }

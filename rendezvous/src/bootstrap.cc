@@ -91,9 +91,21 @@ Result<BootstrapInfo> readBootstrapEnv() {
 
   TERSE_ASSIGN_OR_RETURN(info.store, envString("TERSE_STORE"));
   if (info.store.empty()) {
+    // torchrun: PyTorch's own TCP store already listens on MASTER_PORT (torch.distributed and
+    // terse run in the same job), so terse's store takes the next port.
     const char* addr = std::getenv("MASTER_ADDR");
     const char* port = std::getenv("MASTER_PORT");
-    if (addr && *addr && port && *port) info.store = std::string(addr) + ":" + port;
+    if (addr && *addr && port && *port) {
+      errno = 0;
+      char* end = nullptr;
+      long p = std::strtol(port, &end, 10);
+      if (errno != 0 || *end != '\0' || p < 1 || p > 65534)
+        return errorInvalidArgument(
+            "MASTER_PORT='%s' is not a port in 1..65534 (terse's store would use MASTER_PORT+1, "
+            "read because TERSE_STORE is unset); set TERSE_STORE=host:port",
+            port);
+      info.store = std::string(addr) + ":" + std::to_string(p + 1);
+    }
   }
   if (info.store.empty() && info.size > 1)
     return errorInvalidArgument(

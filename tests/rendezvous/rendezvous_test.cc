@@ -104,7 +104,7 @@ TEST(Bootstrap, LauncherFallbacks) {
     EXPECT_EQ(info->localRank, 2);
   }
   {
-    EnvGuard guard;  // torchrun: the store comes from MASTER_ADDR:MASTER_PORT
+    EnvGuard guard;  // torchrun: the store is MASTER_ADDR:MASTER_PORT+1 (torch's is on MASTER_PORT)
     setenv("RANK", "1", 1);
     setenv("WORLD_SIZE", "2", 1);
     setenv("LOCAL_RANK", "1", 1);
@@ -113,7 +113,18 @@ TEST(Bootstrap, LauncherFallbacks) {
     auto info = readBootstrapEnv();
     ASSERT_TRUE(info.isOk()) << info.status().toString();
     EXPECT_EQ(info->rank, 1);
-    EXPECT_EQ(info->store, "10.0.0.1:29500");
+    EXPECT_EQ(info->store, "10.0.0.1:29501");
+  }
+  {
+    EnvGuard guard;  // TERSE_STORE wins over torchrun's address
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("TERSE_STORE", "10.0.0.2:7000", 1);
+    auto info = readBootstrapEnv();
+    ASSERT_TRUE(info.isOk()) << info.status().toString();
+    EXPECT_EQ(info->store, "10.0.0.2:7000");
   }
 }
 
@@ -156,6 +167,18 @@ TEST(Bootstrap, BadEnvironmentsSayWhatToSet) {
     auto info = readBootstrapEnv();
     ASSERT_FALSE(info.isOk());
     EXPECT_NE(info.status().message().find("SLURM_PROCID='x1'"), std::string::npos);
+  }
+  for (const char* port : {"65535", "0", "29x", "-3"}) {
+    EnvGuard guard;  // torchrun's port leaves no room for terse's store at MASTER_PORT+1
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    setenv("MASTER_PORT", port, 1);
+    auto info = readBootstrapEnv();
+    ASSERT_FALSE(info.isOk()) << port;
+    EXPECT_NE(info.status().message().find("TERSE_STORE"), std::string::npos) << port;
+    EXPECT_NE(info.status().message().find(std::string("MASTER_PORT='") + port), std::string::npos)
+        << info.status().message();
   }
 }
 

@@ -24,7 +24,8 @@ struct BootstrapInfo {
 
 // Reads TERSE_RANK / TERSE_WORLD_SIZE / TERSE_LOCAL_RANK / TERSE_STORE, falling back to
 // OMPI_COMM_WORLD_*, PMI_*, SLURM_* and torchrun's RANK / WORLD_SIZE / LOCAL_RANK /
-// MASTER_ADDR:MASTER_PORT. Missing or malformed values are errors that say what to set.
+// MASTER_ADDR with MASTER_PORT+1 (PyTorch's store holds MASTER_PORT itself). Missing or malformed
+// values are errors that say what to set.
 Result<BootstrapInfo> readBootstrapEnv();
 
 // Parses "host:port" into its parts; false when `spec` is not of that form (then it is a path).

@@ -1,0 +1,146 @@
+"""Loads libterse.so and declares the C API's signatures (include/terse/terse.h).
+
+ctypes rather than a compiled extension: the package stays pure Python (``pip install ./python``
+needs no compiler and no torch headers), and a call costs a few microseconds, which is nothing
+beside an allreduce of a gradient bucket (docs/pytorch.md has the measurement). ctypes releases
+the GIL for the duration of each call, so a blocking allreduce does not stall other Python threads.
+"""
+import ctypes
+import os
+import threading
+
+# terse_status_t (include/terse/types.h)
+OK = 0
+INVALID_ARGUMENT = 1
+IN_PROGRESS = 9
+
+# terse_dtype_t and terse_redop_t
+FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
+SUM, AVG = 0, 1
+
+_SONAME = "libterse.so.0"
+
+
+class TerseError(RuntimeError):
+    """A terse_* call failed. ``status`` is the terse_status_t code, ``status_name`` its name."""
+
+    def __init__(self, status, status_name, message):
+        self.status = status
+        self.status_name = status_name
+        super().__init__(f"terse: {status_name}: {message}" if message else f"terse: {status_name}")
+
+
+def _candidates():
+    """Where libterse.so may be, in the order tried (docs/pytorch.md, "Finding libterse.so")."""
+    explicit = os.environ.get("TERSE_LIBRARY", "")
+    if explicit:
+        # An explicit choice is the only one tried: silently loading another build would hide
+        # a typo and test the wrong library.
+        return [explicit]
+    found = []
+    # Imported from the source tree (PYTHONPATH=python): the checkout's default build directory.
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    in_tree = os.path.join(checkout, "build", "lib", "libterse.so")
+    if os.path.exists(os.path.join(checkout, "include", "terse", "terse.h")):
+        found.append(in_tree)
+    found.append(_SONAME)  # the dynamic loader: LD_LIBRARY_PATH, rpath, ldconfig's cache
+    for prefix in ("/usr/local/lib", "/usr/local/lib64", "/usr/lib", "/usr/lib64"):
+        found.append(os.path.join(prefix, _SONAME))
+    return found
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def _declare(lib):
+    c = ctypes
+    vp, sz, i32, cp = c.c_void_p, c.c_size_t, c.c_int, c.c_char_p
+    sigs = {
+        "terse_last_error": (cp, []),
+        "terse_status_name": (cp, [i32]),
+        "terse_version": (cp, []),
+        "terse_comm_create": (i32, [c.POINTER(vp)]),
+        "terse_comm_destroy": (None, [vp]),
+        "terse_comm_rank": (i32, [vp]),
+        "terse_comm_size": (i32, [vp]),
+        "terse_comm_barrier": (i32, [vp]),
+        "terse_comm_abort": (None, [vp, cp]),
+        "terse_comm_part": (None, [vp, sz, c.POINTER(sz), c.POINTER(sz)]),
+        "terse_allreduce": (i32, [vp, vp, vp, sz, i32, i32, cp, vp]),
+        "terse_reduce_scatter": (i32, [vp, vp, vp, sz, i32, i32, cp, vp]),
+        "terse_allgather": (i32, [vp, vp, vp, sz, i32, cp, vp]),
+        "terse_allreduce_async": (i32, [vp, vp, vp, sz, i32, i32, cp, vp, c.POINTER(vp)]),
+        "terse_work_test": (i32, [vp]),
+        "terse_work_wait": (i32, [vp]),
+        "terse_work_free": (None, [vp]),
+        "terse_feedback_create": (i32, [cp, sz, c.POINTER(vp)]),
+        "terse_feedback_destroy": (None, [vp]),
+        "terse_feedback_reset": (None, [vp]),
+        "terse_feedback_serialize": (i32, [vp, vp, c.POINTER(sz)]),
+        "terse_feedback_deserialize": (i32, [vp, sz, c.POINTER(vp)]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def lib():
+    """The loaded library (loaded and declared on first use)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in _candidates():
+            if os.sep in path and not os.path.exists(path):
+                tried.append(f"{path} (no such file)")
+                continue
+            try:
+                loaded = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append(f"{path} ({e})")
+                continue
+            try:
+                _declare(loaded)
+            except AttributeError as e:
+                tried.append(f"{path} (not terse's C API: {e})")
+                continue
+            _lib = loaded
+            return _lib
+        raise ImportError(
+            "terse: cannot load libterse.so; tried:\n  " + "\n  ".join(tried) +
+            "\nBuild it (cmake --build build --target terse_c) and set TERSE_LIBRARY to its path, "
+            "e.g. TERSE_LIBRARY=$PWD/build/lib/libterse.so, or install it where the dynamic "
+            "loader finds it (docs/pytorch.md)")
+
+
+def library_path():
+    """The file the library was loaded from (for messages and tests)."""
+    l = lib()
+    # dladdr is not reachable through ctypes portably; /proc/self/maps names every mapped file.
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                if "libterse.so" in line:
+                    return line.split(None, 5)[-1].strip()
+    except OSError:
+        pass
+    return l._name
+
+
+def check(status):
+    """Raises TerseError for a failed status, with the calling thread's message."""
+    if status == OK:
+        return
+    l = lib()
+    message = l.terse_last_error().decode(errors="replace")
+    name = l.terse_status_name(status).decode(errors="replace")
+    raise TerseError(status, name, message)
+
+
+def version():
+    return lib().terse_version().decode()

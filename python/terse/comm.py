@@ -1,0 +1,219 @@
+"""The communicator and error-feedback state of the C API, as Python objects.
+
+Tensors are anything with torch's tensor interface (``data_ptr()``, ``numel()``, ``dtype``,
+``is_contiguous()``, ``device``); this module does not import torch itself, so the communicator
+is usable (and testable) without it.
+"""
+import ctypes
+import functools
+import struct
+import threading
+
+from . import _lib
+from ._lib import TerseError, check
+
+_DTYPES = {"torch.float32": _lib.FLOAT32, "torch.float16": _lib.FLOAT16,
+           "torch.bfloat16": _lib.BFLOAT16}
+_OPS = {"sum": _lib.SUM, "avg": _lib.AVG}
+
+
+def _codec_bytes(codec):
+    if codec is None:
+        return b"none"
+    if not isinstance(codec, str):
+        raise TypeError(f"codec must be a spec string such as 'onebit' or 'topk:ratio=0.01', "
+                        f"not {type(codec).__name__}")
+    return codec.encode()
+
+
+def _host_buffer(tensor, what):
+    """(pointer, count, terse dtype) of a contiguous CPU tensor, or a clear error."""
+    name = str(getattr(tensor, "dtype", type(tensor).__name__))
+    if name not in _DTYPES:
+        raise TypeError(f"terse: {what} has dtype {name}; terse reduces float32, float16 and "
+                        f"bfloat16 tensors")
+    device = getattr(tensor, "device", None)
+    if device is not None and getattr(device, "type", "cpu") != "cpu":
+        raise ValueError(f"terse: {what} is on {device}; the C API takes host memory (copy it to "
+                         f"the CPU first, as terse.ddp's hook does for CUDA buckets)")
+    if not tensor.is_contiguous():
+        raise ValueError(f"terse: {what} is not contiguous")
+    return ctypes.c_void_p(tensor.data_ptr()), tensor.numel(), _DTYPES[name]
+
+
+class Communicator:
+    """This process's terse communicator (``terse_comm_create``).
+
+    Rank, world size and the rendezvous store come from the launcher's environment: terse's own
+    TERSE_RANK / TERSE_WORLD_SIZE / TERSE_STORE, or mpirun's, srun's or torchrun's variables.
+    Under torchrun terse's store listens on MASTER_PORT+1, beside PyTorch's on MASTER_PORT
+    (docs/env.md). Creation is collective: it blocks until every rank has arrived or
+    TERSE_TIMEOUT_MS passed.
+
+    One thread at a time may call into a communicator; this object serialises its own calls with
+    a lock so that hooks running on autograd threads cannot interleave.
+    """
+
+    def __init__(self):
+        l = _lib.lib()
+        handle = ctypes.c_void_p()
+        check(l.terse_comm_create(ctypes.byref(handle)))
+        self._handle = handle
+        self._lock = threading.Lock()
+        self.rank = l.terse_comm_rank(handle)
+        self.size = l.terse_comm_size(handle)
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError("terse: the communicator is closed")
+        return self._handle
+
+    def close(self):
+        """Finishes queued collectives and closes the connections (collective in practice: peers
+        still talking to this rank get errors)."""
+        if getattr(self, "_handle", None) is not None:
+            _lib.lib().terse_comm_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may already be gone
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self._handle is None else f"rank {self.rank} of {self.size}"
+        return f"<terse.Communicator {state}>"
+
+    def barrier(self):
+        with self._lock:
+            check(_lib.lib().terse_comm_barrier(self._h()))
+
+    def abort(self, reason=None):
+        """Fails every pending and later call of this rank (any thread may call it)."""
+        _lib.lib().terse_comm_abort(self._h(), reason.encode() if reason else None)
+
+    def part(self, count):
+        """(offset, length) of this rank's part of a count-element reduce-scatter/allgather."""
+        off, length = ctypes.c_size_t(), ctypes.c_size_t()
+        _lib.lib().terse_comm_part(self._h(), count, ctypes.byref(off), ctypes.byref(length))
+        return off.value, length.value
+
+    def allreduce(self, tensor, codec="none", op="avg", feedback=None, out=None):
+        """Allreduces a contiguous CPU tensor in place (or into ``out``) with ``codec``.
+
+        op is "avg" (divides by the world size in float32 before any narrowing) or "sum".
+        feedback is a Feedback made for this codec and element count, or None. Returns the
+        tensor that holds the result.
+        """
+        if op not in _OPS:
+            raise ValueError(f"terse: op must be 'avg' or 'sum', not {op!r}")
+        send, count, dtype = _host_buffer(tensor, "the tensor")
+        recv = send
+        if out is not None:
+            recv, out_count, out_dtype = _host_buffer(out, "out")
+            if out_count != count or out_dtype != dtype:
+                raise ValueError("terse: out must have the tensor's element count and dtype")
+        spec = _codec_bytes(codec)
+        fb = feedback._h() if feedback is not None else None
+        with self._lock:
+            check(_lib.lib().terse_allreduce(self._h(), send, recv, count, dtype, _OPS[op], spec,
+                                             fb))
+        return tensor if out is None else out
+
+
+_HEADER = struct.Struct("<IIIiQQQ")  # docs/wire-format.md, "Error-feedback checkpoint"
+_MAGIC = 0x46455254
+
+
+def parse_feedback_header(data):
+    """The header fields of a serialized Feedback as a dict (docs/wire-format.md): spec, count,
+    server_world, server_offset, server_length. Raises ValueError for bytes that are not one."""
+    if len(data) < _HEADER.size:
+        raise ValueError(f"terse: {len(data)} bytes are too few for an error-feedback checkpoint")
+    magic, version, spec_len, world, count, off, length = _HEADER.unpack_from(data, 0)
+    if magic != _MAGIC:
+        raise ValueError("terse: not an error-feedback checkpoint (bad magic)")
+    if version != 1:
+        raise ValueError(f"terse: error-feedback checkpoint version {version}; this package "
+                         f"reads version 1")
+    if spec_len > 256 or _HEADER.size + spec_len > len(data):
+        raise ValueError("terse: error-feedback checkpoint header is damaged")
+    spec = bytes(data[_HEADER.size:_HEADER.size + spec_len]).decode(errors="replace")
+    return {"spec": spec, "count": count, "server_world": world, "server_offset": off,
+            "server_length": length}
+
+
+@functools.lru_cache(maxsize=64)
+def canonical_spec(codec):
+    """The codec's spec with every parameter spelled out ("topk" -> "topk:ratio=0.01"); raises
+    TerseError naming what is accepted for a bad spec."""
+    with Feedback(codec, 1) as probe:
+        return parse_feedback_header(probe.to_bytes())["spec"]
+
+
+class Feedback:
+    """Error-feedback residuals of one tensor (``terse_feedback_*``): what compression left out,
+    added back before the next compression. Made for one codec and one element count."""
+
+    def __init__(self, codec, count, _handle=None):
+        if _handle is None:
+            if not isinstance(count, int) or count < 0:
+                raise ValueError(f"terse: count must be a non-negative int, not {count!r}")
+            handle = ctypes.c_void_p()
+            check(_lib.lib().terse_feedback_create(_codec_bytes(codec), count,
+                                                   ctypes.byref(handle)))
+            _handle = handle
+        self._handle = _handle
+        self.count = count
+
+    @classmethod
+    def from_bytes(cls, data):
+        """A Feedback from ``to_bytes()``'s output; the bytes are validated (TerseError with
+        status 'corrupt' when they are damaged)."""
+        data = bytes(data)
+        handle = ctypes.c_void_p()
+        check(_lib.lib().terse_feedback_deserialize(data, len(data), ctypes.byref(handle)))
+        count = parse_feedback_header(data)["count"]
+        return cls(None, count, _handle=handle)
+
+    def to_bytes(self):
+        """The versioned checkpoint form (docs/wire-format.md)."""
+        l = _lib.lib()
+        size = ctypes.c_size_t(0)
+        check(l.terse_feedback_serialize(self._h(), None, ctypes.byref(size)))
+        buf = ctypes.create_string_buffer(size.value)
+        check(l.terse_feedback_serialize(self._h(), buf, ctypes.byref(size)))
+        return buf.raw[:size.value]
+
+    def reset(self):
+        """Zeroes the residuals (e.g. after a step a loss scaler skipped)."""
+        _lib.lib().terse_feedback_reset(self._h())
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError("terse: the feedback state is closed")
+        return self._handle
+
+    def close(self):
+        if getattr(self, "_handle", None) is not None:
+            _lib.lib().terse_feedback_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,279 @@
+"""A DistributedDataParallel communication hook that allreduces gradient buckets through terse.
+
+    import terse.ddp
+    state = terse.ddp.TerseState("onebit")          # after dist.init_process_group(...)
+    model.register_comm_hook(state, terse.ddp.terse_hook)
+    ...
+    torch.save({"model": ..., "terse": state.state_dict()}, f"ckpt-rank{rank}.pt")  # per rank
+    state.load_state_dict(torch.load(f"ckpt-rank{rank}.pt")["terse"])
+
+See docs/pytorch.md for what the hook does, its costs and the measurements.
+"""
+import threading
+import warnings
+
+import torch
+
+from .comm import Communicator, Feedback, canonical_spec
+
+__all__ = ["TerseState", "terse_hook", "register", "default_communicator"]
+
+_FORMAT = "terse.ddp/1"
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_communicator():
+    """The process-wide communicator the states share, created on first use.
+
+    One per process: each creation is a rendezvous on the same store address, so a second live
+    communicator would find the port taken.
+    """
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Communicator()
+        return _default
+
+
+def _wants_feedback(spec):
+    """Error feedback by default only where the codec loses most of the information in a step
+    (docs/codecs.md, "error feedback wanted")."""
+    name, _, params = spec.partition(":")
+    if name in ("onebit", "topk"):
+        return True
+    if name == "auto":
+        return "max=onebit" in params or "max=topk" in params
+    return False
+
+
+def _bucket_tensor(bucket):
+    # GradBucket.buffer() since PyTorch 1.10; get_tensor() before.
+    return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+
+
+def _bucket_index(bucket):
+    return bucket.index() if hasattr(bucket, "index") else bucket.get_index()
+
+
+class _Entry:
+    """The error-feedback state of one bucket index and the bucket layout it was made for."""
+
+    __slots__ = ("layout", "ids", "feedback", "misses")
+
+    def __init__(self, layout, ids, feedback):
+        self.layout = layout    # portable: (count, shapes of the parameters in bucket order)
+        self.ids = ids          # this process only: the parameters' storage, to see rebuilds
+        self.feedback = feedback
+        self.misses = 0
+
+
+class TerseState:
+    """State of the terse hook: the codec spec, the communicator and one error-feedback object
+    per gradient bucket (keyed by bucket index; re-created when DDP changes that bucket's
+    layout, e.g. when it rebuilds its buckets after the first iteration).
+
+    codec: a terse codec spec (docs/codecs.md): "none", "fp16", "bf16", "int8", "onebit",
+        "topk:ratio=0.01", "auto:max=onebit", ... Validated here, on every rank.
+    error_feedback: keep what compression left out and add it to the next step's gradient.
+        None (default) turns it on for onebit, topk and auto specs that allow them, off for the
+        others (their rounding error is small and unbiased enough without it).
+    communicator: a terse.Communicator; default: the process-wide one (default_communicator()),
+        created from the launcher's environment (torchrun's RANK / WORLD_SIZE / MASTER_ADDR;
+        terse's store listens on MASTER_PORT+1, or TERSE_STORE when set).
+    process_group: the group DDP reduces over (default: the whole world). terse always reduces
+        over its own communicator, so the two must be the same ranks in the same order; this is
+        checked when torch.distributed is initialized.
+    """
+
+    def __init__(self, codec="none", error_feedback=None, communicator=None, process_group=None):
+        self.spec = canonical_spec(codec)
+        self.error_feedback = _wants_feedback(self.spec) if error_feedback is None else bool(
+            error_feedback)
+        self.comm = communicator if communicator is not None else default_communicator()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            group = process_group if process_group is not None else torch.distributed.group.WORLD
+            rank = torch.distributed.get_rank(group)
+            size = torch.distributed.get_world_size(group)
+            if (rank, size) != (self.comm.rank, self.comm.size):
+                raise ValueError(
+                    f"terse: DDP's process group is rank {rank} of {size} but terse's "
+                    f"communicator is rank {self.comm.rank} of {self.comm.size}; the hook "
+                    f"reduces over terse's ranks, which must be the group's (set TERSE_RANK / "
+                    f"TERSE_WORLD_SIZE, or use the default group)")
+        self._lock = threading.Lock()
+        self._buckets = {}   # index -> _Entry in use
+        self._pending = {}   # index -> _Entry loaded from a checkpoint, not yet claimed
+        self._staging = {}   # index -> pinned host tensor for CUDA buckets
+        self.calls = 0       # hook invocations (buckets reduced)
+        self.created = 0     # error-feedback objects created (new buckets or new layouts)
+        self.claimed = 0     # checkpointed error-feedback objects taken into use
+
+    def __repr__(self):
+        return (f"TerseState(codec={self.spec!r}, error_feedback={self.error_feedback}, "
+                f"rank {self.comm.rank} of {self.comm.size}, {len(self._buckets)} buckets)")
+
+    # Error feedback per bucket -----------------------------------------------------------
+
+    def feedback(self, index):
+        """The Feedback bucket `index` uses now (None before its first reduction)."""
+        entry = self._buckets.get(index)
+        return entry.feedback if entry is not None else None
+
+    def _feedback_for(self, index, bucket, tensor):
+        count = tensor.numel()
+        params = bucket.parameters() if hasattr(bucket, "parameters") else None
+        if params:
+            layout = (count, tuple(tuple(p.shape) for p in params))
+            ids = tuple(p.data_ptr() for p in params)
+        else:
+            layout, ids = (count, ()), None
+        entry = self._buckets.get(index)
+        pending = self._pending.get(index)
+        if pending is not None:
+            if pending.layout == layout:
+                # The checkpoint was made for this layout: take its residuals.
+                del self._pending[index]
+                pending.ids = ids
+                self._buckets[index] = entry = pending
+                self.claimed += 1
+                return entry.feedback
+            # DDP's first iteration after a restart runs its initial bucket order and rebuilds
+            # afterwards, so a checkpoint (made after the rebuild) can match from the second
+            # iteration on. Two misses in a row mean the layout has settled elsewhere.
+            pending.misses += 1
+            if pending.misses >= 2:
+                del self._pending[index]
+                warnings.warn(
+                    f"terse: the checkpointed error-feedback state of bucket {index} was made for "
+                    f"another bucket layout ({pending.layout[0]} elements) than DDP uses now "
+                    f"({count}); that bucket restarts from zero residuals")
+        if entry is not None and entry.layout == layout and entry.ids == ids:
+            return entry.feedback
+        if entry is not None:
+            entry.feedback.close()
+        entry = _Entry(layout, ids, Feedback(self.spec, count))
+        self._buckets[index] = entry
+        self.created += 1
+        return entry.feedback
+
+    def reset(self):
+        """Zeroes every bucket's residuals (e.g. after a step a loss scaler skipped), those
+        loaded from a checkpoint and not yet in use included."""
+        with self._lock:
+            for entry in list(self._buckets.values()) + list(self._pending.values()):
+                entry.feedback.reset()
+
+    # Checkpoints -------------------------------------------------------------------------
+
+    def state_dict(self):
+        """This rank's hook state, for torch.save beside the model and optimizer. Residuals are
+        per rank: every rank saves and loads its own. Values are tensors, ints, strings and
+        lists, so torch.load(..., weights_only=True) reads it."""
+        with self._lock:
+            buckets = {}
+            for index, entry in list(self._pending.items()) + list(self._buckets.items()):
+                data = entry.feedback.to_bytes()
+                buckets[int(index)] = {
+                    "count": entry.layout[0],
+                    "shapes": [list(s) for s in entry.layout[1]],
+                    "feedback": torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                }
+            return {"format": _FORMAT, "codec": self.spec, "error_feedback": self.error_feedback,
+                    "rank": self.comm.rank, "world_size": self.comm.size, "buckets": buckets}
+
+    def load_state_dict(self, state, strict=True):
+        """Replaces the residuals with a checkpoint's. Each bucket's state is applied from the
+        first reduction whose bucket layout matches the one it was saved with.
+
+        The codec must be the same (ValueError otherwise). With strict, the checkpoint must come
+        from this rank: worker residuals are this rank's own gradient error, and loading rank 0's
+        everywhere would add it world-size times. A checkpoint taken at another world size is
+        accepted (terse re-partitions the server residuals and keeps the worker ones)."""
+        if not isinstance(state, dict) or state.get("format") != _FORMAT:
+            raise ValueError(f"terse: not a TerseState checkpoint (expected format {_FORMAT!r}, "
+                             f"got {state.get('format') if isinstance(state, dict) else state!r})")
+        if state["codec"] != self.spec:
+            raise ValueError(f"terse: the checkpoint was made for codec {state['codec']!r} but "
+                             f"this state uses {self.spec!r}")
+        if strict and state["rank"] != self.comm.rank:
+            raise ValueError(f"terse: the checkpoint holds rank {state['rank']}'s residuals and "
+                             f"this is rank {self.comm.rank}; save and load one per rank "
+                             f"(or pass strict=False)")
+        loaded = {}
+        try:
+            for index, item in state["buckets"].items():
+                data = item["feedback"].numpy().tobytes()
+                fb = Feedback.from_bytes(data)
+                if fb.count != item["count"]:
+                    raise ValueError(f"terse: bucket {index} of the checkpoint holds "
+                                     f"{fb.count} residuals for a {item['count']}-element bucket")
+                layout = (int(item["count"]), tuple(tuple(int(d) for d in s)
+                                                    for s in item["shapes"]))
+                loaded[int(index)] = _Entry(layout, None, fb)
+        except Exception:
+            for entry in loaded.values():
+                entry.feedback.close()
+            raise
+        if loaded and not self.error_feedback:
+            warnings.warn("terse: the checkpoint holds error-feedback state but this TerseState "
+                          "runs without error feedback; it is ignored")
+        with self._lock:
+            for entry in list(self._buckets.values()) + list(self._pending.values()):
+                entry.feedback.close()
+            self._buckets = {}
+            self._pending = loaded if self.error_feedback else {}
+
+    # The reduction -------------------------------------------------------------------------
+
+    def _host(self, index, tensor):
+        buf = self._staging.get(index)
+        if buf is None or buf.numel() != tensor.numel() or buf.dtype != tensor.dtype:
+            buf = torch.empty(tensor.numel(), dtype=tensor.dtype,
+                              pin_memory=torch.cuda.is_available())
+            self._staging[index] = buf
+        return buf
+
+    def reduce(self, bucket):
+        """Averages the bucket's gradients over the ranks in place; returns the tensor."""
+        tensor = _bucket_tensor(bucket)
+        index = _bucket_index(bucket)
+        with self._lock:
+            self.calls += 1
+            fb = self._feedback_for(index, bucket, tensor) if self.error_feedback else None
+            if tensor.device.type == "cpu":
+                self.comm.allreduce(tensor, self.spec, "avg", fb)
+            else:
+                # terse's C API reads and writes host memory: stage CUDA buckets through a pinned
+                # host copy (two PCIe copies per bucket; docs/pytorch.md).
+                host = self._host(index, tensor)
+                host.copy_(tensor.reshape(-1))
+                self.comm.allreduce(host, self.spec, "avg", fb)
+                tensor.copy_(host.view(tensor.shape))
+        return tensor
+
+
+def terse_hook(state, bucket):
+    """DDP communication hook: ``model.register_comm_hook(TerseState(...), terse_hook)``.
+
+    Reduces the bucket through terse (blocking) and returns a completed Future holding the
+    averaged gradients, as DDP expects.
+    """
+    if not isinstance(state, TerseState):
+        raise TypeError(f"terse_hook's state must be a terse.ddp.TerseState, not "
+                        f"{type(state).__name__}")
+    tensor = state.reduce(bucket)
+    if tensor.device.type == "cuda":
+        fut = torch.futures.Future(devices=[tensor.device])
+    else:
+        fut = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
+
+
+def register(model, codec="none", **kwargs):
+    """Creates a TerseState, registers terse_hook on a DistributedDataParallel model and returns
+    the state (keep it for checkpoints)."""
+    state = TerseState(codec, **kwargs)
+    model.register_comm_hook(state, terse_hook)
+    return state

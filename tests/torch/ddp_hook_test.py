@@ -1,0 +1,655 @@
+#!/usr/bin/env python3
+"""Tests of terse's PyTorch DDP communication hook (python/terse/ddp.py).
+
+  ddp:  torchrun starts --world ranks (gloo); each trains a small MLP a few steps with the terse
+        hook for every codec (none fp16 bf16 int8 onebit topk). Every bucket the hook reduces is
+        checked against the exact float64 average of the ranks' gradients (computed with gloo):
+          none, fp16, bf16, int8: |hook - exact| within the codec's documented bound
+              (docs/codecs.md) for terse's two compressions (worker, then owner of the chunk);
+          onebit, topk (error feedback on): the error-feedback identity
+              hook = exact + mean_r(worker residual before - after) + (server residual before -
+              after), the residuals read from the state's checkpoint bytes; onebit's output takes
+              one magnitude per 2048-element block, topk's has at most k nonzeros per segment;
+          every codec: bit-identical to terse's C API allreduce on the same input with a copy of
+              the same error-feedback state, and parameters bit-identical on every rank.
+        Then the hook state survives a save/load: a checkpoint (torch.save / torch.load) restored
+        into the running state reproduces the continued run bit for bit, zeroed residuals do not,
+        and a new DDP model with a new state loaded from it takes the residuals up once DDP has
+        rebuilt its buckets.
+  unit: one process (a world of one): old and new GradBucket APIs, float16/bfloat16 buckets,
+        bad dtypes, codecs and checkpoints give clear errors, bucket-layout tracking, the library
+        search, CUDA buckets (skipped without a GPU).
+  pip:  `pip install --no-build-isolation --target` of python/ (a copy) works and the installed
+        package finds libterse.so through TERSE_LIBRARY and through the dynamic loader.
+
+Exit status 77 (ctest SKIP_RETURN_CODE) when torch cannot be imported.
+"""
+import argparse
+import copy
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+SKIP = 77
+CODECS = ["none", "fp16", "bf16", "int8", "onebit", "topk"]
+STEPS = 5           # training steps per codec in the ddp test
+SEGMENT_ELEMS = 65536  # TERSE_SEGMENT_BYTES below: buckets over 65536 elements take several
+CHUNK_ALIGN = 2048     # collectives/include/terse/collectives/engine.h, kChunkAlign
+
+
+def require_torch():
+    try:
+        import torch  # noqa: F401
+        import torch.distributed as dist
+    except ImportError as e:
+        print(f"SKIP: torch is not importable by {sys.executable} ({e}); install Debian's "
+              f"python3-torch (scripts/install-deps.sh does)")
+        sys.exit(SKIP)
+    if not dist.is_available() or not dist.is_gloo_available():
+        print(f"SKIP: this torch ({torch.__version__}) has no torch.distributed with gloo")
+        sys.exit(SKIP)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared by the modes
+
+def make_model(seed=0):
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(seed)
+    # 301,066 parameters (1.2 MB): PyTorch >= 1.13 caps DDP's first bucket at 1 MB, so with
+    # bucket_cap_mb=0.1 there are several buckets, the first of them several pipeline segments.
+    return nn.Sequential(nn.Linear(64, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(),
+                         nn.Linear(512, 10))
+
+
+def batch(step, rank):
+    """A deterministic minibatch: inputs and the labels of a fixed random teacher."""
+    import torch
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(32, 64, generator=g)
+    teacher = torch.randn(64, 10, generator=torch.Generator().manual_seed(7))
+    y = (x @ teacher + 0.5 * torch.randn(32, 10, generator=g)).argmax(dim=1)
+    return x, y
+
+
+def residuals(data):
+    """(worker, server, header) float64 residual arrays of a serialized Feedback
+    (docs/wire-format.md, "Error-feedback checkpoint")."""
+    import torch
+    import terse
+    h = terse.parse_feedback_header(data)
+    off = 40 + (len(h["spec"].encode()) + 3) // 4 * 4
+    buf = bytearray(data)
+    worker = torch.frombuffer(buf, dtype=torch.float32, count=h["count"], offset=off)
+    server = torch.frombuffer(buf, dtype=torch.float32, count=h["server_length"],
+                              offset=off + 4 * h["count"]) if h["server_length"] else \
+        torch.zeros(0)
+    return worker.double().clone(), server.double().clone(), h
+
+
+def aligned_chunk(count, n, j, align=CHUNK_ALIGN):
+    """collectives/include/terse/collectives/partition.h, alignedChunkRange."""
+    units = (count + align - 1) // align
+    base, extra = divmod(units, n)
+    b = j * base + min(j, extra)
+    e = b + base + (1 if j < extra else 0)
+    return min(count, b * align), min(count, e * align)
+
+
+# ---------------------------------------------------------------------------------------------
+# ddp: the distributed test, one process per rank under torchrun
+
+class Checker:
+    """Wraps terse_hook: reduces each bucket through it and checks the result."""
+
+    def __init__(self, state, codec):
+        import torch.distributed as dist
+        self.state, self.codec = state, codec
+        self.n, self.rank = dist.get_world_size(), dist.get_rank()
+        self.buckets = 0
+        self.worst = 0.0  # largest |hook - reference| / allowed seen
+
+    def hook(self, state, bucket):
+        import torch
+        import torch.distributed as dist
+        import terse
+        from terse.ddp import terse_hook, _bucket_tensor, _bucket_index
+        tensor = _bucket_tensor(bucket)
+        index = _bucket_index(bucket)
+        x = tensor.detach().clone()
+        fb = state._feedback_for(index, bucket, tensor) if state.error_feedback else None
+        before = fb.to_bytes() if fb is not None else None
+        fut = terse_hook(state, bucket)
+        assert fut.done(), "the hook must return a completed future"
+        out = fut.value().detach().clone()
+        assert out.data_ptr() == tensor.data_ptr() or torch.equal(out, tensor)
+        after = fb.to_bytes() if fb is not None else None
+        self.buckets += 1
+
+        # The C API on the same input, with a copy of the same error-feedback state.
+        copy_fb = terse.Feedback.from_bytes(before) if before is not None else None
+        replay = state.comm.allreduce(x.clone(), state.spec, "avg", copy_fb)
+        assert torch.equal(replay, out), \
+            f"{self.codec} bucket {index}: the hook differs from terse_allreduce on its input"
+        if copy_fb is not None:
+            assert copy_fb.to_bytes() == after, \
+                f"{self.codec} bucket {index}: residuals differ from terse_allreduce's"
+
+        xs = [torch.zeros_like(x, dtype=torch.float64) for _ in range(self.n)]
+        dist.all_gather(xs, x.double())
+        exact = sum(xs) / self.n
+        o = out.double()
+        if self.codec in ("onebit", "topk"):
+            err, allowed = self.ef_identity(o, x.double(), exact, before, after)
+            self.structure(o, index)
+        else:
+            err, allowed = o - exact, self.bound(xs, exact)
+        ratio = (err.abs() / allowed).max().item() if x.numel() else 0.0
+        self.worst = max(self.worst, ratio)
+        assert ratio <= 1.0, (f"{self.codec} bucket {index} ({x.numel()} elements): error "
+                              f"{ratio:.3f} times the allowed bound")
+        return fut
+
+    def bound(self, xs, exact):
+        """Per-element bound on |hook - exact| for the casting codecs (docs/codecs.md): each rank's
+        contribution is compressed once, the owner of a chunk compresses the float32 sum times
+        1/n once more, and float32 accumulation adds a few roundings."""
+        import torch
+        n = self.n
+        f32 = 2.0 ** -24
+        absx = [a.abs() for a in xs]
+        mean_abs = sum(absx) / n
+        if self.codec == "none":
+            return 4 * n * f32 * mean_abs + 4 * f32 * exact.abs() + 1e-38
+        if self.codec in ("fp16", "bf16"):
+            u, tiny = (2.0 ** -11, 2.0 ** -25) if self.codec == "fp16" else (2.0 ** -8, 1e-38)
+            worker = sum(torch.maximum(a * u, torch.full_like(a, tiny)) for a in absx) / n
+            s = exact.abs() + worker
+            server = torch.maximum(s * u, torch.full_like(s, tiny))
+            return (worker + server + (n + 2) * f32 * (mean_abs + s)) * 1.001
+        if self.codec == "int8":
+            block = 256
+
+            def block_max(a):
+                pad = (-a.numel()) % block
+                m = torch.nn.functional.pad(a, (0, pad)).view(-1, block).max(dim=1).values
+                return m.repeat_interleave(block)[:a.numel()]
+            worker = sum(block_max(a) for a in absx) / (254 * n)
+            s = exact.abs() + worker
+            server = block_max(s) / 254
+            return (worker + server + (n + 2) * f32 * (mean_abs + s)) * 1.001 + 1e-30
+        raise AssertionError(self.codec)
+
+    def ef_identity(self, out, x, exact, before, after):
+        """Error feedback loses nothing: what the hook returned plus what the ranks kept back
+        equals the exact average plus what they had kept back before. Returns (error, allowed)."""
+        import torch
+        import torch.distributed as dist
+        wb, sb, hb = residuals(before)
+        wa, sa, ha = residuals(after)
+        count = x.numel()
+        lo, hi = aligned_chunk(count, self.n, self.rank)
+        assert (ha["server_offset"], ha["server_length"]) == (lo, hi - lo), \
+            f"server residual covers {ha['server_offset']}+{ha['server_length']}, not [{lo},{hi})"
+        if (hb["server_world"], hb["server_offset"], hb["server_length"]) != \
+                (ha["server_world"], ha["server_offset"], ha["server_length"]):
+            sb = torch.zeros_like(sa)  # a new partition starts from zero (docs/codecs.md)
+        sd = torch.zeros(count, dtype=torch.float64)
+        sd[lo:hi] = sb - sa
+        smag = torch.zeros(count, dtype=torch.float64)
+        smag[lo:hi] = sb.abs() + sa.abs()
+        wd, wmag = wb - wa, x.abs() + wb.abs() + wa.abs()
+        for t in (wd, wmag, sd, smag):
+            dist.all_reduce(t)
+        expected = exact + wd / self.n + sd
+        allowed = 2.0 ** -19 * (wmag / self.n + smag + out.abs() + exact.abs()) + 1e-38
+        assert wa.abs().max() > 0, f"{self.codec}: compression left no worker residual"
+        return out - expected, allowed
+
+    def structure(self, out, index):
+        import torch
+        count = out.numel()
+        if self.codec == "onebit":
+            # The owner's compression sends one magnitude per 2048-element block (chunks start on
+            # multiples of 2048, segments on multiples of 65536, so blocks are global).
+            for b in range(0, count, 2048):
+                mags = torch.unique(out[b:b + 2048].abs())
+                assert mags.numel() == 1, \
+                    f"onebit bucket {index} block {b}: {mags.numel()} magnitudes, not 1"
+        else:
+            limit = 0
+            for j in range(self.n):
+                lo, hi = aligned_chunk(count, self.n, j)
+                for s in range(lo, hi, SEGMENT_ELEMS):
+                    length = min(hi, s + SEGMENT_ELEMS) - s
+                    limit += min(length, max(1, round(0.01 * length)))
+            nnz = int((out != 0).sum())
+            assert 0 < nnz <= limit, f"topk bucket {index}: {nnz} nonzeros, k sums to {limit}"
+
+
+def train(ddp, opt, steps, rank, first=0):
+    import torch
+    import torch.distributed as dist
+    losses = []
+    for s in range(first, first + steps):
+        x, y = batch(s, rank)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(t.item() / dist.get_world_size())
+    return losses
+
+
+def flat_params(model):
+    import torch
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def same_everywhere(t, what):
+    import torch
+    import torch.distributed as dist
+    ts = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(ts, t)
+    for r, other in enumerate(ts):
+        assert torch.equal(other, ts[0]), f"{what}: rank {r} differs from rank 0"
+
+
+def new_ddp(seed=0):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = make_model(seed)
+    ddp = DDP(model, bucket_cap_mb=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return model, ddp, opt
+
+
+def ddp_worker(args):
+    import torch
+    import torch.distributed as dist
+    import terse
+    import terse.ddp
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    comm = terse.ddp.default_communicator()
+    assert (comm.rank, comm.size) == (rank, n), f"terse says {comm}, torch rank {rank} of {n}"
+    store = os.environ.get("MASTER_ADDR"), int(os.environ["MASTER_PORT"])
+    if rank == 0:
+        print(f"torch {torch.__version__}, terse {terse.version()} from {terse.library_path()}; "
+              f"{n} ranks; torch's store on {store[0]}:{store[1]}, terse's on "
+              f"{store[0]}:{store[1] + 1}", flush=True)
+
+    summary = []
+    for codec in CODECS:
+        model, ddp, opt = new_ddp()
+        state = terse.ddp.TerseState(codec)
+        checker = Checker(state, codec)
+        ddp.register_comm_hook(state, checker.hook)
+        losses = train(ddp, opt, STEPS, rank)
+        same_everywhere(flat_params(model), f"{codec}: parameters after {STEPS} steps")
+        assert all(math.isfinite(v) for v in losses), f"{codec}: losses {losses}"
+        assert state.calls == checker.buckets and state.calls >= STEPS
+        summary.append((codec, state.spec, state.error_feedback, checker.buckets,
+                        len(state._buckets), checker.worst, losses[0], losses[-1]))
+    if rank == 0:
+        print(f"{'codec':<38}{'EF':<4}{'buckets':>8}{'layouts':>8}{'worst err/bound':>16}"
+              f"{'loss 1st':>10}{'loss last':>10}")
+        for codec, spec, ef, b, nb, worst, l0, l1 in summary:
+            print(f"{spec:<38}{'yes' if ef else 'no':<4}{b:>8}{nb:>8}{worst:>16.3f}{l0:>10.4f}"
+                  f"{l1:>10.4f}")
+    base = summary[0][7]
+    for codec, _, _, _, _, _, _, last in summary[1:4]:
+        assert abs(last / base - 1) < 0.01, f"{codec}: final loss {last} vs none's {base}"
+
+    for codec in ("onebit", "topk"):
+        save_load(args, codec, rank, n)
+    dist.barrier()
+    if rank == 0:
+        print("PASS", flush=True)
+
+
+def save_load(args, codec, rank, n):
+    import torch
+    import torch.distributed as dist
+    import terse.ddp
+    model, ddp, opt = new_ddp()
+    state = terse.ddp.register(ddp, codec)
+    train(ddp, opt, 4, rank)
+    path = os.path.join(args.work, f"{codec}-rank{rank}.pt")
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                "terse": state.state_dict()}, path)
+    ckpt = torch.load(path)  # (1.13's weights_only cannot read the optimizer's floats)
+    saved = ckpt["terse"]
+    assert saved["rank"] == rank and saved["world_size"] == n and len(saved["buckets"]) >= 2
+    for index, item in saved["buckets"].items():
+        w, s, _ = residuals(item["feedback"].numpy().tobytes())
+        assert w.abs().max() > 0, f"{codec}: bucket {index} saved without residuals"
+
+    cont = train(ddp, opt, 3, rank, first=4)
+    want = flat_params(model).clone()
+
+    # Restored into the running state: the continuation repeats bit for bit.
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optim"])
+    claimed = state.claimed
+    state.load_state_dict(ckpt["terse"])
+    again = train(ddp, opt, 3, rank, first=4)
+    assert state.claimed - claimed == len(saved["buckets"]), "loaded residuals were not used"
+    assert torch.equal(flat_params(model), want) and again == cont, \
+        f"{codec}: restored run differs from the continued one"
+
+    # Control: the same restore with zeroed residuals does not repeat it (the state matters).
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optim"])
+    state.load_state_dict(ckpt["terse"])
+    state.reset()
+    train(ddp, opt, 3, rank, first=4)
+    assert not torch.equal(flat_params(model), want), f"{codec}: zeroed residuals changed nothing"
+
+    # A new model and state, as after a restart: DDP's first step uses its initial bucket order,
+    # the checkpoint (saved after DDP rebuilt its buckets) is taken up from the second step on.
+    model2, ddp2, opt2 = new_ddp(seed=1)
+    model2.load_state_dict(ckpt["model"])
+    opt2.load_state_dict(ckpt["optim"])
+    state2 = terse.ddp.TerseState(codec)
+    state2.load_state_dict(ckpt["terse"])
+    # The round trip of an unused loaded state gives the same bytes back.
+    for index, item in state2.state_dict()["buckets"].items():
+        assert torch.equal(item["feedback"], saved["buckets"][index]["feedback"])
+    ddp2.register_comm_hook(state2, terse.ddp.terse_hook)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "made for another bucket layout" warning
+        train(ddp2, opt2, 2, rank, first=4)
+    assert state2.claimed == len(saved["buckets"]), \
+        f"{codec}: {state2.claimed} of {len(saved['buckets'])} checkpointed buckets taken up"
+    same_everywhere(flat_params(model2), f"{codec}: restarted parameters")
+    dist.barrier()
+    if rank == 0:
+        print(f"save/load {codec}: {len(saved['buckets'])} buckets; restored run repeats the "
+              f"continued one bit for bit; zeroed residuals do not; a new state takes the "
+              f"checkpoint up after DDP's rebuild", flush=True)
+
+
+def free_port_pair():
+    """A port p with p and p + 1 both free (torch's store on p, terse's on p + 1)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p >= 65535:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no two consecutive free ports")
+
+
+def ddp_driver(args):
+    os.makedirs(args.work, exist_ok=True)
+    port = free_port_pair()
+    env = dict(os.environ)
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    env.setdefault("TERSE_CPU_THREADS", "1")
+    env["TERSE_SEGMENT_BYTES"] = str(SEGMENT_ELEMS * 4)
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TERSE_STORE", None)  # the point: terse finds its store from torchrun's variables
+    # --redirects/--tee 1: Debian's torch 1.13 under Python 3.11 cannot parse the default "0"
+    # (IntFlag iteration skips zero), so stdout is teed through a log directory instead.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
+           "--master_addr", "127.0.0.1", "--master_port", str(port),
+           "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(args.work, "logs"),
+           os.path.abspath(__file__), "ddp-worker", "--work", args.work]
+    print("+", " ".join(cmd), flush=True)
+    try:
+        done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
+    if done.returncode != 0:
+        sys.exit(f"FAIL: torchrun exited with {done.returncode}")
+
+
+# ---------------------------------------------------------------------------------------------
+# unit: a world of one
+
+class FakeBucket:
+    """GradBucket's interface (PyTorch >= 1.10)."""
+
+    def __init__(self, tensor, index, params):
+        self._t, self._i, self._p = tensor, index, params
+
+    def buffer(self):
+        return self._t
+
+    def index(self):
+        return self._i
+
+    def parameters(self):
+        return self._p
+
+
+class OldBucket:
+    """GradBucket's interface before PyTorch 1.10 (get_tensor / get_index, no parameters)."""
+
+    def __init__(self, tensor, index):
+        self._t, self._i = tensor, index
+
+    def get_tensor(self):
+        return self._t
+
+    def get_index(self):
+        return self._i
+
+
+def expect_raises(kind, fn, *words):
+    try:
+        fn()
+    except kind as e:
+        text = str(e)
+        for w in words:
+            assert w in text, f"{kind.__name__} message lacks {w!r}: {text}"
+        return text
+    raise AssertionError(f"expected {kind.__name__} mentioning {words}")
+
+
+def unit(args):
+    import torch
+    import terse
+    import terse.ddp
+    from terse.ddp import TerseState, terse_hook
+    for v in ("RANK", "WORLD_SIZE", "TERSE_RANK", "TERSE_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+              "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        assert v not in os.environ, f"unit mode runs as a world of one; unset {v}"
+    checks = []
+
+    # Library search: an explicit TERSE_LIBRARY that is wrong is an error naming it.
+    env = dict(os.environ, TERSE_LIBRARY="/nonexistent/libterse.so",
+               PYTHONPATH=os.path.join(ROOT, "python"))
+    r = subprocess.run([sys.executable, "-c", "import terse; terse.version()"], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode != 0 and "/nonexistent/libterse.so (no such file)" in r.stdout \
+        and "TERSE_LIBRARY" in r.stdout, r.stdout
+    checks.append("a wrong TERSE_LIBRARY fails naming the path")
+
+    # Every codec, every bucket dtype, both GradBucket APIs: a completed future holding the
+    # reduced bucket, in place.
+    for codec in CODECS:
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            state = TerseState(codec)
+            g = torch.Generator().manual_seed(3)
+            w = torch.nn.Parameter(torch.zeros(300, 10, dtype=dtype))
+            t = torch.randn(3000, generator=g).to(dtype)
+            x = t.clone()
+            for bucket in (FakeBucket(t, 0, [w]), OldBucket(t, 1)):
+                fut = terse_hook(state, bucket)
+                assert fut.done() and fut.value() is t
+            if codec == "none":
+                assert torch.equal(t, x), "none at a world of one must be exact"
+            elif codec in ("fp16", "bf16") and str(dtype).endswith(codec.replace("fp", "float")):
+                assert torch.equal(t, x), f"{codec} of {dtype} values must be exact"
+            assert torch.isfinite(t.float()).all()
+    checks.append("6 codecs x float32/float16/bfloat16 x new/old GradBucket: completed futures")
+
+    # Bad input: clear errors.
+    state = TerseState("onebit")
+    expect_raises(TypeError, lambda: terse_hook(state, FakeBucket(torch.zeros(4).double(), 0, [])),
+                  "float64", "float32, float16 and bfloat16")
+    expect_raises(TypeError, lambda: terse_hook({"codec": "onebit"}, FakeBucket(
+        torch.zeros(4), 0, [])), "TerseState")
+    expect_raises(terse.TerseError, lambda: TerseState("topk:ratio=2"), "ratio")
+    expect_raises(terse.TerseError, lambda: TerseState("zip"), "unknown codec 'zip'",
+                  "onebit[:block=N]")
+    checks.append("float64 buckets, a wrong state and bad specs give clear errors")
+
+    # Layout tracking: same index, same parameters -> same residuals; other parameters or another
+    # size -> new residuals.
+    state = TerseState("topk:ratio=0.1")
+    a, b = torch.nn.Parameter(torch.zeros(100)), torch.nn.Parameter(torch.zeros(100))
+    c = torch.nn.Parameter(torch.zeros(50))
+    t = torch.randn(200)
+    terse_hook(state, FakeBucket(t.clone(), 0, [a, b]))
+    fb = state.feedback(0)
+    terse_hook(state, FakeBucket(t.clone(), 0, [a, b]))
+    assert state.feedback(0) is fb and state.created == 1
+    terse_hook(state, FakeBucket(t.clone(), 0, [b, a]))  # DDP reordered the bucket
+    assert state.feedback(0) is not fb and state.created == 2
+    terse_hook(state, FakeBucket(torch.randn(150), 0, [a, c]))
+    assert state.created == 3 and state.feedback(0).count == 150
+    checks.append("error feedback follows the bucket layout (reorder or resize -> new state)")
+
+    # Checkpoints: round trip, pending until the layout matches, errors.
+    state = TerseState("onebit")
+    for i in range(3):
+        terse_hook(state, FakeBucket(torch.randn(200), 0, [a, b]))
+        terse_hook(state, FakeBucket(torch.randn(150), 1, [a, c]))
+    sd = state.state_dict()
+    path = os.path.join(args.work, "unit.pt")
+    os.makedirs(args.work, exist_ok=True)
+    torch.save(sd, path)
+    try:
+        sd2 = torch.load(path, weights_only=True)
+    except TypeError:
+        sd2 = torch.load(path)
+    fresh = TerseState("onebit")
+    fresh.load_state_dict(sd2)
+    for i in (0, 1):
+        assert torch.equal(fresh.state_dict()["buckets"][i]["feedback"], sd["buckets"][i]["feedback"])
+    # First call with another layout: kept aside; then the saved layout: taken up.
+    terse_hook(fresh, FakeBucket(torch.randn(350), 0, [a, b, c]))
+    assert fresh.claimed == 0 and 0 in fresh._pending
+    out1 = torch.randn(200)
+    ref = out1.clone()
+    copy_fb = terse.Feedback.from_bytes(sd["buckets"][0]["feedback"].numpy().tobytes())
+    fresh.comm.allreduce(ref, fresh.spec, "avg", copy_fb)
+    terse_hook(fresh, FakeBucket(out1, 0, [a, b]))
+    assert fresh.claimed == 1 and torch.equal(out1, ref), "the loaded residuals were not applied"
+    # Bucket 1's saved layout never comes: after two mismatches it is dropped with a warning.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        terse_hook(fresh, FakeBucket(torch.randn(100), 1, [a]))
+        assert not caught
+        terse_hook(fresh, FakeBucket(torch.randn(100), 1, [a]))
+    assert any("another bucket layout" in str(w.message) for w in caught) and not fresh._pending
+    checks.append("state_dict round trip (torch.save/torch.load weights_only), loaded residuals "
+                  "applied when the layout matches, dropped with a warning when it never does")
+
+    expect_raises(ValueError, lambda: TerseState("topk").load_state_dict(sd),
+                  "'onebit:block=2048'", "'topk:ratio=0.01'")
+    expect_raises(ValueError, lambda: TerseState("onebit").load_state_dict({"a": 1}), "format")
+    other_rank = dict(sd, rank=1)
+    expect_raises(ValueError, lambda: TerseState("onebit").load_state_dict(other_rank),
+                  "rank 1", "strict=False")
+    TerseState("onebit").load_state_dict(other_rank, strict=False)
+    damaged = copy.deepcopy(sd)
+    damaged["buckets"][0]["feedback"][60] ^= 1
+    expect_raises(terse.TerseError, lambda: TerseState("onebit").load_state_dict(damaged),
+                  "corrupt")
+    wrong_count = copy.deepcopy(sd)
+    wrong_count["buckets"][0]["count"] = 7
+    expect_raises(ValueError, lambda: TerseState("onebit").load_state_dict(wrong_count),
+                  "7-element")
+    checks.append("checkpoints of another codec, format, rank, damaged or mis-sized: clear errors")
+
+    # CUDA buckets are staged through host memory.
+    if torch.cuda.is_available():
+        state = TerseState("int8")
+        t = torch.randn(5000, device="cuda")
+        x = t.clone()
+        host = x.cpu()
+        state.comm.allreduce(host, "int8", "avg")
+        fut = terse_hook(state, FakeBucket(t, 0, []))
+        torch.cuda.synchronize()
+        assert fut.value() is t and torch.equal(t.cpu(), host)
+        checks.append("CUDA bucket staged through host memory")
+    else:
+        print("SKIP (part): CUDA buckets: torch.cuda.is_available() is False here")
+
+    for c in checks:
+        print("ok:", c)
+    print("PASS")
+
+
+# ---------------------------------------------------------------------------------------------
+# pip: the package installs from the checkout and finds the library
+
+def pip(args):
+    import importlib.util
+    if importlib.util.find_spec("pip") is None:
+        print(f"SKIP: pip is not installed for {sys.executable} (python3-pip)")
+        sys.exit(SKIP)
+    lib = os.path.abspath(args.library)
+    assert os.path.exists(lib), f"{lib} is missing (build the terse_c target)"
+    work = os.path.abspath(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    src, target = os.path.join(work, "src"), os.path.join(work, "site")
+    # A copy: setuptools writes build/ and *.egg-info next to the sources it builds.
+    shutil.copytree(os.path.join(ROOT, "python"), src,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation",
+           "--no-deps", "--no-index", "--root-user-action=ignore", "--target", target, src]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    probe = ("import terse, sys; assert terse.__file__.startswith(sys.argv[1]), terse.__file__; "
+             "c = terse.Communicator(); print(terse.version(), terse.library_path(), c)")
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("TERSE_LIBRARY", "PYTHONPATH", "LD_LIBRARY_PATH")}
+    for how, extra in (("TERSE_LIBRARY", {"TERSE_LIBRARY": lib}),
+                       ("the dynamic loader", {"LD_LIBRARY_PATH": os.path.dirname(lib)})):
+        env = dict(base, PYTHONPATH=target, **extra)
+        out = subprocess.run([sys.executable, "-c", probe, target], env=env, cwd=work,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert out.returncode == 0, f"installed package through {how}:\n{out.stdout}"
+        print(f"ok: installed package loads libterse.so through {how}: {out.stdout.strip()}")
+    print("PASS")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["ddp", "ddp-worker", "unit", "pip"])
+    p.add_argument("--work", default="ddp_hook_test.work")
+    p.add_argument("--world", type=int, default=3)
+    p.add_argument("--timeout", type=int, default=240)
+    p.add_argument("--library", help="pip mode: the built libterse.so")
+    args = p.parse_args()
+    if args.mode != "pip":
+        require_torch()
+    if args.mode != "ddp-worker" and args.mode != "pip":
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+    {"ddp": ddp_driver, "ddp-worker": ddp_worker, "unit": unit, "pip": pip}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
