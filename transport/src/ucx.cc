@@ -1,5 +1,7 @@
 #include "terse/transport/ucx.h"
 
+#include "terse/transport/fault.h"
+
 #include "request.h"
 #include "terse/common/logging.h"
 
@@ -279,6 +281,12 @@ class UcxTransport final : public Transport {
     if (aborted_.load()) return;
     abortWhy_ = why.isOk() ? errorRemote("rank %d aborted", rank_) : why;
     aborted_.store(true, std::memory_order_release);
+  }
+
+  void disconnect(int peer, const Status& why) override {
+    if (peer < 0 || peer >= size_ || peer == rank_ || worker_ == nullptr) return;
+    failPeer(peer,
+             why.isOk() ? errorRemote("rank %d disconnected from rank %d", rank_, peer) : why);
   }
 
   // On the driving thread, after abort(): drop every connection so the peers' pending operations
@@ -620,10 +628,11 @@ Result<std::unique_ptr<Transport>> createUcxTransport(int rank, int size,
   if (rank < 0 || rank >= size)
     return errorInvalidArgument("rank %d is outside the world of %d ranks", rank, size);
   if (!allgather) return errorInvalidArgument("createUcxTransport: no address exchange given");
+  TERSE_ASSIGN_OR_RETURN(std::vector<FaultRule> rules, faultRulesFromEnv());
   auto t = std::make_unique<UcxTransport>(rank, size, timeout);
   TERSE_RETURN_IF_ERROR(
       t->init(allgather).withContext("creating the UCX transport of rank " + std::to_string(rank)));
-  return std::unique_ptr<Transport>(std::move(t));
+  return injectFaults(std::move(t), std::move(rules));
 }
 
 }  // namespace terse
