@@ -7,6 +7,7 @@
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
 #include "terse/rendezvous/bootstrap.h"
+#include "terse/transport/fault.h"
 #include "terse/transport/inproc.h"
 #include "terse/transport/transport.h"
 #include "terse/transport/ucx.h"
@@ -16,6 +17,11 @@
 #include <strings.h>
 
 namespace terse {
+
+// TERSE_FAULT's phase=barrier (transport/fault.h) is the communicator's reserved tag range.
+static_assert(kFaultPhases[3].value == Communicator::kReservedTagBase &&
+                  (kMaxTransportTag & kFaultPhases[3].mask) == kFaultPhases[3].value,
+              "transport/fault.h's barrier phase and Communicator::kReservedTagBase disagree");
 
 namespace {
 

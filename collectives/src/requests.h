@@ -3,6 +3,7 @@
 // leaves early (so no transfer can write into a buffer the caller has already reused).
 #pragma once
 
+#include "terse/transport/fault.h"
 #include "terse/transport/transport.h"
 
 #include <chrono>
@@ -15,9 +16,25 @@ namespace terse::detail {
 // call sequence (19) | phase (2) | index (18).
 enum Phase : uint64_t { kPhaseReduce = 0, kPhaseGather = 1, kPhaseDescriptor = 2 };
 constexpr size_t kMaxTagIndex = (size_t{1} << 18) - 1;
-inline uint64_t makeTag(uint32_t seq, Phase phase, size_t index) {
+constexpr uint64_t makeTag(uint32_t seq, Phase phase, size_t index) {
   return (uint64_t{seq & 0x7ffffu} << 20) | (uint64_t{phase} << 18) | (index & kMaxTagIndex);
 }
+
+// TERSE_FAULT's phase=NAME filters (transport/fault.h) select these tag classes.
+constexpr bool faultPhaseMatches(const char* name, Phase phase) {
+  for (const auto& p : kFaultPhases) {
+    bool same = true;
+    for (size_t i = 0; same && (p.name[i] || name[i]); ++i) same = p.name[i] == name[i];
+    if (!same) continue;
+    return (makeTag(0x7ffffu, phase, kMaxTagIndex) & p.mask) == p.value &&
+           (makeTag(0, phase, 0) & p.mask) == p.value;
+  }
+  return false;
+}
+static_assert(faultPhaseMatches("reduce", kPhaseReduce) &&
+                  faultPhaseMatches("gather", kPhaseGather) &&
+                  faultPhaseMatches("descriptor", kPhaseDescriptor),
+              "the collectives' tag layout and transport/fault.h's phases disagree");
 
 class RequestList {
  public:

@@ -47,6 +47,15 @@ const std::vector<EnvVarInfo>& envRegistry() {
       {"TERSE_TRANSPORT", "enum", "ucx",
        "Byte transport between processes: ucx (the default) or inproc (threads of one process, "
        "for tests)."},
+      {"TERSE_FAULT", "string", "",
+       "Fault injection for tests (off when empty): rules separated by ';', e.g. "
+       "kill:rank=2:after_sends=17, drop:rank=1:peer=0:phase=gather, delay:ms=50:count=0. "
+       "Actions kill (SIGKILL the process), drop (close connections) and delay (sleep before a "
+       "send); triggers after_sends=N / after_recvs=N; filters rank, peer, phase, tag. See "
+       "transport/include/terse/transport/fault.h."},
+      {"TERSE_TEST_SEED", "int", "",
+       "Tests and terse-bench soak: seed of the randomized fault-injection and soak runs. Unset: "
+       "a fresh seed per run, printed so a failure can be replayed."},
       {"TERSE_NET_IFNAME", "string", "",
        "NCCL net plugin: interface whose address carries connection setup. When unset, the first "
        "interface named in UCX_NET_DEVICES, else the first non-loopback interface that is up."},

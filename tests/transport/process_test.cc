@@ -2,6 +2,7 @@
 // createFromEnv reading TERSE_RANK / TERSE_WORLD_SIZE / TERSE_STORE. Failure cases need real
 // processes: a rank killed with SIGKILL mid-transfer, a rank that never starts, ranks that
 // disagree on the world size.
+#include "harness.h"
 #include "patterns.h"
 #include "process_harness.h"
 #include "terse/communicator.h"
@@ -167,6 +168,115 @@ TEST_P(KillTest, SigkilledRankIsNamedByEveryOther) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, KillTest, ::testing::Values("tcp", "shm"));
+
+// Regression (found by the fault matrix, tests/api/fault_process_test.cc): over shared memory a
+// send to a rank that has died failed with kSystemError ("Shared memory error") instead of the
+// kRemoteError naming the dead rank that transport.h promises. Rank 1 dies right after the
+// barrier; rank 0's eager sends to it, posted without progressing in between so the process
+// watch cannot have noticed first, must fail as remote errors naming rank 1. They are 4 KiB:
+// larger than a shared-memory FIFO element, so UCX has to attach the dead rank's segment (the
+// barrier's 1-byte messages never did), which is what fails.
+TEST(ProcessKill, SendToDeadPeerOverSharedMemoryIsARemoteError) {
+  const std::string store = tcpStore();
+  auto outcomes = runProcesses(
+      2, allRanks(2), [&](int) { return ucxEnv("posix,cma,self", store, 20000); },
+      [&](int rank) {
+        auto comm = Communicator::createFromEnv();
+        if (!comm.isOk()) {
+          reportFromChild("setup: " + comm.status().toString());
+          return 2;
+        }
+        Communicator& c = **comm;
+        if (!c.barrier().isOk()) return 3;
+        if (rank == 1) ::kill(::getpid(), SIGKILL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::vector<uint8_t> message(4096, 42);
+        Status s;
+        for (int i = 0; i < 64 && s.isOk(); ++i) {
+          TransportRequest* r = nullptr;
+          s = c.transport().isend(1, 77, message.data(), message.size(), &r);
+          if (s.isOk()) s = c.transport().wait(r, nullptr, c.timeout());
+        }
+        reportFromChild(s.toString());
+        return 0;
+      },
+      std::chrono::seconds(60));
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[1].signal, SIGKILL) << describe(outcomes[1]);
+  EXPECT_TRUE(outcomes[0].exited && outcomes[0].code == 0) << describe(outcomes[0]);
+  EXPECT_EQ(outcomes[0].report.rfind("remote error:", 0), 0u) << describe(outcomes[0]);
+  EXPECT_NE(outcomes[0].report.find("rank 1"), std::string::npos) << describe(outcomes[0]);
+}
+
+// Regression (found by the fault matrix's delay cases): rank 1 sends its last messages, sees
+// its sends complete and exits, as the fastest rank does at the end of every job. Rank 0 was
+// busy meanwhile; what rank 1 sent is already on rank 0's side (its shared-memory FIFO, its
+// socket), so every receive of it must still succeed: those posted before rank 1 left, and
+// those posted after rank 0's transport has noticed that rank 1 is gone. Over shared memory the
+// process watch used to fail the peer before the FIFO was read, and a receive posted after that
+// was refused although its message was waiting in UCX's unexpected queue.
+class ExitedPeerTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ExitedPeerTest, MessagesOfAPeerThatExitedAreStillDelivered) {
+  const int kEarly = 8, kLate = 8;
+  const size_t kBytes = 1024;
+  const std::string store = tcpStore();
+  auto outcomes = runProcesses(
+      2, allRanks(2), [&](int) { return ucxEnv(GetParam(), store, 20000); },
+      [&](int rank) {
+        auto comm = Communicator::createFromEnv();
+        if (!comm.isOk()) {
+          reportFromChild("setup: " + comm.status().toString());
+          return 2;
+        }
+        Transport& t = (*comm)->transport();
+        if (!(*comm)->barrier().isOk()) return 3;
+        std::vector<std::vector<uint8_t>> bufs(kEarly + kLate, std::vector<uint8_t>(kBytes));
+        if (rank == 1) {
+          for (int i = 0; i < kEarly + kLate; ++i) {
+            fillPattern(bufs[i], 1, 0, i);
+            TransportRequest* r = nullptr;
+            Status s = t.isend(0, 40 + i, bufs[i].data(), kBytes, &r);
+            if (s.isOk()) s = t.wait(r, nullptr, (*comm)->timeout());
+            if (!s.isOk()) {
+              reportFromChild(s.toString());
+              return 4;
+            }
+          }
+          return 0;  // the communicator closes, the process exits
+        }
+        std::vector<TransportRequest*> reqs(kEarly + kLate);
+        for (int i = 0; i < kEarly; ++i)
+          if (!t.irecv(1, 40 + i, bufs[i].data(), kBytes, &reqs[i]).isOk()) return 5;
+        // Busy elsewhere while rank 1 sends and exits, then progress long enough for the
+        // transport to notice that rank 1 is gone (the process watch polls every 100 ms).
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+        while (std::chrono::steady_clock::now() < until) t.progress();
+        for (int i = kEarly; i < kEarly + kLate; ++i) {
+          Status s = t.irecv(1, 40 + i, bufs[i].data(), kBytes, &reqs[i]);
+          if (!s.isOk()) {
+            reportFromChild("late receive " + std::to_string(i) + ": " + s.toString());
+            return 6;
+          }
+        }
+        for (int i = 0; i < kEarly + kLate; ++i) {
+          size_t got = 0;
+          Status s = t.wait(reqs[i], &got, (*comm)->timeout());
+          if (!s.isOk()) {
+            reportFromChild("message " + std::to_string(i) + ": " + s.toString());
+            return 7;
+          }
+          if (got != kBytes || firstMismatch(bufs[i], kBytes, 1, 0, i) != -1) return 8;
+        }
+        return 0;
+      },
+      std::chrono::seconds(60));
+  expectAllExitedZero(outcomes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, ExitedPeerTest, ::testing::Values("tcp,self", "posix,cma,self"),
+                         [](const auto& p) { return p.param[0] == 't' ? "tcp" : "shm"; });
 
 // A world of three where rank 2 never starts: the others fail at rendezvous with a timeout that
 // names rank 2.

@@ -1,8 +1,11 @@
 #include "terse/transport/inproc.h"
 
+#include "terse/transport/fault.h"
+
 #include "request.h"
 #include "terse/common/logging.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -95,6 +98,10 @@ class InProcFabric {
         fail(r, peerGone(r->peer, r));
         return;
       }
+      if (!broken_.empty() && broken_.count(linkKey(r->owner, r->peer))) {
+        fail(r, linkBroken(r));
+        return;
+      }
       if (r->kind == RequestKind::kSend) {
         Mailbox& box = boxes_[r->peer];
         uint64_t key = matchKey(r->owner, r->tag);
@@ -148,22 +155,28 @@ class InProcFabric {
       std::lock_guard<std::mutex> lock(mu_);
       if (!gone_[rank].isOk()) return;
       gone_[rank] = why.isOk() ? errorRemote("rank %d left", rank) : why;
-      for (Mailbox& box : boxes_) {
-        for (auto* queues : {&box.sends, &box.recvs}) {
-          for (auto& entry : *queues) {
-            Fifo keep;
-            while (TransportRequest* r = entry.second.pop()) {
-              if (r->owner == rank)
-                fail(r, gone_[rank]);
-              else if (r->peer == rank)
-                fail(r, peerGone(rank, r));
-              else
-                keep.push(r);
-            }
-            entry.second = keep;
-          }
-        }
-      }
+      failQueued([&](const TransportRequest* r) {
+        if (r->owner == rank) return gone_[rank];
+        if (r->peer == rank) return peerGone(rank, r);
+        return Status::ok();
+      });
+    }
+    cv_.notify_all();
+  }
+
+  // Breaks the link between `rank` and `peer` (rank's Transport::disconnect): what is queued
+  // between the two fails, and so does everything either posts for the other later.
+  void breakLink(int rank, int peer, const Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_.count(linkKey(rank, peer))) return;
+      broken_.emplace(linkKey(rank, peer),
+                      Broken{rank, why.isOk() ? errorRemote("disconnected") : why});
+      failQueued([&](const TransportRequest* r) {
+        bool between =
+            (r->owner == rank && r->peer == peer) || (r->owner == peer && r->peer == rank);
+        return between ? linkBroken(r) : Status::ok();
+      });
     }
     cv_.notify_all();
   }
@@ -180,6 +193,47 @@ class InProcFabric {
     std::unordered_map<uint64_t, Fifo> sends;
     std::unordered_map<uint64_t, Fifo> recvs;
   };
+
+  struct Broken {
+    int by;  // the rank that disconnected
+    Status why;
+  };
+  static uint64_t linkKey(int a, int b) {
+    return (static_cast<uint64_t>(std::min(a, b)) << 32) | static_cast<uint64_t>(std::max(a, b));
+  }
+
+  // Under mu_: fails every queued request for which `why(r)` is an error, keeps the others in
+  // order.
+  template <typename Why>
+  void failQueued(const Why& why) {
+    for (Mailbox& box : boxes_) {
+      for (auto* queues : {&box.sends, &box.recvs}) {
+        for (auto& entry : *queues) {
+          Fifo keep;
+          while (TransportRequest* r = entry.second.pop()) {
+            Status s = why(r);
+            if (s.isOk())
+              keep.push(r);
+            else
+              fail(r, std::move(s));
+          }
+          entry.second = keep;
+        }
+      }
+    }
+  }
+
+  // Under mu_: why `r` cannot use its broken link.
+  Status linkBroken(const TransportRequest* r) const {
+    const Broken& b = broken_.at(linkKey(r->owner, r->peer));
+    if (b.by == r->owner)
+      return errorRemote("%s rank %d (tag %llu) failed: %s", requestVerb(r), r->peer,
+                         static_cast<unsigned long long>(r->tag), b.why.message().c_str());
+    return errorRemote(
+        "%s rank %d (tag %llu) failed: rank %d closed its connection to rank %d (%s)",
+        requestVerb(r), r->peer, static_cast<unsigned long long>(r->tag), b.by, r->owner,
+        b.why.message().c_str());
+  }
 
   Status peerGone(int peer, const TransportRequest* r) const {
     return errorRemote("%s rank %d (tag %llu) failed: rank %d is gone (%s)", requestVerb(r), peer,
@@ -209,6 +263,7 @@ class InProcFabric {
   std::vector<Mailbox> boxes_;
   std::vector<Status> gone_;  // ok while the rank is alive
   std::vector<bool> attached_;
+  std::unordered_map<uint64_t, Broken> broken_;  // by linkKey
 };
 
 namespace {
@@ -296,6 +351,11 @@ class InProcTransport final : public Transport {
     fabric_->leave(rank_, why.isOk() ? errorRemote("rank %d aborted", rank_) : why);
   }
 
+  void disconnect(int peer, const Status& why) override {
+    if (peer < 0 || peer >= size() || peer == rank_) return;
+    fabric_->breakLink(rank_, peer, why);
+  }
+
  private:
   Status start(RequestKind kind, int peer, uint64_t tag, void* data, size_t size,
                TransportRequest** request) {
@@ -330,8 +390,11 @@ Result<std::unique_ptr<Transport>> createInProcTransport(std::shared_ptr<InProcF
   if (rank < 0 || rank >= fabric->size())
     return errorInvalidArgument("rank %d is outside the fabric's world of %d", rank,
                                 fabric->size());
+  // Faults are parsed before attaching, so a malformed TERSE_FAULT leaves the rank free to retry.
+  TERSE_ASSIGN_OR_RETURN(std::vector<FaultRule> rules, faultRulesFromEnv());
   TERSE_RETURN_IF_ERROR(fabric->attach(rank));
-  return std::unique_ptr<Transport>(new InProcTransport(std::move(fabric), rank));
+  return injectFaults(std::unique_ptr<Transport>(new InProcTransport(std::move(fabric), rank)),
+                      std::move(rules));
 }
 
 }  // namespace terse

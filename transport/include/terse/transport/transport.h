@@ -64,6 +64,13 @@ class Transport {
 
   // Fails every pending and later operation with `why` (also from another thread).
   virtual void abort(const Status& why) = 0;
+
+  // Closes the connection to `peer` as if it had broken (fault injection, a caller that gives up
+  // on one peer): every pending and later operation with it fails with kRemoteError carrying
+  // `why`. The in-process fabric tells the peer at once; over UCX the peer is not told (as with
+  // a link that fails silently) and its operations with this rank run into their timeout.
+  // Driving thread only.
+  virtual void disconnect(int peer, const Status& why) = 0;
 };
 
 }  // namespace terse

@@ -1,0 +1,596 @@
+// TERSE_FAULT against the public API, ranks as processes over UCX on loopback:
+//  - kill: for every collective and codec, one rank SIGKILLed at a random point of the call (a
+//    random counted send or receive of a random tag phase). Every survivor must come back within
+//    its timeout, without crashing, with an error or with exactly the fault-free result (a rank
+//    that already had everything may finish correctly; partial output reported as success is
+//    what must never happen), and when the victim died before one of its sends, somebody must
+//    report the failure.
+//  - delay: ranks that are slow at random points still give the fault-free result.
+//  - drop: a rank that drops a connection (or all of them) as a call starts makes every rank
+//    of the call fail.
+//  - after an abort and after a failed collective, a new communicator works in the same process.
+//
+// Every random choice comes from one seed, printed with each case (TERSE_TEST_SEED replays it).
+// The reference is a fault-free run of the same calls over the in-process backend (ranks as
+// threads): the algorithms are deterministic, so a correct result matches it bit for bit, and
+// the same run counts each rank's operations per tag phase, which is where the fault points
+// are drawn from.
+#include "../transport/process_harness.h"
+
+#include "terse/common/env.h"
+#include "terse/communicator.h"
+#include "terse/kernels/numeric.h"
+#include "terse/transport/fault.h"
+#include "terse/transport/inproc.h"
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+namespace terse::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr int kPhaseCount = static_cast<int>(std::size(kFaultPhases));
+// Each call's per-operation timeout in the faulted worlds: survivors that wait on a rank which
+// gave up learn it from this.
+constexpr milliseconds kCallTimeout{2500};
+
+int phaseOf(uint64_t tag) {
+  for (int p = 0; p < kPhaseCount; ++p)
+    if ((tag & kFaultPhases[p].mask) == kFaultPhases[p].value) return p;
+  return -1;
+}
+
+// Operations per tag phase, counted the way the fault decorator counts them: sends when posted,
+// receives when test/wait sees them complete.
+struct OpCounts {
+  uint64_t sends[kPhaseCount] = {};
+  uint64_t recvs[kPhaseCount] = {};
+};
+
+class CountingTransport final : public Transport {
+ public:
+  explicit CountingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  OpCounts counts;
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string describe() const override { return inner_->describe(); }
+  Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
+               TransportRequest** request) override {
+    if (int p = phaseOf(tag); p >= 0) ++counts.sends[p];
+    return inner_->isend(peer, tag, data, bytes, request);
+  }
+  Status irecv(int peer, uint64_t tag, void* data, size_t capacity,
+               TransportRequest** request) override {
+    Status s = inner_->irecv(peer, tag, data, capacity, request);
+    if (s.isOk()) recvTags_[*request] = tag;
+    return s;
+  }
+  Status test(TransportRequest* r, bool* done, size_t* bytes) override {
+    Status s = inner_->test(r, done, bytes);
+    if (!s.isOk() || *done) finished(r, s.isOk());
+    return s;
+  }
+  Status wait(TransportRequest* r, size_t* bytes, milliseconds timeout) override {
+    Status s = inner_->wait(r, bytes, timeout);
+    finished(r, s.isOk());
+    return s;
+  }
+  void cancel(TransportRequest* r) override {
+    recvTags_.erase(r);
+    inner_->cancel(r);
+  }
+  void progress() override { inner_->progress(); }
+  void abort(const Status& why) override { inner_->abort(why); }
+  void disconnect(int peer, const Status& why) override { inner_->disconnect(peer, why); }
+
+ private:
+  // The request is released: count it if it was a receive that completed.
+  void finished(TransportRequest* r, bool ok) {
+    auto it = recvTags_.find(r);
+    if (it == recvTags_.end()) return;
+    if (int p = phaseOf(it->second); ok && p >= 0) ++counts.recvs[p];
+    recvTags_.erase(it);
+  }
+  std::unique_ptr<Transport> inner_;
+  std::unordered_map<TransportRequest*, uint64_t> recvTags_;  // receives in flight
+};
+
+enum class Kind { kAllReduce, kReduceScatter, kAllGather, kBarrier };
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::kAllReduce: return "allreduce";
+    case Kind::kReduceScatter: return "reducescatter";
+    case Kind::kAllGather: return "allgather";
+    case Kind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* kCodecSpecs[] = {"none", "fp16", "bf16", "int8", "onebit", "topk:ratio=0.05"};
+
+// One randomly drawn call.
+struct Call {
+  Kind kind = Kind::kAllReduce;
+  std::string codec = "none";
+  int n = 3;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  bool feedback = false;
+  std::string tls = "tcp,self";
+
+  std::string describe() const {
+    return formatString("%s codec %s, %d ranks, %zu x %s, %s%s, UCX_TLS=%s", kindName(kind),
+                        codec.c_str(), n, count, dataTypeName(dtype), reduceOpName(op),
+                        feedback ? ", with error feedback" : "", tls.c_str());
+  }
+};
+
+Call drawCall(std::mt19937_64& rng, Kind kind, const std::string& codec) {
+  Call c;
+  c.kind = kind;
+  c.codec = codec;
+  c.n = 3 + static_cast<int>(rng() % 2);
+  // Half small (one segment; recursive doubling for `none`), half several 64 Ki-element segments.
+  c.count = rng() % 2 ? 1 + rng() % 5000 : 100000 + rng() % 200000;
+  c.dtype = static_cast<DataType>(std::vector<DataType>{DataType::kFloat32, DataType::kFloat16,
+                                                        DataType::kBFloat16}[rng() % 3]);
+  c.op = rng() % 2 ? ReduceOp::kSum : ReduceOp::kAvg;
+  c.feedback = rng() % 2;
+  c.tls = rng() % 4 ? "tcp,self" : "posix,cma,self";
+  return c;
+}
+
+uint64_t baseSeed() {
+  static const uint64_t seed = [] {
+    auto fixed = envInt("TERSE_TEST_SEED");
+    if (fixed.isOk()) return static_cast<uint64_t>(fixed.value());
+    return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }();
+  return seed;
+}
+
+// Seeds each test from the run's seed and its own name, and says how to replay it.
+std::mt19937_64 caseRng() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  uint64_t h = baseSeed();
+  for (unsigned char ch : name) h = num::mix64(h ^ ch);
+  std::cout << "[ seed     ] TERSE_TEST_SEED=" << static_cast<int64_t>(baseSeed()) << " replays "
+            << name << "\n";
+  ::testing::Test::RecordProperty("seed", std::to_string(static_cast<int64_t>(baseSeed())));
+  return std::mt19937_64(h);
+}
+
+size_t partLength(const Call& c, int rank) {
+  size_t n = static_cast<size_t>(c.n), r = static_cast<size_t>(rank);
+  return c.count / n + (r < c.count % n ? 1 : 0);
+}
+
+std::vector<uint8_t> inputOf(const Call& c, int rank) {
+  size_t elems = c.kind == Kind::kAllGather ? partLength(c, rank) : c.count;
+  if (c.kind == Kind::kBarrier) elems = 0;
+  std::vector<uint8_t> out(elems * dataTypeSize(c.dtype));
+  for (size_t i = 0; i < elems; ++i) {
+    uint64_t h = num::mix64((uint64_t(rank) << 40) ^ (i * 0x9e3779b97f4a7c15ull));
+    float v = static_cast<float>(h >> 40) / 8388608.0f - 1.0f;
+    switch (c.dtype) {
+      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
+      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
+      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
+    }
+  }
+  return out;
+}
+
+// Runs `c` on `comm`; *out gets the result bytes.
+Status runCall(Communicator& comm, const Call& c, std::vector<uint8_t>* out) {
+  if (c.kind == Kind::kBarrier) return comm.barrier();
+  const int rank = comm.rank();
+  std::vector<uint8_t> in = inputOf(c, rank);
+  const size_t es = dataTypeSize(c.dtype);
+  out->assign((c.kind == Kind::kReduceScatter ? partLength(c, rank) : c.count) * es, 0xEE);
+  std::optional<ErrorFeedback> ef;
+  if (c.feedback) {
+    auto made =
+        ErrorFeedback::create(c.codec, c.kind == Kind::kAllGather ? partLength(c, rank) : c.count);
+    if (!made.isOk()) return made.status();
+    ef = std::move(made).value();
+  }
+  CollectiveOptions opts{c.codec, ef ? &*ef : nullptr};
+  switch (c.kind) {
+    case Kind::kAllReduce:
+      return comm.allreduce(in.data(), out->data(), c.count, c.dtype, c.op, opts);
+    case Kind::kReduceScatter:
+      return comm.reduceScatter(in.data(), out->data(), c.count, c.dtype, c.op, opts);
+    case Kind::kAllGather: return comm.allgather(in.data(), out->data(), c.count, c.dtype, opts);
+    case Kind::kBarrier: break;
+  }
+  return errorInternal("unreachable");
+}
+
+// The fault-free run over the in-process backend: each rank's result and its operation counts
+// before (after the setup barrier) and after the call.
+struct Reference {
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<OpCounts> before, after;
+};
+
+Reference referenceRun(const Call& c) {
+  Reference ref;
+  ref.out.resize(c.n);
+  ref.before.resize(c.n);
+  ref.after.resize(c.n);
+  auto fabric = makeInProcFabric(c.n).value();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.n; ++r) {
+    threads.emplace_back([&, r] {
+      auto inner = createInProcTransport(fabric, r);
+      ASSERT_TRUE(inner.isOk()) << inner.status().toString();
+      auto counting = std::make_unique<CountingTransport>(std::move(inner).value());
+      CountingTransport* counts = counting.get();
+      auto comm = Communicator::fromTransport(std::move(counting), milliseconds(60000));
+      ASSERT_TRUE(comm->barrier().isOk());
+      ref.before[r] = counts->counts;
+      Status s = runCall(*comm, c, &ref.out[r]);
+      ASSERT_TRUE(s.isOk()) << "reference run of " << c.describe() << ": " << s.toString();
+      ref.after[r] = counts->counts;
+      // Everyone must be done before a transport goes: the in-process fabric fails a peer's
+      // last operations with a departed rank.
+      ASSERT_TRUE(comm->barrier().isOk());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ref;
+}
+
+// What a child reports: "<status code> <elapsed ms>\n<status text>".
+struct ChildResult {
+  StatusCode code = StatusCode::kInternal;
+  long long elapsedMs = -1;
+  std::string text;
+};
+
+ChildResult parseReport(const std::string& report) {
+  ChildResult r;
+  std::istringstream in(report);
+  int code = -1;
+  if (in >> code >> r.elapsedMs) r.code = static_cast<StatusCode>(code);
+  std::getline(in, r.text);
+  std::getline(in, r.text);
+  return r;
+}
+
+// The child: communicator from the environment (TERSE_FAULT included), setup barrier, the call;
+// reports its status and writes a successful result to <dir>/rank<r>.out.
+int childBody(const Call& c, int rank, const std::string& dir) {
+  auto made = Communicator::createFromEnv();
+  if (!made.isOk()) {
+    reportFromChild("setup: " + made.status().toString());
+    return 2;
+  }
+  std::unique_ptr<Communicator> comm = std::move(made).value();
+  comm->setTimeout(kCallTimeout);
+  std::vector<uint8_t> out;
+  auto start = std::chrono::steady_clock::now();
+  // A victim may leave the setup barrier (its last messages posted, not yet delivered) and die
+  // at once in the call: then a survivor fails the barrier, which counts as failing the call.
+  Status s = comm->barrier().withContext("setup barrier");
+  if (s.isOk()) s = runCall(*comm, c, &out);
+  long long ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
+  if (s.isOk()) {
+    std::ofstream f(dir + "/rank" + std::to_string(rank) + ".out", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
+  }
+  reportFromChild(formatString("%d %lld\n", static_cast<int>(s.code()), ms) + s.toString());
+  comm.reset();  // teardown with a dead or departed peer must not hang either
+  return 0;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct WorldRun {
+  std::vector<RankOutcome> outcomes;
+  std::vector<ChildResult> results;
+  std::vector<std::string> outputs;  // a successful rank's result bytes
+};
+
+WorldRun runWorld(const Call& c, const std::string& faults) {
+  const std::string dir = makeTempDir();
+  const int port = freeLoopbackPort();
+  std::vector<int> ranks(c.n);
+  for (int r = 0; r < c.n; ++r) ranks[r] = r;
+  WorldRun run;
+  run.outcomes = runProcesses(
+      c.n, ranks,
+      [&](int) {
+        return EnvMap{{"UCX_TLS", c.tls},
+                      {"UCX_NET_DEVICES", "lo"},
+                      {"TERSE_STORE", "127.0.0.1:" + std::to_string(port)},
+                      {"TERSE_TIMEOUT_MS", "30000"},
+                      {"TERSE_FAULT", faults}};
+      },
+      [&](int rank) { return childBody(c, rank, dir); }, std::chrono::seconds(120));
+  for (const auto& o : run.outcomes) {
+    run.results.push_back(parseReport(o.report));
+    std::string path = dir + "/rank" + std::to_string(o.rank) + ".out";
+    run.outputs.push_back(readFile(path));
+    std::remove(path.c_str());
+  }
+  ::rmdir(dir.c_str());
+  for (size_t i = 0; i < run.outcomes.size(); ++i) {
+    const RankOutcome& o = run.outcomes[i];
+    if (o.signal != 0 || !o.exited || o.code != 0) {
+      std::cout << "[ rank     ] " << describe(o) << "\n";
+      continue;
+    }
+    std::cout << "[ rank     ] rank " << o.rank << " after " << run.results[i].elapsedMs
+              << " ms: " << run.results[i].text << "\n";
+  }
+  return run;
+}
+
+bool sameBytes(const std::string& got, const std::vector<uint8_t>& want) {
+  return got.size() == want.size() &&
+         (want.empty() || std::memcmp(got.data(), want.data(), want.size()) == 0);
+}
+
+// A survivor either failed with a transport error within its time bound or holds exactly the
+// fault-free result.
+void checkSurvivor(const WorldRun& run, size_t i, const Reference& ref, const std::string& what) {
+  const RankOutcome& o = run.outcomes[i];
+  const ChildResult& res = run.results[i];
+  ASSERT_TRUE(o.exited && o.code == 0) << what << ": " << describe(o);
+  if (res.code == StatusCode::kOk) {
+    EXPECT_TRUE(sameBytes(run.outputs[i], ref.out[o.rank]))
+        << what << ": rank " << o.rank << " reported success with a result that differs from "
+        << "the fault-free run";
+    return;
+  }
+  EXPECT_TRUE(res.code == StatusCode::kRemoteError || res.code == StatusCode::kTimeout)
+      << what << ": rank " << o.rank << ": " << res.text;
+  // One timeout for the wait that noticed, on top of however long the call had been running.
+  EXPECT_LT(res.elapsedMs, 2 * kCallTimeout.count() + 5000)
+      << what << ": rank " << o.rank << " took too long to fail: " << res.text;
+}
+
+class FaultKill : public ::testing::TestWithParam<std::tuple<Kind, const char*>> {};
+
+TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
+  auto rng = caseRng();
+  const auto [kind, codec] = GetParam();
+  const Call c = drawCall(rng, kind, codec);
+  const Reference ref = referenceRun(c);
+  if (::testing::Test::HasFatalFailure()) return;
+  // The fault point: a random rank, one of its operation classes (send/receive x phase) that
+  // this call uses, and a random operation of that class inside the call.
+  const int victim = static_cast<int>(rng() % c.n);
+  struct Point {
+    bool recv;
+    int phase;
+    uint64_t first, count;
+  };
+  std::vector<Point> points;
+  for (int p = 0; p < kPhaseCount; ++p) {
+    const OpCounts &b = ref.before[victim], &a = ref.after[victim];
+    if (a.sends[p] > b.sends[p]) points.push_back({false, p, b.sends[p], a.sends[p] - b.sends[p]});
+    if (a.recvs[p] > b.recvs[p]) points.push_back({true, p, b.recvs[p], a.recvs[p] - b.recvs[p]});
+  }
+  ASSERT_FALSE(points.empty()) << c.describe() << ": rank " << victim << " does nothing";
+  const Point pt = points[rng() % points.size()];
+  const uint64_t after = pt.first + rng() % pt.count;
+  const std::string rule =
+      formatString("kill:rank=%d:phase=%s:%s=%llu", victim, kFaultPhases[pt.phase].name,
+                   pt.recv ? "after_recvs" : "after_sends", static_cast<unsigned long long>(after));
+  const std::string what = c.describe() + ", TERSE_FAULT=" + rule;
+  std::cout << "[ fault    ] " << what << "\n";
+
+  WorldRun run = runWorld(c, rule);
+  bool someoneFailed = false, victimNamed = false;
+  for (size_t i = 0; i < run.outcomes.size(); ++i) {
+    const RankOutcome& o = run.outcomes[i];
+    if (o.rank == victim) {
+      EXPECT_EQ(o.signal, SIGKILL) << what << ": the fault did not fire: " << describe(o);
+      continue;
+    }
+    checkSurvivor(run, i, ref, what);
+    const ChildResult& res = run.results[i];
+    someoneFailed |= res.code != StatusCode::kOk;
+    victimNamed |= res.code != StatusCode::kOk &&
+                   res.text.find("rank " + std::to_string(victim)) != std::string::npos;
+  }
+  // Killed before a send: that message never left, so its receiver cannot have finished, and
+  // whoever waited on the victim says so. (Killed at a receive, the victim may have sent
+  // everything already and the survivors may all finish correctly.)
+  if (!pt.recv) {
+    EXPECT_TRUE(someoneFailed) << what << ": every survivor reported success";
+    EXPECT_TRUE(victimNamed) << what << ": no survivor's error names rank " << victim;
+  }
+}
+
+std::vector<std::tuple<Kind, const char*>> killCases() {
+  std::vector<std::tuple<Kind, const char*>> out;
+  for (Kind k : {Kind::kAllReduce, Kind::kReduceScatter, Kind::kAllGather})
+    for (const char* codec : kCodecSpecs) out.emplace_back(k, codec);
+  out.emplace_back(Kind::kBarrier, "none");  // the barrier has no codec
+  return out;
+}
+
+std::string caseName(const ::testing::TestParamInfo<std::tuple<Kind, const char*>>& p) {
+  std::string codec = std::get<1>(p.param);
+  codec = codec.substr(0, codec.find(':'));
+  if (std::get<0>(p.param) == Kind::kBarrier) return "barrier";
+  return std::string(kindName(std::get<0>(p.param))) + "_" + codec;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, FaultKill, ::testing::ValuesIn(killCases()), caseName);
+
+class FaultDelayDrop : public ::testing::TestWithParam<Kind> {};
+
+// One or two ranks are slow at random points (the delays stay well inside the timeout): every
+// rank finishes with the fault-free result.
+TEST_P(FaultDelayDrop, DelayedRanksStillGetTheExactResult) {
+  auto rng = caseRng();
+  const Call c = drawCall(rng, GetParam(), kCodecSpecs[rng() % std::size(kCodecSpecs)]);
+  const Reference ref = referenceRun(c);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::string rules;
+  for (int k = 0; k < 2; ++k) {
+    const int rank = static_cast<int>(rng() % c.n);
+    std::vector<int> used;
+    for (int p = 0; p < kPhaseCount; ++p)
+      if (ref.after[rank].sends[p] > ref.before[rank].sends[p]) used.push_back(p);
+    if (used.empty()) continue;
+    const int p = used[rng() % used.size()];
+    const uint64_t span = ref.after[rank].sends[p] - ref.before[rank].sends[p];
+    rules += formatString("delay:rank=%d:phase=%s:after_sends=%llu:ms=%d:count=%d;", rank,
+                          kFaultPhases[p].name,
+                          static_cast<unsigned long long>(ref.before[rank].sends[p] + rng() % span),
+                          static_cast<int>(20 + rng() % 80), static_cast<int>(1 + rng() % 4));
+  }
+  const std::string what = c.describe() + ", TERSE_FAULT=" + rules;
+  std::cout << "[ fault    ] " << what << "\n";
+  WorldRun run = runWorld(c, rules);
+  for (size_t i = 0; i < run.outcomes.size(); ++i) {
+    ASSERT_TRUE(run.outcomes[i].exited && run.outcomes[i].code == 0)
+        << what << ": " << describe(run.outcomes[i]);
+    EXPECT_EQ(run.results[i].code, StatusCode::kOk)
+        << what << ": rank " << i << ": " << run.results[i].text;
+    EXPECT_TRUE(sameBytes(run.outputs[i], ref.out[i]))
+        << what << ": rank " << i << "'s result differs from the fault-free run";
+  }
+}
+
+// A rank drops one connection (or all) at its first send of the call: it never sends its part,
+// so every rank of the call must fail, within its timeout.
+TEST_P(FaultDelayDrop, DropAtTheStartFailsEveryRank) {
+  auto rng = caseRng();
+  const Call c = drawCall(rng, GetParam(), kCodecSpecs[rng() % std::size(kCodecSpecs)]);
+  const Reference ref = referenceRun(c);
+  if (::testing::Test::HasFatalFailure()) return;
+  const int rank = static_cast<int>(rng() % c.n);
+  const int phase = c.kind == Kind::kBarrier ? 3 : 2;  // the call's first messages
+  std::string rule;
+  if (rng() % 2 || c.kind == Kind::kBarrier) {
+    rule = formatString("drop:rank=%d:phase=%s:after_sends=%llu", rank, kFaultPhases[phase].name,
+                        static_cast<unsigned long long>(ref.before[rank].sends[phase]));
+  } else {
+    // One peer: the first send to it in this call (descriptors go to every peer once).
+    const int peer = (rank + 1 + static_cast<int>(rng() % (c.n - 1))) % c.n;
+    // Descriptors of earlier calls: none here, so the rank's first descriptor to `peer` is #0.
+    rule = formatString("drop:rank=%d:peer=%d:phase=descriptor:after_sends=0", rank, peer);
+  }
+  const std::string what = c.describe() + ", TERSE_FAULT=" + rule;
+  std::cout << "[ fault    ] " << what << "\n";
+  WorldRun run = runWorld(c, rule);
+  for (size_t i = 0; i < run.outcomes.size(); ++i) {
+    checkSurvivor(run, i, ref, what);
+    EXPECT_NE(run.results[i].code, StatusCode::kOk)
+        << what << ": rank " << i << " succeeded although rank " << rank << " never sent its part";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, FaultDelayDrop,
+                         ::testing::Values(Kind::kAllReduce, Kind::kReduceScatter, Kind::kAllGather,
+                                           Kind::kBarrier),
+                         [](const auto& p) { return std::string(kindName(p.param)); });
+
+// In one process: a communicator that was aborted, then one whose collective failed (rank 1
+// drops all its connections as the reduce phase starts), then a fresh one that must work, each
+// over the same TCP store address.
+TEST(FaultRecovery, NewCommunicatorWorksAfterAbortAndFailure) {
+  const int n = 3, port = freeLoopbackPort();
+  auto outcomes = runProcesses(
+      n, {0, 1, 2},
+      [&](int) {
+        return EnvMap{{"UCX_TLS", "tcp,self"},
+                      {"UCX_NET_DEVICES", "lo"},
+                      {"TERSE_STORE", "127.0.0.1:" + std::to_string(port)},
+                      {"TERSE_TIMEOUT_MS", "30000"}};
+      },
+      [&](int rank) {
+        const size_t count = 200000;
+        std::vector<float> in(count), out(count);
+        for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + 1) * 0.5f;
+        auto check = [&](const char* stage, Status s) {
+          if (!s.isOk()) reportFromChild(std::string(stage) + ": " + s.toString());
+          return s.isOk();
+        };
+        // 1. Aborted by rank 2 between two calls: everyone's second call fails.
+        {
+          auto comm = Communicator::createFromEnv();
+          if (!check("create 1", comm.status())) return 2;
+          (*comm)->setTimeout(kCallTimeout);
+          if (!check("call 1", (*comm)->allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                                  ReduceOp::kSum)))
+            return 3;
+          if (rank == 2) (*comm)->abort(errorInternal("the test aborts rank 2"));
+          Status s = (*comm)->allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                        ReduceOp::kSum, CollectiveOptions{"int8"});
+          if (s.isOk()) {
+            reportFromChild("the call after rank 2's abort succeeded");
+            return 4;
+          }
+          if (rank == 2 && s.message().find("the test aborts rank 2") == std::string::npos) {
+            reportFromChild("rank 2's own error does not carry its abort reason: " + s.toString());
+            return 5;
+          }
+        }
+        // 2. A collective that fails: rank 1 drops every connection at its first reduce send.
+        setenv("TERSE_FAULT", "drop:rank=1:phase=reduce:after_sends=0", 1);
+        {
+          auto comm = Communicator::createFromEnv();
+          if (!check("create 2", comm.status())) return 6;
+          (*comm)->setTimeout(kCallTimeout);
+          Status s = (*comm)->allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                        ReduceOp::kSum, CollectiveOptions{"onebit"});
+          if (s.isOk()) {
+            reportFromChild("the call with rank 1's drop succeeded");
+            return 7;
+          }
+        }
+        unsetenv("TERSE_FAULT");
+        // 3. A fresh communicator works: exact sums and a barrier.
+        auto comm = Communicator::createFromEnv();
+        if (!check("create 3", comm.status())) return 8;
+        for (const char* codec : {"none", "int8"}) {
+          std::fill(out.begin(), out.end(), -1.0f);
+          if (!check(codec, (*comm)->allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                               ReduceOp::kSum, CollectiveOptions{codec})))
+            return 9;
+          // 0.5 + 1 + 1.5 is exact in every codec here (int8: one block value, scale 3/127).
+          for (size_t i = 0; i < count; ++i)
+            if (std::fabs(out[i] - 3.0f) > 1e-5f) {
+              reportFromChild(formatString("%s: element %zu is %g, not 3", codec, i, out[i]));
+              return 10;
+            }
+        }
+        if (!check("barrier", (*comm)->barrier())) return 11;
+        return 0;
+      },
+      std::chrono::seconds(150));
+  for (const auto& o : outcomes) EXPECT_TRUE(o.exited && o.code == 0) << describe(o);
+}
+
+}  // namespace
+}  // namespace terse::testing
