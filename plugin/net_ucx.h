@@ -93,7 +93,7 @@ class Comm {
   std::vector<NetRequest> pool_;
   std::string failure_;
   bool closed_ = false;
-  std::chrono::steady_clock::time_point lastCheck_{};
+  int64_t lastCheckMs_ = INT64_MIN / 2;  // CLOCK_MONOTONIC_COARSE, ms
 };
 
 class SendComm : public Comm {

@@ -20,6 +20,7 @@ struct Options {
   int window = 32;
   int version = 11;
   int warmup = 16;
+  std::string plugin = TERSE_PLUGIN_PATH;  // --plugin: compare another build of the library
 };
 
 size_t parseSize(const std::string& s) {
@@ -40,7 +41,7 @@ size_t parseSize(const std::string& s) {
 void usage() {
   std::printf(
       "usage: terse-netplugin-bench [--sizes 1M,4M,16M] [--bytes 2G] [--window 32] [--warmup 16]\n"
-      "                             [--version 11|10|9|8]\n"
+      "                             [--version 11|10|9|8] [--plugin path/to/libnccl-net-terse.so]\n"
       "Runs two processes on this host; set UCX_TLS and UCX_NET_DEVICES=lo first.\n");
 }
 
@@ -74,7 +75,7 @@ void stream(NetApi& api, int rank, void* comm, std::vector<uint8_t>& buf, void* 
 }
 
 void runRank(const Options& o, const std::string& dir, int rank) {
-  NetApi api(TERSE_PLUGIN_PATH, o.version);
+  NetApi api(o.plugin.c_str(), o.version);
   NCCL_OK(api.init());
   Exchange ex(dir);
   terse::harness::Link link =
@@ -137,6 +138,8 @@ int main(int argc, char** argv) {
         o.window = std::stoi(next());
       } else if (a == "--warmup") {
         o.warmup = std::stoi(next());
+      } else if (a == "--plugin") {
+        o.plugin = next();
       } else if (a == "--version") {
         o.version = std::stoi(next());
       } else if (a == "-h" || a == "--help") {
