@@ -12,18 +12,30 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 namespace terse::plugin {
 namespace {
 
 constexpr uint32_t kHandleMagic = 0x74727365;  // "trse"
-constexpr uint32_t kProtocolVersion = 1;
+// 2: the hello and reply carry each side's TERSE_NET_LOSSLESS.
+constexpr uint32_t kProtocolVersion = 2;
 constexpr size_t kMaxWorkerAddress = 64 << 10;
 // How often a pending request looks at its setup socket for a hang-up.
-constexpr auto kHangupCheckInterval = std::chrono::milliseconds(100);
+constexpr int64_t kHangupCheckIntervalMs = 100;
 // Bound on waiting for UCX to finish an endpoint close or cancelled receives.
 constexpr auto kCloseDeadline = std::chrono::seconds(10);
 constexpr auto kDeadPeerCloseDeadline = std::chrono::milliseconds(500);
+// Receive comm ids stay below 2^31: the UCX tag's top bit marks compressed frames.
+constexpr uint32_t kMaxRecvCommId = (1u << 31) - 1;
+// Receives of a lossless comm match comm id and NCCL tag, whatever the compressed bit says.
+constexpr uint64_t kProbeTagMask = ~kCompressedTagBit;
+// A staging buffer grown past this by one large message is freed when the request ends.
+constexpr size_t kKeepStagingBytes = 16u << 20;
+
+// Hello and reply flags.
+constexpr uint32_t kFlagLossless = 1u << 0;          // the side's TERSE_NET_LOSSLESS
+constexpr uint32_t kFlagLosslessMismatch = 1u << 1;  // reply: rejected because they differ
 
 // NCCL's 128-byte handle. listen fills the address part; connect keeps its attempt id in the
 // tail of its own copy (NCCL calls connect again with the same buffer until it succeeds).
@@ -43,14 +55,18 @@ struct Hello {
   uint32_t magic;
   uint32_t version;
   uint64_t listenNonce;
+  uint32_t flags;  // kFlagLossless
+  uint32_t reserved;
 };
 
 struct ReplyHeader {
   uint32_t magic;
   uint32_t recvCommId;  // 0 = rejected
   uint32_t addrLen;
-  uint32_t reserved;
+  uint32_t flags;  // kFlagLossless, kFlagLosslessMismatch
 };
+
+const char* onOff(bool on) { return on ? "1" : "0"; }
 
 uint64_t ucxTag(uint32_t recvCommId, int tag) {
   return (static_cast<uint64_t>(recvCommId) << 32) | static_cast<uint32_t>(tag);
@@ -208,8 +224,8 @@ NetContext* contextOf(ListenComm* listen) { return listen->ctx; }
 
 // ---- Comm ----------------------------------------------------------------------------------
 
-Comm::Comm(NetContext* ctx, int fd, size_t poolSize, uint32_t recvCommId)
-    : ctx_(ctx), fd_(fd), recvCommId_(recvCommId), pool_(poolSize) {
+Comm::Comm(NetContext* ctx, int fd, size_t poolSize, uint32_t recvCommId, bool lossless)
+    : ctx_(ctx), fd_(fd), recvCommId_(recvCommId), lossless_(lossless), pool_(poolSize) {
   for (auto& r : pool_) r.comm = this;
 }
 
@@ -241,9 +257,24 @@ NetRequest* Comm::allocRequest() {
 }
 
 void Comm::freeRequest(NetRequest* r) {
+  forgetProbes(r);
+  for (int i = 0; i < r->n; ++i)
+    if (r->ops[i].staging.capacity() > kKeepStagingBytes) r->ops[i].staging.release();
   r->inUse = false;
   r->abandoned = false;
   r->n = 0;
+}
+
+void Comm::abandon(NetRequest* r) {
+  forgetProbes(r);
+  for (int i = 0; i < r->n; ++i) r->ops[i].probing = false;
+  r->abandoned = true;
+}
+
+void RecvComm::forgetProbes(NetRequest* r) {
+  probes_.erase(std::remove_if(probes_.begin(), probes_.end(),
+                               [&](const PendingProbe& p) { return p.request == r; }),
+                probes_.end());
 }
 
 bool Comm::hasLiveUcxOps() const {
@@ -254,9 +285,14 @@ bool Comm::hasLiveUcxOps() const {
 }
 
 bool Comm::peerHungUp(bool force) {
-  auto now = std::chrono::steady_clock::now();
-  if (!force && now - lastCheck_ < kHangupCheckInterval) return false;
-  lastCheck_ = now;
+  // test() runs this on every call that finds its request unfinished, NCCL's proxy spins on
+  // test(), and a precise clock read (about 50 ns here) made up a third of that spin: the coarse
+  // clock (tick resolution, a few ms) is plenty for a 100 ms interval and several times cheaper.
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  int64_t nowMs = static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  if (!force && nowMs - lastCheckMs_ < kHangupCheckIntervalMs) return false;
+  lastCheckMs_ = nowMs;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
   bool gone = (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0;
@@ -315,6 +351,8 @@ Result<std::unique_ptr<NetContext>> NetContext::create(const DeviceInfo& device)
 
 Status NetContext::init(const DeviceInfo& device) {
   device_ = device;
+  TERSE_ASSIGN_OR_RETURN(lossless_, readLosslessConfig());
+  if (lossless_.enabled) codec_ = std::make_unique<LosslessCodec>();
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK)
@@ -342,6 +380,9 @@ Status NetContext::init(const DeviceInfo& device) {
   if (ucp_context_query(context_, &attr) == UCS_OK &&
       (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0)
     ptrSupport_ |= NCCL_PTR_CUDA;
+  // Compression and decompression run on the CPU over NCCL's buffers: with lossless compression
+  // on, only host buffers are offered, and NCCL stages GPU data through host memory.
+  if (lossless_.enabled) ptrSupport_ = NCCL_PTR_HOST;
 
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -379,6 +420,60 @@ NetContext::~NetContext() {
 void NetContext::progress() {
   for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) {
   }
+  for (RecvComm* c : losslessRecvs_)
+    if (!c->probes().empty()) matchProbes(c);
+}
+
+void NetContext::matchProbes(RecvComm* comm) {
+  // First come first served per tag: once a tag has nothing waiting, later receives on it must
+  // not probe in this pass (a message arriving in between would jump the queue).
+  idleTags_.clear();
+  auto& q = comm->probes();
+  size_t keep = 0;
+  for (size_t k = 0; k < q.size(); ++k) {
+    SubOp& op = q[k].request->ops[q[k].index];
+    if (!op.probing) continue;  // ended meanwhile
+    if (std::find(idleTags_.begin(), idleTags_.end(), op.tag) != idleTags_.end()) {
+      q[keep++] = q[k];
+      continue;
+    }
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, op.tag, kProbeTagMask, 1, &info);
+    if (msg == nullptr) {
+      idleTags_.push_back(op.tag);
+      q[keep++] = q[k];
+      continue;
+    }
+    op.probing = false;
+    op.compressed = (info.sender_tag & kCompressedTagBit) != 0;
+    void* buffer = op.dst;
+    size_t count = op.capacity;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv = onRecvDone;
+    param.user_data = &op;
+    if (op.compressed) {
+      op.staging.reserve(std::max<size_t>(info.length, 1));
+      buffer = op.staging.data();
+      count = info.length;
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+      param.memory_type = UCS_MEMORY_TYPE_HOST;
+    } else if (op.memType != UCS_MEMORY_TYPE_UNKNOWN) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+      param.memory_type = op.memType;
+    }
+    ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(worker_, buffer, count, msg, &param);
+    if (UCS_PTR_IS_ERR(sp)) {
+      op.status = UCS_PTR_STATUS(sp);
+      op.done = true;
+    } else if (sp == nullptr) {  // completed in place (eager data already here)
+      op.bytes = info.length;
+      op.done = true;
+    } else {
+      op.ucpRequest = sp;
+    }
+  }
+  q.resize(keep);
 }
 
 Status NetContext::listen(int dev, void* handle, ListenComm** out) {
@@ -435,7 +530,8 @@ Status NetContext::connect(int dev, void* handle, SendComm** out) {
     if (::connect(a->fd, reinterpret_cast<sockaddr*>(&peer), len) != 0 && errno != EINPROGRESS)
       return errorRemote("connect: cannot reach the listening peer at %s: %s", a->peer.c_str(),
                          errnoText().c_str());
-    a->hello = Hello{kHandleMagic, kProtocolVersion, h->listenNonce};
+    a->hello = Hello{kHandleMagic, kProtocolVersion, h->listenNonce,
+                     lossless_.enabled ? kFlagLossless : 0u, 0u};
     attempt = a.get();
     attempts_.push_back(std::move(a));
     h->attempt = reinterpret_cast<uint64_t>(attempt);
@@ -472,6 +568,14 @@ Status NetContext::advanceConnect(ConnectAttempt* a, SendComm** out) {
   if (a->stage == Stage::kReadHeader) {
     TERSE_ASSIGN_OR_RETURN(bool got, readSome(a->fd, &a->header, sizeof(a->header), &a->off));
     if (!got) return Status::ok();
+    if (a->header.magic == kHandleMagic &&
+        ((a->header.flags & kFlagLosslessMismatch) != 0 ||
+         (a->header.recvCommId != 0 &&
+          ((a->header.flags & kFlagLossless) != 0) != lossless_.enabled)))
+      return errorInvalidUsage(
+          "connect: TERSE_NET_LOSSLESS differs between ranks: it is %s on this (sending) rank and "
+          "%s on the receiving rank at %s; set it to the same value on every rank",
+          onOff(lossless_.enabled), onOff((a->header.flags & kFlagLossless) != 0), a->peer.c_str());
     if (a->header.magic != kHandleMagic || a->header.recvCommId == 0)
       return errorRemote("connect: the peer at %s rejected the connection (stale handle?)",
                          a->peer.c_str());
@@ -486,7 +590,8 @@ Status NetContext::advanceConnect(ConnectAttempt* a, SendComm** out) {
   if (!got) return Status::ok();
   auto comm = std::make_unique<SendComm>(
       this, a->fd, a->header.recvCommId,
-      static_cast<size_t>(NCCL_NET_MAX_REQUESTS) * static_cast<size_t>(device_.maxRecvs));
+      static_cast<size_t>(NCCL_NET_MAX_REQUESTS) * static_cast<size_t>(device_.maxRecvs),
+      lossless_.enabled);
   int fd = a->fd;
   a->fd = -1;  // the comm owns the socket now
   TERSE_RETURN_IF_ERROR(comm->createEndpoint(a->address));
@@ -519,12 +624,25 @@ Status NetContext::accept(ListenComm* l, RecvComm** out) {
       if (!got.isOk()) {
         st = got.status();
       } else if (got.value()) {
-        ReplyHeader header{kHandleMagic, 0, 0, 0};
+        ReplyHeader header{kHandleMagic, 0, 0, lossless_.enabled ? kFlagLossless : 0u};
         bool valid = p->hello.magic == kHandleMagic && p->hello.version == kProtocolVersion &&
                      p->hello.listenNonce == l->nonce;
+        bool peerLossless = (p->hello.flags & kFlagLossless) != 0;
+        if (valid && peerLossless != lossless_.enabled) {
+          // Refuse with a reason the sender can report, then fail here too: a job with the
+          // variable set on some ranks only is misconfigured, and must not half-work.
+          header.flags |= kFlagLosslessMismatch;
+          size_t off = 0;
+          (void)writeSome(p->fd, &header, sizeof(header), &off);
+          l->pending.erase(l->pending.begin() + static_cast<long>(i));
+          return errorInvalidUsage(
+              "accept: TERSE_NET_LOSSLESS differs between ranks: it is %s on this (receiving) "
+              "rank and %s on the connecting rank; set it to the same value on every rank",
+              onOff(lossless_.enabled), onOff(peerLossless));
+        }
         if (valid) {
           p->recvCommId = nextRecvCommId_++;
-          if (nextRecvCommId_ == 0) nextRecvCommId_ = 1;
+          if (nextRecvCommId_ > kMaxRecvCommId) nextRecvCommId_ = 1;
           header.recvCommId = p->recvCommId;
           header.addrLen = static_cast<uint32_t>(workerAddress_.size());
         } else {
@@ -554,8 +672,10 @@ Status NetContext::accept(ListenComm* l, RecvComm** out) {
       continue;
     }
     if (finished) {
-      auto comm = std::make_unique<RecvComm>(this, p->fd, p->recvCommId,
-                                             static_cast<size_t>(NCCL_NET_MAX_REQUESTS));
+      auto comm =
+          std::make_unique<RecvComm>(this, p->fd, p->recvCommId,
+                                     static_cast<size_t>(NCCL_NET_MAX_REQUESTS), lossless_.enabled);
+      if (comm->lossless()) losslessRecvs_.push_back(comm.get());
       p->fd = -1;
       l->pending.erase(l->pending.begin() + static_cast<long>(i));
       PLUGIN_TRACE("accepted comm %u (fd %d)", comm->id(), comm->fd());
@@ -576,11 +696,24 @@ Status NetContext::closeListen(ListenComm* l) {
 }
 
 void NetContext::closeComm(Comm* comm) {
+  losslessRecvs_.erase(std::remove(losslessRecvs_.begin(), losslessRecvs_.end(), comm),
+                       losslessRecvs_.end());
   // A dead peer will never answer: give UCX a moment, not the full deadline.
   bool force = comm->failed() || comm->peerHungUp(true);
   auto deadline =
       std::chrono::steady_clock::now() + (force ? kDeadPeerCloseDeadline : kCloseDeadline);
   auto* send = dynamic_cast<SendComm*>(comm);
+  if (send != nullptr && send->lossless() && send->stats().eligible > 0) {
+    const LosslessStats& st = send->stats();
+    PLUGIN_INFO(
+        "comm %u: lossless: %llu of %llu sends of >= %zu bytes compressed; their %llu bytes took "
+        "%llu on the wire (%.2fx)",
+        comm->id(), static_cast<unsigned long long>(st.compressed),
+        static_cast<unsigned long long>(st.eligible), lossless_.minBytes,
+        static_cast<unsigned long long>(st.rawBytes), static_cast<unsigned long long>(st.wireBytes),
+        st.wireBytes > 0 ? static_cast<double>(st.rawBytes) / static_cast<double>(st.wireBytes)
+                         : 1.0);
+  }
   if (send != nullptr && send->ep() != nullptr) {
     // Flush so bytes of sends NCCL saw complete reach the peer; force when the peer is gone.
     ucp_request_param_t param{};
@@ -656,8 +789,8 @@ Status NetContext::isend(SendComm* comm, void* data, size_t size, int tag, MemRe
   if (r == nullptr) return Status::ok();  // all slots busy: NCCL retries
   r->n = 1;
   SubOp& op = r->ops[0];
-  op = SubOp{};
-  op.bytes = size;
+  op.reset();
+  op.bytes = size;  // test() reports the message's size, whatever went on the wire
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = onSendDone;
@@ -666,7 +799,26 @@ Status NetContext::isend(SendComm* comm, void* data, size_t size, int tag, MemRe
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     param.memory_type = ucxMemoryType(mh);
   }
-  ucs_status_ptr_t sp = ucp_tag_send_nbx(comm->ep(), data, size, ucxTag(comm->id(), tag), &param);
+  const void* wire = data;
+  size_t wireBytes = size;
+  uint64_t wireTag = ucxTag(comm->id(), tag);
+  // (A lossless context offers host memory only, see init: `data` is host memory here.)
+  if (comm->lossless() && size >= lossless_.minBytes) {
+    size_t frame = codec_->compress(data, size, &op.staging);
+    LosslessStats& st = comm->stats();
+    ++st.eligible;
+    st.rawBytes += size;
+    if (frame > 0) {
+      ++st.compressed;
+      wire = op.staging.data();
+      wireBytes = frame;
+      wireTag |= kCompressedTagBit;
+      param.memory_type = UCS_MEMORY_TYPE_HOST;
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    }
+    st.wireBytes += wireBytes;
+  }
+  ucs_status_ptr_t sp = ucp_tag_send_nbx(comm->ep(), wire, wireBytes, wireTag, &param);
   if (UCS_PTR_IS_ERR(sp)) {
     comm->freeRequest(r);
     comm->fail(std::string("ucp_tag_send_nbx failed: ") + ucs_status_string(UCS_PTR_STATUS(sp)));
@@ -695,9 +847,27 @@ Status NetContext::irecv(RecvComm* comm, int n, void** data, const size_t* sizes
   }
   NetRequest* r = comm->allocRequest();
   if (r == nullptr) return Status::ok();
+  if (comm->lossless()) {
+    // Nothing is posted to UCX yet: progress() probes for each message in posting order.
+    r->n = n;
+    for (int i = 0; i < n; ++i) {
+      SubOp& op = r->ops[i];
+      op.reset();
+      auto* mh = mhandles != nullptr ? static_cast<MemRegion*>(mhandles[i]) : nullptr;
+      op.probing = true;
+      op.dst = data[i];
+      op.capacity = sizes[i];
+      op.tag = ucxTag(comm->id(), tags[i]);
+      if (mh != nullptr) op.memType = ucxMemoryType(mh);
+      comm->probes().push_back(PendingProbe{r, i});
+    }
+    matchProbes(comm);
+    *out = r;
+    return Status::ok();
+  }
   for (int i = 0; i < n; ++i) {
     SubOp& op = r->ops[i];
-    op = SubOp{};
+    op.reset();
     r->n = i + 1;
     auto* mh = mhandles != nullptr ? static_cast<MemRegion*>(mhandles[i]) : nullptr;
     ucp_request_param_t param{};
@@ -715,7 +885,7 @@ Status NetContext::irecv(RecvComm* comm, int n, void** data, const size_t* sizes
       r->n = i;
       for (int j = 0; j < i; ++j)
         if (r->ops[j].ucpRequest != nullptr) ucp_request_cancel(worker_, r->ops[j].ucpRequest);
-      r->abandoned = true;
+      comm->abandon(r);
       return errorSystem("irecv: ucp_tag_recv_nbx failed: %s",
                          ucs_status_string(UCS_PTR_STATUS(sp)));
     }
@@ -744,7 +914,7 @@ Status NetContext::test(NetRequest* r, int* done, int* sizes) {
       for (int i = 0; i < r->n; ++i)
         if (r->ops[i].ucpRequest != nullptr && dynamic_cast<RecvComm*>(comm) != nullptr)
           ucp_request_cancel(worker_, r->ops[i].ucpRequest);
-      r->abandoned = true;
+      comm->abandon(r);
       return errorRemote("test: %s", comm->failure().c_str());
     }
     if (!allDone()) return Status::ok();
@@ -760,10 +930,31 @@ Status NetContext::test(NetRequest* r, int* done, int* sizes) {
     comm->fail(std::string("UCX operation failed: ") + ucs_status_string(op.status));
     return errorRemote("test: %s", comm->failure().c_str());
   }
+  if (comm->lossless()) TERSE_RETURN_IF_ERROR(decodeFrames(r));
   if (sizes != nullptr)
     for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<int>(r->ops[i].bytes);
   comm->freeRequest(r);
   *done = 1;
+  return Status::ok();
+}
+
+Status NetContext::decodeFrames(NetRequest* r) {
+  Comm* comm = r->comm;
+  for (int i = 0; i < r->n; ++i) {
+    SubOp& op = r->ops[i];
+    if (!op.compressed) continue;
+    Result<size_t> raw = codec_->decompress(op.staging.data(), op.bytes, op.dst, op.capacity);
+    if (raw.isOk()) {
+      op.bytes = raw.value();
+      op.compressed = false;
+      continue;
+    }
+    comm->freeRequest(r);
+    if (raw.status().code() == StatusCode::kInvalidUsage)
+      return errorInvalidUsage("test: %s", raw.status().message().c_str());
+    comm->fail("a compressed message from the peer is corrupt: " + raw.status().message());
+    return errorRemote("test: %s", comm->failure().c_str());
+  }
   return Status::ok();
 }
 

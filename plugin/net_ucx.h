@@ -12,6 +12,12 @@
 // tag (recvCommId << 32 | NCCL tag), so receives on one comm match its sends in posting order
 // per tag, and the tag picks the buffer of a grouped receive.
 //
+// Lossless compression (TERSE_NET_LOSSLESS=1, net_lossless.h): both ends agree at connect time.
+// A lossless receive comm does not post its receives to UCX: it waits for each message with
+// ucp_tag_probe_nb, in posting order per tag, because only the message's tag says whether it is a
+// compressed frame (received into a staging buffer and decoded by test()) or raw bytes (received
+// straight into NCCL's buffer).
+//
 // Thread-safety: every entry point locks its NetContext's mutex; NCCL calls from several
 // threads (service thread for connect/accept/regMr, progress thread for isend/irecv/test).
 #pragma once
@@ -20,6 +26,7 @@
 
 #include "nccl_net_abi.h"
 #include "net_device.h"
+#include "net_lossless.h"
 
 #include <ucp/api/ucp.h>
 
@@ -41,7 +48,31 @@ struct SubOp {
   void* ucpRequest = nullptr;  // live UCX request, nullptr once its callback ran
   bool done = false;
   ucs_status_t status = UCS_OK;
-  size_t bytes = 0;
+  size_t bytes = 0;  // what arrived (a compressed frame's size until test() decodes it)
+  // Lossless receive comms: the receive waits for its message to be probed, then lands in `dst`
+  // (raw) or in `staging` (a compressed frame).
+  bool probing = false;
+  bool compressed = false;
+  void* dst = nullptr;
+  size_t capacity = 0;
+  uint64_t tag = 0;
+  ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN;
+  // A compressed send's frame or a compressed receive's frame; kept with the pooled slot so a
+  // stream of messages allocates once.
+  StagingBuffer staging;
+
+  void reset() {
+    ucpRequest = nullptr;
+    done = false;
+    status = UCS_OK;
+    bytes = 0;
+    probing = false;
+    compressed = false;
+    dst = nullptr;
+    capacity = 0;
+    tag = 0;
+    memType = UCS_MEMORY_TYPE_UNKNOWN;
+  }
 };
 
 // What NCCL holds as `request`. Pooled per comm, so no allocation per message.
@@ -60,9 +91,17 @@ struct MemRegion {
   int type;  // NCCL_PTR_HOST or NCCL_PTR_CUDA
 };
 
+// What a lossless send comm did, logged when it closes (and read by the tests through it).
+struct LosslessStats {
+  uint64_t eligible = 0;    // sends of at least TERSE_NET_LOSSLESS_MIN_BYTES
+  uint64_t compressed = 0;  // of those, sent as compressed frames
+  uint64_t rawBytes = 0;    // bytes of the eligible sends
+  uint64_t wireBytes = 0;   // what they took on the wire
+};
+
 class Comm {
  public:
-  Comm(NetContext* ctx, int fd, size_t poolSize, uint32_t recvCommId);
+  Comm(NetContext* ctx, int fd, size_t poolSize, uint32_t recvCommId, bool lossless);
   virtual ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -70,13 +109,16 @@ class Comm {
   NetContext* context() const { return ctx_; }
   uint32_t id() const { return recvCommId_; }
   int fd() const { return fd_; }
+  bool lossless() const { return lossless_; }
   // Marks the comm broken; every pending and later request fails with ncclRemoteError.
   void fail(const std::string& why);
   bool failed() const { return !failure_.empty(); }
   const std::string& failure() const { return failure_; }
 
   NetRequest* allocRequest();
+  // Ends a request (also drops its pending probes); abandon() keeps the slot until UCX lets go.
   void freeRequest(NetRequest* r);
+  void abandon(NetRequest* r);
   // Checks the bootstrap socket (rate-limited): a hang-up means the peer process is gone.
   bool peerHungUp(bool force);
   // Requests whose UCX operations are still running (used while closing).
@@ -90,29 +132,47 @@ class Comm {
   NetContext* ctx_;
   int fd_;
   uint32_t recvCommId_;
+  bool lossless_;
   std::vector<NetRequest> pool_;
   std::string failure_;
   bool closed_ = false;
-  std::chrono::steady_clock::time_point lastCheck_{};
+  int64_t lastCheckMs_ = INT64_MIN / 2;  // CLOCK_MONOTONIC_COARSE, ms
+
+ private:
+  virtual void forgetProbes(NetRequest*) {}
 };
 
 class SendComm : public Comm {
  public:
-  SendComm(NetContext* ctx, int fd, uint32_t recvCommId, size_t poolSize)
-      : Comm(ctx, fd, poolSize, recvCommId) {}
+  SendComm(NetContext* ctx, int fd, uint32_t recvCommId, size_t poolSize, bool lossless)
+      : Comm(ctx, fd, poolSize, recvCommId, lossless) {}
   ~SendComm() override;
   Status createEndpoint(const std::vector<uint8_t>& workerAddress);
   ucp_ep_h ep() const { return ep_; }
   void forgetEndpoint() { ep_ = nullptr; }  // after ucp_ep_close_nbx
+  LosslessStats& stats() { return stats_; }
 
  private:
   ucp_ep_h ep_ = nullptr;
+  LosslessStats stats_;
+};
+
+// A sub-receive waiting for ucp_tag_probe_nb (lossless comms only).
+struct PendingProbe {
+  NetRequest* request;
+  int index;
 };
 
 class RecvComm : public Comm {
  public:
-  RecvComm(NetContext* ctx, int fd, uint32_t recvCommId, size_t poolSize)
-      : Comm(ctx, fd, poolSize, recvCommId) {}
+  RecvComm(NetContext* ctx, int fd, uint32_t recvCommId, size_t poolSize, bool lossless)
+      : Comm(ctx, fd, poolSize, recvCommId, lossless) {}
+  // In posting order; matchProbes serves them first come first served per tag.
+  std::vector<PendingProbe>& probes() { return probes_; }
+
+ private:
+  void forgetProbes(NetRequest* r) override;
+  std::vector<PendingProbe> probes_;
 };
 
 class ListenComm;
@@ -150,6 +210,7 @@ class NetContext {
   // Whether endpoints ask UCX for peer-failure reports (not possible over shared memory only).
   bool peerErrorMode() const { return peerErrorMode_; }
   void disablePeerErrorMode() { peerErrorMode_ = false; }
+  // Progresses UCX, then starts the receives whose messages a lossless comm can now probe.
   void progress();
 
  private:
@@ -157,6 +218,9 @@ class NetContext {
   Status init(const DeviceInfo& device);
   void closeComm(Comm* comm);
   Status advanceConnect(ConnectAttempt* attempt, SendComm** out);
+  void matchProbes(RecvComm* comm);
+  // Decodes the compressed frames of a finished request into NCCL's buffers.
+  Status decodeFrames(NetRequest* r);
 
   std::mutex mu_;
   DeviceInfo device_;
@@ -165,6 +229,10 @@ class NetContext {
   std::vector<uint8_t> workerAddress_;
   int ptrSupport_ = NCCL_PTR_HOST;
   bool peerErrorMode_ = true;
+  LosslessConfig lossless_;
+  std::unique_ptr<LosslessCodec> codec_;  // when lossless_.enabled
+  std::vector<RecvComm*> losslessRecvs_;  // open lossless receive comms, for progress()
+  std::vector<uint64_t> idleTags_;        // matchProbes' scratch
   uint32_t nextRecvCommId_ = 1;
   uint64_t nextListenNonce_ = 1;
   // Everything still open, so finalize can tear down what NCCL left behind.

@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git   # toolchain
   libgtest-dev libgmock-dev libbenchmark-dev          # tests and micro-benchmarks
   libucx-dev ucx-utils                                # transport (ucx_perftest is the p2p baseline)
+  libzstd-dev                                         # the net plugin's optional lossless mode
   libibverbs-dev rdma-core                            # RDMA through UCX on real clusters
   openmpi-bin libopenmpi-dev                          # the MPI_Allreduce baseline of the benchmarks
   iproute2                                            # network namespaces for shaped-link tests

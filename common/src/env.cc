@@ -64,6 +64,13 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "the link has none, e.g. loopback)."},
       {"TERSE_NET_MAX_RECVS", "int", "8",
        "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8."},
+      {"TERSE_NET_LOSSLESS", "bool", "0",
+       "NCCL net plugin: compress sends of at least TERSE_NET_LOSSLESS_MIN_BYTES with zstd "
+       "(lossless; incompressible messages go raw). Must be the same on every rank: connections "
+       "between ranks that differ fail. Pays only on slow links with compressible data (see "
+       "docs/nccl-plugin.md)."},
+      {"TERSE_NET_LOSSLESS_MIN_BYTES", "int", "65536",
+       "NCCL net plugin: smallest send that TERSE_NET_LOSSLESS compresses, 256..2^30 bytes."},
       {"TERSE_COLLNET_CODEC", "string", "none",
        "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
        "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec is a "

@@ -50,6 +50,12 @@ void useLoopback(const std::string& tls) {
   setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 1);
 }
 
+// TERSE_NET_LOSSLESS for this rank; a low threshold so small (eager) messages are compressed too.
+void useLossless(bool on, size_t minBytes = 4096) {
+  setenv("TERSE_NET_LOSSLESS", on ? "1" : "0", 1);
+  setenv("TERSE_NET_LOSSLESS_MIN_BYTES", std::to_string(minBytes).c_str(), 1);
+}
+
 // Posts until the plugin accepts (NULL request = "call again"), as NCCL's proxy does.
 void* postSend(NetApi& api, void* comm, void* data, size_t size, int tag, void* mh) {
   void* req = nullptr;
@@ -88,9 +94,11 @@ void expectAllPassed(const std::vector<int>& codes) {
 struct Variant {
   int version;
   std::string tls;
+  bool lossless = false;  // TERSE_NET_LOSSLESS=1 on both ranks: every receive goes by probe
 };
 std::string variantName(const testing::TestParamInfo<Variant>& info) {
-  return "v" + std::to_string(info.param.version) + "_" + info.param.tls;
+  return "v" + std::to_string(info.param.version) + "_" + info.param.tls +
+         (info.param.lossless ? "_lossless" : "");
 }
 
 class NetPluginTest : public testing::TestWithParam<Variant> {
@@ -100,12 +108,17 @@ class NetPluginTest : public testing::TestWithParam<Variant> {
   std::string dir_;
 };
 
+void useVariant(const Variant& v) {
+  useLoopback(v.tls);
+  useLossless(v.lossless);
+}
+
 // Sizes from 0 bytes to 64 MiB both ways at once, each receive larger than its send, with
 // registration checks, reported sizes, and untouched bytes past the message.
 TEST_P(NetPluginTest, SizesBothWaysReceiveLargerThanSend) {
   const Variant v = GetParam();
   auto codes = runRanks(2, [&](int rank) {
-    useLoopback(v.tls);
+    useVariant(v);
     NetApi api(kPluginPath, v.version);
     HARNESS_CHECK(std::string(api.name()) == "terse", "table name is '%s'", api.name());
     NCCL_OK(api.init());
@@ -178,7 +191,7 @@ TEST_P(NetPluginTest, SizesBothWaysReceiveLargerThanSend) {
 TEST_P(NetPluginTest, BackpressureAndOrdering) {
   const Variant v = GetParam();
   auto codes = runRanks(2, [&](int rank) {
-    useLoopback(v.tls);
+    useVariant(v);
     NetApi api(kPluginPath, v.version);
     NCCL_OK(api.init());
     ncclNetProperties_v11_t props;
@@ -258,7 +271,7 @@ TEST_P(NetPluginTest, BackpressureAndOrdering) {
 TEST_P(NetPluginTest, GroupedReceivesMatchByTag) {
   const Variant v = GetParam();
   auto codes = runRanks(2, [&](int rank) {
-    useLoopback(v.tls);
+    useVariant(v);
     NetApi api(kPluginPath, v.version);
     NCCL_OK(api.init());
     ncclNetProperties_v11_t props;
@@ -345,7 +358,7 @@ TEST_P(NetPluginTest, GroupedReceivesMatchByTag) {
 TEST_P(NetPluginTest, LlShapedBuffersBitExact) {
   const Variant v = GetParam();
   auto codes = runRanks(2, [&](int rank) {
-    useLoopback(v.tls);
+    useVariant(v);
     NetApi api(kPluginPath, v.version);
     NCCL_OK(api.init());
     Exchange ex(dir_);
@@ -408,6 +421,12 @@ TEST_P(NetPluginTest, LlShapedBuffersBitExact) {
 INSTANTIATE_TEST_SUITE_P(Tables, NetPluginTest,
                          testing::Values(Variant{11, "tcp"}, Variant{11, "sm"}, Variant{10, "tcp"},
                                          Variant{9, "tcp"}, Variant{8, "tcp"}, Variant{8, "sm"}),
+                         variantName);
+// The same checks with TERSE_NET_LOSSLESS=1 (threshold 4 KiB): random payloads go raw through the
+// probe path, LL/LL128 lines (repeated flags) go as compressed frames.
+INSTANTIATE_TEST_SUITE_P(Lossless, NetPluginTest,
+                         testing::Values(Variant{11, "tcp", true}, Variant{11, "sm", true},
+                                         Variant{8, "tcp", true}),
                          variantName);
 
 // A ring allreduce (reduce-scatter then allgather) built only from isend/irecv, on 2..4
@@ -756,6 +775,261 @@ INSTANTIATE_TEST_SUITE_P(Transports, NetPluginPeerDeathTest,
                            return std::get<0>(p.param) +
                                   (std::get<1>(p.param) ? "_senderDies" : "_receiverDies");
                          });
+
+// ---- TERSE_NET_LOSSLESS ---------------------------------------------------------------------
+
+enum class Payload { kSparse, kRandom, kMixed, kBf16 };
+constexpr Payload kPayloads[] = {Payload::kSparse, Payload::kRandom, Payload::kMixed,
+                                 Payload::kBf16};
+
+// Deterministic bytes of a kind: sparse (9 of 10 four-byte words zero, like ReLU activations),
+// random (incompressible), mixed (a sparse first half, a random second half), bf16-like
+// (random mantissas under a few exponents). Byte i depends on (seed, kind, n, i) only.
+void fillPayload(uint8_t* p, size_t n, uint64_t seed, Payload kind) {
+  fillPattern(p, n, seed);
+  if (kind == Payload::kRandom) return;
+  for (size_t w = 0; w + 4 <= n; w += 4) {
+    uint64_t r = mix(seed ^ (w * 0x9e37ull + 1));
+    if (kind == Payload::kBf16) {
+      p[w + 1] = static_cast<uint8_t>((0x3a + r % 3) | (r & 0x80));
+      p[w + 3] = static_cast<uint8_t>((0x3a + (r >> 8) % 3) | ((r >> 8) & 0x80));
+    } else if ((kind == Payload::kSparse || w + 4 <= n / 2) && r % 10 != 0) {
+      std::memset(p + w, 0, 4);
+    }
+  }
+}
+
+void checkPayload(const uint8_t* got, size_t n, uint64_t seed, Payload kind, const char* what) {
+  std::vector<uint8_t> want(n);
+  fillPayload(want.data(), n, seed, kind);
+  for (size_t i = 0; i < n; ++i)
+    HARNESS_CHECK(got[i] == want[i], "%s: byte %zu of %zu is %#x, want %#x", what, i, n, got[i],
+                  want[i]);
+}
+
+// The counts a lossless send comm logs when it closes: "lossless: C of E sends ...".
+std::pair<long, long> losslessStats() {
+  for (auto& [level, text] : loggedLines()) {
+    size_t at = text.find("lossless: ");
+    long c = -1, e = -1;
+    if (level == NCCL_LOG_INFO && at != std::string::npos &&
+        std::sscanf(text.c_str() + at, "lossless: %ld of %ld sends", &c, &e) == 2)
+      return {c, e};
+  }
+  return {-1, -1};
+}
+
+// Every payload kind and size from 0 B to 64 MiB, both ways at once, receives larger than sends
+// and posted before the sends on one tag (the probes must keep posting order), a grouped receive
+// of mixed kinds, and receives too small for a compressed and for a raw message. What arrives
+// must be the sent bytes exactly with the raw sizes reported, and the comm's own count must show
+// that sparse data really went compressed and random data raw.
+class NetPluginLosslessTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(NetPluginLosslessTest, PayloadsBitExactBothWays) {
+  const std::string tls = GetParam();
+  std::string dir = makeTempDir();
+  auto codes = runRanks(2, [&](int rank) {
+    useLoopback(tls);
+    const size_t kMin = 64 << 10;
+    useLossless(true, kMin);
+    NetApi api(kPluginPath, 11);
+    NCCL_OK(api.init(recordingLogger));
+    ncclNetProperties_v11_t props;
+    NCCL_OK(api.getProperties(0, &props));
+    Exchange ex(dir);
+    const int peer = 1 - rank;
+    Link link = connectPeers(api, ex, "lossless", rank, peer, peer);
+    long eligible = 0, mustCompress = 0, mustRaw = 0;
+    auto account = [&](size_t n, Payload kind) {
+      if (n < kMin) return;
+      ++eligible;
+      mustCompress += kind == Payload::kSparse || kind == Payload::kMixed;
+      mustRaw += kind == Payload::kRandom;
+    };
+    auto seedOf = [](int src, size_t k, int j) { return (uint64_t(src) << 40) ^ (k << 8) ^ j; };
+    const std::vector<size_t> sizes = {0,        1,      4095,           kMin - 1, kMin,
+                                       kMin + 1, 300000, (1u << 20) + 3, 8u << 20, 64u << 20};
+    const size_t extra = 4096 + 13;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const size_t n = sizes[k];
+      // Large sizes one kind at a time to bound memory; smaller ones all kinds in flight at once.
+      const size_t batch = n >= (8u << 20) ? 1 : 4;
+      for (size_t j0 = 0; j0 < 4; j0 += batch) {
+        std::vector<std::vector<uint8_t>> out(batch), in(batch);
+        std::vector<void*> smh(batch), rmh(batch), rreq(batch), sreq(batch);
+        const int tag = static_cast<int>(k);
+        for (size_t b = 0; b < batch; ++b) {
+          Payload kind = kPayloads[j0 + b];
+          out[b].resize(n + 1);
+          fillPayload(out[b].data(), n, seedOf(rank, k, int(j0 + b)), kind);
+          in[b].assign(n + extra, 0xA5);
+          NCCL_OK(api.regMr(link.sendComm, out[b].data(), out[b].size(), NCCL_PTR_HOST, &smh[b]));
+          NCCL_OK(api.regMr(link.recvComm, in[b].data(), in[b].size(), NCCL_PTR_HOST, &rmh[b]));
+          void* data = in[b].data();
+          size_t cap = in[b].size();
+          int t = tag;
+          rreq[b] = postRecv(api, link.recvComm, 1, &data, &cap, &t, &rmh[b]);
+        }
+        for (size_t b = 0; b < batch; ++b) {
+          sreq[b] = postSend(api, link.sendComm, out[b].data(), n, tag, smh[b]);
+          account(n, kPayloads[j0 + b]);
+        }
+        for (size_t b = 0; b < batch; ++b) {
+          int ssize = -1, rsize = -1;
+          NCCL_OK(waitRequest(api, sreq[b], &ssize));
+          NCCL_OK(waitRequest(api, rreq[b], &rsize));
+          HARNESS_CHECK(ssize == static_cast<int>(n) && rsize == static_cast<int>(n),
+                        "size %zu kind %zu: send reported %d, receive %d", n, j0 + b, ssize, rsize);
+          char what[64];
+          std::snprintf(what, sizeof(what), "size %zu kind %zu", n, j0 + b);
+          checkPayload(in[b].data(), n, seedOf(peer, k, int(j0 + b)), kPayloads[j0 + b], what);
+          for (size_t i = n; i < in[b].size(); ++i)
+            HARNESS_CHECK(in[b][i] == 0xA5, "%s: byte %zu past the message was written", what, i);
+          NCCL_OK(api.deregMr(link.sendComm, smh[b]));
+          NCCL_OK(api.deregMr(link.recvComm, rmh[b]));
+        }
+      }
+    }
+
+    // A grouped receive of every kind, the sends in reverse tag order.
+    const int n = props.maxRecvs;
+    std::vector<std::vector<uint8_t>> gout(n), gin(n);
+    std::vector<void*> gdata(n);
+    std::vector<size_t> gcaps(n);
+    std::vector<int> gtags(n);
+    auto gsize = [](int t) { return size_t(90000) + size_t(t) * 40000; };
+    for (int t = 0; t < n; ++t) {
+      gout[t].resize(gsize(t));
+      fillPayload(gout[t].data(), gsize(t), seedOf(rank, 99, t), kPayloads[t % 4]);
+      gin[t].assign(gsize(t) + 64, 0);
+      gdata[t] = gin[t].data();
+      gcaps[t] = gin[t].size();
+      gtags[t] = 500 + t;
+    }
+    void* grecv =
+        postRecv(api, link.recvComm, n, gdata.data(), gcaps.data(), gtags.data(), nullptr);
+    std::vector<void*> gsend;
+    for (int t = n - 1; t >= 0; --t) {
+      gsend.push_back(postSend(api, link.sendComm, gout[t].data(), gsize(t), 500 + t, nullptr));
+      account(gsize(t), kPayloads[t % 4]);
+    }
+    for (void* r : gsend) NCCL_OK(waitRequest(api, r, nullptr));
+    std::vector<int> gsizes(n, -1);
+    NCCL_OK(waitRequest(api, grecv, gsizes.data()));
+    for (int t = 0; t < n; ++t) {
+      HARNESS_CHECK(gsizes[t] == static_cast<int>(gsize(t)), "grouped tag %d: size %d, want %zu", t,
+                    gsizes[t], gsize(t));
+      checkPayload(gin[t].data(), gsize(t), seedOf(peer, 99, t), kPayloads[t % 4], "grouped");
+    }
+
+    // Receives smaller than the message fail with ncclInvalidUsage, compressed or raw, and the
+    // comm keeps working (rank 0 sends, rank 1 receives).
+    ex.barrier("lossless-trunc", rank, 2);
+    const size_t big = 1 << 20;
+    std::vector<uint8_t> tout(big), tin(big + 8, 0);
+    if (rank == 0) {
+      const Payload kinds[3] = {Payload::kSparse, Payload::kRandom, Payload::kSparse};
+      for (int m = 0; m < 3; ++m) {
+        fillPayload(tout.data(), big, seedOf(0, 77, m), kinds[m]);
+        (void)waitRequest(api, postSend(api, link.sendComm, tout.data(), big, 700, nullptr),
+                          nullptr);
+        account(big, kinds[m]);
+      }
+    } else {
+      void* data = tin.data();
+      size_t small = 64 << 10;
+      int t = 700;
+      for (int m = 0; m < 2; ++m) {
+        ncclResult_t r =
+            waitRequest(api, postRecv(api, link.recvComm, 1, &data, &small, &t, nullptr), nullptr);
+        HARNESS_CHECK(r == ncclInvalidUsage,
+                      "message %d into a too small receive: test returned %d", m,
+                      static_cast<int>(r));
+      }
+      size_t cap = tin.size();
+      int got = -1;
+      NCCL_OK(waitRequest(api, postRecv(api, link.recvComm, 1, &data, &cap, &t, nullptr), &got));
+      HARNESS_CHECK(got == static_cast<int>(big), "after the failures: %d bytes", got);
+      checkPayload(tin.data(), big, seedOf(0, 77, 2), Payload::kSparse, "after the failures");
+    }
+    ex.barrier("lossless-done", rank, 2);
+    closeLink(api, link);
+    auto [compressed, counted] = losslessStats();
+    HARNESS_CHECK(counted == eligible, "the comm counted %ld sends of >= %zu bytes, %ld were made",
+                  counted, kMin, eligible);
+    HARNESS_CHECK(compressed >= mustCompress && compressed <= eligible - mustRaw,
+                  "%ld sends compressed: want at least the %ld sparse/mixed and none of the %ld "
+                  "random",
+                  compressed, mustCompress, mustRaw);
+    NCCL_OK(api.finalize());
+  });
+  removeTree(dir);
+  expectAllPassed(codes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, NetPluginLosslessTest, testing::Values("tcp", "sm"),
+                         [](const auto& p) { return p.param; });
+
+// TERSE_NET_LOSSLESS on one rank only: connect and accept both fail with ncclInvalidUsage and a
+// WARN naming the variable; nothing is ever delivered as garbage.
+TEST(NetPluginLossless, MismatchBetweenRanksIsAnError) {
+  std::string dir = makeTempDir();
+  auto codes = runRanks(2, [&](int rank) {
+    useLoopback("tcp");
+    useLossless(rank == 0);
+    NetApi api(kPluginPath, 11);
+    NCCL_OK(api.init(recordingLogger));
+    Exchange ex(dir);
+    char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void* lc = nullptr;
+    NCCL_OK(api.listen(0, handle, &lc));
+    ex.put("mm.h" + std::to_string(rank), handle, sizeof(handle));
+    std::vector<char> peerHandle = ex.get("mm.h" + std::to_string(1 - rank));
+    ncclResult_t c = ncclSuccess, a = ncclSuccess;
+    void *sc = nullptr, *rc = nullptr;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((c == ncclSuccess && sc == nullptr) || (a == ncclSuccess && rc == nullptr)) {
+      if (c == ncclSuccess && sc == nullptr) c = api.connect(0, peerHandle.data(), &sc);
+      if (a == ncclSuccess && rc == nullptr) a = api.accept(lc, &rc);
+      HARNESS_CHECK(std::chrono::steady_clock::now() < deadline, "connect/accept never ended");
+    }
+    HARNESS_CHECK(c == ncclInvalidUsage && sc == nullptr,
+                  "connect to a rank with another TERSE_NET_LOSSLESS returned %d", (int)c);
+    HARNESS_CHECK(a == ncclInvalidUsage && rc == nullptr,
+                  "accept from a rank with another TERSE_NET_LOSSLESS returned %d", (int)a);
+    int named = 0;
+    for (auto& [level, text] : loggedLines())
+      named += level == NCCL_LOG_WARN &&
+               text.find("TERSE_NET_LOSSLESS differs between ranks") != std::string::npos;
+    HARNESS_CHECK(named == 2, "%d WARN lines name the mismatch, want 2 (connect and accept)",
+                  named);
+    ex.barrier("mm-done", rank, 2);
+    NCCL_OK(api.closeListen(lc));
+    NCCL_OK(api.finalize());
+  });
+  removeTree(dir);
+  expectAllPassed(codes);
+}
+
+// Malformed values fail init with ncclInvalidArgument instead of silently meaning "off".
+TEST(NetPluginLossless, BadValuesFailInit) {
+  const std::pair<const char*, const char*> bad[] = {{"TERSE_NET_LOSSLESS", "maybe"},
+                                                     {"TERSE_NET_LOSSLESS_MIN_BYTES", "100"},
+                                                     {"TERSE_NET_LOSSLESS_MIN_BYTES", "64k"}};
+  for (auto [name, value] : bad) {
+    auto codes = runRanks(1, [&](int) {
+      useLoopback("tcp");
+      useLossless(true);
+      setenv(name, value, 1);
+      NetApi api(kPluginPath, 11);
+      ncclResult_t r = api.init();
+      HARNESS_CHECK(r == ncclInvalidArgument, "init with %s=%s returned %d", name, value, (int)r);
+      (void)api.finalize();
+    });
+    EXPECT_EQ(codes[0], 0) << name << "=" << value;
+  }
+}
 
 }  // namespace
 }  // namespace terse::harness

@@ -1,0 +1,97 @@
+#include "net_lossless.h"
+
+#include "terse/common/env.h"
+
+#include <zstd.h>
+
+#include <cstring>
+#include <new>
+
+namespace terse::plugin {
+namespace {
+
+constexpr uint32_t kFrameMagic = 0x315a4c54;  // "TLZ1"
+constexpr uint32_t kCodecZstd = 1;
+// zstd's fastest level with entropy coding: the negative levels skip Huffman coding of literals,
+// which is where fp16/bf16/fp32 gradients gain anything at all (their exponent bytes).
+constexpr int kZstdLevel = 1;
+
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t codec;
+  uint64_t rawSize;
+};
+static_assert(sizeof(FrameHeader) == 16, "the frame header is part of the wire format");
+
+}  // namespace
+
+Result<LosslessConfig> readLosslessConfig() {
+  LosslessConfig c;
+  TERSE_ASSIGN_OR_RETURN(c.enabled, envBool("TERSE_NET_LOSSLESS"));
+  TERSE_ASSIGN_OR_RETURN(int64_t minBytes, envInt("TERSE_NET_LOSSLESS_MIN_BYTES"));
+  // Below a few hundred bytes the header and zstd's own framing eat any gain.
+  if (minBytes < 256 || minBytes > (int64_t{1} << 30))
+    return errorInvalidArgument(
+        "TERSE_NET_LOSSLESS_MIN_BYTES=%lld is out of range: use 256..1073741824 (bytes)",
+        static_cast<long long>(minBytes));
+  c.minBytes = static_cast<size_t>(minBytes);
+  return c;
+}
+
+LosslessCodec::LosslessCodec() : cctx_(ZSTD_createCCtx()), dctx_(ZSTD_createDCtx()) {
+  if (cctx_ == nullptr || dctx_ == nullptr) {
+    ZSTD_freeCCtx(cctx_);
+    ZSTD_freeDCtx(dctx_);
+    throw std::bad_alloc();
+  }
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, kZstdLevel);
+  // The raw size travels in our header; zstd's copy of it and its checksum would only cost.
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_contentSizeFlag, 0);
+  ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 0);
+}
+
+LosslessCodec::~LosslessCodec() {
+  ZSTD_freeCCtx(cctx_);
+  ZSTD_freeDCtx(dctx_);
+}
+
+size_t LosslessCodec::compress(const void* src, size_t n, StagingBuffer* out) {
+  if (n <= sizeof(FrameHeader) + 1) return 0;
+  // Room for a frame strictly smaller than the message: if zstd needs more it fails with
+  // dstSize_tooSmall, which is exactly "send it raw", without ever allocating compressBound(n).
+  const size_t room = n - sizeof(FrameHeader) - 1;
+  out->reserve(sizeof(FrameHeader) + room);
+  size_t c = ZSTD_compress2(cctx_, out->data() + sizeof(FrameHeader), room, src, n);
+  if (ZSTD_isError(c)) return 0;
+  FrameHeader h{kFrameMagic, kCodecZstd, n};
+  std::memcpy(out->data(), &h, sizeof(h));
+  return sizeof(FrameHeader) + c;
+}
+
+Result<size_t> LosslessCodec::decompress(const uint8_t* frame, size_t frameBytes, void* dst,
+                                         size_t capacity) {
+  FrameHeader h{};
+  if (frameBytes < sizeof(h))
+    return errorCorrupt("lossless frame of %zu bytes is shorter than its header", frameBytes);
+  std::memcpy(&h, frame, sizeof(h));
+  if (h.magic != kFrameMagic || h.codec != kCodecZstd)
+    return errorCorrupt("lossless frame has magic %#x codec %u, want %#x codec %u", h.magic,
+                        h.codec, kFrameMagic, kCodecZstd);
+  if (h.rawSize > capacity)
+    return errorInvalidUsage(
+        "a message of %llu bytes arrived for a receive of %zu (receives may be larger than "
+        "sends, never smaller)",
+        static_cast<unsigned long long>(h.rawSize), capacity);
+  const size_t raw = static_cast<size_t>(h.rawSize);
+  scratch_.reserve(raw);
+  size_t got =
+      ZSTD_decompressDCtx(dctx_, scratch_.data(), raw, frame + sizeof(h), frameBytes - sizeof(h));
+  if (ZSTD_isError(got))
+    return errorCorrupt("lossless frame does not decode: %s", ZSTD_getErrorName(got));
+  if (got != raw)
+    return errorCorrupt("lossless frame decoded to %zu bytes, its header says %zu", got, raw);
+  if (raw > 0) std::memcpy(dst, scratch_.data(), raw);
+  return raw;
+}
+
+}  // namespace terse::plugin

@@ -1,0 +1,81 @@
+// Optional lossless compression of the net plugin's large messages (TERSE_NET_LOSSLESS=1).
+//
+// A send of at least TERSE_NET_LOSSLESS_MIN_BYTES is compressed with zstd (level 1) into a
+// plugin-owned buffer and goes out as one frame: a 16-byte FrameHeader (magic, codec, raw size)
+// followed by the zstd frame, with kCompressedTagBit set in its UCX tag. When the frame would not
+// be smaller than the message (random or already-compressed data) the message goes out raw, tag
+// bit clear, so a message never costs more than it did without compression. The receiver learns
+// which kind arrived from the tag (ucp_tag_probe_nb) before choosing where the bytes land.
+//
+// Both ends of a connection must agree on TERSE_NET_LOSSLESS; connect/accept compare the two and
+// fail with an error naming the variable when they differ (net_ucx.cc).
+#pragma once
+
+#include "terse/common/status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+struct ZSTD_CCtx_s;
+struct ZSTD_DCtx_s;
+
+namespace terse::plugin {
+
+// Set in the UCX tag of a compressed frame. Receive comm ids stay below 2^31 so the bit is free.
+constexpr uint64_t kCompressedTagBit = uint64_t{1} << 63;
+
+struct LosslessConfig {
+  bool enabled = false;
+  size_t minBytes = 64 << 10;
+};
+
+// Reads TERSE_NET_LOSSLESS and TERSE_NET_LOSSLESS_MIN_BYTES; malformed values are errors.
+Result<LosslessConfig> readLosslessConfig();
+
+// Grow-only byte buffer without zero-filling (a staging buffer is always overwritten first).
+class StagingBuffer {
+ public:
+  uint8_t* data() { return data_.get(); }
+  size_t capacity() const { return capacity_; }
+  void reserve(size_t n) {
+    if (n <= capacity_) return;
+    data_.reset(new uint8_t[n]);
+    capacity_ = n;
+  }
+  void release() {
+    data_.reset();
+    capacity_ = 0;
+  }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t capacity_ = 0;
+};
+
+// One zstd compression and decompression context, used under the NetContext's mutex.
+class LosslessCodec {
+ public:
+  LosslessCodec();
+  ~LosslessCodec();
+  LosslessCodec(const LosslessCodec&) = delete;
+  LosslessCodec& operator=(const LosslessCodec&) = delete;
+
+  // Writes header + compressed bytes of src[0, n) into `out`. Returns the frame's size, or 0
+  // when it would not be smaller than n: the caller then sends the message raw.
+  size_t compress(const void* src, size_t n, StagingBuffer* out);
+
+  // Decodes a frame into dst (room for `capacity` bytes) and returns the message's raw size.
+  // The bytes are decoded into a scratch buffer first and then copied: zstd writes ahead of its
+  // output position and fixes those bytes up later, and NCCL's LL/LL128 receivers poll flags in
+  // the destination while it fills, so only final bytes may ever appear there.
+  // Errors: kInvalidUsage when the message is larger than the receive, kCorrupt for a bad frame.
+  Result<size_t> decompress(const uint8_t* frame, size_t frameBytes, void* dst, size_t capacity);
+
+ private:
+  ZSTD_CCtx_s* cctx_ = nullptr;
+  ZSTD_DCtx_s* dctx_ = nullptr;
+  StagingBuffer scratch_;
+};
+
+}  // namespace terse::plugin
