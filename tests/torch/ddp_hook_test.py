@@ -21,6 +21,8 @@
         search, CUDA buckets (skipped without a GPU).
   pip:  `pip install --no-build-isolation --target` of python/ (a copy) works and the installed
         package finds libterse.so through TERSE_LIBRARY and through the dynamic loader.
+  example: examples/pytorch/ddp_hooks.py compare runs on a tiny model with 2 ranks (every kind
+        of hook) and writes its results.
 
 Exit status 77 (ctest SKIP_RETURN_CODE) when torch cannot be imported.
 """
@@ -635,10 +637,32 @@ def pip(args):
     print("PASS")
 
 
+# ---------------------------------------------------------------------------------------------
+# example: examples/pytorch/ddp_hooks.py compare on a tiny model
+
+def example(args):
+    import json
+    out = os.path.abspath(args.work)
+    shutil.rmtree(out, ignore_errors=True)
+    hooks = "ddp fp16 powersgd terse:int8 terse:onebit"
+    cmd = [sys.executable, os.path.join(ROOT, "examples", "pytorch", "ddp_hooks.py"), "compare",
+           "--nproc", "2", "--steps", "14", "--warmup", "12", "--hidden", "64", "--depth", "2",
+           "--hooks", hooks, "--out", out, "--timeout", "200", "--port", str(free_port_pair())]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, timeout=args.timeout)
+    with open(os.path.join(out, "results.json")) as f:
+        results = json.load(f)["results"]
+    assert [r["hook"] for r in results] == hooks.split()
+    for r in results:
+        assert r["steps_per_s"] > 0 and math.isfinite(r["held_out_loss"]), r
+        assert r["held_out_loss"] < r["first_loss"] * 1.5, r
+    print("PASS")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["ddp", "ddp-worker", "unit", "pip"])
+    p.add_argument("mode", choices=["ddp", "ddp-worker", "unit", "pip", "example"])
     p.add_argument("--work", default="ddp_hook_test.work")
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--timeout", type=int, default=240)
@@ -648,7 +672,8 @@ def main():
         require_torch()
     if args.mode != "ddp-worker" and args.mode != "pip":
         sys.path.insert(0, os.path.join(ROOT, "python"))
-    {"ddp": ddp_driver, "ddp-worker": ddp_worker, "unit": unit, "pip": pip}[args.mode](args)
+    {"ddp": ddp_driver, "ddp-worker": ddp_worker, "unit": unit, "pip": pip,
+     "example": example}[args.mode](args)
 
 
 if __name__ == "__main__":

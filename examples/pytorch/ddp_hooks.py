@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Trains one small model with DistributedDataParallel under several gradient communication
+hooks and reports time per step and final loss side by side (docs/pytorch.md).
+
+  compare: runs `torchrun --nproc_per_node N ddp_hooks.py worker --hook H` for every hook and
+           prints (and with --out writes) a Markdown table and the raw JSON.
+  overhead: times one tiny allreduce through raw ctypes, through terse.Communicator and through
+           terse_hook (a world of one), i.e. what the Python layer costs per bucket.
+  worker:  one run under torchrun (gloo process group):
+             --hook ddp          DDP's own allreduce (gloo), no hook
+             --hook fp16         PyTorch's fp16_compress_hook (gloo)
+             --hook powersgd     PyTorch's powerSGD_hook (gloo), --psgd-rank, starts after 10 steps
+             --hook terse:SPEC   terse's hook with codec SPEC (none, fp16, bf16, int8, onebit,
+                                 topk:ratio=0.01, ...)
+
+The model is an MLP on a synthetic 10-class problem whose labels come from a fixed random teacher
+network, so there is nothing to download and every run sees the same data: rank r of n takes
+the r-th slice of the global batch of step s. The final loss is measured on 4096 held-out rows.
+
+With --netns PREFIX (as root, namespaces PREFIX-h1..PREFIX-hN made by
+scripts/bench-network.sh --probe-only --keep; see ddp_hooks_network.sh) each rank runs in its
+own namespace as a one-process torchrun "node", so all traffic crosses the shaped links.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_HOOKS = ["ddp", "fp16", "powersgd", "terse:none", "terse:fp16", "terse:bf16",
+                 "terse:int8", "terse:onebit", "terse:topk:ratio=0.01"]
+
+
+# ---------------------------------------------------------------------------------------------
+# worker
+
+def build(args):
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(args.seed)
+    layers, width = [], args.features
+    for _ in range(args.depth):
+        layers += [nn.Linear(width, args.hidden), nn.ReLU()]
+        width = args.hidden
+    layers.append(nn.Linear(width, 10))
+    return nn.Sequential(*layers)
+
+
+def data(args, step, rank, world):
+    """Rows [rank*b, (rank+1)*b) of step `step`'s global batch (b = per-rank batch)."""
+    import torch
+    g = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+    x = torch.randn(args.batch * world, args.features, generator=g)
+    x = x[rank * args.batch:(rank + 1) * args.batch]
+    return x, label(args, x)
+
+
+_teacher = None
+
+
+def label(args, x):
+    import torch
+    global _teacher
+    if _teacher is None:
+        g = torch.Generator().manual_seed(12345)
+        _teacher = (torch.randn(args.features, 64, generator=g) / args.features ** 0.5,
+                    torch.randn(64, 10, generator=g) / 8)
+    w1, w2 = _teacher
+    return (torch.tanh(x @ w1) @ w2).argmax(dim=1)
+
+
+def held_out_loss(args, model, rank, world):
+    import torch
+    import torch.distributed as dist
+    g = torch.Generator().manual_seed(999)
+    x = torch.randn(4096, args.features, generator=g)
+    y = label(args, x)
+    part = slice(rank * 4096 // world, (rank + 1) * 4096 // world)
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(model(x[part]), y[part], reduction="sum")
+    dist.all_reduce(loss)
+    return loss.item() / 4096
+
+
+def worker(args):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    torch.set_num_threads(args.threads)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = build(args)
+    if args.first_bucket_mb is not None:
+        # PyTorch's documented knob for the size of DDP's first bucket (1 MiB by default).
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.first_bucket_mb * 1024 * 1024)
+    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+    hook = args.hook
+    state = None
+    if hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.psgd_rank,
+                                   start_powerSGD_iter=10)
+        ddp.register_comm_hook(state, psgd.powerSGD_hook)
+    elif hook.startswith("terse:"):
+        import terse.ddp
+        state = terse.ddp.register(ddp, hook[len("terse:"):])
+    elif hook != "ddp":
+        sys.exit(f"unknown --hook {hook}")
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    params = sum(p.numel() for p in model.parameters())
+
+    losses, times = [], []
+    dist.barrier()
+    start = None
+    for step in range(args.steps):
+        if step == args.warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        t0 = time.perf_counter()
+        x, y = data(args, step, rank, world)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    dist.barrier()
+    elapsed = time.perf_counter() - start
+    tail = torch.tensor(sum(losses[-10:]) / len(losses[-10:]))
+    dist.all_reduce(tail)
+    result = {
+        "hook": hook,
+        "codec": getattr(state, "spec", None),
+        "world": world,
+        "params": params,
+        "steps": args.steps,
+        "timed_steps": args.steps - args.warmup,
+        "steps_per_s": (args.steps - args.warmup) / elapsed,
+        "median_step_ms": sorted(times[args.warmup:])[len(times[args.warmup:]) // 2] * 1e3,
+        "train_loss_last10": tail.item() / world,
+        "held_out_loss": held_out_loss(args, model, rank, world),
+        "first_loss": losses[0],
+        "torch": torch.__version__,
+    }
+    if rank == 0:
+        print(json.dumps(result), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+    # No destroy_process_group(): with gloo on 1.13 rank 0 can wait in it for peers that have
+    # already exited; the process ends here either way.
+
+
+# ---------------------------------------------------------------------------------------------
+# overhead: what the Python layer adds to one call (a world of one, so no network is involved)
+
+def overhead(args):
+    import ctypes
+    import timeit
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import terse
+    import terse.ddp
+    from terse import _lib
+    comm = terse.ddp.default_communicator()
+    lib = _lib.lib()
+    x = torch.zeros(1)
+    ptr = ctypes.c_void_p(x.data_ptr())
+
+    def best(fn):  # best of 5 x 5000 calls, in microseconds
+        return min(timeit.repeat(fn, number=5000, repeat=5)) / 5000 * 1e6
+
+    raw = best(lambda: lib.terse_allreduce(comm._handle, ptr, ptr, 1, _lib.FLOAT32, _lib.AVG,
+                                           b"none", None))
+    wrapped = best(lambda: comm.allreduce(x))
+
+    class Bucket:  # GradBucket's interface: 8 parameters in a 1-float-each bucket
+        params = [torch.nn.Parameter(torch.zeros(1)) for _ in range(8)]
+        t = torch.zeros(8)
+        buffer = lambda self: self.t
+        index = lambda self: 0
+        parameters = lambda self: self.params
+    state = terse.ddp.TerseState("none")
+    hook = best(lambda: terse.ddp.terse_hook(state, Bucket()))
+    print(f"terse_allreduce through ctypes, 1 float, world of one: {raw:.1f} us")
+    print(f"Communicator.allreduce (argument checks + ctypes):    {wrapped:.1f} us "
+          f"(+{wrapped - raw:.1f})")
+    print(f"terse_hook on an 8-parameter bucket (+ future):       {hook:.1f} us "
+          f"(+{hook - raw:.1f})")
+
+
+# ---------------------------------------------------------------------------------------------
+# compare
+
+def worker_args(args):
+    return ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
+            "--features", str(args.features), "--hidden", str(args.hidden), "--depth",
+            str(args.depth), "--lr", str(args.lr), "--seed", str(args.seed), "--psgd-rank",
+            str(args.psgd_rank), "--threads", str(args.threads), "--bucket-mb",
+            str(args.bucket_mb)] + (["--first-bucket-mb", str(args.first_bucket_mb)]
+                                    if args.first_bucket_mb is not None else [])
+
+
+def run_one(args, hook, out_json, port):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    lib = os.path.join(ROOT, "build", "lib", "libterse.so")
+    if "TERSE_LIBRARY" not in env and os.path.exists(lib):
+        env["TERSE_LIBRARY"] = lib
+    env.setdefault("TERSE_CPU_THREADS", str(args.threads))
+    # Debian's torch 1.13 under Python 3.11 cannot parse torchrun's default --redirects 0
+    # (IntFlag iteration skips zero): tee stdout through the log directory instead.
+    common = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+              "--master_port", str(port)]
+    script = [os.path.abspath(__file__), "worker", "--hook", hook, "--json", out_json]
+    script += worker_args(args)
+    logs = os.path.join(os.path.dirname(out_json), "logs")
+    if not args.netns:
+        env.setdefault("UCX_NET_DEVICES", "lo")
+        cmd = common + ["--nproc_per_node", str(args.nproc), "--master_addr", "127.0.0.1",
+                        "--log_dir", os.path.join(logs, "all")] + script
+        print("+", " ".join(cmd), flush=True)
+        return subprocess.run(cmd, env=env, timeout=args.timeout).returncode
+    # One torchrun "node" per namespace; traffic leaves through eth0 only (UCX would otherwise
+    # use shared memory between the namespaces, which share the machine).
+    env.update(UCX_TLS="tcp", UCX_NET_DEVICES="eth0", GLOO_SOCKET_IFNAME="eth0")
+    procs = []
+    for r in range(args.nproc):
+        cmd = ["ip", "netns", "exec", f"{args.netns}-h{r + 1}"] + common + [
+            "--nnodes", str(args.nproc), "--node_rank", str(r), "--nproc_per_node", "1",
+            "--master_addr", args.netns_master, "--log_dir", os.path.join(logs, f"node{r}")]
+        cmd += script
+        if r == 0:
+            print("+", " ".join(cmd), f"(and nodes 1..{args.nproc - 1})", flush=True)
+        procs.append(subprocess.Popen(cmd, env=env))
+    deadline = time.time() + args.timeout
+    rc = 0
+    for p in procs:
+        try:
+            rc = rc or p.wait(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            rc = 124
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return rc
+
+
+def table(results, args):
+    base = next((r for r in results if r["hook"] == "ddp"), results[0])
+    lines = [f"| hook | codec | steps/s (best of {args.repeat}) | vs DDP allreduce | all runs "
+             f"(steps/s) | median step (ms) | train loss (last 10) | held-out loss |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    names = {"ddp": "DDP allreduce (gloo), no hook", "fp16": "PyTorch fp16_compress_hook (gloo)",
+             "powersgd": f"PyTorch powerSGD_hook rank {args.psgd_rank} (gloo)"}
+    for r in results:
+        name = names.get(r["hook"], "terse_hook")
+        lines.append(f"| {name} | {r['codec'] or '-'} | {r['steps_per_s']:.2f} | "
+                     f"{r['steps_per_s'] / base['steps_per_s']:.2f}x | "
+                     f"{' '.join(f'{v:.2f}' for v in r['steps_per_s_all'])} | "
+                     f"{r['median_step_ms']:.1f} | "
+                     f"{r['train_loss_last10']:.4f} | {r['held_out_loss']:.4f} |")
+    return "\n".join(lines)
+
+
+def compare(args):
+    out = args.out or os.path.join(ROOT, "bench-results", "pytorch-" +
+                                   time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    os.makedirs(out, exist_ok=True)
+    hooks = args.hooks.split() if args.hooks else DEFAULT_HOOKS
+    runs = {hook: [] for hook in hooks}
+    # Round robin over the hooks, --repeat times: on a shared machine the load drifts over
+    # minutes, and interleaving spreads that drift over every hook instead of a few.
+    for rep in range(args.repeat):
+        for i, hook in enumerate(hooks):
+            name = hook.replace(":", "_").replace("=", "")
+            path = os.path.join(out, f"{name}.{rep}.json")
+            rc = run_one(args, hook, path, args.port + 2 * (i + rep * len(hooks)) % 2000)
+            if rc != 0 or not os.path.exists(path):
+                sys.exit(f"ddp_hooks: the run with --hook {hook} failed (exit {rc}); logs in "
+                         f"{out}/logs")
+            with open(path) as f:
+                runs[hook].append(json.load(f))
+    results = []
+    for hook in hooks:
+        best = dict(max(runs[hook], key=lambda r: r["steps_per_s"]))
+        best["steps_per_s_all"] = [r["steps_per_s"] for r in runs[hook]]
+        results.append(best)
+    text = table(results, args)
+    r0 = results[0]
+    where = (f"{args.nproc} namespaces ({args.netns}-h*)" if args.netns else
+             f"{args.nproc} ranks on one machine, loopback")
+    header = (f"{r0['params']:,} parameters, {args.batch} rows per rank per step, "
+              f"{args.steps} steps ({args.steps - args.warmup} timed), {where}, torch "
+              f"{r0['torch']}")
+    header += "\n\ncommand: " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    print("\n" + header + "\n\n" + text)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(header + "\n\n" + text + "\n")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"args": vars(args), "results": results}, f, indent=1)
+    print(f"\nwritten: {out}/table.md, {out}/results.json")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["compare", "worker", "overhead"])
+    p.add_argument("--hook", default="ddp", help="worker: ddp, fp16, powersgd or terse:SPEC")
+    p.add_argument("--hooks", help='compare: space-separated hooks (default: all of '
+                   + " ".join(DEFAULT_HOOKS) + ")")
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--batch", type=int, default=32, help="rows per rank per step")
+    p.add_argument("--features", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--psgd-rank", type=int, default=2)
+    p.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb")
+    p.add_argument("--first-bucket-mb", type=float, default=25,
+                   help="size of DDP's first bucket (PyTorch's own default is 1 MiB). 25 puts "
+                        "the default model in one bucket: powerSGD_hook over gloo with several "
+                        "buckets aborted in gloo for us (PyTorch 1.13, docs/pytorch.md)")
+    p.add_argument("--threads", type=int, default=1, help="torch and terse CPU threads per rank")
+    p.add_argument("--json", help="worker: write rank 0's result here")
+    p.add_argument("--out", help="compare: results directory (default bench-results/pytorch-*)")
+    p.add_argument("--port", type=int, default=29600,
+                   help="compare: torchrun's MASTER_PORT of the first run (+2 per run; terse "
+                        "uses MASTER_PORT+1)")
+    p.add_argument("--timeout", type=int, default=1200, help="compare: limit per run (s)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="compare: runs per hook, round robin; the table shows the fastest")
+    p.add_argument("--netns", help="compare: namespace prefix (PREFIX-h1..); needs root")
+    p.add_argument("--netns-master", default="10.213.0.1",
+                   help="compare: address of PREFIX-h1 (bench-network.sh's host 1)")
+    args = p.parse_args()
+    if args.warmup >= args.steps:
+        p.error("--warmup must be below --steps")
+    {"worker": worker, "compare": compare, "overhead": overhead}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
