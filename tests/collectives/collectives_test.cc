@@ -3,6 +3,8 @@
 // an independent single-process simulation of the scatter-reduce algorithm (onebit, topk).
 #include "world.h"
 
+#include "terse/collectives/reference.h"
+
 #include "terse/kernels/numeric.h"
 
 #include <gtest/gtest.h>
@@ -126,44 +128,26 @@ std::vector<double> reference(const Case& c, std::vector<double>* sumAbs) {
   return ref;
 }
 
-// The scatter-reduce algorithm, simulated in one process with the codec directly.
+// The scatter-reduce algorithm, simulated in one process with the codec directly
+// (collectives/reference.h), carrying the residuals in *worker / *server when given.
 std::vector<uint8_t> simulate(const Case& c, const Codec& codec, size_t segment,
                               std::vector<std::vector<float>>* worker,
                               std::vector<std::vector<float>>* server, uint64_t step = 0) {
-  const int n = c.ranks;
-  std::vector<std::vector<uint8_t>> in(n);
-  for (int r = 0; r < n; ++r) in[r] = makeInput(c.dtype, r, c.count, step);
-  std::vector<uint8_t> expected(c.count * dataTypeSize(c.dtype));
-  std::vector<uint8_t> wire(codec.maxWireBytes(segment));
-  const float scale = c.op == ReduceOp::kAvg ? 1.0f / n : 1.0f;
-  for (int j = 0; j < n; ++j) {
-    Range chunk = alignedChunkRange(c.count, n, j, CollectiveEngine::kChunkAlign);
-    for (size_t g = 0; g < segmentCount(chunk.length, segment); ++g) {
-      Range s = segmentRange(chunk.length, segment, g);
-      size_t off = chunk.begin + s.begin;
-      std::vector<float> acc(s.length, 0.0f);
-      for (int i = 0; i < n; ++i) {
-        auto bytes =
-            codec.compress(in[i].data() + off * dataTypeSize(c.dtype), c.dtype, s.length,
-                           worker ? (*worker)[i].data() + off : nullptr, wire.data(), wire.size());
-        EXPECT_TRUE(bytes.isOk());
-        EXPECT_TRUE(
-            codec.decompressAccumulate(wire.data(), bytes.value(), acc.data(), s.length).isOk());
-      }
-      CodecCall call;
-      call.scale = scale;
-      if (server && (*server)[j].size() != chunk.length) (*server)[j].assign(chunk.length, 0.0f);
-      auto bytes = codec.compress(acc.data(), DataType::kFloat32, s.length,
-                                  server ? (*server)[j].data() + s.begin : nullptr, wire.data(),
-                                  wire.size(), call);
-      EXPECT_TRUE(bytes.isOk());
-      EXPECT_TRUE(codec
-                      .decompress(wire.data(), bytes.value(),
-                                  expected.data() + off * dataTypeSize(c.dtype), c.dtype, s.length)
-                      .isOk());
-    }
+  std::vector<std::vector<uint8_t>> in(c.ranks);
+  std::vector<const void*> inputs(c.ranks);
+  for (int r = 0; r < c.ranks; ++r) {
+    in[r] = makeInput(c.dtype, r, c.count, step);
+    inputs[r] = in[r].data();
   }
-  return expected;
+  SimulatedResiduals residuals;
+  if (worker) residuals.worker = std::move(*worker);
+  if (server) residuals.server = std::move(*server);
+  auto got = simulateCompressedCollective(CollectiveKind::kAllReduce, inputs, c.count, c.dtype,
+                                          c.op, codec, segment, worker ? &residuals : nullptr);
+  if (worker) *worker = std::move(residuals.worker);
+  if (server) *server = std::move(residuals.server);
+  EXPECT_TRUE(got.isOk()) << got.status().toString();
+  return got.isOk() ? got.value()[0] : std::vector<uint8_t>();
 }
 
 class AllreduceTest : public ::testing::TestWithParam<std::string> {};
