@@ -16,6 +16,7 @@ constexpr uint32_t kCodecZstd = 1;
 // zstd's fastest level with entropy coding: the negative levels skip Huffman coding of literals,
 // which is where fp16/bf16/fp32 gradients gain anything at all (their exponent bytes).
 constexpr int kZstdLevel = 1;
+constexpr size_t kKeepScratchBytes = 16u << 20;
 
 struct FrameHeader {
   uint32_t magic;
@@ -108,6 +109,8 @@ Result<size_t> LosslessCodec::decompress(const uint8_t* frame, size_t frameBytes
   if (got != raw)
     return errorCorrupt("lossless frame decoded to %zu bytes, its header says %zu", got, raw);
   if (raw > 0) std::memcpy(dst, scratch_.data(), raw);
+  // One huge message (up to NCCL's 1 GiB) must not pin its scratch for the context's life.
+  if (scratch_.capacity() > kKeepScratchBytes) scratch_.release();
   return raw;
 }
 
