@@ -62,8 +62,14 @@ class LosslessCodec {
   LosslessCodec& operator=(const LosslessCodec&) = delete;
 
   // Writes header + compressed bytes of src[0, n) into `out`. Returns the frame's size, or 0
-  // when it would not be smaller than n: the caller then sends the message raw.
-  size_t compress(const void* src, size_t n, StagingBuffer* out);
+  // when it would not be smaller than n: the caller then sends the message raw. Works in
+  // slices of kSliceBytes and calls between(arg) after each but the last, so the caller can
+  // keep the link busy while a large message compresses (one-shot compression of a 4 MiB bf16
+  // message held a 1 Gbit/s link idle long enough to lose the gain); gives up after the first
+  // slice when that one did not shrink by 3% (random data then costs one slice of CPU).
+  static constexpr size_t kSliceBytes = 256 << 10;
+  size_t compress(const void* src, size_t n, StagingBuffer* out, void (*between)(void*) = nullptr,
+                  void* arg = nullptr);
 
   // Decodes a frame into dst (room for `capacity` bytes) and returns the message's raw size.
   // The bytes are decoded into a scratch buffer first and then copied: zstd writes ahead of its

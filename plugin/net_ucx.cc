@@ -804,7 +804,9 @@ Status NetContext::isend(SendComm* comm, void* data, size_t size, int tag, MemRe
   uint64_t wireTag = ucxTag(comm->id(), tag);
   // (A lossless context offers host memory only, see init: `data` is host memory here.)
   if (comm->lossless() && size >= lossless_.minBytes) {
-    size_t frame = codec_->compress(data, size, &op.staging);
+    // UCX is progressed between slices: over TCP nothing else feeds the socket meanwhile.
+    size_t frame = codec_->compress(
+        data, size, &op.staging, [](void* c) { static_cast<NetContext*>(c)->progress(); }, this);
     LosslessStats& st = comm->stats();
     ++st.eligible;
     st.rawBytes += size;

@@ -34,6 +34,24 @@ struct Options {
   std::string exchange;  // --exchange: directory both ranks see, with --rank
 };
 
+// Page-aligned like NCCL's buffers (cudaHostAlloc) and ucx_perftest's, so copies compare alike.
+template <typename T>
+struct PageAllocator {
+  using value_type = T;
+  PageAllocator() = default;
+  template <typename U>
+  PageAllocator(const PageAllocator<U>&) {}
+  T* allocate(size_t n) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, std::max<size_t>(n, 1) * sizeof(T)) != 0) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const PageAllocator&) const { return true; }
+  bool operator!=(const PageAllocator&) const { return false; }
+};
+using Bytes = std::vector<uint8_t, PageAllocator<uint8_t>>;
+
 const char* const kPayloads[] = {"ones", "random", "fp32", "fp16", "bf16", "sparse90"};
 
 uint16_t fp16Bits(float f) {
@@ -54,7 +72,7 @@ uint16_t fp16Bits(float f) {
 // Message contents: `ones` (every byte the same: the best case), `random` bytes, gradients drawn
 // from N(0, 1e-3) as fp32, fp16 or bf16, and `sparse90`: fp32 with 90% exact zeros (ReLU
 // activations, embedding gradients).
-void fillPayload(std::vector<uint8_t>& buf, const std::string& kind, int rank) {
+void fillPayload(Bytes& buf, const std::string& kind, int rank) {
   std::mt19937_64 rng(12345 + rank);
   std::normal_distribution<float> normal(0.0f, 1e-3f);
   if (kind == "ones") {
@@ -138,8 +156,8 @@ void* post(NetApi& api, bool send, void* comm, void* buf, size_t size, void* mh)
 }
 
 // Moves `iters` messages of `size` bytes from rank 0 to rank 1 with `window` in flight.
-void stream(NetApi& api, int rank, void* comm, std::vector<uint8_t>& buf, void* mh, size_t size,
-            int iters, int window) {
+void stream(NetApi& api, int rank, void* comm, Bytes& buf, void* mh, size_t size, int iters,
+            int window) {
   std::deque<void*> inFlight;
   int posted = 0;
   while (posted < iters || !inFlight.empty()) {
@@ -160,7 +178,7 @@ void runRank(const Options& o, const std::string& dir, int rank) {
   terse::harness::Link link =
       terse::harness::connectPeers(api, ex, "bench", rank, 1 - rank, 1 - rank);
   size_t maxSize = *std::max_element(o.sizes.begin(), o.sizes.end());
-  std::vector<uint8_t> buf(maxSize);
+  Bytes buf(maxSize);
   fillPayload(buf, o.payload, rank);
   void* mh = nullptr;
   void* dataComm = rank == 0 ? link.sendComm : link.recvComm;
@@ -175,7 +193,7 @@ void runRank(const Options& o, const std::string& dir, int rank) {
     stream(api, rank, dataComm, buf, mh, size, o.warmup, o.window);
     // The sender's bytes, exactly: rank 1 regenerates what rank 0 filled in.
     if (rank == 1) {
-      std::vector<uint8_t> want(maxSize);
+      Bytes want(maxSize);
       fillPayload(want, o.payload, 0);
       HARNESS_CHECK(std::memcmp(buf.data(), want.data(), size) == 0,
                     "warm-up delivered wrong bytes");
