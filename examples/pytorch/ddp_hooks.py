@@ -153,8 +153,22 @@ def worker(args):
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
-    # No destroy_process_group(): with gloo on 1.13 rank 0 can wait in it for peers that have
-    # already exited; the process ends here either way.
+    finish()
+
+
+def finish():
+    """Ends a worker once every rank is done. On Debian's torch 1.13 both ways of ending a gloo
+    job failed now and then in our runs: exiting with the group alive aborted in gloo's
+    destructors ("terminate called without an active exception", pytorch/pytorch#190489), and
+    destroy_process_group() hung on rank 0. So: a barrier, terse's communicator closed, then an
+    exit that skips the interpreter's teardown."""
+    import torch.distributed as dist
+    dist.barrier()
+    if "terse.ddp" in sys.modules:
+        sys.modules["terse.ddp"].shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ---------------------------------------------------------------------------------------------

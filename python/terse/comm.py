@@ -10,7 +10,7 @@ import struct
 import threading
 
 from . import _lib
-from ._lib import TerseError, check
+from ._lib import check
 
 _DTYPES = {"torch.float32": _lib.FLOAT32, "torch.float16": _lib.FLOAT16,
            "torch.bfloat16": _lib.BFLOAT16}

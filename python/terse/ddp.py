@@ -16,7 +16,7 @@ import torch
 
 from .comm import Communicator, Feedback, canonical_spec
 
-__all__ = ["TerseState", "terse_hook", "register", "default_communicator"]
+__all__ = ["TerseState", "terse_hook", "register", "default_communicator", "shutdown"]
 
 _FORMAT = "terse.ddp/1"
 _default = None
@@ -34,6 +34,16 @@ def default_communicator():
         if _default is None:
             _default = Communicator()
         return _default
+
+
+def shutdown():
+    """Closes the process-wide communicator (every rank, after its last reduction). Optional: the
+    process exiting closes it too; a later TerseState creates a new one."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.close()
+            _default = None
 
 
 def _wants_feedback(spec):

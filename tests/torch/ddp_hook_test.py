@@ -318,6 +318,13 @@ def ddp_worker(args):
     dist.barrier()
     if rank == 0:
         print("PASS", flush=True)
+    # Neither exiting with the gloo group alive nor destroy_process_group() ends a 1.13 gloo job
+    # reliably (examples/pytorch/ddp_hooks.py, finish()): close terse, then skip the teardown.
+    dist.barrier()
+    terse.ddp.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def save_load(args, codec, rank, n):
@@ -644,7 +651,7 @@ def example(args):
     import json
     out = os.path.abspath(args.work)
     shutil.rmtree(out, ignore_errors=True)
-    hooks = "ddp fp16 powersgd terse:int8 terse:onebit"
+    hooks = "ddp powersgd terse:onebit"
     cmd = [sys.executable, os.path.join(ROOT, "examples", "pytorch", "ddp_hooks.py"), "compare",
            "--nproc", "2", "--steps", "14", "--warmup", "12", "--hidden", "64", "--depth", "2",
            "--hooks", hooks, "--out", out, "--timeout", "200", "--port", str(free_port_pair())]
