@@ -231,6 +231,11 @@ struct Reference {
 };
 
 Reference referenceRun(const Call& c) {
+  // The ranks are forked after this run, so this process must not keep threads: its rank
+  // threads are joined below, and the codecs' CPU thread pool must not start (a multi-threaded
+  // fork is undefined for the pool's locks, and ThreadSanitizer refuses it). One CPU thread per
+  // process is also what the forked ranks then use.
+  setenv("TERSE_CPU_THREADS", "1", 1);
   Reference ref;
   ref.out.resize(c.n);
   ref.before.resize(c.n);

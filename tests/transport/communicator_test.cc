@@ -125,6 +125,46 @@ TEST(Communicator, AbortFromAnotherThreadOverUcxReachesThePeer) {
   onEachRank(2, [&](int r) { comms[r].reset(); });
 }
 
+// Regression (found under ThreadSanitizer's timing, where AbortFromAnotherThreadOverUcx... timed
+// out one run in five): an abort that landed while the driving thread was inside test() made
+// test() return the abort's reason without dropping the connections, and a rank whose thread
+// then stopped driving its transport left its peers waiting for their timeout. Here rank 0's
+// only call after the abort is a cancel(): its peer must still learn at once.
+TEST(Communicator, AbortIsSeenByPeersWhateverTheAbortedRankCallsLast) {
+  setUcxEnvironment(Backend::kUcxTcp);
+  auto store = createMemoryStore();
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  onEachRank(2, [&](int r) {
+    auto c = Communicator::createUcx(r, 2, *store, milliseconds(60000));
+    ASSERT_TRUE(c.isOk()) << c.status().toString();
+    comms[r] = std::move(*c);
+  });
+  ASSERT_TRUE(comms[0] && comms[1]);
+  std::atomic<bool> rank0Done{false};
+  onEachRank(2, [&](int r) {
+    Transport& t = comms[r]->transport();
+    if (r == 0) {
+      ASSERT_TRUE(comms[0]->barrier().isOk());  // connected both ways
+      uint8_t byte = 0;
+      TransportRequest* pending = nullptr;
+      ASSERT_TRUE(t.irecv(1, 5, &byte, 1, &pending).isOk());
+      comms[0]->abort(errorInternal("rank 0 gives up"));
+      t.cancel(pending);
+      rank0Done = true;
+      return;
+    }
+    ASSERT_TRUE(comms[1]->barrier().isOk());
+    while (!rank0Done.load()) t.progress();
+    uint8_t byte = 0;
+    TransportRequest* req = nullptr;
+    Status s = t.irecv(0, 6, &byte, 1, &req);
+    if (s.isOk()) s = t.wait(req, nullptr, milliseconds(10000));
+    EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.toString();
+    EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();
+  });
+  onEachRank(2, [&](int r) { comms[r].reset(); });
+}
+
 TEST(Communicator, PeerThatAbortsIsNamedInTheOthersBarrier) {
   auto comms = makeInProc(3, milliseconds(60000));
   onEachRank(3, [&](int r) {

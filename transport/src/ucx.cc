@@ -226,6 +226,9 @@ class UcxTransport final : public Transport {
       return errorInvalidUsage("test: the request was already released");
     if (r->state.load(std::memory_order_relaxed) == kReqPending) progress();
     if (aborted_.load(std::memory_order_acquire)) {
+      // The abort may have landed after progress() above: drop the connections now, or peers
+      // would wait for their timeout if this thread stops driving us after this call.
+      if (!abortHandled_) handleAbort();
       Status why = abortStatus();
       cancel(r);
       return why;
@@ -279,6 +282,8 @@ class UcxTransport final : public Transport {
 
   void cancel(TransportRequest* r) override {
     if (r == nullptr || r->state.load(std::memory_order_relaxed) == kReqFree || r->orphan) return;
+    // After an abort the connections go first (whatever this thread calls last, peers learn).
+    if (aborted_.load(std::memory_order_acquire) && !abortHandled_) handleAbort();
     if (r->state.load(std::memory_order_acquire) == kReqPending && r->backend && worker_) {
       ucp_request_cancel(worker_, r->backend);
       if (!progressUntilDone(r, std::chrono::milliseconds(50)) && !peerFailed_[r->peer].isOk()) {
