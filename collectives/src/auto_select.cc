@@ -1,10 +1,12 @@
 #include "terse/collectives/auto_select.h"
 
 #include "terse/common/logging.h"
+#include "terse/kernels/element_type.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
@@ -30,12 +32,41 @@ Result<double> bestOf(int reps, F&& f) {
   return best;
 }
 
+// Each rank's timings in, the slowest rank's figure for each entry out (an allgather of n small
+// arrays): every rank then decides on the same numbers.
+Result<std::vector<double>> slowestRank(CollectiveEngine& engine, const Codec* none,
+                                        const std::vector<float>& mine) {
+  const int n = engine.transport().size();
+  const size_t k = mine.size();
+  std::vector<float> all(k * n);
+  CollectiveOp gather;
+  gather.kind = CollectiveKind::kAllGather;
+  gather.send = mine.data();
+  gather.recv = all.data();
+  gather.count = k * n;
+  gather.codec = none;
+  TERSE_RETURN_IF_ERROR(engine.run(gather));
+  std::vector<double> worst(k, 0.0);
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < k; ++i) worst[i] = std::max<double>(worst[i], all[r * k + i]);
+  return worst;
+}
+
+// Powers of two: class c holds counts in (2^(c-1), 2^c].
+size_t sizeClassOf(size_t count) {
+  size_t c = 0;
+  while ((size_t{1} << c) < count) ++c;
+  return c;
+}
+
 }  // namespace
 
-Result<std::unique_ptr<AutoSelector>> AutoSelector::create(const std::string& spec) {
+Result<std::unique_ptr<AutoSelector>> AutoSelector::create(const std::string& spec,
+                                                           double contenderMargin) {
   TERSE_ASSIGN_OR_RETURN(AutoSpec parsed, parseAutoSpec(spec));
   auto s = std::unique_ptr<AutoSelector>(new AutoSelector());
   s->spec_ = parsed;
+  s->contenderMargin_ = std::max(1.0, contenderMargin);
   for (const auto& c : parsed.candidates) {
     TERSE_ASSIGN_OR_RETURN(std::shared_ptr<const Codec> codec, makeCodec(c));
     s->codecs_.push_back(codec);
@@ -66,17 +97,8 @@ Status AutoSelector::calibrate(CollectiveEngine& engine) {
   }
 
   // Every rank adopts the slowest rank's figures, so all of them decide alike.
-  std::vector<float> all(2 * k * n);
-  CollectiveOp gather;
-  gather.kind = CollectiveKind::kAllGather;
-  gather.send = mine.data();
-  gather.recv = all.data();
-  gather.count = 2 * k * n;
-  gather.codec = codecs_.front().get();
-  TERSE_RETURN_IF_ERROR(engine.run(gather));
-  std::vector<double> worst(2 * k, 0.0);
-  for (int r = 0; r < n; ++r)
-    for (size_t i = 0; i < 2 * k; ++i) worst[i] = std::max<double>(worst[i], all[r * 2 * k + i]);
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> worst,
+                         slowestRank(engine, codecs_.front().get(), mine));
 
   intercept_.assign(k, 0.0);
   slope_.assign(k, 0.0);
@@ -107,6 +129,45 @@ std::vector<std::pair<std::string, double>> AutoSelector::predict(const Collecti
   return out;
 }
 
+Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp& op,
+                                    const std::vector<size_t>& contenders) {
+  const size_t count = std::min(op.count, kMaxMeasuredElements);
+  const size_t bytes = count * dataTypeSize(op.dtype);
+  // The call's own kind, type and size on scratch buffers (the caller's may be in place, and
+  // its error-feedback state must not see trial codecs). Smooth varied values: zeros or a
+  // constant would take shortcuts no gradient takes.
+  std::vector<uint8_t> send(bytes), recv(bytes);
+  withElementType(op.dtype, static_cast<void*>(send.data()), [&](auto* p) {
+    for (size_t i = 0; i < count; ++i) num::store(p, i, std::sin(0.001f * static_cast<float>(i)));
+  });
+  std::vector<float> mine;
+  for (size_t c : contenders) {
+    CollectiveOp trial;
+    trial.kind = op.kind;
+    trial.send = send.data();
+    trial.recv = recv.data();
+    trial.count = count;
+    trial.dtype = op.dtype;
+    trial.op = op.op;
+    trial.codec = codecs_[c].get();
+    TERSE_ASSIGN_OR_RETURN(double t, bestOf(2, [&] { return engine.run(trial); }));
+    mine.push_back(static_cast<float>(t));
+  }
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> worst,
+                         slowestRank(engine, codecs_.front().get(), mine));
+  size_t best = 0;
+  std::string report;
+  for (size_t i = 0; i < contenders.size(); ++i) {
+    if (worst[i] < worst[best]) best = i;
+    char ms[32];
+    std::snprintf(ms, sizeof ms, " %.2f ms", worst[i] * 1e3);
+    report += (i ? ", " : "") + codecs_[contenders[i]]->spec() + ms;
+  }
+  TERSE_INFO(kSubsysColl, "auto (%s): measured at %zu elements: %s", spec_.canonical.c_str(), count,
+             report.c_str());
+  return contenders[best];
+}
+
 Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const CollectiveOp& op) {
   const int n = engine.transport().size();
   if (n == 1 || op.count == 0) return codecs_.front().get();  // nothing to send: no loss needed
@@ -115,13 +176,32 @@ Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const Collec
   size_t best = 0;
   for (size_t c = 1; c < predictions.size(); ++c)
     if (predictions[c].second < predictions[best].second) best = c;
-  // Log each (size class, pick) once: sizes in powers of two.
-  size_t sizeClass = 0;
-  while ((size_t{1} << sizeClass) < op.count) ++sizeClass;
-  auto key = std::make_pair(sizeClass, predictions[best].first);
-  if (!logged_[key]) {
-    logged_[key] = true;
-    TERSE_INFO(kSubsysColl, "auto (%s): %zu elements -> %s (predicted %.2f ms; none %.2f ms)",
+  const size_t sizeClass = sizeClassOf(op.count);
+  if (op.count >= kMinRefinedElements) {
+    const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<int>(op.dtype),
+                                     std::min(sizeClass, sizeClassOf(kMaxMeasuredElements) + 1));
+    auto it = refined_.find(key);
+    if (it == refined_.end()) {
+      std::vector<size_t> contenders;
+      for (size_t c = 0; c < predictions.size(); ++c)
+        if (predictions[c].second <= contenderMargin_ * predictions[best].second)
+          contenders.push_back(c);
+      size_t pick = best;
+      if (contenders.size() > 1) {
+        auto measured = refine(engine, op, contenders);
+        if (!measured.isOk())
+          return measured.status().withContext("auto codec measurement at the call's size");
+        pick = measured.value();
+      }
+      it = refined_.emplace(key, pick).first;
+    }
+    best = it->second;
+  }
+  // Log each (size class, pick) once.
+  auto logKey = std::make_pair(sizeClass, predictions[best].first);
+  if (!logged_[logKey]) {
+    logged_[logKey] = true;
+    TERSE_INFO(kSubsysColl, "auto (%s): %zu elements -> %s (model: %.2f ms; none %.2f ms)",
                spec_.canonical.c_str(), op.count, predictions[best].first.c_str(),
                predictions[best].second * 1e3, predictions[0].second * 1e3);
   }

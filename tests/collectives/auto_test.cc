@@ -90,5 +90,58 @@ TEST(AutoSelect, EveryRankPicksTheSameCodec) {
   }
 }
 
+// Above 2^20 elements each (kind, type, size class) is measured once at its own size among the
+// contenders the model leaves; a margin this wide makes every candidate contend, so the
+// measurement runs (and must agree across ranks) whatever this machine's speeds are.
+TEST(AutoSelect, RefinesEachSizeClassOnceAndRanksAgree) {
+  const int n = 3;
+  const size_t big = (size_t{1} << 21) + 5, small = size_t{1} << 20;
+  std::vector<std::vector<float>> in(n, std::vector<float>(big)), out(n, std::vector<float>(big));
+  std::vector<std::vector<uint16_t>> in16(n, std::vector<uint16_t>(big)),
+      out16(n, std::vector<uint16_t>(big));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < big; ++i) {
+      in[r][i] = std::cos(0.003f * i - r);
+      in16[r][i] = static_cast<uint16_t>(0x3c00 + (i + r) % 512);  // fp16 values in [1, 2)
+    }
+  std::vector<std::vector<std::string>> picks(n);
+  std::vector<size_t> classes(n);
+  auto st = testing::runWorld(n, [&](int r, CollectiveEngine& e) -> Status {
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<AutoSelector> sel,
+                           AutoSelector::create("auto:max=onebit", 1e9));
+    auto call = [&](size_t count, DataType dt, CollectiveKind kind) -> Status {
+      CollectiveOp op;
+      op.kind = kind;
+      op.send = dt == DataType::kFloat32 ? static_cast<void*>(in[r].data()) : in16[r].data();
+      op.recv = dt == DataType::kFloat32 ? static_cast<void*>(out[r].data()) : out16[r].data();
+      op.count = count;
+      op.dtype = dt;
+      TERSE_ASSIGN_OR_RETURN(op.codec, sel->choose(e, op));
+      picks[r].push_back(op.codec->spec());
+      return e.run(op);
+    };
+    TERSE_RETURN_IF_ERROR(call(small, DataType::kFloat32, CollectiveKind::kAllReduce));
+    EXPECT_EQ(sel->refinedClasses(), 0u) << "2^20 elements is inside the calibrated range";
+    TERSE_RETURN_IF_ERROR(call(big, DataType::kFloat32, CollectiveKind::kAllReduce));
+    EXPECT_EQ(sel->refinedClasses(), 1u);
+    TERSE_RETURN_IF_ERROR(call(big - 3, DataType::kFloat32, CollectiveKind::kAllReduce));
+    EXPECT_EQ(sel->refinedClasses(), 1u) << "same class: measured once";
+    TERSE_RETURN_IF_ERROR(call(big, DataType::kFloat16, CollectiveKind::kAllReduce));
+    TERSE_RETURN_IF_ERROR(call(big, DataType::kFloat32, CollectiveKind::kReduceScatter));
+    TERSE_RETURN_IF_ERROR(call(big, DataType::kFloat32, CollectiveKind::kAllGather));
+    classes[r] = sel->refinedClasses();
+    TERSE_RETURN_IF_ERROR(call(big, DataType::kFloat32, CollectiveKind::kAllReduce));
+    return Status::ok();
+  });
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].isOk()) << "rank " << r << ": " << st[r].toString();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(classes[r], 4u) << "fp16 and the other kinds are classes of their own";
+    EXPECT_EQ(picks[r], picks[0]) << "rank " << r;
+  }
+  // Same picks, same inputs in the same order: the last allreduce's outputs agree bit for bit.
+  for (int r = 1; r < n; ++r)
+    EXPECT_EQ(0, std::memcmp(out[r].data(), out[0].data(), big * 4)) << "rank " << r;
+}
+
 }  // namespace
 }  // namespace terse

@@ -6,8 +6,18 @@
 // policy is used (docs/benchmarks.md discusses it). Timing whole collectives, rather than adding
 // a link model to separately timed codec work, keeps what the pipeline overlaps, the latency of
 // each algorithm and the CPU contention of this machine in the figures. Every rank uses the
-// slowest rank's figures, so all ranks pick the same codec without talking about it. The pick is
-// logged at INFO the first time each (size class, codec) appears.
+// slowest rank's figures, so all ranks pick the same codec without talking about it.
+//
+// Refinement: a straight line through two points cannot know that a codec slows down once its
+// arrays leave the caches, or how the pipeline overlaps at sizes far beyond 2^20, and under load
+// its extrapolation to 64 MiB missed by more than the gap between close candidates. So the
+// first call of each (kind, type, power-of-two size class) above the calibrated range, where
+// the model leaves more than one candidate within kContenderMargin of its best, times those
+// contenders' own collective of that kind, type and size (capped at kMaxMeasuredElements) on
+// scratch buffers, best of two after a warm-up, and the class keeps the fastest by the slowest
+// rank's figures. The contenders, sizes and order follow from agreed figures, so every rank
+// runs the same measurement. Picks are logged at INFO the first time each (size class, codec)
+// appears, with the measured times when a class was refined.
 #pragma once
 
 #include "terse/collectives/engine.h"
@@ -16,13 +26,17 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace terse {
 
 class AutoSelector {
  public:
-  static Result<std::unique_ptr<AutoSelector>> create(const std::string& spec);
+  // contenderMargin: candidates predicted within this factor of the best are measured at a
+  // refined class's own size (tests widen it to make every candidate contend).
+  static Result<std::unique_ptr<AutoSelector>> create(const std::string& spec,
+                                                      double contenderMargin = kContenderMargin);
 
   // Collective on first use (every rank must call it for the same call). Returns the codec to
   // run `op` with (op.codec is ignored).
@@ -31,15 +45,30 @@ class AutoSelector {
   // Predicted seconds for each candidate for `op` (after calibration), for tests and logs.
   std::vector<std::pair<std::string, double>> predict(const CollectiveOp& op, int worldSize) const;
   bool calibrated() const { return calibrated_; }
+  // Size classes measured at their own size so far (see Refinement above).
+  size_t refinedClasses() const { return refined_.size(); }
+
+  // Candidates predicted within this factor of the best are measured at the call's own size.
+  static constexpr double kContenderMargin = 1.3;
+  // Calls above 2^20 elements are refined; measurement buffers stop at 2^24 elements (every
+  // larger call shares the 2^24 class: by then time grows linearly for every codec).
+  static constexpr size_t kMinRefinedElements = (size_t{1} << 20) + 1;
+  static constexpr size_t kMaxMeasuredElements = size_t{1} << 24;
 
  private:
   Status calibrate(CollectiveEngine& engine);
+  // Index into codecs_ of the measured-fastest contender for op's class.
+  Result<size_t> refine(CollectiveEngine& engine, const CollectiveOp& op,
+                        const std::vector<size_t>& contenders);
 
   AutoSpec spec_;
+  double contenderMargin_ = kContenderMargin;
   std::vector<std::shared_ptr<const Codec>> codecs_;
   std::vector<double> intercept_, slope_;  // a_c (seconds), b_c (seconds per element)
   bool calibrated_ = false;
   std::map<std::pair<size_t, std::string>, bool> logged_;
+  // (kind, dtype, size class) -> index into codecs_, for refined classes.
+  std::map<std::tuple<int, int, size_t>, size_t> refined_;
 };
 
 }  // namespace terse
