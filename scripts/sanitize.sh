@@ -11,12 +11,15 @@ cd "$(dirname "$0")/.."
 mode=${TERSE_SANITIZE_MODE:-address,undefined}
 if [[ $mode == thread ]]; then
   build_dir=${TERSE_TSAN_DIR:-build-tsan}
-  # The layers with threads: the transports, the collectives, the API's worker thread, the
-  # fault matrix and the soak run (ranks as threads over both transports).
+  # The layers with threads (the transports, the collectives, the API's worker thread) and
+  # the soak run, with ranks as threads over both transports. Tests whose ranks are forked
+  # processes (label `process`) are left out: a race needs threads of one process, which the
+  # thread tests and the soak have, and under ThreadSanitizer's timing the process tests meet
+  # rare UCX-internal assertions on peer failure (docs/reliability.md) instead of races.
   labels=${TERSE_SANITIZE_LABELS:-transport|collectives|api|soak}
 else
   build_dir=${TERSE_ASAN_DIR:-build-asan}
-  labels=${TERSE_SANITIZE_LABELS:-codec|common|api|collectives|rendezvous|transport|plugin|train|soak}
+  labels=${TERSE_SANITIZE_LABELS:-codec|common|api|process|collectives|rendezvous|transport|plugin|train|soak}
 fi
 jobs=${TERSE_BUILD_JOBS:-2}
 
@@ -25,10 +28,11 @@ declare -A label_targets=(
   [codec]="terse_codec_tests"
   [common]="common_test"
   [rendezvous]="rendezvous_test launcher_test terse-run terse-bench"
-  [transport]="transport_test transport_process_test communicator_test"
+  [transport]="transport_test communicator_test"
+  [process]="transport_process_test api_process_test fault_process_test"
   [collectives]="collectives_test"
-  [api]="api_process_test fault_process_test c_api_test terse-run allreduce-example"
-  [plugin]="plugin_net_test plugin_docs_test plugin_dlopen_c plugin_collnet_test nccl-net-terse"
+  [api]="c_api_test terse-run allreduce-example"
+  [plugin]="plugin_net_test plugin_dlopen_c plugin_collnet_test nccl-net-terse"
   [train]="train_unit_test terse-train terse-run"
   [soak]="terse-bench"
 )
@@ -73,6 +77,6 @@ if [[ $mode == thread ]]; then
   export UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-none}
 fi
 ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "${TERSE_TEST_JOBS:-2}" \
-  -L "$labels"
+  -L "^($labels)\$"
 end=$(date +%s)
 echo "sanitize.sh ($mode): build $((built - start)) s, tests $((end - built)) s"
