@@ -12,6 +12,7 @@
 
 #include "terse/collectives/engine.h"
 #include "terse/compressors/auto_spec.h"
+#include "terse/kernels/element_type.h"
 #include "terse/kernels/numeric.h"
 
 #include <terse/communicator.h>
@@ -169,19 +170,10 @@ float inputValue(int rank, size_t i) {
 
 void fill(std::vector<uint8_t>& buf, DataType dt, int rank, size_t begin, size_t n) {
   buf.resize(n * dataTypeSize(dt));
-  for (size_t i = 0; i < n; ++i) {
-    float v = inputValue(rank, begin + i);
-    if (dt == DataType::kFloat32) num::store(reinterpret_cast<float*>(buf.data()), i, v);
-    if (dt == DataType::kFloat16) num::store(reinterpret_cast<Half*>(buf.data()), i, v);
-    if (dt == DataType::kBFloat16) num::store(reinterpret_cast<BFloat16*>(buf.data()), i, v);
-  }
+  for (size_t i = 0; i < n; ++i) storeElement(dt, buf.data(), i, inputValue(rank, begin + i));
 }
 
-float loadAt(const uint8_t* p, DataType dt, size_t i) {
-  if (dt == DataType::kFloat32) return num::load(reinterpret_cast<const float*>(p), i);
-  if (dt == DataType::kFloat16) return num::load(reinterpret_cast<const Half*>(p), i);
-  return num::load(reinterpret_cast<const BFloat16*>(p), i);
-}
+float loadAt(const uint8_t* p, DataType dt, size_t i) { return loadElement(dt, p, i); }
 
 // The exact result this rank should hold (double), recomputed from every rank's input.
 std::vector<double> exactResult(CollectiveKind kind, DataType dt, ReduceOp op, int n, size_t count,

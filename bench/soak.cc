@@ -19,6 +19,7 @@
 #include "terse/collectives/reference.h"
 #include "terse/common/env.h"
 #include "terse/compressors/auto_spec.h"
+#include "terse/kernels/element_type.h"
 #include "terse/kernels/numeric.h"
 #include "terse/rendezvous/store.h"
 
@@ -126,24 +127,13 @@ std::vector<uint8_t> makeInput(const Call& c, int rank, int n) {
   size_t elems = c.kind == Kind::kAllGather ? partLength(c.count, n, rank) : c.count;
   if (c.kind == Kind::kBarrier) elems = 0;
   std::vector<uint8_t> out(elems * dataTypeSize(c.dtype));
-  for (size_t i = 0; i < elems; ++i) {
-    float v = inputValue(c.id, rank, i);
-    switch (c.dtype) {
-      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
-      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
-      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
-    }
-  }
+  for (size_t i = 0; i < elems; ++i)
+    storeElement(c.dtype, out.data(), i, inputValue(c.id, rank, i));
   return out;
 }
 
 float loadAt(const std::vector<uint8_t>& buf, DataType dt, size_t i) {
-  switch (dt) {
-    case DataType::kFloat32: return num::load(reinterpret_cast<const float*>(buf.data()), i);
-    case DataType::kFloat16: return num::load(reinterpret_cast<const Half*>(buf.data()), i);
-    case DataType::kBFloat16: return num::load(reinterpret_cast<const BFloat16*>(buf.data()), i);
-  }
-  return 0;
+  return loadElement(dt, buf.data(), i);
 }
 
 double unitRoundoff(DataType dt) {

@@ -137,9 +137,8 @@ Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp
   // its error-feedback state must not see trial codecs). Smooth varied values: zeros or a
   // constant would take shortcuts no gradient takes.
   std::vector<uint8_t> send(bytes), recv(bytes);
-  withElementType(op.dtype, static_cast<void*>(send.data()), [&](auto* p) {
-    for (size_t i = 0; i < count; ++i) num::store(p, i, std::sin(0.001f * static_cast<float>(i)));
-  });
+  for (size_t i = 0; i < count; ++i)
+    storeElement(op.dtype, send.data(), i, std::sin(0.001f * static_cast<float>(i)));
   std::vector<float> mine;
   for (size_t c : contenders) {
     CollectiveOp trial;

@@ -19,6 +19,7 @@
 
 #include "terse/common/env.h"
 #include "terse/communicator.h"
+#include "terse/kernels/element_type.h"
 #include "terse/kernels/numeric.h"
 #include "terse/transport/fault.h"
 #include "terse/transport/inproc.h"
@@ -187,12 +188,7 @@ std::vector<uint8_t> inputOf(const Call& c, int rank) {
   std::vector<uint8_t> out(elems * dataTypeSize(c.dtype));
   for (size_t i = 0; i < elems; ++i) {
     uint64_t h = num::mix64((uint64_t(rank) << 40) ^ (i * 0x9e3779b97f4a7c15ull));
-    float v = static_cast<float>(h >> 40) / 8388608.0f - 1.0f;
-    switch (c.dtype) {
-      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
-      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
-      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
-    }
+    storeElement(c.dtype, out.data(), i, static_cast<float>(h >> 40) / 8388608.0f - 1.0f);
   }
   return out;
 }

@@ -1,24 +1,14 @@
 #include "test_util.h"
 
+#include "terse/kernels/element_type.h"
+
 #include <gtest/gtest.h>
 
 namespace terse::test {
 
-float TypedBuffer::get(size_t i) const {
-  switch (dt) {
-    case DataType::kFloat16: return num::load(reinterpret_cast<const Half*>(bytes.data()), i);
-    case DataType::kBFloat16: return num::load(reinterpret_cast<const BFloat16*>(bytes.data()), i);
-    default: return num::load(reinterpret_cast<const float*>(bytes.data()), i);
-  }
-}
+float TypedBuffer::get(size_t i) const { return loadElement(dt, bytes.data(), i); }
 
-void TypedBuffer::set(size_t i, float v) {
-  switch (dt) {
-    case DataType::kFloat16: num::store(reinterpret_cast<Half*>(bytes.data()), i, v); break;
-    case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(bytes.data()), i, v); break;
-    default: num::store(reinterpret_cast<float*>(bytes.data()), i, v); break;
-  }
-}
+void TypedBuffer::set(size_t i, float v) { storeElement(dt, bytes.data(), i, v); }
 
 std::vector<float> TypedBuffer::toFloat() const {
   std::vector<float> out(n);

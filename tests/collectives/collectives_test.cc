@@ -5,6 +5,7 @@
 
 #include "terse/collectives/reference.h"
 
+#include "terse/kernels/element_type.h"
 #include "terse/kernels/numeric.h"
 
 #include <gtest/gtest.h>
@@ -27,24 +28,12 @@ float inputValue(int rank, size_t i, uint64_t step = 0) {
 
 std::vector<uint8_t> makeInput(DataType dt, int rank, size_t count, uint64_t step = 0) {
   std::vector<uint8_t> out(count * dataTypeSize(dt));
-  for (size_t i = 0; i < count; ++i) {
-    float v = inputValue(rank, i, step);
-    switch (dt) {
-      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
-      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
-      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
-    }
-  }
+  for (size_t i = 0; i < count; ++i) storeElement(dt, out.data(), i, inputValue(rank, i, step));
   return out;
 }
 
 float loadAt(const std::vector<uint8_t>& buf, DataType dt, size_t i) {
-  switch (dt) {
-    case DataType::kFloat32: return num::load(reinterpret_cast<const float*>(buf.data()), i);
-    case DataType::kFloat16: return num::load(reinterpret_cast<const Half*>(buf.data()), i);
-    case DataType::kBFloat16: return num::load(reinterpret_cast<const BFloat16*>(buf.data()), i);
-  }
-  return 0;
+  return loadElement(dt, buf.data(), i);
 }
 
 std::shared_ptr<const Codec> codecOf(const std::string& spec) {

@@ -4,6 +4,7 @@
 
 #include "terse/common/status.h"
 #include "terse/kernels/device.h"
+#include "terse/kernels/element_type.h"
 #include "terse/kernels/numeric.h"
 
 #include <gtest/gtest.h>
@@ -36,24 +37,12 @@ inline std::vector<uint8_t> randomInput(DataType dt, size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<uint8_t> out(n * dataTypeSize(dt));
-  for (size_t i = 0; i < n; ++i) {
-    float v = dist(rng);
-    switch (dt) {
-      case DataType::kFloat32: num::store(reinterpret_cast<float*>(out.data()), i, v); break;
-      case DataType::kFloat16: num::store(reinterpret_cast<Half*>(out.data()), i, v); break;
-      case DataType::kBFloat16: num::store(reinterpret_cast<BFloat16*>(out.data()), i, v); break;
-    }
-  }
+  for (size_t i = 0; i < n; ++i) storeElement(dt, out.data(), i, dist(rng));
   return out;
 }
 
 inline float loadAt(const std::vector<uint8_t>& b, DataType dt, size_t i) {
-  switch (dt) {
-    case DataType::kFloat32: return num::load(reinterpret_cast<const float*>(b.data()), i);
-    case DataType::kFloat16: return num::load(reinterpret_cast<const Half*>(b.data()), i);
-    case DataType::kBFloat16: return num::load(reinterpret_cast<const BFloat16*>(b.data()), i);
-  }
-  return 0;
+  return loadElement(dt, b.data(), i);
 }
 
 }  // namespace terse::gputest

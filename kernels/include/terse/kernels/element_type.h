@@ -26,4 +26,15 @@ inline auto withElementType(DataType dt, Ptr* p, Fn&& fn) {
   }
 }
 
+// Element i of a buffer of type dt, widened to float (tests, benchmarks and other code that
+// handles a few elements at a time; the kernels dispatch once per array instead).
+inline float loadElement(DataType dt, const void* p, size_t i) {
+  return withElementType(dt, p, [i](const auto* t) { return num::load(t, i); });
+}
+
+// Stores v as element i of a buffer of type dt, rounded to the type as the codecs round.
+inline void storeElement(DataType dt, void* p, size_t i, float v) {
+  withElementType(dt, p, [i, v](auto* t) { num::store(t, i, v); });
+}
+
 }  // namespace terse
