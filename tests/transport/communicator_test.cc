@@ -28,6 +28,20 @@ void onEachRank(int n, const std::function<void(int)>& fn) {
   for (auto& t : threads) t.join();
 }
 
+// One communicator per thread over UCX's TCP transport, made concurrently through one store as
+// separate processes would; null entries (with a test failure) where creation failed.
+std::vector<std::unique_ptr<Communicator>> makeUcx(int n) {
+  setUcxEnvironment(Backend::kUcxTcp);
+  auto store = createMemoryStore();
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  onEachRank(n, [&](int r) {
+    auto c = Communicator::createUcx(r, n, *store, milliseconds(60000));
+    ASSERT_TRUE(c.isOk()) << c.status().toString();
+    comms[r] = std::move(*c);
+  });
+  return comms;
+}
+
 // No rank leaves barrier k before every rank has entered it.
 void checkBarrierSemantics(std::vector<std::unique_ptr<Communicator>>& comms) {
   const int n = static_cast<int>(comms.size());
@@ -55,15 +69,8 @@ TEST(Communicator, BarrierInProc) {
 }
 
 TEST(Communicator, BarrierUcxThroughAStore) {
-  setUcxEnvironment(Backend::kUcxTcp);
   for (int n : {2, 3}) {
-    auto store = createMemoryStore();
-    std::vector<std::unique_ptr<Communicator>> comms(n);
-    onEachRank(n, [&](int r) {
-      auto c = Communicator::createUcx(r, n, *store, milliseconds(60000));
-      ASSERT_TRUE(c.isOk()) << c.status().toString();
-      comms[r] = std::move(*c);
-    });
+    auto comms = makeUcx(n);
     for (auto& c : comms) ASSERT_NE(c, nullptr);
     EXPECT_NE(comms[0]->transport().describe().find("ucx"), std::string::npos);
     checkBarrierSemantics(comms);
@@ -95,14 +102,7 @@ TEST(Communicator, AbortFromAnotherThreadEndsAWait) {
 // The same over UCX: the watchdog's abort ends rank 0's wait, and rank 1, which then enters the
 // barrier, learns from the broken connection that rank 0 is gone.
 TEST(Communicator, AbortFromAnotherThreadOverUcxReachesThePeer) {
-  setUcxEnvironment(Backend::kUcxTcp);
-  auto store = createMemoryStore();
-  std::vector<std::unique_ptr<Communicator>> comms(2);
-  onEachRank(2, [&](int r) {
-    auto c = Communicator::createUcx(r, 2, *store, milliseconds(60000));
-    ASSERT_TRUE(c.isOk()) << c.status().toString();
-    comms[r] = std::move(*c);
-  });
+  auto comms = makeUcx(2);
   ASSERT_TRUE(comms[0] && comms[1]);
   std::atomic<bool> rank0Done{false};
   onEachRank(2, [&](int r) {
@@ -131,14 +131,7 @@ TEST(Communicator, AbortFromAnotherThreadOverUcxReachesThePeer) {
 // then stopped driving its transport left its peers waiting for their timeout. Here rank 0's
 // only call after the abort is a cancel(): its peer must still learn at once.
 TEST(Communicator, AbortIsSeenByPeersWhateverTheAbortedRankCallsLast) {
-  setUcxEnvironment(Backend::kUcxTcp);
-  auto store = createMemoryStore();
-  std::vector<std::unique_ptr<Communicator>> comms(2);
-  onEachRank(2, [&](int r) {
-    auto c = Communicator::createUcx(r, 2, *store, milliseconds(60000));
-    ASSERT_TRUE(c.isOk()) << c.status().toString();
-    comms[r] = std::move(*c);
-  });
+  auto comms = makeUcx(2);
   ASSERT_TRUE(comms[0] && comms[1]);
   std::atomic<bool> rank0Done{false};
   onEachRank(2, [&](int r) {
