@@ -4,6 +4,7 @@
 #include "collnet_comm.h"
 #include "entry_guard.h"
 #include "net_device.h"
+#include "net_properties.h"
 
 #include <cstring>
 #include <exception>
@@ -114,60 +115,16 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     TERSE_RETURN_IF_ERROR(checkDev(dev));
-    std::memset(props, 0, sizeof(*props));
-    props->name = const_cast<char*>(s.device->name.c_str());
-    props->pciPath =
-        s.device->pciPath.empty() ? nullptr : const_cast<char*>(s.device->pciPath.c_str());
-    props->guid = s.device->guid;
-    props->ptrSupport = NCCL_PTR_HOST;  // NCCL stages CollNet data in host memory for us
-    props->regIsGlobal = 0;
-    props->forceFlush = 0;
-    props->speed = s.device->speedMbps;
-    props->port = 0;
-    props->latency = 0;
-    props->maxComms = 65536;
-    props->maxRecvs = 1;
-    props->netDeviceType = NCCL_NET_DEVICE_HOST;
-    props->netDeviceVersion = 0;
-    props->vProps.ndevs = 1;
-    props->vProps.devs[0] = 0;
-    props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
-    props->maxCollBytes = NCCL_MAX_COLLNET_SIZE_BYTES;
-    props->maxMultiRequestSize = 1;
+    // NCCL stages CollNet data in host memory for us; one receive per request.
+    *props = hostDeviceProperties(*s.device, NCCL_PTR_HOST, 65536, 1);
     return Status::ok();
   });
 }
 
-ncclResult_t getPropertiesV10(int dev, ncclNetProperties_v10_t* props) {
-  if (props == nullptr) return ncclInvalidArgument;
-  ncclNetProperties_v11_t p;
-  ncclResult_t r = getPropertiesV11(dev, &p);
-  if (r != ncclSuccess) return r;
-  static_assert(sizeof(ncclNetProperties_v10_t) <= sizeof(ncclNetProperties_v11_t), "prefix");
-  std::memcpy(props, &p, sizeof(*props));  // v10 is v11 without its last field
-  return ncclSuccess;
-}
-
-ncclResult_t getPropertiesV8(int dev, ncclNetProperties_v8_t* props) {
-  if (props == nullptr) return ncclInvalidArgument;
-  ncclNetProperties_v11_t p;
-  ncclResult_t r = getPropertiesV11(dev, &p);
-  if (r != ncclSuccess) return r;
-  std::memset(props, 0, sizeof(*props));
-  props->name = p.name;
-  props->pciPath = p.pciPath;
-  props->guid = p.guid;
-  props->ptrSupport = p.ptrSupport;
-  props->regIsGlobal = p.regIsGlobal;
-  props->speed = p.speed;
-  props->port = p.port;
-  props->latency = p.latency;
-  props->maxComms = p.maxComms;
-  props->maxRecvs = p.maxRecvs;
-  props->netDeviceType = p.netDeviceType;
-  props->netDeviceVersion = p.netDeviceVersion;
-  return ncclSuccess;
-}
+constexpr auto getPropertiesV10 =
+    getOlderProperties<ncclNetProperties_v10_t, propertiesV10, getPropertiesV11>;
+constexpr auto getPropertiesV8 =
+    getOlderProperties<ncclNetProperties_v8_t, propertiesV8, getPropertiesV11>;
 
 ncclResult_t listenWith(const Config& config, int dev, void* handle, void** listenComm) {
   return guarded("listen", [&]() -> Status {

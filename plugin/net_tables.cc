@@ -1,5 +1,6 @@
 // The exported NCCL net tables (v11 and the v10/v9/v8 shims) over NetContext. Every entry point
 // is a firewall: it returns an ncclResult_t, logs the error once, and lets no exception out.
+#include "net_properties.h"
 #include "net_ucx.h"
 #include "entry_guard.h"
 #include "plugin_log.h"
@@ -134,63 +135,15 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
     if (!s.device) return errorInvalidUsage("getProperties called before a successful init");
     if (dev != 0) return errorInvalidArgument("getProperties: device %d does not exist", dev);
     const DeviceInfo& d = *s.device;
-    *props = ncclNetProperties_v11_t{};
-    props->name = const_cast<char*>(d.name.c_str());
-    props->pciPath = d.pciPath.empty() ? nullptr : const_cast<char*>(d.pciPath.c_str());
-    props->guid = d.guid;
-    props->ptrSupport = s.ptrSupport;
-    props->regIsGlobal = 0;
-    props->forceFlush = 0;
-    props->speed = d.speedMbps;
-    props->port = 0;
-    props->latency = 0;  // not measured; NCCL then uses its own default
-    props->maxComms = d.maxComms;
-    props->maxRecvs = d.maxRecvs;
-    props->netDeviceType = NCCL_NET_DEVICE_HOST;
-    props->netDeviceVersion = 0;
-    props->vProps.ndevs = 1;
-    props->vProps.devs[0] = 0;
-    props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
-    props->maxCollBytes = NCCL_MAX_COLLNET_SIZE_BYTES;
-    props->maxMultiRequestSize = 1;
+    *props = hostDeviceProperties(d, s.ptrSupport, d.maxComms, d.maxRecvs);
     return Status::ok();
   });
 }
 
-ncclResult_t getPropertiesV10(int dev, ncclNetProperties_v10_t* props) {
-  if (props == nullptr) return ncclInvalidArgument;
-  ncclNetProperties_v11_t p;
-  ncclResult_t r = getPropertiesV11(dev, &p);
-  if (r != ncclSuccess) return r;
-  *props = ncclNetProperties_v10_t{p.name,
-                                   p.pciPath,
-                                   p.guid,
-                                   p.ptrSupport,
-                                   p.regIsGlobal,
-                                   p.forceFlush,
-                                   p.speed,
-                                   p.port,
-                                   p.latency,
-                                   p.maxComms,
-                                   p.maxRecvs,
-                                   p.netDeviceType,
-                                   p.netDeviceVersion,
-                                   p.vProps,
-                                   p.maxP2pBytes,
-                                   p.maxCollBytes};
-  return ncclSuccess;
-}
-
-ncclResult_t getPropertiesV8(int dev, ncclNetProperties_v8_t* props) {
-  if (props == nullptr) return ncclInvalidArgument;
-  ncclNetProperties_v11_t p;
-  ncclResult_t r = getPropertiesV11(dev, &p);
-  if (r != ncclSuccess) return r;
-  *props = ncclNetProperties_v8_t{p.name,        p.pciPath,  p.guid,          p.ptrSupport,
-                                  p.regIsGlobal, p.speed,    p.port,          p.latency,
-                                  p.maxComms,    p.maxRecvs, p.netDeviceType, p.netDeviceVersion};
-  return ncclSuccess;
-}
+constexpr auto getPropertiesV10 =
+    getOlderProperties<ncclNetProperties_v10_t, propertiesV10, getPropertiesV11>;
+constexpr auto getPropertiesV8 =
+    getOlderProperties<ncclNetProperties_v8_t, propertiesV8, getPropertiesV11>;
 
 ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listenComm) {
   return guarded("listen", [&]() -> Status {

@@ -1,0 +1,54 @@
+#include "net_properties.h"
+
+namespace terse::plugin {
+
+ncclNetProperties_v11_t hostDeviceProperties(const DeviceInfo& d, int ptrSupport, int maxComms,
+                                             int maxRecvs) {
+  ncclNetProperties_v11_t p{};
+  p.name = const_cast<char*>(d.name.c_str());
+  p.pciPath = d.pciPath.empty() ? nullptr : const_cast<char*>(d.pciPath.c_str());
+  p.guid = d.guid;
+  p.ptrSupport = ptrSupport;
+  p.regIsGlobal = 0;
+  p.forceFlush = 0;
+  p.speed = d.speedMbps;
+  p.port = 0;
+  p.latency = 0;  // not measured; NCCL then uses its own default
+  p.maxComms = maxComms;
+  p.maxRecvs = maxRecvs;
+  p.netDeviceType = NCCL_NET_DEVICE_HOST;
+  p.netDeviceVersion = 0;
+  p.vProps.ndevs = 1;
+  p.vProps.devs[0] = 0;
+  p.maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+  p.maxCollBytes = NCCL_MAX_COLLNET_SIZE_BYTES;
+  p.maxMultiRequestSize = 1;
+  return p;
+}
+
+ncclNetProperties_v10_t propertiesV10(const ncclNetProperties_v11_t& p) {
+  return ncclNetProperties_v10_t{p.name,
+                                 p.pciPath,
+                                 p.guid,
+                                 p.ptrSupport,
+                                 p.regIsGlobal,
+                                 p.forceFlush,
+                                 p.speed,
+                                 p.port,
+                                 p.latency,
+                                 p.maxComms,
+                                 p.maxRecvs,
+                                 p.netDeviceType,
+                                 p.netDeviceVersion,
+                                 p.vProps,
+                                 p.maxP2pBytes,
+                                 p.maxCollBytes};
+}
+
+ncclNetProperties_v8_t propertiesV8(const ncclNetProperties_v11_t& p) {
+  return ncclNetProperties_v8_t{p.name,        p.pciPath,  p.guid,          p.ptrSupport,
+                                p.regIsGlobal, p.speed,    p.port,          p.latency,
+                                p.maxComms,    p.maxRecvs, p.netDeviceType, p.netDeviceVersion};
+}
+
+}  // namespace terse::plugin
