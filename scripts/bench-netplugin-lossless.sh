@@ -16,20 +16,11 @@
 # moves), whatever went on the wire; "wire" is raw/wire bytes of the compressed run as the plugin
 # counted them. Exit status 77: no namespaces here (the loopback rows are still printed).
 set -euo pipefail
-# PRIORITY=1 (root): run in a session of its own whose scheduler autogroup gets nice -15, so the
-# builds of other sessions on a shared machine take less CPU from the measured processes (both
-# sides of every comparison alike). Plain nice does not reach across autogroups.
-if [ "${PRIORITY:-0}" = 1 ] && [ -z "${TERSE_BENCH_PRIORITY_SET:-}" ]; then
-  exec setsid --wait env TERSE_BENCH_PRIORITY_SET=1 bash -c \
-    'echo -15 > /proc/self/autogroup || echo "PRIORITY=1: cannot raise the priority" >&2; exec "$0" "$@"' \
-    "$0" "$@"
-fi
+. "$(dirname "$0")/lib/netplugin-bench.sh"
+netbench_priority "$@"
 cd "$(dirname "$0")/.."
 build_dir=${TERSE_BUILD_DIR:-build}
-if [ ! -x "$build_dir/bin/terse-netplugin-bench" ]; then
-  cmake -S . -B "$build_dir" -G Ninja >/dev/null
-fi
-cmake --build "$build_dir" -j2 --target terse-netplugin-bench nccl-net-terse >/dev/null
+netbench_build
 bench=$(realpath "$build_dir/bin/terse-netplugin-bench")
 
 LINKS=${LINKS:-"tcp sm tbf"}
@@ -42,7 +33,6 @@ MIN_BYTES=${TERSE_NET_LOSSLESS_MIN_BYTES:-65536}
 prefix=terse-nl
 export UCX_WARN_UNUSED_ENV_VARS=n TERSE_NET_LOSSLESS_MIN_BYTES=$MIN_BYTES
 
-median() { grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 mbps() { sed -n 's/^netplugin size=.*MBps=\([0-9.]*\).*/\1/p'; }
 wire() { sed -n 's/^netplugin lossless:.*(\([0-9.]*\)x)$/\1/p'; }
 

@@ -11,20 +11,11 @@
 # (the plugin's default; see docs/nccl-plugin.md), a window of 32 messages in flight, and peer
 # error handling where the plugin uses it (tcp; UCX 1.13's shared memory has none).
 set -euo pipefail
-# PRIORITY=1 (root): run in a session of its own whose scheduler autogroup gets nice -15, so the
-# builds of other sessions on a shared machine take less CPU from the measured processes (both
-# sides of every comparison alike). Plain nice does not reach across autogroups.
-if [ "${PRIORITY:-0}" = 1 ] && [ -z "${TERSE_BENCH_PRIORITY_SET:-}" ]; then
-  exec setsid --wait env TERSE_BENCH_PRIORITY_SET=1 bash -c \
-    'echo -15 > /proc/self/autogroup || echo "PRIORITY=1: cannot raise the priority" >&2; exec "$0" "$@"' \
-    "$0" "$@"
-fi
+. "$(dirname "$0")/lib/netplugin-bench.sh"
+netbench_priority "$@"
 cd "$(dirname "$0")/.."
 build_dir=${TERSE_BUILD_DIR:-build}
-if [ ! -x "$build_dir/bin/terse-netplugin-bench" ]; then
-  cmake -S . -B "$build_dir" -G Ninja >/dev/null
-fi
-cmake --build "$build_dir" -j2 --target terse-netplugin-bench nccl-net-terse >/dev/null
+netbench_build
 
 TLS_LIST=${TLS_LIST:-"tcp sm"}
 SIZES=${SIZES:-"1M 4M 16M"}
@@ -41,7 +32,6 @@ bytes_of() {
   esac
 }
 
-median() { grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 perftest_once() {  # tls size iters -> MB/s (overall)
   local tls=$1 size=$2 iters=$3 port=$((20000 + RANDOM % 20000)) flags=""
