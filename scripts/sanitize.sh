@@ -63,8 +63,10 @@ built=$(date +%s)
 
 # halt_on_error: the first report fails the test instead of scrolling past. detect_leaks stays
 # on: a leak in a test binary is a leak in the library. Suppressions, each with its reason, are
-# in scripts/{lsan,tsan}.supp.
-export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:print_stacktrace=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+# in scripts/{lsan,tsan}.supp. fast_unwind_on_malloc=0: Debian's UCX has no frame pointers, so
+# the fast unwinder stops at ucs_calloc and a leak report (or a suppression) could not tell
+# which UCX object leaked.
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:print_stacktrace=1:detect_leaks=1:fast_unwind_on_malloc=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 [[ -f scripts/lsan.supp ]] &&

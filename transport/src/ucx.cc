@@ -7,6 +7,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -73,6 +74,16 @@ void parkWorker(ucp_context_h context, ucp_worker_h worker) {
   static auto* parked = new std::vector<std::pair<ucp_context_h, ucp_worker_h>>();
   std::lock_guard<std::mutex> lock(mu);
   parked->emplace_back(context, worker);
+  // The module holding this code (libterse.so, or the NCCL net plugin, which NCCL dlcloses at
+  // finalize) must now stay loaded: the parked worker keeps UCX callbacks that point into it,
+  // and unloading would also drop the list above, leaving the worker unreachable (the leak
+  // LeakSanitizer reported once the CollNet plugin's peer-death test ran under it). A no-load
+  // dlopen with RTLD_NODELETE pins the already-loaded module; the handle is kept on purpose.
+  static bool pinned = false;
+  Dl_info self{};
+  if (!pinned && dladdr(reinterpret_cast<void*>(&parkWorker), &self) != 0 &&
+      self.dli_fname != nullptr)
+    pinned = dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) != nullptr;
 }
 
 // True when a UCX_TLS list names shared-memory transports only (none of which can report a
