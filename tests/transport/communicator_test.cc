@@ -79,6 +79,43 @@ TEST(Communicator, BarrierUcxThroughAStore) {
   }
 }
 
+// UCX_TLS=tcp: messages go eagerly unless the user chose UCX's threshold or turned it off
+// (TERSE_UCX_TCP_EAGER, transport/src/ucx.cc), and both protocols carry a compressed and an
+// uncompressed allreduce whose segments are far above UCX's usual rendezvous threshold.
+TEST(Communicator, TcpSendsEagerlyUnlessTheUserDecides) {
+  struct Case {
+    const char* eager;   // TERSE_UCX_TCP_EAGER, or nullptr
+    const char* thresh;  // UCX_RNDV_THRESH, or nullptr
+    bool expectEager;
+  };
+  const Case cases[] = {{nullptr, nullptr, true}, {"0", nullptr, false}, {nullptr, "8192", false}};
+  const size_t count = size_t{1} << 20;
+  for (const Case& c : cases) {
+    if (c.eager) setenv("TERSE_UCX_TCP_EAGER", c.eager, 1);
+    if (c.thresh) setenv("UCX_RNDV_THRESH", c.thresh, 1);
+    auto comms = makeUcx(2);
+    unsetenv("TERSE_UCX_TCP_EAGER");
+    unsetenv("UCX_RNDV_THRESH");
+    ASSERT_TRUE(comms[0] && comms[1]);
+    const std::string what = comms[0]->transport().describe();
+    EXPECT_EQ(what.find("eager") != std::string::npos, c.expectEager) << what;
+    onEachRank(2, [&](int r) {
+      std::vector<float> in(count), out(count);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 1000) + r);
+      for (const char* codec : {"none", "fp16"}) {
+        CollectiveOptions o;
+        o.codec = codec;
+        Status s = comms[r]->allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                       ReduceOp::kSum, o);
+        ASSERT_TRUE(s.isOk()) << what << " " << codec << ": " << s.toString();
+        for (size_t i = 0; i < count; i += 4099)
+          ASSERT_EQ(out[i], static_cast<float>(2 * (i % 1000) + 1)) << what << " " << codec;
+      }
+    });
+    onEachRank(2, [&](int r) { comms[r].reset(); });
+  }
+}
+
 TEST(Communicator, BarrierTimesOutNamingTheAbsentRank) {
   auto comms = makeInProc(2, milliseconds(100));
   Status s = comms[0]->barrier();  // rank 1 never enters

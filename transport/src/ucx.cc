@@ -3,6 +3,7 @@
 #include "terse/transport/fault.h"
 
 #include "request.h"
+#include "terse/common/env.h"
 #include "terse/common/logging.h"
 
 #include <ucp/api/ucp.h>
@@ -15,6 +16,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <string>
 
 #include <atomic>
 #include <cstdlib>
@@ -86,9 +89,8 @@ void parkWorker(ucp_context_h context, ucp_worker_h worker) {
     pinned = dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) != nullptr;
 }
 
-// True when a UCX_TLS list names shared-memory transports only (none of which can report a
-// peer's failure in UCX 1.13).
-bool onlySharedMemory(const char* tls) {
+// True when a UCX_TLS list names only transports in `allowed` (an exclusion list, "^...", never).
+bool tlsListOnly(const char* tls, std::initializer_list<const char*> allowed) {
   std::string list(tls);
   if (!list.empty() && list[0] == '^') return false;
   size_t start = 0;
@@ -96,12 +98,27 @@ bool onlySharedMemory(const char* tls) {
     size_t end = list.find(',', start);
     if (end == std::string::npos) end = list.size();
     std::string t = list.substr(start, end - start);
-    if (!t.empty() && t != "shm" && t != "sm" && t != "posix" && t != "sysv" && t != "cma" &&
-        t != "knem" && t != "xpmem" && t != "self")
-      return false;
+    bool known = t.empty();
+    for (const char* a : allowed) known = known || t == a;
+    if (!known) return false;
     start = end + 1;
   }
   return true;
+}
+
+// Shared-memory transports only: none of them can report a peer's failure in UCX 1.13.
+bool onlySharedMemory(const char* tls) {
+  return tlsListOnly(tls, {"shm", "sm", "posix", "sysv", "cma", "knem", "xpmem", "self"});
+}
+
+// TCP only (UCX_TLS=tcp, as across hosts without RDMA or the emulated links of
+// scripts/bench-network.sh). There UCX's rendezvous protocol, which it picks for messages of
+// tens of KiB and up, waits for the receiver to answer each message's request before any data
+// moves, and a receiver busy compressing or reducing answers late: at 1 Gbit/s the compressed
+// collectives' half- and quarter-size segments lost 10-15% of the link to it (docs/benchmarks.md).
+// Sending eagerly lets TCP's own buffers carry the data while the receiver computes.
+bool onlyTcp(const char* tls) {
+  return std::string(tls).find("tcp") != std::string::npos && tlsListOnly(tls, {"tcp", "self"});
 }
 
 struct PeerErrorArg {
@@ -126,6 +143,11 @@ class UcxTransport final : public Transport {
     // With only shared-memory transports allowed, asking UCX for a PEER-mode endpoint just makes
     // it log an error before we fall back; skip the question.
     peerModeUnreachable_ = tls && *tls && onlySharedMemory(tls);
+    // TERSE_UCX_TCP_EAGER (default 1) and no UCX_RNDV_THRESH of the user's: see onlyTcp().
+    auto eager = envInt("TERSE_UCX_TCP_EAGER");
+    eagerTcp_ = tls && *tls && onlyTcp(tls) && std::getenv("UCX_RNDV_THRESH") == nullptr &&
+                (!eager.isOk() || eager.value() != 0);
+    if (eagerTcp_) describe_ = std::string("ucx(") + tls + ", eager)";
   }
 
   ~UcxTransport() override { shutdown(); }
@@ -136,6 +158,16 @@ class UcxTransport final : public Transport {
     if (s != UCS_OK)
       return errorSystem("reading UCX configuration failed (%s); check the UCX_* variables",
                          ucs_status_string(s));
+    if (eagerTcp_) {
+      s = ucp_config_modify(config, "RNDV_THRESH", "inf");
+      if (s != UCS_OK) {
+        ucp_config_release(config);
+        return errorSystem(
+            "setting UCX's RNDV_THRESH for TCP failed (%s); set "
+            "TERSE_UCX_TCP_EAGER=0 to leave it to UCX",
+            ucs_status_string(s));
+      }
+    }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_TAG;
@@ -753,6 +785,7 @@ class UcxTransport final : public Transport {
   Status abortWhy_;
   RequestPool pool_;
   std::string describe_;
+  bool eagerTcp_ = false;  // UCX_TLS=tcp: rendezvous threshold raised (see onlyTcp())
 };
 
 }  // namespace
