@@ -114,6 +114,14 @@ TEST(Communicator, TcpSendsEagerlyUnlessTheUserDecides) {
     });
     onEachRank(2, [&](int r) { comms[r].reset(); });
   }
+  // A malformed setting is an error naming it, not silently the default.
+  setenv("TERSE_UCX_TCP_EAGER", "sometimes", 1);
+  auto store = createMemoryStore();
+  auto bad = Communicator::createUcx(0, 1, *store, milliseconds(10000));
+  unsetenv("TERSE_UCX_TCP_EAGER");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("TERSE_UCX_TCP_EAGER"), std::string::npos)
+      << bad.status().toString();
 }
 
 TEST(Communicator, BarrierTimesOutNamingTheAbsentRank) {

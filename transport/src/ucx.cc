@@ -145,14 +145,16 @@ class UcxTransport final : public Transport {
     peerModeUnreachable_ = tls && *tls && onlySharedMemory(tls);
     // TERSE_UCX_TCP_EAGER (default 1) and no UCX_RNDV_THRESH of the user's: see onlyTcp().
     auto eager = envInt("TERSE_UCX_TCP_EAGER");
+    if (!eager.isOk()) envError_ = eager.status();
     eagerTcp_ = tls && *tls && onlyTcp(tls) && std::getenv("UCX_RNDV_THRESH") == nullptr &&
-                (!eager.isOk() || eager.value() != 0);
+                eager.isOk() && eager.value() != 0;
     if (eagerTcp_) describe_ = std::string("ucx(") + tls + ", eager)";
   }
 
   ~UcxTransport() override { shutdown(); }
 
   Status init(const AddressAllGather& allgather) {
+    TERSE_RETURN_IF_ERROR(envError_);
     ucp_config_t* config = nullptr;
     ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
     if (s != UCS_OK)
@@ -786,6 +788,7 @@ class UcxTransport final : public Transport {
   RequestPool pool_;
   std::string describe_;
   bool eagerTcp_ = false;  // UCX_TLS=tcp: rendezvous threshold raised (see onlyTcp())
+  Status envError_;        // a malformed TERSE_UCX_TCP_EAGER, reported by init()
 };
 
 }  // namespace
