@@ -109,7 +109,10 @@ int Communicator::size() const { return transport_->size(); }
 
 // The barrier runs on the worker thread like the collectives: one thread drives the transport.
 Status Communicator::barrier() {
-  return worker_->run([this] { return barrierNow(); });
+  return worker_->run([this] {
+    TERSE_RETURN_IF_ERROR(abortStatus());
+    return barrierNow();
+  });
 }
 
 // Dissemination barrier: in round k every rank signals rank+2^k and hears from rank-2^k, so
@@ -168,7 +171,19 @@ Status Communicator::barrierNow() {
   return Status::ok();
 }
 
-void Communicator::abort(const Status& why) { transport_->abort(why); }
+void Communicator::abort(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(abortMutex_);
+    // The first reason wins, as in the transports.
+    if (abortWhy_.isOk()) abortWhy_ = why.isOk() ? errorRemote("rank %d aborted", rank()) : why;
+  }
+  transport_->abort(why);
+}
+
+Status Communicator::abortStatus() const {
+  std::lock_guard<std::mutex> lock(abortMutex_);
+  return abortWhy_;
+}
 
 void Communicator::setTimeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
@@ -219,6 +234,7 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
     }
     // The pick (and the first call's calibration) happens in order on the worker thread.
     return worker_->submit([this, call, selector]() mutable -> Status {
+      TERSE_RETURN_IF_ERROR(abortStatus());
       TERSE_ASSIGN_OR_RETURN(call.codec, selector->choose(*engine_, call));
       return engine_->run(call);
     });
@@ -227,7 +243,10 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
   if (!parsed.isOk()) return Work::completed(parsed.status());
   std::shared_ptr<const Codec> keep = parsed.value();
   call.codec = keep.get();
-  return worker_->submit([this, call, keep] { return engine_->run(call); });
+  return worker_->submit([this, call, keep] {
+    TERSE_RETURN_IF_ERROR(abortStatus());
+    return engine_->run(call);
+  });
 }
 
 Work Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType type,

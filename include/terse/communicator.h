@@ -150,8 +150,14 @@ class Communicator {
   Work submitCollective(int kind, const void* send, void* recv, size_t count, DataType type,
                         ReduceOp op, const CollectiveOptions& options);
 
+  // The abort's reason once abort() was called. Checked when each operation starts, so that
+  // operations that never touch the transport (a world of one) fail after an abort too.
+  Status abortStatus() const;
+
   std::unique_ptr<Transport> transport_;
   std::chrono::milliseconds timeout_;
+  mutable std::mutex abortMutex_;
+  Status abortWhy_;
   uint64_t barrierCount_ = 0;
   std::mutex codecMutex_;
   std::map<std::string, std::shared_ptr<const Codec>> codecs_;

@@ -144,6 +144,36 @@ TEST(Communicator, AbortFromAnotherThreadEndsAWait) {
   EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
 }
 
+// Regression: a world of one never touches its transport, so after abort() its collectives and
+// barriers used to succeed, against the contract that every later operation fails with the
+// abort's reason. Every codec, auto included, and all three collectives.
+TEST(Communicator, AbortFailsLaterOperationsInAWorldOfOne) {
+  auto comms = makeInProc(1, milliseconds(60000));
+  std::vector<float> in(1000, 1.0f), out(1000, 0.0f);
+  ASSERT_TRUE(comms[0]
+                  ->allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum)
+                  .isOk());
+  comms[0]->abort(errorInternal("watchdog gave up"));
+  comms[0]->abort(errorInternal("a second reason"));  // the first one stays
+  for (const char* codec : {"none", "fp16", "int8", "onebit", "topk", "auto:max=onebit"}) {
+    CollectiveOptions options;
+    options.codec = codec;
+    std::fill(out.begin(), out.end(), -1.0f);
+    for (Status s :
+         {comms[0]->allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum,
+                              options),
+          comms[0]->reduceScatter(in.data(), out.data(), in.size(), DataType::kFloat32,
+                                  ReduceOp::kSum, options),
+          comms[0]->allgather(in.data(), out.data(), in.size(), DataType::kFloat32, options)}) {
+      EXPECT_FALSE(s.isOk()) << codec;
+      EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
+    }
+    EXPECT_EQ(out[0], -1.0f) << codec << ": an aborted call wrote its output";
+  }
+  Status s = comms[0]->barrier();
+  EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
+}
+
 // The same over UCX: the watchdog's abort ends rank 0's wait, and rank 1, which then enters the
 // barrier, learns from the broken connection that rank 0 is gone.
 TEST(Communicator, AbortFromAnotherThreadOverUcxReachesThePeer) {
