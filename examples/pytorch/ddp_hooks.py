@@ -11,7 +11,9 @@ hooks and reports time per step and final loss side by side (docs/pytorch.md).
              --hook fp16         PyTorch's fp16_compress_hook (gloo)
              --hook powersgd     PyTorch's powerSGD_hook (gloo), --psgd-rank, starts after 10 steps
              --hook terse:SPEC   terse's hook with codec SPEC (none, fp16, bf16, int8, onebit,
-                                 topk:ratio=0.01, ...)
+                                 topk:ratio=0.01, ...), overlapping buckets with backward
+             --hook terse-sync:SPEC  the same with overlap=False: each bucket is reduced inside
+                                 the hook, backward waits for it
 
 The model is an MLP on a synthetic 10-class problem whose labels come from a fixed random teacher
 network, so there is nothing to download and every run sees the same data: rank r of n takes
@@ -107,9 +109,10 @@ def worker(args):
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.psgd_rank,
                                    start_powerSGD_iter=10)
         ddp.register_comm_hook(state, psgd.powerSGD_hook)
-    elif hook.startswith("terse:"):
+    elif hook.startswith(("terse:", "terse-sync:")):
         import terse.ddp
-        state = terse.ddp.register(ddp, hook[len("terse:"):])
+        kind, _, spec = hook.partition(":")
+        state = terse.ddp.register(ddp, spec, overlap=kind == "terse")
     elif hook != "ddp":
         sys.exit(f"unknown --hook {hook}")
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -200,13 +203,19 @@ def overhead(args):
         buffer = lambda self: self.t
         index = lambda self: 0
         parameters = lambda self: self.params
+    sync = terse.ddp.TerseState("none", overlap=False)
+    hook = best(lambda: terse.ddp.terse_hook(sync, Bucket()))
+    # Last: the first overlapping call starts the communicator's queue thread, behind which
+    # every later call of this communicator runs.
     state = terse.ddp.TerseState("none")
-    hook = best(lambda: terse.ddp.terse_hook(state, Bucket()))
+    queued = best(lambda: terse.ddp.terse_hook(state, Bucket()).wait())
     print(f"terse_allreduce through ctypes, 1 float, world of one: {raw:.1f} us")
     print(f"Communicator.allreduce (argument checks + ctypes):    {wrapped:.1f} us "
           f"(+{wrapped - raw:.1f})")
-    print(f"terse_hook on an 8-parameter bucket (+ future):       {hook:.1f} us "
+    print(f"terse_hook, overlap=False, 8-parameter bucket:        {hook:.1f} us "
           f"(+{hook - raw:.1f})")
+    print(f"terse_hook (overlap) and the future's wait():         {queued:.1f} us "
+          f"(+{queued - raw:.1f})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +284,8 @@ def table(results, args):
     names = {"ddp": "DDP allreduce (gloo), no hook", "fp16": "PyTorch fp16_compress_hook (gloo)",
              "powersgd": f"PyTorch powerSGD_hook rank {args.psgd_rank} (gloo)"}
     for r in results:
-        name = names.get(r["hook"], "terse_hook")
+        name = names.get(r["hook"], "terse_hook, overlap=False" if r["hook"].startswith(
+            "terse-sync:") else "terse_hook")
         lines.append(f"| {name} | {r['codec'] or '-'} | {r['steps_per_s']:.2f} | "
                      f"{r['steps_per_s'] / base['steps_per_s']:.2f}x | "
                      f"{' '.join(f'{v:.2f}' for v in r['steps_per_s_all'])} | "

@@ -4,6 +4,7 @@ Tensors are anything with torch's tensor interface (``data_ptr()``, ``numel()``,
 ``is_contiguous()``, ``device``); this module does not import torch itself, so the communicator
 is usable (and testable) without it.
 """
+import concurrent.futures
 import ctypes
 import functools
 import struct
@@ -51,7 +52,10 @@ class Communicator:
     TERSE_TIMEOUT_MS passed.
 
     One thread at a time may call into a communicator; this object serialises its own calls with
-    a lock so that hooks running on autograd threads cannot interleave.
+    a lock so that hooks running on autograd threads cannot interleave. ``allreduce_async``
+    queues calls to one background thread of this communicator; once it has, every later call
+    (blocking ones included) goes through that queue, so collectives start in the order this
+    process issued them, which every rank must share.
     """
 
     def __init__(self):
@@ -60,6 +64,9 @@ class Communicator:
         check(l.terse_comm_create(ctypes.byref(handle)))
         self._handle = handle
         self._lock = threading.Lock()
+        self._queue = None   # concurrent.futures executor of one thread, made by allreduce_async
+        self._queue_lock = threading.Lock()
+        self._worker = None  # the queue thread's ident, once it ran something
         self.rank = l.terse_comm_rank(handle)
         self.size = l.terse_comm_size(handle)
 
@@ -71,6 +78,12 @@ class Communicator:
     def close(self):
         """Finishes queued collectives and closes the connections (collective in practice: peers
         still talking to this rank get errors)."""
+        queue = getattr(self, "_queue", None)
+        if queue is not None:
+            # From the queue's own thread (the last reference dropped there) it cannot be joined;
+            # the calls queued before this one have run by then.
+            queue.shutdown(wait=threading.get_ident() != self._worker)
+            self._queue = None
         if getattr(self, "_handle", None) is not None:
             _lib.lib().terse_comm_destroy(self._handle)
             self._handle = None
@@ -91,9 +104,33 @@ class Communicator:
         state = "closed" if self._handle is None else f"rank {self.rank} of {self.size}"
         return f"<terse.Communicator {state}>"
 
+    def _in_order(self, call):
+        """Runs call() now, or behind the queued asynchronous calls when there are any."""
+        if self._queue is None or threading.get_ident() == self._worker:
+            return call()   # nothing queued, or called from the queue's thread (a callback)
+        return self._submit(call).result()
+
+    def _submit(self, call):
+        def run():
+            self._worker = threading.get_ident()
+            return call()
+        with self._queue_lock:
+            if self._queue is None:
+                self._queue = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="terse-comm")
+            return self._queue.submit(run)
+
+    def wait(self):
+        """Returns once every collective queued by allreduce_async has finished (their errors
+        stay in their futures)."""
+        if self._queue is not None and threading.get_ident() != self._worker:
+            self._submit(lambda: None).result()
+
     def barrier(self):
-        with self._lock:
-            check(_lib.lib().terse_comm_barrier(self._h()))
+        def call():
+            with self._lock:
+                check(_lib.lib().terse_comm_barrier(self._h()))
+        self._in_order(call)
 
     def abort(self, reason=None):
         """Fails every pending and later call of this rank (any thread may call it)."""
@@ -105,13 +142,8 @@ class Communicator:
         _lib.lib().terse_comm_part(self._h(), count, ctypes.byref(off), ctypes.byref(length))
         return off.value, length.value
 
-    def allreduce(self, tensor, codec="none", op="avg", feedback=None, out=None):
-        """Allreduces a contiguous CPU tensor in place (or into ``out``) with ``codec``.
-
-        op is "avg" (divides by the world size in float32 before any narrowing) or "sum".
-        feedback is a Feedback made for this codec and element count, or None. Returns the
-        tensor that holds the result.
-        """
+    def _allreduce_call(self, tensor, codec, op, feedback, out):
+        """Checks allreduce's arguments and returns the call that runs it."""
         if op not in _OPS:
             raise ValueError(f"terse: op must be 'avg' or 'sum', not {op!r}")
         send, count, dtype = _host_buffer(tensor, "the tensor")
@@ -122,10 +154,34 @@ class Communicator:
                 raise ValueError("terse: out must have the tensor's element count and dtype")
         spec = _codec_bytes(codec)
         fb = feedback._h() if feedback is not None else None
-        with self._lock:
-            check(_lib.lib().terse_allreduce(self._h(), send, recv, count, dtype, _OPS[op], spec,
-                                             fb))
-        return tensor if out is None else out
+
+        def call():
+            # The closure holds tensor, out and feedback, so a queued call keeps them alive.
+            with self._lock:
+                check(_lib.lib().terse_allreduce(self._h(), send, recv, count, dtype, _OPS[op],
+                                                 spec, fb if feedback is not None else None))
+            return tensor if out is None else out
+        return call
+
+    def allreduce(self, tensor, codec="none", op="avg", feedback=None, out=None):
+        """Allreduces a contiguous CPU tensor in place (or into ``out``) with ``codec``.
+
+        op is "avg" (divides by the world size in float32 before any narrowing) or "sum".
+        feedback is a Feedback made for this codec and element count, or None. Returns the
+        tensor that holds the result.
+        """
+        return self._in_order(self._allreduce_call(tensor, codec, op, feedback, out))
+
+    def allreduce_async(self, tensor, codec="none", op="avg", feedback=None, out=None):
+        """allreduce on this communicator's background thread: returns at once with a
+        concurrent.futures.Future of the result tensor (its exception a TerseError when the
+        collective fails). Arguments are checked here, before queueing. The tensor, ``out`` and
+        the feedback must stay alive and untouched until the future is done; calls run one at a
+        time in the order they were made (ctypes releases the GIL while terse works, so Python
+        code such as autograd's backward goes on meanwhile)."""
+        call = self._allreduce_call(tensor, codec, op, feedback, out)
+        self._h()
+        return self._submit(call)
 
 
 _HEADER = struct.Struct("<IIIiQQQ")  # docs/wire-format.md, "Error-feedback checkpoint"

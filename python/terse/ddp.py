@@ -94,10 +94,16 @@ class TerseState:
     process_group: the group DDP reduces over (default: the whole world). terse always reduces
         over its own communicator, so the two must be the same ranks in the same order; this is
         checked when torch.distributed is initialized.
+    overlap: True (default) queues each CPU bucket's reduction on the communicator's background
+        thread and returns a pending future, so backward goes on computing the next buckets'
+        gradients meanwhile, as DDP's own allreduce does; False reduces inside the hook and
+        returns a completed future. CUDA buckets are always reduced inside the hook.
     """
 
-    def __init__(self, codec="none", error_feedback=None, communicator=None, process_group=None):
+    def __init__(self, codec="none", error_feedback=None, communicator=None, process_group=None,
+                 overlap=True):
         self.spec = canonical_spec(codec)
+        self.overlap = bool(overlap)
         self.error_feedback = _wants_feedback(self.spec) if error_feedback is None else bool(
             error_feedback)
         self.comm = communicator if communicator is not None else default_communicator()
@@ -121,7 +127,7 @@ class TerseState:
 
     def __repr__(self):
         return (f"TerseState(codec={self.spec!r}, error_feedback={self.error_feedback}, "
-                f"rank {self.comm.rank} of {self.comm.size}, {len(self._buckets)} buckets)")
+                f"overlap={self.overlap}, rank {self.comm.rank} of {self.comm.size}, {len(self._buckets)} buckets)")
 
     # Error feedback per bucket -----------------------------------------------------------
 
@@ -161,6 +167,7 @@ class TerseState:
         if entry is not None and entry.layout == layout and entry.ids == ids:
             return entry.feedback
         if entry is not None:
+            self.comm.wait()   # a queued reduction may still use it
             entry.feedback.close()
         entry = _Entry(layout, ids, Feedback(self.spec, count))
         self._buckets[index] = entry
@@ -170,6 +177,7 @@ class TerseState:
     def reset(self):
         """Zeroes every bucket's residuals (e.g. after a step a loss scaler skipped), those
         loaded from a checkpoint and not yet in use included."""
+        self.comm.wait()
         with self._lock:
             for entry in list(self._buckets.values()) + list(self._pending.values()):
                 entry.feedback.reset()
@@ -180,6 +188,7 @@ class TerseState:
         """This rank's hook state, for torch.save beside the model and optimizer. Residuals are
         per rank: every rank saves and loads its own. Values are tensors, ints, strings and
         lists, so torch.load(..., weights_only=True) reads it."""
+        self.comm.wait()
         with self._lock:
             buckets = {}
             for index, entry in list(self._pending.items()) + list(self._buckets.items()):
@@ -228,6 +237,7 @@ class TerseState:
         if loaded and not self.error_feedback:
             warnings.warn("terse: the checkpoint holds error-feedback state but this TerseState "
                           "runs without error feedback; it is ignored")
+        self.comm.wait()
         with self._lock:
             for entry in list(self._buckets.values()) + list(self._pending.values()):
                 entry.feedback.close()
@@ -243,6 +253,16 @@ class TerseState:
                               pin_memory=torch.cuda.is_available())
             self._staging[index] = buf
         return buf
+
+    def reduce_async(self, bucket):
+        """Queues the bucket's average on the communicator's background thread; returns a
+        concurrent.futures.Future of the bucket's tensor (CPU buckets only)."""
+        tensor = _bucket_tensor(bucket)
+        index = _bucket_index(bucket)
+        with self._lock:
+            self.calls += 1
+            fb = self._feedback_for(index, bucket, tensor) if self.error_feedback else None
+            return self.comm.allreduce_async(tensor, self.spec, "avg", fb)
 
     def reduce(self, bucket):
         """Averages the bucket's gradients over the ranks in place; returns the tensor."""
@@ -263,15 +283,35 @@ class TerseState:
         return tensor
 
 
+def _result(fut):
+    return fut.wait()
+
+
 def terse_hook(state, bucket):
     """DDP communication hook: ``model.register_comm_hook(TerseState(...), terse_hook)``.
 
-    Reduces the bucket through terse (blocking) and returns a completed Future holding the
-    averaged gradients, as DDP expects.
+    Returns a Future of the bucket's averaged gradients, as DDP expects: pending while terse's
+    background thread reduces it when the state overlaps (CPU buckets), completed otherwise.
+    A failed reduction is the future's error, which DDP raises out of backward().
     """
     if not isinstance(state, TerseState):
         raise TypeError(f"terse_hook's state must be a terse.ddp.TerseState, not "
                         f"{type(state).__name__}")
+    if state.overlap and _bucket_tensor(bucket).device.type == "cpu":
+        fut = torch.futures.Future()
+        done = state.reduce_async(bucket)
+
+        def finish(done):
+            error = done.exception()
+            if error is None:
+                fut.set_result(done.result())
+            else:
+                fut.set_exception(error)
+        done.add_done_callback(finish)
+        # DDP reads the value of the future it gets in C++, where a Python future's exception
+        # is only an object that fails to cast to a tensor; a then() callback that raises fails
+        # its future as an error proper, so backward() raises terse's message.
+        return fut.then(_result)
     tensor = state.reduce(bucket)
     if tensor.device.type == "cuda":
         fut = torch.futures.Future(devices=[tensor.device])

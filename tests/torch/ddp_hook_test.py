@@ -129,7 +129,7 @@ class Checker:
         fb = state._feedback_for(index, bucket, tensor) if state.error_feedback else None
         before = fb.to_bytes() if fb is not None else None
         fut = terse_hook(state, bucket)
-        assert fut.done(), "the hook must return a completed future"
+        fut.wait()  # with overlap the reduction runs on terse's thread; the checks need it done
         out = fut.value().detach().clone()
         assert out.data_ptr() == tensor.data_ptr() or torch.equal(out, tensor)
         after = fb.to_bytes() if fb is not None else None
@@ -301,16 +301,19 @@ def ddp_worker(args):
         same_everywhere(flat_params(model), f"{codec}: parameters after {STEPS} steps")
         assert all(math.isfinite(v) for v in losses), f"{codec}: losses {losses}"
         assert state.calls == checker.buckets and state.calls >= STEPS
+        overlapped = overlap_run(codec, rank, flat_params(model), losses)
         summary.append((codec, state.spec, state.error_feedback, checker.buckets,
-                        len(state._buckets), checker.worst, losses[0], losses[-1]))
+                        len(state._buckets), checker.worst, losses[0], losses[-1], overlapped))
     if rank == 0:
         print(f"{'codec':<38}{'EF':<4}{'buckets':>8}{'layouts':>8}{'worst err/bound':>16}"
-              f"{'loss 1st':>10}{'loss last':>10}")
-        for codec, spec, ef, b, nb, worst, l0, l1 in summary:
+              f"{'loss 1st':>10}{'loss last':>10}{'pending':>9}")
+        for codec, spec, ef, b, nb, worst, l0, l1, pend in summary:
             print(f"{spec:<38}{'yes' if ef else 'no':<4}{b:>8}{nb:>8}{worst:>16.3f}{l0:>10.4f}"
-                  f"{l1:>10.4f}")
+                  f"{l1:>10.4f}{pend:>9}")
+        print("pending: buckets whose future was still pending when the overlapping hook "
+              "returned (rank 0)", flush=True)
     base = summary[0][7]
-    for codec, _, _, _, _, _, _, last in summary[1:4]:
+    for codec, _, _, _, _, _, _, last, _ in summary[1:4]:
         assert abs(last / base - 1) < 0.01, f"{codec}: final loss {last} vs none's {base}"
 
     for codec in ("onebit", "topk"):
@@ -325,6 +328,41 @@ def ddp_worker(args):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def overlap_run(codec, rank, checked_params, checked_losses):
+    """Trains the same steps through the plain hook, which overlaps (terse's thread reduces each
+    bucket while backward goes on), and through a state that does not; both must end with the
+    checked run's parameters and losses bit for bit. Returns how many of the overlapping hook's
+    futures were still pending when it returned."""
+    import threading
+    import torch
+    import terse.ddp
+    results = {}
+    pending = 0
+    for overlap in (True, False):
+        model, ddp, opt = new_ddp()
+        state = terse.ddp.TerseState(codec, overlap=overlap)
+        returned = []
+
+        def hook(st, bucket):
+            fut = terse.ddp.terse_hook(st, bucket)
+            returned.append(fut.done())
+            return fut
+        ddp.register_comm_hook(state, hook)
+        losses = train(ddp, opt, STEPS, rank)
+        results[overlap] = (flat_params(model), losses)
+        if overlap:
+            pending = returned.count(False)
+            worker = state.comm._worker
+            assert worker is not None and worker != threading.get_ident(), \
+                f"{codec}: the overlapping hook did not reduce on terse's thread"
+        else:
+            assert all(returned), f"{codec}: overlap=False returned a pending future"
+    for overlap, (params, losses) in results.items():
+        assert torch.equal(params, checked_params) and losses == checked_losses, \
+            f"{codec}: training with overlap={overlap} differs from the checked run"
+    return pending
 
 
 def save_load(args, codec, rank, n):
@@ -492,24 +530,55 @@ def unit(args):
         and "TERSE_LIBRARY" in r.stdout, r.stdout
     checks.append("a wrong TERSE_LIBRARY fails naming the path")
 
-    # Every codec, every bucket dtype, both GradBucket APIs: a completed future holding the
-    # reduced bucket, in place.
+    # Every codec, every bucket dtype, both GradBucket APIs, with and without overlap: a future
+    # holding the reduced bucket, in place (completed at return without overlap); both modes
+    # give the same bits and residuals.
     for codec in CODECS:
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            state = TerseState(codec)
-            g = torch.Generator().manual_seed(3)
-            w = torch.nn.Parameter(torch.zeros(300, 10, dtype=dtype))
-            t = torch.randn(3000, generator=g).to(dtype)
-            x = t.clone()
-            for bucket in (FakeBucket(t, 0, [w]), OldBucket(t, 1)):
-                fut = terse_hook(state, bucket)
-                assert fut.done() and fut.value() is t
-            if codec == "none":
-                assert torch.equal(t, x), "none at a world of one must be exact"
-            elif codec in ("fp16", "bf16") and str(dtype).endswith(codec.replace("fp", "float")):
-                assert torch.equal(t, x), f"{codec} of {dtype} values must be exact"
-            assert torch.isfinite(t.float()).all()
-    checks.append("6 codecs x float32/float16/bfloat16 x new/old GradBucket: completed futures")
+            outcome = {}
+            for overlap in (False, True):
+                state = TerseState(codec, overlap=overlap)
+                g = torch.Generator().manual_seed(3)
+                w = torch.nn.Parameter(torch.zeros(300, 10, dtype=dtype))
+                t = torch.randn(3000, generator=g).to(dtype)
+                x = t.clone()
+                futs = [terse_hook(state, b) for b in (FakeBucket(t, 0, [w]), OldBucket(t, 1))]
+                for fut in futs:
+                    assert overlap or fut.done(), "overlap=False must return a completed future"
+                    assert fut.wait() is t and fut.value() is t
+                if codec == "none":
+                    assert torch.equal(t, x), "none at a world of one must be exact"
+                elif codec in ("fp16", "bf16") and str(dtype).endswith(
+                        codec.replace("fp", "float")):
+                    assert torch.equal(t, x), f"{codec} of {dtype} values must be exact"
+                assert torch.isfinite(t.float()).all()
+                fbs = [state.feedback(i) for i in (0, 1)]
+                outcome[overlap] = (t, [f.to_bytes() if f is not None else None for f in fbs])
+            assert torch.equal(outcome[False][0], outcome[True][0]) and \
+                outcome[False][1] == outcome[True][1], f"{codec} {dtype}: overlap changes results"
+    checks.append("6 codecs x float32/float16/bfloat16 x new/old GradBucket x overlap on/off: "
+                  "futures of the in-place result, the same bits and residuals either way")
+
+    # Overlap: buckets queue on the communicator's thread in hook order; the communicator's
+    # blocking calls wait behind them; a failed queued call is its future's error.
+    state = TerseState("onebit")
+    assert state.overlap, "overlap is the default"
+    g = torch.Generator().manual_seed(5)
+    ts = [torch.randn(70000 + 1000 * i, generator=g) for i in range(4)]
+    ref = [t.clone() for t in ts]
+    futs = [terse_hook(state, FakeBucket(t, i, [])) for i, t in enumerate(ts)]
+    ref_fbs = [terse.Feedback("onebit:block=2048", t.numel()) for t in ref]
+    for t, fb in zip(ref, ref_fbs):
+        state.comm.allreduce(t, state.spec, "avg", fb)   # queued behind the four buckets
+    assert all(f.done() for f in futs), "a blocking call overtook queued reductions"
+    for i, (t, r) in enumerate(zip(ts, ref)):
+        assert torch.equal(t, r) and state.feedback(i).to_bytes() == ref_fbs[i].to_bytes()
+    bad = state.comm.allreduce_async(torch.zeros(10), "onebit", "avg",
+                                     terse.Feedback("onebit", 20))
+    expect_raises(terse.TerseError, bad.result, "20")
+    state.comm.wait()
+    checks.append("overlap: queued buckets run in order, blocking calls wait behind them, a "
+                  "failed queued call is its future's TerseError")
 
     # Bad input: clear errors.
     state = TerseState("onebit")
@@ -562,7 +631,7 @@ def unit(args):
     ref = out1.clone()
     copy_fb = terse.Feedback.from_bytes(sd["buckets"][0]["feedback"].numpy().tobytes())
     fresh.comm.allreduce(ref, fresh.spec, "avg", copy_fb)
-    terse_hook(fresh, FakeBucket(out1, 0, [a, b]))
+    terse_hook(fresh, FakeBucket(out1, 0, [a, b])).wait()
     assert fresh.claimed == 1 and torch.equal(out1, ref), "the loaded residuals were not applied"
     # Bucket 1's saved layout never comes: after two mismatches it is dropped with a warning.
     with warnings.catch_warnings(record=True) as caught:
@@ -604,6 +673,26 @@ def unit(args):
         checks.append("CUDA bucket staged through host memory")
     else:
         print("SKIP (part): CUDA buckets: torch.cuda.is_available() is False here")
+
+    # Last, as it ends the communicator: after an abort, backward() of a DDP model (a gloo world
+    # of one) raises terse's message, with and without overlap.
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port_pair()}", rank=0,
+                            world_size=1)
+    models = {}
+    for overlap in (True, False):
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(10, 10))
+        models[overlap] = (ddp, terse.ddp.register(ddp, "int8", overlap=overlap))
+        ddp(torch.randn(4, 10)).sum().backward()
+    models[True][1].comm.abort("unit test aborts")
+    for overlap, (ddp, state) in models.items():
+        fut = terse_hook(state, FakeBucket(torch.randn(100), 0, [])) if overlap else None
+        if fut is not None:
+            expect_raises(RuntimeError, fut.wait, "TerseError", "unit test aborts")
+        expect_raises(RuntimeError, lambda: ddp(torch.randn(4, 10)).sum().backward(),
+                      "TerseError", "unit test aborts")
+    terse.ddp.shutdown()
+    checks.append("after abort() backward() raises terse's error, with and without overlap")
 
     for c in checks:
         print("ok:", c)
@@ -651,7 +740,7 @@ def example(args):
     import json
     out = os.path.abspath(args.work)
     shutil.rmtree(out, ignore_errors=True)
-    hooks = "ddp powersgd terse:onebit"
+    hooks = "ddp powersgd terse:onebit terse-sync:onebit"
     cmd = [sys.executable, os.path.join(ROOT, "examples", "pytorch", "ddp_hooks.py"), "compare",
            "--nproc", "2", "--steps", "14", "--warmup", "12", "--hidden", "64", "--depth", "2",
            "--hooks", hooks, "--out", out, "--timeout", "200", "--port", str(free_port_pair())]
@@ -663,6 +752,9 @@ def example(args):
     for r in results:
         assert r["steps_per_s"] > 0 and math.isfinite(r["held_out_loss"]), r
         assert r["held_out_loss"] < r["first_loss"] * 1.5, r
+    overlapped, blocking = results[2], results[3]
+    for key in ("train_loss_last10", "held_out_loss"):
+        assert overlapped[key] == blocking[key], f"{key}: overlap changed training: {results}"
     print("PASS")
 
 
