@@ -127,7 +127,8 @@ class TerseState:
 
     def __repr__(self):
         return (f"TerseState(codec={self.spec!r}, error_feedback={self.error_feedback}, "
-                f"overlap={self.overlap}, rank {self.comm.rank} of {self.comm.size}, {len(self._buckets)} buckets)")
+                f"overlap={self.overlap}, rank {self.comm.rank} of {self.comm.size}, "
+                f"{len(self._buckets)} buckets)")
 
     # Error feedback per bucket -----------------------------------------------------------
 
