@@ -16,6 +16,10 @@
         into the running state reproduces the continued run bit for bit, zeroed residuals do not,
         and a new DDP model with a new state loaded from it takes the residuals up once DDP has
         rebuilt its buckets.
+  peer-death: torchrun starts --world ranks training with the hook (int8, several buckets),
+        with and without overlap (--overlap on/off); the last rank exits in the middle of a
+        step (inside the hook, between two buckets). Every survivor's backward() must raise
+        terse's error naming the dead rank, well within TERSE_TIMEOUT_MS, and never hang.
   unit: one process (a world of one): old and new GradBucket APIs, float16/bfloat16 buckets,
         bad dtypes, codecs and checkpoints give clear errors, bucket-layout tracking, the library
         search, CUDA buckets (skipped without a GPU).
@@ -469,6 +473,109 @@ def ddp_driver(args):
 
 
 # ---------------------------------------------------------------------------------------------
+# peer-death: a rank dies mid-step; the others' backward() fails naming it
+
+DEATH_TIMEOUT_MS = 30000   # TERSE_TIMEOUT_MS for the ranks: detection must come well before it
+DEATH_STEP = 3             # the victim dies in this step's hook, before its second bucket
+
+
+def peer_death_driver(args):
+    import json
+    os.makedirs(args.work, exist_ok=True)
+    for name in os.listdir(args.work):
+        if name.startswith("death-"):
+            os.remove(os.path.join(args.work, name))
+    port = free_port_pair()
+    env = dict(os.environ, TERSE_TIMEOUT_MS=str(DEATH_TIMEOUT_MS), TERSE_CPU_THREADS="1")
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TERSE_STORE", None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
+           "--master_addr", "127.0.0.1", "--master_port", str(port),
+           "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(args.work, "logs"),
+           os.path.abspath(__file__), "peer-death-worker", "--work", args.work,
+           "--overlap", args.overlap]
+    print("+", " ".join(cmd), flush=True)
+    try:
+        done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s (a survivor hung?)")
+    if done.returncode != 0:
+        sys.exit(f"FAIL: torchrun exited with {done.returncode}")
+    victim = args.world - 1
+    for rank in range(args.world):
+        path = os.path.join(args.work, f"death-{rank}.json")
+        if not os.path.exists(path):
+            sys.exit(f"FAIL: rank {rank} wrote no result ({path})")
+        with open(path) as f:
+            r = json.load(f)
+        print(f"rank {rank}: {r}", flush=True)
+        if rank == victim:
+            assert r["died_in_step"] == DEATH_STEP, r
+            continue
+        assert r["failed_in_step"] == DEATH_STEP, \
+            f"rank {rank}: backward() of step {DEATH_STEP} should fail: {r}"
+        assert r["type"] == "RuntimeError" and "TerseError" in r["error"], r
+        assert f"rank {victim}" in r["error"], f"rank {rank}: the error does not name rank " \
+            f"{victim}: {r['error']}"
+        assert r["seconds"] < DEATH_TIMEOUT_MS / 1000 / 2, \
+            f"rank {rank}: {r['seconds']:.1f} s to fail; TERSE_TIMEOUT_MS is {DEATH_TIMEOUT_MS}"
+    print(f"PASS: overlap={args.overlap}: every survivor's backward() raised terse's error "
+          f"naming rank {victim}", flush=True)
+
+
+def peer_death_worker(args):
+    import json
+    import time
+    import torch
+    import torch.distributed as dist
+    import terse.ddp
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    victim = n - 1
+    model, ddp, opt = new_ddp()
+    state = terse.ddp.TerseState("int8", overlap=args.overlap == "on")
+    step = [0]
+
+    def write(result):
+        with open(os.path.join(args.work, f"death-{rank}.json"), "w") as f:
+            json.dump(result, f)
+
+    def hook(st, bucket):
+        from terse.ddp import _bucket_index
+        if rank == victim and step[0] == DEATH_STEP and _bucket_index(bucket) == 1:
+            write({"died_in_step": step[0]})
+            os._exit(0)  # exit 0: torchrun would otherwise stop the survivors itself
+        return terse.ddp.terse_hook(st, bucket)
+    ddp.register_comm_hook(state, hook)
+    result = {"failed_in_step": None}
+    for s in range(DEATH_STEP + 2):
+        step[0] = s
+        x, y = batch(s, rank)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        start = time.monotonic()
+        try:
+            loss.backward()
+        except Exception as e:  # what a training script sees
+            result = {"failed_in_step": s, "type": type(e).__name__, "error": str(e)[:2000],
+                      "seconds": time.monotonic() - start}
+            break
+        opt.step()
+    write(result)
+    # Stay until every survivor has its result: a survivor that exits closes its connections,
+    # and one still inside the collective would then (rightly) blame that survivor, not the
+    # victim. The failed communicator and the gloo group (whose peer is gone) are not torn down.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(args.work, f"death-{r}.json")) for r in range(n)):
+        time.sleep(0.05)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+# ---------------------------------------------------------------------------------------------
 # unit: a world of one
 
 class FakeBucket:
@@ -761,7 +868,10 @@ def example(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["ddp", "ddp-worker", "unit", "pip", "example"])
+    p.add_argument("mode", choices=["ddp", "ddp-worker", "peer-death", "peer-death-worker",
+                                    "unit", "pip", "example"])
+    p.add_argument("--overlap", choices=["on", "off"], default="on",
+                   help="peer-death: the hook's overlap setting")
     p.add_argument("--work", default="ddp_hook_test.work")
     p.add_argument("--world", type=int, default=3)
     p.add_argument("--timeout", type=int, default=240)
@@ -769,9 +879,10 @@ def main():
     args = p.parse_args()
     if args.mode != "pip":
         require_torch()
-    if args.mode != "ddp-worker" and args.mode != "pip":
+    if args.mode not in ("ddp-worker", "peer-death-worker", "pip"):
         sys.path.insert(0, os.path.join(ROOT, "python"))
-    {"ddp": ddp_driver, "ddp-worker": ddp_worker, "unit": unit, "pip": pip,
+    {"ddp": ddp_driver, "ddp-worker": ddp_worker, "peer-death": peer_death_driver,
+     "peer-death-worker": peer_death_worker, "unit": unit, "pip": pip,
      "example": example}[args.mode](args)
 
 
