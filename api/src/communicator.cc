@@ -111,7 +111,14 @@ int Communicator::size() const { return transport_->size(); }
 Status Communicator::barrier() {
   return worker_->run([this] {
     TERSE_RETURN_IF_ERROR(abortStatus());
-    return barrierNow();
+    Status s = barrierNow();
+    // As after a failed collective (CollectiveEngine::run): ranks in later rounds may wait on
+    // this one; dropping the connections tells them now.
+    if (!s.isOk()) {
+      transport_->abort(s);
+      transport_->progress();  // see CollectiveEngine::giveUp
+    }
+    return s;
   });
 }
 

@@ -218,7 +218,29 @@ Status CollectiveEngine::run(const CollectiveOp& op) {
   }
   if (op.feedback) op.feedback->prepareFor(op.codec->spec());
   const uint32_t seq = seq_++;
-  TERSE_RETURN_IF_ERROR(exchangeDescriptors(op, seq));
+  Status agreed = exchangeDescriptors(op, seq);
+  // kInvalidUsage here is the ranks' verdict on the call, which all of them reached alike.
+  if (agreed.code() == StatusCode::kInvalidUsage) return agreed;
+  if (!agreed.isOk()) return giveUp(op, seq, std::move(agreed));
+  Status s = runAgreed(op, seq);
+  return s.isOk() ? s : giveUp(op, seq, std::move(s));
+}
+
+Status CollectiveEngine::giveUp(const CollectiveOp& op, uint32_t seq, Status why) {
+  // The peers may be waiting for this rank's messages of this call (or, as in a ring, for a
+  // neighbour that waits for them): without the abort they would learn only at their timeout.
+  // WARN: the peers' errors only say that this rank went away; this line says why.
+  TERSE_WARN(kSubsysColl,
+             "rank %d: %s #%u failed, aborting the transport so the peers fail now: %s",
+             transport_.rank(), collectiveName(op.kind), seq, why.message().c_str());
+  transport_.abort(why);
+  // A transport acts on an abort on its driving thread, which is this one; this rank may make
+  // no further call for a long time (or ever), so act now.
+  transport_.progress();
+  return why;
+}
+
+Status CollectiveEngine::runAgreed(const CollectiveOp& op, uint32_t seq) {
   TERSE_TRACE(kSubsysColl, "%s #%u: %zu x %s, %s, codec %s%s", collectiveName(op.kind), seq,
               op.count, dataTypeName(op.dtype), reduceOpName(op.op), op.codec->spec().c_str(),
               op.device ? ", device buffers" : "");

@@ -174,6 +174,57 @@ TEST(Communicator, AbortFailsLaterOperationsInAWorldOfOne) {
   EXPECT_NE(s.message().find("watchdog gave up"), std::string::npos) << s.toString();
 }
 
+// Regression: rank 3 of a ring allreduce drops every connection in the middle of the reduce
+// phase. Rank 0, which receives from it, failed at once, but ranks 1 and 2 wait on rank 0 and
+// rank 1, which had stopped without telling anyone: they sat out the whole timeout. A rank whose
+// collective fails after the ranks agreed on it now aborts its transport, so the failure
+// travels round the ring at once. Every rank must fail well inside the timeout, over both
+// backends (over the in-process fabric the error also carries the first failure's reason).
+class RingFailureTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RingFailureTest, APeerDroppingOutMidCallFailsEveryRankAtOnce) {
+  const bool ucx = GetParam();
+  const milliseconds timeout(20000);
+  setenv("TERSE_FAULT", "drop:rank=3:phase=reduce:after_sends=2", 1);
+  auto comms = ucx ? makeUcx(4) : makeInProc(4, timeout);
+  unsetenv("TERSE_FAULT");
+  for (auto& c : comms) {
+    ASSERT_TRUE(c);
+    c->setTimeout(timeout);
+  }
+  const size_t count = 1 << 20;  // far above the small-message threshold: the ring
+  std::vector<Status> results(4);
+  std::vector<double> seconds(4);
+  onEachRank(4, [&](int r) {
+    std::vector<float> in(count, 1.0f + r), out(count);
+    auto start = std::chrono::steady_clock::now();
+    results[r] =
+        comms[r]->allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_FALSE(results[r].isOk()) << "rank " << r;
+    EXPECT_LT(seconds[r], 10.0) << "rank " << r
+                                << " waited for its timeout: " << results[r].toString();
+    if (r != 3) {
+      EXPECT_EQ(results[r].code(), StatusCode::kRemoteError) << results[r].toString();
+      if (!ucx) {
+        EXPECT_NE(results[r].message().find("rank 3"), std::string::npos)
+            << "rank " << r << ": " << results[r].toString();
+      }
+    }
+  }
+  // The communicator of a rank that gave up stays failed with the same error.
+  Status again = comms[1]->barrier();
+  EXPECT_FALSE(again.isOk());
+  onEachRank(4, [&](int r) { comms[r].reset(); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, RingFailureTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return std::string(param.param ? "Ucx" : "InProc");
+                         });
+
 // The same over UCX: the watchdog's abort ends rank 0's wait, and rank 1, which then enters the
 // barrier, learns from the broken connection that rank 0 is gone.
 TEST(Communicator, AbortFromAnotherThreadOverUcxReachesThePeer) {

@@ -467,8 +467,8 @@ class UcxTransport final : public Transport {
     droppedOnly_[peer] = false;  // whatever disconnect() assumed, the connection is broken now
     if (!peerFailed_[peer].isOk()) return;
     peerFailed_[peer] = errorRemote(
-        "the connection to rank %d broke (UCX: %s); rank %d probably "
-        "died or closed its transport",
+        "the connection to rank %d broke (UCX: %s); rank %d probably died, aborted, or gave up "
+        "after a failure of its own (its log says which), or closed its transport",
         peer, ucs_status_string(status), peer);
     // INFO, not WARN: a peer that finished and closed its transport looks the same at the end of
     // a job; operations that involve a failed peer report it through their Status.

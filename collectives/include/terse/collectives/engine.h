@@ -62,6 +62,13 @@ class CollectiveEngine {
   // Runs one collective to completion on the calling thread. On error, every request it posted
   // has been cancelled and the message names the failing peer or the disagreement; recv is then
   // unspecified (partially written) and must not be used.
+  //
+  // Errors found before any data moved (this rank's arguments, ranks disagreeing on the call)
+  // leave every rank in step and the transport usable. Any other failure (a dead or silent
+  // peer, a corrupt message, a local system error) leaves the ranks out of step: the engine
+  // then aborts the transport with that error, so the peers still waiting on this rank fail at
+  // once, naming it, instead of waiting out their timeout, and every later operation of this
+  // rank fails with the same error.
   Status run(const CollectiveOp& op);
 
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
@@ -89,6 +96,8 @@ class CollectiveEngine {
  private:
   Status validate(const CollectiveOp& op) const;
   Status dispatch(const CollectiveOp& op, uint32_t seq);
+  Status runAgreed(const CollectiveOp& op, uint32_t seq);
+  Status giveUp(const CollectiveOp& op, uint32_t seq, Status why);
   // `none` on device buffers: stage through pinned host memory around the host algorithms.
   Status stagedUncompressed(const CollectiveOp& op, uint32_t seq);
   // rejected: this rank found its own arguments invalid and tells the others so.
