@@ -450,13 +450,14 @@ def free_port_pair():
     raise RuntimeError("no two consecutive free ports")
 
 
-def ddp_driver(args):
+def run_torchrun(args, worker_mode, extra_env, worker_args=()):
+    """Runs this file's `worker_mode` on --world ranks under torchrun on loopback; exits with
+    FAIL when the ranks fail or do not finish within --timeout (a hang)."""
     os.makedirs(args.work, exist_ok=True)
     port = free_port_pair()
-    env = dict(os.environ)
+    env = dict(os.environ, **extra_env)
     env.setdefault("UCX_NET_DEVICES", "lo")
     env.setdefault("TERSE_CPU_THREADS", "1")
-    env["TERSE_SEGMENT_BYTES"] = str(SEGMENT_ELEMS * 4)
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TERSE_STORE", None)  # the point: terse finds its store from torchrun's variables
     # --redirects/--tee 1: Debian's torch 1.13 under Python 3.11 cannot parse the default "0"
@@ -464,14 +465,18 @@ def ddp_driver(args):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
            "--master_addr", "127.0.0.1", "--master_port", str(port),
            "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(args.work, "logs"),
-           os.path.abspath(__file__), "ddp-worker", "--work", args.work]
+           os.path.abspath(__file__), worker_mode, "--work", args.work, *worker_args]
     print("+", " ".join(cmd), flush=True)
     try:
         done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
     except subprocess.TimeoutExpired:
-        sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
+        sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s (a rank hung?)")
     if done.returncode != 0:
         sys.exit(f"FAIL: torchrun exited with {done.returncode}")
+
+
+def ddp_driver(args):
+    run_torchrun(args, "ddp-worker", {"TERSE_SEGMENT_BYTES": str(SEGMENT_ELEMS * 4)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,23 +492,8 @@ def peer_death_driver(args):
     for name in os.listdir(args.work):
         if name.startswith("death-"):
             os.remove(os.path.join(args.work, name))
-    port = free_port_pair()
-    env = dict(os.environ, TERSE_TIMEOUT_MS=str(DEATH_TIMEOUT_MS), TERSE_CPU_THREADS="1")
-    env.setdefault("UCX_NET_DEVICES", "lo")
-    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("TERSE_STORE", None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
-           "--master_addr", "127.0.0.1", "--master_port", str(port),
-           "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(args.work, "logs"),
-           os.path.abspath(__file__), "peer-death-worker", "--work", args.work,
-           "--overlap", args.overlap, "--codec", args.codec]
-    print("+", " ".join(cmd), flush=True)
-    try:
-        done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s (a survivor hung?)")
-    if done.returncode != 0:
-        sys.exit(f"FAIL: torchrun exited with {done.returncode}")
+    run_torchrun(args, "peer-death-worker", {"TERSE_TIMEOUT_MS": str(DEATH_TIMEOUT_MS)},
+                 ["--overlap", args.overlap, "--codec", args.codec])
     victim = args.world - 1
     named = set()
     for rank in range(args.world):
