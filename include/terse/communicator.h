@@ -8,7 +8,9 @@
 // Thread-safety: one thread at a time drives a Communicator (barrier, collectives, transport
 // calls). abort() may be called from any thread, e.g. a watchdog: every pending and later
 // operation of this rank then fails with the abort's reason, and the other ranks' operations
-// with this rank fail with kRemoteError naming it.
+// with this rank fail with kRemoteError naming it. A collective or barrier that fails after the
+// ranks agreed on it (a dead or silent peer, a corrupt message) aborts this rank the same way,
+// with its own error as the reason, so that no peer waits on it until its timeout.
 //
 // Tags: collectives own tags below kReservedTagBase; the communicator's own traffic (barrier)
 // uses the tags from there to kMaxTransportTag.
