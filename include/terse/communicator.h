@@ -13,7 +13,7 @@
 // with its own error as the reason, so that no peer waits on it until its timeout.
 //
 // Tags: collectives own tags below kReservedTagBase; the communicator's own traffic (barrier)
-// uses the tags from there to kMaxTransportTag.
+// uses the tags from there up to, not including, kFailureNoticeTag (transport.h).
 #pragma once
 
 #include "terse/collectives/worker.h"
