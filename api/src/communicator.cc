@@ -8,6 +8,7 @@
 #include "terse/common/logging.h"
 #include "terse/rendezvous/bootstrap.h"
 #include "terse/transport/fault.h"
+#include "terse/transport/give_up.h"
 #include "terse/transport/inproc.h"
 #include "terse/transport/transport.h"
 #include "terse/transport/ucx.h"
@@ -115,8 +116,11 @@ Status Communicator::barrier() {
     // As after a failed collective (CollectiveEngine::run): ranks in later rounds may wait on
     // this one; dropping the connections tells them now.
     if (!s.isOk()) {
-      transport_->abort(s);
-      transport_->progress();  // see CollectiveEngine::giveUp
+      s = giveUpOnWorld(*transport_, std::move(s));
+      TERSE_WARN(kSubsysColl,
+                 "rank %d: barrier failed, aborted the transport so the peers fail "
+                 "now: %s",
+                 rank(), s.message().c_str());
     }
     return s;
   });

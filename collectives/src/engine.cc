@@ -4,10 +4,9 @@
 
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
+#include "terse/transport/give_up.h"
 
 #include <algorithm>
-#include <array>
-#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -228,94 +227,13 @@ Status CollectiveEngine::run(const CollectiveOp& op) {
   return s.isOk() ? s : giveUp(op, seq, std::move(s));
 }
 
-// Failure notices. A rank that gives up tells every peer why (on kFailureNoticeTag) before its
-// abort drops the connections, and first looks for such a notice itself: a rank that learns of
-// a failure second-hand (its neighbour gave up) then still names the rank where it started.
-// Best effort: a notice that does not arrive only leaves the message shorter.
-namespace {
-constexpr size_t kNoticeBytes = 512;
-}  // namespace
-
-Status CollectiveEngine::withPeersNotice(Status why) {
-  const int n = transport_.size(), me = transport_.rank();
-  std::vector<std::array<char, kNoticeBytes>> text(n);
-  std::vector<TransportRequest*> reqs(n, nullptr);
-  for (int p = 0; p < n; ++p)
-    if (p != me &&
-        !transport_.irecv(p, kFailureNoticeTag, text[p].data(), kNoticeBytes, &reqs[p]).isOk())
-      reqs[p] = nullptr;
-  // A peer's notice travels just ahead of its disconnection, so it has normally arrived by the
-  // time that disconnection failed this call; a few milliseconds cover the rest.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(10);
-  int from = -1;
-  size_t length = 0;
-  for (bool pending = true; pending && from < 0;) {
-    pending = false;
-    for (int p = 0; p < n; ++p) {
-      if (reqs[p] == nullptr) continue;
-      bool done = false;
-      size_t bytes = 0;
-      if (!transport_.test(reqs[p], &done, &bytes).isOk()) {
-        reqs[p] = nullptr;  // released by test
-        continue;
-      }
-      if (!done) {
-        pending = true;
-        continue;
-      }
-      reqs[p] = nullptr;
-      if (from < 0 && bytes > 0) from = p, length = bytes;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) break;
-  }
-  for (TransportRequest* r : reqs)
-    if (r != nullptr) transport_.cancel(r);
-  if (from < 0) return why;
-  return Status(why.code(), why.message() + "; rank " + std::to_string(from) +
-                                " had given up first: " + std::string(text[from].data(), length));
-}
-
-void CollectiveEngine::sendNotices(const Status& why) {
-  const int n = transport_.size(), me = transport_.rank();
-  const std::string text = why.message().substr(0, kNoticeBytes);
-  std::vector<TransportRequest*> reqs;
-  for (int p = 0; p < n; ++p) {
-    TransportRequest* r = nullptr;
-    if (p != me && transport_.isend(p, kFailureNoticeTag, text.data(), text.size(), &r).isOk())
-      reqs.push_back(r);
-  }
-  // Let them leave before the abort closes the connections (bounded: a peer that does not take
-  // them in time just gets the shorter message).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-  while (!reqs.empty() && std::chrono::steady_clock::now() < deadline) {
-    for (size_t i = 0; i < reqs.size();) {
-      bool done = false;
-      if (!transport_.test(reqs[i], &done, nullptr).isOk() || done) {
-        reqs[i] = reqs.back();  // released by test
-        reqs.pop_back();
-      } else {
-        ++i;
-      }
-    }
-  }
-  for (TransportRequest* r : reqs) transport_.cancel(r);
-}
-
 Status CollectiveEngine::giveUp(const CollectiveOp& op, uint32_t seq, Status why) {
   // The peers may be waiting for this rank's messages of this call (or, as in a ring, for a
   // neighbour that waits for them): without the abort they would learn only at their timeout.
-  if (transport_.size() > 1) {
-    why = withPeersNotice(std::move(why));
-    sendNotices(why);
-  }
+  why = giveUpOnWorld(transport_, std::move(why));
   // WARN: the peers' errors only say that this rank went away; this line says why.
-  TERSE_WARN(kSubsysColl,
-             "rank %d: %s #%u failed, aborting the transport so the peers fail now: %s",
+  TERSE_WARN(kSubsysColl, "rank %d: %s #%u failed, aborted the transport so the peers fail now: %s",
              transport_.rank(), collectiveName(op.kind), seq, why.message().c_str());
-  transport_.abort(why);
-  // A transport acts on an abort on its driving thread, which is this one; this rank may make
-  // no further call for a long time (or ever), so act now.
-  transport_.progress();
   return why;
 }
 

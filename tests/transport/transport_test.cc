@@ -4,6 +4,8 @@
 #include "harness.h"
 #include "patterns.h"
 
+#include "terse/transport/give_up.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -176,6 +178,41 @@ TEST_P(TransportErrorTest, AbortedPeerFailsPendingAndLaterOps) {
       EXPECT_EQ(later.code(), StatusCode::kRemoteError) << later.toString();
       EXPECT_NE(later.message().find("rank 2"), std::string::npos) << later.message();
     }
+  });
+}
+
+// giveUpOnWorld (give_up.h) in a chain: rank 0 gives up for a reason of its own, rank 1 learns
+// from the broken connection to rank 0, rank 2 from the broken connection to rank 1. Each of
+// them must still name the root cause, which reached them only as rank 0's failure notice; and
+// rank 0, which found no notice, keeps its message as it was. Over shared memory the broken
+// connection shows as a timeout (see above), the notices arrive all the same.
+TEST_P(TransportErrorTest, GivingUpTellsThePeersWhy) {
+  const bool detects = GetParam() != Backend::kUcxShm;
+  const auto timeout = detects ? kTestTimeout : std::chrono::milliseconds(2000);
+  const std::string cause = "the root cause, a checksum mismatch";
+  runThreads(GetParam(), 3, [&](Transport& t) {
+    char buf[64] = {};
+    if (t.rank() == 0) {
+      Status s = giveUpOnWorld(t, errorInternal("%s", cause.c_str()));
+      EXPECT_EQ(s.code(), StatusCode::kInternal);
+      EXPECT_EQ(s.message(), cause) << "rank 0 found a notice nobody sent";
+      return;
+    }
+    TransportRequest* r;
+    Status s = t.irecv(t.rank() - 1, 1, buf, sizeof buf, &r);
+    if (s.isOk()) s = t.wait(r, nullptr, timeout);
+    ASSERT_FALSE(s.isOk()) << "rank " << t.rank() << " received from a rank that gave up";
+    const StatusCode code = s.code();
+    s = giveUpOnWorld(t, std::move(s));
+    EXPECT_EQ(s.code(), code) << "the notice must not change the error's code";
+    EXPECT_NE(s.message().find("rank " + std::to_string(t.rank() - 1)), std::string::npos)
+        << s.message();
+    // The in-process fabric carries an aborted rank's reason in its errors already; over UCX
+    // it takes the notice.
+    const std::string expected =
+        GetParam() == Backend::kInProc ? cause : "had given up first: " + cause;
+    EXPECT_NE(s.message().find(expected), std::string::npos)
+        << "rank " << t.rank() << ": " << s.message();
   });
 }
 

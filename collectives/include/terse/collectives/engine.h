@@ -98,8 +98,6 @@ class CollectiveEngine {
   Status dispatch(const CollectiveOp& op, uint32_t seq);
   Status runAgreed(const CollectiveOp& op, uint32_t seq);
   Status giveUp(const CollectiveOp& op, uint32_t seq, Status why);
-  Status withPeersNotice(Status why);
-  void sendNotices(const Status& why);
   // `none` on device buffers: stage through pinned host memory around the host algorithms.
   Status stagedUncompressed(const CollectiveOp& op, uint32_t seq);
   // rejected: this rank found its own arguments invalid and tells the others so.

@@ -33,7 +33,7 @@ struct TransportRequest;
 // User tags are 40 bits; the backends use the remaining bits for the source rank.
 constexpr uint64_t kMaxTransportTag = (uint64_t{1} << 40) - 1;
 // The last tag carries failure notices: a rank that gives up on a collective tells its peers
-// why before it drops its connections (collectives/src/engine.cc). Nothing else may use it.
+// why before it drops its connections (give_up.h). Nothing else may use it.
 constexpr uint64_t kFailureNoticeTag = kMaxTransportTag;
 
 class Transport {
