@@ -186,6 +186,32 @@ TEST_P(FaultThreads, DropAllOnAReceiveFailsBothSides) {
   });
 }
 
+// The tag of failure notices lies in the barrier phase's range, but rules neither count nor hit
+// notices: rank 0's notice to rank 1 arrives, and the rule fires at its first real barrier send.
+TEST_P(FaultThreads, FailureNoticesAreNeitherCountedNorHit) {
+  ScopedFault fault("drop:rank=0:peer=1:phase=barrier:after_sends=0");
+  const uint64_t barrierTag = kFaultPhases[3].value;
+  ASSERT_STREQ(kFaultPhases[3].name, "barrier");
+  ASSERT_EQ(kFailureNoticeTag & kFaultPhases[3].mask, barrierTag) << "test premise";
+  runThreads(GetParam(), 2, [&](Transport& t) {
+    uint32_t value = 9;
+    TransportRequest* r = nullptr;
+    if (t.rank() == 0) {
+      ASSERT_TRUE(t.isend(1, kFailureNoticeTag, &value, sizeof value, &r).isOk());
+      waitOk(t, r);
+      Status s = t.isend(1, barrierTag, &value, sizeof value, &r);
+      if (s.isOk()) s = t.wait(r, nullptr, milliseconds(5000));
+      EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.toString();
+      EXPECT_NE(s.message().find("TERSE_FAULT"), std::string::npos) << s.message();
+    } else {
+      value = 0;
+      ASSERT_TRUE(t.irecv(0, kFailureNoticeTag, &value, sizeof value, &r).isOk());
+      waitOk(t, r);
+      EXPECT_EQ(value, 9u);
+    }
+  });
+}
+
 // A delayed send still arrives intact; only the matching tags are delayed, `count` times.
 TEST_P(FaultThreads, DelayedSendsStillArrive) {
   ScopedFault fault("delay:rank=0:ms=40:count=2:tag=0x10/0xf0");
