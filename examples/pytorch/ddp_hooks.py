@@ -230,6 +230,37 @@ def worker_args(args):
                                     if args.first_bucket_mb is not None else [])
 
 
+def free_port_pair():
+    """A port p with p and p + 1 both free on loopback (torchrun's store on p, terse's on
+    p + 1). Another process may still take them before torchrun binds; that window is short,
+    unlike a fixed port range that every concurrent job on the machine would share."""
+    import socket
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p >= 65535:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    sys.exit("ddp_hooks: found no two consecutive free ports on 127.0.0.1")
+
+
+def run_port(args, k):
+    """MASTER_PORT of the k-th run. --port 0 on loopback picks a free pair anew for each run;
+    in namespaces (own port space, nothing else bound there) and with an explicit --port, runs
+    step through PORT, PORT+2, ... so that no run waits for its predecessor's sockets to
+    leave TIME_WAIT."""
+    if args.port == 0 and not args.netns:
+        return free_port_pair()
+    base = args.port or 29600
+    return base + (2 * k) % 2000
+
+
 def run_one(args, hook, out_json, port):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
@@ -306,7 +337,7 @@ def compare(args):
         for i, hook in enumerate(hooks):
             name = hook.replace(":", "_").replace("=", "")
             path = os.path.join(out, f"{name}.{rep}.json")
-            rc = run_one(args, hook, path, args.port + 2 * (i + rep * len(hooks)) % 2000)
+            rc = run_one(args, hook, path, run_port(args, i + rep * len(hooks)))
             if rc != 0 or not os.path.exists(path):
                 sys.exit(f"ddp_hooks: the run with --hook {hook} failed (exit {rc}); logs in "
                          f"{out}/logs")
@@ -358,9 +389,10 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="torch and terse CPU threads per rank")
     p.add_argument("--json", help="worker: write rank 0's result here")
     p.add_argument("--out", help="compare: results directory (default bench-results/pytorch-*)")
-    p.add_argument("--port", type=int, default=29600,
+    p.add_argument("--port", type=int, default=0,
                    help="compare: torchrun's MASTER_PORT of the first run (+2 per run; terse "
-                        "uses MASTER_PORT+1)")
+                        "uses MASTER_PORT+1). 0: on loopback a free pair for each run, in "
+                        "namespaces 29600")
     p.add_argument("--timeout", type=int, default=1200, help="compare: limit per run (s)")
     p.add_argument("--repeat", type=int, default=1,
                    help="compare: runs per hook, round robin; the table shows the fastest")

@@ -854,9 +854,15 @@ def example(args):
     hooks = "ddp powersgd terse:onebit terse-sync:onebit"
     cmd = [sys.executable, os.path.join(ROOT, "examples", "pytorch", "ddp_hooks.py"), "compare",
            "--nproc", "2", "--steps", "14", "--warmup", "12", "--hidden", "64", "--depth", "2",
-           "--hooks", hooks, "--out", out, "--timeout", "200", "--port", str(free_port_pair())]
+           "--hooks", hooks, "--out", out, "--timeout", "200", "--port", "0"]
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, timeout=args.timeout)
+    run = subprocess.run(cmd, timeout=args.timeout, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    print(run.stdout, flush=True)
+    assert run.returncode == 0, f"ddp_hooks.py compare exited {run.returncode}"
+    # --port 0: each run got a free port of its own, not torchrun's port 0 or a fixed range.
+    ports = [int(x.split()[0]) for x in run.stdout.split("--master_port ")[1:]]
+    assert len(ports) == len(hooks.split()) and 0 not in ports, ports
     with open(os.path.join(out, "results.json")) as f:
         results = json.load(f)["results"]
     assert [r["hook"] for r in results] == hooks.split()
