@@ -37,7 +37,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import warnings
@@ -49,6 +48,10 @@ CODECS = ["none", "fp16", "bf16", "int8", "onebit", "topk"]
 STEPS = 5           # training steps per codec in the ddp test
 SEGMENT_ELEMS = 65536  # TERSE_SEGMENT_BYTES below: buckets over 65536 elements take several
 CHUNK_ALIGN = 2048     # collectives/include/terse/collectives/engine.h, kChunkAlign
+
+# One port picker for the tests and the example they drive (its module imports torch lazily).
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+from ddp_hooks import free_port_pair  # noqa: E402
 
 
 def require_torch():
@@ -431,23 +434,6 @@ def save_load(args, codec, rank, n):
         print(f"save/load {codec}: {len(saved['buckets'])} buckets; restored run repeats the "
               f"continued one bit for bit; zeroed residuals do not; a new state takes the "
               f"checkpoint up after DDP's rebuild", flush=True)
-
-
-def free_port_pair():
-    """A port p with p and p + 1 both free (torch's store on p, terse's on p + 1)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p >= 65535:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no two consecutive free ports")
 
 
 def run_torchrun(args, worker_mode, extra_env, worker_args=()):
