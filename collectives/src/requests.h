@@ -54,10 +54,13 @@ class RequestList {
     return Status::ok();
   }
   Status recv(int peer, uint64_t tag, void* data, size_t capacity, size_t* slot) {
-    TransportRequest* r = nullptr;
-    TERSE_RETURN_IF_ERROR(t_.irecv(peer, tag, data, capacity, &r));
-    *slot = add(r);
-    return Status::ok();
+    return post(peer, tag, data, capacity, kAnySize, slot);
+  }
+  // A receive whose message must be exactly `bytes` long (the uncompressed paths, where every
+  // rank agreed on the count): wait() fails a shorter message as corrupt, so stale bytes in the
+  // buffer are never reduced or returned as if a peer had sent them.
+  Status recvExact(int peer, uint64_t tag, void* data, size_t bytes, size_t* slot) {
+    return post(peer, tag, data, bytes, bytes, slot);
   }
   // Blocks until the request in `slot` completes; *bytes gets its size.
   Status wait(size_t slot, size_t* bytes = nullptr) {
@@ -66,6 +69,10 @@ class RequestList {
     reqs_[slot] = nullptr;
     if (r == nullptr) return errorInternal("request slot %zu waited twice", slot);
     TERSE_RETURN_IF_ERROR(t_.wait(r, &got, timeout_));
+    const Expected& e = expected_[slot];
+    if (e.bytes != kAnySize && got != e.bytes)
+      return errorCorrupt("rank %d sent a %zu-byte message where %zu bytes were expected", e.peer,
+                          got, e.bytes);
     if (bytes) *bytes = got;
     return Status::ok();
   }
@@ -73,24 +80,42 @@ class RequestList {
     for (size_t i = 0; i < reqs_.size(); ++i)
       if (reqs_[i]) TERSE_RETURN_IF_ERROR(wait(i));
     reqs_.clear();
+    expected_.clear();
     return Status::ok();
   }
   void cancelAll() {
     for (auto*& r : reqs_)
       if (r) t_.cancel(r), r = nullptr;
     reqs_.clear();
+    expected_.clear();
   }
-  void reserve(size_t n) { reqs_.reserve(n); }
+  void reserve(size_t n) {
+    reqs_.reserve(n);
+    expected_.reserve(n);
+  }
 
  private:
-  size_t add(TransportRequest* r) {
+  static constexpr size_t kAnySize = ~size_t{0};
+  struct Expected {
+    int peer;
+    size_t bytes;  // kAnySize: any length up to the capacity
+  };
+  Status post(int peer, uint64_t tag, void* data, size_t capacity, size_t exact, size_t* slot) {
+    TransportRequest* r = nullptr;
+    TERSE_RETURN_IF_ERROR(t_.irecv(peer, tag, data, capacity, &r));
+    *slot = add(r, Expected{peer, exact});
+    return Status::ok();
+  }
+  size_t add(TransportRequest* r, Expected e = {-1, kAnySize}) {
     reqs_.push_back(r);
+    expected_.push_back(e);
     return reqs_.size() - 1;
   }
   Transport& t_;
   std::chrono::milliseconds timeout_;
   uint64_t* sentBytes_;
   std::vector<TransportRequest*> reqs_;
+  std::vector<Expected> expected_;  // parallel to reqs_
 };
 
 }  // namespace terse::detail

@@ -50,9 +50,9 @@ Status CollectiveEngine::ringReduceScatterCore(float* work, size_t count, DataTy
     for (size_t g = 0; g < segmentCount(c.length, seg); ++g) {
       Range sg = segmentRange(c.length, seg, g);
       size_t off = c.begin + sg.begin;
-      TERSE_RETURN_IF_ERROR(reqs.recv(left, makeTag(seq, detail::kPhaseReduce, s * maxSegs + g),
-                                      recvStage + off * es, sg.length * es,
-                                      &recvSlot[s * maxSegs + g]));
+      TERSE_RETURN_IF_ERROR(
+          reqs.recvExact(left, makeTag(seq, detail::kPhaseReduce, s * maxSegs + g),
+                         recvStage + off * es, sg.length * es, &recvSlot[s * maxSegs + g]));
     }
   }
   auto sendSegment = [&](int step, Range c, size_t g) -> Status {
@@ -103,9 +103,9 @@ Status CollectiveEngine::ringAllgatherCore(void* buffer, size_t count, DataType 
     Range c = chunkRange(count, n, mod(r - s - 1, n));
     for (size_t g = 0; g < segmentCount(c.length, seg); ++g) {
       Range sg = segmentRange(c.length, seg, g);
-      TERSE_RETURN_IF_ERROR(reqs.recv(left, makeTag(seq, detail::kPhaseGather, s * maxSegs + g),
-                                      base + (c.begin + sg.begin) * es, sg.length * es,
-                                      &recvSlot[s * maxSegs + g]));
+      TERSE_RETURN_IF_ERROR(reqs.recvExact(
+          left, makeTag(seq, detail::kPhaseGather, s * maxSegs + g),
+          base + (c.begin + sg.begin) * es, sg.length * es, &recvSlot[s * maxSegs + g]));
     }
   }
   auto sendSegment = [&](int step, Range c, size_t g) -> Status {
@@ -180,7 +180,7 @@ Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint
   auto exchange = [&](int peer, bool sendIt, bool recvIt) -> Status {
     size_t rs = 0, ss = 0;
     uint64_t tag = makeTag(seq, detail::kPhaseReduce, step++);
-    if (recvIt) TERSE_RETURN_IF_ERROR(reqs.recv(peer, tag, incoming, bytes, &rs));
+    if (recvIt) TERSE_RETURN_IF_ERROR(reqs.recvExact(peer, tag, incoming, bytes, &rs));
     if (sendIt) TERSE_RETURN_IF_ERROR(reqs.send(peer, tag, work, bytes, &ss));
     if (recvIt) TERSE_RETURN_IF_ERROR(reqs.wait(rs));
     if (sendIt) TERSE_RETURN_IF_ERROR(reqs.wait(ss));

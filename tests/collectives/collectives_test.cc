@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 namespace terse {
 namespace {
@@ -468,6 +469,106 @@ TEST(Collectives, ARankWithBadArgumentsFailsTheCallEverywhereAtOnce) {
     return e.run(op);
   });
   for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
+}
+
+// Forwards everything to the real transport but sends every data message of the collectives
+// (reduce and gather phases; descriptors pass untouched) four bytes short: a peer that agreed on
+// the call and then sent less than it promised.
+class ShortSendingTransport : public Transport {
+ public:
+  explicit ShortSendingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string describe() const override { return inner_->describe(); }
+  Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
+               TransportRequest** request) override {
+    const uint64_t phase = (tag >> 18) & 3;  // collectives/src/requests.h's tag layout
+    bool dataPhase = phase == 0 || phase == 1;
+    return inner_->isend(peer, tag, data, dataPhase && bytes >= 4 ? bytes - 4 : bytes, request);
+  }
+  Status irecv(int peer, uint64_t tag, void* data, size_t capacity,
+               TransportRequest** request) override {
+    return inner_->irecv(peer, tag, data, capacity, request);
+  }
+  Status test(TransportRequest* request, bool* done, size_t* bytes) override {
+    return inner_->test(request, done, bytes);
+  }
+  Status wait(TransportRequest* request, size_t* bytes,
+              std::chrono::milliseconds timeout) override {
+    return inner_->wait(request, bytes, timeout);
+  }
+  void cancel(TransportRequest* request) override { inner_->cancel(request); }
+  void progress() override { inner_->progress(); }
+  void abort(const Status& why) override { inner_->abort(why); }
+  void disconnect(int peer, const Status& why) override { inner_->disconnect(peer, why); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+
+// Uncompressed calls know every message's exact size; a short one (stale bytes left in the
+// receive buffer) must fail the call as corrupt, naming the sender, on every path: ring
+// reduce-scatter and allgather, recursive doubling, and the plain allgather.
+TEST(Collectives, AShortUncompressedMessageFailsTheCallNamingTheSender) {
+  struct ShortCase {
+    const char* name;
+    CollectiveKind kind;
+    size_t smallBytes;
+  };
+  const ShortCase cases[] = {{"ring allreduce", CollectiveKind::kAllReduce, 0},
+                             {"recursive doubling", CollectiveKind::kAllReduce, size_t{1} << 30},
+                             {"ring reduce-scatter", CollectiveKind::kReduceScatter, 0},
+                             {"ring allgather", CollectiveKind::kAllGather, 0}};
+  auto none = codecOf("none");
+  for (const ShortCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int n = 3;
+    auto fabric = makeInProcFabric(n);
+    ASSERT_TRUE(fabric.isOk()) << fabric.status().toString();
+    std::vector<std::unique_ptr<Transport>> transports(n);
+    for (int r = 0; r < n; ++r) {
+      auto t = createInProcTransport(fabric.value(), r);
+      ASSERT_TRUE(t.isOk()) << t.status().toString();
+      transports[r] = std::move(t).value();
+    }
+    transports[1] = std::make_unique<ShortSendingTransport>(std::move(transports[1]));
+    std::vector<Status> st(n);
+    std::vector<std::vector<float>> out(n, std::vector<float>(3 * 4096, -7.0f));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        CollectiveEngine e(*transports[r], std::chrono::milliseconds(60000));
+        e.setSmallBytes(c.smallBytes);
+        const size_t count = 3 * 4096;
+        std::vector<float> send(count, 1.0f);
+        CollectiveOp op;
+        op.kind = c.kind;
+        op.send = send.data();
+        op.recv = out[r].data();
+        op.count = count;
+        op.codec = none.get();
+        st[r] = e.run(op);
+      });
+    for (auto& t : threads) t.join();
+    // A rank may finish before the damage reaches it (rank 1 itself received whole messages),
+    // but then it must hold the exact result; at least one rank must see the corruption.
+    const float expect = c.kind == CollectiveKind::kAllGather ? 1.0f : static_cast<float>(n);
+    int corrupt = 0;
+    for (int r = 0; r < n; ++r) {
+      const size_t outCount = c.kind == CollectiveKind::kReduceScatter
+                                  ? chunkRange(out[r].size(), n, r).length
+                                  : out[r].size();
+      if (st[r].isOk()) {
+        for (size_t i = 0; i < outCount; ++i)
+          ASSERT_EQ(out[r][i], expect) << "rank " << r << " reported success, element " << i;
+      }
+      if (st[r].code() == StatusCode::kCorrupt) {
+        ++corrupt;
+        EXPECT_NE(st[r].message().find("rank 1 sent a "), std::string::npos) << st[r].message();
+      }
+    }
+    EXPECT_GE(corrupt, 1) << "no rank saw the short message as corrupt";
+  }
 }
 
 TEST(Collectives, DeviceCallsWithoutADeviceAreUnsupported) {
