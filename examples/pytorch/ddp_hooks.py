@@ -232,22 +232,32 @@ def worker_args(args):
 
 def free_port_pair():
     """A port p with p and p + 1 both free on loopback (torchrun's store on p, terse's on
-    p + 1). Another process may still take them before torchrun binds; that window is short,
-    unlike a fixed port range that every concurrent job on the machine would share."""
+    p + 1). Drawn below the kernel's ephemeral range (ip_local_port_range), which the kernel
+    hands out to outgoing connections: a pair drawn inside it could be taken between this check
+    and torchrun's bind by any client socket, even one of the job's own connections to p (seen
+    in CI: terse's store found p + 1 taken). Another process that binds a fixed port may still
+    take them; that window is short, unlike a fixed port range every concurrent job shares."""
+    import random
     import socket
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    lo = max(lo, 2048)
+    rng = random.Random()
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p >= 65535:
-            continue
+        p = rng.randrange(1024, lo - 1)
         try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
             return p
         except OSError:
             continue
-    sys.exit("ddp_hooks: found no two consecutive free ports on 127.0.0.1")
+    sys.exit("ddp_hooks: found no two consecutive free ports on 127.0.0.1 below the ephemeral "
+             "range")
 
 
 def run_port(args, k):
