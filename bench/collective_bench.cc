@@ -274,6 +274,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       CollectiveOptions opts;
       double seconds = 0;
       uint64_t wire = 0;
+      std::string chosen;  // the codec that ran the last call (auto's pick)
     };
     std::vector<Run> runs(plans.size());
     for (size_t c = 0; c < plans.size(); ++c) {
@@ -283,6 +284,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
             ErrorFeedback::create(plans[c].label, sendCount).value());
       runs[c].opts.codec = plans[c].spec;
       runs[c].opts.feedback = runs[c].ef.get();
+      runs[c].opts.chosen = &runs[c].chosen;
     }
     auto call = [&](size_t c) {
       Run& run = runs[c];
@@ -369,6 +371,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
         std::printf("%12zu %12zu %8s %6s %-36s %10.1f %8.3f %8.3f %12.0f %7.2f %10s\n", count * es,
                     count, dataTypeName(o.dtype), reduceOpName(o.op), label, tmax, algbw,
                     algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, relText);
+        if (isAutoSpec(plans[c].spec))
+          std::printf("# %s picked %s at %zu bytes\n", label, run.chosen.c_str(), count * es);
         std::fflush(stdout);
         if (json)
           std::fprintf(json,
@@ -376,11 +380,12 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
                        "\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
                        "\"codec\": \"%s\", \"time_us\": %.3f, \"algbw_gbs\": %.6f, "
                        "\"busbw_gbs\": %.6f, \"wire_bytes\": %.0f, \"ratio\": %.4f, "
-                       "\"maxrelerr\": %.6e}",
+                       "\"maxrelerr\": %.6e, \"chosen\": \"%s\"}",
                        firstRow ? "" : ",\n", collectiveName(kind), n,
                        comm.transport().describe().c_str(), count * es, count,
                        dataTypeName(o.dtype), reduceOpName(o.op), label, tmax, algbw,
-                       algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, o.check ? rel : 0.0);
+                       algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, o.check ? rel : 0.0,
+                       run.chosen.c_str());
       }
       firstRow = false;
     }

@@ -77,6 +77,8 @@ def load(results_dir):
                 for key in ("wire_bytes", "ratio", "maxrelerr"):
                     if key in r:
                         row[key] = float(r[key])
+                if run["impl"] == "terse" and r.get("chosen") and r["codec"].startswith("auto"):
+                    row["chosen"] = r["chosen"]  # the codec auto ran the call with
                 rows.append(row)
     if not rows:
         fail(f"no result rows in {runs_path}")
@@ -183,8 +185,11 @@ def write_markdown(path, setup, rows):
                 speed = f"{r['speedup_vs_none']:.2f}x" if r.get("speedup_vs_none") else "-"
                 ratio = f"{r['ratio']:.2f}" if "ratio" in r else "-"
                 err = f"{r['maxrelerr']:.2e}" if "maxrelerr" in r else "-"
+                codec = r["codec"]
+                if r.get("chosen"):
+                    codec += f" (picked {r['chosen'].split(':')[0]})"
                 lines.append(
-                    f"| {rate_label(rate)} | {size_label(size)} | {r['codec']} | {r['time_us'] / 1000:.1f} "
+                    f"| {rate_label(rate)} | {size_label(size)} | {codec} | {r['time_us'] / 1000:.1f} "
                     f"| {r['busbw_gbs']:.3f} | {speed} | {ratio} | {err} |"
                 )
     with open(path, "w") as f:

@@ -24,7 +24,8 @@ Usage: sudo $0 [options]
   --ranks N          emulated hosts, one rank each (default 4)
   --rates "R ..."    link rates in Gbit/s (default "1 10 25")
   --sizes "S ..."    message sizes, K/M/G suffixes allowed (default "64M"; e.g. "1M 4M 16M 64M")
-  --codecs "C ..."   terse codecs (default all; e.g. "none fp16 int8 onebit topk")
+  --codecs "C ..."   terse codec specs (default "all auto": the six codecs and auto; e.g.
+                     "none int8 topk:ratio=0.001 auto:max=onebit")
   --iters N          timed iterations per size (default 10)
   --warmup N         warm-up iterations per size (default 3)
   --out DIR          results directory (default bench-results/network-<UTC date>)
@@ -47,7 +48,7 @@ EOF
 ranks=4
 rates="1 10 25"
 sizes="64M"
-codecs="all"
+codecs="all auto"
 iters=10
 warmup=3
 out_dir=""
@@ -119,7 +120,9 @@ for s in $sizes; do
 done
 [[ -n ${codecs// /} ]] || die_usage "--codecs is empty"
 for c in $codecs; do
-  [[ $c =~ ^[a-z0-9_]+$ ]] || die_usage "--codecs takes codec names such as none, fp16, int8; got '$c'"
+  # Specs as terse-bench takes them (docs/codecs.md); terse-bench itself checks the options.
+  [[ $c =~ ^[a-z0-9_]+(:[a-z0-9_]+=[a-z0-9_.]+(,[a-z0-9_]+=[a-z0-9_.]+)*)?$ ]] ||
+    die_usage "--codecs takes codec specs such as none, int8, topk:ratio=0.01, auto:max=onebit; got '$c'"
 done
 if ((probe_only)); then
   do_terse=0 do_mpi=0 do_plot=0 do_probe=1
@@ -264,7 +267,8 @@ shape_links() {
   for ((i = 1; i <= ranks; i++)); do
     tc -n "$(host_ns $i)" qdisc replace dev eth0 root tbf rate "${rate}gbit" burst "$burst" latency 50ms 2>/dev/null ||
       refuse "tc cannot attach a tbf qdisc (kernel module sch_tbf missing?)"
-    tc -n "$bridge_ns" qdisc replace dev "p$i" root tbf rate "${rate}gbit" burst "$burst" latency 50ms
+    tc -n "$bridge_ns" qdisc replace dev "p$i" root tbf rate "${rate}gbit" burst "$burst" latency 50ms 2>/dev/null ||
+      refuse "tc cannot attach a tbf qdisc to the bridge port p$i in $bridge_ns"
   done
 }
 

@@ -244,9 +244,11 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
       selector = it->second;
     }
     // The pick (and the first call's calibration) happens in order on the worker thread.
-    return worker_->submit([this, call, selector]() mutable -> Status {
+    std::string* chosen = options.chosen;
+    return worker_->submit([this, call, selector, chosen]() mutable -> Status {
       TERSE_RETURN_IF_ERROR(abortStatus());
       TERSE_ASSIGN_OR_RETURN(call.codec, selector->choose(*engine_, call));
+      if (chosen) *chosen = call.codec->spec();
       return engine_->run(call);
     });
   }
@@ -254,6 +256,7 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
   if (!parsed.isOk()) return Work::completed(parsed.status());
   std::shared_ptr<const Codec> keep = parsed.value();
   call.codec = keep.get();
+  if (options.chosen) *options.chosen = keep->spec();
   return worker_->submit([this, call, keep] {
     TERSE_RETURN_IF_ERROR(abortStatus());
     return engine_->run(call);

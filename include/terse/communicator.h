@@ -55,6 +55,10 @@ struct CollectiveOptions {
   // queued on it, and the call completes once the stream has finished its part. Messages are
   // staged through pinned host memory. Ignored for host buffers.
   void* stream = nullptr;
+  // When given, receives the canonical spec of the codec that ran the call: auto's pick for an
+  // "auto" spec, the codec itself otherwise. Written on the worker thread before the call
+  // completes, so read it after wait() (benchmarks report auto's picks with it).
+  std::string* chosen = nullptr;
 };
 
 class Communicator {

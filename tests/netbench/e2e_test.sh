@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End to end: a tiny sweep of scripts/bench-network.sh (2 emulated hosts, 1 Gbit/s, 4 MiB, codecs
-# none and int8, OpenMPI when built) must produce JSON, Markdown and PNGs whose rows match what
-# was asked, and leave no namespace behind. Skips (77) when this machine cannot emulate links.
+# none, int8 and auto:max=onebit, OpenMPI when built) must produce JSON, Markdown and PNGs whose
+# rows match what was asked (auto's rows naming its pick), and leave no namespace behind; then a
+# run interrupted with Ctrl-C (SIGINT) mid-benchmark must fail and leave none behind either.
+# Skips (77) when this machine cannot emulate links.
 set -euo pipefail
 src=${1:?usage: e2e_test.sh SOURCE_DIR BUILD_DIR}
 build=${2:?usage: e2e_test.sh SOURCE_DIR BUILD_DIR}
@@ -20,7 +22,7 @@ mpi=--no-mpi
 [[ -x $build/bin/mpi-allreduce-bench ]] && command -v mpirun >/dev/null && mpi=""
 
 set +e
-bash "$src/scripts/bench-network.sh" --ranks 2 --rates 1 --sizes 4M --codecs "none int8" \
+bash "$src/scripts/bench-network.sh" --ranks 2 --rates 1 --sizes 4M --codecs "none int8 auto:max=onebit" \
   --iters 3 --warmup 1 --timeout 50 --prefix "$prefix" --build-dir "$build" --out "$out" $mpi
 rc=$?
 set -e
@@ -42,7 +44,7 @@ expect_mpi=0
 /usr/bin/python3 - "$out/results.json" "$expect_mpi" <<'PY' || fails=1
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
-want = {"none", "int8"} | ({"OpenMPI"} if sys.argv[2] == "1" else set())
+want = {"none", "int8", "auto"} | ({"OpenMPI"} if sys.argv[2] == "1" else set())
 got = {r["codec"] for r in rows}
 assert got == want, f"codecs {got}, expected {want}"
 for r in rows:
@@ -55,7 +57,49 @@ for r in rows:
         assert r["busbw_gbs"] < 0.125 * 1.2, f"uncompressed busbw {r['busbw_gbs']} GB/s above 1 Gbit/s: shaping bypassed?"
     if r["codec"] == "none":
         assert r["maxrelerr"] < 1e-5, r
+    if r["codec"] == "auto":
+        # What auto ran the call with: one of the codecs auto:max=onebit allows.
+        assert r.get("chosen", "").split(":")[0] in ("none", "fp16", "bf16", "int8", "onebit", "topk"), r
 PY
 grep -q '| 1 | 4M | int8 |' "$out/results.md" || { echo "FAIL: no int8 row in results.md"; fails=1; }
+grep -q '| 1 | 4M | auto (picked [a-z0-9]*) |' "$out/results.md" ||
+  { echo "FAIL: no auto row naming its pick in results.md"; fails=1; }
+
+# Ctrl-C in the middle of a run: bench-network.sh must stop its ranks, remove every namespace it
+# made and exit non-zero. Job control (set -m) starts it in a process group of its own to
+# signal, as a terminal would (without it bash starts background jobs with SIGINT ignored, and
+# an ignored signal cannot be trapped); the benchmark is long enough (many calls at 1 Gbit/s) to
+# be caught mid-run.
+out2=$(mktemp -d)
+trap 'rm -rf "$out" "$out2"' EXIT
+set -m
+bash "$src/scripts/bench-network.sh" --ranks 2 --rates 1 --sizes 16M --codecs none \
+  --iters 200 --warmup 1 --timeout 120 --prefix "$prefix" --build-dir "$build" --out "$out2" \
+  --no-mpi --no-probe --no-plot >"$out2/log" 2>&1 &
+pid=$!
+set +m
+for _ in $(seq 1 300); do  # until the ranks run (their logs appear), at most 30 s
+  compgen -G "$out2/logs/*" >/dev/null && break
+  sleep 0.1
+done
+sleep 1
+if ! kill -0 "$pid" 2>/dev/null; then
+  echo "FAIL: the run to interrupt ended early:"; tail -20 "$out2/log"; fails=1
+else
+  kill -INT -- "-$pid"
+  set +e
+  timeout 60 tail --pid="$pid" -f /dev/null
+  wait "$pid"
+  rc2=$?
+  set -e
+  [[ $rc2 -ne 0 ]] || { echo "FAIL: an interrupted run exited 0"; fails=1; }
+  echo "interrupted run: exit status $rc2; $(grep -c 'interrupted, tearing down' "$out2/log") teardown message"
+  left=$(ip netns list | awk '{print $1}' | grep "^$prefix-" || true)
+  if [[ -n $left ]]; then
+    echo "FAIL: namespaces left after Ctrl-C: $left"; tail -20 "$out2/log"
+    for ns in $left; do ip netns del "$ns" || true; done
+    fails=1
+  fi
+fi
 ((fails == 0)) && echo "bench-network end to end: all checks passed"
 exit $fails
