@@ -25,10 +25,25 @@ while (($#)); do
 done
 [[ $ranks =~ ^[0-9]+$ ]] && ((ranks >= 2)) || { echo "ddp_hooks_network: --ranks must be at least 2" >&2; exit 2; }
 
+our_namespaces() {
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(br|h[0-9]+)\$" || true
+}
+
+# Namespaces with our prefix that exist before we start belong to another run (or one that was
+# killed): refuse rather than build beside them, and never delete what we did not create.
+stale=$(our_namespaces)
+if [[ -n $stale ]]; then
+  echo "ddp_hooks_network: namespaces $(echo $stale) already exist: another run may be active;" \
+    "if none is, remove them (ip netns del NAME) and start again" >&2
+  exit 2
+fi
+
+created=0
 teardown() {
   local rc=$? ns pids
   trap - EXIT INT TERM
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(br|h[0-9]+)\$" || true); do
+  ((created)) || exit $rc
+  for ns in $(our_namespaces); do
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
     [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || echo "ddp_hooks_network: could not delete namespace $ns" >&2
@@ -40,7 +55,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 mkdir -p "$out"
-# (--keep: this script deletes the namespaces itself, in teardown.)
+# (--keep: this script deletes the namespaces itself, in teardown.) From here on every namespace
+# with our prefix is this run's.
+created=1
 "$root/scripts/bench-network.sh" --probe-only --keep --no-plot --ranks "$ranks" --rates "$rate" \
   --prefix "$prefix" --out "$out/probe" 2>&1 | grep -v -- "--keep: namespaces left up" |
   tee "$out/probe.log"
