@@ -241,6 +241,8 @@ def plot_busbw_lines(results_dir, setup, rows, order):
 def grouped_bars(ax, rates, series, order, value_fmt):
     """Bars grouped by link rate, one bar per series (codec), value printed on top."""
     width = 0.8 / max(1, len(order))
+    # Many narrow bars: values upright would run into each other, so they stand on end.
+    rotation = 90 if len(order) > 5 else 0
     for i, codec in enumerate(order):
         xs, ys = [], []
         for j, rate in enumerate(rates):
@@ -257,7 +259,8 @@ def grouped_bars(ax, rates, series, order, value_fmt):
                       hatch="//" if codec == kOpenMpi else None, edgecolor="white")
         for b, y in zip(bars, ys):
             ax.annotate(value_fmt(y), (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom",
-                        fontsize=7, xytext=(0, 2), textcoords="offset points")
+                        fontsize=7, xytext=(0, 2), textcoords="offset points", rotation=rotation)
+    ax.margins(y=0.12)  # room above the tallest bar for its value
     ax.set_xticks(range(len(rates)))
     ax.set_xticklabels([f"{rate_label(r)} Gbit/s" for r in rates])
     ax.set_xlabel("emulated link rate")
@@ -269,7 +272,7 @@ def plot_busbw_bars(results_dir, setup, rows, order, size):
 
     rates = sorted({r["rate_gbit"] for r in rows})
     series = {(r["codec"], r["rate_gbit"]): r["busbw_gbs"] for r in rows if r["bytes"] == size}
-    fig, ax = plt.subplots(figsize=(max(9, 4 + 1.6 * len(rates)), 5))
+    fig, ax = plt.subplots(figsize=(max(9, 4 + 0.2 * len(order) * len(rates)), 5))
     grouped_bars(ax, rates, series, order, lambda v: f"{v:.2f}")
     for j, rate in enumerate(rates):
         ax.hlines(rate / 8, j - 0.45, j + 0.45, colors="grey", linestyles=":",
@@ -296,7 +299,7 @@ def plot_speedup(results_dir, setup, rows, order, size):
     }
     if not series:
         return []
-    fig, ax = plt.subplots(figsize=(max(9, 4 + 1.6 * len(rates)), 5))
+    fig, ax = plt.subplots(figsize=(max(9, 4 + 0.2 * len(order) * len(rates)), 5))
     grouped_bars(ax, rates, series, order, lambda v: f"{v:.2f}x")
     ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
     ax.set_ylabel("speedup over terse none (time ratio, higher is better)")
