@@ -113,6 +113,15 @@ Result<bool> readSome(int fd, void* buf, size_t len, size_t* off) {
   return true;
 }
 
+// "host:port" of the other end of a setup socket, for messages that must name the peer.
+std::string peerOf(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return "(unknown address)";
+  return sockaddrToString(addr);
+}
+
 void setNoDelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -452,7 +461,21 @@ void NetContext::matchProbes(RecvComm* comm) {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv = onRecvDone;
     param.user_data = &op;
-    if (op.compressed) {
+    if (op.compressed && !checkFrameSize(info.length, op.capacity).isOk()) {
+      // The length is the peer's word: never size the staging buffer from it unchecked. A
+      // receive of 0 bytes takes the message off UCX's queue without storing any of it (UCX
+      // reports it truncated), so the tag's later messages still match in order.
+      PLUGIN_WARN(
+          "comm %u: refusing a compressed frame of %zu bytes from the peer at %s for a "
+          "receive of %zu bytes",
+          comm->id(), info.length, peerOf(comm->fd()).c_str(), op.capacity);
+      op.refusedFrameBytes = info.length;
+      static uint8_t nowhere;  // a valid address for UCX; nothing is ever written to it
+      buffer = &nowhere;
+      count = 0;
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+      param.memory_type = UCS_MEMORY_TYPE_HOST;
+    } else if (op.compressed) {
       op.staging.reserve(std::max<size_t>(info.length, 1));
       buffer = op.staging.data();
       count = info.length;
@@ -923,6 +946,12 @@ Status NetContext::test(NetRequest* r, int* done, int* sizes) {
   }
   for (int i = 0; i < r->n; ++i) {
     const SubOp& op = r->ops[i];
+    if (op.refusedFrameBytes > 0) {
+      // Whatever UCX said about the 0-byte receive that dropped it, the frame is the error.
+      Status why = checkFrameSize(op.refusedFrameBytes, op.capacity);
+      comm->freeRequest(r);
+      return errorInvalidUsage("test: %s", why.message().c_str());
+    }
     if (op.status == UCS_OK) continue;
     comm->freeRequest(r);
     if (op.status == UCS_ERR_MESSAGE_TRUNCATED)
