@@ -1,5 +1,5 @@
 // The transport's parsers of bytes another rank chose (transport/src/peer_input.h): the blob a
-// UCX rank publishes at bootstrap.
+// UCX rank publishes at bootstrap and a failure notice's text. fuzz/fuzz_peer.cc fuzzes them.
 #include "peer_input.h"
 
 #include <gtest/gtest.h>
@@ -97,6 +97,33 @@ TEST(PeerBlob, RefusesMalformedBlobsNamingTheRank) {
     EXPECT_NE(st.message().find("rank 5 "), std::string::npos) << st.message();
     EXPECT_NE(st.message().find(b.says), std::string::npos) << st.message();
   }
+}
+
+std::string notice(const std::string& bytes, size_t maxBytes = 512) {
+  return formatFailureNotice(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                             maxBytes);
+}
+
+TEST(FailureNotice, PrintableTextIsUnchanged) {
+  const std::string text = "rank 3: allreduce failed: the connection to rank 2 broke (UCX: x)";
+  EXPECT_EQ(notice(text), text);
+  EXPECT_EQ(notice(""), "");
+}
+
+TEST(FailureNotice, EscapesEveryByteOutsidePrintableAsciiAndTheBackslash) {
+  using namespace std::string_literals;
+  EXPECT_EQ(notice("a\0b"s), "a\\x00b");
+  EXPECT_EQ(notice("\x1b[2J\r\n\x7f\x80\xff"s), "\\x1b[2J\\x0d\\x0a\\x7f\\x80\\xff");
+  // Escaped backslashes keep the escaping unambiguous: a peer cannot forge "\x00" as text.
+  EXPECT_EQ(notice("\\x00"), "\\x5cx00");
+}
+
+TEST(FailureNotice, IsCutAtTheBound) {
+  EXPECT_EQ(notice(std::string(600, 'a')), std::string(512, 'a') + "...");
+  EXPECT_EQ(notice(std::string(512, 'a')), std::string(512, 'a'));
+  EXPECT_EQ(notice("abcdef", 3), "abc...");
+  // The bound counts the peer's bytes, so even all-escaped text stays at 4 x the bound.
+  EXPECT_EQ(notice(std::string(600, '\0')).size(), 512u * 4 + 3);
 }
 
 }  // namespace

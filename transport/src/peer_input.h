@@ -1,5 +1,5 @@
 // What the transport layer reads from bytes another rank chose: the blob each UCX rank publishes
-// at bootstrap (host, pid, worker address).
+// at bootstrap (host, pid, worker address) and the text of a failure notice (give_up.h).
 //
 // Pure functions, without UCX or a transport, so that fuzz/fuzz_peer.cc and the unit tests can
 // drive them directly; ucx.cc and give_up.cc use exactly these.
@@ -33,5 +33,11 @@ std::string encodePeerBlob(const PeerBlob& blob);
 // only, no sign, no leading zero) in [1, INT_MAX], an empty or oversized worker address. An
 // accepted blob re-encodes to the same bytes.
 Status parsePeerBlob(int rank, const uint8_t* bytes, size_t len, PeerBlob* out);
+
+// The text of a failure notice `len` bytes long, fit to be appended to an error message: at most
+// `maxBytes` bytes of it are used (then "..."), and every byte outside printable ASCII, and the
+// backslash, is written as \xNN, so a peer's NULs, control bytes or terminal escapes never reach
+// a log unchanged. Printable text without backslashes comes out as it went in.
+std::string formatFailureNotice(const uint8_t* bytes, size_t len, size_t maxBytes);
 
 }  // namespace terse
