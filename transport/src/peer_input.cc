@@ -60,22 +60,7 @@ Status parsePeerBlob(int rank, const uint8_t* bytes, size_t len, PeerBlob* out) 
 }
 
 std::string formatFailureNotice(const uint8_t* bytes, size_t len, size_t maxBytes) {
-  const size_t use = len < maxBytes ? len : maxBytes;
-  std::string out;
-  out.reserve(use + 3);
-  static const char kHex[] = "0123456789abcdef";
-  for (size_t i = 0; i < use; ++i) {
-    const uint8_t c = bytes[i];
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  if (use < len) out += "...";
-  return out;
+  return printableBytes(bytes, len, maxBytes);
 }
 
 }  // namespace terse
