@@ -1,7 +1,8 @@
-// fuzz_peer: what the transport and collectives layers read from bytes another rank chose,
-// without a transport: a UCX rank's published blob (transport/src/peer_input.h), the text of a
-// failure notice (same header) and the call descriptors peers send at the start of every
-// collective (collectives/src/descriptor.h).
+// fuzz_peer: what the transport, collectives and rendezvous layers read from bytes another rank
+// chose, without a transport or store: a UCX rank's published blob (transport/src/
+// peer_input.h), the text of a failure notice (same header), the call descriptors peers send at
+// the start of every collective (collectives/src/descriptor.h), and the values ranks publish in
+// the rendezvous store (rendezvous/src/published.h).
 //
 // Byte 0 picks the mode, byte 1 is a small parameter (the publishing rank; a descriptor world's
 // shape), the rest is the peer's bytes.
@@ -12,10 +13,13 @@
 // the bound plus "...", and unescapes to exactly the peer's bytes it used (nothing lost or
 // forged); descriptors are refused exactly when one is short or lacks the magic (kCorrupt naming
 // the first such rank) or, once all are whole, when one rejected its call or differs from this
-// rank's (kInvalidUsage naming the first such rank).
+// rank's (kInvalidUsage naming the first such rank); a published failure keeps only an error
+// code (never kOk or kInProgress) and comes out as printable ASCII, bounded; a published value is
+// accepted exactly when it starts with the header, and header + payload is the value again.
 #include "descriptor.h"
 #include "fuzz_util.h"
 #include "peer_input.h"
+#include "published.h"
 #include "terse/transport/give_up.h"
 
 #include <cstring>
@@ -31,7 +35,7 @@ using terse::StatusCode;
 using terse::detail::CallDescriptor;
 using terse::fuzz::fail;
 
-enum Mode : uint8_t { kBlob = 0, kNotice = 1, kDescriptors = 2, kModes = 3 };
+enum Mode : uint8_t { kBlob = 0, kNotice = 1, kDescriptors = 2, kPublished = 3, kModes = 4 };
 
 bool names(const Status& st, int rank) {
   return st.message().find("rank " + std::to_string(rank) + " ") != std::string::npos;
@@ -179,6 +183,46 @@ void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
     fail("a disagreement is not kInvalidUsage naming the first rank that differs");
 }
 
+// --- rendezvous store values --------------------------------------------------------------
+
+const char kHeader[] = "terse 0.1.0 size 4\n";
+
+bool printable(const std::string& s) {
+  for (char c : s)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
+// Even param: the value under <prefix>/failed; odd: rank (param / 2) % 4's published value.
+void fuzzPublished(uint8_t param, const uint8_t* p, size_t n) {
+  namespace rd = terse::rendezvous_detail;
+  const std::string value(reinterpret_cast<const char*>(p), n);
+  if (param % 2 == 0) {
+    Status st = rd::parsePublishedFailure(value);
+    const int code = static_cast<int>(st.code());
+    if (code < static_cast<int>(StatusCode::kInvalidArgument) ||
+        code > static_cast<int>(StatusCode::kInternal))
+      fail("a published failure became a code that is not an error");
+    if (!printable(st.message())) fail("a published failure's text is not printable ASCII");
+    if (st.message().size() > 4 * rd::kMaxQuotedBytes + 3)
+      fail("a published failure's text is not bounded");
+    return;
+  }
+  const int peer = (param / 2) % 4;
+  const std::string header = kHeader;
+  std::string payload = "untouched";
+  Status st = rd::splitPublishedValue(peer, (peer + 1) % 4, value, header, &payload);
+  const bool starts = value.compare(0, header.size(), header) == 0;
+  if (st.isOk() != starts) fail("a published value's header check disagrees with its prefix");
+  if (st.isOk()) {
+    if (header + payload != value) fail("header + payload is not the published value");
+    return;
+  }
+  if (st.code() != StatusCode::kInvalidUsage || !names(st, peer))
+    fail("a header mismatch is not kInvalidUsage naming the rank");
+  if (!printable(st.message())) fail("a header mismatch quotes bytes unescaped");
+}
+
 // --- seeds ---------------------------------------------------------------------------------
 
 std::vector<uint8_t> withHead(uint8_t mode, uint8_t param, const void* bytes, size_t n) {
@@ -214,6 +258,15 @@ void writeSeeds(const std::function<void(const std::vector<uint8_t>&)>& put) {
   std::vector<uint8_t> odd = zeros;
   odd[32 + 1 + 8] = 1;  // the first peer's count
   put(withHead(kDescriptors, 0x02, odd.data(), odd.size()));
+  // Store values: failures as failRendezvous publishes them, a rank's value with the header.
+  for (int c = 1; c <= 8; ++c) {
+    const std::string f = terse::rendezvous_detail::encodePublishedFailure(
+        2, Status(static_cast<StatusCode>(c), "allgather timed out"));
+    put(withHead(kPublished, 0, f.data(), f.size()));
+  }
+  const std::string value = std::string(kHeader) + "ucx worker address\0bytes";
+  put(withHead(kPublished, 3, value.data(), value.size()));
+  put(withHead(kPublished, 5, "terse 9.9.9 size 4\nx", 20));
 }
 
 }  // namespace
@@ -233,6 +286,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A bound of 1..256 bytes besides the real one, so inputs reach the cut cheaply.
     case kNotice: fuzzNotice(param == 0 ? terse::kFailureNoticeBytes : param, p, n); break;
     case kDescriptors: fuzzDescriptors(param, p, n); break;
+    case kPublished: fuzzPublished(param, p, n); break;
   }
   return 0;
 }
