@@ -5,7 +5,8 @@
 // into a receive of `capacity` bytes (from the second byte); it must fail with kCorrupt or
 // kInvalidUsage, or return at most `capacity` bytes, never crash, overrun or allocate from an
 // unchecked size beyond the capacity. Round trip: the rest is a message; compress() either
-// declines (0) or returns a frame smaller than the message that decodes to exactly the message.
+// declines (0) or returns a frame smaller than the message that decodes to exactly the message,
+// and that checkFrameSize (the receiver's check of a frame's announced size) accepts.
 //
 // Checked under ASan/UBSan: no crash, no out-of-bounds access, no UB, no leak.
 #include "fuzz_util.h"
@@ -73,6 +74,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t f = codec.compress(msg, n, &frame);
   if (f == 0) return 0;
   if (f >= n) terse::fuzz::fail("compress returned a frame that is not smaller than the message");
+  // The receiver refuses frames by size before reading them: it must never refuse a real one.
+  if (!terse::plugin::checkFrameSize(f, n).isOk())
+    terse::fuzz::fail("checkFrameSize refused a frame compress() made for a receive of its size");
   std::vector<uint8_t> out(n);
   auto got = codec.decompress(frame.data(), f, out.data(), n);
   if (!got.isOk()) terse::fuzz::fail("a frame compress() made does not decode");

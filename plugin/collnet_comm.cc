@@ -1,5 +1,7 @@
 #include "collnet_comm.h"
 
+#include "net_handshake.h"
+
 #include "net_device.h"
 
 #include "terse/common/env.h"
@@ -27,19 +29,7 @@ namespace {
 
 std::atomic<ncclDebugLogger_t> gLogger{nullptr};
 
-// The 128-byte listen handle. Every rank's listen serves a rendezvous store; connect uses the
-// one named by handles[0] (NCCL passes all ranks' handles in rank order), so every rank finds
-// rank 0's store without any other out-of-band channel.
-struct Handle {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t nonce;  // names this listen's store keys and lets rank 0 recognise its own handle
-  int32_t port;
-  char host[64];  // numeric address, NUL-terminated
-};
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "CollNet handle must fit NCCL's");
-constexpr uint32_t kHandleMagic = 0x74436e31;  // "tCn1"
-constexpr uint32_t kHandleVersion = 1;
 
 enum class Kind : uint8_t { kAllReduce, kReduceScatter };
 const char* kindName(Kind k) { return k == Kind::kAllReduce ? "allreduce" : "reduce-scatter"; }
@@ -321,19 +311,14 @@ Result<CollComm*> connect(void* const* handles, int nranks, int rank, ListenComm
     return errorInvalidArgument("connect: handles or listenComm is NULL");
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return errorInvalidArgument("connect: rank %d of %d is out of range", rank, nranks);
+  // Every rank's handle came from a peer through NCCL: all are checked, rank 0's is used.
+  Handle root{};
   for (int r = 0; r < nranks; ++r) {
-    Handle h;
     if (handles[r] == nullptr) return errorInvalidArgument("connect: handles[%d] is NULL", r);
-    std::memcpy(&h, handles[r], sizeof(h));
-    if (h.magic != kHandleMagic || h.version != kHandleVersion)
-      return errorInvalidUsage(
-          "connect: handles[%d] is not a terse CollNet listen handle (magic %#x version %u); "
-          "every rank must load the same libnccl-net-terse.so",
-          r, h.magic, h.version);
+    Handle h;
+    TERSE_RETURN_IF_ERROR(parseHandle(r, handles[r], &h));
+    if (r == 0) root = h;
   }
-  Handle root;
-  std::memcpy(&root, handles[0], sizeof(root));
-  root.host[sizeof(root.host) - 1] = '\0';
   auto cc = std::make_unique<CollComm>();
   cc->config = listen->config;
   if (rank == 0) {

@@ -23,9 +23,22 @@ struct FrameHeader {
   uint32_t codec;
   uint64_t rawSize;
 };
-static_assert(sizeof(FrameHeader) == 16, "the frame header is part of the wire format");
+static_assert(sizeof(FrameHeader) == kFrameHeaderBytes,
+              "the frame header is part of the wire format");
 
 }  // namespace
+
+Status checkFrameSize(size_t frameBytes, size_t capacity) {
+  // capacity can be anything NCCL posts (up to 1 GiB): the sum cannot wrap, but stay exact anyway.
+  if (frameBytes <= kFrameHeaderBytes || frameBytes - kFrameHeaderBytes <= capacity)
+    return Status::ok();
+  return errorInvalidUsage(
+      "a compressed frame of %zu bytes arrived for a receive of %zu: a frame is never larger than "
+      "the receive plus its %zu-byte header, so either the sender's message is larger than the "
+      "receive (receives may be larger than sends, never smaller) or the frame is corrupt; it "
+      "was dropped unread",
+      frameBytes, capacity, kFrameHeaderBytes);
+}
 
 Result<LosslessConfig> readLosslessConfig() {
   LosslessConfig c;

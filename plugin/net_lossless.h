@@ -25,6 +25,18 @@ namespace terse::plugin {
 // Set in the UCX tag of a compressed frame. Receive comm ids stay below 2^31 so the bit is free.
 constexpr uint64_t kCompressedTagBit = uint64_t{1} << 63;
 
+// Size of the header in front of every compressed frame (magic, codec, raw size).
+constexpr size_t kFrameHeaderBytes = 16;
+
+// Whether a compressed frame of `frameBytes` (its size as UCX announces it, chosen by the peer)
+// may be received for a receive of `capacity` bytes. compress() only sends a frame smaller than
+// its message, and a message never exceeds the receive, so a frame larger than the capacity plus
+// its header is refused before any staging buffer is sized from it: otherwise a corrupt or
+// hostile peer could make the receiver allocate anything up to what UCX accepts.
+// Errors: kInvalidUsage (the sender's message is larger than the receive, or the frame is bogus;
+// the message is dropped and the connection stays usable, as for a raw message that is too big).
+Status checkFrameSize(size_t frameBytes, size_t capacity);
+
 struct LosslessConfig {
   bool enabled = false;
   size_t minBytes = 64 << 10;

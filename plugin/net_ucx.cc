@@ -1,5 +1,7 @@
 #include "net_ucx.h"
 
+#include "net_handshake.h"
+
 #include "plugin_log.h"
 
 #include <fcntl.h>
@@ -17,10 +19,6 @@
 namespace terse::plugin {
 namespace {
 
-constexpr uint32_t kHandleMagic = 0x74727365;  // "trse"
-// 2: the hello and reply carry each side's TERSE_NET_LOSSLESS.
-constexpr uint32_t kProtocolVersion = 2;
-constexpr size_t kMaxWorkerAddress = 64 << 10;
 // How often a pending request looks at its setup socket for a hang-up.
 constexpr int64_t kHangupCheckIntervalMs = 100;
 // Bound on waiting for UCX to finish an endpoint close or cancelled receives.
@@ -33,38 +31,7 @@ constexpr uint64_t kProbeTagMask = ~kCompressedTagBit;
 // A staging buffer grown past this by one large message is freed when the request ends.
 constexpr size_t kKeepStagingBytes = 16u << 20;
 
-// Hello and reply flags.
-constexpr uint32_t kFlagLossless = 1u << 0;          // the side's TERSE_NET_LOSSLESS
-constexpr uint32_t kFlagLosslessMismatch = 1u << 1;  // reply: rejected because they differ
-
-// NCCL's 128-byte handle. listen fills the address part; connect keeps its attempt id in the
-// tail of its own copy (NCCL calls connect again with the same buffer until it succeeds).
-struct WireHandle {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t listenNonce;
-  union {
-    sockaddr_in v4;
-    sockaddr_in6 v6;
-  } addr;
-  uint64_t attempt;  // 0 in the listener's copy
-};
 static_assert(sizeof(WireHandle) <= NCCL_NET_HANDLE_MAXSIZE, "handle must fit NCCL's buffer");
-
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t listenNonce;
-  uint32_t flags;  // kFlagLossless
-  uint32_t reserved;
-};
-
-struct ReplyHeader {
-  uint32_t magic;
-  uint32_t recvCommId;  // 0 = rejected
-  uint32_t addrLen;
-  uint32_t flags;  // kFlagLossless, kFlagLosslessMismatch
-};
 
 const char* onOff(bool on) { return on ? "1" : "0"; }
 
@@ -111,6 +78,15 @@ Result<bool> readSome(int fd, void* buf, size_t len, size_t* off) {
     }
   }
   return true;
+}
+
+// "host:port" of the other end of a setup socket, for messages that must name the peer.
+std::string peerOf(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return "(unknown address)";
+  return sockaddrToString(addr);
 }
 
 void setNoDelay(int fd) {
@@ -452,7 +428,21 @@ void NetContext::matchProbes(RecvComm* comm) {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv = onRecvDone;
     param.user_data = &op;
-    if (op.compressed) {
+    if (op.compressed && !checkFrameSize(info.length, op.capacity).isOk()) {
+      // The length is the peer's word: never size the staging buffer from it unchecked. A
+      // receive of 0 bytes takes the message off UCX's queue without storing any of it (UCX
+      // reports it truncated), so the tag's later messages still match in order.
+      PLUGIN_WARN(
+          "comm %u: refusing a compressed frame of %zu bytes from the peer at %s for a "
+          "receive of %zu bytes",
+          comm->id(), info.length, peerOf(comm->fd()).c_str(), op.capacity);
+      op.refusedFrameBytes = info.length;
+      static uint8_t nowhere;  // a valid address for UCX; nothing is ever written to it
+      buffer = &nowhere;
+      count = 0;
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+      param.memory_type = UCS_MEMORY_TYPE_HOST;
+    } else if (op.compressed) {
       op.staging.reserve(std::max<size_t>(info.length, 1));
       buffer = op.staging.data();
       count = info.length;
@@ -510,19 +500,16 @@ Status NetContext::connect(int dev, void* handle, SendComm** out) {
   *out = nullptr;
   if (dev != 0) return errorInvalidArgument("connect: device %d does not exist (terse has 1)", dev);
   auto* h = static_cast<WireHandle*>(handle);
-  if (h->magic != kHandleMagic || h->version != kProtocolVersion)
-    return errorInvalidArgument(
-        "connect: the handle was not made by this version of terse's listen (magic %#x, version "
-        "%u): all ranks must load the same plugin",
-        h->magic, h->version);
+  // The listener's bytes, carried by NCCL: checked before a socket is opened for them.
+  ConnectTarget target{};
+  TERSE_RETURN_IF_ERROR(parseConnectHandle(*h, &target));
   ConnectAttempt* attempt = nullptr;
   for (auto& a : attempts_)
     if (reinterpret_cast<uint64_t>(a.get()) == h->attempt) attempt = a.get();
   if (attempt == nullptr) {
     auto a = std::make_unique<ConnectAttempt>();
-    sockaddr_storage peer{};
-    std::memcpy(&peer, &h->addr, sizeof(h->addr));
-    socklen_t len = peer.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    sockaddr_storage peer = target.addr;
+    const socklen_t len = target.len;
     a->peer = sockaddrToString(peer);
     a->fd = ::socket(peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (a->fd < 0) return errorSystem("connect: socket() failed: %s", errnoText().c_str());
@@ -530,7 +517,7 @@ Status NetContext::connect(int dev, void* handle, SendComm** out) {
     if (::connect(a->fd, reinterpret_cast<sockaddr*>(&peer), len) != 0 && errno != EINPROGRESS)
       return errorRemote("connect: cannot reach the listening peer at %s: %s", a->peer.c_str(),
                          errnoText().c_str());
-    a->hello = Hello{kHandleMagic, kProtocolVersion, h->listenNonce,
+    a->hello = Hello{kHandleMagic, kProtocolVersion, target.listenNonce,
                      lossless_.enabled ? kFlagLossless : 0u, 0u};
     attempt = a.get();
     attempts_.push_back(std::move(a));
@@ -568,20 +555,8 @@ Status NetContext::advanceConnect(ConnectAttempt* a, SendComm** out) {
   if (a->stage == Stage::kReadHeader) {
     TERSE_ASSIGN_OR_RETURN(bool got, readSome(a->fd, &a->header, sizeof(a->header), &a->off));
     if (!got) return Status::ok();
-    if (a->header.magic == kHandleMagic &&
-        ((a->header.flags & kFlagLosslessMismatch) != 0 ||
-         (a->header.recvCommId != 0 &&
-          ((a->header.flags & kFlagLossless) != 0) != lossless_.enabled)))
-      return errorInvalidUsage(
-          "connect: TERSE_NET_LOSSLESS differs between ranks: it is %s on this (sending) rank and "
-          "%s on the receiving rank at %s; set it to the same value on every rank",
-          onOff(lossless_.enabled), onOff((a->header.flags & kFlagLossless) != 0), a->peer.c_str());
-    if (a->header.magic != kHandleMagic || a->header.recvCommId == 0)
-      return errorRemote("connect: the peer at %s rejected the connection (stale handle?)",
-                         a->peer.c_str());
-    if (a->header.addrLen == 0 || a->header.addrLen > kMaxWorkerAddress)
-      return errorRemote("connect: the peer at %s sent a worker address of %u bytes",
-                         a->peer.c_str(), a->header.addrLen);
+    // The peer's bytes: addrLen sizes the buffer read next, so it is checked first.
+    TERSE_RETURN_IF_ERROR(checkReplyHeader(a->header, lossless_.enabled, a->peer));
     a->address.resize(a->header.addrLen);
     a->stage = Stage::kReadAddress;
     a->off = 0;
@@ -625,10 +600,10 @@ Status NetContext::accept(ListenComm* l, RecvComm** out) {
         st = got.status();
       } else if (got.value()) {
         ReplyHeader header{kHandleMagic, 0, 0, lossless_.enabled ? kFlagLossless : 0u};
-        bool valid = p->hello.magic == kHandleMagic && p->hello.version == kProtocolVersion &&
-                     p->hello.listenNonce == l->nonce;
-        bool peerLossless = (p->hello.flags & kFlagLossless) != 0;
-        if (valid && peerLossless != lossless_.enabled) {
+        const HelloVerdict verdict = checkHello(p->hello, l->nonce, lossless_.enabled);
+        const bool valid = verdict == HelloVerdict::kAccept;
+        const bool peerLossless = !lossless_.enabled;  // what a mismatch means
+        if (verdict == HelloVerdict::kLosslessMismatch) {
           // Refuse with a reason the sender can report, then fail here too: a job with the
           // variable set on some ranks only is misconfigured, and must not half-work.
           header.flags |= kFlagLosslessMismatch;
@@ -923,6 +898,12 @@ Status NetContext::test(NetRequest* r, int* done, int* sizes) {
   }
   for (int i = 0; i < r->n; ++i) {
     const SubOp& op = r->ops[i];
+    if (op.refusedFrameBytes > 0) {
+      // Whatever UCX said about the 0-byte receive that dropped it, the frame is the error.
+      Status why = checkFrameSize(op.refusedFrameBytes, op.capacity);
+      comm->freeRequest(r);
+      return errorInvalidUsage("test: %s", why.message().c_str());
+    }
     if (op.status == UCS_OK) continue;
     comm->freeRequest(r);
     if (op.status == UCS_ERR_MESSAGE_TRUNCATED)

@@ -57,6 +57,9 @@ struct SubOp {
   size_t capacity = 0;
   uint64_t tag = 0;
   ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN;
+  // Nonzero: a compressed frame of this many bytes was refused by checkFrameSize and received
+  // into nothing (to take it off UCX's queue); test() reports it.
+  size_t refusedFrameBytes = 0;
   // A compressed send's frame or a compressed receive's frame; kept with the pooled slot so a
   // stream of messages allocates once.
   StagingBuffer staging;
@@ -72,6 +75,7 @@ struct SubOp {
     capacity = 0;
     tag = 0;
     memType = UCS_MEMORY_TYPE_UNKNOWN;
+    refusedFrameBytes = 0;
   }
 };
 

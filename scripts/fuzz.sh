@@ -21,7 +21,8 @@ while (($#)); do
     *) echo "fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-((${#targets[@]})) || targets=(fuzz_decode fuzz_spec fuzz_feedback fuzz_store fuzz_lossless)
+((${#targets[@]})) || targets=(fuzz_decode fuzz_spec fuzz_feedback fuzz_store fuzz_lossless fuzz_peer
+  fuzz_handshake fuzz_checkpoint)
 for tool in clang clang++; do
   command -v $tool >/dev/null || { echo "fuzz.sh: $tool not found (apt-get install clang)" >&2; exit 1; }
 done

@@ -1,5 +1,6 @@
 #include "terse/collectives/engine.h"
 
+#include "descriptor.h"
 #include "requests.h"
 
 #include "terse/common/env.h"
@@ -12,6 +13,7 @@
 
 namespace terse {
 
+using detail::CallDescriptor;
 using detail::makeTag;
 using detail::RequestList;
 
@@ -39,31 +41,6 @@ uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
-}
-
-// What every rank must agree on before data moves. Fixed layout, sent as raw bytes between
-// processes of the same build (a version mismatch between builds is caught at bootstrap).
-struct Descriptor {
-  uint32_t magic;
-  uint8_t kind, dtype, op, codec;
-  uint64_t count;
-  uint64_t specHash;
-  uint32_t seq;
-  uint32_t worldSize;
-};
-constexpr uint32_t kDescriptorMagic = 0x44435354;  // "TSCD"
-
-// A descriptor's kind when the sending rank rejected its own arguments: its peers then fail
-// at once instead of waiting for transfers that will never come.
-constexpr uint8_t kRejectedKind = 0;
-
-std::string describe(const Descriptor& d) {
-  if (d.kind == kRejectedKind) return "a call it rejected as invalid (see that rank's error)";
-  return formatString(
-      "%s(count=%llu, %s, %s, codec %s [spec hash %016llx])",
-      collectiveName(static_cast<CollectiveKind>(d.kind)), static_cast<unsigned long long>(d.count),
-      dataTypeName(static_cast<DataType>(d.dtype)), reduceOpName(static_cast<ReduceOp>(d.op)),
-      codecName(static_cast<CodecId>(d.codec)), static_cast<unsigned long long>(d.specHash));
 }
 
 }  // namespace
@@ -159,54 +136,36 @@ Status CollectiveEngine::validate(const CollectiveOp& op) const {
 Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t seq, bool rejected) {
   const int n = transport_.size(), r = transport_.rank();
   if (n == 1) return Status::ok();
-  Descriptor mine{};
-  mine.magic = kDescriptorMagic;
+  CallDescriptor mine{};
+  mine.magic = detail::kDescriptorMagic;
   mine.kind = static_cast<uint8_t>(op.kind);
   mine.dtype = static_cast<uint8_t>(op.dtype);
   mine.op = static_cast<uint8_t>(op.kind == CollectiveKind::kAllGather ? ReduceOp::kSum : op.op);
   mine.codec = op.codec ? static_cast<uint8_t>(op.codec->id()) : 0xff;
   mine.count = op.count;
   mine.specHash = op.codec ? fnv1a(op.codec->spec()) : 0;
-  if (rejected) mine.kind = kRejectedKind;
+  if (rejected) mine.kind = detail::kRejectedKind;
   mine.seq = seq;
   mine.worldSize = static_cast<uint32_t>(n);
-  auto* theirs = reinterpret_cast<Descriptor*>(scratch(0, sizeof(Descriptor) * n));
+  auto* theirs = reinterpret_cast<CallDescriptor*>(scratch(0, sizeof(CallDescriptor) * n));
   RequestList reqs(transport_, timeout_, &bytesSent_);
   std::vector<size_t> recvSlot(n, 0);
   const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, 0);
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;
-    TERSE_RETURN_IF_ERROR(reqs.recv(i, tag, &theirs[i], sizeof(Descriptor), &recvSlot[i]));
+    TERSE_RETURN_IF_ERROR(reqs.recv(i, tag, &theirs[i], sizeof(CallDescriptor), &recvSlot[i]));
   }
   size_t unused;
   for (int k = 1; k < n; ++k)
-    TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, tag, &mine, sizeof(Descriptor), &unused));
+    TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, tag, &mine, sizeof(CallDescriptor), &unused));
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;
     size_t got = 0;
     TERSE_RETURN_IF_ERROR(reqs.wait(recvSlot[i], &got));
-    if (got != sizeof(Descriptor) || theirs[i].magic != kDescriptorMagic)
-      return errorCorrupt("%s: rank %d sent a malformed call descriptor (%zu bytes)",
-                          collectiveName(op.kind), i, got);
+    TERSE_RETURN_IF_ERROR(detail::checkReceivedDescriptor(op.kind, i, theirs[i], got));
   }
   TERSE_RETURN_IF_ERROR(reqs.waitAll());
-  for (int i = 0; i < n; ++i) {
-    if (i == r) continue;
-    const Descriptor& d = theirs[i];
-    if (d.kind == kRejectedKind && !rejected)
-      return errorInvalidUsage(
-          "collective call #%u failed: rank %d rejected its arguments (see its error); this rank "
-          "called %s",
-          seq, i, describe(mine).c_str());
-    if (d.kind != mine.kind || d.dtype != mine.dtype || d.op != mine.op || d.codec != mine.codec ||
-        d.count != mine.count || d.specHash != mine.specHash || d.worldSize != mine.worldSize ||
-        d.seq != mine.seq)
-      return errorInvalidUsage(
-          "ranks disagree on collective call #%u: rank %d called %s but rank %d (this rank) "
-          "called %s; every rank must make the same calls in the same order",
-          seq, i, describe(d).c_str(), r, describe(mine).c_str());
-  }
-  return Status::ok();
+  return detail::checkDescriptorsAgree(mine, theirs, n, r, seq, rejected);
 }
 
 Status CollectiveEngine::run(const CollectiveOp& op) {

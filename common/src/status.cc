@@ -48,6 +48,26 @@ Status Status::withContext(const std::string& context) const {
   return Status(code_, context + ": " + message_);
 }
 
+std::string printableBytes(const void* bytes, size_t len, size_t maxBytes) {
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  const size_t use = len < maxBytes ? len : maxBytes;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(use + 3);
+  for (size_t i = 0; i < use; ++i) {
+    const unsigned char c = p[i];
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (use < len) out += "...";
+  return out;
+}
+
 std::string formatString(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

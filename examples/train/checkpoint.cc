@@ -114,7 +114,7 @@ std::string feedbackPath(const std::string& dir, int rank) {
 
 }  // namespace
 
-Status saveModel(const std::string& dir, const ModelState& s) {
+std::vector<uint8_t> encodeModel(const ModelState& s) {
   Writer w;
   w.put(kModelMagic);
   w.put(kVersion);
@@ -125,13 +125,11 @@ Status saveModel(const std::string& dir, const ModelState& s) {
   w.put<uint64_t>(s.params.size());
   w.putBytes(s.params.data(), 4 * s.params.size());
   w.putBytes(s.momentum.data(), 4 * s.momentum.size());
-  return writeFile(dir + "/model.bin", w.finish());
+  return w.finish();
 }
 
-Result<ModelState> loadModel(const std::string& dir) {
-  std::string path = dir + "/model.bin";
-  TERSE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFile(path));
-  Reader r(bytes, path);
+Result<ModelState> decodeModel(const std::vector<uint8_t>& bytes, const std::string& what) {
+  Reader r(bytes, what);
   TERSE_RETURN_IF_ERROR(r.verify(kModelMagic));
   ModelState s;
   uint32_t codecLen = 0;
@@ -139,12 +137,12 @@ Result<ModelState> loadModel(const std::string& dir) {
   TERSE_RETURN_IF_ERROR(r.get(&s.step));
   TERSE_RETURN_IF_ERROR(r.get(&s.world));
   TERSE_RETURN_IF_ERROR(r.get(&codecLen));
-  if (codecLen > r.left()) return errorCorrupt("%s: codec name runs past the end", path.c_str());
+  if (codecLen > r.left()) return errorCorrupt("%s: codec name runs past the end", what.c_str());
   s.codec.resize(codecLen);
   TERSE_RETURN_IF_ERROR(r.getBytes(s.codec.data(), codecLen));
   TERSE_RETURN_IF_ERROR(r.get(&count));
   if (s.world <= 0 || count > r.left() / 8 || 8 * count != r.left())
-    return errorCorrupt("%s: world %d / %llu parameters do not match its size", path.c_str(),
+    return errorCorrupt("%s: world %d / %llu parameters do not match its size", what.c_str(),
                         s.world, static_cast<unsigned long long>(count));
   s.params.resize(count);
   s.momentum.resize(count);
@@ -153,7 +151,17 @@ Result<ModelState> loadModel(const std::string& dir) {
   return s;
 }
 
-Status saveFeedback(const std::string& dir, int rank, const std::vector<ErrorFeedback>& feedback) {
+Status saveModel(const std::string& dir, const ModelState& s) {
+  return writeFile(dir + "/model.bin", encodeModel(s));
+}
+
+Result<ModelState> loadModel(const std::string& dir) {
+  std::string path = dir + "/model.bin";
+  TERSE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFile(path));
+  return decodeModel(bytes, path);
+}
+
+std::vector<uint8_t> encodeFeedback(int rank, const std::vector<ErrorFeedback>& feedback) {
   Writer w;
   w.put(kFeedbackMagic);
   w.put(kVersion);
@@ -164,33 +172,42 @@ Status saveFeedback(const std::string& dir, int rank, const std::vector<ErrorFee
     w.put<uint64_t>(one.size());
     w.putBytes(one.data(), one.size());
   }
-  return writeFile(feedbackPath(dir, rank), w.finish());
+  return w.finish();
 }
 
-Result<std::vector<ErrorFeedback>> loadFeedbackFile(const std::string& dir, int rank) {
-  std::string path = feedbackPath(dir, rank);
-  TERSE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFile(path));
-  Reader r(bytes, path);
+Result<std::vector<ErrorFeedback>> decodeFeedback(const std::vector<uint8_t>& bytes,
+                                                  const std::string& what, int rank) {
+  Reader r(bytes, what);
   TERSE_RETURN_IF_ERROR(r.verify(kFeedbackMagic));
   int32_t savedRank = -1;
   uint32_t n = 0;
   TERSE_RETURN_IF_ERROR(r.get(&savedRank));
   TERSE_RETURN_IF_ERROR(r.get(&n));
   if (savedRank != rank)
-    return errorCorrupt("%s says it belongs to rank %d", path.c_str(), savedRank);
+    return errorCorrupt("%s says it belongs to rank %d", what.c_str(), savedRank);
   std::vector<ErrorFeedback> out;
   for (uint32_t i = 0; i < n; ++i) {
     uint64_t size = 0;
     TERSE_RETURN_IF_ERROR(r.get(&size));
-    if (size > r.left()) return errorCorrupt("%s: entry %u runs past the end", path.c_str(), i);
+    if (size > r.left()) return errorCorrupt("%s: entry %u runs past the end", what.c_str(), i);
     std::vector<uint8_t> one(size);
     TERSE_RETURN_IF_ERROR(r.getBytes(one.data(), size));
     auto ef = ErrorFeedback::deserialize(one.data(), one.size());
-    if (!ef.isOk()) return ef.status().withContext(path + " entry " + std::to_string(i));
+    if (!ef.isOk()) return ef.status().withContext(what + " entry " + std::to_string(i));
     out.push_back(std::move(ef).value());
   }
-  if (r.left()) return errorCorrupt("%s: %zu trailing bytes", path.c_str(), r.left());
+  if (r.left()) return errorCorrupt("%s: %zu trailing bytes", what.c_str(), r.left());
   return out;
+}
+
+Status saveFeedback(const std::string& dir, int rank, const std::vector<ErrorFeedback>& feedback) {
+  return writeFile(feedbackPath(dir, rank), encodeFeedback(rank, feedback));
+}
+
+Result<std::vector<ErrorFeedback>> loadFeedbackFile(const std::string& dir, int rank) {
+  std::string path = feedbackPath(dir, rank);
+  TERSE_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFile(path));
+  return decodeFeedback(bytes, path, rank);
 }
 
 Result<ErrorFeedback> repartitionFeedback(const std::vector<const ErrorFeedback*>& saved,

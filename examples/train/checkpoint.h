@@ -32,6 +32,16 @@ Result<ModelState> loadModel(const std::string& dir);
 Status saveFeedback(const std::string& dir, int rank, const std::vector<ErrorFeedback>& feedback);
 Result<std::vector<ErrorFeedback>> loadFeedbackFile(const std::string& dir, int rank);
 
+// The files' bytes, which the functions above write and read: the decoders are pure functions
+// of a file's contents (`what` names it in errors), so fuzz/fuzz_checkpoint.cc drives exactly
+// what a resume reads. Errors are kCorrupt (or ErrorFeedback::deserialize's) and say where.
+std::vector<uint8_t> encodeModel(const ModelState& state);
+Result<ModelState> decodeModel(const std::vector<uint8_t>& bytes, const std::string& what);
+std::vector<uint8_t> encodeFeedback(int rank, const std::vector<ErrorFeedback>& feedback);
+// Refuses a file another rank wrote (its rank field is not `rank`).
+Result<std::vector<ErrorFeedback>> decodeFeedback(const std::vector<uint8_t>& bytes,
+                                                  const std::string& what, int rank);
+
 // Rebuilds rank newRank's error feedback for one tensor in a world of newWorld from the states
 // every rank of the old world saved for it (saved[i] from old rank i, all for the same codec
 // and size):

@@ -1,5 +1,7 @@
 #include "terse/rendezvous/bootstrap.h"
 
+#include "published.h"
+
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
 
@@ -158,8 +160,7 @@ namespace {
 Status failRendezvous(Store& store, const std::string& prefix, int rank, int size,
                       const Status& why, bool publish, std::chrono::milliseconds timeout) {
   if (publish)
-    (void)store.set(prefix + "/failed", std::to_string(static_cast<int>(why.code())) + "\nrank " +
-                                            std::to_string(rank) + ": " + why.message());
+    (void)store.set(prefix + "/failed", rendezvous_detail::encodePublishedFailure(rank, why));
   if (rank != 0) {
     // Whatever made us fail, we are done reading: rank 0 need not wait for us.
     (void)store.set(prefix + "/failed-seen/" + std::to_string(rank), "1");
@@ -188,11 +189,7 @@ Status publishedFailure(Store& store, const std::string& prefix, int rank) {
   auto got = store.tryGet(prefix + "/failed");
   if (!got.isOk() || !got->has_value()) return Status::ok();
   (void)store.set(prefix + "/failed-seen/" + std::to_string(rank), "1");
-  const std::string& text = **got;
-  size_t nl = text.find('\n');
-  int code = std::atoi(text.c_str());
-  if (nl == std::string::npos || code <= 0) return errorRemote("%s", text.c_str());
-  return Status(static_cast<StatusCode>(code), text.substr(nl + 1));
+  return rendezvous_detail::parsePublishedFailure(**got);
 }
 
 }  // namespace
@@ -228,20 +225,8 @@ Result<std::vector<std::string>> storeAllGather(Store& store, const std::string&
       }
       std::optional<std::string> value = std::move(got).value();
       if (!value) continue;
-      size_t nl = value->find('\n');
-      std::string theirs = nl == std::string::npos ? *value : value->substr(0, nl + 1);
-      if (theirs != header) {
-        std::string shown = theirs;
-        if (!shown.empty() && shown.back() == '\n') shown.pop_back();
-        return failRendezvous(
-            store, prefix, rank, size,
-            errorInvalidUsage(
-                "rank %d announced '%s' but rank %d runs '%s': all ranks must run the same terse "
-                "version with the same world size (check TERSE_WORLD_SIZE and the launcher's -n)",
-                r, shown.c_str(), rank, header.substr(0, header.size() - 1).c_str()),
-            true, timeout);
-      }
-      all[r] = value->substr(nl + 1);
+      Status same = rendezvous_detail::splitPublishedValue(r, rank, *value, header, &all[r]);
+      if (!same.isOk()) return failRendezvous(store, prefix, rank, size, same, true, timeout);
       seen[r] = true;
       --remaining;
     }

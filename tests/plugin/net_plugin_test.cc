@@ -924,13 +924,16 @@ TEST_P(NetPluginLosslessTest, PayloadsBitExactBothWays) {
     }
 
     // Receives smaller than the message fail with ncclInvalidUsage, compressed or raw, and the
-    // comm keeps working (rank 0 sends, rank 1 receives).
+    // comm keeps working (rank 0 sends, rank 1 receives). The mixed message's frame (about half
+    // a MiB) is larger than the receive plus a frame header: the receiver must refuse it from
+    // its announced size, before sizing a buffer from it, and say so naming the peer.
     ex.barrier("lossless-trunc", rank, 2);
     const size_t big = 1 << 20;
     std::vector<uint8_t> tout(big), tin(big + 8, 0);
     if (rank == 0) {
-      const Payload kinds[3] = {Payload::kSparse, Payload::kRandom, Payload::kSparse};
-      for (int m = 0; m < 3; ++m) {
+      const Payload kinds[4] = {Payload::kSparse, Payload::kMixed, Payload::kRandom,
+                                Payload::kSparse};
+      for (int m = 0; m < 4; ++m) {
         fillPayload(tout.data(), big, seedOf(0, 77, m), kinds[m]);
         (void)waitRequest(api, postSend(api, link.sendComm, tout.data(), big, 700, nullptr),
                           nullptr);
@@ -940,18 +943,27 @@ TEST_P(NetPluginLosslessTest, PayloadsBitExactBothWays) {
       void* data = tin.data();
       size_t small = 64 << 10;
       int t = 700;
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < 3; ++m) {
         ncclResult_t r =
             waitRequest(api, postRecv(api, link.recvComm, 1, &data, &small, &t, nullptr), nullptr);
         HARNESS_CHECK(r == ncclInvalidUsage,
                       "message %d into a too small receive: test returned %d", m,
                       static_cast<int>(r));
       }
+      int refused = 0;
+      for (auto& [level, text] : loggedLines())
+        refused += level == NCCL_LOG_WARN &&
+                   text.find("refusing a compressed frame of") != std::string::npos &&
+                   text.find("from the peer at ") != std::string::npos;
+      // At least the mixed frame (its random half alone is 512 KiB); the sparse one's size
+      // depends on zstd.
+      HARNESS_CHECK(refused >= 1,
+                    "no WARN line refuses an oversized compressed frame naming the peer");
       size_t cap = tin.size();
       int got = -1;
       NCCL_OK(waitRequest(api, postRecv(api, link.recvComm, 1, &data, &cap, &t, nullptr), &got));
       HARNESS_CHECK(got == static_cast<int>(big), "after the failures: %d bytes", got);
-      checkPayload(tin.data(), big, seedOf(0, 77, 2), Payload::kSparse, "after the failures");
+      checkPayload(tin.data(), big, seedOf(0, 77, 3), Payload::kSparse, "after the failures");
     }
     ex.barrier("lossless-done", rank, 2);
     closeLink(api, link);

@@ -170,6 +170,34 @@ TEST(TrainCheckpoint, ModelRoundTripAndCorruptionIsDetected) {
   EXPECT_FALSE(loadModel(dir.path() + "/missing").isOk());
 }
 
+// The decoders the file loaders use, on bytes: exact round trips, and every cut or extended file
+// refused with an error naming it (the fuzz target fuzz_checkpoint goes further).
+TEST(TrainCheckpoint, DecodersRefuseEveryTruncationAndNameTheFile) {
+  const std::vector<uint8_t> model =
+      encodeModel(ModelState{7, 2, "int8", {1.0f, 2.0f, 3.0f}, {0.0f, -1.0f, 4.0f}});
+  auto back = decodeModel(model, "m.bin");
+  ASSERT_TRUE(back.isOk()) << back.status().toString();
+  EXPECT_EQ(encodeModel(*back), model);
+  std::vector<ErrorFeedback> states;
+  states.push_back(savedState("int8", 5000, 2, 1));
+  const std::vector<uint8_t> fb = encodeFeedback(1, states);
+  auto fbBack = decodeFeedback(fb, "f.bin", 1);
+  ASSERT_TRUE(fbBack.isOk()) << fbBack.status().toString();
+  EXPECT_EQ(encodeFeedback(1, *fbBack), fb);
+  auto other = decodeFeedback(fb, "f.bin", 0);
+  ASSERT_FALSE(other.isOk());
+  EXPECT_NE(other.status().message().find("f.bin says it belongs to rank 1"), std::string::npos);
+  for (size_t cut = 0; cut < model.size(); ++cut) {
+    std::vector<uint8_t> part(model.begin(), model.begin() + static_cast<long>(cut));
+    auto r = decodeModel(part, "m.bin");
+    ASSERT_FALSE(r.isOk()) << cut;
+    EXPECT_NE(r.status().message().find("m.bin"), std::string::npos) << r.status().message();
+  }
+  std::vector<uint8_t> longer = fb;
+  longer.push_back(0);
+  EXPECT_FALSE(decodeFeedback(longer, "f.bin", 1).isOk());
+}
+
 TEST(TrainCheckpoint, SameWorldSizeLoadsEachRanksOwnStateExactly) {
   TempDir dir;
   const size_t count = 9000;

@@ -61,7 +61,10 @@ TEST(FaultRules, MalformedRulesAreErrorsNamingThem) {
         "kill:after_sends=1:after_recvs=2", "kill:phase=scatter", "kill:phase=reduce:tag=1/1",
         "kill:tag=5", "kill:tag=2/1", "kill:ms=5", "drop:count=2", "delay:rank=1",
         "delay:ms=99999999", "kill:color=red", "kill:after_sends=1e3", "kill:peer=16777216",
-        ":rank=1"}) {
+        ":rank=1",
+        // Numbers are decimal or 0x hex only: no white space (strtoull would skip it), no octal.
+        "kill:rank=\t1", "kill:rank=\n1", "kill:after_sends=010", "kill:tag=0x/0x1",
+        "kill:after_sends=18446744073709551616"}) {
     auto r = parseFaultRules(std::string("delay:ms=1;") + bad);
     ASSERT_FALSE(r.isOk()) << bad << " was accepted";
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;

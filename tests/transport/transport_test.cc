@@ -216,6 +216,30 @@ TEST_P(TransportErrorTest, GivingUpTellsThePeersWhy) {
   });
 }
 
+// A notice is a peer's bytes, whatever they are: NULs, control bytes and terminal escapes in it
+// must reach the error message escaped, not as they came.
+TEST_P(TransportErrorTest, APeersNoticeIsEscaped) {
+  runThreads(GetParam(), 2, [&](Transport& t) {
+    TransportRequest* r = nullptr;
+    char go = 'g';
+    if (t.rank() == 1) {
+      static const char kNotice[] = "bad\0\x1b[2Jend\\";
+      ASSERT_TRUE(t.isend(0, kFailureNoticeTag, kNotice, sizeof kNotice - 1, &r).isOk());
+      // Then tell rank 0 to give up: the notice travels ahead of this on the same connection.
+      // (In-process sends complete when matched, so the notice is waited for last.)
+      TransportRequest* signal = nullptr;
+      ASSERT_TRUE(t.isend(0, 1, &go, 1, &signal).isOk());
+      waitOk(t, signal);
+      waitOk(t, r);
+      return;
+    }
+    ASSERT_TRUE(t.irecv(1, 1, &go, 1, &r).isOk());
+    waitOk(t, r);
+    Status s = giveUpOnWorld(t, errorInternal("mine"));
+    EXPECT_EQ(s.message(), "mine; rank 1 had given up first: bad\\x00\\x1b[2Jend\\x5c");
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, TransportErrorTest, ::testing::ValuesIn(allBackends()),
                          [](const auto& pinfo) { return std::string(backendName(pinfo.param)); });
 

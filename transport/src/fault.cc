@@ -18,13 +18,18 @@ namespace terse {
 
 namespace {
 
-// An unsigned number, decimal or 0x hex, with nothing after it.
+// An unsigned number, decimal or 0x hex, with nothing before or after it. Checked by hand
+// rather than left to strtoull's base 0, which also skips any leading white space (tabs and
+// newlines too) and reads "010" as octal 8.
 bool parseNumber(const std::string& text, uint64_t max, uint64_t* out) {
-  if (text.empty() || text[0] == '-' || text[0] == '+' || text[0] == ' ') return false;
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const char* allowed = hex ? "0123456789abcdefABCDEF" : "0123456789";
+  const std::string digits = hex ? text.substr(2) : text;
+  if (digits.empty() || digits.find_first_not_of(allowed) != std::string::npos) return false;
+  if (!hex && digits.size() > 1 && digits[0] == '0') return false;  // not octal, not decimal
   errno = 0;
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 0);
-  if (errno != 0 || end == text.c_str() || *end != '\0' || v > max) return false;
+  unsigned long long v = std::strtoull(digits.c_str(), nullptr, hex ? 16 : 10);
+  if (errno != 0 || v > max) return false;
   *out = v;
   return true;
 }

@@ -1,5 +1,7 @@
 #include "terse/transport/give_up.h"
 
+#include "peer_input.h"
+
 #include <array>
 #include <chrono>
 #include <string>
@@ -44,8 +46,11 @@ Status withPeersNotice(Transport& t, Status why) {
   for (TransportRequest* r : reqs)
     if (r != nullptr) t.cancel(r);
   if (from < 0) return why;
+  // The peer's bytes, whatever they are: escaped so NULs or control bytes never reach a log.
+  const std::string notice = formatFailureNotice(
+      reinterpret_cast<const uint8_t*>(text[from].data()), length, kFailureNoticeBytes);
   return Status(why.code(), why.message() + "; rank " + std::to_string(from) +
-                                " had given up first: " + std::string(text[from].data(), length));
+                                " had given up first: " + notice);
 }
 
 void sendNotices(Transport& t, const Status& why) {

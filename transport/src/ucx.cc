@@ -2,6 +2,7 @@
 
 #include "terse/transport/fault.h"
 
+#include "peer_input.h"
 #include "request.h"
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
@@ -188,27 +189,25 @@ class UcxTransport final : public Transport {
     s = ucp_worker_get_address(worker_, &address, &length);
     if (s != UCS_OK) return errorSystem("ucp_worker_get_address failed (%s)", ucs_status_string(s));
     // What peers need: our host and pid (for the liveness check below) and the worker address.
-    std::string mine = hostName() + '\0' + std::to_string(getpid()) + '\0';
-    mine.append(reinterpret_cast<const char*>(address), length);
+    PeerBlob self{hostName(), static_cast<int>(getpid()),
+                  std::string(reinterpret_cast<const char*>(address), length)};
     ucp_worker_release_address(worker_, address);
+    std::string mine = encodePeerBlob(self);
     TERSE_ASSIGN_OR_RETURN(std::vector<std::string> blobs, allgather(mine));
     if (static_cast<int>(blobs.size()) != size_)
       return errorInternal("worker address exchange returned %zu addresses for %d ranks",
                            blobs.size(), size_);
     const std::string myHost = hostName();
     for (int p = 0; p < size_; ++p) {
-      const std::string& b = blobs[p];
-      size_t hostEnd = b.find('\0');
-      size_t pidEnd = hostEnd == std::string::npos ? hostEnd : b.find('\0', hostEnd + 1);
-      if (pidEnd == std::string::npos)
-        return errorCorrupt(
-            "rank %d published a malformed worker address (%zu bytes); are all "
-            "ranks running the same terse version?",
-            p, b.size());
+      // Another process's bytes: an empty address would reach ucp_ep_create, and a pid of 0 or
+      // below would make the liveness check signal a process group.
+      PeerBlob blob;
+      TERSE_RETURN_IF_ERROR(parsePeerBlob(p, reinterpret_cast<const uint8_t*>(blobs[p].data()),
+                                          blobs[p].size(), &blob));
       PeerInfo info;
-      info.sameHost = b.compare(0, hostEnd, myHost) == 0;
-      info.pid = std::atoi(b.c_str() + hostEnd + 1);
-      info.address = b.substr(pidEnd + 1);
+      info.sameHost = blob.host == myHost;
+      info.pid = blob.pid;
+      info.address = std::move(blob.address);
       peers_.push_back(std::move(info));
     }
     TERSE_INFO(kSubsysNet, "rank %d: UCX transport %s ready (%zu-byte worker address)", rank_,

@@ -48,6 +48,11 @@ class [[nodiscard]] Status {
 
 // Formatted constructors: errorInvalidArgument("count %zu > %zu", a, b).
 std::string formatString(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Bytes another process chose, fit to go into a message: at most `maxBytes` of them (then
+// "..."), printable ASCII kept, every other byte and the backslash written as \xNN, so NULs,
+// control bytes and terminal escapes never reach a log unchanged and no escape can be forged.
+std::string printableBytes(const void* bytes, size_t len, size_t maxBytes);
 #define TERSE_DEFINE_STATUS_FACTORY(Name, Code)                    \
   template <typename... Args>                                      \
   Status Name(const char* fmt, Args... args) {                     \

@@ -5,7 +5,8 @@
 // timeout. giveUpOnWorld() makes them learn now and learn why:
 //  1. it looks (10 ms at most) for failure notices that peers which gave up earlier sent it,
 //     and appends the first one to `why` ("rank P had given up first: ..."), so a rank that
-//     learns of a failure second-hand still names the rank where it began;
+//     learns of a failure second-hand still names the rank where it began (the notice is the
+//     peer's bytes: bytes outside printable ASCII come out as \xNN, see peer_input.h);
 //  2. it sends every peer a notice with its reason (at most kFailureNoticeBytes of the message,
 //     50 ms at most for them to leave);
 //  3. it aborts the transport and drives it once, which drops the connections: every peer's

@@ -1,0 +1,49 @@
+// The call descriptor every rank sends every other at the start of a collective
+// (CollectiveEngine::exchangeDescriptors), and the checks of what the peers sent.
+//
+// The checks are pure functions of the descriptors and received sizes, without a transport, so
+// that fuzz/fuzz_peer.cc and the unit tests drive exactly what the engine runs.
+#pragma once
+
+#include "terse/collectives/engine.h"
+#include "terse/common/status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace terse::detail {
+
+// What every rank must agree on before data moves. Fixed layout, sent as raw bytes between
+// processes of the same build (a version mismatch between builds is caught at bootstrap).
+struct CallDescriptor {
+  uint32_t magic;
+  uint8_t kind, dtype, op, codec;
+  uint64_t count;
+  uint64_t specHash;
+  uint32_t seq;
+  uint32_t worldSize;
+};
+static_assert(sizeof(CallDescriptor) == 32, "sent as raw bytes: no padding");
+constexpr uint32_t kDescriptorMagic = 0x44435354;  // "TSCD"
+
+// A descriptor's kind when the sending rank rejected its own arguments: its peers then fail
+// at once instead of waiting for transfers that will never come.
+constexpr uint8_t kRejectedKind = 0;
+
+// "allreduce(count=..., float32, sum, codec int8 [spec hash ...])", or what a rejected call says.
+// Any field values are safe (a peer's descriptor may hold anything).
+std::string describeDescriptor(const CallDescriptor& d);
+
+// Step 1, as each peer's descriptor arrives: `got` bytes from rank `peer` for a call of `kind`
+// (this rank's). kCorrupt unless it is a whole descriptor with the magic.
+Status checkReceivedDescriptor(CollectiveKind kind, int peer, const CallDescriptor& d, size_t got);
+
+// Step 2, once every descriptor has arrived and passed step 1: theirs[i] for every rank i of
+// the world of n but `self` (theirs[self] is not read). kInvalidUsage, naming the first rank in
+// rank order that differs from `mine`, when a peer rejected its arguments (unless this rank did
+// too) or made another call.
+Status checkDescriptorsAgree(const CallDescriptor& mine, const CallDescriptor* theirs, int n,
+                             int self, uint32_t seq, bool rejected);
+
+}  // namespace terse::detail

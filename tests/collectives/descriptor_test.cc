@@ -1,0 +1,93 @@
+// The checks of the call descriptors peers send at the start of every collective
+// (collectives/src/descriptor.h), without a transport. The same checks end to end, with ranks
+// that disagree or reject their arguments, are in collectives_test.cc.
+#include "descriptor.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace terse::detail {
+namespace {
+
+CallDescriptor call(uint32_t seq = 7) {
+  CallDescriptor d{};
+  d.magic = kDescriptorMagic;
+  d.kind = static_cast<uint8_t>(CollectiveKind::kAllReduce);
+  d.dtype = static_cast<uint8_t>(DataType::kFloat16);
+  d.op = static_cast<uint8_t>(ReduceOp::kSum);
+  d.codec = static_cast<uint8_t>(CodecId::kInt8);
+  d.count = 1000;
+  d.specHash = 0x1234;
+  d.seq = seq;
+  d.worldSize = 4;
+  return d;
+}
+
+TEST(CallDescriptor, ReceivedMustBeWholeWithTheMagic) {
+  CallDescriptor d = call();
+  EXPECT_TRUE(checkReceivedDescriptor(CollectiveKind::kAllGather, 2, d, sizeof d).isOk());
+  for (size_t got : {size_t{0}, sizeof d - 1}) {
+    Status st = checkReceivedDescriptor(CollectiveKind::kAllGather, 2, d, got);
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+    EXPECT_EQ(st.message(), "allgather: rank 2 sent a malformed call descriptor (" +
+                                std::to_string(got) + " bytes)");
+  }
+  d.magic ^= 1;
+  EXPECT_EQ(checkReceivedDescriptor(CollectiveKind::kAllReduce, 3, d, sizeof d).code(),
+            StatusCode::kCorrupt);
+}
+
+TEST(CallDescriptor, AgreementNamesTheFirstRankThatDiffers) {
+  const CallDescriptor mine = call();
+  std::vector<CallDescriptor> theirs(4, mine);
+  EXPECT_TRUE(checkDescriptorsAgree(mine, theirs.data(), 4, 1, 7, false).isOk());
+  theirs[1].count = 0;  // this rank's own slot is never read
+  EXPECT_TRUE(checkDescriptorsAgree(mine, theirs.data(), 4, 1, 7, false).isOk());
+  theirs[3].count = 999;
+  theirs[2].codec = 200;  // no such codec: described, not trusted
+  Status st = checkDescriptorsAgree(mine, theirs.data(), 4, 1, 7, false);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidUsage);
+  EXPECT_EQ(st.message(),
+            "ranks disagree on collective call #7: rank 2 called allreduce(count=1000, float16, "
+            "sum, codec unknown [spec hash 0000000000001234]) but rank 1 (this rank) called "
+            "allreduce(count=1000, float16, sum, codec int8 [spec hash 0000000000001234]); every "
+            "rank must make the same calls in the same order");
+  // Every field counts, the sequence number and world size included.
+  for (int field = 0; field < 8; ++field) {
+    std::vector<CallDescriptor> t(2, mine);
+    CallDescriptor& d = t[1];
+    switch (field) {
+      case 0: d.kind = 3; break;
+      case 1: d.dtype = 0; break;
+      case 2: d.op = 1; break;
+      case 3: d.codec = 0; break;
+      case 4: d.count = 1; break;
+      case 5: d.specHash = 1; break;
+      case 6: d.seq = 8; break;
+      case 7: d.worldSize = 3; break;
+    }
+    EXPECT_EQ(checkDescriptorsAgree(mine, t.data(), 2, 0, 7, false).code(),
+              StatusCode::kInvalidUsage)
+        << "field " << field;
+  }
+}
+
+TEST(CallDescriptor, APeerThatRejectedItsArgumentsFailsTheCall) {
+  const CallDescriptor mine = call();
+  std::vector<CallDescriptor> theirs(3, mine);
+  theirs[2].kind = kRejectedKind;
+  Status st = checkDescriptorsAgree(mine, theirs.data(), 3, 0, 7, false);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidUsage);
+  EXPECT_EQ(st.message(),
+            "collective call #7 failed: rank 2 rejected its arguments (see its error); this rank "
+            "called allreduce(count=1000, float16, sum, codec int8 [spec hash 0000000000001234])");
+  // A rank that rejected its own call too compares the rest as usual.
+  CallDescriptor rejected = mine;
+  rejected.kind = kRejectedKind;
+  std::vector<CallDescriptor> all(3, rejected);
+  EXPECT_TRUE(checkDescriptorsAgree(rejected, all.data(), 3, 0, 7, true).isOk());
+}
+
+}  // namespace
+}  // namespace terse::detail
