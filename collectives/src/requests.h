@@ -50,7 +50,7 @@ class RequestList {
     TransportRequest* r = nullptr;
     TERSE_RETURN_IF_ERROR(t_.isend(peer, tag, data, bytes, &r));
     if (sentBytes_) *sentBytes_ += bytes;
-    *slot = add(r);
+    *slot = add({r, peer, kAnySize});
     return Status::ok();
   }
   Status recv(int peer, uint64_t tag, void* data, size_t capacity, size_t* slot) {
@@ -65,57 +65,51 @@ class RequestList {
   // Blocks until the request in `slot` completes; *bytes gets its size.
   Status wait(size_t slot, size_t* bytes = nullptr) {
     size_t got = 0;
-    TransportRequest* r = reqs_[slot];
-    reqs_[slot] = nullptr;
+    Entry& e = entries_[slot];
+    TransportRequest* r = e.request;
+    e.request = nullptr;
     if (r == nullptr) return errorInternal("request slot %zu waited twice", slot);
     TERSE_RETURN_IF_ERROR(t_.wait(r, &got, timeout_));
-    const Expected& e = expected_[slot];
-    if (e.bytes != kAnySize && got != e.bytes)
+    if (e.exact != kAnySize && got != e.exact)
       return errorCorrupt("rank %d sent a %zu-byte message where %zu bytes were expected", e.peer,
-                          got, e.bytes);
+                          got, e.exact);
     if (bytes) *bytes = got;
     return Status::ok();
   }
   Status waitAll() {
-    for (size_t i = 0; i < reqs_.size(); ++i)
-      if (reqs_[i]) TERSE_RETURN_IF_ERROR(wait(i));
-    reqs_.clear();
-    expected_.clear();
+    for (size_t i = 0; i < entries_.size(); ++i)
+      if (entries_[i].request) TERSE_RETURN_IF_ERROR(wait(i));
+    entries_.clear();
     return Status::ok();
   }
   void cancelAll() {
-    for (auto*& r : reqs_)
-      if (r) t_.cancel(r), r = nullptr;
-    reqs_.clear();
-    expected_.clear();
+    for (Entry& e : entries_)
+      if (e.request) t_.cancel(e.request), e.request = nullptr;
+    entries_.clear();
   }
-  void reserve(size_t n) {
-    reqs_.reserve(n);
-    expected_.reserve(n);
-  }
+  void reserve(size_t n) { entries_.reserve(n); }
 
  private:
   static constexpr size_t kAnySize = ~size_t{0};
-  struct Expected {
+  struct Entry {
+    TransportRequest* request;  // nullptr once waited on or cancelled
     int peer;
-    size_t bytes;  // kAnySize: any length up to the capacity
+    size_t exact;  // a receive's required length; kAnySize: any length up to the capacity
   };
   Status post(int peer, uint64_t tag, void* data, size_t capacity, size_t exact, size_t* slot) {
     TransportRequest* r = nullptr;
     TERSE_RETURN_IF_ERROR(t_.irecv(peer, tag, data, capacity, &r));
-    *slot = add(r, Expected{peer, exact});
+    *slot = add({r, peer, exact});
     return Status::ok();
   }
-  size_t add(TransportRequest* r, Expected e = {-1, kAnySize}) {
-    reqs_.push_back(r);
-    expected_.push_back(e);
-    return reqs_.size() - 1;
+  size_t add(Entry e) {
+    entries_.push_back(e);
+    return entries_.size() - 1;
   }
   Transport& t_;
   std::chrono::milliseconds timeout_;
   uint64_t* sentBytes_;
-  std::vector<TransportRequest*> reqs_;
-  std::vector<Expected> expected_;  // parallel to reqs_
+  std::vector<Entry> entries_;
 };
 
 }  // namespace terse::detail

@@ -523,14 +523,7 @@ TEST(Collectives, AShortUncompressedMessageFailsTheCallNamingTheSender) {
   for (const ShortCase& c : cases) {
     SCOPED_TRACE(c.name);
     const int n = 3;
-    auto fabric = makeInProcFabric(n);
-    ASSERT_TRUE(fabric.isOk()) << fabric.status().toString();
-    std::vector<std::unique_ptr<Transport>> transports(n);
-    for (int r = 0; r < n; ++r) {
-      auto t = createInProcTransport(fabric.value(), r);
-      ASSERT_TRUE(t.isOk()) << t.status().toString();
-      transports[r] = std::move(t).value();
-    }
+    std::vector<std::unique_ptr<Transport>> transports = testing::makeInProcWorld(n);
     transports[1] = std::make_unique<ShortSendingTransport>(std::move(transports[1]));
     std::vector<Status> st(n);
     std::vector<std::vector<float>> out(n, std::vector<float>(3 * 4096, -7.0f));

@@ -15,9 +15,8 @@ namespace terse::testing {
 
 constexpr std::chrono::milliseconds kCollTimeout{120000};
 
-// Runs fn(rank, engine) on `n` threads and returns each rank's status in rank order.
-inline std::vector<Status> runWorld(int n, const std::function<Status(int, CollectiveEngine&)>& fn,
-                                    size_t segmentBytes = 0) {
+// One in-process transport per rank of an `n`-rank world, in rank order.
+inline std::vector<std::unique_ptr<Transport>> makeInProcWorld(int n) {
   auto fabric = makeInProcFabric(n);
   EXPECT_TRUE(fabric.isOk()) << fabric.status().toString();
   std::vector<std::unique_ptr<Transport>> transports(n);
@@ -26,6 +25,13 @@ inline std::vector<Status> runWorld(int n, const std::function<Status(int, Colle
     EXPECT_TRUE(t.isOk()) << t.status().toString();
     transports[r] = std::move(t).value();
   }
+  return transports;
+}
+
+// Runs fn(rank, engine) on `n` threads and returns each rank's status in rank order.
+inline std::vector<Status> runWorld(int n, const std::function<Status(int, CollectiveEngine&)>& fn,
+                                    size_t segmentBytes = 0) {
+  std::vector<std::unique_ptr<Transport>> transports = makeInProcWorld(n);
   std::vector<Status> results(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
