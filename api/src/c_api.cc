@@ -2,10 +2,15 @@
 // line; every failure becomes a status code plus a thread-local message for terse_last_error().
 #include <terse/terse.h>
 
+#include "terse/collectives/engine.h"
+#include "terse/common/logging.h"
+
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <string>
+#include <unordered_set>
 
 struct terse_comm {
   std::unique_ptr<terse::Communicator> comm;
@@ -17,9 +22,55 @@ struct terse_feedback {
   terse::ErrorFeedback state;
 };
 
+namespace terse {
+
+// The C API's way into Communicator's private rejection path (communicator.h befriends it).
+struct CApiAccess {
+  static Work reject(Communicator& comm, CollectiveKind kind, size_t count, Status why) {
+    CollectiveOp call;
+    call.kind = kind;
+    call.count = count;
+    return comm.submitRejected(call, std::move(why));
+  }
+};
+
+}  // namespace terse
+
 namespace {
 
 thread_local std::string lastError;
+
+// Handles the application holds. C cannot stop a caller from using a freed pointer, but the
+// library can recognise one that it does not know: freeing a work handle twice, or waiting on
+// a freed one, is then an error (or a no-op for the void functions) instead of a double free.
+// A pointer that the allocator has since handed to a new handle is, of course, that handle.
+template <typename Handle>
+class LiveHandles {
+ public:
+  Handle* add(Handle* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.insert(h);
+    return h;
+  }
+  bool contains(const Handle* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.count(const_cast<Handle*>(h)) != 0;
+  }
+  // True if `h` was live (and is no longer).
+  bool remove(Handle* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.erase(h) != 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<Handle*> live_;
+};
+
+LiveHandles<terse_work>& liveWork() {
+  static auto* handles = new LiveHandles<terse_work>();  // outlives static destructors
+  return *handles;
+}
 
 terse_status_t fail(const terse::Status& s) {
   lastError = s.message();
@@ -64,6 +115,29 @@ terse::CollectiveOptions options(const char* codec, terse_feedback_t* feedback) 
   do {                                                                 \
     if (!(cond)) return fail(TERSE_INVALID_ARGUMENT, what " is NULL"); \
   } while (0)
+
+// C enums are ints: a value the C++ enums (8 bits) cannot hold must be refused as itself, not
+// truncated into a valid one (256 would run as float32).
+terse::Status checkEnums(const char* fn, int dtype, int op, bool reduces) {
+  if (dtype < TERSE_FLOAT32 || dtype > TERSE_BFLOAT16)
+    return terse::errorInvalidArgument("%s: element type %d is not one of TERSE_FLOAT32, "
+                                       "TERSE_FLOAT16, TERSE_BFLOAT16",
+                                       fn, dtype);
+  if (reduces && op != TERSE_SUM && op != TERSE_AVG)
+    return terse::errorInvalidArgument("%s: reduction %d is not TERSE_SUM or TERSE_AVG", fn, op);
+  return terse::Status::ok();
+}
+
+// Runs one collective through the C API: an argument the C layer itself refuses still joins
+// the ranks' agreement (as a rejected call), so the peers fail the same call at once.
+template <typename Submit>
+terse::Work collective(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind,
+                       size_t count, int dtype, int op, Submit&& submit) {
+  terse::Status bad =
+      checkEnums(fn, dtype, op, kind != terse::CollectiveKind::kAllGather);
+  if (!bad.isOk()) return terse::CApiAccess::reject(*comm->comm, kind, count, std::move(bad));
+  return submit();
+}
 
 }  // namespace
 
@@ -123,8 +197,13 @@ terse_status_t terse_allreduce(terse_comm_t* comm, const void* send, void* recv,
                                terse_feedback_t* feedback) {
   TERSE_REQUIRE(comm, "terse_allreduce: comm");
   return guarded([&] {
-    return done(comm->comm->allreduce(send, recv, count, static_cast<terse::DataType>(dtype),
-                                      static_cast<terse::ReduceOp>(op), options(codec, feedback)));
+    return done(collective(comm, "terse_allreduce", terse::CollectiveKind::kAllReduce, count, dtype,
+                           op, [&] {
+                             return comm->comm->allreduceAsync(
+                                 send, recv, count, static_cast<terse::DataType>(dtype),
+                                 static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                           })
+                    .wait());
   });
 }
 
@@ -133,9 +212,13 @@ terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* 
                                     terse_feedback_t* feedback) {
   TERSE_REQUIRE(comm, "terse_reduce_scatter: comm");
   return guarded([&] {
-    return done(comm->comm->reduceScatter(send, recv, count, static_cast<terse::DataType>(dtype),
-                                          static_cast<terse::ReduceOp>(op),
-                                          options(codec, feedback)));
+    return done(collective(comm, "terse_reduce_scatter", terse::CollectiveKind::kReduceScatter,
+                           count, dtype, op, [&] {
+                             return comm->comm->reduceScatterAsync(
+                                 send, recv, count, static_cast<terse::DataType>(dtype),
+                                 static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                           })
+                    .wait());
   });
 }
 
@@ -143,8 +226,13 @@ terse_status_t terse_allgather(terse_comm_t* comm, const void* send, void* recv,
                                terse_dtype_t dtype, const char* codec, terse_feedback_t* feedback) {
   TERSE_REQUIRE(comm, "terse_allgather: comm");
   return guarded([&] {
-    return done(comm->comm->allgather(send, recv, count, static_cast<terse::DataType>(dtype),
-                                      options(codec, feedback)));
+    return done(collective(comm, "terse_allgather", terse::CollectiveKind::kAllGather, count, dtype,
+                           TERSE_SUM, [&] {
+                             return comm->comm->allgatherAsync(send, recv, count,
+                                                               static_cast<terse::DataType>(dtype),
+                                                               options(codec, feedback));
+                           })
+                    .wait());
   });
 }
 
@@ -152,28 +240,49 @@ terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void*
                                      terse_dtype_t dtype, terse_redop_t op, const char* codec,
                                      terse_feedback_t* feedback, terse_work_t** work) {
   TERSE_REQUIRE(comm, "terse_allreduce_async: comm");
-  TERSE_REQUIRE(work, "terse_allreduce_async: work");
   return guarded([&] {
-    *work = new terse_work{
-        comm->comm->allreduceAsync(send, recv, count, static_cast<terse::DataType>(dtype),
-                                   static_cast<terse::ReduceOp>(op), options(codec, feedback))};
+    if (work == nullptr) {
+      // No handle to give back: the call is refused, but it still takes its place among the
+      // ranks' calls, so the peers fail it now rather than pair it with this rank's next one.
+      return done(terse::CApiAccess::reject(
+                      *comm->comm, terse::CollectiveKind::kAllReduce, count,
+                      terse::errorInvalidArgument("terse_allreduce_async: work is NULL"))
+                      .wait());
+    }
+    terse::Work w = collective(comm, "terse_allreduce_async", terse::CollectiveKind::kAllReduce,
+                               count, dtype, op, [&] {
+                                 return comm->comm->allreduceAsync(
+                                     send, recv, count, static_cast<terse::DataType>(dtype),
+                                     static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                               });
+    *work = liveWork().add(new terse_work{std::move(w)});
     return done(terse::Status::ok());
   });
 }
 
 terse_status_t terse_work_test(terse_work_t* work) {
   TERSE_REQUIRE(work, "terse_work_test: work");
+  if (!liveWork().contains(work))
+    return fail(TERSE_INVALID_ARGUMENT, "terse_work_test: not a live work handle (freed?)");
   if (!work->work.test()) return TERSE_IN_PROGRESS;
   return done(work->work.wait());
 }
 
 terse_status_t terse_work_wait(terse_work_t* work) {
   TERSE_REQUIRE(work, "terse_work_wait: work");
+  if (!liveWork().contains(work))
+    return fail(TERSE_INVALID_ARGUMENT, "terse_work_wait: not a live work handle (freed?)");
   return guarded([&] { return done(work->work.wait()); });
 }
 
 void terse_work_free(terse_work_t* work) {
   if (!work) return;
+  if (!liveWork().remove(work)) {
+    // Freed before (or never made here): freeing it again would corrupt the heap.
+    TERSE_WARN(terse::kSubsysInit, "terse_work_free: %p is not a live work handle; ignored",
+               static_cast<void*>(work));
+    return;
+  }
   try {
     (void)work->work.wait();
     delete work;

@@ -27,11 +27,27 @@ static_assert(kFaultPhases[3].value == Communicator::kReservedTagBase &&
 namespace {
 
 Result<std::chrono::milliseconds> timeoutFromEnv() {
-  TERSE_ASSIGN_OR_RETURN(int64_t ms, envInt("TERSE_TIMEOUT_MS"));
-  if (ms <= 0)
-    return errorInvalidArgument("TERSE_TIMEOUT_MS=%lld must be a positive number of milliseconds",
-                                static_cast<long long>(ms));
+  TERSE_ASSIGN_OR_RETURN(int64_t ms, envInt("TERSE_TIMEOUT_MS"));  // 1 ms .. a year
   return std::chrono::milliseconds(ms);
+}
+
+// The store named by TERSE_STORE, opened once per process and kept for its life. Rank 0 serves
+// a TCP store, and the communicators of one job meet through it one after another: if each
+// communicator opened (and rank 0 closed) its own, a peer already creating the next communicator
+// could reach rank 0's closing server and fail, and rank 0 would then wait for it in vain. Kept
+// past every communicator on purpose (never destroyed, like the process's other singletons).
+Result<std::shared_ptr<Store>> processStore(const BootstrapInfo& info,
+                                            std::chrono::milliseconds timeout) {
+  static std::mutex mutex;
+  static auto* stores = new std::map<std::string, std::shared_ptr<Store>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::string key = info.store + (info.rank == 0 ? " (serving)" : "");
+  auto it = stores->find(key);
+  if (it != stores->end()) return it->second;
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Store> opened, openStore(info, timeout));
+  std::shared_ptr<Store> shared = std::move(opened);
+  stores->emplace(key, shared);
+  return shared;
 }
 
 // Each process is one rank, so communicators created in the same order on every rank get the
@@ -70,6 +86,11 @@ Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWor
 Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size, Store& store,
                                                               std::chrono::milliseconds timeout,
                                                               const std::string& scope) {
+  TERSE_RETURN_IF_ERROR(checkEnvironment());
+  if (timeout.count() < 1 || timeout.count() > kMaxTimeoutMs)
+    return errorInvalidArgument("timeout %lld ms is outside 1..%lld ms",
+                                static_cast<long long>(timeout.count()),
+                                static_cast<long long>(kMaxTimeoutMs));
   AddressAllGather exchange = [&](const std::string& mine) {
     return storeAllGather(store, scope, rank, size, mine, timeout);
   };
@@ -82,23 +103,22 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
+  // Every TERSE_* setting is checked now, so a typo fails here with its name rather than later,
+  // silently or on the collective thread.
+  TERSE_RETURN_IF_ERROR(checkEnvironment());
   TERSE_ASSIGN_OR_RETURN(BootstrapInfo info, readBootstrapEnv());
   setLogRank(info.rank);
   TERSE_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, timeoutFromEnv());
-  TERSE_ASSIGN_OR_RETURN(std::string backend, envString("TERSE_TRANSPORT"));
-  if (strcasecmp(backend.c_str(), "inproc") == 0)
+  TERSE_ASSIGN_OR_RETURN(std::string backend, envEnum("TERSE_TRANSPORT"));
+  if (backend == "inproc")
     return errorInvalidUsage(
         "TERSE_TRANSPORT=inproc connects threads of one process; build those communicators with "
         "Communicator::fromTransport(createInProcTransport(...)), or unset it for processes");
-  if (strcasecmp(backend.c_str(), "ucx") != 0)
-    return errorInvalidArgument("TERSE_TRANSPORT='%s' is not a transport (accepted: ucx, inproc)",
-                                backend.c_str());
   std::shared_ptr<Store> store;
   if (info.store.empty()) {
     store = createMemoryStore();  // a world of one needs nobody to meet
   } else {
-    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Store> opened, openStore(info, timeout));
-    store = std::move(opened);
+    TERSE_ASSIGN_OR_RETURN(store, processStore(info, timeout));
   }
   TERSE_INFO(kSubsysBoot, "rank %d of %d (rank from %s), local rank %d, store %s", info.rank,
              info.size, info.rankSource.c_str(), info.localRank, store->describe().c_str());
@@ -108,78 +128,14 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
 int Communicator::rank() const { return transport_->rank(); }
 int Communicator::size() const { return transport_->size(); }
 
-// The barrier runs on the worker thread like the collectives: one thread drives the transport.
+// The barrier runs on the worker thread like the collectives, and in the same sequence of
+// agreements (CollectiveEngine::barrier): a rank that calls a collective where the others call
+// the barrier makes both fail at once rather than wait on each other's tags.
 Status Communicator::barrier() {
   return worker_->run([this] {
     TERSE_RETURN_IF_ERROR(abortStatus());
-    Status s = barrierNow();
-    // As after a failed collective (CollectiveEngine::run): ranks in later rounds may wait on
-    // this one; dropping the connections tells them now.
-    if (!s.isOk()) {
-      s = giveUpOnWorld(*transport_, std::move(s));
-      TERSE_WARN(kSubsysColl,
-                 "rank %d: barrier failed, aborted the transport so the peers fail "
-                 "now: %s",
-                 rank(), s.message().c_str());
-    }
-    return s;
+    return engine_->barrier();
   });
-}
-
-// Dissemination barrier: in round k every rank signals rank+2^k and hears from rank-2^k, so
-// after ceil(log2 n) rounds each rank has (transitively) heard from all. Within one round the
-// sources differ, and consecutive barriers stay apart by per-(peer, tag) FIFO order.
-Status Communicator::waitBoth(TransportRequest* a, TransportRequest* b) {
-  auto deadline = std::chrono::steady_clock::now() + timeout_;
-  TransportRequest* pending[2] = {a, b};
-  for (unsigned spin = 0;; ++spin) {
-    for (int i = 0; i < 2; ++i) {
-      if (pending[i] == nullptr) continue;
-      bool done = false;
-      Status s = transport_->test(pending[i], &done, nullptr);
-      if (!s.isOk()) {
-        pending[i] = nullptr;  // released by test
-        if (pending[1 - i]) transport_->cancel(pending[1 - i]);
-        return s;
-      }
-      if (done) pending[i] = nullptr;
-    }
-    if (!pending[0] && !pending[1]) return Status::ok();
-    if (spin % 256 == 255) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        // wait() names the peer and releases the request; cancel the other one.
-        TransportRequest* first = pending[0] ? pending[0] : pending[1];
-        TransportRequest* other = first == pending[0] ? pending[1] : nullptr;
-        if (other) transport_->cancel(other);
-        return transport_->wait(first, nullptr, std::chrono::milliseconds(0));
-      }
-      std::this_thread::yield();
-    }
-  }
-}
-
-Status Communicator::barrierNow() {
-  const int n = size(), me = rank();
-  ++barrierCount_;
-  uint8_t out = 1, in = 0;
-  int round = 0;
-  for (int step = 1; step < n; step <<= 1, ++round) {
-    const int to = (me + step) % n, from = (me - step % n + n) % n;
-    const uint64_t tag = kReservedTagBase + static_cast<uint64_t>(round);
-    TransportRequest *recv = nullptr, *send = nullptr;
-    Status s = transport_->irecv(from, tag, &in, sizeof in, &recv);
-    if (s.isOk()) {
-      s = transport_->isend(to, tag, &out, sizeof out, &send);
-      if (!s.isOk()) transport_->cancel(recv);
-    }
-    // Wait on both at once: whichever peer is gone fails its side at once and names it, while a
-    // sequential wait could sit on a transfer whose other end has already given up.
-    if (s.isOk()) s = waitBoth(recv, send);
-    if (!s.isOk())
-      return s.withContext("barrier " + std::to_string(barrierCount_) + " on rank " +
-                           std::to_string(me));
-  }
-  return Status::ok();
 }
 
 void Communicator::abort(const Status& why) {
@@ -189,6 +145,14 @@ void Communicator::abort(const Status& why) {
     if (abortWhy_.isOk()) abortWhy_ = why.isOk() ? errorRemote("rank %d aborted", rank()) : why;
   }
   transport_->abort(why);
+  // The transport drops its connections, which is how the peers learn, on the thread that
+  // drives it: with nothing queued that thread would sleep and the peers would wait out their
+  // timeout. One turn of progress on it does that now (or at once after the call in flight,
+  // which the abort itself ends).
+  (void)worker_->submit([this] {
+    transport_->progress();
+    return Status::ok();
+  });
 }
 
 Status Communicator::abortStatus() const {
@@ -196,9 +160,14 @@ Status Communicator::abortStatus() const {
   return abortWhy_;
 }
 
-void Communicator::setTimeout(std::chrono::milliseconds timeout) {
+Status Communicator::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() < 1 || timeout.count() > kMaxTimeoutMs)
+    return errorInvalidArgument("timeout %lld ms is outside 1..%lld ms",
+                                static_cast<long long>(timeout.count()),
+                                static_cast<long long>(kMaxTimeoutMs));
   timeout_ = timeout;
   engine_->setTimeout(timeout);
+  return Status::ok();
 }
 
 uint64_t Communicator::bytesSent() const { return engine_->bytesSent(); }
@@ -231,35 +200,50 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
   // the engine rejects a device/host mix with a message.
   call.device = device::isDeviceMemory(send) || device::isDeviceMemory(recv);
   call.stream = options.stream;
+  std::string* chosen = options.chosen;
   if (isAutoSpec(options.codec)) {
     std::shared_ptr<AutoSelector> selector;
+    Status made = Status::ok();
     {
       std::lock_guard<std::mutex> lock(codecMutex_);
       auto it = selectors_.find(options.codec);
       if (it == selectors_.end()) {
-        auto made = AutoSelector::create(options.codec);
-        if (!made.isOk()) return Work::completed(made.status());
-        it = selectors_.emplace(options.codec, std::move(made).value()).first;
+        auto created = AutoSelector::create(options.codec);
+        if (created.isOk())
+          it = selectors_.emplace(options.codec, std::move(created).value()).first;
+        else
+          made = created.status();
       }
-      selector = it->second;
+      if (made.isOk()) selector = it->second;
     }
+    if (!made.isOk()) return submitRejected(call, std::move(made));
     // The pick (and the first call's calibration) happens in order on the worker thread.
-    std::string* chosen = options.chosen;
     return worker_->submit([this, call, selector, chosen]() mutable -> Status {
       TERSE_RETURN_IF_ERROR(abortStatus());
+      call.requested = selector->spec();  // agreed on too: auto against int8 is a disagreement
       TERSE_ASSIGN_OR_RETURN(call.codec, selector->choose(*engine_, call));
       if (chosen) *chosen = call.codec->spec();
       return engine_->run(call);
     });
   }
   auto parsed = codec(options.codec);
-  if (!parsed.isOk()) return Work::completed(parsed.status());
+  if (!parsed.isOk()) return submitRejected(call, parsed.status());
   std::shared_ptr<const Codec> keep = parsed.value();
   call.codec = keep.get();
-  if (options.chosen) *options.chosen = keep->spec();
+  if (chosen) *chosen = keep->spec();
   return worker_->submit([this, call, keep] {
     TERSE_RETURN_IF_ERROR(abortStatus());
     return engine_->run(call);
+  });
+}
+
+Work Communicator::submitRejected(const CollectiveOp& call, Status why) {
+  // The call still takes its place in the ranks' sequence, as a rejected one, so the peers fail
+  // this same call at once (naming this rank) instead of pairing their call with this rank's
+  // next one or waiting for its data.
+  return worker_->submit([this, call, why]() -> Status {
+    TERSE_RETURN_IF_ERROR(abortStatus());
+    return engine_->reject(call, why);
   });
 }
 

@@ -170,7 +170,18 @@ Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp
 Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const CollectiveOp& op) {
   const int n = engine.transport().size();
   if (n == 1 || op.count == 0) return codecs_.front().get();  // nothing to send: no loss needed
-  if (!calibrated_) TERSE_RETURN_IF_ERROR(calibrate(engine).withContext("auto codec calibration"));
+  bool agreed = false;
+  auto agreeOnCall = [&]() -> Status {
+    if (agreed) return Status::ok();
+    agreed = true;
+    CollectiveOp mine = op;
+    mine.codec = nullptr;  // not chosen yet
+    return engine.agree(mine);
+  };
+  if (!calibrated_) {
+    TERSE_RETURN_IF_ERROR(agreeOnCall());
+    TERSE_RETURN_IF_ERROR(calibrate(engine).withContext("auto codec calibration"));
+  }
   auto predictions = predict(op, n);
   size_t best = 0;
   for (size_t c = 1; c < predictions.size(); ++c)
@@ -187,6 +198,7 @@ Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const Collec
           contenders.push_back(c);
       size_t pick = best;
       if (contenders.size() > 1) {
+        TERSE_RETURN_IF_ERROR(agreeOnCall());
         auto measured = refine(engine, op, contenders);
         if (!measured.isOk())
           return measured.status().withContext("auto codec measurement at the call's size");

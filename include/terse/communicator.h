@@ -38,6 +38,7 @@ class Store;
 class Codec;
 class CollectiveEngine;
 class AutoSelector;
+struct CollectiveOp;
 
 // How a collective compresses. The codec spec is parsed once per communicator and cached.
 struct CollectiveOptions {
@@ -106,8 +107,8 @@ class Communicator {
   // The per-operation timeout (TERSE_TIMEOUT_MS unless given): every wait on the transport and
   // every collective step is bounded by it.
   std::chrono::milliseconds timeout() const { return timeout_; }
-  // Not while collectives are in flight.
-  void setTimeout(std::chrono::milliseconds timeout);
+  // Not while collectives are in flight. kInvalidArgument outside 1 ms .. a year.
+  Status setTimeout(std::chrono::milliseconds timeout);
 
   // The byte transport this communicator owns, for the collectives layer.
   Transport& transport() { return *transport_; }
@@ -150,11 +151,13 @@ class Communicator {
  private:
   Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout);
 
-  Status barrierNow();
-  Status waitBoth(TransportRequest* a, TransportRequest* b);
   Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
   Work submitCollective(int kind, const void* send, void* recv, size_t count, DataType type,
                         ReduceOp op, const CollectiveOptions& options);
+  // A call whose arguments failed before it reached the engine (codec spec, or the C API's
+  // enum checks): joins the ranks' agreement as rejected and completes with `why`.
+  Work submitRejected(const CollectiveOp& call, Status why);
+  friend struct CApiAccess;
 
   // The abort's reason once abort() was called. Checked when each operation starts, so that
   // operations that never touch the transport (a world of one) fail after an abort too.
@@ -164,7 +167,6 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   mutable std::mutex abortMutex_;
   Status abortWhy_;
-  uint64_t barrierCount_ = 0;
   std::mutex codecMutex_;
   std::map<std::string, std::shared_ptr<const Codec>> codecs_;
   std::map<std::string, std::shared_ptr<AutoSelector>> selectors_;
