@@ -154,6 +154,7 @@ Result<std::string> valueOf(const char* name, const EnvVarInfo** info) {
 
 Status checkOne(const EnvVarInfo& v) {
   const std::string type = v.type;
+  if (envRaw(v.name).empty()) return Status::ok();  // unset, and no default to check
   if (type == "int") return envInt(v.name).status();
   if (type == "bool") return envBool(v.name).status();
   if (type == "enum") return envEnum(v.name).status();
