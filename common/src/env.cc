@@ -183,7 +183,7 @@ std::string envAccepted(const EnvVarInfo& info) {
     auto bound = [](int64_t x) {
       if (x == std::numeric_limits<int64_t>::max()) return std::string("2^63-1");
       // Powers of two read better as such (2^30 rather than 1073741824).
-      if (x >= 1024 && (x & (x - 1)) == 0) {
+      if (x >= 65536 && (x & (x - 1)) == 0) {
         int e = 0;
         while ((int64_t{1} << e) != x) ++e;
         return "2^" + std::to_string(e);
