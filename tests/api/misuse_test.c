@@ -115,12 +115,14 @@ static void expect_message_has(const char* needle) {
 
 /* ---- argument disagreement: the last rank's argument is invalid ------------------------------ */
 
-/* One allreduce where the last rank uses `bad_codec` and the others "int8". */
+/* One allreduce where the last rank uses `bad_codec` and the others "none". "none" on purpose: it
+ * is what check_usable calls next, so a peer paired with the misusing rank's NEXT call (the
+ * rejecting rank never joined this one) returns ok with a wrong sum instead of an error. */
 static void codec_case(const char* bad_codec) {
   fill_input();
   const double t0 = now_s();
   terse_status_t s = terse_allreduce(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM,
-                                     last_rank() ? bad_codec : "int8", NULL);
+                                     last_rank() ? bad_codec : "none", NULL);
   const double dt = now_s() - t0;
   expect_split(s, dt, TERSE_INVALID_ARGUMENT, TERSE_INVALID_USAGE);
   if (last_rank()) {
@@ -177,6 +179,39 @@ static void case_count_size_max_topk(void) {
   arg_case(in, out, SIZE_MAX / 4, TERSE_FLOAT32, TERSE_SUM, "topk", NULL);
 }
 
+/* Every rank passes the same impossible count: each gets TERSE_INVALID_ARGUMENT, checked before
+ * anything is sized or allocated (these once reduced 16 elements and said ok, corrupted the
+ * heap, or threw std::length_error / std::bad_alloc). */
+static void case_count_overflow_all(void) {
+  static const struct {
+    size_t count;
+    terse_dtype_t dtype;
+    const char* codec;
+  } calls[] = {
+      {(size_t)0x4000000000000010ull, TERSE_FLOAT32, "none"},
+      {(size_t)0x8000000000000010ull, TERSE_FLOAT16, "none"},
+      {SIZE_MAX, TERSE_FLOAT32, "none"},
+      {SIZE_MAX / 4, TERSE_FLOAT32, "int8"},
+      {SIZE_MAX / 4, TERSE_FLOAT32, "topk"},
+  };
+  for (size_t k = 0; k < sizeof calls / sizeof calls[0]; ++k) {
+    fill_input();
+    const double t0 = now_s();
+    terse_status_t s = terse_allreduce(comm, in, out, calls[k].count, calls[k].dtype, TERSE_SUM,
+                                       calls[k].codec, NULL);
+    const double dt = now_s() - t0;
+    printf("misuse_test: case %s: rank %d: count %zu (%s, %s) got %s in %.3f s\n", current_case,
+           rank, calls[k].count, calls[k].dtype == TERSE_FLOAT16 ? "float16" : "float32",
+           calls[k].codec, terse_status_name(s), dt);
+    fflush(stdout);
+    if (s != TERSE_INVALID_ARGUMENT)
+      fail("count %zu (%s) gave %s, expected invalid argument", calls[k].count, calls[k].codec,
+           terse_status_name(s));
+    if (dt >= PEER_LIMIT_S) fail("count %zu took %.3f s", calls[k].count, dt);
+    check_usable(current_case);
+  }
+}
+
 /* recv = send + 1 element: an overlap that is not exact in-place. The buffer has room for it. */
 static void overlap_case(const char* codec) {
   float* buf = calloc(kCount + 1, sizeof(float));
@@ -221,7 +256,7 @@ static void case_async_null_work(void) {
   fill_input();
   terse_work_t* work = NULL;
   const double t0 = now_s();
-  terse_status_t s = terse_allreduce_async(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM, "int8",
+  terse_status_t s = terse_allreduce_async(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM, "none",
                                            NULL, last_rank() ? NULL : &work);
   if (s == TERSE_OK && work) s = terse_work_wait(work);
   const double dt = now_s() - t0;
@@ -270,6 +305,16 @@ static void case_disagree_codec(void) {
   expect_all_usage(s, dt);
   expect_message_has("int8");
   expect_message_has("fp16");
+  check_usable(current_case);
+}
+/* Same codec, different parameters: the message must show the specs, not only their hashes. */
+static void case_disagree_codec_params(void) {
+  double dt;
+  terse_status_t s = timed_allreduce(kCount, TERSE_FLOAT32, TERSE_SUM,
+                                     last_rank() ? "int8:block=128" : "int8:block=256", &dt);
+  expect_all_usage(s, dt);
+  expect_message_has("block=128");
+  expect_message_has("block=256");
   check_usable(current_case);
 }
 /* "auto" calibrates with collectives of its own; the error must still describe the user's call. */
@@ -453,6 +498,7 @@ static const struct test_case cases[] = {
     {"count_size_max", case_count_size_max},
     {"count_huge_int8", case_count_size_max_int8},
     {"count_huge_topk", case_count_size_max_topk},
+    {"count_overflow_all", case_count_overflow_all},
     {"overlap_none", case_overlap_none},
     {"overlap_fp16", case_overlap_fp16},
     {"overlap_bf16", case_overlap_bf16},
@@ -464,6 +510,7 @@ static const struct test_case cases[] = {
     {"disagree_dtype", case_disagree_dtype},
     {"disagree_op", case_disagree_op},
     {"disagree_codec", case_disagree_codec},
+    {"disagree_codec_params", case_disagree_codec_params},
     {"disagree_auto", case_disagree_auto},
     {"disagree_barrier", case_disagree_barrier},
     {"two_comms", case_two_comms},
