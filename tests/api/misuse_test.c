@@ -265,6 +265,31 @@ static void case_async_null_work(void) {
   check_usable(current_case);
 }
 
+/* The other collectives join the same agreement: a bad codec on the last rank's reduce-scatter, a
+ * NULL receive buffer on the last rank's allgather. */
+static void case_reduce_scatter_bad_codec(void) {
+  size_t off = 0, len = 0;
+  terse_comm_part(comm, kCount, &off, &len);
+  fill_input();
+  const double t0 = now_s();
+  terse_status_t s = terse_reduce_scatter(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM,
+                                          last_rank() ? "bogus" : "none", NULL);
+  const double dt = now_s() - t0;
+  expect_split(s, dt, TERSE_INVALID_ARGUMENT, TERSE_INVALID_USAGE);
+  check_usable(current_case);
+}
+static void case_allgather_null_recv(void) {
+  size_t off = 0, len = 0;
+  terse_comm_part(comm, kCount, &off, &len);
+  fill_input();
+  const double t0 = now_s();
+  terse_status_t s = terse_allgather(comm, in + off, last_rank() ? NULL : out, kCount,
+                                     TERSE_FLOAT32, "none", NULL);
+  const double dt = now_s() - t0;
+  expect_split(s, dt, TERSE_INVALID_ARGUMENT, TERSE_INVALID_USAGE);
+  check_usable(current_case);
+}
+
 /* ---- disagreement among valid calls ---------------------------------------------------------- */
 
 static terse_status_t timed_allreduce(size_t count, terse_dtype_t dtype, terse_redop_t op,
@@ -506,6 +531,8 @@ static const struct test_case cases[] = {
     {"overlap_topk", case_overlap_topk},
     {"feedback_wrong_count", case_feedback_wrong_count},
     {"async_null_work", case_async_null_work},
+    {"reduce_scatter_bad_codec", case_reduce_scatter_bad_codec},
+    {"allgather_null_recv", case_allgather_null_recv},
     {"disagree_count", case_disagree_count},
     {"disagree_dtype", case_disagree_dtype},
     {"disagree_op", case_disagree_op},
