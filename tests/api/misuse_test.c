@@ -97,6 +97,12 @@ static void expect_split(terse_status_t s, double seconds, terse_status_t last_w
   if (!last_rank() && seconds >= PEER_LIMIT_S)
     fail("took %.3f s to learn of rank %d's misuse (limit %.1f s)", seconds, world - 1,
          PEER_LIMIT_S);
+  if (!last_rank()) { /* a peer's message says which rank to look at */
+    char name[32];
+    snprintf(name, sizeof name, "rank %d", world - 1);
+    if (strstr(terse_last_error(), name) == NULL)
+      fail("the message does not name %s, the rank that misused the call", name);
+  }
 }
 
 /* Every rank must get TERSE_INVALID_USAGE quickly (disagreement among valid calls). */
