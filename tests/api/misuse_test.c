@@ -1,20 +1,23 @@
 /* The public API abused the way a careless user would (issue #22), from plain C against the
  * installed header only. Run under terse-run with 2 or more ranks; the last rank is the one that
- * misbehaves. The contract checked for every case (docs/reliability.md, "Misuse"):
+ * misbehaves. The contract checked (the misuse table of docs/reliability.md; drafted in
+ * docs/misuse-table-draft.md):
  *  - a rank that passes an invalid argument gets TERSE_INVALID_ARGUMENT, and every other rank
  *    gets TERSE_INVALID_USAGE for the SAME call, in well under a second (never the timeout);
  *  - ranks that make different valid calls all get TERSE_INVALID_USAGE, as quickly;
  *  - after either, the communicator still works: the next allreduce is exact on every rank;
  *  - an abort on one rank reaches the others at once, naming that rank;
  *  - lifecycle abuse and extreme values give errors or defined results, never a crash.
- * Each case is a function; the first violated check prints the case and exits non-zero.
- * With case names as arguments only those run (each case starts from a fresh communicator's
- * state), which is how a single case is replayed.
+ * Each case is a function; the first violated check prints the case and exits non-zero. All
+ * cases share one communicator, in the order of the table at the end (abort last: it leaves the
+ * communicator dead). With case names as arguments only those run, which is how one case is
+ * replayed; `--list` prints the names.
  *
- * A second mode, `misuse_test create`, is a world of one (or whatever the environment says)
- * that creates a communicator and reports the status and message on stdout as
- * "create: <status name>: <message>"; misuse_settings_test.sh drives it with malformed
- * settings. */
+ * A second mode, `misuse_test create`, creates a communicator from the environment and reports
+ * "create: <status name>: <message>" on stdout, then, when that worked, runs a barrier and an
+ * allreduce and reports "use: ...". Exit code: 0 created and usable, 2 create failed with
+ * TERSE_INVALID_ARGUMENT, 1 create failed otherwise, 3 created but not usable.
+ * misuse_settings_test.sh drives it with malformed settings and duplicate ranks. */
 #define _POSIX_C_SOURCE 200809L
 #include <terse/terse.h>
 
