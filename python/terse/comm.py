@@ -19,12 +19,32 @@ _OPS = {"sum": _lib.SUM, "avg": _lib.AVG}
 
 
 def _codec_bytes(codec):
+    """The spec as the C string terse_* takes, or ValueError/TypeError for what C would misread:
+    a NUL would end the string early ("int8\\x00garbage" was taken as "int8")."""
     if codec is None:
         return b"none"
     if not isinstance(codec, str):
         raise TypeError(f"codec must be a spec string such as 'onebit' or 'topk:ratio=0.01', "
                         f"not {type(codec).__name__}")
+    if "\x00" in codec:
+        raise ValueError(f"terse: codec spec {codec!r} contains a NUL character")
     return codec.encode()
+
+
+# The largest value a C size_t holds: a bigger Python int would be wrapped silently by ctypes
+# (2**64 became 0 and 2**64+5 became 5).
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+
+
+def _count(value, what="count"):
+    """value as an element count for a size_t parameter, or a clear error before ctypes sees it.
+    bool is an int subclass but never a count (Feedback("onebit", True) once made 1 element)."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"terse: {what} must be an int, not {type(value).__name__}")
+    value = value.__index__()
+    if value < 0 or value > _SIZE_MAX:
+        raise ValueError(f"terse: {what} must be between 0 and {_SIZE_MAX}, not {value}")
+    return value
 
 
 def _host_buffer(tensor, what):
@@ -138,6 +158,7 @@ class Communicator:
 
     def part(self, count):
         """(offset, length) of this rank's part of a count-element reduce-scatter/allgather."""
+        count = _count(count)
         off, length = ctypes.c_size_t(), ctypes.c_size_t()
         _lib.lib().terse_comm_part(self._h(), count, ctypes.byref(off), ctypes.byref(length))
         return off.value, length.value
@@ -220,8 +241,7 @@ class Feedback:
 
     def __init__(self, codec, count, _handle=None):
         if _handle is None:
-            if not isinstance(count, int) or count < 0:
-                raise ValueError(f"terse: count must be a non-negative int, not {count!r}")
+            count = _count(count)
             handle = ctypes.c_void_p()
             check(_lib.lib().terse_feedback_create(_codec_bytes(codec), count,
                                                    ctypes.byref(handle)))
