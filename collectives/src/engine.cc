@@ -225,7 +225,9 @@ Status CollectiveEngine::barrier() {
   const uint32_t seq = seq_++;
   Status agreed = exchangeDescriptors(op, seq);
   if (agreed.isOk() || agreed.code() == StatusCode::kInvalidUsage) return agreed;
-  return giveUp(op, seq, std::move(agreed));
+  return giveUp(op, seq,
+                agreed.withContext(formatString("barrier (call #%u) on rank %d", seq,
+                                                 transport_.rank())));
 }
 
 Status CollectiveEngine::run(const CollectiveOp& op) {
