@@ -32,6 +32,9 @@ using Clock = std::chrono::steady_clock;
 // Long enough that waiting it out is unmistakable against the 1 s every misuse must take at most.
 constexpr milliseconds kTimeout{20000};
 constexpr auto kPromptly = std::chrono::seconds(1);
+// An abort over UCX reaches the peers when UCX reports the closed endpoints (0.2-0.7 s measured
+// on an idle machine, more under ctest's parallel load): far below the timeout all the same.
+constexpr auto kAbortPromptly = std::chrono::seconds(3);
 
 std::vector<std::unique_ptr<Communicator>> makeWorld(int n) {
   auto world = Communicator::createInProcWorld(n, kTimeout);
@@ -268,7 +271,7 @@ TEST(Misuse, AnAbortReachesThePeersAtOnce) {
     Status s = allreduceWith(*comms[0], "none");
     EXPECT_FALSE(s.isOk());
     EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.toString();
-    EXPECT_LT(Clock::now() - start, kPromptly) << s.toString();
+    EXPECT_LT(Clock::now() - start, ucx ? kAbortPromptly : kPromptly) << s.toString();
     // The aborting rank's own calls carry its reason.
     Status own = allreduceWith(*comms[1], "none");
     EXPECT_NE(own.message().find("the application gave up"), std::string::npos) << own.toString();
