@@ -139,10 +139,16 @@ Status CollectiveEngine::validate(const CollectiveOp& op, bool needCodec) const 
         "CollectiveOp::device)",
         collectiveName(op.kind));
   }
-  // The buffers must not overlap, except allreduce exactly in place (send == recv): the
-  // algorithms read parts of send after writing parts of recv, so any other overlap would
-  // return wrong elements.
-  if (sendCount > 0 && recvCount > 0 && op.send != op.recv) {
+  // The buffers must not overlap, except in the two in-place forms the algorithms are written
+  // for: allreduce with send == recv, and allgather with send at this rank's part of recv (as
+  // NCCL's in-place allgather). Elsewhere they read parts of send after writing parts of recv,
+  // so any other overlap would return wrong elements.
+  const bool inPlace =
+      (op.kind == CollectiveKind::kAllReduce && op.send == op.recv) ||
+      (op.kind == CollectiveKind::kAllGather && op.recv != nullptr &&
+       op.send == static_cast<const uint8_t*>(op.recv) +
+                      chunkRange(op.count, n, r).begin * dataTypeSize(op.dtype));
+  if (sendCount > 0 && recvCount > 0 && !inPlace) {
     const size_t es = dataTypeSize(op.dtype);
     const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
     ByteSpan sendSpan{at(op.send), at(op.send) + sendCount * es};
@@ -152,13 +158,10 @@ Status CollectiveEngine::validate(const CollectiveOp& op, bool needCodec) const 
           "%s: the send buffer (%zu bytes at %p) and the receive buffer (%zu bytes at %p) "
           "overlap; pass separate buffers%s",
           collectiveName(op.kind), sendCount * es, op.send, recvCount * es, op.recv,
-          op.kind == CollectiveKind::kAllReduce ? ", or the same pointer for in place" : "");
-  } else if (op.send == op.recv && op.send != nullptr && op.kind != CollectiveKind::kAllReduce &&
-             sendCount > 0 && recvCount > 0) {
-    return errorInvalidArgument(
-        "%s: send and receive are the same buffer; only allreduce runs in place, pass separate "
-        "buffers",
-        collectiveName(op.kind));
+          op.kind == CollectiveKind::kAllReduce   ? ", or the same pointer for in place"
+          : op.kind == CollectiveKind::kAllGather ? ", or send at this rank's part of recv for in "
+                                                    "place"
+                                                  : " (reduce-scatter has no in-place form)");
   }
   if (op.feedback && op.codec) {
     size_t efCount = op.kind == CollectiveKind::kAllGather ? sendCount : op.count;

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -157,7 +158,7 @@ TEST(Misuse, OverlappingBuffersAreRefusedAndInPlaceStillWorks) {
                              CollectiveOptions{codec});
         });
   }
-  // Reduce-scatter and allgather have no in-place form: the same buffer is refused too.
+  // Reduce-scatter has no in-place form: the same buffer is refused too.
   expectRefusedEverywhere(
       comms, "reduce-scatter in place", StatusCode::kInvalidArgument,
       [](Communicator& c) {
@@ -167,6 +168,37 @@ TEST(Misuse, OverlappingBuffersAreRefusedAndInPlaceStillWorks) {
       [](Communicator& c) {
         std::vector<float> buf(100, 1.0f);
         return c.reduceScatter(buf.data(), buf.data(), 100, DataType::kFloat32, ReduceOp::kSum);
+      });
+  // Allgather in place (send at this rank's part of recv, as NCCL's) is the one other form that
+  // stays valid, for every codec: it gives what the out-of-place call gives.
+  for (const char* codec : {"none", "fp16", "int8", "onebit", "topk"}) {
+    const size_t count = 70001;
+    auto res = onEachRank(comms, [&](int r, Communicator& c) {
+      auto part = c.partOf(count);
+      std::vector<float> mine(part.second), apart(count), inplace(count);
+      for (size_t i = 0; i < part.second; ++i) mine[i] = std::sin(0.01f * (part.first + i) + r);
+      Status s = c.allgather(mine.data(), apart.data(), count, DataType::kFloat32,
+                             CollectiveOptions{codec});
+      if (!s.isOk()) return s;
+      std::copy(mine.begin(), mine.end(), inplace.begin() + part.first);
+      s = c.allgather(inplace.data() + part.first, inplace.data(), count, DataType::kFloat32,
+                      CollectiveOptions{codec});
+      if (s.isOk() && inplace != apart) return errorInternal("in place differs from out of place");
+      return s;
+    });
+    for (auto& o : res) EXPECT_TRUE(o.status.isOk()) << codec << ": " << o.status.toString();
+  }
+  // Allgather with send one element past its part overlaps: refused.
+  expectRefusedEverywhere(
+      comms, "allgather overlap", StatusCode::kInvalidArgument,
+      [](Communicator& c) {
+        std::vector<float> in(c.partOf(100).second, 1.0f), out(100);
+        return c.allgather(in.data(), out.data(), 100, DataType::kFloat32);
+      },
+      [](Communicator& c) {
+        std::vector<float> buf(101, 1.0f);
+        return c.allgather(buf.data() + c.partOf(100).first + 1, buf.data(), 100,
+                           DataType::kFloat32);
       });
   // Allreduce exactly in place stays valid.
   auto res = onEachRank(comms, [](int, Communicator& c) {
