@@ -290,6 +290,29 @@ void terse_work_free(terse_work_t* work) {
   }
 }
 
+terse_status_t terse_comm_stats(terse_comm_t* comm, terse_stats_t* stats) {
+  TERSE_REQUIRE(comm, "terse_comm_stats: comm");
+  TERSE_REQUIRE(stats, "terse_comm_stats: stats");
+  return guarded([&] {
+    const terse::CollectiveStats st = comm->comm->stats();
+    auto fill = [](const terse::CollectiveStats::Kind& k, terse_kind_stats_t* out) {
+      out->calls = k.calls;
+      out->failures = k.failures;
+      out->raw_bytes = k.rawBytes;
+      out->wire_bytes = k.wireBytes;
+      out->seconds = k.seconds;
+      out->compress_seconds = k.compressSeconds;
+      out->reduce_seconds = k.reduceSeconds;
+    };
+    fill(st.allreduce, &stats->allreduce);
+    fill(st.reduceScatter, &stats->reduce_scatter);
+    fill(st.allgather, &stats->allgather);
+    fill(st.autoPolicy, &stats->auto_policy);
+    stats->barriers = st.barriers;
+    return done(terse::Status::ok());
+  });
+}
+
 terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feedback_t** feedback) {
   TERSE_REQUIRE(codec, "terse_feedback_create: codec");
   TERSE_REQUIRE(feedback, "terse_feedback_create: feedback");

@@ -65,7 +65,40 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, std::chrono::mi
       engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)),
       worker_(std::make_unique<CollectiveWorker>()) {}
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // Pending collectives finish first; then the figures are final and this thread may read them.
+  worker_.reset();
+  if (!logEnabled(LogLevel::kInfo, kSubsysColl)) return;
+  const CollectiveStats& st = engine_->stats();
+  auto line = [&](const char* name, const CollectiveStats::Kind& k) {
+    if (k.calls + k.failures == 0) return;
+    TERSE_INFO(kSubsysColl,
+               "rank %d stats: %s %llu calls (%llu failed), %llu bytes -> %llu on the wire, "
+               "%.3f s (compress %.3f s, reduce %.3f s)",
+               rank(), name, static_cast<unsigned long long>(k.calls),
+               static_cast<unsigned long long>(k.failures),
+               static_cast<unsigned long long>(k.rawBytes),
+               static_cast<unsigned long long>(k.wireBytes), k.seconds, k.compressSeconds,
+               k.reduceSeconds);
+  };
+  line("allreduce", st.allreduce);
+  line("reducescatter", st.reduceScatter);
+  line("allgather", st.allgather);
+  line("auto's own calibration and measurement", st.autoPolicy);
+  for (const auto& pick : st.autoPicks)
+    TERSE_INFO(kSubsysColl, "rank %d stats: auto ran %llu calls with %s", rank(),
+               static_cast<unsigned long long>(pick.second), pick.first.c_str());
+}
+
+CollectiveStats Communicator::stats() {
+  CollectiveStats copy;
+  Status s = worker_->run([&] {
+    copy = engine_->stats();
+    return Status::ok();
+  });
+  (void)s;  // the job cannot fail
+  return copy;
+}
 
 std::unique_ptr<Communicator> Communicator::fromTransport(std::unique_ptr<Transport> transport,
                                                           std::chrono::milliseconds timeout) {
@@ -222,7 +255,9 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
       TERSE_RETURN_IF_ERROR(abortStatus());
       call.requested = selector->spec();  // agreed on too: auto against int8 is a disagreement
       TERSE_ASSIGN_OR_RETURN(call.codec, selector->choose(*engine_, call));
-      if (chosen) *chosen = call.codec->spec();
+      const std::string picked = call.codec->spec();
+      ++engine_->mutableStats().autoPicks[picked];
+      if (chosen) *chosen = picked;
       return engine_->run(call);
     });
   }

@@ -45,6 +45,7 @@ Result<std::vector<double>> slowestRank(CollectiveEngine& engine, const Codec* n
   gather.recv = all.data();
   gather.count = k * n;
   gather.codec = none;
+  gather.policyWork = true;
   TERSE_RETURN_IF_ERROR(engine.run(gather));
   std::vector<double> worst(k, 0.0);
   for (int r = 0; r < n; ++r)
@@ -91,6 +92,7 @@ Status AutoSelector::calibrate(CollectiveEngine& engine) {
       op.recv = out.data();
       op.count = sizes[s];
       op.codec = codecs_[c].get();
+      op.policyWork = true;
       TERSE_ASSIGN_OR_RETURN(double t, bestOf(2, [&] { return engine.run(op); }));
       mine[2 * c + s] = static_cast<float>(t);
     }
@@ -143,6 +145,7 @@ Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp
   for (size_t c : contenders) {
     CollectiveOp trial;
     trial.kind = op.kind;
+    trial.policyWork = true;
     trial.send = send.data();
     trial.recv = recv.data();
     trial.count = count;

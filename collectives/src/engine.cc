@@ -199,6 +199,14 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
 }
 
 Status CollectiveEngine::reject(const CollectiveOp& op, Status why) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t before = bytesSent_;
+  Status s = rejectNow(op, std::move(why));
+  countCall(op, s, start, before);
+  return s;
+}
+
+Status CollectiveEngine::rejectNow(const CollectiveOp& op, Status why) {
   // Still take part in the descriptor exchange, so the other ranks fail this call now (and
   // everyone's sequence stays in step) rather than time out waiting for this rank's data.
   Status heard = exchangeDescriptors(op, seq_++, /*rejected=*/true);  // our own error is the news
@@ -212,11 +220,15 @@ Status CollectiveEngine::reject(const CollectiveOp& op, Status why) {
 
 Status CollectiveEngine::agree(const CollectiveOp& op) {
   Status valid = validate(op, /*needCodec=*/false);
-  if (!valid.isOk()) return reject(op, std::move(valid));
+  if (!valid.isOk()) return reject(op, std::move(valid));  // counted as the caller's call
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t before = bytesSent_;
   const uint32_t seq = seq_++;
   Status agreed = exchangeDescriptors(op, seq);
-  if (agreed.isOk() || agreed.code() == StatusCode::kInvalidUsage) return agreed;
-  return giveUp(op, seq, std::move(agreed));
+  if (agreed.isOk()) return agreed;  // the call itself is counted by run()
+  if (agreed.code() != StatusCode::kInvalidUsage) agreed = giveUp(op, seq, std::move(agreed));
+  countCall(op, agreed, start, before);
+  return agreed;
 }
 
 Status CollectiveEngine::barrier() {
@@ -226,6 +238,7 @@ Status CollectiveEngine::barrier() {
   CollectiveOp op;
   op.kind = CollectiveKind::kBarrier;
   const uint32_t seq = seq_++;
+  ++stats_.barriers;
   Status agreed = exchangeDescriptors(op, seq);
   if (agreed.isOk() || agreed.code() == StatusCode::kInvalidUsage) return agreed;
   return giveUp(op, seq,
@@ -233,9 +246,44 @@ Status CollectiveEngine::barrier() {
                                                  transport_.rank())));
 }
 
+CollectiveStats::Kind& CollectiveEngine::statsOf(const CollectiveOp& op) {
+  if (op.policyWork) return stats_.autoPolicy;
+  switch (op.kind) {
+    case CollectiveKind::kReduceScatter: return stats_.reduceScatter;
+    case CollectiveKind::kAllGather: return stats_.allgather;
+    default: return stats_.allreduce;
+  }
+}
+
+void CollectiveEngine::countCall(const CollectiveOp& op, const Status& status,
+                                 std::chrono::steady_clock::time_point start,
+                                 uint64_t bytesBefore) {
+  CollectiveStats::Kind& k = statsOf(op);
+  if (status.isOk()) {
+    ++k.calls;
+    k.rawBytes += op.count * dataTypeSize(op.dtype);
+  } else {
+    ++k.failures;
+  }
+  k.wireBytes += bytesSent_ - bytesBefore;
+  k.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  k.compressSeconds += compressSeconds_;
+  k.reduceSeconds += reduceSeconds_;
+  compressSeconds_ = reduceSeconds_ = 0;
+}
+
 Status CollectiveEngine::run(const CollectiveOp& op) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t before = bytesSent_;
+  Status s = runCounted(op);
+  countCall(op, s, start, before);
+  return s;
+}
+
+Status CollectiveEngine::runCounted(const CollectiveOp& op) {
   Status valid = validate(op);
-  if (!valid.isOk()) return reject(op, std::move(valid));
+  if (!valid.isOk()) return rejectNow(op, std::move(valid));
   if (op.feedback) op.feedback->prepareFor(op.codec->spec());
   const uint32_t seq = seq_++;
   Status agreed = exchangeDescriptors(op, seq);

@@ -20,6 +20,7 @@
 #include "terse/common/status.h"
 #include "terse/compressors/error_feedback.h"
 
+#include <terse/stats.h>
 #include <terse/types.h>
 
 #include <chrono>
@@ -147,6 +148,10 @@ class Communicator {
   // Bytes this rank has handed to the transport for collectives so far (for benchmark tables;
   // read it after the collectives of interest completed).
   uint64_t bytesSent() const;
+  // Calls, failures, bytes and time per collective kind, and auto's picks, since creation. Runs
+  // in order on the collective thread, so it waits for the calls submitted before it. Logged at
+  // INFO when the communicator is destroyed.
+  CollectiveStats stats();
 
  private:
   Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout);

@@ -71,6 +71,21 @@ terse_status_t terse_work_wait(terse_work_t* work);
 /* Waits if still running, then frees. NULL is accepted. */
 void terse_work_free(terse_work_t* work);
 
+/* What a communicator's collectives did (Communicator::stats() in C++): per kind, calls that
+ * succeeded and failed, the caller's bytes, the bytes handed to the transport (what crossed the
+ * network from this rank, call descriptors included), and wall time with its codec parts
+ * (compress; decode and reduce); the rest of `seconds` is transfer. Waits for the calls submitted
+ * before it. */
+typedef struct terse_kind_stats {
+  uint64_t calls, failures, raw_bytes, wire_bytes;
+  double seconds, compress_seconds, reduce_seconds;
+} terse_kind_stats_t;
+typedef struct terse_stats {
+  terse_kind_stats_t allreduce, reduce_scatter, allgather;
+  terse_kind_stats_t auto_policy; /* auto's own calibration and measurement calls */
+  uint64_t barriers;
+} terse_stats_t;
+terse_status_t terse_comm_stats(terse_comm_t* comm, terse_stats_t* stats);
 /* Error-feedback state for a tensor of `count` elements compressed with `codec`. */
 terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feedback_t** feedback);
 void terse_feedback_destroy(terse_feedback_t* feedback);

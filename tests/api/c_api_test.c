@@ -89,6 +89,18 @@ int main(void) {
   CHECK(terse_comm_barrier(comm) == TERSE_OK, "barrier");
   CHECK(strlen(terse_version()) > 0, "version");
 
+  /* Statistics: every allreduce above is counted, the refused ones as failures. */
+  terse_stats_t st;
+  memset(&st, 0xff, sizeof st);
+  CHECK(terse_comm_stats(comm, &st) == TERSE_OK, "stats");
+  CHECK(st.allreduce.calls >= 6 && st.allreduce.failures == 3, "allreduce calls %llu, failures %llu",
+        (unsigned long long)st.allreduce.calls, (unsigned long long)st.allreduce.failures);
+  CHECK(st.barriers == 1, "barriers %llu", (unsigned long long)st.barriers);
+  CHECK(n == 1 || st.allreduce.wire_bytes > 0, "wire bytes with %d ranks", n);
+  CHECK(st.allreduce.raw_bytes >= 6ull * kCount * 4, "raw bytes %llu",
+        (unsigned long long)st.allreduce.raw_bytes);
+  CHECK(terse_comm_stats(comm, NULL) == TERSE_INVALID_ARGUMENT, "stats into NULL");
+
   terse_comm_destroy(comm);
   free(in);
   free(out);

@@ -24,6 +24,8 @@
 #include "terse/kernels/device.h"
 #include "terse/transport/transport.h"
 
+#include <terse/stats.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -64,6 +66,9 @@ struct CollectiveOp {
   // when auto picked int8): ranks must agree on it too, and messages name it. Must outlive the
   // call (the api layer points it at its cached spec).
   std::string_view requested;
+  // A call auto runs for itself (calibration, measurement): its bytes and time go to
+  // CollectiveStats::autoPolicy instead of the caller's rows.
+  bool policyWork = false;
 };
 
 class CollectiveEngine {
@@ -119,11 +124,19 @@ class CollectiveEngine {
   // included): what benchmarks report as wire bytes.
   uint64_t bytesSent() const { return bytesSent_; }
 
+  // Calls, failures, bytes and time of everything run() / reject() / agree() / barrier() did
+  // (read it on the thread that drives the engine).
+  const CollectiveStats& stats() const { return stats_; }
+  CollectiveStats& mutableStats() { return stats_; }  // the api layer adds auto's picks
+
   Transport& transport() { return transport_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
  private:
+  // run() and reject() without the stats bookkeeping, which their public forms add.
+  Status runCounted(const CollectiveOp& op);
+  Status rejectNow(const CollectiveOp& op, Status why);
   // needCodec: false for agree(), where auto has not picked yet.
   Status validate(const CollectiveOp& op, bool needCodec = true) const;
   Status dispatch(const CollectiveOp& op, uint32_t seq);
@@ -154,8 +167,26 @@ class CollectiveEngine {
   // float32 accumulators: host scratch, or device memory for device calls.
   Result<float*> accScratch(const CollectiveOp& op, size_t elems);
 
+  // Runs `work`, adding its wall time to `seconds` (the call's compress or reduce stage).
+  template <typename Work>
+  auto timed(double& seconds, Work&& work) -> decltype(work()) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = work();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+  // The stats row of a collective kind.
+  CollectiveStats::Kind& statsOf(const CollectiveOp& op);
+  // Adds one finished call to the stats: its status, wall time and transport bytes.
+  void countCall(const CollectiveOp& op, const Status& status,
+                 std::chrono::steady_clock::time_point start, uint64_t bytesBefore);
+
   Transport& transport_;
   std::chrono::milliseconds timeout_;
+  CollectiveStats stats_;
+  // The codec stages of the call in flight (scatter_reduce.cc, ring.cc), moved into stats_ by
+  // countCall.
+  double compressSeconds_ = 0, reduceSeconds_ = 0;
   size_t segmentElems_;
   size_t smallBytes_;
   size_t depth_ = 1;
