@@ -4,6 +4,8 @@
 
 #include "terse/collectives/engine.h"
 #include "terse/common/logging.h"
+#include "terse/compressors/auto_spec.h"
+#include "terse/compressors/codec.h"
 
 #include <cstring>
 #include <exception>
@@ -141,6 +143,30 @@ terse::Work collective(terse_comm_t* comm, const char* fn, terse::CollectiveKind
 
 }  // namespace
 
+namespace {
+
+// The async forms share everything but the kind and the submission.
+template <typename Submit>
+terse_status_t submitAsync(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind,
+                           size_t count, int dtype, int op, terse_work_t** work,
+                           Submit&& submit) {
+  return guarded([&] {
+    if (work == nullptr) {
+      // No handle to give back: the call is refused, but it still takes its place among the
+      // ranks' calls, so the peers fail it now rather than pair it with this rank's next one.
+      return done(terse::CApiAccess::reject(
+                      *comm->comm, kind, count,
+                      terse::errorInvalidArgument("%s: work is NULL", fn))
+                      .wait());
+    }
+    terse::Work w = collective(comm, fn, kind, count, dtype, op, submit);
+    *work = liveWork().add(new terse_work{std::move(w)});
+    return done(terse::Status::ok());
+  });
+}
+
+}  // namespace
+
 extern "C" {
 
 const char* terse_last_error(void) { return lastError.c_str(); }
@@ -240,22 +266,70 @@ terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void*
                                      terse_dtype_t dtype, terse_redop_t op, const char* codec,
                                      terse_feedback_t* feedback, terse_work_t** work) {
   TERSE_REQUIRE(comm, "terse_allreduce_async: comm");
+  return submitAsync(comm, "terse_allreduce_async", terse::CollectiveKind::kAllReduce, count, dtype,
+                     op, work, [&] {
+                       return comm->comm->allreduceAsync(
+                           send, recv, count, static_cast<terse::DataType>(dtype),
+                           static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                     });
+}
+
+terse_status_t terse_reduce_scatter_async(terse_comm_t* comm, const void* send, void* recv,
+                                          size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                          const char* codec, terse_feedback_t* feedback,
+                                          terse_work_t** work) {
+  TERSE_REQUIRE(comm, "terse_reduce_scatter_async: comm");
+  return submitAsync(comm, "terse_reduce_scatter_async", terse::CollectiveKind::kReduceScatter,
+                     count, dtype, op, work, [&] {
+                       return comm->comm->reduceScatterAsync(
+                           send, recv, count, static_cast<terse::DataType>(dtype),
+                           static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                     });
+}
+
+terse_status_t terse_allgather_async(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                     terse_dtype_t dtype, const char* codec,
+                                     terse_feedback_t* feedback, terse_work_t** work) {
+  TERSE_REQUIRE(comm, "terse_allgather_async: comm");
+  return submitAsync(comm, "terse_allgather_async", terse::CollectiveKind::kAllGather, count, dtype,
+                     TERSE_SUM, work, [&] {
+                       return comm->comm->allgatherAsync(send, recv, count,
+                                                         static_cast<terse::DataType>(dtype),
+                                                         options(codec, feedback));
+                     });
+}
+
+terse_status_t terse_codec_info(const char* spec, char* canonical, size_t* size,
+                                int* wants_feedback) {
+  TERSE_REQUIRE(spec, "terse_codec_info: spec");
+  TERSE_REQUIRE(size, "terse_codec_info: size");
   return guarded([&] {
-    if (work == nullptr) {
-      // No handle to give back: the call is refused, but it still takes its place among the
-      // ranks' calls, so the peers fail it now rather than pair it with this rank's next one.
-      return done(terse::CApiAccess::reject(
-                      *comm->comm, terse::CollectiveKind::kAllReduce, count,
-                      terse::errorInvalidArgument("terse_allreduce_async: work is NULL"))
-                      .wait());
+    std::string text;
+    bool wants = false;
+    if (terse::isAutoSpec(spec)) {
+      auto parsed = terse::parseAutoSpec(spec);
+      if (!parsed.isOk()) return fail(parsed.status());
+      text = parsed->canonical;
+      for (const std::string& candidate : parsed->candidates) {
+        auto codec = terse::makeCodec(candidate);
+        if (!codec.isOk()) return fail(codec.status());
+        wants = wants || (*codec)->wantsErrorFeedback();
+      }
+    } else {
+      auto codec = terse::makeCodec(spec);
+      if (!codec.isOk()) return fail(codec.status());
+      text = (*codec)->spec();
+      wants = (*codec)->wantsErrorFeedback();
     }
-    terse::Work w = collective(comm, "terse_allreduce_async", terse::CollectiveKind::kAllReduce,
-                               count, dtype, op, [&] {
-                                 return comm->comm->allreduceAsync(
-                                     send, recv, count, static_cast<terse::DataType>(dtype),
-                                     static_cast<terse::ReduceOp>(op), options(codec, feedback));
-                               });
-    *work = liveWork().add(new terse_work{std::move(w)});
+    if (wants_feedback) *wants_feedback = wants ? 1 : 0;
+    const size_t capacity = *size;
+    *size = text.size() + 1;
+    if (canonical == nullptr) return done(terse::Status::ok());
+    if (capacity < text.size() + 1)
+      return fail(terse::errorInvalidArgument(
+          "terse_codec_info: the buffer holds %zu bytes, %zu are needed", capacity,
+          text.size() + 1));
+    std::memcpy(canonical, text.c_str(), text.size() + 1);
     return done(terse::Status::ok());
   });
 }
@@ -325,6 +399,25 @@ terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feed
 }
 
 void terse_feedback_destroy(terse_feedback_t* feedback) { delete feedback; }
+
+terse_status_t terse_feedback_info(const terse_feedback_t* feedback, char* spec, size_t* size,
+                                   size_t* count) {
+  TERSE_REQUIRE(feedback, "terse_feedback_info: feedback");
+  TERSE_REQUIRE(size, "terse_feedback_info: size");
+  return guarded([&] {
+    const std::string& text = feedback->state.codecSpec();
+    if (count) *count = feedback->state.count();
+    const size_t capacity = *size;
+    *size = text.size() + 1;
+    if (spec == nullptr) return done(terse::Status::ok());
+    if (capacity < text.size() + 1)
+      return fail(terse::errorInvalidArgument(
+          "terse_feedback_info: the buffer holds %zu bytes, %zu are needed", capacity,
+          text.size() + 1));
+    std::memcpy(spec, text.c_str(), text.size() + 1);
+    return done(terse::Status::ok());
+  });
+}
 
 void terse_feedback_reset(terse_feedback_t* feedback) {
   if (feedback) feedback->state.reset();

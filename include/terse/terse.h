@@ -64,6 +64,22 @@ terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void*
                                      terse_dtype_t dtype, terse_redop_t op, const char* codec,
                                      terse_feedback_t* feedback, terse_work_t** work);
 
+terse_status_t terse_reduce_scatter_async(terse_comm_t* comm, const void* send, void* recv,
+                                          size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                          const char* codec, terse_feedback_t* feedback,
+                                          terse_work_t** work);
+terse_status_t terse_allgather_async(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                     terse_dtype_t dtype, const char* codec,
+                                     terse_feedback_t* feedback, terse_work_t** work);
+/* What a codec spec means, without a communicator: its canonical form with every parameter
+ * spelled out ("topk" -> "topk:ratio=0.01", "auto" -> "auto:max=int8"; what checkpoints and
+ * error messages use) and whether the codec wants error feedback (onebit, topk, and auto specs
+ * allowed to pick them). `canonical` may be NULL to ask for the size: *size gets the bytes needed
+ * (with the terminating NUL), and a buffer smaller than that is TERSE_INVALID_ARGUMENT.
+ * `wants_feedback` may be NULL. An invalid spec is TERSE_INVALID_ARGUMENT saying what is
+ * accepted. */
+terse_status_t terse_codec_info(const char* spec, char* canonical, size_t* size,
+                                int* wants_feedback);
 /* TERSE_IN_PROGRESS while running, else the collective's final status. Never blocks. */
 terse_status_t terse_work_test(terse_work_t* work);
 /* Blocks until done; returns the collective's status. */
@@ -89,6 +105,10 @@ terse_status_t terse_comm_stats(terse_comm_t* comm, terse_stats_t* stats);
 /* Error-feedback state for a tensor of `count` elements compressed with `codec`. */
 terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feedback_t** feedback);
 void terse_feedback_destroy(terse_feedback_t* feedback);
+/* The element count and canonical codec spec a state was made (or loaded) for. `spec` may be
+ * NULL to ask for the size, as in terse_codec_info; `count` may be NULL. */
+terse_status_t terse_feedback_info(const terse_feedback_t* feedback, char* spec, size_t* size,
+                                   size_t* count);
 void terse_feedback_reset(terse_feedback_t* feedback);
 /* Checkpoint form: with buffer NULL (or too small) *size gets the bytes needed and the call
  * returns TERSE_INVALID_ARGUMENT unless buffer was NULL. */

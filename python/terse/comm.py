@@ -228,11 +228,23 @@ def parse_feedback_header(data):
 
 
 @functools.lru_cache(maxsize=64)
+def codec_info(codec):
+    """(canonical spec, wants error feedback) of a codec spec, from the library itself
+    (``terse_codec_info``): "topk" -> ("topk:ratio=0.01", True), "auto" -> ("auto:max=int8",
+    False). Raises TerseError naming what is accepted for a bad spec."""
+    spec = _codec_bytes(codec)
+    size = ctypes.c_size_t(0)
+    wants = ctypes.c_int(0)
+    _lib.check(_lib.lib().terse_codec_info(spec, None, ctypes.byref(size), ctypes.byref(wants)))
+    buf = ctypes.create_string_buffer(size.value)
+    _lib.check(_lib.lib().terse_codec_info(spec, buf, ctypes.byref(size), None))
+    return buf.value.decode(), bool(wants.value)
+
+
 def canonical_spec(codec):
     """The codec's spec with every parameter spelled out ("topk" -> "topk:ratio=0.01"); raises
     TerseError naming what is accepted for a bad spec."""
-    with Feedback(codec, 1) as probe:
-        return parse_feedback_header(probe.to_bytes())["spec"]
+    return codec_info(codec)[0]
 
 
 class Feedback:
@@ -256,8 +268,9 @@ class Feedback:
         data = bytes(data)
         handle = ctypes.c_void_p()
         check(_lib.lib().terse_feedback_deserialize(data, len(data), ctypes.byref(handle)))
-        count = parse_feedback_header(data)["count"]
-        return cls(None, count, _handle=handle)
+        size, count = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        check(_lib.lib().terse_feedback_info(handle, None, ctypes.byref(size), ctypes.byref(count)))
+        return cls(None, count.value, _handle=handle)
 
     def to_bytes(self):
         """The versioned checkpoint form (docs/wire-format.md)."""

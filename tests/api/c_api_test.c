@@ -56,6 +56,17 @@ int main(void) {
     terse_feedback_t* back = NULL;
     s = terse_feedback_deserialize(buf, size, &back);
     CHECK(s == TERSE_OK, "deserialize");
+    {
+      char made[64], loaded[64];
+      size_t made_size = sizeof made, loaded_size = sizeof loaded, made_count = 0, loaded_count = 0;
+      CHECK(terse_feedback_info(fb, made, &made_size, &made_count) == TERSE_OK &&
+                terse_feedback_info(back, loaded, &loaded_size, &loaded_count) == TERSE_OK,
+            "feedback info");
+      CHECK(made_count == kCount && loaded_count == kCount && strcmp(made, loaded) == 0 &&
+                strncmp(made, codecs[c], 4) == 0,
+            "feedback info: %s/%zu and %s/%zu for %s", made, made_count, loaded, loaded_count,
+            codecs[c]);
+    }
     s = terse_feedback_deserialize(buf, size / 2, &back);
     CHECK(s == TERSE_CORRUPT || s == TERSE_INVALID_ARGUMENT, "truncated checkpoint accepted");
     free(buf);
@@ -88,6 +99,59 @@ int main(void) {
   terse_feedback_destroy(wrong);
   CHECK(terse_comm_barrier(comm) == TERSE_OK, "barrier");
   CHECK(strlen(terse_version()) > 0, "version");
+
+  /* What a codec spec means, without a communicator. */
+  {
+    char spec[64];
+    size_t size = 0;
+    int wants = -1;
+    CHECK(terse_codec_info("topk", NULL, &size, &wants) == TERSE_OK && size == 16 && wants == 1,
+          "topk info: size %zu wants %d", size, wants);
+    size = sizeof spec;
+    CHECK(terse_codec_info("topk", spec, &size, NULL) == TERSE_OK &&
+              strcmp(spec, "topk:ratio=0.01") == 0,
+          "topk canonical: %s", spec);
+    size = 4;
+    CHECK(terse_codec_info("topk", spec, &size, NULL) == TERSE_INVALID_ARGUMENT && size == 16,
+          "a short buffer");
+    size = sizeof spec;
+    CHECK(terse_codec_info("auto", spec, &size, &wants) == TERSE_OK &&
+              strcmp(spec, "auto:max=int8") == 0 && wants == 0,
+          "auto: %s wants %d", spec, wants);
+    CHECK(terse_codec_info("auto:max=onebit", NULL, &size, &wants) == TERSE_OK && wants == 1,
+          "auto:max=onebit wants feedback");
+    CHECK(terse_codec_info("bf16", NULL, &size, &wants) == TERSE_OK && wants == 0, "bf16");
+    CHECK(terse_codec_info("int8:block=3", NULL, &size, NULL) == TERSE_INVALID_ARGUMENT &&
+              strstr(terse_last_error(), "block") != NULL,
+          "a bad spec names what is wrong");
+  }
+
+  /* Async reduce-scatter and allgather compose to the allreduce. */
+  {
+    size_t off = 0, len = 0;
+    terse_comm_part(comm, kCount, &off, &len);
+    float* part = malloc((len ? len : 1) * sizeof(float));
+    float* all = malloc(kCount * sizeof(float));
+    terse_work_t *rs = NULL, *ag = NULL;
+    CHECK(terse_reduce_scatter_async(comm, in, part, kCount, TERSE_FLOAT32, TERSE_SUM, "none",
+                                     NULL, &rs) == TERSE_OK,
+          "reduce_scatter_async");
+    CHECK(terse_work_wait(rs) == TERSE_OK, "reduce_scatter wait");
+    terse_work_free(rs);
+    CHECK(terse_allgather_async(comm, part, all, kCount, TERSE_FLOAT32, "none", NULL, &ag) ==
+              TERSE_OK,
+          "allgather_async");
+    CHECK(terse_work_wait(ag) == TERSE_OK, "allgather wait");
+    terse_work_free(ag);
+    for (int i = 0; i < kCount; ++i) {
+      float want = (float)(n * (n + 1) / 2) * (float)(i % 13 - 6) * 0.25f;
+      CHECK(all[i] == want, "reduce-scatter + allgather: element %d is %g, expected %g", i, all[i],
+            want);
+      if (all[i] != want) break;
+    }
+    free(part);
+    free(all);
+  }
 
   /* Statistics: every allreduce above is counted, the refused ones as failures. */
   terse_stats_t st;
