@@ -196,6 +196,16 @@ void terse_comm_destroy(terse_comm_t* comm) {
 
 int terse_comm_rank(const terse_comm_t* comm) { return comm ? comm->comm->rank() : -1; }
 int terse_comm_size(const terse_comm_t* comm) { return comm ? comm->comm->size() : -1; }
+int terse_comm_local_rank(const terse_comm_t* comm) {
+  return comm ? comm->comm->topology().localRank : -1;
+}
+int terse_comm_local_size(const terse_comm_t* comm) {
+  return comm ? comm->comm->topology().localSize : -1;
+}
+int terse_comm_node(const terse_comm_t* comm) { return comm ? comm->comm->topology().node : -1; }
+int terse_comm_node_count(const terse_comm_t* comm) {
+  return comm ? comm->comm->topology().nodeCount : -1;
+}
 
 terse_status_t terse_comm_barrier(terse_comm_t* comm) {
   TERSE_REQUIRE(comm, "terse_comm_barrier: comm");

@@ -62,6 +62,7 @@ std::string nextStorePrefix() {
 Communicator::Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout)
     : transport_(std::move(transport)),
       timeout_(timeout),
+      topology_(Topology::singleNode(transport_->size(), transport_->rank())),
       engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)),
       worker_(std::make_unique<CollectiveWorker>()) {}
 
@@ -124,15 +125,21 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
     return errorInvalidArgument("timeout %lld ms is outside 1..%lld ms",
                                 static_cast<long long>(timeout.count()),
                                 static_cast<long long>(kMaxTimeoutMs));
+  TERSE_ASSIGN_OR_RETURN(Topology topology, exchangeTopology(store, scope, rank, size, timeout));
   AddressAllGather exchange = [&](const std::string& mine) {
     return storeAllGather(store, scope, rank, size, mine, timeout);
   };
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
                          createUcxTransport(rank, size, exchange, timeout));
-  TERSE_INFO(kSubsysInit, "rank %d of %d: communicator over %s (store %s, timeout %lld ms)", rank,
-             size, transport->describe().c_str(), store.describe().c_str(),
-             static_cast<long long>(timeout.count()));
-  return fromTransport(std::move(transport), timeout);
+  TERSE_INFO(kSubsysInit,
+             "rank %d of %d: communicator over %s (store %s, timeout %lld ms); %s, this rank is "
+             "local rank %d of %d on node %d",
+             rank, size, transport->describe().c_str(), store.describe().c_str(),
+             static_cast<long long>(timeout.count()), topology.describe().c_str(),
+             topology.localRank, topology.localSize, topology.node);
+  auto comm = fromTransport(std::move(transport), timeout);
+  comm->topology_ = std::move(topology);
+  return comm;
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
@@ -155,7 +162,20 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
   }
   TERSE_INFO(kSubsysBoot, "rank %d of %d (rank from %s), local rank %d, store %s", info.rank,
              info.size, info.rankSource.c_str(), info.localRank, store->describe().c_str());
-  return createUcx(info.rank, info.size, *store, timeout, nextStorePrefix());
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                         createUcx(info.rank, info.size, *store, timeout, nextStorePrefix()));
+  // The launcher's idea of this rank's node against terse's own (from the node keys): they
+  // differ when TERSE_NODE splits a host the launcher sees as one, or the launcher's variables
+  // are stale. terse's topology decides; the difference is worth a line.
+  const Topology& t = comm->topology();
+  if ((info.launcherLocalRank >= 0 && info.launcherLocalRank != t.localRank) ||
+      (info.launcherLocalSize >= 0 && info.launcherLocalSize != t.localSize))
+    TERSE_WARN(kSubsysBoot,
+               "rank %d: the launcher (%s) says local rank %d of %d, but the node keys say local "
+               "rank %d of %d (%s); terse uses the node keys (set TERSE_NODE to change them)",
+               info.rank, info.localSource.c_str(), info.launcherLocalRank,
+               info.launcherLocalSize, t.localRank, t.localSize, t.describe().c_str());
+  return comm;
 }
 
 int Communicator::rank() const { return transport_->rank(); }

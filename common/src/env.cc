@@ -35,6 +35,14 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "Rank within this host. When unset, taken from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or "
        "LOCAL_RANK.",
        0, kMaxRanks - 1},
+      {"TERSE_LOCAL_SIZE", "int", "",
+       "Ranks on this host. When unset, taken from OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or "
+       "LOCAL_WORLD_SIZE (torchrun). Only checked against the topology terse derives (TERSE_NODE).",
+       1, kMaxRanks},
+      {"TERSE_NODE", "string", "",
+       "This rank's node: ranks with the same value share a node (shared memory, uncompressed "
+       "steps of two-level collectives). When unset, the host's name and boot id. Set it to "
+       "emulate several hosts on one machine (terse-run --nodes, network namespaces)."},
       {"TERSE_STORE", "string", "",
        "Rendezvous store: host:port of the TCP store served by rank 0, or a directory path for the "
        "file store. When unset under torchrun, MASTER_ADDR:MASTER_PORT+1 (PyTorch's own store "

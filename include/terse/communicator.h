@@ -21,6 +21,7 @@
 #include "terse/compressors/error_feedback.h"
 
 #include <terse/stats.h>
+#include <terse/topology.h>
 #include <terse/types.h>
 
 #include <chrono>
@@ -97,6 +98,12 @@ class Communicator {
 
   int rank() const;
   int size() const;
+  // Which ranks share this rank's node (include/terse/topology.h): learned when the
+  // communicator is created, from every rank's node key (TERSE_NODE, or the host). Worlds made
+  // from a caller's transport (fromTransport, createInProcWorld) are one node.
+  const Topology& topology() const { return topology_; }
+  int localRank() const { return topology_.localRank; }
+  int localSize() const { return topology_.localSize; }
 
   // Returns once every rank has entered it; kTimeout / kRemoteError name the peer that did not
   // answer.
@@ -170,6 +177,7 @@ class Communicator {
 
   std::unique_ptr<Transport> transport_;
   std::chrono::milliseconds timeout_;
+  Topology topology_;
   mutable std::mutex abortMutex_;
   Status abortWhy_;
   std::mutex codecMutex_;

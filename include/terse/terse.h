@@ -39,6 +39,13 @@ terse_status_t terse_comm_create(terse_comm_t** comm);
 void terse_comm_destroy(terse_comm_t* comm);
 int terse_comm_rank(const terse_comm_t* comm);
 int terse_comm_size(const terse_comm_t* comm);
+/* The two levels (include/terse/topology.h): this rank's index among the ranks of its node and
+ * their count, its node's index (nodes numbered by their lowest rank) and the number of nodes.
+ * Nodes come from every rank's TERSE_NODE, or its host. -1 for a NULL comm. */
+int terse_comm_local_rank(const terse_comm_t* comm);
+int terse_comm_local_size(const terse_comm_t* comm);
+int terse_comm_node(const terse_comm_t* comm);
+int terse_comm_node_count(const terse_comm_t* comm);
 terse_status_t terse_comm_barrier(terse_comm_t* comm);
 /* Fails every pending and later operation of this rank with `reason` (may be NULL). */
 void terse_comm_abort(terse_comm_t* comm, const char* reason);

@@ -89,6 +89,12 @@ class Communicator:
         self._worker = None  # the queue thread's ident, once it ran something
         self.rank = l.terse_comm_rank(handle)
         self.size = l.terse_comm_size(handle)
+        # The two levels (docs/api.md): this rank's place among its node's ranks, from every
+        # rank's TERSE_NODE or host, checked against torchrun's LOCAL_WORLD_SIZE.
+        self.local_rank = l.terse_comm_local_rank(handle)
+        self.local_size = l.terse_comm_local_size(handle)
+        self.node = l.terse_comm_node(handle)
+        self.node_count = l.terse_comm_node_count(handle)
 
     def _h(self):
         if self._handle is None:

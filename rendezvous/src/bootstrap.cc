@@ -96,6 +96,15 @@ Result<BootstrapInfo> readBootstrapEnv() {
     return errorInvalidArgument("rank %d (from %s) is outside 0..%d for a world of %d ranks",
                                 info.rank, info.rankSource.c_str(), info.size - 1, info.size);
   info.localRank = local ? static_cast<int>(*local) : info.rank;
+  std::string localSizeSource;
+  TERSE_ASSIGN_OR_RETURN(
+      auto localSize,
+      firstInt("TERSE_LOCAL_SIZE",
+               {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"},
+               &localSizeSource));
+  if (local) info.launcherLocalRank = static_cast<int>(*local);
+  if (localSize) info.launcherLocalSize = static_cast<int>(*localSize);
+  info.localSource = localSource + (localSize ? (local ? " and " : "") + localSizeSource : "");
   if (info.localRank < 0)
     return errorInvalidArgument("local rank %d (from %s) is negative", info.localRank,
                                 localSource.c_str());

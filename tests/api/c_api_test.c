@@ -26,6 +26,26 @@ int main(void) {
   if (s != TERSE_OK) return 1;
   const int n = terse_comm_size(comm), rank = terse_comm_rank(comm);
   CHECK(n >= 1 && rank >= 0 && rank < n, "rank %d of %d", rank, n);
+  {
+    /* The two levels: terse-run --nodes sets TERSE_NODE with the launcher's local rank and size
+     * beside it; without it every rank is on this host. */
+    const int local = terse_comm_local_rank(comm), local_size = terse_comm_local_size(comm);
+    const int node = terse_comm_node(comm), nodes = terse_comm_node_count(comm);
+    const char* env_local = getenv("TERSE_LOCAL_RANK");
+    const char* env_size = getenv("TERSE_LOCAL_SIZE");
+    if (getenv("TERSE_NODE") != NULL) {
+      CHECK(env_local && local == atoi(env_local), "local rank %d, launcher %s", local, env_local);
+      CHECK(env_size && local_size == atoi(env_size), "local size %d, launcher %s", local_size,
+            env_size);
+      CHECK(nodes > 1 || n == 1 || local_size == n, "%d nodes", nodes);
+    } else {
+      CHECK(local == rank && local_size == n && node == 0 && nodes == 1,
+            "one host: local %d of %d, node %d of %d", local, local_size, node, nodes);
+    }
+    CHECK(node >= 0 && node < nodes && local >= 0 && local < local_size, "node %d of %d", node,
+          nodes);
+    CHECK(terse_comm_local_rank(NULL) == -1 && terse_comm_node_count(NULL) == -1, "NULL comm");
+  }
 
   enum { kCount = 1001 };
   float* in = malloc(kCount * sizeof(float));

@@ -137,6 +137,11 @@ def two_communicators():
     a = Communicator()
     b = Communicator()
     n = a.size
+    # Run without --nodes: every rank on this host, local rank = rank.
+    if (a.local_rank, a.local_size, a.node, a.node_count) != (a.rank, n, 0, 1):
+        print(f"python_args_test: FAILED: topology {a.local_rank}/{a.local_size} node "
+              f"{a.node}/{a.node_count} for rank {a.rank} of {n} on one host")
+        return 1
     for k, comm in enumerate((a, b, a, b)):
         t = Tensor([float(a.rank + 1)] * 5)
         comm.allreduce(t, codec="none", op="sum")
