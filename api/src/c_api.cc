@@ -212,6 +212,17 @@ terse_status_t terse_comm_barrier(terse_comm_t* comm) {
   return guarded([&] { return done(comm->comm->barrier()); });
 }
 
+terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_comm_t** out) {
+  TERSE_REQUIRE(comm, "terse_comm_split: comm");
+  TERSE_REQUIRE(out, "terse_comm_split: out");
+  return guarded([&] {
+    auto made = comm->comm->split(color, key);
+    if (!made.isOk()) return fail(made.status());
+    *out = made.value() ? new terse_comm{std::move(made).value()} : nullptr;
+    return done(terse::Status::ok());
+  });
+}
+
 void terse_comm_abort(terse_comm_t* comm, const char* reason) {
   if (!comm) return;
   try {

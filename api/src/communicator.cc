@@ -9,10 +9,12 @@
 #include "terse/rendezvous/bootstrap.h"
 #include "terse/transport/fault.h"
 #include "terse/transport/give_up.h"
+#include "terse/transport/group.h"
 #include "terse/transport/inproc.h"
 #include "terse/transport/transport.h"
 #include "terse/transport/ucx.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <strings.h>
@@ -59,16 +61,29 @@ std::string nextStorePrefix() {
 
 }  // namespace
 
-Communicator::Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout)
-    : transport_(std::move(transport)),
+struct Communicator::Shared {
+  std::unique_ptr<Transport> transport;
+  // The next free group tag space (transport/group.h), agreed on by every split.
+  uint32_t nextSpace = 1;
+  // Declared last so it is destroyed first: queued calls finish before the transport goes.
+  std::unique_ptr<CollectiveWorker> worker = std::make_unique<CollectiveWorker>();
+};
+
+Communicator::Communicator(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group,
+                           std::vector<int> rootRanks, std::chrono::milliseconds timeout)
+    : shared_(std::move(shared)),
+      group_(std::move(group)),
+      transport_(group_ ? group_.get() : shared_->transport.get()),
+      worker_(shared_->worker.get()),
+      rootRanks_(std::move(rootRanks)),
       timeout_(timeout),
       topology_(Topology::singleNode(transport_->size(), transport_->rank())),
-      engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)),
-      worker_(std::make_unique<CollectiveWorker>()) {}
+      engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)) {}
 
 Communicator::~Communicator() {
-  // Pending collectives finish first; then the figures are final and this thread may read them.
-  worker_.reset();
+  // This communicator's queued calls finish first (the thread may be shared with the
+  // communicators split from the same world); then its figures are final.
+  (void)worker_->run([] { return Status::ok(); });
   if (!logEnabled(LogLevel::kInfo, kSubsysColl)) return;
   const CollectiveStats& st = engine_->stats();
   auto line = [&](const char* name, const CollectiveStats::Kind& k) {
@@ -103,7 +118,61 @@ CollectiveStats Communicator::stats() {
 
 std::unique_ptr<Communicator> Communicator::fromTransport(std::unique_ptr<Transport> transport,
                                                           std::chrono::milliseconds timeout) {
-  return std::unique_ptr<Communicator>(new Communicator(std::move(transport), timeout));
+  auto shared = std::make_shared<Shared>();
+  std::vector<int> ranks(transport->size());
+  for (int r = 0; r < transport->size(); ++r) ranks[r] = r;
+  shared->transport = std::move(transport);
+  return std::unique_ptr<Communicator>(
+      new Communicator(std::move(shared), nullptr, std::move(ranks), timeout));
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
+  // Everything runs on the shared thread, in order with this communicator's calls: an
+  // allgather of (color, key, next free tag space) over this communicator, so every rank
+  // derives the same groups and the same space.
+  std::unique_ptr<Communicator> child;
+  Status s = worker_->run([&]() -> Status {
+    TERSE_RETURN_IF_ERROR(abortStatus());
+    const int n = size(), me = rank();
+    auto none = codec("none");
+    if (!none.isOk()) return none.status();
+    // int32 values carried bit for bit in float32 slots (allgather with `none` copies bytes).
+    std::vector<int32_t> mine = {color, key, static_cast<int32_t>(shared_->nextSpace), 0};
+    std::vector<int32_t> all(4 * static_cast<size_t>(n));
+    CollectiveOp op;
+    op.kind = CollectiveKind::kAllGather;
+    op.send = mine.data();
+    op.recv = all.data();
+    op.count = all.size();
+    op.codec = none->get();
+    TERSE_RETURN_IF_ERROR(engine_->run(op).withContext("split: exchanging colors and keys"));
+    uint32_t space = 0;
+    for (int r = 0; r < n; ++r) space = std::max(space, static_cast<uint32_t>(all[4 * r + 2]));
+    // Every rank of this communicator moves past the space, whatever its color.
+    shared_->nextSpace = space + 1;
+    if (space > kMaxGroupSpace)
+      return errorUnsupported("split: this world has used all %u of its communicator tag spaces",
+                              kMaxGroupSpace);
+    if (color < 0) return Status::ok();
+    std::vector<int> members;
+    for (int r = 0; r < n; ++r)
+      if (all[4 * r] == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return all[4 * a + 1] < all[4 * b + 1]; });
+    std::vector<int> roots, nodeKeys;
+    for (int r : members) roots.push_back(rootRanks_[r]);
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> group,
+                           createGroupTransport(*shared_->transport, roots, space));
+    child.reset(new Communicator(shared_, std::move(group), roots, timeout_));
+    // The child's topology is this one's restricted to its members.
+    std::vector<std::string> keys;
+    for (int r : members) keys.push_back(std::to_string(topology_.nodeOfRank[r]));
+    child->topology_ = Topology::fromNodeKeys(keys, child->rank());
+    (void)me;
+    return Status::ok();
+  });
+  if (!s.isOk()) return s;
+  return child;
 }
 
 Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWorld(

@@ -109,6 +109,16 @@ class Communicator {
   // answer.
   Status barrier();
 
+  // Sub-communicators (MPI_Comm_split / ncclCommSplit): collective over this communicator;
+  // ranks that pass the same `color` form a new communicator, ordered by `key` (ties by rank).
+  // A negative color takes part but joins none: the result is then null. The new communicator
+  // shares this one's connections and collective thread (its calls run in submission order
+  // with this one's) in a tag space of its own, so calls on different communicators never
+  // match; either may be destroyed first (the connections live while one uses them). A rank that dies fails the calls of every
+  // communicator containing it, and a failure that makes one of them give up aborts the shared
+  // connections, so the others fail too. At most 62 splits per world (tag spaces).
+  Result<std::unique_ptr<Communicator>> split(int color, int key);
+
   // See the thread-safety note above. `why` becomes this rank's error for every operation.
   void abort(const Status& why);
 
@@ -161,7 +171,11 @@ class Communicator {
   CollectiveStats stats();
 
  private:
-  Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout);
+  // What a communicator and the communicators split from it share: the connections and the one
+  // thread that drives them (api/src/communicator.cc).
+  struct Shared;
+  Communicator(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group,
+               std::vector<int> rootRanks, std::chrono::milliseconds timeout);
 
   Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
   Work submitCollective(int kind, const void* send, void* recv, size_t count, DataType type,
@@ -175,7 +189,12 @@ class Communicator {
   // operations that never touch the transport (a world of one) fail after an abort too.
   Status abortStatus() const;
 
-  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Shared> shared_;
+  // Split communicators: the group view of the shared transport (transport/group.h).
+  std::unique_ptr<Transport> group_;
+  Transport* transport_;       // group_, or the shared transport itself
+  CollectiveWorker* worker_;   // the shared thread
+  std::vector<int> rootRanks_;  // this communicator's ranks as ranks of the shared transport
   std::chrono::milliseconds timeout_;
   Topology topology_;
   mutable std::mutex abortMutex_;
@@ -183,10 +202,9 @@ class Communicator {
   std::mutex codecMutex_;
   std::map<std::string, std::shared_ptr<const Codec>> codecs_;
   std::map<std::string, std::shared_ptr<AutoSelector>> selectors_;
+  // Destroyed before the transports it runs on; the destructor first waits for this
+  // communicator's queued calls.
   std::unique_ptr<CollectiveEngine> engine_;
-  // Declared last so it is destroyed first: pending collectives finish before the engine and
-  // the transport go away.
-  std::unique_ptr<CollectiveWorker> worker_;
 };
 
 }  // namespace terse

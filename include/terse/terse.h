@@ -47,6 +47,11 @@ int terse_comm_local_size(const terse_comm_t* comm);
 int terse_comm_node(const terse_comm_t* comm);
 int terse_comm_node_count(const terse_comm_t* comm);
 terse_status_t terse_comm_barrier(terse_comm_t* comm);
+/* A sub-communicator (MPI_Comm_split): collective over `comm`; ranks passing the same `color`
+ * form *out, ordered by `key` (ties by rank). A negative color takes part and gets *out = NULL.
+ * It shares comm's connections and collective thread in a tag space of its own (at most 62
+ * splits per world); destroy it with terse_comm_destroy, before or after comm. */
+terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_comm_t** out);
 /* Fails every pending and later operation of this rank with `reason` (may be NULL). */
 void terse_comm_abort(terse_comm_t* comm, const char* reason);
 /* Offset and length of this rank's part of a count-element tensor (reduce-scatter, allgather). */

@@ -120,6 +120,25 @@ int main(void) {
   CHECK(terse_comm_barrier(comm) == TERSE_OK, "barrier");
   CHECK(strlen(terse_version()) > 0, "version");
 
+  /* A split: even and odd ranks, each summing only its members. */
+  {
+    terse_comm_t* half = NULL;
+    CHECK(terse_comm_split(comm, rank % 2, rank, &half) == TERSE_OK && half != NULL, "split");
+    if (half) {
+      const int hn = terse_comm_size(half);
+      CHECK(hn == (n - rank % 2 + 1) / 2, "split size %d of %d ranks", hn, n);
+      float one = (float)(rank + 1), sum = 0.0f, want = 0.0f;
+      CHECK(terse_allreduce(half, &one, &sum, 1, TERSE_FLOAT32, TERSE_SUM, "none", NULL) ==
+                TERSE_OK,
+            "allreduce on the split");
+      for (int r = rank % 2; r < n; r += 2) want += (float)(r + 1);
+      CHECK(sum == want, "split sum %g, expected %g", sum, want);
+      terse_comm_destroy(half);
+    }
+    terse_comm_t* none = (terse_comm_t*)1;
+    CHECK(terse_comm_split(comm, -1, 0, &none) == TERSE_OK && none == NULL, "negative color");
+  }
+
   /* What a codec spec means, without a communicator. */
   {
     char spec[64];

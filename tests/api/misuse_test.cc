@@ -94,9 +94,10 @@ void expectRefusedEverywhere(std::vector<std::unique_ptr<Communicator>>& comms,
     SCOPED_TRACE(what + ", rank " + std::to_string(r));
     EXPECT_EQ(res[r].status.code(), r == culprit ? ownCode : StatusCode::kInvalidUsage)
         << res[r].status.toString();
-    if (r != culprit)
+    if (r != culprit) {
       EXPECT_NE(res[r].status.message().find("rank " + std::to_string(culprit)), std::string::npos)
           << res[r].status.toString();
+    }
     EXPECT_LT(res[r].took, kPromptly);
   }
   expectUsable(comms, what);
@@ -439,9 +440,10 @@ TEST(Misuse, MalformedSettingsAreRefusedByName) {
     EXPECT_NE(s.message().find(b.name), std::string::npos) << s.message();
     auto comm = Communicator::createFromEnv();
     EXPECT_EQ(comm.status().code(), StatusCode::kInvalidArgument) << comm.status().toString();
-    if (std::string(b.name) == "TERSE_WORLD_SIZE")
+    if (std::string(b.name) == "TERSE_WORLD_SIZE") {
       EXPECT_NE(comm.status().message().find("2147483648"), std::string::npos)
           << comm.status().toString();
+    }
     unsetenv(b.name);
   }
   EXPECT_TRUE(checkEnvironment().isOk()) << checkEnvironment().toString();
