@@ -1,4 +1,4 @@
-// The exported NCCL CollNet tables (v11, and v10/v9/v8 shims) over collnet_comm. Every entry
+// The exported NCCL CollNet tables (v12, v11, and v10/v9/v8 shims) over collnet_comm. Every entry
 // point is a firewall: it returns an ncclResult_t, logs a failure once, and lets no exception
 // out.
 #include "collnet_comm.h"
@@ -121,6 +121,8 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
   });
 }
 
+constexpr auto getPropertiesV12 =
+    getOlderProperties<ncclNetProperties_v12_t, propertiesV12, getPropertiesV11>;
 constexpr auto getPropertiesV10 =
     getOlderProperties<ncclNetProperties_v10_t, propertiesV10, getPropertiesV11>;
 constexpr auto getPropertiesV8 =
@@ -323,11 +325,19 @@ ncclResult_t makeVDevice(int*, ncclNetVDeviceProps_v11_t*) {
   COLLNET_WARN("makeVDevice: terse's CollNet has one device and no virtual devices");
   return ncclInvalidUsage;
 }
+ncclResult_t makeVDeviceV12(int* d, ncclNetVDeviceProps_v12_t*) { return makeVDevice(d, nullptr); }
 
 }  // namespace
 }  // namespace terse::plugin::collnet
 
 using namespace terse::plugin::collnet;  // NOLINT: the tables below name the shims
+
+// v12 differs from v11 only in the property and virtual-device structs.
+extern "C" __attribute__((visibility("default"))) const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {
+    "terse",           initV11, devices,     getPropertiesV12, listenV11,        connectColl,
+    reduceSupport,     regMr,   regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
+    ireducescatterV11, iflush,  testRequest, closeCollEntry,   closeListenEntry, makeVDeviceV12,
+    finalizeV11};
 
 extern "C" __attribute__((visibility("default"))) const ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
     "terse",           initV11, devices,     getPropertiesV11, listenV11,        connectColl,

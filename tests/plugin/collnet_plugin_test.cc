@@ -45,7 +45,8 @@ bool warned(const char* needle) {
   return false;
 }
 
-// One CollNet table of any version through v11-shaped calls.
+// One CollNet table of any version through v11-shaped calls (v12 has v11's members and
+// signatures except getProperties and makeVDevice, which the harness does not call through it).
 class CollApi {
  public:
   CollApi(const char* path, int version) : version_(version) {
@@ -56,7 +57,7 @@ class CollApi {
     HARNESS_CHECK(table_ != nullptr, "dlsym(%s) failed", sym.c_str());
   }
   ~CollApi() {
-    if (version_ == 11 && ctx_ != nullptr) v11()->finalize(ctx_);
+    if (version_ >= 11 && ctx_ != nullptr) v11()->finalize(ctx_);
     dlclose(dl_);
   }
   CollApi(const CollApi&) = delete;
@@ -64,12 +65,12 @@ class CollApi {
 
   const char* name() const { return v11()->name; }
   ncclResult_t init() {
-    if (version_ == 11) return v11()->init(&ctx_, 0x77, captureLogger);
+    if (version_ >= 11) return v11()->init(&ctx_, 0x77, captureLogger);
     return v10()->init(captureLogger);  // same slot and signature in v8..v10
   }
   ncclResult_t devices(int* n) { return v11()->devices(n); }
   ncclResult_t listen(void* handle, void** lc) {
-    if (version_ == 11) return v11()->listen(ctx_, 0, handle, lc);
+    if (version_ >= 11) return v11()->listen(ctx_, 0, handle, lc);
     return v10()->listen(0, handle, lc);
   }
   ncclResult_t connect(void** handles, int nranks, int rank, void* lc, void** cc) {
@@ -389,7 +390,7 @@ void expectAllPassed(const std::vector<int>& codes) {
 }
 
 TEST(CollNetPlugin, ReduceSupportAnswersEveryPairTruthfully) {
-  for (int version : {11, 10, 9, 8}) {
+  for (int version : {12, 11, 10, 9, 8}) {
     std::vector<int> codes = runRanks(
         1,
         [&](int) {
@@ -412,13 +413,65 @@ TEST(CollNetPlugin, ReduceSupportAnswersEveryPairTruthfully) {
   }
 }
 
+// getProperties of every CollNet table describes the same host device; v12 adds no rail or
+// plane (NCCL_NET_ID_UNDEF) and a one-device virtual NIC in its wider vProps.
+TEST(CollNetPlugin, PropertiesAgreeAcrossTables) {
+  std::vector<int> codes = runRanks(
+      1,
+      [&](int) {
+        useLoopback();
+        void* dl = dlopen(kPluginPath, RTLD_NOW | RTLD_LOCAL);
+        HARNESS_CHECK(dl != nullptr, "dlopen: %s", dlerror());
+        auto* t12 = static_cast<const ncclCollNet_v12_t*>(dlsym(dl, "ncclCollNetPlugin_v12"));
+        auto* t11 = static_cast<const ncclCollNet_v11_t*>(dlsym(dl, "ncclCollNetPlugin_v11"));
+        auto* t10 = static_cast<const ncclCollNet_v10_t*>(dlsym(dl, "ncclCollNetPlugin_v10"));
+        auto* t8 = static_cast<const ncclCollNet_v8_t*>(dlsym(dl, "ncclCollNetPlugin_v8"));
+        HARNESS_CHECK(t12 && t11 && t10 && t8, "a CollNet table is missing");
+        void* ctx = nullptr;
+        NCCL_OK(t12->init(&ctx, 0x12, captureLogger));
+        ncclNetProperties_v12_t p12;
+        ncclNetProperties_v11_t p11;
+        ncclNetProperties_v10_t p10;
+        ncclNetProperties_v8_t p8;
+        std::memset(&p12, 0x5a, sizeof(p12));
+        NCCL_OK(t12->getProperties(0, &p12));
+        NCCL_OK(t11->getProperties(0, &p11));
+        NCCL_OK(t10->getProperties(0, &p10));
+        NCCL_OK(t8->getProperties(0, &p8));
+        HARNESS_CHECK(p12.railId == NCCL_NET_ID_UNDEF && p12.planeId == NCCL_NET_ID_UNDEF,
+                      "v12 railId %d planeId %d", p12.railId, p12.planeId);
+        HARNESS_CHECK(p12.vProps.ndevs == 1 && p12.vProps.devs[0] == 0, "v12 vProps ndevs %d",
+                      p12.vProps.ndevs);
+        HARNESS_CHECK(std::string(p12.name) == p11.name && std::string(p10.name) == p11.name &&
+                          std::string(p8.name) == p11.name,
+                      "names differ");
+        HARNESS_CHECK(p12.speed == p11.speed && p10.speed == p11.speed && p8.speed == p11.speed,
+                      "speeds differ");
+        HARNESS_CHECK(p12.ptrSupport == p11.ptrSupport && p10.ptrSupport == p11.ptrSupport &&
+                          p8.ptrSupport == p11.ptrSupport && (p11.ptrSupport & NCCL_PTR_HOST),
+                      "ptrSupport differs: %#x %#x", p12.ptrSupport, p11.ptrSupport);
+        HARNESS_CHECK(p12.maxCollBytes == p11.maxCollBytes && p10.maxCollBytes == p11.maxCollBytes,
+                      "maxCollBytes differ");
+        HARNESS_CHECK(p12.maxRecvs == 1 && p12.maxMultiRequestSize == p11.maxMultiRequestSize,
+                      "maxRecvs %d", p12.maxRecvs);
+        int d = -1;
+        ncclNetVDeviceProps_v12_t vp{};
+        HARNESS_CHECK(t12->makeVDevice(&d, &vp) == ncclInvalidUsage,
+                      "makeVDevice must be refused: one device");
+        NCCL_OK(t12->finalize(ctx));
+        dlclose(dl);
+      },
+      60);
+  expectAllPassed(codes);
+}
+
 class CollNetSweep : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CollNetSweep, EveryTypeOpAndCountMatchesTerseBitForBit) {
   std::string dir = makeTempDir();
   const std::string codec = GetParam();
   std::vector<int> codes = runRanks(
-      3, [&](int rank) { sweepRank(rank, 3, dir, codec, 11, true); }, 500);
+      3, [&](int rank) { sweepRank(rank, 3, dir, codec, 12, true); }, 500);
   expectAllPassed(codes);
   removeTree(dir);
 }
@@ -428,7 +481,7 @@ INSTANTIATE_TEST_SUITE_P(Codecs, CollNetSweep,
                          [](const auto& param) { return param.param; });
 
 TEST(CollNetPlugin, OlderTablesRunTheSameCollectives) {
-  for (int version : {10, 9, 8}) {
+  for (int version : {11, 10, 9, 8}) {
     std::string dir = makeTempDir();
     std::vector<int> codes = runRanks(
         2, [&](int rank) { sweepRank(rank, 2, dir, "int8", version, false); }, 240);
