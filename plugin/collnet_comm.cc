@@ -97,59 +97,78 @@ Result<int> probeFreePort(const std::string& host) {
 }
 
 // Residuals of error-feedback codecs, one per position in the training step's call sequence.
-// NCCL repeats the same calls every step; position p of every step gets the residual of
-// position p of the step before, as long as that position keeps its kind, count and type.
+// NCCL repeats the same calls every step; CallSequence (ef_period.h) maps each call to a
+// position of the given or learned period, or to none while the period is being learned. This
+// class owns the residuals of those positions and says, once per event, what happened.
 class ResidualSequence {
  public:
-  ResidualSequence(std::string codec, int64_t period)
-      : codec_(std::move(codec)), period_(static_cast<size_t>(period)) {}
+  struct Plan {
+    ErrorFeedback* feedback = nullptr;  // nullptr: run without residuals
+    const std::string* codec = nullptr;
+  };
 
-  Result<ErrorFeedback*> next(Kind kind, size_t count, DataType type) {
-    if (position_ == period_) {
-      position_ = 0;
-      ++step_;
+  ResidualSequence(std::string codec, std::string warmupCodec, const PeriodSetting& setting)
+      : codec_(std::move(codec)), warmupCodec_(std::move(warmupCodec)), sequence_(setting) {}
+
+  Result<Plan> next(Kind kind, size_t count, DataType type) {
+    const CallKey key{static_cast<uint8_t>(kind), static_cast<uint8_t>(type), count};
+    CallSequence::Decision d = sequence_.next(key);
+    switch (d.event) {
+      case CallSequence::Event::kNone: break;
+      case CallSequence::Event::kLearned:
+        COLLNET_INFO(
+            "error-feedback period learned: %zu reduce calls per step, after %zu warm-up calls "
+            "run with %s; residuals are kept per position from the next call on",
+            sequence_.period(), sequence_.warmupCalls(), warmupCodec_.c_str());
+        break;
+      case CallSequence::Event::kChanged: warnChanged(d, kind, count, type); break;
+      case CallSequence::Event::kGaveUp:
+        COLLNET_WARN(
+            "error-feedback period not found: the last %zu reduce calls did not repeat %zu times "
+            "in a row; this communicator stays without residuals and runs %s instead of %s from "
+            "now on (set TERSE_COLLNET_EF_PERIOD to the reduce calls per step to force a period, "
+            "or auto:warmup=N to watch more calls)",
+            sequence_.warmupCalls(), CallSequence::kRepeats, warmupCodec_.c_str(), codec_.c_str());
+        break;
     }
-    // Slots grow as positions are first used, so a large period costs nothing up front.
-    if (position_ == slots_.size()) slots_.emplace_back();
-    Slot& slot = slots_[position_];
-    if (slot.feedback && (slot.kind != kind || slot.count != count || slot.type != type)) {
+    if (!d.residual) return Plan{nullptr, &warmupCodec_};
+    if (d.position >= slots_.size()) slots_.resize(d.position + 1);
+    std::unique_ptr<ErrorFeedback>& slot = slots_[d.position];
+    if (!slot) {
+      TERSE_ASSIGN_OR_RETURN(ErrorFeedback fb, ErrorFeedback::create(codec_, count));
+      slot = std::make_unique<ErrorFeedback>(std::move(fb));
+    }
+    return Plan{slot.get(), &codec_};
+  }
+
+ private:
+  void warnChanged(const CallSequence::Decision& d, Kind kind, size_t count, DataType type) {
+    const char* heldKind = kindName(static_cast<Kind>(d.expected.kind));
+    const char* heldType = dataTypeName(static_cast<DataType>(d.expected.type));
+    const size_t dropped = slots_.size();
+    slots_.clear();  // stale residuals are never applied to another region
+    if (sequence_.fixed())
       COLLNET_WARN(
           "error-feedback sequence changed: call %zu of step %llu (TERSE_COLLNET_EF_PERIOD=%zu) "
           "is a %s of %zu %s, but that position held a %s of %zu %s; resetting all %zu residuals "
           "and restarting the sequence at this call",
-          position_, static_cast<unsigned long long>(step_), period_, kindName(kind), count,
-          dataTypeName(type), kindName(slot.kind), slot.count, dataTypeName(slot.type), period_);
-      slots_.clear();
-      slots_.emplace_back();
-      position_ = 0;
-      step_ = 0;
-      ++resets_;
-    }
-    Slot& s = slots_[position_];
-    if (!s.feedback) {
-      TERSE_ASSIGN_OR_RETURN(ErrorFeedback fb, ErrorFeedback::create(codec_, count));
-      s.feedback = std::make_unique<ErrorFeedback>(std::move(fb));
-      s.kind = kind;
-      s.count = count;
-      s.type = type;
-    }
-    ++position_;
-    return s.feedback.get();
+          d.brokenPosition, static_cast<unsigned long long>(d.brokenStep), sequence_.period(),
+          kindName(kind), count, dataTypeName(type), heldKind,
+          static_cast<size_t>(d.expected.count), heldType, dropped);
+    else
+      COLLNET_WARN(
+          "error-feedback sequence changed: call %zu of step %llu (learned period) is a %s of "
+          "%zu %s, but that position held a %s of %zu %s; dropping all %zu residuals and "
+          "learning the period again (calls run with %s meanwhile)",
+          d.brokenPosition, static_cast<unsigned long long>(d.brokenStep), kindName(kind), count,
+          dataTypeName(type), heldKind, static_cast<size_t>(d.expected.count), heldType, dropped,
+          warmupCodec_.c_str());
   }
 
- private:
-  struct Slot {
-    std::unique_ptr<ErrorFeedback> feedback;
-    Kind kind = Kind::kAllReduce;
-    size_t count = 0;
-    DataType type = DataType::kFloat32;
-  };
   std::string codec_;
-  size_t period_;
-  size_t position_ = 0;
-  uint64_t step_ = 0;
-  uint64_t resets_ = 0;
-  std::vector<Slot> slots_;
+  std::string warmupCodec_;
+  CallSequence sequence_;
+  std::vector<std::unique_ptr<ErrorFeedback>> slots_;
 };
 
 }  // namespace
@@ -245,27 +264,29 @@ Result<Config> loadConfig() {
   if (timeoutMs <= 0)
     return errorInvalidArgument("TERSE_TIMEOUT_MS=%lld must be > 0", (long long)timeoutMs);
   c.timeout = std::chrono::milliseconds(timeoutMs);
-  TERSE_ASSIGN_OR_RETURN(int64_t period, envInt("TERSE_COLLNET_EF_PERIOD"));
-  if (period < 0) {
-    COLLNET_WARN("TERSE_COLLNET_EF_PERIOD=%lld is negative; using 0 (no error feedback)",
-                 static_cast<long long>(period));
-    period = 0;
-  }
+  TERSE_ASSIGN_OR_RETURN(std::string periodValue, envString("TERSE_COLLNET_EF_PERIOD"));
+  TERSE_ASSIGN_OR_RETURN(PeriodSetting period, parsePeriodSetting(periodValue));
   TERSE_ASSIGN_OR_RETURN(std::string spec, envString("TERSE_COLLNET_CODEC"));
   if (spec.empty()) spec = "none";
   TERSE_ASSIGN_OR_RETURN(bool needsFeedback, validateSpec(&spec));
-  if (needsFeedback && period == 0) {
+  const bool off = !period.learn && period.period == 0;
+  if (needsFeedback && off) {
     COLLNET_WARN(
-        "TERSE_COLLNET_CODEC='%s' needs error feedback, which needs "
-        "TERSE_COLLNET_EF_PERIOD (iallreduce + ireducescatter calls per training step); "
-        "it is unset, so CollNet runs uncompressed (codec none)",
+        "TERSE_COLLNET_CODEC='%s' needs error feedback, which TERSE_COLLNET_EF_PERIOD=0 turns "
+        "off, so CollNet runs uncompressed (codec none)",
         spec.c_str());
     spec = "none";
     needsFeedback = false;
   }
   c.errorFeedback = needsFeedback;
-  if (c.errorFeedback) c.efPeriod = period;
+  c.efPeriod = period;
   c.codec = spec;
+  c.warmupCodec = "none";
+  if (needsFeedback && isAutoSpec(spec)) {
+    // The policy's candidates that keep no residuals: everything up to int8.
+    TERSE_ASSIGN_OR_RETURN(AutoSpec noResidual, parseAutoSpec("auto:max=int8"));
+    c.warmupCodec = noResidual.canonical;
+  }
   TERSE_ASSIGN_OR_RETURN(DeviceInfo dev, discoverDevice());
   c.host = numericHost(dev.bindAddr);
   if (c.host.empty() || c.host.size() >= sizeof(Handle{}.host))
@@ -335,7 +356,8 @@ Result<CollComm*> connect(void* const* handles, int nranks, int rank, ListenComm
   TERSE_ASSIGN_OR_RETURN(
       cc->comm, Communicator::createUcx(rank, nranks, *cc->store, cc->config.timeout, scope));
   if (cc->config.errorFeedback)
-    cc->residuals = std::make_unique<ResidualSequence>(cc->config.codec, cc->config.efPeriod);
+    cc->residuals = std::make_unique<ResidualSequence>(cc->config.codec, cc->config.warmupCodec,
+                                                       cc->config.efPeriod);
   COLLNET_INFO("rank %d of %d connected via %s:%d, codec %s%s", rank, nranks, root.host, root.port,
                cc->config.codec.c_str(), cc->config.errorFeedback ? " with error feedback" : "");
   return cc.release();
@@ -348,9 +370,12 @@ Status closeColl(CollComm* comm) {
 
 namespace {
 
-Result<ErrorFeedback*> feedbackFor(CollComm* comm, Kind kind, size_t count, DataType type) {
-  if (!comm->residuals || count == 0) return static_cast<ErrorFeedback*>(nullptr);
-  return comm->residuals->next(kind, count, type);
+// The codec and residual of a reduce call: the configured codec without residuals unless the
+// codec keeps them; empty calls do not count as positions.
+Result<CollectiveOptions> optionsFor(CollComm* comm, Kind kind, size_t count, DataType type) {
+  if (!comm->residuals || count == 0) return CollectiveOptions{comm->config.codec, nullptr};
+  TERSE_ASSIGN_OR_RETURN(ResidualSequence::Plan plan, comm->residuals->next(kind, count, type));
+  return CollectiveOptions{*plan.codec, plan.feedback};
 }
 
 // The window restriction shared by ireducescatter and iallgather: terse runs the whole
@@ -394,10 +419,10 @@ Result<Request*> iallreduce(CollComm* comm, const void* send, void* recv, size_t
   if (count > 0 && (send == nullptr || recv == nullptr))
     return errorInvalidArgument("iallreduce: NULL buffer for %zu elements", count);
   std::lock_guard<std::mutex> lock(comm->mu);
-  TERSE_ASSIGN_OR_RETURN(ErrorFeedback * fb, feedbackFor(comm, Kind::kAllReduce, count, type));
+  TERSE_ASSIGN_OR_RETURN(CollectiveOptions options,
+                         optionsFor(comm, Kind::kAllReduce, count, type));
   auto req = std::make_unique<Request>();
   req->bytes = count * dataTypeSize(type);
-  CollectiveOptions options{comm->config.codec, fb};
   req->work = comm->comm->allreduceAsync(send, recv, count, type, op, options);
   return req.release();
 }
@@ -421,7 +446,8 @@ Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11
     return errorInvalidArgument("ireducescatter: recvData is NULL");
   const size_t count = windowBytes / elem;
   std::lock_guard<std::mutex> lock(comm->mu);
-  TERSE_ASSIGN_OR_RETURN(ErrorFeedback * fb, feedbackFor(comm, Kind::kReduceScatter, count, type));
+  TERSE_ASSIGN_OR_RETURN(CollectiveOptions options,
+                         optionsFor(comm, Kind::kReduceScatter, count, type));
   auto req = std::make_unique<Request>();
   req->bytes = bytesPerRank;
   const void* send = nParts > 0 ? parts[0].address : nullptr;
@@ -435,7 +461,6 @@ Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11
     }
     send = req->staging.data();
   }
-  CollectiveOptions options{comm->config.codec, fb};
   req->work = comm->comm->reduceScatterAsync(send, recv, count, type, op, options);
   return req.release();
 }

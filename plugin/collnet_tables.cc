@@ -50,9 +50,16 @@ Result<Config> initCommon(ncclDebugLogger_t logger) {
     s.device = std::move(dev);
   }
   TERSE_ASSIGN_OR_RETURN(Config config, loadConfig());
+  std::string feedback;
+  if (config.errorFeedback)
+    feedback = config.efPeriod.learn
+                   ? " with error feedback per call position, its period to be found within " +
+                         std::to_string(config.efPeriod.maxWarmup) + " calls (" +
+                         config.warmupCodec + " until then)"
+                   : " with error feedback per call position, period " +
+                         std::to_string(config.efPeriod.period);
   COLLNET_INFO("CollNet over UCX via %s (%s), codec %s%s", s.device->name.c_str(),
-               config.host.c_str(), config.codec.c_str(),
-               config.errorFeedback ? " with error feedback per call position" : "");
+               config.host.c_str(), config.codec.c_str(), feedback.c_str());
   return config;
 }
 
