@@ -1,5 +1,6 @@
 #include "collnet_comm.h"
 
+#include "collnet_device.h"
 #include "net_handshake.h"
 
 #include "net_device.h"
@@ -9,6 +10,7 @@
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
+#include "terse/kernels/device.h"
 #include "terse/rendezvous/store.h"
 
 #include <netdb.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <initializer_list>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -184,6 +187,8 @@ class CollComm {
  public:
   Config config;
   std::unique_ptr<Store> store;  // rank 0 keeps serving until closeColl, harmless for others
+  // Declared before comm: the Communicator (its worker thread) goes first, then the stream.
+  DeviceStream stream;  // calls on device buffers run on it
   std::unique_ptr<Communicator> comm;
   std::mutex mu;
   std::unique_ptr<ResidualSequence> residuals;
@@ -194,10 +199,17 @@ class Request {
   Work work;
   size_t bytes = 0;
   std::vector<uint8_t> staging;
+  // Device buffers: staging lives on the device and copies are ordered on the comm's stream.
+  device::DeviceBuffer deviceStaging;
+  void* stream = nullptr;  // non-null: the call ran on device buffers on this stream
   // Scatters a staged result into NCCL's parts once the collective is done.
   std::vector<ncclNetSGE_v11_t> recvParts;
   size_t partStride = 0;  // allgather: bytes per rank in staging (padded)
   size_t partBytes = 0;   // allgather: bytes per rank NCCL expects
+
+  uint8_t* stagingData() {
+    return stream != nullptr ? static_cast<uint8_t*>(deviceStaging.data()) : staging.data();
+  }
 };
 
 void setLogger(ncclDebugLogger_t logger) { gLogger.store(logger); }
@@ -402,6 +414,32 @@ Status checkWindow(const char* entry, int nranks, int nParts, const ncclNetSGE_v
   return Status::ok();
 }
 
+// The comm's stream when any of the buffers is device memory, nullptr for host calls. Device
+// buffers are only taken when this process offers the device path (collnet_device.h).
+Result<void*> streamFor(CollComm* comm, const char* entry, std::initializer_list<const void*> bufs,
+                        int nParts = 0, const ncclNetSGE_v11_t* parts = nullptr) {
+  bool onDevice = false;
+  for (const void* b : bufs) onDevice |= isDeviceBuffer(b);
+  for (int i = 0; i < nParts; ++i) onDevice |= isDeviceBuffer(parts[i].address);
+  if (!onDevice) return static_cast<void*>(nullptr);
+  std::string why;
+  if (!deviceBuffersSupported(&why))
+    return errorInvalidUsage(
+        "%s: a buffer is CUDA device memory, but CollNet reports host memory only here (%s)", entry,
+        why.c_str());
+  return comm->stream.get();
+}
+
+// Stages `bytes` from `src` at `dst`: memcpy on the host, a stream-ordered copy on the device.
+Status stageCopy(void* stream, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  if (stream == nullptr) {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
+  return device::copyAsync(dst, src, bytes, stream);
+}
+
 bool singleContiguous(int nParts, const ncclNetSGE_v11_t* parts) {
   for (int i = 1; i < nParts; ++i)
     if (static_cast<const uint8_t*>(parts[i - 1].address) + parts[i - 1].size != parts[i].address)
@@ -419,10 +457,13 @@ Result<Request*> iallreduce(CollComm* comm, const void* send, void* recv, size_t
   if (count > 0 && (send == nullptr || recv == nullptr))
     return errorInvalidArgument("iallreduce: NULL buffer for %zu elements", count);
   std::lock_guard<std::mutex> lock(comm->mu);
+  TERSE_ASSIGN_OR_RETURN(void* stream, streamFor(comm, "iallreduce", {send, recv}));
   TERSE_ASSIGN_OR_RETURN(CollectiveOptions options,
                          optionsFor(comm, Kind::kAllReduce, count, type));
+  options.stream = stream;
   auto req = std::make_unique<Request>();
   req->bytes = count * dataTypeSize(type);
+  req->stream = stream;
   req->work = comm->comm->allreduceAsync(send, recv, count, type, op, options);
   return req.release();
 }
@@ -446,20 +487,29 @@ Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11
     return errorInvalidArgument("ireducescatter: recvData is NULL");
   const size_t count = windowBytes / elem;
   std::lock_guard<std::mutex> lock(comm->mu);
+  TERSE_ASSIGN_OR_RETURN(void* stream, streamFor(comm, "ireducescatter", {recv}, nParts, parts));
   TERSE_ASSIGN_OR_RETURN(CollectiveOptions options,
                          optionsFor(comm, Kind::kReduceScatter, count, type));
+  options.stream = stream;
   auto req = std::make_unique<Request>();
   req->bytes = bytesPerRank;
+  req->stream = stream;
   const void* send = nParts > 0 ? parts[0].address : nullptr;
   if (!singleContiguous(nParts, parts)) {
-    // Scattered parts are gathered into one buffer in window order.
-    req->staging.resize(windowBytes);
+    // Scattered parts are gathered into one buffer in window order (on the device for device
+    // parts, ordered before the collective on the same stream).
+    if (stream != nullptr) {
+      TERSE_RETURN_IF_ERROR(req->deviceStaging.reserve(windowBytes).status());
+    } else {
+      req->staging.resize(windowBytes);
+    }
     size_t at = 0;
     for (int i = 0; i < nParts; ++i) {
-      if (parts[i].size > 0) std::memcpy(req->staging.data() + at, parts[i].address, parts[i].size);
+      TERSE_RETURN_IF_ERROR(
+          stageCopy(stream, req->stagingData() + at, parts[i].address, parts[i].size));
       at += parts[i].size;
     }
-    send = req->staging.data();
+    send = req->stagingData();
   }
   req->work = comm->comm->reduceScatterAsync(send, recv, count, type, op, options);
   return req.release();
@@ -475,8 +525,10 @@ Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
   if (bytesPerRank > 0 && send == nullptr)
     return errorInvalidArgument("iallgather: sendData is NULL");
   std::lock_guard<std::mutex> lock(comm->mu);
+  TERSE_ASSIGN_OR_RETURN(void* stream, streamFor(comm, "iallgather", {send}, nParts, parts));
   auto req = std::make_unique<Request>();
   req->bytes = windowBytes;
+  req->stream = stream;
   // Allgather carries opaque bytes and is never compressed. terse moves elements, so the bytes
   // travel as 4- or 2-byte units; an odd per-rank size is padded by one byte in a staging copy.
   DataType unitType = bytesPerRank % 4 == 0 ? DataType::kFloat32 : DataType::kFloat16;
@@ -485,16 +537,22 @@ Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
   const void* sendBuf = send;
   void* recvBuf = nParts > 0 ? parts[0].address : nullptr;
   if (stride != bytesPerRank || !singleContiguous(nParts, parts)) {
-    req->staging.resize(stride * static_cast<size_t>(nranks) + stride);
-    uint8_t* mine = req->staging.data() + stride * static_cast<size_t>(nranks);
-    if (bytesPerRank > 0) std::memcpy(mine, send, bytesPerRank);
+    const size_t stagingBytes = stride * static_cast<size_t>(nranks) + stride;
+    if (stream != nullptr) {
+      TERSE_RETURN_IF_ERROR(req->deviceStaging.reserve(stagingBytes).status());
+    } else {
+      req->staging.resize(stagingBytes);
+    }
+    uint8_t* mine = req->stagingData() + stride * static_cast<size_t>(nranks);
+    TERSE_RETURN_IF_ERROR(stageCopy(stream, mine, send, bytesPerRank));
     sendBuf = mine;
-    recvBuf = req->staging.data();
+    recvBuf = req->stagingData();
     req->recvParts.assign(parts, parts + nParts);
     req->partStride = stride;
     req->partBytes = bytesPerRank;
   }
   CollectiveOptions options{"none", nullptr};
+  options.stream = stream;
   req->work = comm->comm->allgatherAsync(sendBuf, recvBuf, count, unitType, options);
   return req.release();
 }
@@ -519,12 +577,14 @@ Status test(Request* request, bool* done, size_t* bytes) {
         size_t rank = (windowAt + copied) / req->partBytes;
         size_t within = (windowAt + copied) % req->partBytes;
         size_t n = std::min(part.size - copied, req->partBytes - within);
-        std::memcpy(static_cast<uint8_t*>(part.address) + copied,
-                    req->staging.data() + rank * req->partStride + within, n);
+        TERSE_RETURN_IF_ERROR(stageCopy(req->stream, static_cast<uint8_t*>(part.address) + copied,
+                                        req->stagingData() + rank * req->partStride + within, n));
         copied += n;
       }
       windowAt += part.size;
     }
+    // Device parts: NCCL reads them once test says done, so the copies must have landed.
+    if (req->stream != nullptr) TERSE_RETURN_IF_ERROR(device::synchronize(req->stream));
   }
   *bytes = req->bytes;
   return Status::ok();

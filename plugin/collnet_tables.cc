@@ -2,6 +2,7 @@
 // point is a firewall: it returns an ncclResult_t, logs a failure once, and lets no exception
 // out.
 #include "collnet_comm.h"
+#include "collnet_device.h"
 #include "entry_guard.h"
 #include "net_device.h"
 #include "net_properties.h"
@@ -58,8 +59,12 @@ Result<Config> initCommon(ncclDebugLogger_t logger) {
                          config.warmupCodec + " until then)"
                    : " with error feedback per call position, period " +
                          std::to_string(config.efPeriod.period);
-  COLLNET_INFO("CollNet over UCX via %s (%s), codec %s%s", s.device->name.c_str(),
-               config.host.c_str(), config.codec.c_str(), feedback.c_str());
+  std::string why;
+  const bool onDevice = deviceBuffersSupported(&why);
+  COLLNET_INFO("CollNet over UCX via %s (%s), codec %s%s; %s%s", s.device->name.c_str(),
+               config.host.c_str(), config.codec.c_str(), feedback.c_str(),
+               onDevice ? "GPU buffers run on the GPU (NCCL_PTR_CUDA)" : "host buffers only: ",
+               onDevice ? "" : why.c_str());
   return config;
 }
 
@@ -122,8 +127,10 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     TERSE_RETURN_IF_ERROR(checkDev(dev));
-    // NCCL stages CollNet data in host memory for us; one receive per request.
-    *props = hostDeviceProperties(*s.device, NCCL_PTR_HOST, 65536, 1);
+    // Host memory always; device memory where terse's device path runs (collnet_device.h),
+    // otherwise NCCL stages CollNet data in host memory for us. One receive per request.
+    const int ptrSupport = NCCL_PTR_HOST | (deviceBuffersSupported() ? NCCL_PTR_CUDA : 0);
+    *props = hostDeviceProperties(*s.device, ptrSupport, 65536, 1);
     return Status::ok();
   });
 }
@@ -186,10 +193,12 @@ ncclResult_t reduceSupport(int dataType, int redOp, int* supportedOut) {
   });
 }
 
-// Registration is bookkeeping only: terse hands host buffers to UCX per call.
+// Registration is bookkeeping only: terse hands buffers to UCX (host, or compressed bytes
+// staged in pinned memory for device buffers) per call.
 struct MemoryRegion {
   void* data;
   size_t size;
+  int type;
 };
 
 ncclResult_t regMr(void* collComm, void* data, size_t size, int type, void** mhandle) {
@@ -197,12 +206,23 @@ ncclResult_t regMr(void* collComm, void* data, size_t size, int type, void** mha
     TERSE_RETURN_IF_ERROR(notNull(collComm, "regMr", "collComm"));
     TERSE_RETURN_IF_ERROR(notNull(mhandle, "regMr", "mhandle"));
     *mhandle = nullptr;
-    if (type != NCCL_PTR_HOST)
+    std::string why;
+    if (type == NCCL_PTR_CUDA) {
+      if (!deviceBuffersSupported(&why))
+        return errorInvalidArgument(
+            "regMr: device memory (NCCL_PTR_CUDA) is not taken here: %s (ptrSupport is "
+            "NCCL_PTR_HOST)",
+            why.c_str());
+      if (size > 0 && !isDeviceBuffer(data))
+        return errorInvalidArgument(
+            "regMr: %p is registered as NCCL_PTR_CUDA but is not CUDA "
+            "device memory",
+            data);
+    } else if (type != NCCL_PTR_HOST) {
       return errorInvalidArgument(
-          "regMr: pointer type %#x is not host memory (terse's CollNet "
-          "reports ptrSupport = NCCL_PTR_HOST only)",
-          type);
-    *mhandle = new MemoryRegion{data, size};
+          "regMr: pointer type %#x is neither host (0x1) nor CUDA (0x2) memory", type);
+    }
+    *mhandle = new MemoryRegion{data, size, type};
     return Status::ok();
   });
 }
@@ -299,7 +319,9 @@ ncclResult_t ireducescatterV8(void* collComm, int nSendParts, ncclNetSGE_v8_t* s
 }
 
 ncclResult_t iflush(void*, void*, int, void*, void** request) {
-  // Host memory only: nothing is ever in flight towards a GPU.
+  // Nothing is ever in flight towards a GPU once test said done: host results are written by
+  // the CPU, device results by kernels and copies on the plugin's stream, which the request
+  // waits for before it completes.
   if (request != nullptr) *request = nullptr;
   return ncclSuccess;
 }

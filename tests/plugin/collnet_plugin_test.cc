@@ -8,6 +8,7 @@
 
 #include "terse/communicator.h"
 #include "terse/compressors/error_feedback.h"
+#include "terse/kernels/device.h"
 #include "terse/kernels/numeric.h"
 #include "terse/rendezvous/store.h"
 
@@ -462,6 +463,37 @@ TEST(CollNetPlugin, PropertiesAgreeAcrossTables) {
         HARNESS_CHECK(t12->makeVDevice(&d, &vp) == ncclInvalidUsage,
                       "makeVDevice must be refused: one device");
         NCCL_OK(t12->finalize(ctx));
+        dlclose(dl);
+      },
+      60);
+  expectAllPassed(codes);
+}
+
+// Without a usable CUDA device (or in a build without CUDA) CollNet is host-only: ptrSupport
+// is NCCL_PTR_HOST alone and device registrations are refused with the reason. (With a device,
+// plugin_collnet_gpu_test checks the device path instead.)
+TEST(CollNetPlugin, HostOnlyWithoutADevice) {
+  std::vector<int> codes = runRanks(
+      1,
+      [&](int) {
+        if (device::available()) _exit(0);  // the GPU test covers this machine
+        useLoopback();
+        CollApi api(kPluginPath, 12);
+        NCCL_OK(api.init());
+        HARNESS_CHECK(infos("host buffers only: ") == 1, "init did not say it is host-only");
+        void* dl = dlopen(kPluginPath, RTLD_NOW | RTLD_LOCAL);
+        auto* t = static_cast<const ncclCollNet_v12_t*>(dlsym(dl, "ncclCollNetPlugin_v12"));
+        ncclNetProperties_v12_t props;
+        NCCL_OK(t->getProperties(0, &props));
+        HARNESS_CHECK(props.ptrSupport == NCCL_PTR_HOST, "ptrSupport %#x", props.ptrSupport);
+        std::vector<uint8_t> buf(64);
+        void* mh = nullptr;
+        void* fakeComm = buf.data();  // regMr checks the type before it uses the comm
+        HARNESS_CHECK(
+            t->regMr(fakeComm, buf.data(), buf.size(), NCCL_PTR_CUDA, &mh) == ncclInvalidArgument,
+            "regMr of NCCL_PTR_CUDA must be refused without a device");
+        HARNESS_CHECK(warned("device memory (NCCL_PTR_CUDA) is not taken here"),
+                      "no WARN saying why device memory is refused");
         dlclose(dl);
       },
       60);
