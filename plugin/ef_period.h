@@ -47,12 +47,13 @@ Result<PeriodSetting> parsePeriodSetting(const std::string& value);
 
 class CallSequence {
  public:
-  // Full repeats of a candidate period seen before it is taken: 3 keeps a run of equal calls
-  // at the start of a step (three 25 MiB buckets then a 10 MiB one) from being taken as
-  // period 1 after two calls, at the cost of a warm-up of 3 steps.
+  // Full repeats of a candidate period seen before it is taken. 3 rather than 2: a step that
+  // starts with two equal buckets is not taken as period 1; a run of three or more still is,
+  // and the next call breaks it (one kChanged, then the real period is learned). The cost is a
+  // warm-up of 3 steps.
   static constexpr size_t kRepeats = 3;
   // Calls watched before giving up: periods up to kDefaultMaxWarmup / kRepeats (21845) calls
-  // are found; history costs 16 bytes per watched call.
+  // are found; history costs 24 bytes per watched call (key and prefix value).
   static constexpr size_t kDefaultMaxWarmup = 65536;
   static constexpr size_t kMaxWarmupLimit = size_t{1} << 24;
 

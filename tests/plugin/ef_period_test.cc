@@ -97,6 +97,11 @@ TEST(EfPeriod, KindAndTypeArePartOfTheKey) {
   expectLearnsCleanly({key(512, 0, 7), key(512, 1, 7), key(512, 0, 6)});
 }
 
+// Two equal buckets then a smaller one: two equal calls are not enough to take period 1.
+TEST(EfPeriod, TwoEqualCallsAtTheStartAreLearnedCleanly) {
+  expectLearnsCleanly({key(25), key(25), key(10)});
+}
+
 // Three equal buckets then a smaller one: after three calls period 1 holds three times, so it is
 // taken; the fourth call breaks it (one change), and the real period 4 is learned from the
 // step's first call on, without further changes.
