@@ -107,11 +107,11 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
        "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec is a "
        "WARN at init and runs uncompressed."},
-      {"TERSE_COLLNET_EF_PERIOD", "int", "0",
+      {"TERSE_COLLNET_EF_PERIOD", "string", "auto",
        "NCCL CollNet plugin: iallreduce + ireducescatter calls per training step; residuals of "
-       "error-feedback codecs (onebit, topk) are kept per position in that sequence. 0 = unset: "
-       "such codecs fall back to none.",
-       0, 1 << 20},
+       "error-feedback codecs (onebit, topk) are kept per position in that sequence. auto (or "
+       "auto:warmup=N) learns it from the calls; 0 turns error feedback off (such codecs fall "
+       "back to none)."},
       {"TERSE_LIBRARY", "string", "",
        "Python package (python/, docs/pytorch.md): path of the libterse.so to load. When unset: "
        "the checkout's build/lib (when imported from the source tree), then the dynamic loader's "
