@@ -6,6 +6,7 @@
 #include "simd_avx2.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace terse::kernels::cpu {
 namespace {
@@ -70,17 +71,179 @@ void decodeBlock(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes, size_
 }
 
 #if TERSE_CPU_HAVE_AVX2_PATH
+// The element format behind a policy (void for int4).
+template <typename P>
+struct ElemOf {
+  using type = void;
+};
+template <typename F>
+struct ElemOf<num::FpBlockPolicy<F>> {
+  using type = F;
+};
+template <typename F>
+struct ElemOf<num::MxPolicy<F>> {
+  using type = F;
+};
+
+// P::encode(v, inv, nearest) for 8 lanes as 32-bit codes, and P::decode(code) in *dec (before
+// the scale). Lane for lane what the scalar formulas compute: the minifloat path follows
+// fpEncodeScaled + fpMagnitudeNearest (the scaled value is finite and within +-max, so
+// decoding needs no NaN/Inf codes); int4 follows int4Quantize.
+template <typename P>
+TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
+  using F = typename ElemOf<P>::type;
+  using namespace avx2;
+  __m256 x = _mm256_mul_ps(v, inv);
+  if constexpr (std::is_void_v<F>) {
+    __m256 q = _mm256_round_ps(x, _MM_FROUND_CUR_DIRECTION);  // rintf
+    q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);
+    q = _mm256_min_ps(q, _mm256_set1_ps(7.0f));
+    q = _mm256_max_ps(q, _mm256_set1_ps(-7.0f));
+    q = _mm256_add_ps(q, _mm256_setzero_ps());  // -0 -> +0, as the int conversion does
+    *dec = q;
+    return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
+  } else {
+    const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
+    x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
+    x = _mm256_min_ps(x, mx);
+    x = _mm256_max_ps(x, _mm256_sub_ps(_mm256_setzero_ps(), mx));
+    __m256i bits = bitsOf(x);
+    __m256i sign = _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    __m256i a = _mm256_xor_si256(bits, sign);
+    // subnormal codes: rintf(a * 2^(mant - emin))
+    __m256i sub = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kMant - F::kEmin))),
+                        _MM_FROUND_CUR_DIRECTION));
+    constexpr int kShift = 23 - F::kMant;
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, kShift), _mm256_set1_epi32(1));
+    __m256i r =
+        _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32((1 << (kShift - 1)) - 1)), lsb);
+    __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(r, kShift),
+                                      _mm256_set1_epi32((127 - F::kBias) << F::kMant));
+    __m256 isSub = _mm256_cmp_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kEmin)), _CMP_LT_OQ);
+    __m256i mag = _mm256_blendv_epi8(normal, sub, bitsOf(isSub));
+    constexpr int kSignShift = F::kSign == 0x80u ? 24 : 28;
+    __m256 d = _mm256_mul_ps(floatOf(_mm256_slli_epi32(mag, 23 - F::kMant)),
+                             _mm256_set1_ps(num::pow2(127 - F::kBias)));
+    *dec = _mm256_or_ps(d, floatOf(sign));
+    return _mm256_or_si256(mag, _mm256_srli_epi32(sign, kSignShift));
+  }
+}
+
+// Four vectors of codes (< 256) -> 32 bytes in order.
+TERSE_AVX2_INLINE __m256i packBytes(__m256i a, __m256i b, __m256i c, __m256i d) {
+  __m256i ab = _mm256_packs_epi32(a, b);
+  __m256i cd = _mm256_packs_epi32(c, d);
+  __m256i abcd = _mm256_packus_epi16(ab, cd);
+  return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 template <typename P, typename In>
 TERSE_AVX2 void quantizeBlockAvx2(const In* TERSE_RESTRICT in, size_t n, bool stochastic,
                                   uint64_t seed, uint64_t offset, float* TERSE_RESTRICT residual,
                                   typename P::Scale* TERSE_RESTRICT scaleOut,
                                   uint8_t* TERSE_RESTRICT codes) {
-  TERSE_LOWBIT_QUANTIZE_BODY
+  uint32_t maxKey = 0;
+  for (size_t i = 0; i < n; ++i)
+    maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
+  typename P::Scale s = P::scaleFromKey(maxKey);
+  *scaleOut = s;
+  float invScale = P::inverse(s), sv = P::scaleValue(s);
+  auto codeAt = [&](size_t i) {
+    float v = valueAt(in, residual, i);
+    uint32_t c =
+        P::encode(v, invScale, stochastic, stochastic ? num::uniform01(seed, offset + i) : 0.0f);
+    if (residual) residual[i] = num::residualOf(v, P::decode(c) * sv);
+    return c;
+  };
+  // Nearest rounding runs 32 elements at a time in vectors (stochastic rounding's 64-bit hash
+  // stays scalar); the tail and stochastic blocks take the scalar formulas.
+  size_t done = 0;
+  if (!stochastic) {
+    const __m256 inv = _mm256_set1_ps(invScale), sc = _mm256_set1_ps(sv);
+    for (; done + 32 <= n; done += 32) {
+      __m256i c[4];
+      for (int j = 0; j < 4; ++j) {
+        size_t i = done + 8 * j;
+        __m256 v = avx2::load8(in + i);
+        if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
+        __m256 dec;
+        c[j] = encodeNearest8<P>(v, inv, &dec);
+        if (residual) _mm256_storeu_ps(residual + i, avx2::residualOf(v, _mm256_mul_ps(dec, sc)));
+      }
+      __m256i bytes = packBytes(c[0], c[1], c[2], c[3]);
+      if constexpr (P::kNibbles) {
+        // byte pairs (even, odd) -> even | odd << 4, then 16-bit lanes -> bytes
+        __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi16(0x000f));
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00f0));
+        __m256i w = _mm256_or_si256(lo, hi);
+        __m256i p = _mm256_packus_epi16(w, w);
+        p = _mm256_permute4x64_epi64(p, 0xd8);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + done / 2), _mm256_castsi256_si128(p));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + done), bytes);
+      }
+    }
+  }
+  if constexpr (P::kNibbles) {
+    size_t pairs = n / 2;
+    for (size_t j = done / 2; j < pairs; ++j) {
+      uint32_t lo = codeAt(2 * j), hi = codeAt(2 * j + 1);
+      codes[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+    if (n & 1) codes[pairs] = static_cast<uint8_t>(codeAt(n - 1));
+  } else {
+    for (size_t i = done; i < n; ++i) codes[i] = static_cast<uint8_t>(codeAt(i));
+  }
 }
+
+// P::decode for 8 byte codes of an 8-bit minifloat (NaN and Inf codes included).
+template <typename F>
+TERSE_AVX2_INLINE __m256 decodeFp8x8(const uint8_t* codes) {
+  using namespace avx2;
+  __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(static_cast<int>(F::kSign - 1u)));
+  __m256 v = _mm256_mul_ps(floatOf(_mm256_slli_epi32(mag, 23 - F::kMant)),
+                           _mm256_set1_ps(num::pow2(127 - F::kBias)));
+  __m256i special = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(static_cast<int>(F::kMaxCode)));
+  __m256i nonFinite = _mm256_set1_epi32(0x7fc00000);
+  if constexpr (F::kInfCode != F::kNanCode) {
+    __m256i isInf = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(static_cast<int>(F::kInfCode)));
+    nonFinite = _mm256_blendv_epi8(nonFinite, _mm256_set1_epi32(0x7f800000), isInf);
+  }
+  v = _mm256_blendv_ps(v, floatOf(nonFinite), floatOf(special));
+  __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_or_ps(v, floatOf(sign));
+}
+
 template <typename P, typename Put>
 TERSE_AVX2 void decodeBlockAvx2(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes, size_t n,
                                 Put&& put) {
   TERSE_LOWBIT_DECODE_BODY
+}
+
+// 8-bit minifloat blocks, vectorized: out = decode(code) * scale (store or accumulate).
+template <typename P, typename Out>
+TERSE_AVX2 void decodeFp8BlockAvx2(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes,
+                                   size_t n, Out* TERSE_RESTRICT out, bool accumulate) {
+  using F = typename ElemOf<P>::type;
+  const __m256 sc = _mm256_set1_ps(P::scaleValue(s));
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
+    if constexpr (std::is_same_v<Out, float>) {
+      if (accumulate) d = _mm256_add_ps(_mm256_loadu_ps(out + i), d);
+    }
+    avx2::store8(out + i, d);
+  }
+  float sv = P::scaleValue(s);
+  for (; i < n; ++i) {
+    float d = P::decode(codes[i]) * sv;
+    if constexpr (std::is_same_v<Out, float>) {
+      if (accumulate) d = out[i] + d;
+    }
+    num::store(out, i, d);
+  }
 }
 #endif
 
@@ -132,6 +295,33 @@ void decode(const void* scalesV, const uint8_t* codes, size_t n, size_t block, P
   });
 }
 
+// Decode into out (accumulate: out is float32 and gets += ). The 8-bit minifloats take the
+// explicit AVX2 loop (the compiler leaves their NaN/Inf selects scalar); the nibble formats
+// vectorize from the plain loop.
+template <typename P, typename Out>
+void decodeTo(const void* scalesV, const uint8_t* codes, size_t n, size_t block, Out* out,
+              bool accumulate) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+  if constexpr (!P::kNibbles && !std::is_void_v<typename ElemOf<P>::type>) {
+    if (detail::useAvx2()) {
+      auto* scales = static_cast<const typename P::Scale*>(scalesV);
+      detail::forRange(n, block, [&](size_t b, size_t e) {
+        for (size_t s = b; s < e; s += block)
+          decodeFp8BlockAvx2<P>(scales[s / block], codes + s, std::min(block, e - s), out + s,
+                                accumulate);
+      });
+      return;
+    }
+  }
+#endif
+  if (accumulate) {
+    if constexpr (std::is_same_v<Out, float>)
+      decode<P>(scalesV, codes, n, block, [out](size_t i, float v) { out[i] += v; });
+  } else {
+    decode<P>(scalesV, codes, n, block, [out](size_t i, float v) { num::store(out, i, v); });
+  }
+}
+
 // Calls fn(Policy{}) for the format.
 template <typename Fn>
 void withPolicy(LowbitFormat f, Fn&& fn) {
@@ -157,17 +347,12 @@ void lowbitQuantize(LowbitFormat f, const In* in, size_t n, size_t block, Roundi
 template <typename Out>
 void lowbitDequantize(LowbitFormat f, const void* scales, const uint8_t* codes, size_t n,
                       size_t block, Out* out) {
-  withPolicy(f, [&](auto p) {
-    decode<decltype(p)>(scales, codes, n, block,
-                        [out](size_t i, float v) { num::store(out, i, v); });
-  });
+  withPolicy(f, [&](auto p) { decodeTo<decltype(p)>(scales, codes, n, block, out, false); });
 }
 
 void lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const uint8_t* codes, size_t n,
                                 size_t block, float* acc) {
-  withPolicy(f, [&](auto p) {
-    decode<decltype(p)>(scales, codes, n, block, [acc](size_t i, float v) { acc[i] += v; });
-  });
+  withPolicy(f, [&](auto p) { decodeTo<decltype(p)>(scales, codes, n, block, acc, true); });
 }
 
 #define TERSE_LOWBIT(T)                                                                       \
