@@ -6,6 +6,7 @@
 #include "simd_avx2.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 namespace terse::kernels::cpu {
@@ -85,6 +86,17 @@ struct ElemOf<num::MxPolicy<F>> {
   using type = F;
 };
 
+// num::fpMagnitudeValue for 8 finite magnitude codes.
+template <typename F>
+TERSE_AVX2_INLINE __m256 magnitudeValue8(__m256i mag) {
+  __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 23 - F::kMant),
+                                    _mm256_set1_epi32((127 - F::kBias) << 23));
+  __m256 sub =
+      _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(num::pow2(F::kEmin - F::kMant)));
+  __m256i isSub = _mm256_cmpgt_epi32(_mm256_set1_epi32(1 << F::kMant), mag);
+  return _mm256_blendv_ps(avx2::floatOf(normal), sub, avx2::floatOf(isSub));
+}
+
 // P::encode(v, inv, nearest) for 8 lanes as 32-bit codes, and P::decode(code) in *dec (before
 // the scale). Lane for lane what the scalar formulas compute: the minifloat path follows
 // fpEncodeScaled + fpMagnitudeNearest (the scaled value is finite and within +-max, so
@@ -123,9 +135,7 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
     __m256 isSub = _mm256_cmp_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kEmin)), _CMP_LT_OQ);
     __m256i mag = _mm256_blendv_epi8(normal, sub, bitsOf(isSub));
     constexpr int kSignShift = F::kSign == 0x80u ? 24 : 28;
-    __m256 d = _mm256_mul_ps(floatOf(_mm256_slli_epi32(mag, 23 - F::kMant)),
-                             _mm256_set1_ps(num::pow2(127 - F::kBias)));
-    *dec = _mm256_or_ps(d, floatOf(sign));
+    *dec = _mm256_or_ps(magnitudeValue8<F>(mag), floatOf(sign));
     return _mm256_or_si256(mag, _mm256_srli_epi32(sign, kSignShift));
   }
 }
@@ -143,8 +153,19 @@ TERSE_AVX2 void quantizeBlockAvx2(const In* TERSE_RESTRICT in, size_t n, bool st
                                   uint64_t seed, uint64_t offset, float* TERSE_RESTRICT residual,
                                   typename P::Scale* TERSE_RESTRICT scaleOut,
                                   uint8_t* TERSE_RESTRICT codes) {
-  uint32_t maxKey = 0;
-  for (size_t i = 0; i < n; ++i)
+  // The largest magnitude key, 8 lanes at a time (an integer max: exact, order independent).
+  __m256i keys = _mm256_setzero_si256();
+  size_t full8 = n / 8 * 8;
+  for (size_t i = 0; i < full8; i += 8) {
+    __m256 v = avx2::load8(in + i);
+    if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
+    keys = _mm256_max_epu32(keys, avx2::magnitudeKey(v));
+  }
+  __m128i k4 = _mm_max_epu32(_mm256_castsi256_si128(keys), _mm256_extracti128_si256(keys, 1));
+  k4 = _mm_max_epu32(k4, _mm_shuffle_epi32(k4, 0x4e));
+  k4 = _mm_max_epu32(k4, _mm_shuffle_epi32(k4, 0xb1));
+  uint32_t maxKey = static_cast<uint32_t>(_mm_cvtsi128_si32(k4));
+  for (size_t i = full8; i < n; ++i)
     maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
   typename P::Scale s = P::scaleFromKey(maxKey);
   *scaleOut = s;
@@ -203,8 +224,7 @@ TERSE_AVX2_INLINE __m256 decodeFp8x8(const uint8_t* codes) {
   using namespace avx2;
   __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
   __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(static_cast<int>(F::kSign - 1u)));
-  __m256 v = _mm256_mul_ps(floatOf(_mm256_slli_epi32(mag, 23 - F::kMant)),
-                           _mm256_set1_ps(num::pow2(127 - F::kBias)));
+  __m256 v = magnitudeValue8<F>(mag);
   __m256i special = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(static_cast<int>(F::kMaxCode)));
   __m256i nonFinite = _mm256_set1_epi32(0x7fc00000);
   if constexpr (F::kInfCode != F::kNanCode) {
@@ -216,29 +236,48 @@ TERSE_AVX2_INLINE __m256 decodeFp8x8(const uint8_t* codes) {
   return _mm256_or_ps(v, floatOf(sign));
 }
 
-template <typename P, typename Put>
-TERSE_AVX2 void decodeBlockAvx2(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes, size_t n,
-                                Put&& put) {
-  TERSE_LOWBIT_DECODE_BODY
+// P::decode for the 8 nibble codes of 4 bytes (element 2k in the low nibble of byte k).
+template <typename P>
+TERSE_AVX2_INLINE __m256 decodeNibbles8(const uint8_t* codes) {
+  using F = typename ElemOf<P>::type;
+  uint32_t word;
+  std::memcpy(&word, codes, 4);
+  __m128i b = _mm_cvtsi32_si128(static_cast<int>(word));
+  __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
+  __m256i c = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+  if constexpr (std::is_void_v<F>) {  // int4: sign-extend the nibble
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(c, 28), 28));
+  } else {  // E2M1: no NaN or Inf codes
+    __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(7));
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(8)), 28);
+    return _mm256_or_ps(magnitudeValue8<F>(mag), avx2::floatOf(sign));
+  }
 }
 
-// 8-bit minifloat blocks, vectorized: out = decode(code) * scale (store or accumulate).
+// Elements [b, e) decoded 8 at a time (8 lanes always share a scale: blocks are multiples of
+// 32 and b is block-aligned): out = decode(code) * scale, stored or accumulated.
 template <typename P, typename Out>
-TERSE_AVX2 void decodeFp8BlockAvx2(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes,
-                                   size_t n, Out* TERSE_RESTRICT out, bool accumulate) {
+TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
+                                const uint8_t* TERSE_RESTRICT codes, size_t block, size_t b,
+                                size_t e, Out* TERSE_RESTRICT out, bool accumulate) {
   using F = typename ElemOf<P>::type;
-  const __m256 sc = _mm256_set1_ps(P::scaleValue(s));
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
+  size_t i = b;
+  for (; i + 8 <= e; i += 8) {
+    __m256 sc = _mm256_set1_ps(P::scaleValue(scales[i / block]));
+    __m256 d;
+    if constexpr (P::kNibbles)
+      d = _mm256_mul_ps(decodeNibbles8<P>(codes + i / 2), sc);
+    else
+      d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
     if constexpr (std::is_same_v<Out, float>) {
       if (accumulate) d = _mm256_add_ps(_mm256_loadu_ps(out + i), d);
     }
     avx2::store8(out + i, d);
   }
-  float sv = P::scaleValue(s);
-  for (; i < n; ++i) {
-    float d = P::decode(codes[i]) * sv;
+  for (; i < e; ++i) {
+    uint32_t c = P::kNibbles ? (codes[i / 2] >> (4 * (i & 1))) & 0xfu : codes[i];
+    float d = P::decode(c) * P::scaleValue(scales[i / block]);
     if constexpr (std::is_same_v<Out, float>) {
       if (accumulate) d = out[i] + d;
     }
@@ -279,36 +318,26 @@ void quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t 
 template <typename P, typename Put>
 void decode(const void* scalesV, const uint8_t* codes, size_t n, size_t block, Put&& put) {
   auto* scales = static_cast<const typename P::Scale*>(scalesV);
-  bool avx = detail::useAvx2();
   detail::forRange(n, block, [&](size_t b, size_t e) {
     for (size_t s = b; s < e; s += block) {
       size_t len = std::min(block, e - s);
       auto at = [&](size_t i, float v) { put(s + i, v); };
-#if TERSE_CPU_HAVE_AVX2_PATH
-      if (avx) {
-        decodeBlockAvx2<P>(scales[s / block], codes + codeOffset<P>(s), len, at);
-        continue;
-      }
-#endif
       decodeBlock<P>(scales[s / block], codes + codeOffset<P>(s), len, at);
     }
   });
 }
 
-// Decode into out (accumulate: out is float32 and gets += ). The 8-bit minifloats take the
-// explicit AVX2 loop (the compiler leaves their NaN/Inf selects scalar); the nibble formats
-// vectorize from the plain loop.
+// Decode into out (accumulate: out is float32 and gets += ), with the explicit AVX2 loops when
+// the CPU has them (the compiler leaves the formulas' selects scalar).
 template <typename P, typename Out>
 void decodeTo(const void* scalesV, const uint8_t* codes, size_t n, size_t block, Out* out,
               bool accumulate) {
 #if TERSE_CPU_HAVE_AVX2_PATH
-  if constexpr (!P::kNibbles && !std::is_void_v<typename ElemOf<P>::type>) {
+  {
     if (detail::useAvx2()) {
       auto* scales = static_cast<const typename P::Scale*>(scalesV);
       detail::forRange(n, block, [&](size_t b, size_t e) {
-        for (size_t s = b; s < e; s += block)
-          decodeFp8BlockAvx2<P>(scales[s / block], codes + s, std::min(block, e - s), out + s,
-                                accumulate);
+        decodeRangeAvx2<P>(scales, codes, block, b, e, out, accumulate);
       });
       return;
     }

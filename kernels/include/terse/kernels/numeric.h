@@ -256,12 +256,22 @@ TERSE_HD uint32_t fpEncode(float x, bool stochastic, float u) {
   return stochastic ? fpEncodeStochastic<F>(x, u) : fpEncodeNearest<F>(x);
 }
 
-// code -> float32: the magnitude bits placed under float32's exponent field read as a float
-// with bias 127 (subnormal codes become float32 subnormals), rescaled by 2^(127 - bias): exact.
+// Value of a finite magnitude code, exactly, without float32 subnormals (which cost a
+// microcode assist per operation on x86): a normal code's bits move under float32's exponent
+// with the bias changed by integer addition; a subnormal code is mantissa * 2^(emin - mant).
+template <typename F>
+TERSE_HD float fpMagnitudeValue(uint32_t mag) {
+  float normal =
+      bitsFloat((mag << (23 - F::kMant)) + (static_cast<uint32_t>(127 - F::kBias) << 23));
+  float sub = static_cast<float>(static_cast<int32_t>(mag)) * pow2(F::kEmin - F::kMant);
+  return (mag >> F::kMant) ? normal : sub;
+}
+
+// code -> float32 (exact); NaN codes decode to the quiet NaN, E5M2's Inf codes to Inf.
 template <typename F>
 TERSE_HD float fpDecode(uint32_t code) {
   uint32_t mag = code & (F::kSign - 1u);
-  float v = bitsFloat(mag << (23 - F::kMant)) * pow2(127 - F::kBias);
+  float v = fpMagnitudeValue<F>(mag);
   if (F::kNanCode && mag > F::kMaxCode) {  // E4M3: 0x7f; E5M2: 0x7c Inf, 0x7d..0x7f NaN
     v = (F::kInfCode != F::kNanCode && mag == F::kInfCode) ? bitsFloat(0x7f800000u)
                                                            : bitsFloat(0x7fc00000u);
