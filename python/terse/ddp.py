@@ -50,10 +50,10 @@ def _wants_feedback(spec):
     """Error feedback by default only where the codec loses most of the information in a step
     (docs/codecs.md, "error feedback wanted")."""
     name, _, params = spec.partition(":")
-    if name in ("onebit", "topk"):
+    if name in ("onebit", "topk", "mxfp4", "int4"):
         return True
     if name == "auto":
-        return "max=onebit" in params or "max=topk" in params
+        return any("max=" + c in params for c in ("onebit", "topk", "mxfp4", "int4"))
     return False
 
 
