@@ -23,7 +23,7 @@ namespace {
 struct Options {
   size_t bytes = size_t{64} << 20;
   std::string json;
-  std::vector<std::string> codecs = {"none", "fp16",  "bf16",  "int8", "fp8",
+  std::vector<std::string> codecs = {"none",  "fp16",  "bf16", "int8",   "fp8",
                                      "mxfp8", "mxfp4", "int4", "onebit", "topk"};
   std::vector<char*> benchmarkArgs;  // passed through to Google Benchmark (--benchmark_*)
 };
