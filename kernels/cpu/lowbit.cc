@@ -149,10 +149,10 @@ TERSE_AVX2_INLINE __m256i packBytes(__m256i a, __m256i b, __m256i c, __m256i d) 
 }
 
 template <typename P, typename In>
-TERSE_AVX2 void quantizeBlockAvx2(const In* TERSE_RESTRICT in, size_t n, bool stochastic,
-                                  uint64_t seed, uint64_t offset, float* TERSE_RESTRICT residual,
-                                  typename P::Scale* TERSE_RESTRICT scaleOut,
-                                  uint8_t* TERSE_RESTRICT codes) {
+TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
+    const In* TERSE_RESTRICT in, size_t n, bool stochastic, uint64_t seed, uint64_t offset,
+    float* TERSE_RESTRICT residual, typename P::Scale* TERSE_RESTRICT scaleOut,
+    uint8_t* TERSE_RESTRICT codes) {
   // The largest magnitude key, 8 lanes at a time (an integer max: exact, order independent).
   __m256i keys = _mm256_setzero_si256();
   size_t full8 = n / 8 * 8;
@@ -216,6 +216,18 @@ TERSE_AVX2 void quantizeBlockAvx2(const In* TERSE_RESTRICT in, size_t n, bool st
   } else {
     for (size_t i = done; i < n; ++i) codes[i] = static_cast<uint8_t>(codeAt(i));
   }
+}
+
+// Every block of [b, e) in one call: with 32-element mx blocks a call per block cost as much as
+// the block's work.
+template <typename P, typename In>
+TERSE_AVX2 void quantizeRangeAvx2(const In* in, size_t b, size_t e, size_t block, bool stochastic,
+                                  uint64_t seed, uint64_t offset, float* residual,
+                                  typename P::Scale* scales, uint8_t* codes) {
+  for (size_t s = b; s < e; s += block)
+    quantizeBlockAvx2<P>(in + s, std::min(block, e - s), stochastic, seed, offset + s,
+                         residual ? residual + s : nullptr, scales + s / block,
+                         codes + (P::kNibbles ? s / 2 : s));
 }
 
 // P::decode for 8 byte codes of an 8-bit minifloat (NaN and Inf codes included).
@@ -299,16 +311,13 @@ void quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t 
   bool st = rounding == Rounding::kStochastic;
   bool avx = detail::useAvx2();
   detail::forRange(n, block, [&](size_t b, size_t e) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+    if (avx)
+      return quantizeRangeAvx2<P>(in, b, e, block, st, seed, offset, residual, scales, codes);
+#endif
     for (size_t s = b; s < e; s += block) {
       size_t len = std::min(block, e - s);
       float* r = residual ? residual + s : nullptr;
-#if TERSE_CPU_HAVE_AVX2_PATH
-      if (avx) {
-        quantizeBlockAvx2<P>(in + s, len, st, seed, offset + s, r, scales + s / block,
-                             codes + codeOffset<P>(s));
-        continue;
-      }
-#endif
       quantizeBlock<P>(in + s, len, st, seed, offset + s, r, scales + s / block,
                        codes + codeOffset<P>(s));
     }
