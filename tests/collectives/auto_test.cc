@@ -89,7 +89,7 @@ TEST(AutoSelect, EveryRankPicksTheSameCodec) {
       EXPECT_TRUE(sel->calibrated());
       auto predictions =
           sel->predict(CollectiveOp{CollectiveKind::kAllReduce, nullptr, nullptr, count}, n);
-      EXPECT_EQ(predictions.size(), std::string(spec) == "auto:max=int8" ? 4u : 6u);
+      EXPECT_EQ(predictions.size(), std::string(spec) == "auto:max=int8" ? 4u : 10u);
       for (auto& p : predictions) EXPECT_GT(p.second, 0.0) << p.first;
       return Status::ok();
     });
