@@ -101,6 +101,7 @@ TERSE_AVX2_INLINE __m256 magnitudeValue8(__m256i mag) {
 // the scale). Lane for lane what the scalar formulas compute: the minifloat path follows
 // fpEncodeScaled + fpMagnitudeNearest (the scaled value is finite and within +-max, so
 // decoding needs no NaN/Inf codes); int4 follows int4Quantize.
+// dec may be null (no residual): the decode is then skipped.
 template <typename P>
 TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
   using F = typename ElemOf<P>::type;
@@ -112,7 +113,7 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
     q = _mm256_min_ps(q, _mm256_set1_ps(7.0f));
     q = _mm256_max_ps(q, _mm256_set1_ps(-7.0f));
     q = _mm256_add_ps(q, _mm256_setzero_ps());  // -0 -> +0, as the int conversion does
-    *dec = q;
+    if (dec) *dec = q;
     return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
   } else {
     const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
@@ -135,7 +136,7 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
     __m256 isSub = _mm256_cmp_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kEmin)), _CMP_LT_OQ);
     __m256i mag = _mm256_blendv_epi8(normal, sub, bitsOf(isSub));
     constexpr int kSignShift = F::kSign == 0x80u ? 24 : 28;
-    *dec = _mm256_or_ps(magnitudeValue8<F>(mag), floatOf(sign));
+    if (dec) *dec = _mm256_or_ps(magnitudeValue8<F>(mag), floatOf(sign));
     return _mm256_or_si256(mag, _mm256_srli_epi32(sign, kSignShift));
   }
 }
@@ -189,7 +190,7 @@ TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
         __m256 v = avx2::load8(in + i);
         if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
         __m256 dec;
-        c[j] = encodeNearest8<P>(v, inv, &dec);
+        c[j] = encodeNearest8<P>(v, inv, residual ? &dec : nullptr);
         if (residual) _mm256_storeu_ps(residual + i, avx2::residualOf(v, _mm256_mul_ps(dec, sc)));
       }
       __m256i bytes = packBytes(c[0], c[1], c[2], c[3]);
