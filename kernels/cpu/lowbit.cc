@@ -1,7 +1,7 @@
-// The low-bit block formats (fp8, mxfp8, mxfp4, int4): one loop template over numeric.h's
-// format policies. The loops are written so the compiler vectorizes them (integer max for the
-// scale, selects instead of branches); the AVX2 build of the same template runs when the CPU
-// has it, and computes the same bits (IEEE operations only, no contraction).
+// The low-bit block formats (fp8, mxfp8, mxfp4, int4): loop templates over numeric.h's format
+// policies. The portable loops call the formulas element by element; the AVX2 loops (run when
+// the CPU has them) compute the same bits lane for lane: nearest rounding and every decoder in
+// vectors, stochastic rounding through the scalar formulas.
 #include "cpu_common.h"
 #include "simd_avx2.h"
 
@@ -19,56 +19,50 @@ inline float valueAt(const In* in, const float* residual, size_t i) {
 
 // One block: scale from the largest magnitude, then every element's code (and residual).
 // codes points at the block's first byte (element 0 of the block is a low nibble).
-#define TERSE_LOWBIT_QUANTIZE_BODY                                                    \
-  uint32_t maxKey = 0;                                                                \
-  for (size_t i = 0; i < n; ++i)                                                      \
-    maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));           \
-  typename P::Scale s = P::scaleFromKey(maxKey);                                      \
-  *scaleOut = s;                                                                      \
-  float inv = P::inverse(s), sv = P::scaleValue(s);                                   \
-  bool st = stochastic;                                                               \
-  auto codeAt = [&](size_t i) {                                                       \
-    float v = valueAt(in, residual, i);                                               \
-    uint32_t c = P::encode(v, inv, st, st ? num::uniform01(seed, offset + i) : 0.0f); \
-    if (residual) residual[i] = num::residualOf(v, P::decode(c) * sv);                \
-    return c;                                                                         \
-  };                                                                                  \
-  if constexpr (P::kNibbles) {                                                        \
-    size_t pairs = n / 2;                                                             \
-    for (size_t j = 0; j < pairs; ++j) {                                              \
-      uint32_t lo = codeAt(2 * j), hi = codeAt(2 * j + 1);                            \
-      codes[j] = static_cast<uint8_t>(lo | (hi << 4));                                \
-    }                                                                                 \
-    if (n & 1) codes[pairs] = static_cast<uint8_t>(codeAt(n - 1));                    \
-  } else {                                                                            \
-    for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(codeAt(i));        \
-  }
-
 template <typename P, typename In>
 void quantizeBlock(const In* TERSE_RESTRICT in, size_t n, bool stochastic, uint64_t seed,
                    uint64_t offset, float* TERSE_RESTRICT residual,
                    typename P::Scale* TERSE_RESTRICT scaleOut, uint8_t* TERSE_RESTRICT codes) {
-  TERSE_LOWBIT_QUANTIZE_BODY
+  uint32_t maxKey = 0;
+  for (size_t i = 0; i < n; ++i)
+    maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
+  typename P::Scale s = P::scaleFromKey(maxKey);
+  *scaleOut = s;
+  float inv = P::inverse(s), sv = P::scaleValue(s);
+  bool st = stochastic;
+  auto codeAt = [&](size_t i) {
+    float v = valueAt(in, residual, i);
+    uint32_t c = P::encode(v, inv, st, st ? num::uniform01(seed, offset + i) : 0.0f);
+    if (residual) residual[i] = num::residualOf(v, P::decode(c) * sv);
+    return c;
+  };
+  if constexpr (P::kNibbles) {
+    size_t pairs = n / 2;
+    for (size_t j = 0; j < pairs; ++j) {
+      uint32_t lo = codeAt(2 * j), hi = codeAt(2 * j + 1);
+      codes[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+    if (n & 1) codes[pairs] = static_cast<uint8_t>(codeAt(n - 1));
+  } else {
+    for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(codeAt(i));
+  }
 }
 
 // Decoded values of one block, handed to put(i, value).
-#define TERSE_LOWBIT_DECODE_BODY                                     \
-  float sv = P::scaleValue(s);                                       \
-  if constexpr (P::kNibbles) {                                       \
-    size_t pairs = n / 2;                                            \
-    for (size_t j = 0; j < pairs; ++j) {                             \
-      uint32_t b = codes[j];                                         \
-      put(2 * j, P::decode(b & 0xfu) * sv);                          \
-      put(2 * j + 1, P::decode(b >> 4) * sv);                        \
-    }                                                                \
-    if (n & 1) put(n - 1, P::decode(codes[pairs] & 0xfu) * sv);      \
-  } else {                                                           \
-    for (size_t i = 0; i < n; ++i) put(i, P::decode(codes[i]) * sv); \
-  }
-
 template <typename P, typename Put>
 void decodeBlock(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes, size_t n, Put&& put) {
-  TERSE_LOWBIT_DECODE_BODY
+  float sv = P::scaleValue(s);
+  if constexpr (P::kNibbles) {
+    size_t pairs = n / 2;
+    for (size_t j = 0; j < pairs; ++j) {
+      uint32_t b = codes[j];
+      put(2 * j, P::decode(b & 0xfu) * sv);
+      put(2 * j + 1, P::decode(b >> 4) * sv);
+    }
+    if (n & 1) put(n - 1, P::decode(codes[pairs] & 0xfu) * sv);
+  } else {
+    for (size_t i = 0; i < n; ++i) put(i, P::decode(codes[i]) * sv);
+  }
 }
 
 #if TERSE_CPU_HAVE_AVX2_PATH
