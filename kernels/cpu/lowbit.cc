@@ -267,33 +267,38 @@ TERSE_AVX2_INLINE __m256 decodeNibbles8(const uint8_t* codes) {
   }
 }
 
-// Elements [b, e) decoded 8 at a time (8 lanes always share a scale: blocks are multiples of
-// 32 and b is block-aligned): out = decode(code) * scale, stored or accumulated.
+// Elements [b, e) (b block-aligned) decoded 8 at a time: out = decode(code) * scale, stored or
+// accumulated.
 template <typename P, typename Out>
 TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
                                 const uint8_t* TERSE_RESTRICT codes, size_t block, size_t b,
                                 size_t e, Out* TERSE_RESTRICT out, bool accumulate) {
   using F = typename ElemOf<P>::type;
-  size_t i = b;
-  for (; i + 8 <= e; i += 8) {
-    __m256 sc = _mm256_set1_ps(P::scaleValue(scales[i / block]));
-    __m256 d;
-    if constexpr (P::kNibbles)
-      d = _mm256_mul_ps(decodeNibbles8<P>(codes + i / 2), sc);
-    else
-      d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
-    if constexpr (std::is_same_v<Out, float>) {
-      if (accumulate) d = _mm256_add_ps(_mm256_loadu_ps(out + i), d);
+  // Block by block: one scale (and no division) per block, 8 elements per step inside it.
+  for (size_t s = b; s < e; s += block) {
+    size_t end = std::min(s + block, e);
+    float sv = P::scaleValue(scales[s / block]);
+    __m256 sc = _mm256_set1_ps(sv);
+    size_t i = s;
+    for (; i + 8 <= end; i += 8) {
+      __m256 d;
+      if constexpr (P::kNibbles)
+        d = _mm256_mul_ps(decodeNibbles8<P>(codes + i / 2), sc);
+      else
+        d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
+      if constexpr (std::is_same_v<Out, float>) {
+        if (accumulate) d = _mm256_add_ps(_mm256_loadu_ps(out + i), d);
+      }
+      avx2::store8(out + i, d);
     }
-    avx2::store8(out + i, d);
-  }
-  for (; i < e; ++i) {
-    uint32_t c = P::kNibbles ? (codes[i / 2] >> (4 * (i & 1))) & 0xfu : codes[i];
-    float d = P::decode(c) * P::scaleValue(scales[i / block]);
-    if constexpr (std::is_same_v<Out, float>) {
-      if (accumulate) d = out[i] + d;
+    for (; i < end; ++i) {
+      uint32_t c = P::kNibbles ? (codes[i / 2] >> (4 * (i & 1))) & 0xfu : codes[i];
+      float d = P::decode(c) * sv;
+      if constexpr (std::is_same_v<Out, float>) {
+        if (accumulate) d = out[i] + d;
+      }
+      num::store(out, i, d);
     }
-    num::store(out, i, d);
   }
 }
 #endif
