@@ -220,10 +220,13 @@ TERSE_AVX2 void quantizeRangeAvx2(const In* in, size_t b, size_t e, size_t block
                                   uint64_t seed, uint64_t offset, float* residual,
                                   typename P::Scale* scales, uint8_t* codes) {
   for (size_t s = b; s < e; s += block) {
-    // Small blocks walk the input in short bursts the hardware prefetcher follows poorly: ask
-    // for the lines 2 KiB ahead (a no-op hint past the end of the array).
-    for (size_t k = 0; k < block && k < 64; k += 16)
-      _mm_prefetch(reinterpret_cast<const char*>(in + s + 512 + k), _MM_HINT_T0);
+    // Small blocks walk the input (and residual) in short bursts the hardware prefetcher
+    // follows poorly: ask for the lines 4 KiB ahead (a no-op hint past the end of an array).
+    for (size_t k = 0; k < block && k < 64; k += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(in + s + 1024 + k), _MM_HINT_T0);
+      if (residual)
+        _mm_prefetch(reinterpret_cast<const char*>(residual + s + 1024 + k), _MM_HINT_T0);
+    }
     quantizeBlockAvx2<P>(in + s, std::min(block, e - s), stochastic, seed, offset + s,
                          residual ? residual + s : nullptr, scales + s / block,
                          codes + (P::kNibbles ? s / 2 : s));
