@@ -23,7 +23,8 @@ namespace {
 struct Options {
   size_t bytes = size_t{64} << 20;
   std::string json;
-  std::vector<std::string> codecs = {"none", "fp16", "bf16", "int8", "onebit", "topk"};
+  std::vector<std::string> codecs = {"none",  "fp16",  "bf16", "int8",   "fp8",
+                                     "mxfp8", "mxfp4", "int4", "onebit", "topk"};
   std::vector<char*> benchmarkArgs;  // passed through to Google Benchmark (--benchmark_*)
 };
 
@@ -34,10 +35,11 @@ void usage(FILE* out) {
       "[--benchmark_min_time=S ...]\n"
       "  --size BYTES   float32 input per call (default 67108864 = 64 MiB; K/M/G suffixes)\n"
       "  --json FILE    also write the results as JSON\n"
-      "  --codecs LIST  comma-separated codec specs (default none,fp16,bf16,int8,onebit,topk);\n"
+      "  --codecs LIST  comma-separated codec specs (default none,fp16,bf16,int8,fp8,mxfp8,\n"
+      "                 mxfp4,int4,onebit,topk);\n"
       "                 parameters stay with their codec: int8:block=128,round=stochastic,topk\n"
-      "GB/s are of float32 input bytes. onebit and topk compress with an error-feedback\n"
-      "residual (how they are used); the others without.\n");
+      "GB/s are of float32 input bytes. onebit, topk, mxfp4 and int4 compress with an\n"
+      "error-feedback residual (how they are used); the others without.\n");
 }
 
 bool parseSize(const char* s, size_t* out) {

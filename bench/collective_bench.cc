@@ -68,7 +68,8 @@ bool parseSize(const char* text, size_t* out) {
   return true;
 }
 
-const char* kAllCodecs[] = {"none", "fp16", "bf16", "int8", "onebit", "topk"};
+const char* kAllCodecs[] = {"none",  "fp16",  "bf16", "int8",   "fp8",
+                            "mxfp8", "mxfp4", "int4", "onebit", "topk"};
 
 void usage(const char* name) {
   std::printf(

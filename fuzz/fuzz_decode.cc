@@ -38,6 +38,13 @@ const char* const kSpecs[] = {
     "topk",
     "topk:ratio=0.25",
     "topk:ratio=1",
+    "fp8",
+    "fp8:format=e5m2,block=32,round=stochastic,seed=1",
+    "mxfp8",
+    "mxfp4",
+    "mxfp4:round=stochastic,seed=2",
+    "int4",
+    "int4:block=32",
 };
 constexpr size_t kNumSpecs = sizeof(kSpecs) / sizeof(kSpecs[0]);
 constexpr size_t kMaxN = 1u << 18;  // bounds the output buffers per input

@@ -24,7 +24,7 @@ Usage: sudo $0 [options]
   --ranks N          emulated hosts, one rank each (default 4)
   --rates "R ..."    link rates in Gbit/s (default "1 10 25")
   --sizes "S ..."    message sizes, K/M/G suffixes allowed (default "64M"; e.g. "1M 4M 16M 64M")
-  --codecs "C ..."   terse codec specs (default "all auto": the six codecs and auto; e.g.
+  --codecs "C ..."   terse codec specs (default "all auto": the ten codecs and auto; e.g.
                      "none int8 topk:ratio=0.001 auto:max=onebit")
   --iters N          timed iterations per size (default 10)
   --warmup N         warm-up iterations per size (default 3)

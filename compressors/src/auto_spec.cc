@@ -5,13 +5,16 @@
 namespace terse {
 
 namespace {
-constexpr const char* kAutoAccepted = "accepted: auto, auto:max=none|fp16|bf16|int8|onebit|topk";
+constexpr const char* kAutoAccepted =
+    "accepted: auto, auto:max=none|fp16|bf16|int8|fp8|mxfp8|mxfp4|int4|onebit|topk";
 struct Level {
   const char* name;
   int level;
 };
-constexpr Level kLevels[] = {{"none", 0}, {"fp16", 1}, {"bf16", 1},
-                             {"int8", 2}, {"topk", 3}, {"onebit", 3}};
+// Loss budget: 8-bit floats lose more than int8 on a block's largest values (3 mantissa bits
+// against 7) and 4-bit formats more again, while both keep far more than one bit per element.
+constexpr Level kLevels[] = {{"none", 0},  {"fp16", 1},  {"bf16", 1}, {"int8", 2}, {"fp8", 3},
+                             {"mxfp8", 3}, {"mxfp4", 4}, {"int4", 4}, {"topk", 5}, {"onebit", 5}};
 }  // namespace
 
 bool isAutoSpec(const std::string& spec) {

@@ -1,4 +1,4 @@
-// The six codecs: argument checks, wire header, payload placement and dispatch to the kernels.
+// The codecs: argument checks, wire header, payload placement and dispatch to the kernels.
 #include "codecs.h"
 
 #include "terse/kernels/device.h"
@@ -335,6 +335,122 @@ Status OnebitCodec::decodeAccumulate(const unsigned char* payload, const wire::H
   auto* scales = reinterpret_cast<const float*>(payload);
   auto* bits = reinterpret_cast<const uint32_t*>(payload + 4 * blocks(n));
   k::onebitDecompressAccumulate(scales, bits, n, block_, acc);
+  return Status::ok();
+}
+
+// ---- fp8 / mxfp8 / mxfp4 / int4 --------------------------------------------------------------
+
+LowbitCodec::LowbitCodec(kernels::LowbitFormat format, uint32_t block, kernels::Rounding rounding,
+                         uint64_t seed)
+    : format_(format), block_(block), rounding_(rounding), seed_(seed) {}
+
+CodecId LowbitCodec::id() const {
+  switch (format_) {
+    case kernels::LowbitFormat::kMxfp8: return CodecId::kMxfp8;
+    case kernels::LowbitFormat::kMxfp4: return CodecId::kMxfp4;
+    case kernels::LowbitFormat::kInt4: return CodecId::kInt4;
+    default: return CodecId::kFp8;
+  }
+}
+
+std::string LowbitCodec::spec() const {
+  const char* round = rounding_ == kernels::Rounding::kNearest ? "nearest" : "stochastic";
+  unsigned long long seed = seed_;
+  char buf[128];
+  switch (format_) {
+    case kernels::LowbitFormat::kFp8E4M3:
+    case kernels::LowbitFormat::kFp8E5M2:
+      std::snprintf(buf, sizeof(buf), "fp8:format=%s,block=%u,round=%s,seed=%llu",
+                    format_ == kernels::LowbitFormat::kFp8E4M3 ? "e4m3" : "e5m2", block_, round,
+                    seed);
+      break;
+    case kernels::LowbitFormat::kInt4:
+      std::snprintf(buf, sizeof(buf), "int4:block=%u,round=%s,seed=%llu", block_, round, seed);
+      break;
+    default: std::snprintf(buf, sizeof(buf), "%s:round=%s,seed=%llu", codecName(id()), round, seed);
+  }
+  return buf;
+}
+
+double LowbitCodec::wireBytesPerElement() const {
+  double code = kernels::lowbitIsNibbles(format_) ? 0.5 : 1.0;
+  return code + static_cast<double>(kernels::lowbitScaleBytes(format_)) / block_;
+}
+
+size_t LowbitCodec::blocks(size_t n) const { return (n + block_ - 1) / block_; }
+
+size_t LowbitCodec::scaleArea(size_t n) const {
+  return wire::align4(blocks(n) * kernels::lowbitScaleBytes(format_));
+}
+
+size_t LowbitCodec::payloadFor(size_t n) const {
+  return scaleArea(n) + wire::align4(kernels::lowbitCodeBytes(format_, n));
+}
+
+size_t LowbitCodec::maxWireBytes(size_t n) const { return wire::kHeaderBytes + payloadFor(n); }
+
+size_t LowbitCodec::payloadBytes(const wire::Header& h) const { return payloadFor(h.count); }
+
+// fp8 names its element format in param1 (0 E4M3, 1 E5M2); the others carry 0.
+uint32_t LowbitCodec::param1() const { return format_ == kernels::LowbitFormat::kFp8E5M2 ? 1 : 0; }
+
+uint8_t LowbitCodec::flags() const {
+  return rounding_ == kernels::Rounding::kStochastic ? wire::kFlagStochastic : 0;
+}
+
+Status LowbitCodec::checkParams(const wire::Header& h) const {
+  if (h.param0 != block_ || h.param1 != param1() || h.flags != flags()) {
+    bool fp8 = h.codec == static_cast<uint8_t>(CodecId::kFp8);
+    return errorInvalidUsage(
+        "message was written by %s with block=%u%s%s,round=%s but is decoded with %s: every "
+        "rank must use the same codec spec",
+        codecName(id()), h.param0, fp8 ? ",format=" : "",
+        fp8 ? (h.param1 == 0   ? "e4m3"
+               : h.param1 == 1 ? "e5m2"
+                               : "unknown")
+            : "",
+        (h.flags & wire::kFlagStochastic) ? "stochastic" : "nearest", spec().c_str());
+  }
+  return Status::ok();
+}
+
+Result<size_t> LowbitCodec::encode(const void* in, DataType dt, size_t n, float* residual,
+                                   unsigned char* payload, const CodecCall& call,
+                                   wire::Header& h) const {
+  unsigned char* scales = payload;
+  auto* codes = reinterpret_cast<uint8_t*>(payload + scaleArea(n));
+  size_t scaleBytes = kernels::lowbitScaleBytes(format_);
+  uint64_t seed = roundingSeed(seed_, call.nonce);
+  // The scale padding first: the kernels write scales and codes, never the gaps.
+  std::fill(scales + blocks(n) * scaleBytes, scales + scaleArea(n), 0);
+  size_t codeEnd = kernels::lowbitCodeBytes(format_, n);
+  std::fill(codes + codeEnd, codes + wire::align4(codeEnd), 0);
+  withScaledChunks(in, dt, n, call.scale, [&](auto* src, size_t b, size_t len) {
+    // chunks are whole blocks (and even), so scales and codes of a chunk start on bytes
+    k::lowbitQuantize(format_, src, len, block_, rounding_, seed, b,
+                      residual ? residual + b : nullptr, scales + b / block_ * scaleBytes,
+                      codes + kernels::lowbitCodeBytes(format_, b));
+  });
+  h.param0 = block_;
+  h.param1 = param1();
+  h.flags = flags();
+  return payloadFor(n);
+}
+
+Status LowbitCodec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+                           DataType dt, size_t n) const {
+  const unsigned char* scales = payload;
+  auto* codes = reinterpret_cast<const uint8_t*>(payload + scaleArea(n));
+  withType(dt, out,
+           [&](auto* dst) { k::lowbitDequantize(format_, scales, codes, n, block_, dst); });
+  return Status::ok();
+}
+
+Status LowbitCodec::decodeAccumulate(const unsigned char* payload, const wire::Header& h,
+                                     float* acc, size_t n) const {
+  const unsigned char* scales = payload;
+  auto* codes = reinterpret_cast<const uint8_t*>(payload + scaleArea(n));
+  k::lowbitDequantizeAccumulate(format_, scales, codes, n, block_, acc);
   return Status::ok();
 }
 

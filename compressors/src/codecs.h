@@ -69,13 +69,13 @@ class CodecBase : public Codec {
 
 // The payload overrides every codec declares (host path, and the device path in CUDA builds).
 #if TERSE_HAVE_CUDA
-#define TERSE_CODEC_DEVICE_OVERRIDES                                                            \
-  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,           \
-                              unsigned char* payload, const CodecCall& call, wire::Header& h)   \
-      const override;                                                                           \
-  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,           \
-                      DataType dt, size_t n, const CodecCall& call) const override;             \
-  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc, \
+#define TERSE_CODEC_DEVICE_OVERRIDES                                                               \
+  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,              \
+                              unsigned char* payload, const CodecCall& call, wire::Header& h)      \
+      const override;                                                                              \
+  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt, \
+                      size_t n, const CodecCall& call) const override;                             \
+  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,   \
                                 size_t n, const CodecCall& call) const override;
 #else
 #define TERSE_CODEC_DEVICE_OVERRIDES
@@ -147,6 +147,37 @@ class OnebitCodec final : public CodecBase {
  private:
   size_t blocks(size_t n) const;
   uint32_t block_;
+};
+
+// fp8, mxfp8, mxfp4, int4: blockwise low-bit formats (kernels' LowbitFormat). Payload:
+// scales (float32, or one E8M0 byte each for mx) padded to 4 bytes, then the codes (a byte, or
+// a nibble, per element) padded to 4 bytes.
+class LowbitCodec final : public CodecBase {
+ public:
+  LowbitCodec(kernels::LowbitFormat format, uint32_t block, kernels::Rounding rounding,
+              uint64_t seed);
+  CodecId id() const override;
+  std::string spec() const override;
+  // The 4-bit formats lose too much per step to go without it (docs/codecs.md).
+  bool wantsErrorFeedback() const override { return kernels::lowbitIsNibbles(format_); }
+  double wireBytesPerElement() const override;
+  size_t maxWireBytes(size_t n) const override;
+
+ protected:
+  size_t payloadBytes(const wire::Header& h) const override;
+  Status checkParams(const wire::Header& h) const override;
+  TERSE_CODEC_PAYLOAD_OVERRIDES
+
+ private:
+  size_t blocks(size_t n) const;
+  size_t scaleArea(size_t n) const;  // scale bytes, padded to 4
+  size_t payloadFor(size_t n) const;
+  uint32_t param1() const;
+  uint8_t flags() const;
+  kernels::LowbitFormat format_;
+  uint32_t block_;
+  kernels::Rounding rounding_;
+  uint64_t seed_;
 };
 
 class TopkCodec final : public CodecBase {

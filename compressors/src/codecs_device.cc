@@ -246,6 +246,48 @@ Status OnebitCodec::decodeAccumulateDevice(const unsigned char* payload, const w
                    "onebit decompress-accumulate");
 }
 
+// ---- fp8 / mxfp8 / mxfp4 / int4 --------------------------------------------------------------
+
+Result<size_t> LowbitCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                                         unsigned char* payload, const CodecCall& call,
+                                         wire::Header& h) const {
+  unsigned char* scales = payload;
+  auto* codes = reinterpret_cast<uint8_t*>(payload + scaleArea(n));
+  uint64_t seed = roundingSeed(seed_, call.nonce);
+  cudaStream_t s = streamOf(call);
+  StreamScratch tmp(s);
+  cudaError_t e = withScaledDevice(in, dt, n, call.scale, tmp, s, [&](auto* src) {
+    return cu::lowbitQuantize(format_, src, n, block_, rounding_, seed, 0, residual, scales, codes,
+                              s);
+  });
+  TERSE_RETURN_IF_ERROR(cudaCheck(e, "low-bit compress"));
+  size_t scaleEnd = blocks(n) * kernels::lowbitScaleBytes(format_);
+  TERSE_RETURN_IF_ERROR(zeroPad(scales + scaleEnd, scaleArea(n) - scaleEnd, call));
+  size_t codeEnd = kernels::lowbitCodeBytes(format_, n);
+  TERSE_RETURN_IF_ERROR(zeroPad(codes + codeEnd, wire::align4(codeEnd) - codeEnd, call));
+  h.param0 = block_;
+  h.param1 = param1();
+  h.flags = flags();
+  return payloadFor(n);
+}
+
+Status LowbitCodec::decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,
+                                 DataType dt, size_t n, const CodecCall& call) const {
+  auto* codes = reinterpret_cast<const uint8_t*>(payload + scaleArea(n));
+  cudaError_t e = withType(dt, out, [&](auto* dst) {
+    return cu::lowbitDequantize(format_, payload, codes, n, block_, dst, streamOf(call));
+  });
+  return cudaCheck(e, "low-bit decompress");
+}
+
+Status LowbitCodec::decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h,
+                                           float* acc, size_t n, const CodecCall& call) const {
+  auto* codes = reinterpret_cast<const uint8_t*>(payload + scaleArea(n));
+  return cudaCheck(
+      cu::lowbitDequantizeAccumulate(format_, payload, codes, n, block_, acc, streamOf(call)),
+      "low-bit decompress-accumulate");
+}
+
 // ---- topk ------------------------------------------------------------------------------------
 
 Result<size_t> TopkCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,

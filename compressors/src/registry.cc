@@ -12,7 +12,8 @@ namespace {
 
 constexpr const char* kAccepted =
     "accepted specs: none | fp16 | bf16 | int8[:block=N][,round=nearest|stochastic][,seed=N] | "
-    "onebit[:block=N] | topk[:ratio=R]";
+    "onebit[:block=N] | topk[:ratio=R] | fp8[:format=e4m3|e5m2][,block=N][,round=...][,seed=N] | "
+    "mxfp8[:round=...][,seed=N] | mxfp4[:round=...][,seed=N] | int4[:block=N][,round=...][,seed=N]";
 
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
@@ -87,13 +88,8 @@ Result<std::shared_ptr<const Codec>> makeCodec(const std::string& specIn) {
     CodecId id = name == "none" ? CodecId::kNone : name == "fp16" ? CodecId::kFp16 : CodecId::kBf16;
     return std::shared_ptr<const Codec>(std::make_shared<CastCodec>(id));
   }
-  if (name == "int8") {
-    TERSE_RETURN_IF_ERROR(
-        allowOnly({"block", "round", "seed"},
-                  "block=N (power of two, 32..65536), round=nearest|stochastic, seed=N"));
-    uint32_t block = 256;
-    auto rounding = kernels::Rounding::kNearest;
-    uint64_t seed = 0;
+  // block, round and seed of int8 and the low-bit codecs (only those keys the codec allows).
+  auto parseRounding = [&](uint32_t& block, kernels::Rounding& rounding, uint64_t& seed) -> Status {
     if (params.count("block")) {
       TERSE_ASSIGN_OR_RETURN(block, parseBlock(specIn, params["block"]));
     }
@@ -108,7 +104,52 @@ Result<std::shared_ptr<const Codec>> makeCodec(const std::string& specIn) {
     if (params.count("seed")) {
       TERSE_ASSIGN_OR_RETURN(seed, parseUnsigned(specIn, "seed", params["seed"]));
     }
+    return Status::ok();
+  };
+  if (name == "int8") {
+    TERSE_RETURN_IF_ERROR(
+        allowOnly({"block", "round", "seed"},
+                  "block=N (power of two, 32..65536), round=nearest|stochastic, seed=N"));
+    uint32_t block = 256;
+    auto rounding = kernels::Rounding::kNearest;
+    uint64_t seed = 0;
+    TERSE_RETURN_IF_ERROR(parseRounding(block, rounding, seed));
     return std::shared_ptr<const Codec>(std::make_shared<Int8Codec>(block, rounding, seed));
+  }
+  if (name == "fp8" || name == "int4") {
+    bool fp8 = name == "fp8";
+    TERSE_RETURN_IF_ERROR(fp8 ? allowOnly({"format", "block", "round", "seed"},
+                                          "format=e4m3|e5m2, block=N (power of two, 32..65536), "
+                                          "round=nearest|stochastic, seed=N")
+                              : allowOnly({"block", "round", "seed"},
+                                          "block=N (power of two, 32..65536), "
+                                          "round=nearest|stochastic, seed=N"));
+    auto format = fp8 ? kernels::LowbitFormat::kFp8E4M3 : kernels::LowbitFormat::kInt4;
+    if (fp8 && params.count("format")) {
+      const std::string& f = params["format"];
+      if (f == "e5m2")
+        format = kernels::LowbitFormat::kFp8E5M2;
+      else if (f != "e4m3")
+        return bad(specIn, "format=" + f + " is not accepted: use format=e4m3 or format=e5m2");
+    }
+    uint32_t block = fp8 ? 256 : 64;
+    auto rounding = kernels::Rounding::kNearest;
+    uint64_t seed = 0;
+    TERSE_RETURN_IF_ERROR(parseRounding(block, rounding, seed));
+    return std::shared_ptr<const Codec>(
+        std::make_shared<LowbitCodec>(format, block, rounding, seed));
+  }
+  if (name == "mxfp8" || name == "mxfp4") {
+    TERSE_RETURN_IF_ERROR(allowOnly({"round", "seed"},
+                                    "round=nearest|stochastic, seed=N (the OCP MX block is "
+                                    "always 32 elements)"));
+    uint32_t block = kernels::kMxBlock;
+    auto rounding = kernels::Rounding::kNearest;
+    uint64_t seed = 0;
+    TERSE_RETURN_IF_ERROR(parseRounding(block, rounding, seed));
+    auto format = name == "mxfp8" ? kernels::LowbitFormat::kMxfp8 : kernels::LowbitFormat::kMxfp4;
+    return std::shared_ptr<const Codec>(
+        std::make_shared<LowbitCodec>(format, block, rounding, seed));
   }
   if (name == "onebit") {
     TERSE_RETURN_IF_ERROR(allowOnly({"block"}, "block=N (power of two, 32..65536)"));

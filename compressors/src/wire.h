@@ -16,7 +16,7 @@ namespace terse::wire {
 constexpr uint32_t kMagic = 0x45535254u;  // bytes "TRSE"
 constexpr uint8_t kVersion = 1;
 constexpr size_t kHeaderBytes = 40;
-constexpr uint8_t kFlagStochastic = 1u << 0;  // int8 rounding (informational for decoders)
+constexpr uint8_t kFlagStochastic = 1u << 0;  // int8/fp8/mx/int4 rounding (decoders check it)
 constexpr uint8_t kKnownFlags = kFlagStochastic;
 
 struct Header {
@@ -25,8 +25,8 @@ struct Header {
   uint8_t flags = 0;
   uint64_t count = 0;
   uint64_t payloadBytes = 0;
-  uint32_t param0 = 0;  // int8/onebit: block size; topk: k sent
-  uint32_t param1 = 0;  // topk: ratio as float32 bits; others 0
+  uint32_t param0 = 0;  // int8/onebit/fp8/mx/int4: block size; topk: k sent
+  uint32_t param1 = 0;  // topk: ratio as float32 bits; fp8: 0 E4M3, 1 E5M2; others 0
 };
 
 // Writes the 40 header bytes (wire must hold them).

@@ -4,7 +4,8 @@
 target_sources(terse_kernels PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
   ${CMAKE_CURRENT_LIST_DIR}/blockwise.cu
-  ${CMAKE_CURRENT_LIST_DIR}/topk.cu)
+  ${CMAKE_CURRENT_LIST_DIR}/topk.cu
+  ${CMAKE_CURRENT_LIST_DIR}/lowbit.cu)
 target_compile_definitions(terse_kernels PUBLIC TERSE_HAVE_CUDA=1)
 target_link_libraries(terse_kernels PUBLIC CUDA::cudart)
 # --fmad=false: the CPU path rounds a*b+c twice (no contraction in ISO C++ mode), so the GPU must

@@ -19,10 +19,25 @@ struct CodecCase {
 };
 
 std::vector<CodecCase> codecCases() {
-  return {{"none", 256},          {"fp16", 256},           {"bf16", 256},
-          {"int8", 256},          {"int8:block=32", 32},   {"int8:round=stochastic,seed=7", 256},
-          {"onebit", 2048},       {"onebit:block=64", 64}, {"topk", 256},
-          {"topk:ratio=0.3", 256}};
+  return {{"none", 256},
+          {"fp16", 256},
+          {"bf16", 256},
+          {"int8", 256},
+          {"int8:block=32", 32},
+          {"int8:round=stochastic,seed=7", 256},
+          {"onebit", 2048},
+          {"onebit:block=64", 64},
+          {"topk", 256},
+          {"topk:ratio=0.3", 256},
+          {"fp8", 256},
+          {"fp8:format=e5m2,block=32", 32},
+          {"fp8:format=e4m3,block=1024,round=stochastic,seed=3", 1024},
+          {"mxfp8", 32},
+          {"mxfp8:round=stochastic,seed=2", 32},
+          {"mxfp4", 32},
+          {"mxfp4:round=stochastic,seed=5", 32},
+          {"int4", 64},
+          {"int4:block=1024,round=stochastic", 1024}};
 }
 
 std::vector<size_t> countsFor(size_t block) { return {0, 1, 7, block - 1, block + 1, 100003}; }
@@ -98,6 +113,66 @@ struct Reference {
             double want = x[i] >= 0 ? mean : -mean;  // zero maps to +mean
             ASSERT_NEAR(d[i], want, 1e-5 * mean + 1e-30) << where << " i=" << i;
             ASSERT_EQ(std::signbit(d[i]), !(x[i] >= 0)) << where << " sign i=" << i;
+          }
+        }
+        break;
+      }
+      case CodecId::kFp8:
+      case CodecId::kMxfp8:
+      case CodecId::kMxfp4: {
+        // Minifloat grid of the element format, in double: mant bits, smallest normal exponent,
+        // largest finite, and (mx) the OCP emax. The scale: absmax / max (fp8, float32) or
+        // 2^(floor(log2 absmax) - emax) (mx). Nearest: half a step at |x / scale| plus what
+        // saturation clips; stochastic: one step.
+        std::string s = codec.spec();
+        bool e5m2 = s.find("e5m2") != std::string::npos;
+        bool fp4 = codec.id() == CodecId::kMxfp4, mx = codec.id() != CodecId::kFp8;
+        int mant = fp4 ? 1 : e5m2 ? 2 : 3, emin = fp4 ? 0 : e5m2 ? -14 : -6;
+        double mx_ = fp4 ? 6.0 : e5m2 ? 57344.0 : 448.0;
+        int emax = fp4 ? 2 : 8;
+        size_t block = mx ? 32 : blockOf();
+        bool stochastic = s.find("stochastic") != std::string::npos;
+        for (size_t b = 0; b < n; b += block) {
+          size_t e = std::min(n, b + block);
+          double absmax = 0;
+          for (size_t i = b; i < e; ++i) absmax = std::max(absmax, std::fabs((double)x[i]));
+          double scale;
+          if (mx) {
+            int ex = 0;
+            std::frexp(absmax, &ex);
+            scale = absmax > 0 ? std::ldexp(1.0, std::max(-127, ex - 1 - emax)) : 0;
+          } else {
+            scale = absmax / mx_;
+          }
+          for (size_t i = b; i < e; ++i) {
+            double a = scale > 0 ? std::fabs((double)x[i]) / scale : 0;
+            int ex = 0;
+            std::frexp(a, &ex);
+            double step = std::ldexp(1.0, std::max(ex - 1, emin) - mant) * scale;
+            double clip = std::max(0.0, std::fabs((double)x[i]) - mx_ * scale);
+            double bound = (stochastic ? 1.0 : 0.5) * step * (1 + 1e-5) + clip * (1 + 1e-6) +
+                           absmax * 1e-6 + 1e-37;
+            ASSERT_LE(std::fabs(d[i] - (double)x[i]), bound)
+                << where << " i=" << i << " x=" << x[i] << " d=" << d[i];
+          }
+        }
+        break;
+      }
+      case CodecId::kInt4: {
+        size_t block = blockOf();
+        bool stochastic = codec.spec().find("stochastic") != std::string::npos;
+        for (size_t b = 0; b < n; b += block) {
+          size_t e = std::min(n, b + block);
+          double absmax = 0;
+          for (size_t i = b; i < e; ++i) absmax = std::max(absmax, std::fabs((double)x[i]));
+          double scale = absmax / 7.0;
+          for (size_t i = b; i < e; ++i) {
+            ASSERT_LE(std::fabs(d[i] - (double)x[i]),
+                      (stochastic ? 1.0 : 0.5) * scale * (1 + 1e-5) + 1e-30)
+                << where << " i=" << i;
+            double q = scale > 0 ? d[i] / scale : 0;  // integer multiples of the scale
+            ASSERT_NEAR(q, std::round(q), 1e-3) << where << " i=" << i;
+            ASSERT_LE(std::fabs(q), 7.0 + 1e-3);
           }
         }
         break;
@@ -220,7 +295,7 @@ TEST_P(CodecRoundTrip, ErrorFeedbackInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecRoundTrip,
-                         ::testing::Combine(::testing::Range<size_t>(0, 10),
+                         ::testing::Combine(::testing::Range<size_t>(0, 19),
                                             ::testing::Values(DataType::kFloat32,
                                                               DataType::kFloat16,
                                                               DataType::kBFloat16)),
@@ -390,7 +465,8 @@ TEST(CodecScale, EqualsPrescaledInputByteForByte) {
   std::vector<float> pre(n);
   for (size_t i = 0; i < n; ++i) pre[i] = x[i] * 0.125f;
   for (std::string spec : {"fp16", "int8:block=64", "int8:round=stochastic,seed=4",
-                           "onebit:block=32", "topk:ratio=0.001"}) {
+                           "onebit:block=32", "topk:ratio=0.001", "fp8:round=stochastic", "mxfp8",
+                           "mxfp4:round=stochastic,seed=1", "int4:block=32"}) {
     SCOPED_TRACE(spec);
     auto c = codecOrDie(spec);
     WireBuffer a(c->maxWireBytes(n)), b(c->maxWireBytes(n));
@@ -416,7 +492,8 @@ TEST(CodecScale, EqualsPrescaledInputByteForByte) {
 TEST(CodecThreads, ConcurrentCallsMatchSerial) {
   const int kThreads = 4;
   const size_t n = 150001;
-  for (std::string spec : {"fp16", "int8:round=stochastic", "onebit", "topk"}) {
+  for (std::string spec :
+       {"fp16", "int8:round=stochastic", "onebit", "topk", "mxfp4:round=stochastic", "fp8"}) {
     SCOPED_TRACE(spec);
     auto c = codecOrDie(spec);
     std::vector<std::vector<float>> inputs;

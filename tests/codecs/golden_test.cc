@@ -30,6 +30,13 @@ const std::vector<GoldenCase>& goldenCases() {
       {"int8:block=32,round=stochastic,seed=3", DataType::kFloat32, 40, 1.0f, 7},
       {"onebit:block=32", DataType::kFloat32, 40, 1.0f, 0},
       {"topk:ratio=0.25", DataType::kFloat32, 16, 1.0f, 0},
+      {"fp8:format=e4m3,block=32", DataType::kFloat32, 40, 1.0f, 0},
+      {"fp8:format=e5m2,block=32", DataType::kBFloat16, 40, 1.0f, 0},
+      {"fp8:block=32,round=stochastic,seed=3", DataType::kFloat32, 40, 1.0f, 7},
+      {"mxfp8", DataType::kFloat32, 40, 1.0f, 0},
+      {"mxfp4", DataType::kFloat16, 41, 1.0f, 0},
+      {"mxfp4:round=stochastic,seed=3", DataType::kFloat32, 40, 1.0f, 7},
+      {"int4:block=32", DataType::kFloat32, 41, 0.5f, 0},
   };
   return cases;
 }

@@ -12,20 +12,30 @@ TEST(Spec, AcceptsAndCanonicalizes) {
     std::string in, canonical;
     CodecId id;
   };
-  for (const auto& c :
-       std::vector<Case>{{"none", "none", CodecId::kNone},
-                         {"fp16", "fp16", CodecId::kFp16},
-                         {" bf16 ", "bf16", CodecId::kBf16},
-                         {"int8", "int8:block=256,round=nearest,seed=0", CodecId::kInt8},
-                         {"int8:block=32", "int8:block=32,round=nearest,seed=0", CodecId::kInt8},
-                         {"int8:seed=9, round=stochastic,block=65536",
-                          "int8:block=65536,round=stochastic,seed=9", CodecId::kInt8},
-                         {"onebit", "onebit:block=2048", CodecId::kOnebit},
-                         {"onebit:block=64", "onebit:block=64", CodecId::kOnebit},
-                         {"topk", "topk:ratio=0.01", CodecId::kTopk},
-                         {"topk:ratio=1", "topk:ratio=1", CodecId::kTopk},
-                         {"topk:ratio=0.001", "topk:ratio=0.001", CodecId::kTopk},
-                         {"topk:ratio=1e-4", "topk:ratio=0.0001", CodecId::kTopk}}) {
+  for (const auto& c : std::vector<Case>{
+           {"none", "none", CodecId::kNone},
+           {"fp16", "fp16", CodecId::kFp16},
+           {" bf16 ", "bf16", CodecId::kBf16},
+           {"int8", "int8:block=256,round=nearest,seed=0", CodecId::kInt8},
+           {"int8:block=32", "int8:block=32,round=nearest,seed=0", CodecId::kInt8},
+           {"int8:seed=9, round=stochastic,block=65536", "int8:block=65536,round=stochastic,seed=9",
+            CodecId::kInt8},
+           {"onebit", "onebit:block=2048", CodecId::kOnebit},
+           {"onebit:block=64", "onebit:block=64", CodecId::kOnebit},
+           {"topk", "topk:ratio=0.01", CodecId::kTopk},
+           {"topk:ratio=1", "topk:ratio=1", CodecId::kTopk},
+           {"topk:ratio=0.001", "topk:ratio=0.001", CodecId::kTopk},
+           {"topk:ratio=1e-4", "topk:ratio=0.0001", CodecId::kTopk},
+           {"fp8", "fp8:format=e4m3,block=256,round=nearest,seed=0", CodecId::kFp8},
+           {"fp8:format=e5m2,block=32", "fp8:format=e5m2,block=32,round=nearest,seed=0",
+            CodecId::kFp8},
+           {"fp8:round=stochastic,seed=4,format=e4m3",
+            "fp8:format=e4m3,block=256,round=stochastic,seed=4", CodecId::kFp8},
+           {"mxfp8", "mxfp8:round=nearest,seed=0", CodecId::kMxfp8},
+           {"mxfp4:round=stochastic", "mxfp4:round=stochastic,seed=0", CodecId::kMxfp4},
+           {"int4", "int4:block=64,round=nearest,seed=0", CodecId::kInt4},
+           {"int4:block=1024,seed=2,round=stochastic", "int4:block=1024,round=stochastic,seed=2",
+            CodecId::kInt4}}) {
     SCOPED_TRACE(c.in);
     auto codec = makeCodec(c.in);
     ASSERT_TRUE(codec.isOk()) << codec.status().toString();
@@ -66,7 +76,15 @@ TEST(Spec, RejectsWithHelpfulMessages) {
                                          {"topk:ratio=-0.1", "(0, 1]"},
                                          {"topk:ratio=nan", "not a number"},
                                          {"topk:ratio=0.1x", "not a number"},
-                                         {"topk:k=5", "no parameter 'k'"}}) {
+                                         {"topk:k=5", "no parameter 'k'"},
+                                         {"fp8:format=e3m4", "format=e4m3 or format=e5m2"},
+                                         {"fp8:block=48", "power of two between 32 and 65536"},
+                                         {"fp8:round=up", "round=nearest or round=stochastic"},
+                                         {"mxfp8:block=64", "always 32 elements"},
+                                         {"mxfp4:format=e2m1", "no parameter 'format'"},
+                                         {"int4:block=16", "power of two between 32 and 65536"},
+                                         {"int4:format=e4m3", "no parameter 'format'"},
+                                         {"int4:seed=-1", "unsigned decimal"}}) {
     SCOPED_TRACE(c.in);
     auto codec = makeCodec(c.in);
     ASSERT_FALSE(codec.isOk());
@@ -81,17 +99,31 @@ TEST(Spec, Properties) {
   EXPECT_FALSE(codecOrDie("int8")->wantsErrorFeedback());
   EXPECT_TRUE(codecOrDie("onebit")->wantsErrorFeedback());
   EXPECT_TRUE(codecOrDie("topk")->wantsErrorFeedback());
+  EXPECT_FALSE(codecOrDie("fp8")->wantsErrorFeedback());
+  EXPECT_FALSE(codecOrDie("mxfp8")->wantsErrorFeedback());
+  EXPECT_TRUE(codecOrDie("mxfp4")->wantsErrorFeedback());
+  EXPECT_TRUE(codecOrDie("int4")->wantsErrorFeedback());
   EXPECT_DOUBLE_EQ(codecOrDie("none")->wireBytesPerElement(), 4.0);
   EXPECT_DOUBLE_EQ(codecOrDie("bf16")->wireBytesPerElement(), 2.0);
   EXPECT_DOUBLE_EQ(codecOrDie("int8")->wireBytesPerElement(), 1.0 + 4.0 / 256);
   EXPECT_DOUBLE_EQ(codecOrDie("onebit")->wireBytesPerElement(), 1.0 / 8 + 4.0 / 2048);
   EXPECT_DOUBLE_EQ(codecOrDie("topk:ratio=0.01")->wireBytesPerElement(), 0.08);
+  EXPECT_DOUBLE_EQ(codecOrDie("fp8")->wireBytesPerElement(), 1.0 + 4.0 / 256);
+  EXPECT_DOUBLE_EQ(codecOrDie("mxfp8")->wireBytesPerElement(), 1.0 + 1.0 / 32);
+  EXPECT_DOUBLE_EQ(codecOrDie("mxfp4")->wireBytesPerElement(), 0.5 + 1.0 / 32);
+  EXPECT_DOUBLE_EQ(codecOrDie("int4")->wireBytesPerElement(), 0.5 + 4.0 / 64);
   // maxWireBytes: header plus the exact payload for the largest case.
   EXPECT_EQ(codecOrDie("fp16")->maxWireBytes(0), 40u);
   EXPECT_EQ(codecOrDie("fp16")->maxWireBytes(3), 40u + 8u);
   EXPECT_EQ(codecOrDie("int8:block=32")->maxWireBytes(33), 40u + 8u + 36u);
   EXPECT_EQ(codecOrDie("onebit:block=32")->maxWireBytes(33), 40u + 8u + 8u);
   EXPECT_EQ(codecOrDie("topk:ratio=0.5")->maxWireBytes(5), 40u + 8u * 3u);  // round(2.5) = 3
+  // scales padded to 4 bytes, then codes padded to 4 bytes
+  EXPECT_EQ(codecOrDie("fp8:block=32")->maxWireBytes(33), 40u + 8u + 36u);
+  EXPECT_EQ(codecOrDie("mxfp8")->maxWireBytes(33), 40u + 4u + 36u);
+  EXPECT_EQ(codecOrDie("mxfp4")->maxWireBytes(33), 40u + 4u + 20u);  // 17 code bytes
+  EXPECT_EQ(codecOrDie("mxfp4")->maxWireBytes(32 * 5), 40u + 8u + 80u);
+  EXPECT_EQ(codecOrDie("int4:block=32")->maxWireBytes(65), 40u + 12u + 36u);
 }
 
 }  // namespace

@@ -7,9 +7,17 @@
 namespace terse::test {
 namespace {
 
-const std::vector<std::string> kSpecs = {
-    "none",          "fp16", "bf16", "int8:block=32", "int8:round=stochastic", "onebit:block=32",
-    "topk:ratio=0.2"};
+const std::vector<std::string> kSpecs = {"none",
+                                         "fp16",
+                                         "bf16",
+                                         "int8:block=32",
+                                         "int8:round=stochastic",
+                                         "onebit:block=32",
+                                         "topk:ratio=0.2",
+                                         "fp8:block=32",
+                                         "mxfp8",
+                                         "mxfp4",
+                                         "int4:block=32"};
 
 WireBuffer compressOrDie(const Codec& c, const std::vector<float>& x) {
   WireBuffer w(c.maxWireBytes(x.size()));
@@ -115,7 +123,13 @@ TEST(Wire, MismatchedCodecParametersNameBoth) {
                          {"onebit:block=64", "onebit:block=2048", "block=64", "block=2048"},
                          {"topk:ratio=0.01", "topk:ratio=0.02", "ratio=0.01", "ratio=0.02"},
                          {"fp16", "bf16", "fp16", "bf16"},
-                         {"int8", "onebit", "int8", "onebit"}}) {
+                         {"int8", "onebit", "int8", "onebit"},
+                         {"fp8:format=e4m3", "fp8:format=e5m2", "format=e4m3", "format=e5m2"},
+                         {"fp8:block=64", "fp8:block=256", "block=64", "block=256"},
+                         {"mxfp8", "mxfp8:round=stochastic", "round=nearest", "round=stochastic"},
+                         {"int4:block=32", "int4", "block=32", "block=64"},
+                         {"mxfp8", "mxfp4", "mxfp8", "mxfp4"},
+                         {"int4", "int8", "int4", "int8"}}) {
     SCOPED_TRACE(p.writer + " -> " + p.reader);
     auto w = compressOrDie(*codecOrDie(p.writer), x);
     auto r = codecOrDie(p.reader);

@@ -22,7 +22,19 @@ TEST(AutoSpec, LossBudgetOrdersTheCandidates) {
   EXPECT_EQ(def.value().candidates[3].rfind("int8", 0), 0u);
   auto all = parseAutoSpec("auto:max=onebit");
   ASSERT_TRUE(all.isOk());
-  EXPECT_EQ(all.value().candidates.size(), 6u);
+  EXPECT_EQ(all.value().candidates.size(), 10u);
+  // The low-bit formats sit between int8 and onebit: 8-bit floats first, then 4-bit formats.
+  auto eight = parseAutoSpec("auto:max=mxfp8");
+  ASSERT_TRUE(eight.isOk());
+  ASSERT_EQ(eight.value().candidates.size(), 6u);
+  EXPECT_EQ(eight.value().candidates[4].rfind("fp8:", 0), 0u);
+  EXPECT_EQ(eight.value().candidates[5].rfind("mxfp8:", 0), 0u);
+  auto four = parseAutoSpec("auto:max=int4");
+  ASSERT_TRUE(four.isOk());
+  ASSERT_EQ(four.value().candidates.size(), 8u);
+  EXPECT_EQ(four.value().candidates[6].rfind("mxfp4:", 0), 0u);
+  EXPECT_EQ(four.value().candidates[7].rfind("int4:", 0), 0u);
+  for (const auto& c : four.value().candidates) EXPECT_EQ(c.find("onebit"), std::string::npos);
   EXPECT_EQ(parseAutoSpec("auto:max=none").value().candidates.size(), 1u);
   for (const char* bad : {"auto:max=zstd", "auto:min=int8", "automatic"}) {
     auto r = parseAutoSpec(bad);
@@ -77,7 +89,7 @@ TEST(AutoSelect, EveryRankPicksTheSameCodec) {
       EXPECT_TRUE(sel->calibrated());
       auto predictions =
           sel->predict(CollectiveOp{CollectiveKind::kAllReduce, nullptr, nullptr, count}, n);
-      EXPECT_EQ(predictions.size(), std::string(spec) == "auto:max=int8" ? 4u : 6u);
+      EXPECT_EQ(predictions.size(), std::string(spec) == "auto:max=int8" ? 4u : 10u);
       for (auto& p : predictions) EXPECT_GT(p.second, 0.0) << p.first;
       return Status::ok();
     });

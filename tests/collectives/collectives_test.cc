@@ -48,6 +48,10 @@ double unitRoundoff(DataType dt) {
   return dt == DataType::kFloat32 ? 0x1p-24 : dt == DataType::kFloat16 ? 0x1p-11 : 0x1p-8;
 }
 double codecRoundoff(const std::string& spec) {
+  // fp8 E4M3: half a step is 2^-4 relative; mxfp8 also clips the top binade above 448 X
+  // (at most 1/8 of the block's largest value).
+  if (spec == "fp8") return 0x1p-4;
+  if (spec == "mxfp8") return 0x1p-3;
   return spec == "fp16" ? 0x1p-11 : spec == "bf16" ? 0x1p-8 : 0x1p-24;
 }
 
@@ -173,6 +177,11 @@ TEST_P(AllreduceTest, SweepsWorldSizesCountsTypesAndOps) {
               double maxIn = dt == DataType::kFloat32 ? 1.5 : 1.51;
               tol = (n * maxIn + n * maxIn) / 254.0 * (op == ReduceOp::kAvg ? 1.0 / n : 1.0) +
                     outU * std::fabs(ref[i]) + 1e-6;
+            } else if (spec == "fp8" || spec == "mxfp8") {
+              // Relative rounding per contribution and for the sum, plus E4M3's subnormal step
+              // (2^-10 of a block scale below 1.51 / 2^8) each time.
+              tol = 2 * wireU * (sumAbs[i] + std::fabs(ref[i])) + outU * std::fabs(ref[i]) +
+                    2 * (n + 1) * 1.51 * 0x1p-18 + 1e-7;
             } else {
               // Every contribution rounded to the wire type once, the sum once more.
               tol = 2 * wireU * (sumAbs[i] + std::fabs(ref[i])) + outU * std::fabs(ref[i]) + 1e-7;
@@ -186,7 +195,8 @@ TEST_P(AllreduceTest, SweepsWorldSizesCountsTypesAndOps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, AllreduceTest,
-                         ::testing::Values("none", "fp16", "bf16", "int8", "onebit", "topk"),
+                         ::testing::Values("none", "fp16", "bf16", "int8", "onebit", "topk", "fp8",
+                                           "mxfp8", "mxfp4", "int4"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // With error feedback the scatter-reduce result equals the simulation step after step (worker

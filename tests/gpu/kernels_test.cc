@@ -57,6 +57,7 @@ bool sameValue(BFloat16 a, BFloat16 b) {
   return a.bits == b.bits || (nan(a.bits) && nan(b.bits));
 }
 bool sameValue(int8_t a, int8_t b) { return a == b; }
+bool sameValue(uint8_t a, uint8_t b) { return a == b; }
 bool sameValue(uint32_t a, uint32_t b) { return a == b; }
 
 template <typename T>
@@ -334,6 +335,83 @@ TYPED_TEST(GpuKernels, Int8MatchesCpuBitwise) {
       for (Rounding r : {Rounding::kNearest, Rounding::kStochastic})
         for (bool withResidual : {false, true})
           checkInt8(randomValues<TypeParam>(n, 40 + n), block, r, withResidual);
+}
+
+// ---- low-bit formats (fp8, mxfp8, mxfp4, int4) -------------------------------------------------
+template <typename In>
+void checkLowbit(const std::vector<In>& in, kernels::LowbitFormat f, size_t block,
+                 Rounding rounding, bool withResidual) {
+  size_t n = in.size();
+  SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) + " format=" +
+               std::to_string(static_cast<int>(f)) + " block=" + std::to_string(block) +
+               " stochastic=" + std::to_string(rounding == Rounding::kStochastic) +
+               " residual=" + std::to_string(withResidual));
+  size_t scaleBytes = ((n + block - 1) / block) * kernels::lowbitScaleBytes(f);
+  size_t codeBytes = kernels::lowbitCodeBytes(f, n);
+  const uint64_t seed = 0x5eed, offset = 978;  // even: nibble formats start on a byte
+  auto residual = randomResidual(n, 51 + n);
+  std::vector<float> cpuResidual = residual;
+  std::vector<uint8_t> cpuScales(scaleBytes), cpuCodes(codeBytes);
+  cpu::lowbitQuantize(f, in.data(), n, block, rounding, seed, offset,
+                      withResidual ? cpuResidual.data() : nullptr, cpuScales.data(),
+                      cpuCodes.data());
+  DeviceArray<In> dIn(n);
+  DeviceArray<float> dResidual(n);
+  DeviceArray<uint8_t> dScales(scaleBytes), dCodes(codeBytes);
+  ASSERT_CUDA(dIn.upload(in));
+  ASSERT_CUDA(dResidual.upload(residual));
+  ASSERT_CUDA(cuda::lowbitQuantize(f, dIn.get(), n, block, rounding, seed, offset,
+                                   withResidual ? dResidual.get() : nullptr, dScales.get(),
+                                   dCodes.get(), nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  expectSame(dScales.download(), cpuScales, "lowbit scales");
+  expectSame(dCodes.download(), cpuCodes, "lowbit codes");
+  expectSame(dResidual.download(), withResidual ? cpuResidual : residual, "lowbit residual");
+  auto decode = [&](auto outTag) {
+    using Out = decltype(outTag);
+    std::vector<Out> cpuOut(n);
+    cpu::lowbitDequantize(f, cpuScales.data(), cpuCodes.data(), n, block, cpuOut.data());
+    DeviceArray<Out> dOut(n);
+    ASSERT_CUDA(
+        cuda::lowbitDequantize(f, dScales.get(), dCodes.get(), n, block, dOut.get(), nullptr));
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    expectSame(dOut.download(), cpuOut, std::string("lowbit dequantize to ") + typeName<Out>());
+  };
+  decode(float{});
+  decode(Half{});
+  decode(BFloat16{});
+  auto acc = randomResidual(n, 53 + n);
+  std::vector<float> cpuAcc = acc;
+  cpu::lowbitDequantizeAccumulate(f, cpuScales.data(), cpuCodes.data(), n, block, cpuAcc.data());
+  DeviceArray<float> dAcc(n);
+  ASSERT_CUDA(dAcc.upload(acc));
+  ASSERT_CUDA(cuda::lowbitDequantizeAccumulate(f, dScales.get(), dCodes.get(), n, block, dAcc.get(),
+                                               nullptr));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  expectSame(dAcc.download(), cpuAcc, "lowbit dequantize-accumulate");
+}
+
+TYPED_TEST(GpuKernels, LowbitMatchesCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  using kernels::LowbitFormat;
+  struct F {
+    LowbitFormat f;
+    size_t block;
+  };
+  for (F c :
+       {F{LowbitFormat::kFp8E4M3, 256}, F{LowbitFormat::kFp8E5M2, 32}, F{LowbitFormat::kMxfp8, 32},
+        F{LowbitFormat::kMxfp4, 32}, F{LowbitFormat::kInt4, 64}, F{LowbitFormat::kInt4, 4096}})
+    for (size_t n : kSizes)
+      for (Rounding r : {Rounding::kNearest, Rounding::kStochastic})
+        for (bool withResidual : {false, true}) {
+          auto in = randomValues<TypeParam>(n, 60 + n);
+          if (n > 700) {  // a NaN block, an Inf block and an all-zero block
+            num::store(in.data(), 3, std::numeric_limits<float>::quiet_NaN());
+            num::store(in.data(), 300, -std::numeric_limits<float>::infinity());
+            for (size_t i = 512; i < 640; ++i) num::store(in.data(), i, 0.0f);
+          }
+          checkLowbit(in, c.f, c.block, r, withResidual);
+        }
 }
 
 TYPED_TEST(GpuKernels, Int8NonFiniteBlocksMatchCpu) {

@@ -5,7 +5,10 @@
                without error feedback, and checks that each compressing codec with error
                feedback ends within LOSS_TOL (relative) of the uncompressed final training loss
                and within ACC_TOL of its test accuracy, while onebit and topk without error
-               feedback end measurably worse.
+               feedback end measurably worse. The low-bit codecs: fp8 and mxfp8 without error
+               feedback within FP8_TOL of none's loss; mxfp4 and int4 with error feedback within
+               LOSS_TOL. mxfp4 and int4 without error feedback are run and printed, not
+               checked: on this model they end within LOSS_TOL of none as well (see INFO_ONLY).
   resume:      a run stopped mid-epoch and resumed from its checkpoint at the same world size
                reproduces the uninterrupted run's loss curve exactly; resumed at another world
                size (residuals re-partitioned) it ends within the same tolerances.
@@ -20,6 +23,7 @@ import subprocess
 import sys
 
 LOSS_TOL = 0.02  # relative, on the final full-training-set loss
+FP8_TOL = 0.01   # relative: the 8-bit floats without error feedback (issue #20)
 ACC_TOL = 0.01   # absolute, on the final test accuracy (1 point)
 WORLD = 4
 # Small enough for a few minutes on two loaded cores, long enough for the codecs to settle.
@@ -41,7 +45,21 @@ CODECS = [
     ("topk1%", "topk:ratio=0.01", True),
     ("onebit-noef", "onebit", False),
     ("topk1%-noef", "topk:ratio=0.01", False),
+    ("fp8", "fp8", False),
+    ("mxfp8", "mxfp8", False),
+    ("mxfp4", "mxfp4", True),
+    ("int4", "int4", True),
+    ("mxfp4-noef", "mxfp4", False),
+    ("int4-noef", "int4", False),
 ]
+# Printed for comparison, not checked. Issue #20 expected the 4-bit codecs to be measurably worse
+# without error feedback; on this MLP they are not (2026-11-25, 4 ranks: mxfp4 +1.01% and int4
+# +0.18% over none's loss on the iid split, +0.41% / +0.60% on --split noniid; with error
+# feedback +0.17% / +0.10% and +0.04% / +0.02%), so there is nothing honest to assert.
+INFO_ONLY = {"mxfp4-noef", "int4-noef"}
+# Codecs expected close to none without error feedback, and their relative loss tolerance.
+CLOSE_WITHOUT_EF = {"fp16": LOSS_TOL, "bf16": LOSS_TOL, "int8": LOSS_TOL, "fp8": FP8_TOL,
+                    "mxfp8": FP8_TOL}
 
 
 def train(args, world, log, extra):
@@ -81,11 +99,12 @@ def convergence(args):
               f"{acc * 100:>9.2f}%{(acc - base_acc) * 100:>+9.2f}")
     for label, _, ef in CODECS:
         loss, acc = results[label]
-        if label == "none":
+        if label == "none" or label in INFO_ONLY:
             continue
-        if ef or label in ("fp16", "bf16", "int8"):
-            if abs(loss - base_loss) > LOSS_TOL * base_loss:
-                failures.append(f"{label}: final loss {loss:.5f} is not within {LOSS_TOL:.0%} of "
+        if ef or label in CLOSE_WITHOUT_EF:
+            tol = LOSS_TOL if ef else CLOSE_WITHOUT_EF[label]
+            if abs(loss - base_loss) > tol * base_loss:
+                failures.append(f"{label}: final loss {loss:.5f} is not within {tol:.0%} of "
                                 f"none's {base_loss:.5f}")
             if abs(acc - base_acc) > ACC_TOL:
                 failures.append(f"{label}: test accuracy {acc:.4f} is not within {ACC_TOL} of "

@@ -27,6 +27,10 @@ enum class CodecId : uint8_t {
   kInt8 = 3,
   kOnebit = 4,
   kTopk = 5,
+  kFp8 = 6,    // fp8:format=e4m3|e5m2 (param1 says which), float32 scale per block
+  kMxfp8 = 7,  // OCP MXFP8: E4M3 elements, E8M0 scale per 32
+  kMxfp4 = 8,  // OCP MXFP4: E2M1 elements, E8M0 scale per 32
+  kInt4 = 9,   // 4-bit signed integers, float32 scale per block
 };
 const char* codecName(CodecId id);  // "none", "fp16", ...
 
@@ -87,6 +91,10 @@ class Codec {
 //   int8[:block=N][,round=nearest|stochastic][,seed=N]      (block default 256)
 //   onebit[:block=N]                                        (block default 2048)
 //   topk[:ratio=R]                                          (0 < R <= 1, default 0.01)
+//   fp8[:format=e4m3|e5m2][,block=N][,round=...][,seed=N]   (e4m3, block 256)
+//   mxfp8[:round=nearest|stochastic][,seed=N]               (OCP MX, 32 per E8M0 scale)
+//   mxfp4[:round=nearest|stochastic][,seed=N]
+//   int4[:block=N][,round=nearest|stochastic][,seed=N]      (block default 64)
 // Unknown names or keys, and out-of-range values, are kInvalidArgument errors whose message
 // names what is accepted.
 Result<std::shared_ptr<const Codec>> makeCodec(const std::string& spec);

@@ -40,6 +40,18 @@ cudaError_t onebitDecompress(const float* scales, const uint32_t* bits, size_t n
 cudaError_t onebitDecompressAccumulate(const float* scales, const uint32_t* bits, size_t n,
                                        size_t block, float* acc, cudaStream_t stream);
 
+// The low-bit block formats (kernels.h's layout and contract; block >= 32 and even).
+using LowbitFormat = ::terse::kernels::LowbitFormat;
+template <typename In>
+cudaError_t lowbitQuantize(LowbitFormat f, const In* in, size_t n, size_t block, Rounding rounding,
+                           uint64_t seed, uint64_t offset, float* residual, void* scales,
+                           uint8_t* codes, cudaStream_t stream);
+template <typename Out>
+cudaError_t lowbitDequantize(LowbitFormat f, const void* scales, const uint8_t* codes, size_t n,
+                             size_t block, Out* out, cudaStream_t stream);
+cudaError_t lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const uint8_t* codes,
+                                       size_t n, size_t block, float* acc, cudaStream_t stream);
+
 // Device scratch for topkCompress (CUB temp storage included).
 size_t topkScratchBytes(size_t n);
 // Exact top-k (CUB radix select over magnitude keys); writes *kOut (host pointer) after

@@ -15,6 +15,9 @@
 //   onebit: scales[ceil(n/block)] float32, bits[ceil(n/32)] uint32 (bit j of word w is element
 //           32w+j; 1 means >= 0; unused high bits of the last word are 0)
 //   topk:   indices[k] uint32 ascending, values[k] float32
+//   lowbit: scales[ceil(n/block)] (float32, or one E8M0 byte for mx formats), codes: n bytes
+//           (fp8, mxfp8) or ceil(n/2) bytes of nibbles, element 2i in the low nibble (mxfp4,
+//           int4; an odd n leaves the last high nibble 0)
 #pragma once
 
 #include "terse/kernels/numeric.h"
@@ -25,6 +28,27 @@
 namespace terse::kernels {
 
 enum class Rounding : uint8_t { kNearest = 0, kStochastic = 1 };
+
+// The low-bit block formats (numeric.h has their formulas). mx formats use block 32 always.
+enum class LowbitFormat : uint8_t {
+  kFp8E4M3 = 0,  // E4M3 elements, float32 scale per block
+  kFp8E5M2 = 1,  // E5M2 elements, float32 scale per block
+  kMxfp8 = 2,    // OCP MXFP8 (E4M3), E8M0 scale per 32
+  kMxfp4 = 3,    // OCP MXFP4 (E2M1), E8M0 scale per 32
+  kInt4 = 4,     // 4-bit signed integers, float32 scale per block
+};
+constexpr size_t kMxBlock = 32;
+constexpr bool lowbitIsMx(LowbitFormat f) {
+  return f == LowbitFormat::kMxfp8 || f == LowbitFormat::kMxfp4;
+}
+constexpr bool lowbitIsNibbles(LowbitFormat f) {
+  return f == LowbitFormat::kMxfp4 || f == LowbitFormat::kInt4;
+}
+// Bytes of one block scale, and of the codes of n elements.
+constexpr size_t lowbitScaleBytes(LowbitFormat f) { return lowbitIsMx(f) ? 1 : 4; }
+constexpr size_t lowbitCodeBytes(LowbitFormat f, size_t n) {
+  return lowbitIsNibbles(f) ? (n + 1) / 2 : n;
+}
 
 namespace cpu {
 
@@ -56,6 +80,18 @@ template <typename Out>
 void onebitDecompress(const float* scales, const uint32_t* bits, size_t n, size_t block, Out* out);
 void onebitDecompressAccumulate(const float* scales, const uint32_t* bits, size_t n, size_t block,
                                 float* acc);
+
+// ---- low-bit block formats: fp8, mxfp8, mxfp4, int4 ------------------------------------------
+// block: elements per scale (even; kMxBlock for the mx formats). seed/offset as int8's; offset
+// must be even for the nibble formats (a chunk starts on a whole byte).
+template <typename In>
+void lowbitQuantize(LowbitFormat f, const In* in, size_t n, size_t block, Rounding rounding,
+                    uint64_t seed, uint64_t offset, float* residual, void* scales, uint8_t* codes);
+template <typename Out>
+void lowbitDequantize(LowbitFormat f, const void* scales, const uint8_t* codes, size_t n,
+                      size_t block, Out* out);
+void lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const uint8_t* codes, size_t n,
+                                size_t block, float* acc);
 
 // ---- topk: k largest magnitudes (exact on CPU) ----------------------------------------------
 // Scratch for topkCompress, in bytes (two-phase query like CUB's temp storage).

@@ -9,6 +9,15 @@
 //    Inf stays Inf, overflow on rounding becomes Inf as in every bfloat16 implementation.
 //  - int8: scale = absmax / 127 per block; q = round(v / scale) in [-127, 127].
 //  - onebit: scale = mean(|v|) per block; bit 1 means v >= 0 (zero maps to +scale).
+//  - fp8 (E4M3/E5M2), E2M1 elements: round to nearest even, finite overflow saturates to the
+//    largest finite value; NaN stays NaN (E4M3: S.1111.111, E5M2: S.11111.10), Inf becomes NaN
+//    in E4M3 (no Inf code) and stays Inf in E5M2; E2M1 has neither (Inf saturates, NaN -> 0).
+//    Bit-exact against ml_dtypes' float8_e4m3fn / float8_e5m2 / float4_e2m1fn on every finite
+//    input after clamping to +-max (tests/codecs/golden/gen_lowbit.py).
+//  - fp8 block scale: absmax / max_finite (float32); mx scale: E8M0 2^(floor(log2 absmax) -
+//    emax_elem), the OCP MX v1.0 rule, clamped to [2^-127, 2^127]; a block holding Inf/NaN gets
+//    a NaN scale (fp8: float NaN, mx: 0xFF) so all of it decodes to NaN.
+//  - int4: scale = absmax / 7 per block; q = round(v / scale) in [-7, 7].
 #pragma once
 
 #include "terse/common/hd.h"
@@ -164,6 +173,233 @@ TERSE_HD float uniform01(uint64_t seed, uint64_t index) {
   uint64_t r = mix64(seed + (index + 1) * 0x9e3779b97f4a7c15ull);
   return static_cast<float>(static_cast<uint32_t>(r >> 40)) * (1.0f / 16777216.0f);
 }
+
+// ---- minifloat elements: FP8 E4M3 / E5M2 and FP4 E2M1 ------------------------------------------
+// A format is a traits struct; every function below is a template over it so the compiler folds
+// the constants. kMant: mantissa bits; kBias: exponent bias; kEmin: exponent of the smallest
+// normal; kMaxBits: float32 bits of the largest finite value; kSign: the sign bit of a code.
+struct E4M3 {
+  static constexpr int kMant = 3, kBias = 7, kEmin = -6, kEmax = 8;
+  static constexpr uint32_t kSign = 0x80u, kMaxCode = 0x7eu, kNanCode = 0x7fu;
+  static constexpr uint32_t kInfCode = 0x7fu;        // no Inf: Inf encodes as NaN (as ml_dtypes)
+  static constexpr uint32_t kMaxBits = 0x43e00000u;  // 448
+};
+struct E5M2 {
+  static constexpr int kMant = 2, kBias = 15, kEmin = -14, kEmax = 15;
+  static constexpr uint32_t kSign = 0x80u, kMaxCode = 0x7bu, kNanCode = 0x7eu;
+  static constexpr uint32_t kInfCode = 0x7cu;
+  static constexpr uint32_t kMaxBits = 0x47600000u;  // 57344
+};
+struct E2M1 {
+  static constexpr int kMant = 1, kBias = 1, kEmin = 0, kEmax = 2;
+  static constexpr uint32_t kSign = 0x8u, kMaxCode = 0x7u, kNanCode = 0x0u;  // no NaN code
+  static constexpr uint32_t kInfCode = 0x7u;         // no Inf: saturates (as ml_dtypes)
+  static constexpr uint32_t kMaxBits = 0x40c00000u;  // 6
+};
+
+// 2^k as a float for -126 <= k <= 127 (exact).
+TERSE_HD float pow2(int k) { return bitsFloat(static_cast<uint32_t>(k + 127) << 23); }
+
+template <typename F>
+TERSE_HD float fpMax() {
+  return bitsFloat(F::kMaxBits);
+}
+
+// Code of a magnitude 0 <= a <= max, round to nearest even (sign not included).
+template <typename F>
+TERSE_HD uint32_t fpMagnitudeNearest(float a) {
+  if (a < pow2(F::kEmin)) {
+    // Subnormal range: a multiple of 2^(emin - mant); the count is the code (a count of
+    // 2^mant is the smallest normal's code, so rounding up across the boundary is free).
+    return static_cast<uint32_t>(rintf(a * pow2(F::kMant - F::kEmin)));
+  }
+  constexpr int kShift = 23 - F::kMant;
+  uint32_t b = floatBits(a);
+  b += (1u << (kShift - 1)) - 1u + ((b >> kShift) & 1u);  // round to nearest even at kShift
+  return (b >> kShift) - (static_cast<uint32_t>(127 - F::kBias) << F::kMant);
+}
+
+// float32 -> code, round to nearest even, finite overflow saturating to +-max.
+template <typename F>
+TERSE_HD uint32_t fpEncodeNearest(float x) {
+  uint32_t b = floatBits(x);
+  uint32_t sign = (b >> 31) ? F::kSign : 0u;
+  uint32_t absb = b & 0x7fffffffu;
+  if (absb > 0x7f800000u) return F::kNanCode ? (sign | F::kNanCode) : 0u;
+  if (absb == 0x7f800000u) return sign | F::kInfCode;
+  if (absb >= F::kMaxBits) return sign | F::kMaxCode;
+  return sign | fpMagnitudeNearest<F>(bitsFloat(absb));
+}
+
+// Stochastic rounding between the two neighbouring codes of |x|: floor(|x| / step + u) * step
+// with step the spacing of the format at |x|, so E[decode] = x for |x| <= max (ties cannot
+// bias: u is uniform in [0, 1)). Sign applied after, so the rounding is symmetric. Non-finite
+// inputs encode as fpEncodeNearest does; beyond max saturates.
+template <typename F>
+TERSE_HD uint32_t fpEncodeStochastic(float x, float u) {
+  uint32_t b = floatBits(x);
+  uint32_t absb = b & 0x7fffffffu;
+  if (absb >= 0x7f800000u) return fpEncodeNearest<F>(x);
+  uint32_t sign = (b >> 31) ? F::kSign : 0u;
+  if (absb >= F::kMaxBits) return sign | F::kMaxCode;
+  int e = static_cast<int>(absb >> 23) - 127;  // floor(log2 |x|) for normal float32
+  e = e < F::kEmin ? F::kEmin : e;
+  float a = bitsFloat(absb);
+  float t = floorf(a * pow2(F::kMant - e) + u) * pow2(e - F::kMant);  // exact multiple of step
+  float mx = fpMax<F>();
+  t = t > mx ? mx : t;  // a + u can round up to one step past max
+  return sign | fpMagnitudeNearest<F>(t);
+}
+
+template <typename F>
+TERSE_HD uint32_t fpEncode(float x, bool stochastic, float u) {
+  return stochastic ? fpEncodeStochastic<F>(x, u) : fpEncodeNearest<F>(x);
+}
+
+// Value of a finite magnitude code, exactly, without float32 subnormals (which cost a
+// microcode assist per operation on x86): a normal code's bits move under float32's exponent
+// with the bias changed by integer addition; a subnormal code is mantissa * 2^(emin - mant).
+template <typename F>
+TERSE_HD float fpMagnitudeValue(uint32_t mag) {
+  float normal =
+      bitsFloat((mag << (23 - F::kMant)) + (static_cast<uint32_t>(127 - F::kBias) << 23));
+  float sub = static_cast<float>(static_cast<int32_t>(mag)) * pow2(F::kEmin - F::kMant);
+  return (mag >> F::kMant) ? normal : sub;
+}
+
+// code -> float32 (exact); NaN codes decode to the quiet NaN, E5M2's Inf codes to Inf.
+template <typename F>
+TERSE_HD float fpDecode(uint32_t code) {
+  uint32_t mag = code & (F::kSign - 1u);
+  float v = fpMagnitudeValue<F>(mag);
+  if (F::kNanCode && mag > F::kMaxCode) {  // E4M3: 0x7f; E5M2: 0x7c Inf, 0x7d..0x7f NaN
+    v = (F::kInfCode != F::kNanCode && mag == F::kInfCode) ? bitsFloat(0x7f800000u)
+                                                           : bitsFloat(0x7fc00000u);
+  }
+  return (code & F::kSign) ? -v : v;
+}
+
+// An element of a scaled block: x = v * inv, encoded. A NaN product (any element of a
+// NaN-scaled block, or 0 * Inf when 1/scale overflowed for a float32-subnormal scale) writes
+// code 0 and +-Inf saturates, so only the block scale carries non-finite input.
+template <typename F>
+TERSE_HD uint32_t fpEncodeScaled(float v, float inv, bool stochastic, float u) {
+  float x = v * inv;
+  float mx = fpMax<F>();
+  x = x != x ? 0.0f : x;
+  x = x > mx ? mx : (x < -mx ? -mx : x);
+  return fpEncode<F>(x, stochastic, u);
+}
+
+// ---- fp8 with a float32 block scale -----------------------------------------------------------
+// Same shape as int8: scale = absmax / max_finite, so the block's largest value lands on the
+// format's largest; NaN scale for a non-finite block.
+template <typename F>
+TERSE_HD float fpBlockScale(float absmax, bool allFinite) {
+  return allFinite ? absmax / fpMax<F>() : bitsFloat(0x7fc00000u);
+}
+
+// ---- OCP MX v1.0: E8M0 shared scale per 32 elements -----------------------------------------
+// The spec's rule (section 6.3): X = 2^(floor(log2(absmax)) - emax_elem), emax_elem the element
+// format's largest exponent (E4M3: 8, E2M1: 2); elements are V/X rounded and clamped to the
+// element format. E8M0 holds exponents -127..127 (byte = exponent + 127), 0xFF is NaN. An
+// all-zero block takes the smallest scale (its elements are zero whatever X is).
+constexpr uint32_t kE8M0Nan = 0xffu;
+
+// maxKey: magnitude bits of the block's largest |v| (magnitudeKey); >= 0x7f800000 means Inf/NaN.
+template <typename F>
+TERSE_HD uint32_t mxScaleCode(uint32_t maxKey) {
+  if (maxKey >= 0x7f800000u) return kE8M0Nan;
+  if (maxKey == 0) return 0u;
+  int lg;
+  if (maxKey >= 0x00800000u) {
+    lg = static_cast<int>(maxKey >> 23) - 127;
+  } else {  // float32 subnormal: exponent from the highest set bit
+    int hi = 22;
+    while (!(maxKey >> hi)) --hi;
+    lg = hi - 149;
+  }
+  int e = lg - F::kEmax;
+  e = e < -127 ? -127 : (e > 127 ? 127 : e);
+  return static_cast<uint32_t>(e + 127);
+}
+
+// X as float32 (2^-127 is a float32 subnormal, still exact).
+TERSE_HD float e8m0Decode(uint32_t code) {
+  if (code == kE8M0Nan) return bitsFloat(0x7fc00000u);
+  return code ? bitsFloat(code << 23) : bitsFloat(0x00400000u);
+}
+
+// 1/X, exact (2^(127 - code) fits a float32 for every code 0..254); 0 for a NaN scale, so the
+// elements of a NaN block encode v * 0 (NaN for Inf/NaN inputs), decoding to NaN anyway.
+TERSE_HD float e8m0Inverse(uint32_t code) {
+  if (code == kE8M0Nan) return 0.0f;
+  return code >= 1u ? e8m0Decode(254u - code) : pow2(127);
+}
+
+// ---- int4 -----------------------------------------------------------------------------------
+// int8's scheme with 7 levels each side: scale = absmax / 7, q in [-7, 7], two's complement
+// nibbles (element 2i in the low nibble of byte i).
+TERSE_HD float int4Scale(float absmax, bool allFinite) {
+  return allFinite ? absmax / 7.0f : bitsFloat(0x7fc00000u);
+}
+TERSE_HD uint32_t int4Quantize(float x, bool stochastic, float u) {
+  float q = stochastic ? floorf(x + u) : rintf(x);
+  q = q != q ? 0.0f : q;
+  q = q > 7.0f ? 7.0f : (q < -7.0f ? -7.0f : q);
+  return static_cast<uint32_t>(static_cast<int32_t>(q)) & 0xfu;
+}
+TERSE_HD float int4Dequantize(uint32_t nibble) {
+  return static_cast<float>(static_cast<int32_t>(nibble << 28) >> 28);
+}
+
+// ---- the low-bit block formats as policies -----------------------------------------------------
+// What the CPU and CUDA kernels need from a format, all from the formulas above: the scale of a
+// block from its largest magnitude key, the scale's value and inverse, an element's code and
+// value. decoded = decode(code) * scaleValue(scale), on both sides of the wire.
+template <typename F>
+struct FpBlockPolicy {  // fp8: F elements, float32 scale per block
+  using Scale = float;
+  static constexpr bool kNibbles = false;
+  static TERSE_HD float scaleFromKey(uint32_t key) {
+    return fpBlockScale<F>(bitsFloat(key), key < 0x7f800000u);
+  }
+  static TERSE_HD float scaleValue(float s) { return s; }
+  static TERSE_HD float inverse(float s) { return int8InvScale(s); }
+  static TERSE_HD uint32_t encode(float v, float inv, bool stochastic, float u) {
+    return fpEncodeScaled<F>(v, inv, stochastic, u);
+  }
+  static TERSE_HD float decode(uint32_t c) { return fpDecode<F>(c); }
+};
+
+template <typename F>
+struct MxPolicy {  // OCP MX: F elements, E8M0 scale per 32
+  using Scale = uint8_t;
+  static constexpr bool kNibbles = F::kSign == 0x8u;
+  static TERSE_HD uint8_t scaleFromKey(uint32_t key) {
+    return static_cast<uint8_t>(mxScaleCode<F>(key));
+  }
+  static TERSE_HD float scaleValue(uint8_t s) { return e8m0Decode(s); }
+  static TERSE_HD float inverse(uint8_t s) { return e8m0Inverse(s); }
+  static TERSE_HD uint32_t encode(float v, float inv, bool stochastic, float u) {
+    return fpEncodeScaled<F>(v, inv, stochastic, u);
+  }
+  static TERSE_HD float decode(uint32_t c) { return fpDecode<F>(c); }
+};
+
+struct Int4Policy {  // int4: float32 scale per block, nibbles
+  using Scale = float;
+  static constexpr bool kNibbles = true;
+  static TERSE_HD float scaleFromKey(uint32_t key) {
+    return int4Scale(bitsFloat(key), key < 0x7f800000u);
+  }
+  static TERSE_HD float scaleValue(float s) { return s; }
+  static TERSE_HD float inverse(float s) { return int8InvScale(s); }
+  static TERSE_HD uint32_t encode(float v, float inv, bool stochastic, float u) {
+    return int4Quantize(v * inv, stochastic, u);
+  }
+  static TERSE_HD float decode(uint32_t c) { return int4Dequantize(c); }
+};
 
 // ---- onebit ---------------------------------------------------------------------------------
 // Scale of a block: mean magnitude keeps the block's L1 mass. Non-finite input -> NaN scale.

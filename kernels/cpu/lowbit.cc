@@ -1,0 +1,412 @@
+// The low-bit block formats (fp8, mxfp8, mxfp4, int4): loop templates over numeric.h's format
+// policies. The portable loops call the formulas element by element; the AVX2 loops (run when
+// the CPU has them) compute the same bits lane for lane: nearest rounding and every decoder in
+// vectors, stochastic rounding through the scalar formulas.
+#include "cpu_common.h"
+#include "simd_avx2.h"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+namespace terse::kernels::cpu {
+namespace {
+
+template <typename In>
+inline float valueAt(const In* in, const float* residual, size_t i) {
+  return residual ? num::load(in, i) + residual[i] : num::load(in, i);
+}
+
+// One block: scale from the largest magnitude, then every element's code (and residual).
+// codes points at the block's first byte (element 0 of the block is a low nibble).
+template <typename P, typename In>
+void quantizeBlock(const In* TERSE_RESTRICT in, size_t n, bool stochastic, uint64_t seed,
+                   uint64_t offset, float* TERSE_RESTRICT residual,
+                   typename P::Scale* TERSE_RESTRICT scaleOut, uint8_t* TERSE_RESTRICT codes) {
+  uint32_t maxKey = 0;
+  for (size_t i = 0; i < n; ++i)
+    maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
+  typename P::Scale s = P::scaleFromKey(maxKey);
+  *scaleOut = s;
+  float inv = P::inverse(s), sv = P::scaleValue(s);
+  bool st = stochastic;
+  auto codeAt = [&](size_t i) {
+    float v = valueAt(in, residual, i);
+    uint32_t c = P::encode(v, inv, st, st ? num::uniform01(seed, offset + i) : 0.0f);
+    if (residual) residual[i] = num::residualOf(v, P::decode(c) * sv);
+    return c;
+  };
+  if constexpr (P::kNibbles) {
+    size_t pairs = n / 2;
+    for (size_t j = 0; j < pairs; ++j) {
+      uint32_t lo = codeAt(2 * j), hi = codeAt(2 * j + 1);
+      codes[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+    if (n & 1) codes[pairs] = static_cast<uint8_t>(codeAt(n - 1));
+  } else {
+    for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(codeAt(i));
+  }
+}
+
+// Decoded values of one block, handed to put(i, value).
+template <typename P, typename Put>
+void decodeBlock(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes, size_t n, Put&& put) {
+  float sv = P::scaleValue(s);
+  if constexpr (P::kNibbles) {
+    size_t pairs = n / 2;
+    for (size_t j = 0; j < pairs; ++j) {
+      uint32_t b = codes[j];
+      put(2 * j, P::decode(b & 0xfu) * sv);
+      put(2 * j + 1, P::decode(b >> 4) * sv);
+    }
+    if (n & 1) put(n - 1, P::decode(codes[pairs] & 0xfu) * sv);
+  } else {
+    for (size_t i = 0; i < n; ++i) put(i, P::decode(codes[i]) * sv);
+  }
+}
+
+#if TERSE_CPU_HAVE_AVX2_PATH
+// The element format behind a policy (void for int4).
+template <typename P>
+struct ElemOf {
+  using type = void;
+};
+template <typename F>
+struct ElemOf<num::FpBlockPolicy<F>> {
+  using type = F;
+};
+template <typename F>
+struct ElemOf<num::MxPolicy<F>> {
+  using type = F;
+};
+
+// num::fpMagnitudeValue for 8 finite magnitude codes.
+template <typename F>
+TERSE_AVX2_INLINE __m256 magnitudeValue8(__m256i mag) {
+  __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(mag, 23 - F::kMant),
+                                    _mm256_set1_epi32((127 - F::kBias) << 23));
+  __m256 sub =
+      _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(num::pow2(F::kEmin - F::kMant)));
+  __m256i isSub = _mm256_cmpgt_epi32(_mm256_set1_epi32(1 << F::kMant), mag);
+  return _mm256_blendv_ps(avx2::floatOf(normal), sub, avx2::floatOf(isSub));
+}
+
+// P::encode(v, inv, nearest) for 8 lanes as 32-bit codes, and P::decode(code) in *dec (before
+// the scale). Lane for lane what the scalar formulas compute: the minifloat path follows
+// fpEncodeScaled + fpMagnitudeNearest (the scaled value is finite and within +-max, so
+// decoding needs no NaN/Inf codes); int4 follows int4Quantize.
+// dec may be null (no residual): the decode is then skipped.
+template <typename P>
+TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
+  using F = typename ElemOf<P>::type;
+  using namespace avx2;
+  __m256 x = _mm256_mul_ps(v, inv);
+  if constexpr (std::is_void_v<F>) {
+    __m256 q = _mm256_round_ps(x, _MM_FROUND_CUR_DIRECTION);  // rintf
+    q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);
+    q = _mm256_min_ps(q, _mm256_set1_ps(7.0f));
+    q = _mm256_max_ps(q, _mm256_set1_ps(-7.0f));
+    q = _mm256_add_ps(q, _mm256_setzero_ps());  // -0 -> +0, as the int conversion does
+    if (dec) *dec = q;
+    return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
+  } else {
+    const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
+    x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
+    x = _mm256_min_ps(x, mx);
+    x = _mm256_max_ps(x, _mm256_sub_ps(_mm256_setzero_ps(), mx));
+    __m256i bits = bitsOf(x);
+    __m256i sign = _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    __m256i a = _mm256_xor_si256(bits, sign);
+    // subnormal codes: rintf(a * 2^(mant - emin))
+    __m256i sub = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kMant - F::kEmin))),
+                        _MM_FROUND_CUR_DIRECTION));
+    constexpr int kShift = 23 - F::kMant;
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, kShift), _mm256_set1_epi32(1));
+    __m256i r =
+        _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32((1 << (kShift - 1)) - 1)), lsb);
+    __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(r, kShift),
+                                      _mm256_set1_epi32((127 - F::kBias) << F::kMant));
+    __m256 isSub = _mm256_cmp_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kEmin)), _CMP_LT_OQ);
+    __m256i mag = _mm256_blendv_epi8(normal, sub, bitsOf(isSub));
+    constexpr int kSignShift = F::kSign == 0x80u ? 24 : 28;
+    if (dec) *dec = _mm256_or_ps(magnitudeValue8<F>(mag), floatOf(sign));
+    return _mm256_or_si256(mag, _mm256_srli_epi32(sign, kSignShift));
+  }
+}
+
+// Four vectors of codes (< 256) -> 32 bytes in order.
+TERSE_AVX2_INLINE __m256i packBytes(__m256i a, __m256i b, __m256i c, __m256i d) {
+  __m256i ab = _mm256_packs_epi32(a, b);
+  __m256i cd = _mm256_packs_epi32(c, d);
+  __m256i abcd = _mm256_packus_epi16(ab, cd);
+  return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+template <typename P, typename In>
+TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
+    const In* TERSE_RESTRICT in, size_t n, bool stochastic, uint64_t seed, uint64_t offset,
+    float* TERSE_RESTRICT residual, typename P::Scale* TERSE_RESTRICT scaleOut,
+    uint8_t* TERSE_RESTRICT codes) {
+  // The largest magnitude key, 8 lanes at a time (an integer max: exact, order independent).
+  __m256i keys = _mm256_setzero_si256();
+  size_t full8 = n / 8 * 8;
+  for (size_t i = 0; i < full8; i += 8) {
+    __m256 v = avx2::load8(in + i);
+    if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
+    keys = _mm256_max_epu32(keys, avx2::magnitudeKey(v));
+  }
+  __m128i k4 = _mm_max_epu32(_mm256_castsi256_si128(keys), _mm256_extracti128_si256(keys, 1));
+  k4 = _mm_max_epu32(k4, _mm_shuffle_epi32(k4, 0x4e));
+  k4 = _mm_max_epu32(k4, _mm_shuffle_epi32(k4, 0xb1));
+  uint32_t maxKey = static_cast<uint32_t>(_mm_cvtsi128_si32(k4));
+  for (size_t i = full8; i < n; ++i)
+    maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
+  typename P::Scale s = P::scaleFromKey(maxKey);
+  *scaleOut = s;
+  float invScale = P::inverse(s), sv = P::scaleValue(s);
+  auto codeAt = [&](size_t i) {
+    float v = valueAt(in, residual, i);
+    uint32_t c =
+        P::encode(v, invScale, stochastic, stochastic ? num::uniform01(seed, offset + i) : 0.0f);
+    if (residual) residual[i] = num::residualOf(v, P::decode(c) * sv);
+    return c;
+  };
+  // Nearest rounding runs 32 elements at a time in vectors (stochastic rounding's 64-bit hash
+  // stays scalar); the tail and stochastic blocks take the scalar formulas.
+  size_t done = 0;
+  if (!stochastic) {
+    const __m256 inv = _mm256_set1_ps(invScale), sc = _mm256_set1_ps(sv);
+    for (; done + 32 <= n; done += 32) {
+      __m256i c[4];
+      for (int j = 0; j < 4; ++j) {
+        size_t i = done + 8 * j;
+        __m256 v = avx2::load8(in + i);
+        if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
+        __m256 dec;
+        c[j] = encodeNearest8<P>(v, inv, residual ? &dec : nullptr);
+        if (residual) _mm256_storeu_ps(residual + i, avx2::residualOf(v, _mm256_mul_ps(dec, sc)));
+      }
+      __m256i bytes = packBytes(c[0], c[1], c[2], c[3]);
+      if constexpr (P::kNibbles) {
+        // byte pairs (even, odd) -> even | odd << 4, then 16-bit lanes -> bytes
+        __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi16(0x000f));
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00f0));
+        __m256i w = _mm256_or_si256(lo, hi);
+        __m256i p = _mm256_packus_epi16(w, w);
+        p = _mm256_permute4x64_epi64(p, 0xd8);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + done / 2), _mm256_castsi256_si128(p));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + done), bytes);
+      }
+    }
+  }
+  if constexpr (P::kNibbles) {
+    size_t pairs = n / 2;
+    for (size_t j = done / 2; j < pairs; ++j) {
+      uint32_t lo = codeAt(2 * j), hi = codeAt(2 * j + 1);
+      codes[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+    if (n & 1) codes[pairs] = static_cast<uint8_t>(codeAt(n - 1));
+  } else {
+    for (size_t i = done; i < n; ++i) codes[i] = static_cast<uint8_t>(codeAt(i));
+  }
+}
+
+// Every block of [b, e) in one call: with 32-element mx blocks a call per block cost as much as
+// the block's work.
+template <typename P, typename In>
+TERSE_AVX2 void quantizeRangeAvx2(const In* in, size_t b, size_t e, size_t block, bool stochastic,
+                                  uint64_t seed, uint64_t offset, float* residual,
+                                  typename P::Scale* scales, uint8_t* codes) {
+  for (size_t s = b; s < e; s += block) {
+    // Small blocks walk the input (and residual) in short bursts the hardware prefetcher
+    // follows poorly: ask for the lines 4 KiB ahead (a no-op hint past the end of an array).
+    for (size_t k = 0; k < block && k < 64; k += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(in + s + 1024 + k), _MM_HINT_T0);
+      if (residual)
+        _mm_prefetch(reinterpret_cast<const char*>(residual + s + 1024 + k), _MM_HINT_T0);
+    }
+    quantizeBlockAvx2<P>(in + s, std::min(block, e - s), stochastic, seed, offset + s,
+                         residual ? residual + s : nullptr, scales + s / block,
+                         codes + (P::kNibbles ? s / 2 : s));
+  }
+}
+
+// P::decode for 8 byte codes of an 8-bit minifloat (NaN and Inf codes included).
+template <typename F>
+TERSE_AVX2_INLINE __m256 decodeFp8x8(const uint8_t* codes) {
+  using namespace avx2;
+  __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(static_cast<int>(F::kSign - 1u)));
+  __m256 v = magnitudeValue8<F>(mag);
+  __m256i special = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(static_cast<int>(F::kMaxCode)));
+  __m256i nonFinite = _mm256_set1_epi32(0x7fc00000);
+  if constexpr (F::kInfCode != F::kNanCode) {
+    __m256i isInf = _mm256_cmpeq_epi32(mag, _mm256_set1_epi32(static_cast<int>(F::kInfCode)));
+    nonFinite = _mm256_blendv_epi8(nonFinite, _mm256_set1_epi32(0x7f800000), isInf);
+  }
+  v = _mm256_blendv_ps(v, floatOf(nonFinite), floatOf(special));
+  __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_or_ps(v, floatOf(sign));
+}
+
+// P::decode for the 8 nibble codes of 4 bytes (element 2k in the low nibble of byte k).
+template <typename P>
+TERSE_AVX2_INLINE __m256 decodeNibbles8(const uint8_t* codes) {
+  using F = typename ElemOf<P>::type;
+  uint32_t word;
+  std::memcpy(&word, codes, 4);
+  __m128i b = _mm_cvtsi32_si128(static_cast<int>(word));
+  __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
+  __m256i c = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+  if constexpr (std::is_void_v<F>) {  // int4: sign-extend the nibble
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(c, 28), 28));
+  } else {  // E2M1: no NaN or Inf codes
+    __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(7));
+    __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(8)), 28);
+    return _mm256_or_ps(magnitudeValue8<F>(mag), avx2::floatOf(sign));
+  }
+}
+
+// Elements [b, e) (b block-aligned) decoded 8 at a time: out = decode(code) * scale, stored or
+// accumulated.
+template <typename P, typename Out>
+TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
+                                const uint8_t* TERSE_RESTRICT codes, size_t block, size_t b,
+                                size_t e, Out* TERSE_RESTRICT out, bool accumulate) {
+  using F = typename ElemOf<P>::type;
+  // Block by block: one scale (and no division) per block, 8 elements per step inside it.
+  for (size_t s = b; s < e; s += block) {
+    size_t end = std::min(s + block, e);
+    float sv = P::scaleValue(scales[s / block]);
+    __m256 sc = _mm256_set1_ps(sv);
+    size_t i = s;
+    for (; i + 8 <= end; i += 8) {
+      __m256 d;
+      if constexpr (P::kNibbles)
+        d = _mm256_mul_ps(decodeNibbles8<P>(codes + i / 2), sc);
+      else
+        d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
+      if constexpr (std::is_same_v<Out, float>) {
+        if (accumulate) d = _mm256_add_ps(_mm256_loadu_ps(out + i), d);
+      }
+      avx2::store8(out + i, d);
+    }
+    for (; i < end; ++i) {
+      uint32_t c = P::kNibbles ? (codes[i / 2] >> (4 * (i & 1))) & 0xfu : codes[i];
+      float d = P::decode(c) * sv;
+      if constexpr (std::is_same_v<Out, float>) {
+        if (accumulate) d = out[i] + d;
+      }
+      num::store(out, i, d);
+    }
+  }
+}
+#endif
+
+// Byte offset of element s's code (s even for nibble formats).
+template <typename P>
+size_t codeOffset(size_t s) {
+  return P::kNibbles ? s / 2 : s;
+}
+
+template <typename P, typename In>
+void quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t seed,
+              uint64_t offset, float* residual, void* scalesV, uint8_t* codes) {
+  auto* scales = static_cast<typename P::Scale*>(scalesV);
+  bool st = rounding == Rounding::kStochastic;
+  bool avx = detail::useAvx2();
+  detail::forRange(n, block, [&](size_t b, size_t e) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+    if (avx)
+      return quantizeRangeAvx2<P>(in, b, e, block, st, seed, offset, residual, scales, codes);
+#endif
+    for (size_t s = b; s < e; s += block) {
+      size_t len = std::min(block, e - s);
+      float* r = residual ? residual + s : nullptr;
+      quantizeBlock<P>(in + s, len, st, seed, offset + s, r, scales + s / block,
+                       codes + codeOffset<P>(s));
+    }
+  });
+}
+
+template <typename P, typename Put>
+void decode(const void* scalesV, const uint8_t* codes, size_t n, size_t block, Put&& put) {
+  auto* scales = static_cast<const typename P::Scale*>(scalesV);
+  detail::forRange(n, block, [&](size_t b, size_t e) {
+    for (size_t s = b; s < e; s += block) {
+      size_t len = std::min(block, e - s);
+      auto at = [&](size_t i, float v) { put(s + i, v); };
+      decodeBlock<P>(scales[s / block], codes + codeOffset<P>(s), len, at);
+    }
+  });
+}
+
+// Decode into out (accumulate: out is float32 and gets += ), with the explicit AVX2 loops when
+// the CPU has them (the compiler leaves the formulas' selects scalar).
+template <typename P, typename Out>
+void decodeTo(const void* scalesV, const uint8_t* codes, size_t n, size_t block, Out* out,
+              bool accumulate) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+  {
+    if (detail::useAvx2()) {
+      auto* scales = static_cast<const typename P::Scale*>(scalesV);
+      detail::forRange(n, block, [&](size_t b, size_t e) {
+        decodeRangeAvx2<P>(scales, codes, block, b, e, out, accumulate);
+      });
+      return;
+    }
+  }
+#endif
+  if (accumulate) {
+    if constexpr (std::is_same_v<Out, float>)
+      decode<P>(scalesV, codes, n, block, [out](size_t i, float v) { out[i] += v; });
+  } else {
+    decode<P>(scalesV, codes, n, block, [out](size_t i, float v) { num::store(out, i, v); });
+  }
+}
+
+// Calls fn(Policy{}) for the format.
+template <typename Fn>
+void withPolicy(LowbitFormat f, Fn&& fn) {
+  switch (f) {
+    case LowbitFormat::kFp8E4M3: return fn(num::FpBlockPolicy<num::E4M3>{});
+    case LowbitFormat::kFp8E5M2: return fn(num::FpBlockPolicy<num::E5M2>{});
+    case LowbitFormat::kMxfp8: return fn(num::MxPolicy<num::E4M3>{});
+    case LowbitFormat::kMxfp4: return fn(num::MxPolicy<num::E2M1>{});
+    case LowbitFormat::kInt4: return fn(num::Int4Policy{});
+  }
+}
+
+}  // namespace
+
+template <typename In>
+void lowbitQuantize(LowbitFormat f, const In* in, size_t n, size_t block, Rounding rounding,
+                    uint64_t seed, uint64_t offset, float* residual, void* scales, uint8_t* codes) {
+  withPolicy(f, [&](auto p) {
+    quantize<decltype(p)>(in, n, block, rounding, seed, offset, residual, scales, codes);
+  });
+}
+
+template <typename Out>
+void lowbitDequantize(LowbitFormat f, const void* scales, const uint8_t* codes, size_t n,
+                      size_t block, Out* out) {
+  withPolicy(f, [&](auto p) { decodeTo<decltype(p)>(scales, codes, n, block, out, false); });
+}
+
+void lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const uint8_t* codes, size_t n,
+                                size_t block, float* acc) {
+  withPolicy(f, [&](auto p) { decodeTo<decltype(p)>(scales, codes, n, block, acc, true); });
+}
+
+#define TERSE_LOWBIT(T)                                                                       \
+  template void lowbitQuantize<T>(LowbitFormat, const T*, size_t, size_t, Rounding, uint64_t, \
+                                  uint64_t, float*, void*, uint8_t*);                         \
+  template void lowbitDequantize<T>(LowbitFormat, const void*, const uint8_t*, size_t, size_t, T*);
+TERSE_LOWBIT(float)
+TERSE_LOWBIT(Half)
+TERSE_LOWBIT(BFloat16)
+
+}  // namespace terse::kernels::cpu
