@@ -1,0 +1,54 @@
+// The per-element arithmetic of the Adam family, shared verbatim by the CPU loops and the CUDA
+// kernels of optim/ (TERSE_HD), so the CPU unit tests vouch for the GPU's formulas too.
+//
+// The order of operations follows torch.optim.AdamW (PyTorch 1.13): decoupled weight decay
+// first, p *= 1 - lr * wd; then p -= (lr / c1) * m / (sqrt(v) / sqrt(c2) + eps) with the bias
+// corrections c1 = 1 - beta1^t and c2 = 1 - beta2^t. Keeping that order keeps a terse run and a
+// torch AdamW run of the same model within float rounding of each other during warm-up.
+#pragma once
+
+#include "terse/common/hd.h"
+
+#if !defined(__CUDACC__)
+#include <cmath>
+#endif
+
+namespace terse::optim {
+
+// The scalars of one step, computed once on the host.
+struct AdamStepScalars {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float decayFactor = 1.0f;  // 1 - lr * weightDecay
+  float stepSize = 0.0f;     // lr / (1 - beta1^t)
+  float sqrtC2 = 1.0f;       // sqrt(1 - beta2^t), t the step the variance was last updated at
+  float eps = 1e-8f;
+};
+
+TERSE_HD float adamSqrt(float x) {
+#if defined(__CUDA_ARCH__)
+  return sqrtf(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+// First moment: m <- beta1 m + (1 - beta1) g.
+TERSE_HD float adamMomentum(float m, float g, float beta1) {
+  return beta1 * m + (1.0f - beta1) * g;
+}
+
+// Second moment: v <- beta2 v + (1 - beta2) g^2.
+TERSE_HD float adamVariance(float v, float g, float beta2) {
+  return beta2 * v + (1.0f - beta2) * (g * g);
+}
+
+// The AdamW parameter update from the moments (v is the live variance during warm-up, the
+// frozen one afterwards; s.sqrtC2 belongs to whichever it is).
+TERSE_HD float adamParam(float p, float m, float v, const AdamStepScalars& s) {
+  float decayed = p * s.decayFactor;
+  float denom = adamSqrt(v) / s.sqrtC2 + s.eps;
+  return decayed - s.stepSize * (m / denom);
+}
+
+}  // namespace terse::optim
