@@ -165,6 +165,13 @@ const std::vector<float>& OneBitAdam::variance() const {
   return v_;
 }
 
+Status OneBitAdam::replaceFeedback(ErrorFeedback feedback) {
+  TERSE_RETURN_IF_ERROR(
+      feedback.checkCompatible(options_.codec, count_).withContext("OneBitAdam::replaceFeedback"));
+  feedback_ = std::move(feedback);
+  return Status::ok();
+}
+
 Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float lr, void* stream) {
   if (count_ > 0 && (!params || !grads))
     return errorInvalidArgument("OneBitAdam::step: params or grads is null for %zu elements",

@@ -91,6 +91,9 @@ class OneBitAdam {
   const std::vector<float>& momentum() const;
   const std::vector<float>& variance() const;
   const ErrorFeedback& feedback() const { return feedback_; }
+  // Replaces the residuals, e.g. with ones re-partitioned for another world size (the C++
+  // trainer's resume). kInvalidArgument unless made for this codec and count().
+  Status replaceFeedback(ErrorFeedback feedback);
 
   // Checkpoint form: versioned, little-endian, checksummed (docs/optim.md). It holds the
   // options, the step, the phase, both moments and the error-feedback residuals. Loading at a
