@@ -168,6 +168,40 @@ TEST(OneBitAdam, OnebitRanksBitIdenticalAndCloseToAdamW) {
   EXPECT_GT(residual, 0.0);
 }
 
+TEST(OneBitAdam, CoordinatesWithoutGradientsOnlyDecay) {
+  // Half of the coordinates never get a gradient (dead units): their variance stays zero, and
+  // after the freeze onebit hands them +-scale of their block. They must only decay, as in AdamW,
+  // instead of moving by m / eps.
+  const size_t n = 8192;
+  OneBitAdamOptions o = baseOptions("onebit", 3);
+  auto comms = Communicator::createInProcWorld(2, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk());
+  std::vector<Vec> params(2, initialParams(n));
+  std::vector<Status> st(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto a = OneBitAdam::create(n, o);
+      for (int s = 1; s <= 10 && a.isOk(); ++s) {
+        Vec g = gradient(r, s, n);
+        for (size_t i = 0; i < n; i += 2) g[i] = 0.0f;
+        st[r] = a->step(*comms.value()[r], params[r].data(), g.data(), 1e-2f);
+        if (!st[r].isOk()) return;
+      }
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(st[0].isOk() && st[1].isOk());
+  Vec p0 = initialParams(n);
+  for (size_t i = 0; i < n; i += 2) {
+    float want = p0[i];
+    for (int s = 0; s < 10; ++s) want *= 1.0f - 1e-2f * o.weightDecay;
+    ASSERT_EQ(params[0][i], want) << "element " << i;
+  }
+  // The others did move by their updates.
+  EXPECT_GT(std::fabs(params[0][1] - p0[1]), 1e-3);
+  EXPECT_TRUE(bitEqual(params[0], params[1]));
+}
+
 TEST(OneBitAdam, CheckpointResumesExactly) {
   const size_t n = 9000;
   auto o = baseOptions("onebit", 5);

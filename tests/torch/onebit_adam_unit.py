@@ -2,7 +2,7 @@
 """terse.optim.OneBitAdam in one process (a world of one): its warm-up is torch.optim.AdamW
 (learning-rate scheduler included), its compressed phase with the lossless "none" codec is AdamW
 with the variance frozen, a state_dict() round trip resumes bit for bit, and bad input is a clear
-error. SKIP (77) without torch. The multi-rank behaviour is adam_task.py's.
+error; and the DDP hook's warmup_steps. SKIP (77) without torch. The multi-rank behaviour is adam_task.py's.
 """
 import io
 import os
@@ -142,6 +142,47 @@ def main():
     expect(ValueError, lambda: terse.optim.OneBitAdam(net().parameters()).load_state_dict(
         {"state": {}, "param_groups": []}), "not a OneBitAdam")
     print("ok: bad groups, dtypes, codecs, betas and checkpoints are clear errors")
+
+    # 5. The DDP hook's warm-up (terse.ddp.TerseState(warmup_steps=N)): the first N iterations
+    #    reduce uncompressed (a world of one returns the gradient exactly, no residuals made);
+    #    from iteration N+1 on the codec runs (onebit changes the values, residuals exist).
+    import terse.ddp
+
+    class Bucket:
+        def __init__(self, tensor, index, last):
+            self.t, self.i, self.last = tensor, index, last
+
+        def buffer(self):
+            return self.t
+
+        def index(self):
+            return self.i
+
+        def parameters(self):
+            return []
+
+        def is_last(self):
+            return self.last
+
+    state = terse.ddp.TerseState("onebit", warmup_steps=2, overlap=False)
+    g = torch.linspace(-1, 2, 5000)
+    for it in range(4):
+        outs = []
+        for index in (1, 0):   # DDP's order: the last bucket has index 0
+            got = terse.ddp.terse_hook(state, Bucket(g.clone(), index, index == 0)).wait()
+            outs.append(torch.equal(got, g))
+        warm = it < 2
+        assert all(outs) == warm and any(outs) == warm, f"iteration {it}: exact={outs}"
+        assert state.iteration == it + 1
+    assert state.created == 2, f"{state.created} feedback objects, expected 2 (after warm-up)"
+    sd = state.state_dict()
+    assert sd["iteration"] == 4
+    again = terse.ddp.TerseState("onebit", warmup_steps=10)
+    again.load_state_dict(sd)
+    assert again.iteration == 4
+    expect(ValueError, lambda: terse.ddp.TerseState("onebit", warmup_steps=-1), "warmup_steps")
+    print("ok: the DDP hook's warmup_steps reduce uncompressed first, then with the codec; the "
+          "iteration is checkpointed")
 
 
 if __name__ == "__main__":

@@ -45,8 +45,16 @@ TERSE_HD float adamVariance(float v, float g, float beta2) {
 
 // The AdamW parameter update from the moments (v is the live variance during warm-up, the
 // frozen one afterwards; s.sqrtC2 belongs to whichever it is).
+//
+// A coordinate whose variance is exactly zero has never had a nonzero gradient (a dead ReLU
+// unit's weights, an unused embedding row). In AdamW its m is zero too and the update is only
+// the decay; after the freeze, though, a codec can hand it a nonzero averaged m (onebit gives
+// every element of a block +-scale), and m / eps would throw it 1e8 steps away. So such
+// coordinates take no momentum step: identical to AdamW while m is zero, and the automatic form
+// of DeepSpeed's user-supplied momentum mask for parameters that must not move.
 TERSE_HD float adamParam(float p, float m, float v, const AdamStepScalars& s) {
   float decayed = p * s.decayFactor;
+  if (!(v > 0.0f)) return decayed;
   float denom = adamSqrt(v) / s.sqrtC2 + s.eps;
   return decayed - s.stepSize * (m / denom);
 }
