@@ -332,15 +332,17 @@ def run_one(args, hook, out_json, port):
 
 
 def table(results, args):
-    base = next((r for r in results if r["hook"] == "ddp"), results[0])
+    base = next((r for r in results if r["hook"] in ("ddp", "adamw")), results[0])
     lines = [f"| hook | codec | steps/s (best of {args.repeat}) | vs DDP allreduce | all runs "
              f"(steps/s) | median step (ms) | train loss (last 10) | held-out loss |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     names = {"ddp": "DDP allreduce (gloo), no hook", "fp16": "PyTorch fp16_compress_hook (gloo)",
-             "powersgd": f"PyTorch powerSGD_hook rank {args.psgd_rank} (gloo)"}
+             "powersgd": f"PyTorch powerSGD_hook rank {args.psgd_rank} (gloo)",
+             "adamw": "AdamW, DDP allreduce (gloo)"}
     for r in results:
         name = names.get(r["hook"], "terse_hook, overlap=False" if r["hook"].startswith(
-            "terse-sync:") else "terse_hook")
+            "terse-sync:") else "terse.optim.OneBitAdam" if r["hook"].startswith(
+            "onebit-adam:") else "terse_hook")
         lines.append(f"| {name} | {r['codec'] or '-'} | {r['steps_per_s']:.2f} | "
                      f"{r['steps_per_s'] / base['steps_per_s']:.2f}x | "
                      f"{' '.join(f'{v:.2f}' for v in r['steps_per_s_all'])} | "
