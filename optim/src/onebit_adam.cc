@@ -255,8 +255,10 @@ Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, flo
   }
   // Compressed phase. The momentum is updated in a copy so a failed allreduce leaves the state
   // as it was (the parameters are only touched after it succeeded).
-  std::vector<float> m(m_);
-  for (size_t i = 0; i < n; ++i) m[i] = optim::adamMomentum(m[i], grads[i], o.beta1);
+  std::vector<float>& m = scratch_;  // reused: no allocation per step
+  m.resize(n);
+  const float* mOld = m_.data();
+  for (size_t i = 0; i < n; ++i) m[i] = optim::adamMomentum(mOld[i], grads[i], o.beta1);
   CollectiveOptions co;
   co.codec = o.codec;
   co.feedback = &feedback_;
