@@ -39,17 +39,20 @@ __global__ void warmupKernel(float* p, const float* g, float* m, float* v, size_
   }
 }
 
-__global__ void momentumKernel(float* m, const float* g, size_t n, float beta1) {
+__global__ void preconditionedKernel(float* u, const float* m, const float* g, const float* v,
+                                     size_t n, AdamStepScalars s) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x)
-    m[i] = adamMomentum(m[i], g[i], beta1);
+    u[i] = adamPreconditioned(adamMomentum(m[i], g[i], s.beta1), v[i], s);
 }
 
-__global__ void updateKernel(float* p, const float* m, const float* v, size_t n,
+__global__ void updateKernel(float* p, float* m, const float* u, const float* v, size_t n,
                              AdamStepScalars s) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x)
-    p[i] = adamParam(p[i], m[i], v[i], s);
+       i += size_t{gridDim.x} * blockDim.x) {
+    m[i] = adamMomentumFrom(u[i], v[i], s);
+    p[i] = adamParamFrom(p[i], u[i], v[i], s);
+  }
 }
 
 }  // namespace
@@ -61,16 +64,18 @@ Status adamWarmup(float* p, const float* g, float* m, float* v, size_t n, const 
   return launched("warm-up");
 }
 
-Status momentum(float* m, const float* g, size_t n, float beta1, void* stream) {
+Status preconditioned(float* u, const float* m, const float* g, const float* v, size_t n,
+                      const AdamStepScalars& s, void* stream) {
   if (n == 0) return Status::ok();
-  momentumKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(m, g, n, beta1);
-  return launched("momentum");
+  preconditionedKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(u, m, g, v,
+                                                                                       n, s);
+  return launched("preconditioned momentum");
 }
 
-Status update(float* p, const float* m, const float* v, size_t n, const AdamStepScalars& s,
-              void* stream) {
+Status update(float* p, float* m, const float* u, const float* v, size_t n,
+              const AdamStepScalars& s, void* stream) {
   if (n == 0) return Status::ok();
-  updateKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, m, v, n, s);
+  updateKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, m, u, v, n, s);
   return launched("update");
 }
 

@@ -13,10 +13,11 @@ namespace terse::optim::cuda {
 // Warm-up step: m, v updated from the (averaged) gradient g, then the AdamW update of p.
 Status adamWarmup(float* p, const float* g, float* m, float* v, size_t n, const AdamStepScalars& s,
                   void* stream);
-// Compressed phase, before the allreduce: m <- beta1 m + (1 - beta1) g (this rank's gradient).
-Status momentum(float* m, const float* g, size_t n, float beta1, void* stream);
-// Compressed phase, after the allreduce: the AdamW update of p from the averaged m and frozen v.
-Status update(float* p, const float* m, const float* v, size_t n, const AdamStepScalars& s,
-              void* stream);
+// Compressed phase, before the allreduce: u = adamPreconditioned(beta1 m + (1 - beta1) g, v).
+Status preconditioned(float* u, const float* m, const float* g, const float* v, size_t n,
+                      const AdamStepScalars& s, void* stream);
+// Compressed phase, after the allreduce: m from the averaged u, and the AdamW update of p.
+Status update(float* p, float* m, const float* u, const float* v, size_t n,
+              const AdamStepScalars& s, void* stream);
 
 }  // namespace terse::optim::cuda

@@ -14,8 +14,11 @@ Status notBuilt() {
 Status adamWarmup(float*, const float*, float*, float*, size_t, const AdamStepScalars&, void*) {
   return notBuilt();
 }
-Status momentum(float*, const float*, size_t, float, void*) { return notBuilt(); }
-Status update(float*, const float*, const float*, size_t, const AdamStepScalars&, void*) {
+Status preconditioned(float*, const float*, const float*, const float*, size_t,
+                      const AdamStepScalars&, void*) {
+  return notBuilt();
+}
+Status update(float*, float*, const float*, const float*, size_t, const AdamStepScalars&, void*) {
   return notBuilt();
 }
 

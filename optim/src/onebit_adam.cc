@@ -124,6 +124,7 @@ Status validateOneBitAdamOptions(const OneBitAdamOptions& o) {
 struct OneBitAdam::Device {
   device::DeviceBuffer m;
   device::DeviceBuffer v;
+  device::DeviceBuffer u;  // the compressed phase's preconditioned momentum
   bool current = false;
 };
 
@@ -253,22 +254,25 @@ Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, flo
     if (settled.value()) frozenAt_ = t;
     return Status::ok();
   }
-  // Compressed phase. The momentum is updated in a copy so a failed allreduce leaves the state
-  // as it was (the parameters are only touched after it succeeded).
-  std::vector<float>& m = scratch_;  // reused: no allocation per step
-  m.resize(n);
-  const float* mOld = m_.data();
-  for (size_t i = 0; i < n; ++i) m[i] = optim::adamMomentum(mOld[i], grads[i], o.beta1);
+  // Compressed phase: u = (beta1 m + (1 - beta1) g) / denom goes through the allreduce
+  // (adam_math.h says why the preconditioned momentum); m and p change only once it succeeded.
+  optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  std::vector<float>& u = scratch_;  // reused: no allocation per step
+  u.resize(n);
+  const float* m = m_.data();
+  const float* v = v_.data();
+  for (size_t i = 0; i < n; ++i)
+    u[i] = optim::adamPreconditioned(optim::adamMomentum(m[i], grads[i], o.beta1), v[i], sc);
   CollectiveOptions co;
   co.codec = o.codec;
   co.feedback = &feedback_;
-  Status s = comm.allreduce(m.data(), m.data(), n, DataType::kFloat32, ReduceOp::kAvg, co);
+  Status s = comm.allreduce(u.data(), u.data(), n, DataType::kFloat32, ReduceOp::kAvg, co);
   if (!s.isOk()) return s.withContext("OneBitAdam: allreducing the momentum");
-  m_.swap(m);
-  optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
-  const float* mm = m_.data();
-  const float* v = v_.data();
-  for (size_t i = 0; i < n; ++i) params[i] = optim::adamParam(params[i], mm[i], v[i], sc);
+  float* mm = m_.data();
+  for (size_t i = 0; i < n; ++i) {
+    mm[i] = optim::adamMomentumFrom(u[i], v[i], sc);
+    params[i] = optim::adamParamFrom(params[i], u[i], v[i], sc);
+  }
   steps_ = t;
   return Status::ok();
 }
@@ -312,15 +316,17 @@ Status OneBitAdam::stepDevice(Communicator& comm, float* params, float* grads, f
     if (settled.value()) frozenAt_ = t;
     return Status::ok();
   }
-  TERSE_RETURN_IF_ERROR(optim::cuda::momentum(dm, grads, n, o.beta1, stream));
+  optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  TERSE_RETURN_IF_ERROR(device_->u.reserve(4 * n).status());
+  auto* du = static_cast<float*>(device_->u.data());
+  TERSE_RETURN_IF_ERROR(optim::cuda::preconditioned(du, dm, grads, dv, n, sc, stream));
   CollectiveOptions co;
   co.codec = o.codec;
   co.feedback = &feedback_;
   co.stream = stream;
-  Status s = comm.allreduce(dm, dm, n, DataType::kFloat32, ReduceOp::kAvg, co);
+  Status s = comm.allreduce(du, du, n, DataType::kFloat32, ReduceOp::kAvg, co);
   if (!s.isOk()) return s.withContext("OneBitAdam: allreducing the momentum");
-  TERSE_RETURN_IF_ERROR(
-      optim::cuda::update(params, dm, dv, n, scalarsFor(o, lr, t, frozenAt_), stream));
+  TERSE_RETURN_IF_ERROR(optim::cuda::update(params, dm, du, dv, n, sc, stream));
   TERSE_RETURN_IF_ERROR(device::synchronize(stream));
   steps_ = t;
   return Status::ok();

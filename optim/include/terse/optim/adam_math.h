@@ -43,20 +43,47 @@ TERSE_HD float adamVariance(float v, float g, float beta2) {
   return beta2 * v + (1.0f - beta2) * (g * g);
 }
 
-// The AdamW parameter update from the moments (v is the live variance during warm-up, the
-// frozen one afterwards; s.sqrtC2 belongs to whichever it is).
+// The denominator of Adam's update, sqrt(v) / sqrt(c2) + eps.
+TERSE_HD float adamDenom(float v, const AdamStepScalars& s) {
+  return adamSqrt(v) / s.sqrtC2 + s.eps;
+}
+
+// The AdamW parameter update from the moments (v is the live variance during warm-up).
 //
 // A coordinate whose variance is exactly zero has never had a nonzero gradient (a dead ReLU
 // unit's weights, an unused embedding row). In AdamW its m is zero too and the update is only
-// the decay; after the freeze, though, a codec can hand it a nonzero averaged m (onebit gives
-// every element of a block +-scale), and m / eps would throw it 1e8 steps away. So such
-// coordinates take no momentum step: identical to AdamW while m is zero, and the automatic form
-// of DeepSpeed's user-supplied momentum mask for parameters that must not move.
+// the decay; a codec, though, could hand it a nonzero averaged momentum (onebit gives every
+// element of a block +-scale) and m / eps would throw it 1e8 steps away. So such coordinates
+// take no momentum step anywhere: identical to AdamW while m is zero, and the automatic form of
+// DeepSpeed's user-supplied momentum mask for parameters that must not move.
 TERSE_HD float adamParam(float p, float m, float v, const AdamStepScalars& s) {
   float decayed = p * s.decayFactor;
   if (!(v > 0.0f)) return decayed;
-  float denom = adamSqrt(v) / s.sqrtC2 + s.eps;
-  return decayed - s.stepSize * (m / denom);
+  return decayed - s.stepSize * (m / adamDenom(v, s));
+}
+
+// Compressed phase. With the variance frozen (the same on every rank) the update is linear in
+// m, so the ranks average the *preconditioned* momentum u = m / denom: avg(m_i / d) =
+// avg(m_i) / d. The codec then works in the update's own units, where every coordinate is O(1)
+// as in Adam: a coordinate with a tiny variance cannot receive a block-mate's magnitude divided
+// by its tiny denominator (onebit's per-block mean would do exactly that to raw momenta).
+// Zero-variance coordinates send 0 (see adamParam).
+TERSE_HD float adamPreconditioned(float m, float v, const AdamStepScalars& s) {
+  if (!(v > 0.0f)) return 0.0f;
+  return m / adamDenom(v, s);
+}
+
+// After the allreduce: the averaged u gives back the momentum (m = u * denom) ...
+TERSE_HD float adamMomentumFrom(float u, float v, const AdamStepScalars& s) {
+  if (!(v > 0.0f)) return 0.0f;
+  return u * adamDenom(v, s);
+}
+
+// ... and the AdamW update p (1 - lr wd) - lr / c1 * u.
+TERSE_HD float adamParamFrom(float p, float u, float v, const AdamStepScalars& s) {
+  float decayed = p * s.decayFactor;
+  if (!(v > 0.0f)) return decayed;
+  return decayed - s.stepSize * u;
 }
 
 }  // namespace terse::optim

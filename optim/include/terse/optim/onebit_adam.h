@@ -15,9 +15,11 @@
 //    step follows.
 //  - compressed (steps > W): the variance v is frozen at its value after step W (with its bias
 //    correction 1 - beta2^W). Each rank forms m_i = beta1 m + (1 - beta1) g_i from its own,
-//    unaveraged gradient, and m = allreduce_avg(m_i) with the codec and this object's error
-//    feedback (worker and server residuals, as terse's compressed allreduce keeps them). The
-//    AdamW update then uses m, the frozen v, and the bias correction 1 - beta1^t.
+//    unaveraged gradient, preconditions it by the frozen denominator d = sqrt(v / c2) + eps
+//    (the same on every rank, so averaging commutes with it; adam_math.h says why), and
+//    u = allreduce_avg(m_i / d) runs with the codec and this object's error feedback (worker
+//    and server residuals, as terse's compressed allreduce keeps them). Then m = u d and the
+//    AdamW update p = p (1 - lr wd) - lr / (1 - beta1^t) u.
 //
 // Buffers are host memory, or (CUDA builds) device memory for both params and grads, in which
 // case the state moves to the device on the first step and every kernel runs on `stream`.
