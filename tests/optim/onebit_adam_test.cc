@@ -261,6 +261,48 @@ TEST(OneBitAdam, CorruptCheckpointIsAnError) {
   }
 }
 
+// docs/optim.md's checksum, recomputed here so the test can forge checkpoints whose checksum is
+// right but whose fields are not: the decoder must check those fields, not only the checksum.
+uint64_t fnv1a64(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::vector<uint8_t> forged(std::vector<uint8_t> bytes, size_t at, const void* value, size_t len) {
+  std::memcpy(bytes.data() + at, value, len);
+  uint64_t sum = fnv1a64(bytes.data(), bytes.size() - 8);
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  return bytes;
+}
+
+TEST(OneBitAdam, EveryDamagedCheckpointIsRefused) {
+  auto made = OneBitAdam::create(16, baseOptions("onebit", 5));
+  ASSERT_TRUE(made.isOk());
+  auto bytes = made->serialize();
+  for (size_t at = 0; at < bytes.size(); ++at) {
+    auto bad = bytes;
+    bad[at] ^= 0x01;
+    EXPECT_EQ(OneBitAdam::deserialize(bad.data(), bad.size()).status().code(), StatusCode::kCorrupt)
+        << "byte " << at;
+  }
+  for (size_t len = 0; len < bytes.size(); ++len)
+    EXPECT_FALSE(OneBitAdam::deserialize(bytes.data(), len).isOk()) << "length " << len;
+  // Right checksum, wrong fields (offsets from docs/optim.md's format).
+  uint64_t hugeCount = uint64_t{1} << 60;
+  int64_t frozenAfterSteps = 7;  // steps is 0
+  float badBeta = 1.5f;
+  uint32_t noSpec = 0, average = 7;
+  for (auto bad : {forged(bytes, 8, &hugeCount, 8), forged(bytes, 24, &frozenAfterSteps, 8),
+                   forged(bytes, 32, &badBeta, 4), forged(bytes, 68, &average, 4),
+                   forged(bytes, 88, &noSpec, 4)}) {
+    auto r = OneBitAdam::deserialize(bad.data(), bad.size());
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().toString();
+  }
+  // And the untouched bytes still load.
+  EXPECT_TRUE(OneBitAdam::deserialize(bytes.data(), bytes.size()).isOk());
+}
+
 TEST(OneBitAdam, AutomaticWarmupFreezesOnceVarianceSettles) {
   const size_t n = 4000;
   auto o = baseOptions("onebit", 0);
