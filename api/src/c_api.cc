@@ -293,6 +293,10 @@ terse_status_t terse_onebit_adam_step(terse_onebit_adam_t* adam, terse_comm_t* c
   return guarded([&] { return done(adam->state.step(*comm->comm, params, grads, lr)); });
 }
 
+void terse_onebit_adam_reset_residuals(terse_onebit_adam_t* adam) {
+  if (adam) adam->state.resetFeedback();
+}
+
 int64_t terse_onebit_adam_steps(const terse_onebit_adam_t* adam) {
   return adam ? adam->state.steps() : -1;
 }

@@ -109,6 +109,9 @@ void terse_onebit_adam_destroy(terse_onebit_adam_t* adam);
  * with kernels on the legacy default stream). Collective over comm. */
 terse_status_t terse_onebit_adam_step(terse_onebit_adam_t* adam, terse_comm_t* comm, float* params,
                                       float* grads, float lr);
+/* Zeroes the error-feedback residuals (after loading another rank's checkpoint). NULL is accepted.
+ */
+void terse_onebit_adam_reset_residuals(terse_onebit_adam_t* adam);
 /* Steps taken, and the step after which the variance froze (0 while warming up). -1 for NULL. */
 int64_t terse_onebit_adam_steps(const terse_onebit_adam_t* adam);
 int64_t terse_onebit_adam_frozen_at(const terse_onebit_adam_t* adam);

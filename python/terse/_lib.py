@@ -93,6 +93,7 @@ def _declare(lib):
         "terse_onebit_adam_destroy": (None, [vp]),
         "terse_onebit_adam_step": (i32, [vp, vp, vp, vp, c.c_float]),
         "terse_onebit_adam_steps": (i64, [vp]),
+        "terse_onebit_adam_reset_residuals": (None, [vp]),
         "terse_onebit_adam_frozen_at": (i64, [vp]),
         "terse_onebit_adam_serialize": (i32, [vp, vp, c.POINTER(sz)]),
         "terse_onebit_adam_deserialize": (i32, [vp, sz, c.POINTER(vp)]),

@@ -221,10 +221,14 @@ class OneBitAdam(torch.optim.Optimizer):
                                                  dtype=torch.uint8)}
         return sd
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict, reset_residuals=False):
         """Loads a state_dict() of a OneBitAdam over the same parameters. A checkpoint taken at
         another world size loads too: moments and worker residuals carry over, the server residual
-        of the old partition restarts at zero (terse never applies it to another chunk)."""
+        of the old partition restarts at zero (terse never applies it to another chunk).
+
+        The residuals are the saving rank's own compression error: a rank that loads another
+        rank's file (a grown world's new ranks) passes reset_residuals=True, so that error is not
+        applied twice. The moments are the same in every rank's file."""
         state_dict = dict(state_dict)
         ours = state_dict.pop("terse", None)
         if not isinstance(ours, dict) or ours.get("format") != _FORMAT:
@@ -251,6 +255,8 @@ class OneBitAdam(torch.optim.Optimizer):
         self._free()
         self._handle = handle
         self.codec = ours["codec"]
+        if reset_residuals:
+            _lib.lib().terse_onebit_adam_reset_residuals(self._handle)
 
 
 def skip_after_warmup_hook(optimizer, bucket):

@@ -70,6 +70,12 @@ int main(void) {
   CHECK(terse_onebit_adam_step(adam, comm, params, grads, 1e-2f) == TERSE_OK);
   CHECK(terse_onebit_adam_step(copy, comm, again, grads, 1e-2f) == TERSE_OK);
   CHECK(memcmp(params, again, sizeof params) == 0);
+  /* Without residuals the next step differs (onebit's residuals are nonzero by now). */
+  terse_onebit_adam_reset_residuals(copy);
+  terse_onebit_adam_reset_residuals(NULL);
+  CHECK(terse_onebit_adam_step(adam, comm, params, grads, 1e-2f) == TERSE_OK);
+  CHECK(terse_onebit_adam_step(copy, comm, again, grads, 1e-2f) == TERSE_OK);
+  CHECK(memcmp(params, again, sizeof params) != 0);
   bytes[size / 2] ^= 1;
   terse_onebit_adam_t* bad = NULL;
   CHECK(terse_onebit_adam_deserialize(bytes, size, &bad) == TERSE_CORRUPT && bad == NULL);

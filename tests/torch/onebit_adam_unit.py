@@ -110,7 +110,14 @@ def main():
     assert orr.steps == 10 and orr.frozen
     train(r, orr, 10, first=10)
     assert maxdiff(a, r) == 0.0, "resumed run differs from the uninterrupted one"
-    print("ok: state_dict through torch.save resumes the compressed phase bit for bit")
+    r2 = net()
+    r2.load_state_dict(saved["model"])
+    or2 = terse.optim.OneBitAdam(r2.parameters(), lr=1e-2, codec="onebit", warmup_steps=4)
+    or2.load_state_dict(saved["opt"], reset_residuals=True)
+    train(r2, or2, 10, first=10)
+    assert maxdiff(a, r2) > 0.0, "reset_residuals=True changed nothing"
+    print("ok: state_dict through torch.save resumes the compressed phase bit for bit; "
+          "reset_residuals=True drops the residuals")
 
     # 4. Bad input.
     def expect(kind, fn, word):

@@ -96,6 +96,9 @@ class OneBitAdam {
   // Replaces the residuals, e.g. with ones re-partitioned for another world size (the C++
   // trainer's resume). kInvalidArgument unless made for this codec and count().
   Status replaceFeedback(ErrorFeedback feedback);
+  // Zeroes the worker and server residuals (a rank that loaded another rank's checkpoint: its
+  // residuals are that rank's compression error, which must not be applied twice).
+  void resetFeedback() { feedback_.reset(); }
 
   // Checkpoint form: versioned, little-endian, checksummed (docs/optim.md). It holds the
   // options, the step, the phase, both moments and the error-feedback residuals. Loading at a
