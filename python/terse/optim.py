@@ -94,6 +94,7 @@ class OneBitAdam(torch.optim.Optimizer):
         self._handle = None
         self._flat_p = torch.empty(self.count, dtype=torch.float32)
         self._flat_g = torch.empty(self.count, dtype=torch.float32)
+        self._alias_params()
         self._handle = self._create()
 
     # -- the C object ---------------------------------------------------------------------------
@@ -167,16 +168,37 @@ class OneBitAdam(torch.optim.Optimizer):
 
     # -- the step --------------------------------------------------------------------------------
 
+    def _alias_params(self):
+        """Makes every parameter's data a view of the flat buffer the C core updates in place,
+        so a step copies no parameters (two full copies per step otherwise, as much time as
+        the update itself for a large model). The Parameter objects stay the same, so DDP, the
+        model and state_dict() see nothing change."""
+        at = 0
+        with torch.no_grad():
+            for p in self._params:
+                n = p.numel()
+                view = self._flat_p[at:at + n].view_as(p)
+                view.copy_(p)
+                p.data = view
+                at += n
+        self._aliased = [p.data_ptr() for p in self._params]
+
+    def _params_aliased(self):
+        return all(p.data_ptr() == ptr for p, ptr in zip(self._params, self._aliased))
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if not self._params_aliased():
+            # Someone replaced a parameter's storage (p.data = ...): take it back into the flat
+            # buffer, values included.
+            self._alias_params()
         at = 0
         for p in self._params:
             n = p.numel()
-            self._flat_p[at:at + n].copy_(p.reshape(-1))
             if p.grad is None:
                 self._flat_g[at:at + n].zero_()
             else:
@@ -191,12 +213,7 @@ class OneBitAdam(torch.optim.Optimizer):
             with comm._lock:
                 check(_lib.lib().terse_onebit_adam_step(self._handle, comm._h(), pp, gp, lr))
         comm._in_order(call)   # behind any collective the DDP hook queued on this communicator
-        at = 0
-        for p in self._params:
-            n = p.numel()
-            p.copy_(self._flat_p[at:at + n].view_as(p))
-            at += n
-        return loss
+        return loss   # the parameters are views of _flat_p: already updated
 
     # -- checkpoints -----------------------------------------------------------------------------
 

@@ -119,6 +119,26 @@ def main():
     print("ok: state_dict through torch.save resumes the compressed phase bit for bit; "
           "reset_residuals=True drops the residuals")
 
+    # 3b. The parameters are views of the optimizer's flat buffer; replacing one's storage
+    #     (p.data = ...) or loading a model state_dict afterwards still trains the values the
+    #     model holds.
+    a, b = net(), net()
+    oa = terse.optim.OneBitAdam(a.parameters(), lr=1e-2, codec="onebit", warmup_steps=3)
+    train(a, oa, 4)
+    b.load_state_dict(a.state_dict())       # b: the same values, its own optimizer from here
+    ob = terse.optim.OneBitAdam(b.parameters(), lr=1e-2, codec="onebit", warmup_steps=3)
+    ob.load_state_dict(oa.state_dict())
+    with torch.no_grad():
+        a[0].weight.data = a[0].weight.data.clone()   # a's storage replaced behind oa's back
+    train(a, oa, 6, first=4)
+    train(b, ob, 6, first=4)
+    assert maxdiff(a, b) == 0.0, "a replaced parameter storage was not taken back"
+    c = net()
+    oc = terse.optim.OneBitAdam(c.parameters(), lr=1e-2, codec="onebit", warmup_steps=3)
+    c.load_state_dict(a.state_dict())       # copies into the flat buffer's views
+    assert maxdiff(c, a) == 0.0
+    print("ok: parameters alias the flat buffer; replaced storage and loaded values are used")
+
     # 4. Bad input.
     def expect(kind, fn, word):
         try:
