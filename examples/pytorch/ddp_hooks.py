@@ -238,9 +238,9 @@ def overhead(args):
 def worker_args(args):
     return ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
             "--features", str(args.features), "--hidden", str(args.hidden), "--depth",
-            str(args.depth), "--lr", str(args.lr), "--adam-lr", str(args.adam_lr), "--seed", str(args.seed), "--psgd-rank",
-            str(args.psgd_rank), "--threads", str(args.threads), "--bucket-mb",
-            str(args.bucket_mb)] + (["--first-bucket-mb", str(args.first_bucket_mb)]
+            str(args.depth), "--lr", str(args.lr), "--adam-lr", str(args.adam_lr), "--seed",
+            str(args.seed), "--psgd-rank", str(args.psgd_rank), "--threads", str(args.threads),
+            "--bucket-mb", str(args.bucket_mb)] + (["--first-bucket-mb", str(args.first_bucket_mb)]
                                     if args.first_bucket_mb is not None else [])
 
 
