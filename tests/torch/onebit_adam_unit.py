@@ -2,7 +2,8 @@
 """terse.optim.OneBitAdam in one process (a world of one): its warm-up is torch.optim.AdamW
 (learning-rate scheduler included), its compressed phase with the lossless "none" codec is AdamW
 with the variance frozen, a state_dict() round trip resumes bit for bit, and bad input is a
-clear error; and the DDP hook's warmup_steps. SKIP (77) without torch. The multi-rank behaviour is adam_task.py's.
+clear error; and the DDP hook's warmup_steps. SKIP (77) without torch. The multi-rank behaviour
+is adam_task.py's.
 """
 import io
 import os
