@@ -295,6 +295,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
           return comm.reduceScatter(send.data(), run.recv.data(), count, o.dtype, o.op, run.opts);
         case CollectiveKind::kAllGather:
           return comm.allgather(send.data(), run.recv.data(), count, o.dtype, run.opts);
+        case CollectiveKind::kBarrier: break;  // not a benchmarked collective
       }
       return Status::ok();
     };

@@ -5,6 +5,7 @@
 #include "subcommand.h"
 
 #include "terse/kernels/cuda.h"
+#include "terse/kernels/device.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -117,7 +118,7 @@ int gpuKernelsMain(int argc, char** argv) {
   }
   Options o;
   if (!parse(argc, argv, &o)) return 2;
-  if (!kc::deviceAvailable()) {
+  if (!terse::device::available()) {
     std::fprintf(stderr, "terse-bench gpukernels: no CUDA device found; nothing to measure\n");
     return 0;
   }

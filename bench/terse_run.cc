@@ -27,10 +27,13 @@ void onSignal(int sig) { gInterrupted = sig; }
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: terse-run -n N [--store host:port|dir] [--] command [args...]\n\n"
+               "usage: terse-run -n N [--nodes K] [--store host:port|dir] [--] command [args...]\n\n"
                "Starts N ranks of command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,\n"
                "TERSE_LOCAL_RANK and TERSE_STORE set (by default a TCP store served by rank 0 on\n"
-               "a free 127.0.0.1 port). Output lines are prefixed with [rank]. If a rank exits\n"
+               "a free 127.0.0.1 port). --nodes K emulates K nodes: the ranks are split into K\n"
+               "blocks of consecutive ranks (the first N %% K one rank larger), each with its own\n"
+               "TERSE_NODE, and TERSE_LOCAL_RANK / TERSE_LOCAL_SIZE within it. Output lines are\n"
+               "prefixed with [rank]. If a rank exits\n"
                "non-zero or dies, the others are stopped (SIGTERM, then SIGKILL after 3 s) and\n"
                "terse-run exits non-zero naming the rank.\n");
 }
@@ -98,7 +101,7 @@ struct Rank {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 0;
+  int n = 0, nodes = 1;
   std::string store;
   int i = 1;
   for (; i < argc; ++i) {
@@ -119,6 +122,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       n = static_cast<int>(v);
+    } else if (a == "--nodes" && i + 1 < argc) {
+      char* end = nullptr;
+      long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v < 1 || v > 4096) {
+        std::fprintf(stderr, "terse-run: --nodes wants a node count in 1..4096, got '%s'\n",
+                     argv[i]);
+        return 2;
+      }
+      nodes = static_cast<int>(v);
     } else if (a == "--store" && i + 1 < argc) {
       store = argv[++i];
     } else if (!a.empty() && a[0] == '-') {
@@ -132,6 +144,10 @@ int main(int argc, char** argv) {
   if (n == 0 || i >= argc) {
     std::fprintf(stderr, "terse-run: %s\n\n", n == 0 ? "missing -n N" : "missing the command");
     usage(stderr);
+    return 2;
+  }
+  if (nodes > n) {
+    std::fprintf(stderr, "terse-run: --nodes %d is more than the %d ranks\n", nodes, n);
     return 2;
   }
   char** command = argv + i;
@@ -181,7 +197,18 @@ int main(int argc, char** argv) {
       ::close(errPipe[1]);
       setenv("TERSE_RANK", std::to_string(r).c_str(), 1);
       setenv("TERSE_WORLD_SIZE", std::to_string(n).c_str(), 1);
-      setenv("TERSE_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      if (nodes > 1) {
+        // Node k holds ranks [k*base + min(k, extra), ...): the first n % nodes nodes one more.
+        const int base = n / nodes, extra = n % nodes;
+        int node = 0, first = 0;
+        while (first + base + (node < extra ? 1 : 0) <= r) first += base + (node++ < extra ? 1 : 0);
+        const int localSize = base + (node < extra ? 1 : 0);
+        setenv("TERSE_NODE", ("node" + std::to_string(node)).c_str(), 1);
+        setenv("TERSE_LOCAL_RANK", std::to_string(r - first).c_str(), 1);
+        setenv("TERSE_LOCAL_SIZE", std::to_string(localSize).c_str(), 1);
+      } else {
+        setenv("TERSE_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      }
       setenv("TERSE_STORE", store.c_str(), 1);
       ::execvp(command[0], command);
       std::fprintf(stderr, "terse-run: cannot run '%s': %s\n", command[0], std::strerror(errno));

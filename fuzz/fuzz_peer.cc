@@ -105,7 +105,7 @@ void fuzzNotice(size_t maxBytes, const uint8_t* p, size_t n) {
 bool sameCall(const CallDescriptor& a, const CallDescriptor& b) {
   return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.codec == b.codec &&
          a.count == b.count && a.specHash == b.specHash && a.seq == b.seq &&
-         a.worldSize == b.worldSize;
+         a.worldSize == b.worldSize && a.requestedHash == b.requestedHash;
 }
 
 CallDescriptor validCall(uint8_t kind, uint64_t count, uint32_t seq, uint32_t world) {
@@ -117,6 +117,8 @@ CallDescriptor validCall(uint8_t kind, uint64_t count, uint32_t seq, uint32_t wo
   d.codec = 3;
   d.count = count;
   d.specHash = 0x9e3779b97f4a7c15ull;
+  d.requestedHash = d.specHash;
+  std::memcpy(d.requested, "int8:block=256", 14);
   d.seq = seq;
   d.worldSize = world;
   return d;

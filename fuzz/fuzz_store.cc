@@ -38,6 +38,8 @@ void writeSeeds(const std::function<void(const std::vector<uint8_t>&)>& put) {
   std::vector<uint8_t> s;
   appendRequest(s, sp::kOpSet, "allgather/0", std::string("terse 0.1.0 size=2|addr0", 24));
   appendRequest(s, sp::kOpGet, "allgather/1", "");
+  appendRequest(s, sp::kOpSetIfAbsent, "allgather/claim/1", "pid 7 on a");
+  appendRequest(s, sp::kOpSetIfAbsent, "allgather/claim/1", "pid 8 on b");
   appendRequest(s, sp::kOpSet, "allgather/1", "terse 0.1.0 size=2|addr1");
   appendRequest(s, sp::kOpGet, "allgather/1", "");
   put(s);
@@ -75,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (size - pos >= sp::kRequestHeadBytes) {
     sp::RequestHead req;
     if (!sp::parseRequestHead(data + pos, &req)) {
-      if (data[pos] == sp::kOpSet || data[pos] == sp::kOpGet) {
+      if (data[pos] == sp::kOpSet || data[pos] == sp::kOpGet || data[pos] == sp::kOpSetIfAbsent) {
         uint32_t k, v;
         std::memcpy(&k, data + pos + 1, 4);
         std::memcpy(&v, data + pos + 5, 4);
@@ -101,6 +103,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::string got;
       answer(map, sp::kOpGet, key, std::string(), &found, &got);
       if (found != 1 || got != value) terse::fuzz::fail("get after set does not return the value");
+    } else if (req.op == sp::kOpSetIfAbsent) {
+      // Rank claims: the first set-if-absent of a key places its value and answers (0, empty);
+      // any later one (or one after a set) answers (1, the value there) and changes nothing.
+      const bool existed = everSet.count(key) != 0;
+      std::string before = existed ? map[key] : std::string();
+      answer(map, req.op, key, value, &found, &out);
+      if ((found != 0) != existed) terse::fuzz::fail("set-if-absent misjudged whether the key existed");
+      if (existed && out != before) terse::fuzz::fail("set-if-absent did not answer the value there");
+      if (!existed && !out.empty()) terse::fuzz::fail("a placing set-if-absent carries a value");
+      everSet.insert(key);
+      std::string got;
+      answer(map, sp::kOpGet, key, std::string(), &found, &got);
+      if (got != (existed ? before : value))
+        terse::fuzz::fail("set-if-absent changed an existing value or lost its own");
     } else {
       answer(map, req.op, key, value, &found, &out);
       if ((found != 0) != (everSet.count(key) != 0))

@@ -1,5 +1,6 @@
 #include "collnet_comm.h"
 
+#include "collnet_device.h"
 #include "net_handshake.h"
 
 #include "net_device.h"
@@ -9,6 +10,7 @@
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
+#include "terse/kernels/device.h"
 #include "terse/rendezvous/store.h"
 
 #include <netdb.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <initializer_list>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -97,59 +100,78 @@ Result<int> probeFreePort(const std::string& host) {
 }
 
 // Residuals of error-feedback codecs, one per position in the training step's call sequence.
-// NCCL repeats the same calls every step; position p of every step gets the residual of
-// position p of the step before, as long as that position keeps its kind, count and type.
+// NCCL repeats the same calls every step; CallSequence (ef_period.h) maps each call to a
+// position of the given or learned period, or to none while the period is being learned. This
+// class owns the residuals of those positions and says, once per event, what happened.
 class ResidualSequence {
  public:
-  ResidualSequence(std::string codec, int64_t period)
-      : codec_(std::move(codec)), period_(static_cast<size_t>(period)) {}
+  struct Plan {
+    ErrorFeedback* feedback = nullptr;  // nullptr: run without residuals
+    const std::string* codec = nullptr;
+  };
 
-  Result<ErrorFeedback*> next(Kind kind, size_t count, DataType type) {
-    if (position_ == period_) {
-      position_ = 0;
-      ++step_;
+  ResidualSequence(std::string codec, std::string warmupCodec, const PeriodSetting& setting)
+      : codec_(std::move(codec)), warmupCodec_(std::move(warmupCodec)), sequence_(setting) {}
+
+  Result<Plan> next(Kind kind, size_t count, DataType type) {
+    const CallKey key{static_cast<uint8_t>(kind), static_cast<uint8_t>(type), count};
+    CallSequence::Decision d = sequence_.next(key);
+    switch (d.event) {
+      case CallSequence::Event::kNone: break;
+      case CallSequence::Event::kLearned:
+        COLLNET_INFO(
+            "error-feedback period learned: %zu reduce calls per step, after %zu warm-up calls "
+            "run with %s; residuals are kept per position from the next call on",
+            sequence_.period(), sequence_.warmupCalls(), warmupCodec_.c_str());
+        break;
+      case CallSequence::Event::kChanged: warnChanged(d, kind, count, type); break;
+      case CallSequence::Event::kGaveUp:
+        COLLNET_WARN(
+            "error-feedback period not found: the last %zu reduce calls did not repeat %zu times "
+            "in a row; this communicator stays without residuals and runs %s instead of %s from "
+            "now on (set TERSE_COLLNET_EF_PERIOD to the reduce calls per step to force a period, "
+            "or auto:warmup=N to watch more calls)",
+            sequence_.warmupCalls(), CallSequence::kRepeats, warmupCodec_.c_str(), codec_.c_str());
+        break;
     }
-    // Slots grow as positions are first used, so a large period costs nothing up front.
-    if (position_ == slots_.size()) slots_.emplace_back();
-    Slot& slot = slots_[position_];
-    if (slot.feedback && (slot.kind != kind || slot.count != count || slot.type != type)) {
+    if (!d.residual) return Plan{nullptr, &warmupCodec_};
+    if (d.position >= slots_.size()) slots_.resize(d.position + 1);
+    std::unique_ptr<ErrorFeedback>& slot = slots_[d.position];
+    if (!slot) {
+      TERSE_ASSIGN_OR_RETURN(ErrorFeedback fb, ErrorFeedback::create(codec_, count));
+      slot = std::make_unique<ErrorFeedback>(std::move(fb));
+    }
+    return Plan{slot.get(), &codec_};
+  }
+
+ private:
+  void warnChanged(const CallSequence::Decision& d, Kind kind, size_t count, DataType type) {
+    const char* heldKind = kindName(static_cast<Kind>(d.expected.kind));
+    const char* heldType = dataTypeName(static_cast<DataType>(d.expected.type));
+    const size_t dropped = slots_.size();
+    slots_.clear();  // stale residuals are never applied to another region
+    if (sequence_.fixed())
       COLLNET_WARN(
           "error-feedback sequence changed: call %zu of step %llu (TERSE_COLLNET_EF_PERIOD=%zu) "
           "is a %s of %zu %s, but that position held a %s of %zu %s; resetting all %zu residuals "
           "and restarting the sequence at this call",
-          position_, static_cast<unsigned long long>(step_), period_, kindName(kind), count,
-          dataTypeName(type), kindName(slot.kind), slot.count, dataTypeName(slot.type), period_);
-      slots_.clear();
-      slots_.emplace_back();
-      position_ = 0;
-      step_ = 0;
-      ++resets_;
-    }
-    Slot& s = slots_[position_];
-    if (!s.feedback) {
-      TERSE_ASSIGN_OR_RETURN(ErrorFeedback fb, ErrorFeedback::create(codec_, count));
-      s.feedback = std::make_unique<ErrorFeedback>(std::move(fb));
-      s.kind = kind;
-      s.count = count;
-      s.type = type;
-    }
-    ++position_;
-    return s.feedback.get();
+          d.brokenPosition, static_cast<unsigned long long>(d.brokenStep), sequence_.period(),
+          kindName(kind), count, dataTypeName(type), heldKind,
+          static_cast<size_t>(d.expected.count), heldType, dropped);
+    else
+      COLLNET_WARN(
+          "error-feedback sequence changed: call %zu of step %llu (learned period) is a %s of "
+          "%zu %s, but that position held a %s of %zu %s; dropping all %zu residuals and "
+          "learning the period again (calls run with %s meanwhile)",
+          d.brokenPosition, static_cast<unsigned long long>(d.brokenStep), kindName(kind), count,
+          dataTypeName(type), heldKind, static_cast<size_t>(d.expected.count), heldType, dropped,
+          warmupCodec_.c_str());
   }
 
- private:
-  struct Slot {
-    std::unique_ptr<ErrorFeedback> feedback;
-    Kind kind = Kind::kAllReduce;
-    size_t count = 0;
-    DataType type = DataType::kFloat32;
-  };
   std::string codec_;
-  size_t period_;
-  size_t position_ = 0;
-  uint64_t step_ = 0;
-  uint64_t resets_ = 0;
-  std::vector<Slot> slots_;
+  std::string warmupCodec_;
+  CallSequence sequence_;
+  std::vector<std::unique_ptr<ErrorFeedback>> slots_;
 };
 
 }  // namespace
@@ -165,6 +187,8 @@ class CollComm {
  public:
   Config config;
   std::unique_ptr<Store> store;  // rank 0 keeps serving until closeColl, harmless for others
+  // Declared before comm: the Communicator (its worker thread) goes first, then the stream.
+  DeviceStream stream;  // calls on device buffers run on it
   std::unique_ptr<Communicator> comm;
   std::mutex mu;
   std::unique_ptr<ResidualSequence> residuals;
@@ -175,10 +199,17 @@ class Request {
   Work work;
   size_t bytes = 0;
   std::vector<uint8_t> staging;
+  // Device buffers: staging lives on the device and copies are ordered on the comm's stream.
+  device::DeviceBuffer deviceStaging;
+  void* stream = nullptr;  // non-null: the call ran on device buffers on this stream
   // Scatters a staged result into NCCL's parts once the collective is done.
   std::vector<ncclNetSGE_v11_t> recvParts;
   size_t partStride = 0;  // allgather: bytes per rank in staging (padded)
   size_t partBytes = 0;   // allgather: bytes per rank NCCL expects
+
+  uint8_t* stagingData() {
+    return stream != nullptr ? static_cast<uint8_t*>(deviceStaging.data()) : staging.data();
+  }
 };
 
 void setLogger(ncclDebugLogger_t logger) { gLogger.store(logger); }
@@ -245,27 +276,29 @@ Result<Config> loadConfig() {
   if (timeoutMs <= 0)
     return errorInvalidArgument("TERSE_TIMEOUT_MS=%lld must be > 0", (long long)timeoutMs);
   c.timeout = std::chrono::milliseconds(timeoutMs);
-  TERSE_ASSIGN_OR_RETURN(int64_t period, envInt("TERSE_COLLNET_EF_PERIOD"));
-  if (period < 0) {
-    COLLNET_WARN("TERSE_COLLNET_EF_PERIOD=%lld is negative; using 0 (no error feedback)",
-                 static_cast<long long>(period));
-    period = 0;
-  }
+  TERSE_ASSIGN_OR_RETURN(std::string periodValue, envString("TERSE_COLLNET_EF_PERIOD"));
+  TERSE_ASSIGN_OR_RETURN(PeriodSetting period, parsePeriodSetting(periodValue));
   TERSE_ASSIGN_OR_RETURN(std::string spec, envString("TERSE_COLLNET_CODEC"));
   if (spec.empty()) spec = "none";
   TERSE_ASSIGN_OR_RETURN(bool needsFeedback, validateSpec(&spec));
-  if (needsFeedback && period == 0) {
+  const bool off = !period.learn && period.period == 0;
+  if (needsFeedback && off) {
     COLLNET_WARN(
-        "TERSE_COLLNET_CODEC='%s' needs error feedback, which needs "
-        "TERSE_COLLNET_EF_PERIOD (iallreduce + ireducescatter calls per training step); "
-        "it is unset, so CollNet runs uncompressed (codec none)",
+        "TERSE_COLLNET_CODEC='%s' needs error feedback, which TERSE_COLLNET_EF_PERIOD=0 turns "
+        "off, so CollNet runs uncompressed (codec none)",
         spec.c_str());
     spec = "none";
     needsFeedback = false;
   }
   c.errorFeedback = needsFeedback;
-  if (c.errorFeedback) c.efPeriod = period;
+  c.efPeriod = period;
   c.codec = spec;
+  c.warmupCodec = "none";
+  if (needsFeedback && isAutoSpec(spec)) {
+    // The policy's candidates that keep no residuals: everything up to int8.
+    TERSE_ASSIGN_OR_RETURN(AutoSpec noResidual, parseAutoSpec("auto:max=int8"));
+    c.warmupCodec = noResidual.canonical;
+  }
   TERSE_ASSIGN_OR_RETURN(DeviceInfo dev, discoverDevice());
   c.host = numericHost(dev.bindAddr);
   if (c.host.empty() || c.host.size() >= sizeof(Handle{}.host))
@@ -335,7 +368,8 @@ Result<CollComm*> connect(void* const* handles, int nranks, int rank, ListenComm
   TERSE_ASSIGN_OR_RETURN(
       cc->comm, Communicator::createUcx(rank, nranks, *cc->store, cc->config.timeout, scope));
   if (cc->config.errorFeedback)
-    cc->residuals = std::make_unique<ResidualSequence>(cc->config.codec, cc->config.efPeriod);
+    cc->residuals = std::make_unique<ResidualSequence>(cc->config.codec, cc->config.warmupCodec,
+                                                       cc->config.efPeriod);
   COLLNET_INFO("rank %d of %d connected via %s:%d, codec %s%s", rank, nranks, root.host, root.port,
                cc->config.codec.c_str(), cc->config.errorFeedback ? " with error feedback" : "");
   return cc.release();
@@ -348,9 +382,12 @@ Status closeColl(CollComm* comm) {
 
 namespace {
 
-Result<ErrorFeedback*> feedbackFor(CollComm* comm, Kind kind, size_t count, DataType type) {
-  if (!comm->residuals || count == 0) return static_cast<ErrorFeedback*>(nullptr);
-  return comm->residuals->next(kind, count, type);
+// The codec and residual of a reduce call: the configured codec without residuals unless the
+// codec keeps them; empty calls do not count as positions.
+Result<CollectiveOptions> optionsFor(CollComm* comm, Kind kind, size_t count, DataType type) {
+  if (!comm->residuals || count == 0) return CollectiveOptions{comm->config.codec, nullptr};
+  TERSE_ASSIGN_OR_RETURN(ResidualSequence::Plan plan, comm->residuals->next(kind, count, type));
+  return CollectiveOptions{*plan.codec, plan.feedback};
 }
 
 // The window restriction shared by ireducescatter and iallgather: terse runs the whole
@@ -377,6 +414,32 @@ Status checkWindow(const char* entry, int nranks, int nParts, const ncclNetSGE_v
   return Status::ok();
 }
 
+// The comm's stream when any of the buffers is device memory, nullptr for host calls. Device
+// buffers are only taken when this process offers the device path (collnet_device.h).
+Result<void*> streamFor(CollComm* comm, const char* entry, std::initializer_list<const void*> bufs,
+                        int nParts = 0, const ncclNetSGE_v11_t* parts = nullptr) {
+  bool onDevice = false;
+  for (const void* b : bufs) onDevice |= isDeviceBuffer(b);
+  for (int i = 0; i < nParts; ++i) onDevice |= isDeviceBuffer(parts[i].address);
+  if (!onDevice) return static_cast<void*>(nullptr);
+  std::string why;
+  if (!deviceBuffersSupported(&why))
+    return errorInvalidUsage(
+        "%s: a buffer is CUDA device memory, but CollNet reports host memory only here (%s)", entry,
+        why.c_str());
+  return comm->stream.get();
+}
+
+// Stages `bytes` from `src` at `dst`: memcpy on the host, a stream-ordered copy on the device.
+Status stageCopy(void* stream, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  if (stream == nullptr) {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
+  return device::copyAsync(dst, src, bytes, stream);
+}
+
 bool singleContiguous(int nParts, const ncclNetSGE_v11_t* parts) {
   for (int i = 1; i < nParts; ++i)
     if (static_cast<const uint8_t*>(parts[i - 1].address) + parts[i - 1].size != parts[i].address)
@@ -394,10 +457,13 @@ Result<Request*> iallreduce(CollComm* comm, const void* send, void* recv, size_t
   if (count > 0 && (send == nullptr || recv == nullptr))
     return errorInvalidArgument("iallreduce: NULL buffer for %zu elements", count);
   std::lock_guard<std::mutex> lock(comm->mu);
-  TERSE_ASSIGN_OR_RETURN(ErrorFeedback * fb, feedbackFor(comm, Kind::kAllReduce, count, type));
+  TERSE_ASSIGN_OR_RETURN(void* stream, streamFor(comm, "iallreduce", {send, recv}));
+  TERSE_ASSIGN_OR_RETURN(CollectiveOptions options,
+                         optionsFor(comm, Kind::kAllReduce, count, type));
+  options.stream = stream;
   auto req = std::make_unique<Request>();
   req->bytes = count * dataTypeSize(type);
-  CollectiveOptions options{comm->config.codec, fb};
+  req->stream = stream;
   req->work = comm->comm->allreduceAsync(send, recv, count, type, op, options);
   return req.release();
 }
@@ -421,21 +487,30 @@ Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11
     return errorInvalidArgument("ireducescatter: recvData is NULL");
   const size_t count = windowBytes / elem;
   std::lock_guard<std::mutex> lock(comm->mu);
-  TERSE_ASSIGN_OR_RETURN(ErrorFeedback * fb, feedbackFor(comm, Kind::kReduceScatter, count, type));
+  TERSE_ASSIGN_OR_RETURN(void* stream, streamFor(comm, "ireducescatter", {recv}, nParts, parts));
+  TERSE_ASSIGN_OR_RETURN(CollectiveOptions options,
+                         optionsFor(comm, Kind::kReduceScatter, count, type));
+  options.stream = stream;
   auto req = std::make_unique<Request>();
   req->bytes = bytesPerRank;
+  req->stream = stream;
   const void* send = nParts > 0 ? parts[0].address : nullptr;
   if (!singleContiguous(nParts, parts)) {
-    // Scattered parts are gathered into one buffer in window order.
-    req->staging.resize(windowBytes);
+    // Scattered parts are gathered into one buffer in window order (on the device for device
+    // parts, ordered before the collective on the same stream).
+    if (stream != nullptr) {
+      TERSE_RETURN_IF_ERROR(req->deviceStaging.reserve(windowBytes).status());
+    } else {
+      req->staging.resize(windowBytes);
+    }
     size_t at = 0;
     for (int i = 0; i < nParts; ++i) {
-      if (parts[i].size > 0) std::memcpy(req->staging.data() + at, parts[i].address, parts[i].size);
+      TERSE_RETURN_IF_ERROR(
+          stageCopy(stream, req->stagingData() + at, parts[i].address, parts[i].size));
       at += parts[i].size;
     }
-    send = req->staging.data();
+    send = req->stagingData();
   }
-  CollectiveOptions options{comm->config.codec, fb};
   req->work = comm->comm->reduceScatterAsync(send, recv, count, type, op, options);
   return req.release();
 }
@@ -450,8 +525,10 @@ Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
   if (bytesPerRank > 0 && send == nullptr)
     return errorInvalidArgument("iallgather: sendData is NULL");
   std::lock_guard<std::mutex> lock(comm->mu);
+  TERSE_ASSIGN_OR_RETURN(void* stream, streamFor(comm, "iallgather", {send}, nParts, parts));
   auto req = std::make_unique<Request>();
   req->bytes = windowBytes;
+  req->stream = stream;
   // Allgather carries opaque bytes and is never compressed. terse moves elements, so the bytes
   // travel as 4- or 2-byte units; an odd per-rank size is padded by one byte in a staging copy.
   DataType unitType = bytesPerRank % 4 == 0 ? DataType::kFloat32 : DataType::kFloat16;
@@ -460,16 +537,22 @@ Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
   const void* sendBuf = send;
   void* recvBuf = nParts > 0 ? parts[0].address : nullptr;
   if (stride != bytesPerRank || !singleContiguous(nParts, parts)) {
-    req->staging.resize(stride * static_cast<size_t>(nranks) + stride);
-    uint8_t* mine = req->staging.data() + stride * static_cast<size_t>(nranks);
-    if (bytesPerRank > 0) std::memcpy(mine, send, bytesPerRank);
+    const size_t stagingBytes = stride * static_cast<size_t>(nranks) + stride;
+    if (stream != nullptr) {
+      TERSE_RETURN_IF_ERROR(req->deviceStaging.reserve(stagingBytes).status());
+    } else {
+      req->staging.resize(stagingBytes);
+    }
+    uint8_t* mine = req->stagingData() + stride * static_cast<size_t>(nranks);
+    TERSE_RETURN_IF_ERROR(stageCopy(stream, mine, send, bytesPerRank));
     sendBuf = mine;
-    recvBuf = req->staging.data();
+    recvBuf = req->stagingData();
     req->recvParts.assign(parts, parts + nParts);
     req->partStride = stride;
     req->partBytes = bytesPerRank;
   }
   CollectiveOptions options{"none", nullptr};
+  options.stream = stream;
   req->work = comm->comm->allgatherAsync(sendBuf, recvBuf, count, unitType, options);
   return req.release();
 }
@@ -494,12 +577,14 @@ Status test(Request* request, bool* done, size_t* bytes) {
         size_t rank = (windowAt + copied) / req->partBytes;
         size_t within = (windowAt + copied) % req->partBytes;
         size_t n = std::min(part.size - copied, req->partBytes - within);
-        std::memcpy(static_cast<uint8_t*>(part.address) + copied,
-                    req->staging.data() + rank * req->partStride + within, n);
+        TERSE_RETURN_IF_ERROR(stageCopy(req->stream, static_cast<uint8_t*>(part.address) + copied,
+                                        req->stagingData() + rank * req->partStride + within, n));
         copied += n;
       }
       windowAt += part.size;
     }
+    // Device parts: NCCL reads them once test says done, so the copies must have landed.
+    if (req->stream != nullptr) TERSE_RETURN_IF_ERROR(device::synchronize(req->stream));
   }
   *bytes = req->bytes;
   return Status::ok();

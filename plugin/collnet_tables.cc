@@ -1,7 +1,8 @@
-// The exported NCCL CollNet tables (v11, and v10/v9/v8 shims) over collnet_comm. Every entry
+// The exported NCCL CollNet tables (v12, v11, and v10/v9/v8 shims) over collnet_comm. Every entry
 // point is a firewall: it returns an ncclResult_t, logs a failure once, and lets no exception
 // out.
 #include "collnet_comm.h"
+#include "collnet_device.h"
 #include "entry_guard.h"
 #include "net_device.h"
 #include "net_properties.h"
@@ -50,9 +51,20 @@ Result<Config> initCommon(ncclDebugLogger_t logger) {
     s.device = std::move(dev);
   }
   TERSE_ASSIGN_OR_RETURN(Config config, loadConfig());
-  COLLNET_INFO("CollNet over UCX via %s (%s), codec %s%s", s.device->name.c_str(),
-               config.host.c_str(), config.codec.c_str(),
-               config.errorFeedback ? " with error feedback per call position" : "");
+  std::string feedback;
+  if (config.errorFeedback)
+    feedback = config.efPeriod.learn
+                   ? " with error feedback per call position, its period to be found within " +
+                         std::to_string(config.efPeriod.maxWarmup) + " calls (" +
+                         config.warmupCodec + " until then)"
+                   : " with error feedback per call position, period " +
+                         std::to_string(config.efPeriod.period);
+  std::string why;
+  const bool onDevice = deviceBuffersSupported(&why);
+  COLLNET_INFO("CollNet over UCX via %s (%s), codec %s%s; %s%s", s.device->name.c_str(),
+               config.host.c_str(), config.codec.c_str(), feedback.c_str(),
+               onDevice ? "GPU buffers run on the GPU (NCCL_PTR_CUDA)" : "host buffers only: ",
+               onDevice ? "" : why.c_str());
   return config;
 }
 
@@ -115,12 +127,16 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     TERSE_RETURN_IF_ERROR(checkDev(dev));
-    // NCCL stages CollNet data in host memory for us; one receive per request.
-    *props = hostDeviceProperties(*s.device, NCCL_PTR_HOST, 65536, 1);
+    // Host memory always; device memory where terse's device path runs (collnet_device.h),
+    // otherwise NCCL stages CollNet data in host memory for us. One receive per request.
+    const int ptrSupport = NCCL_PTR_HOST | (deviceBuffersSupported() ? NCCL_PTR_CUDA : 0);
+    *props = hostDeviceProperties(*s.device, ptrSupport, 65536, 1);
     return Status::ok();
   });
 }
 
+constexpr auto getPropertiesV12 =
+    getOlderProperties<ncclNetProperties_v12_t, propertiesV12, getPropertiesV11>;
 constexpr auto getPropertiesV10 =
     getOlderProperties<ncclNetProperties_v10_t, propertiesV10, getPropertiesV11>;
 constexpr auto getPropertiesV8 =
@@ -177,10 +193,12 @@ ncclResult_t reduceSupport(int dataType, int redOp, int* supportedOut) {
   });
 }
 
-// Registration is bookkeeping only: terse hands host buffers to UCX per call.
+// Registration is bookkeeping only: terse hands buffers to UCX (host, or compressed bytes
+// staged in pinned memory for device buffers) per call.
 struct MemoryRegion {
   void* data;
   size_t size;
+  int type;
 };
 
 ncclResult_t regMr(void* collComm, void* data, size_t size, int type, void** mhandle) {
@@ -188,12 +206,23 @@ ncclResult_t regMr(void* collComm, void* data, size_t size, int type, void** mha
     TERSE_RETURN_IF_ERROR(notNull(collComm, "regMr", "collComm"));
     TERSE_RETURN_IF_ERROR(notNull(mhandle, "regMr", "mhandle"));
     *mhandle = nullptr;
-    if (type != NCCL_PTR_HOST)
+    std::string why;
+    if (type == NCCL_PTR_CUDA) {
+      if (!deviceBuffersSupported(&why))
+        return errorInvalidArgument(
+            "regMr: device memory (NCCL_PTR_CUDA) is not taken here: %s (ptrSupport is "
+            "NCCL_PTR_HOST)",
+            why.c_str());
+      if (size > 0 && !isDeviceBuffer(data))
+        return errorInvalidArgument(
+            "regMr: %p is registered as NCCL_PTR_CUDA but is not CUDA "
+            "device memory",
+            data);
+    } else if (type != NCCL_PTR_HOST) {
       return errorInvalidArgument(
-          "regMr: pointer type %#x is not host memory (terse's CollNet "
-          "reports ptrSupport = NCCL_PTR_HOST only)",
-          type);
-    *mhandle = new MemoryRegion{data, size};
+          "regMr: pointer type %#x is neither host (0x1) nor CUDA (0x2) memory", type);
+    }
+    *mhandle = new MemoryRegion{data, size, type};
     return Status::ok();
   });
 }
@@ -290,7 +319,9 @@ ncclResult_t ireducescatterV8(void* collComm, int nSendParts, ncclNetSGE_v8_t* s
 }
 
 ncclResult_t iflush(void*, void*, int, void*, void** request) {
-  // Host memory only: nothing is ever in flight towards a GPU.
+  // Nothing is ever in flight towards a GPU once test said done: host results are written by
+  // the CPU, device results by kernels and copies on the plugin's stream, which the request
+  // waits for before it completes.
   if (request != nullptr) *request = nullptr;
   return ncclSuccess;
 }
@@ -323,11 +354,19 @@ ncclResult_t makeVDevice(int*, ncclNetVDeviceProps_v11_t*) {
   COLLNET_WARN("makeVDevice: terse's CollNet has one device and no virtual devices");
   return ncclInvalidUsage;
 }
+ncclResult_t makeVDeviceV12(int* d, ncclNetVDeviceProps_v12_t*) { return makeVDevice(d, nullptr); }
 
 }  // namespace
 }  // namespace terse::plugin::collnet
 
 using namespace terse::plugin::collnet;  // NOLINT: the tables below name the shims
+
+// v12 differs from v11 only in the property and virtual-device structs.
+extern "C" __attribute__((visibility("default"))) const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {
+    "terse",           initV11, devices,     getPropertiesV12, listenV11,        connectColl,
+    reduceSupport,     regMr,   regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
+    ireducescatterV11, iflush,  testRequest, closeCollEntry,   closeListenEntry, makeVDeviceV12,
+    finalizeV11};
 
 extern "C" __attribute__((visibility("default"))) const ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
     "terse",           initV11, devices,     getPropertiesV11, listenV11,        connectColl,

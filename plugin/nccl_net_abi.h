@@ -1,5 +1,7 @@
-/* The NCCL net plugin ABI (tables v8..v11), written from docs in
- * /work/shared/design/nccl-plugin-abi.md because no NCCL package installs its plugin headers.
+/* The NCCL net plugin ABI (tables v8..v12), written from docs in
+ * /work/shared/design/nccl-plugin-abi.md (v8..v11) and from NCCL's published
+ * src/include/plugin/net/net_v12.h (v12, NCCL 2.30+) because no NCCL package installs its plugin
+ * headers.
  * Field order and types are the ABI: the static asserts at the end pin sizes and offsets so a
  * slip fails the build instead of corrupting NCCL's view of the tables.
  *
@@ -35,6 +37,8 @@ typedef enum {
 #define NCCL_MAX_NET_SIZE_BYTES (1ull << 30)
 #define NCCL_MAX_COLLNET_SIZE_BYTES (512ull << 20)
 #define NCCL_NET_MAX_DEVS_PER_NIC 4
+#define NCCL_NET_MAX_DEVS_PER_NIC_V12 8 /* v12 merges up to 8 NICs into one virtual NIC */
+#define NCCL_NET_ID_UNDEF (-1)          /* v12 railId / planeId: none, NCCL ignores it */
 #define NCCL_NET_DEVICE_HOST 0
 #define NCCL_NET_DEVICE_UNPACK 1
 
@@ -157,7 +161,73 @@ typedef struct {
   int netDeviceVersion;
 } ncclNetProperties_v8_t;
 
+/* v12 (NCCL 2.30+): virtual NICs of up to 8 devices, and rail/plane ids after the v11 fields.
+ * The device handle, comm config and attributes are the v11 ones unchanged. */
+typedef ncclNetDeviceHandle_v11_t ncclNetDeviceHandle_v12_t;
+typedef ncclNetCommConfig_v11_t ncclNetCommConfig_v12_t;
+typedef ncclNetAttr_v11_t ncclNetAttr_v12_t;
+
+typedef struct {
+  int ndevs;
+  int devs[NCCL_NET_MAX_DEVS_PER_NIC_V12];
+} ncclNetVDeviceProps_v12_t;
+
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed; /* Mbit/s */
+  int port;
+  float latency; /* us */
+  int maxComms;
+  int maxRecvs;
+  int netDeviceType; /* an int-sized enum in NCCL's header */
+  int netDeviceVersion;
+  ncclNetVDeviceProps_v12_t vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+  int maxMultiRequestSize;
+  int16_t railId;  /* NCCL_NET_ID_UNDEF when the NIC has no rail */
+  int16_t planeId; /* NCCL_NET_ID_UNDEF when the NIC has no plane */
+} ncclNetProperties_v12_t;
+
 /* ---- the tables --------------------------------------------------------------------------- */
+
+/* v12: v11's members and signatures with the v12 property and virtual-device structs. */
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config,
+                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v12_t* props);
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                          ncclNetDeviceHandle_v12_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm,
+                         ncclNetDeviceHandle_v12_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                        void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                        void** mhandles, void** phandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptrMhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v12_t* props);
+  ncclResult_t (*finalize)(void* ctx);
+  ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v12_t* netAttr);
+} ncclNet_v12_t;
 
 typedef struct {
   const char* name;
@@ -303,6 +373,15 @@ TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v11_t, maxP2pBytes) == 88, "props v1
 TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v11_t, maxCollBytes) == 96, "props v11 layout");
 TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v11_t, maxMultiRequestSize) == 104, "props v11");
 TERSE_ABI_ASSERT(sizeof(ncclNetProperties_v11_t) == 112, "props v11 layout");
+TERSE_ABI_ASSERT(sizeof(ncclNetVDeviceProps_v12_t) == 36, "vDeviceProps v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, netDeviceVersion) == 60, "props v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, vProps) == 64, "props v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, maxP2pBytes) == 104, "props v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, maxCollBytes) == 112, "props v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, maxMultiRequestSize) == 120, "props v12");
+TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, railId) == 124, "props v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v12_t, planeId) == 126, "props v12 layout");
+TERSE_ABI_ASSERT(sizeof(ncclNetProperties_v12_t) == 128, "props v12 layout");
 TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v10_t, maxCollBytes) == 96, "props v10 layout");
 TERSE_ABI_ASSERT(sizeof(ncclNetProperties_v10_t) == 104, "props v10/v9 layout");
 TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v8_t, speed) == 32, "props v8 layout");
@@ -311,6 +390,11 @@ TERSE_ABI_ASSERT(offsetof(ncclNetProperties_v8_t, netDeviceVersion) == 56, "prop
 TERSE_ABI_ASSERT(sizeof(ncclNetProperties_v8_t) == 64, "props v8 layout");
 
 /* Tables: one pointer per member, so member k sits at 8*k. */
+TERSE_ABI_ASSERT(offsetof(ncclNet_v12_t, accept) == 8 * 6, "ncclNet_v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNet_v12_t, isend) == 8 * 10, "ncclNet_v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNet_v12_t, makeVDevice) == 8 * 19, "ncclNet_v12 layout");
+TERSE_ABI_ASSERT(offsetof(ncclNet_v12_t, finalize) == 8 * 20, "ncclNet_v12 layout");
+TERSE_ABI_ASSERT(sizeof(ncclNet_v12_t) == 8 * 22, "ncclNet_v12 layout");
 TERSE_ABI_ASSERT(offsetof(ncclNet_v11_t, accept) == 8 * 6, "ncclNet_v11 layout");
 TERSE_ABI_ASSERT(offsetof(ncclNet_v11_t, isend) == 8 * 10, "ncclNet_v11 layout");
 TERSE_ABI_ASSERT(offsetof(ncclNet_v11_t, test) == 8 * 13, "ncclNet_v11 layout");

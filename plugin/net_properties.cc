@@ -26,6 +26,32 @@ ncclNetProperties_v11_t hostDeviceProperties(const DeviceInfo& d, int ptrSupport
   return p;
 }
 
+ncclNetProperties_v12_t propertiesV12(const ncclNetProperties_v11_t& p) {
+  ncclNetProperties_v12_t q{};
+  q.name = p.name;
+  q.pciPath = p.pciPath;
+  q.guid = p.guid;
+  q.ptrSupport = p.ptrSupport;
+  q.regIsGlobal = p.regIsGlobal;
+  q.forceFlush = p.forceFlush;
+  q.speed = p.speed;
+  q.port = p.port;
+  q.latency = p.latency;
+  q.maxComms = p.maxComms;
+  q.maxRecvs = p.maxRecvs;
+  q.netDeviceType = p.netDeviceType;
+  q.netDeviceVersion = p.netDeviceVersion;
+  q.vProps.ndevs = p.vProps.ndevs;
+  for (int i = 0; i < p.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC; ++i)
+    q.vProps.devs[i] = p.vProps.devs[i];
+  q.maxP2pBytes = p.maxP2pBytes;
+  q.maxCollBytes = p.maxCollBytes;
+  q.maxMultiRequestSize = p.maxMultiRequestSize;
+  q.railId = NCCL_NET_ID_UNDEF;
+  q.planeId = NCCL_NET_ID_UNDEF;
+  return q;
+}
+
 ncclNetProperties_v10_t propertiesV10(const ncclNetProperties_v11_t& p) {
   return ncclNetProperties_v10_t{p.name,
                                  p.pciPath,

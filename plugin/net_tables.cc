@@ -1,5 +1,5 @@
-// The exported NCCL net tables (v11 and the v10/v9/v8 shims) over NetContext. Every entry point
-// is a firewall: it returns an ncclResult_t, logs the error once, and lets no exception out.
+// The exported NCCL net tables (v12, v11 and the v10/v9/v8 shims) over NetContext. Every entry
+// point is a firewall: it returns an ncclResult_t, logs the error once, and lets no exception out.
 #include "net_properties.h"
 #include "net_ucx.h"
 #include "entry_guard.h"
@@ -140,6 +140,8 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
   });
 }
 
+constexpr auto getPropertiesV12 =
+    getOlderProperties<ncclNetProperties_v12_t, propertiesV12, getPropertiesV11>;
 constexpr auto getPropertiesV10 =
     getOlderProperties<ncclNetProperties_v10_t, propertiesV10, getPropertiesV11>;
 constexpr auto getPropertiesV8 =
@@ -367,6 +369,19 @@ ncclResult_t irecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, 
 }  // namespace terse::plugin
 
 using namespace terse::plugin;  // NOLINT: the tables below list many entry points
+
+// v12 differs from v11 only in the property and virtual-device structs: the comm config,
+// attribute and device-handle types are the same, so the v11 entry points serve it directly.
+extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
+    "terse",     initV11, devices,     getPropertiesV12, listenV11,   connectV11,
+    accept,      regMr,   regMrDmaBuf, deregMr,          isendV11,    irecvV11,
+    iflush,      test,    closeSend,   closeRecv,        closeListen,
+    nullptr,  // getDeviceMr: host-only device, nothing to map
+    nullptr,  // irecvConsumed: only for NCCL_NET_DEVICE_UNPACK
+    nullptr,  // makeVDevice: one device, nothing to merge
+    finalizeV11,
+    nullptr,  // setNetAttr: hints only; UCX picks lanes itself
+};
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
     "terse",     initV11, devices,     getPropertiesV11, listenV11,   connectV11,

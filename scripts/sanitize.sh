@@ -29,10 +29,11 @@ declare -A label_targets=(
   [common]="common_test"
   [rendezvous]="rendezvous_test launcher_test terse-run terse-bench"
   [transport]="transport_test communicator_test"
-  [process]="transport_process_test api_process_test fault_process_test"
+  [process]="transport_process_test api_process_test fault_process_test misuse_c_test terse-run"
   [collectives]="collectives_test"
-  [api]="c_api_test terse-run allreduce-example"
-  [plugin]="plugin_net_test plugin_dlopen_c plugin_collnet_test nccl-net-terse"
+  [api]="c_api_test misuse_test stats_test split_test terse-run allreduce-example"
+  [plugin]="plugin_net_test plugin_dlopen_c plugin_collnet_test plugin_parsers_test
+    plugin_ef_period_test plugin_abi_layout_test nccl-net-terse"
   [train]="train_unit_test terse-train terse-run"
   [soak]="terse-bench"
 )

@@ -2,12 +2,18 @@
 // line; every failure becomes a status code plus a thread-local message for terse_last_error().
 #include <terse/terse.h>
 
+#include "terse/collectives/engine.h"
+#include "terse/common/logging.h"
+#include "terse/compressors/auto_spec.h"
+#include "terse/compressors/codec.h"
 #include "terse/optim/onebit_adam.h"
 
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <string>
+#include <unordered_set>
 
 struct terse_comm {
   std::unique_ptr<terse::Communicator> comm;
@@ -19,9 +25,55 @@ struct terse_feedback {
   terse::ErrorFeedback state;
 };
 
+namespace terse {
+
+// The C API's way into Communicator's private rejection path (communicator.h befriends it).
+struct CApiAccess {
+  static Work reject(Communicator& comm, CollectiveKind kind, size_t count, Status why) {
+    CollectiveOp call;
+    call.kind = kind;
+    call.count = count;
+    return comm.submitRejected(call, std::move(why));
+  }
+};
+
+}  // namespace terse
+
 namespace {
 
 thread_local std::string lastError;
+
+// Handles the application holds. C cannot stop a caller from using a freed pointer, but the
+// library can recognise one that it does not know: freeing a work handle twice, or waiting on
+// a freed one, is then an error (or a no-op for the void functions) instead of a double free.
+// A pointer that the allocator has since handed to a new handle is, of course, that handle.
+template <typename Handle>
+class LiveHandles {
+ public:
+  Handle* add(Handle* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.insert(h);
+    return h;
+  }
+  bool contains(const Handle* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.count(const_cast<Handle*>(h)) != 0;
+  }
+  // True if `h` was live (and is no longer).
+  bool remove(Handle* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.erase(h) != 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<Handle*> live_;
+};
+
+LiveHandles<terse_work>& liveWork() {
+  static auto* handles = new LiveHandles<terse_work>();  // outlives static destructors
+  return *handles;
+}
 
 terse_status_t fail(const terse::Status& s) {
   lastError = s.message();
@@ -67,6 +119,53 @@ terse::CollectiveOptions options(const char* codec, terse_feedback_t* feedback) 
     if (!(cond)) return fail(TERSE_INVALID_ARGUMENT, what " is NULL"); \
   } while (0)
 
+// C enums are ints: a value the C++ enums (8 bits) cannot hold must be refused as itself, not
+// truncated into a valid one (256 would run as float32).
+terse::Status checkEnums(const char* fn, int dtype, int op, bool reduces) {
+  if (dtype < TERSE_FLOAT32 || dtype > TERSE_BFLOAT16)
+    return terse::errorInvalidArgument("%s: element type %d is not one of TERSE_FLOAT32, "
+                                       "TERSE_FLOAT16, TERSE_BFLOAT16",
+                                       fn, dtype);
+  if (reduces && op != TERSE_SUM && op != TERSE_AVG)
+    return terse::errorInvalidArgument("%s: reduction %d is not TERSE_SUM or TERSE_AVG", fn, op);
+  return terse::Status::ok();
+}
+
+// Runs one collective through the C API: an argument the C layer itself refuses still joins
+// the ranks' agreement (as a rejected call), so the peers fail the same call at once.
+template <typename Submit>
+terse::Work collective(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind,
+                       size_t count, int dtype, int op, Submit&& submit) {
+  terse::Status bad =
+      checkEnums(fn, dtype, op, kind != terse::CollectiveKind::kAllGather);
+  if (!bad.isOk()) return terse::CApiAccess::reject(*comm->comm, kind, count, std::move(bad));
+  return submit();
+}
+
+}  // namespace
+
+namespace {
+
+// The async forms share everything but the kind and the submission.
+template <typename Submit>
+terse_status_t submitAsync(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind,
+                           size_t count, int dtype, int op, terse_work_t** work,
+                           Submit&& submit) {
+  return guarded([&] {
+    if (work == nullptr) {
+      // No handle to give back: the call is refused, but it still takes its place among the
+      // ranks' calls, so the peers fail it now rather than pair it with this rank's next one.
+      return done(terse::CApiAccess::reject(
+                      *comm->comm, kind, count,
+                      terse::errorInvalidArgument("%s: work is NULL", fn))
+                      .wait());
+    }
+    terse::Work w = collective(comm, fn, kind, count, dtype, op, submit);
+    *work = liveWork().add(new terse_work{std::move(w)});
+    return done(terse::Status::ok());
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -98,10 +197,31 @@ void terse_comm_destroy(terse_comm_t* comm) {
 
 int terse_comm_rank(const terse_comm_t* comm) { return comm ? comm->comm->rank() : -1; }
 int terse_comm_size(const terse_comm_t* comm) { return comm ? comm->comm->size() : -1; }
+int terse_comm_local_rank(const terse_comm_t* comm) {
+  return comm ? comm->comm->topology().localRank : -1;
+}
+int terse_comm_local_size(const terse_comm_t* comm) {
+  return comm ? comm->comm->topology().localSize : -1;
+}
+int terse_comm_node(const terse_comm_t* comm) { return comm ? comm->comm->topology().node : -1; }
+int terse_comm_node_count(const terse_comm_t* comm) {
+  return comm ? comm->comm->topology().nodeCount : -1;
+}
 
 terse_status_t terse_comm_barrier(terse_comm_t* comm) {
   TERSE_REQUIRE(comm, "terse_comm_barrier: comm");
   return guarded([&] { return done(comm->comm->barrier()); });
+}
+
+terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_comm_t** out) {
+  TERSE_REQUIRE(comm, "terse_comm_split: comm");
+  TERSE_REQUIRE(out, "terse_comm_split: out");
+  return guarded([&] {
+    auto made = comm->comm->split(color, key);
+    if (!made.isOk()) return fail(made.status());
+    *out = made.value() ? new terse_comm{std::move(made).value()} : nullptr;
+    return done(terse::Status::ok());
+  });
 }
 
 void terse_comm_abort(terse_comm_t* comm, const char* reason) {
@@ -125,8 +245,13 @@ terse_status_t terse_allreduce(terse_comm_t* comm, const void* send, void* recv,
                                terse_feedback_t* feedback) {
   TERSE_REQUIRE(comm, "terse_allreduce: comm");
   return guarded([&] {
-    return done(comm->comm->allreduce(send, recv, count, static_cast<terse::DataType>(dtype),
-                                      static_cast<terse::ReduceOp>(op), options(codec, feedback)));
+    return done(collective(comm, "terse_allreduce", terse::CollectiveKind::kAllReduce, count, dtype,
+                           op, [&] {
+                             return comm->comm->allreduceAsync(
+                                 send, recv, count, static_cast<terse::DataType>(dtype),
+                                 static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                           })
+                    .wait());
   });
 }
 
@@ -135,9 +260,13 @@ terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* 
                                     terse_feedback_t* feedback) {
   TERSE_REQUIRE(comm, "terse_reduce_scatter: comm");
   return guarded([&] {
-    return done(comm->comm->reduceScatter(send, recv, count, static_cast<terse::DataType>(dtype),
-                                          static_cast<terse::ReduceOp>(op),
-                                          options(codec, feedback)));
+    return done(collective(comm, "terse_reduce_scatter", terse::CollectiveKind::kReduceScatter,
+                           count, dtype, op, [&] {
+                             return comm->comm->reduceScatterAsync(
+                                 send, recv, count, static_cast<terse::DataType>(dtype),
+                                 static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                           })
+                    .wait());
   });
 }
 
@@ -145,8 +274,13 @@ terse_status_t terse_allgather(terse_comm_t* comm, const void* send, void* recv,
                                terse_dtype_t dtype, const char* codec, terse_feedback_t* feedback) {
   TERSE_REQUIRE(comm, "terse_allgather: comm");
   return guarded([&] {
-    return done(comm->comm->allgather(send, recv, count, static_cast<terse::DataType>(dtype),
-                                      options(codec, feedback)));
+    return done(collective(comm, "terse_allgather", terse::CollectiveKind::kAllGather, count, dtype,
+                           TERSE_SUM, [&] {
+                             return comm->comm->allgatherAsync(send, recv, count,
+                                                               static_cast<terse::DataType>(dtype),
+                                                               options(codec, feedback));
+                           })
+                    .wait());
   });
 }
 
@@ -154,33 +288,125 @@ terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void*
                                      terse_dtype_t dtype, terse_redop_t op, const char* codec,
                                      terse_feedback_t* feedback, terse_work_t** work) {
   TERSE_REQUIRE(comm, "terse_allreduce_async: comm");
-  TERSE_REQUIRE(work, "terse_allreduce_async: work");
+  return submitAsync(comm, "terse_allreduce_async", terse::CollectiveKind::kAllReduce, count, dtype,
+                     op, work, [&] {
+                       return comm->comm->allreduceAsync(
+                           send, recv, count, static_cast<terse::DataType>(dtype),
+                           static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                     });
+}
+
+terse_status_t terse_reduce_scatter_async(terse_comm_t* comm, const void* send, void* recv,
+                                          size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                          const char* codec, terse_feedback_t* feedback,
+                                          terse_work_t** work) {
+  TERSE_REQUIRE(comm, "terse_reduce_scatter_async: comm");
+  return submitAsync(comm, "terse_reduce_scatter_async", terse::CollectiveKind::kReduceScatter,
+                     count, dtype, op, work, [&] {
+                       return comm->comm->reduceScatterAsync(
+                           send, recv, count, static_cast<terse::DataType>(dtype),
+                           static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                     });
+}
+
+terse_status_t terse_allgather_async(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                     terse_dtype_t dtype, const char* codec,
+                                     terse_feedback_t* feedback, terse_work_t** work) {
+  TERSE_REQUIRE(comm, "terse_allgather_async: comm");
+  return submitAsync(comm, "terse_allgather_async", terse::CollectiveKind::kAllGather, count, dtype,
+                     TERSE_SUM, work, [&] {
+                       return comm->comm->allgatherAsync(send, recv, count,
+                                                         static_cast<terse::DataType>(dtype),
+                                                         options(codec, feedback));
+                     });
+}
+
+terse_status_t terse_codec_info(const char* spec, char* canonical, size_t* size,
+                                int* wants_feedback) {
+  TERSE_REQUIRE(spec, "terse_codec_info: spec");
+  TERSE_REQUIRE(size, "terse_codec_info: size");
   return guarded([&] {
-    *work = new terse_work{
-        comm->comm->allreduceAsync(send, recv, count, static_cast<terse::DataType>(dtype),
-                                   static_cast<terse::ReduceOp>(op), options(codec, feedback))};
+    std::string text;
+    bool wants = false;
+    if (terse::isAutoSpec(spec)) {
+      auto parsed = terse::parseAutoSpec(spec);
+      if (!parsed.isOk()) return fail(parsed.status());
+      text = parsed->canonical;
+      for (const std::string& candidate : parsed->candidates) {
+        auto codec = terse::makeCodec(candidate);
+        if (!codec.isOk()) return fail(codec.status());
+        wants = wants || (*codec)->wantsErrorFeedback();
+      }
+    } else {
+      auto codec = terse::makeCodec(spec);
+      if (!codec.isOk()) return fail(codec.status());
+      text = (*codec)->spec();
+      wants = (*codec)->wantsErrorFeedback();
+    }
+    if (wants_feedback) *wants_feedback = wants ? 1 : 0;
+    const size_t capacity = *size;
+    *size = text.size() + 1;
+    if (canonical == nullptr) return done(terse::Status::ok());
+    if (capacity < text.size() + 1)
+      return fail(terse::errorInvalidArgument(
+          "terse_codec_info: the buffer holds %zu bytes, %zu are needed", capacity,
+          text.size() + 1));
+    std::memcpy(canonical, text.c_str(), text.size() + 1);
     return done(terse::Status::ok());
   });
 }
 
 terse_status_t terse_work_test(terse_work_t* work) {
   TERSE_REQUIRE(work, "terse_work_test: work");
+  if (!liveWork().contains(work))
+    return fail(TERSE_INVALID_ARGUMENT, "terse_work_test: not a live work handle (freed?)");
   if (!work->work.test()) return TERSE_IN_PROGRESS;
   return done(work->work.wait());
 }
 
 terse_status_t terse_work_wait(terse_work_t* work) {
   TERSE_REQUIRE(work, "terse_work_wait: work");
+  if (!liveWork().contains(work))
+    return fail(TERSE_INVALID_ARGUMENT, "terse_work_wait: not a live work handle (freed?)");
   return guarded([&] { return done(work->work.wait()); });
 }
 
 void terse_work_free(terse_work_t* work) {
   if (!work) return;
+  if (!liveWork().remove(work)) {
+    // Freed before (or never made here): freeing it again would corrupt the heap.
+    TERSE_WARN(terse::kSubsysInit, "terse_work_free: %p is not a live work handle; ignored",
+               static_cast<void*>(work));
+    return;
+  }
   try {
     (void)work->work.wait();
     delete work;
   } catch (...) {
   }
+}
+
+terse_status_t terse_comm_stats(terse_comm_t* comm, terse_stats_t* stats) {
+  TERSE_REQUIRE(comm, "terse_comm_stats: comm");
+  TERSE_REQUIRE(stats, "terse_comm_stats: stats");
+  return guarded([&] {
+    const terse::CollectiveStats st = comm->comm->stats();
+    auto fill = [](const terse::CollectiveStats::Kind& k, terse_kind_stats_t* out) {
+      out->calls = k.calls;
+      out->failures = k.failures;
+      out->raw_bytes = k.rawBytes;
+      out->wire_bytes = k.wireBytes;
+      out->seconds = k.seconds;
+      out->compress_seconds = k.compressSeconds;
+      out->reduce_seconds = k.reduceSeconds;
+    };
+    fill(st.allreduce, &stats->allreduce);
+    fill(st.reduceScatter, &stats->reduce_scatter);
+    fill(st.allgather, &stats->allgather);
+    fill(st.autoPolicy, &stats->auto_policy);
+    stats->barriers = st.barriers;
+    return done(terse::Status::ok());
+  });
 }
 
 terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feedback_t** feedback) {
@@ -195,6 +421,25 @@ terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feed
 }
 
 void terse_feedback_destroy(terse_feedback_t* feedback) { delete feedback; }
+
+terse_status_t terse_feedback_info(const terse_feedback_t* feedback, char* spec, size_t* size,
+                                   size_t* count) {
+  TERSE_REQUIRE(feedback, "terse_feedback_info: feedback");
+  TERSE_REQUIRE(size, "terse_feedback_info: size");
+  return guarded([&] {
+    const std::string& text = feedback->state.codecSpec();
+    if (count) *count = feedback->state.count();
+    const size_t capacity = *size;
+    *size = text.size() + 1;
+    if (spec == nullptr) return done(terse::Status::ok());
+    if (capacity < text.size() + 1)
+      return fail(terse::errorInvalidArgument(
+          "terse_feedback_info: the buffer holds %zu bytes, %zu are needed", capacity,
+          text.size() + 1));
+    std::memcpy(spec, text.c_str(), text.size() + 1);
+    return done(terse::Status::ok());
+  });
+}
 
 void terse_feedback_reset(terse_feedback_t* feedback) {
   if (feedback) feedback->state.reset();

@@ -9,10 +9,12 @@
 #include "terse/rendezvous/bootstrap.h"
 #include "terse/transport/fault.h"
 #include "terse/transport/give_up.h"
+#include "terse/transport/group.h"
 #include "terse/transport/inproc.h"
 #include "terse/transport/transport.h"
 #include "terse/transport/ucx.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <strings.h>
@@ -27,11 +29,27 @@ static_assert(kFaultPhases[3].value == Communicator::kReservedTagBase &&
 namespace {
 
 Result<std::chrono::milliseconds> timeoutFromEnv() {
-  TERSE_ASSIGN_OR_RETURN(int64_t ms, envInt("TERSE_TIMEOUT_MS"));
-  if (ms <= 0)
-    return errorInvalidArgument("TERSE_TIMEOUT_MS=%lld must be a positive number of milliseconds",
-                                static_cast<long long>(ms));
+  TERSE_ASSIGN_OR_RETURN(int64_t ms, envInt("TERSE_TIMEOUT_MS"));  // 1 ms .. a year
   return std::chrono::milliseconds(ms);
+}
+
+// The store named by TERSE_STORE, opened once per process and kept for its life. Rank 0 serves
+// a TCP store, and the communicators of one job meet through it one after another: if each
+// communicator opened (and rank 0 closed) its own, a peer already creating the next communicator
+// could reach rank 0's closing server and fail, and rank 0 would then wait for it in vain. Kept
+// past every communicator on purpose (never destroyed, like the process's other singletons).
+Result<std::shared_ptr<Store>> processStore(const BootstrapInfo& info,
+                                            std::chrono::milliseconds timeout) {
+  static std::mutex mutex;
+  static auto* stores = new std::map<std::string, std::shared_ptr<Store>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::string key = info.store + (info.rank == 0 ? " (serving)" : "");
+  auto it = stores->find(key);
+  if (it != stores->end()) return it->second;
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Store> opened, openStore(info, timeout));
+  std::shared_ptr<Store> shared = std::move(opened);
+  stores->emplace(key, shared);
+  return shared;
 }
 
 // Each process is one rank, so communicators created in the same order on every rank get the
@@ -43,17 +61,118 @@ std::string nextStorePrefix() {
 
 }  // namespace
 
-Communicator::Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout)
-    : transport_(std::move(transport)),
-      timeout_(timeout),
-      engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)),
-      worker_(std::make_unique<CollectiveWorker>()) {}
+struct Communicator::Shared {
+  std::unique_ptr<Transport> transport;
+  // The next free group tag space (transport/group.h), agreed on by every split.
+  uint32_t nextSpace = 1;
+  // Declared last so it is destroyed first: queued calls finish before the transport goes.
+  std::unique_ptr<CollectiveWorker> worker = std::make_unique<CollectiveWorker>();
+};
 
-Communicator::~Communicator() = default;
+Communicator::Communicator(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group,
+                           std::vector<int> rootRanks, std::chrono::milliseconds timeout)
+    : shared_(std::move(shared)),
+      group_(std::move(group)),
+      transport_(group_ ? group_.get() : shared_->transport.get()),
+      worker_(shared_->worker.get()),
+      rootRanks_(std::move(rootRanks)),
+      timeout_(timeout),
+      topology_(Topology::singleNode(transport_->size(), transport_->rank())),
+      engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)) {}
+
+Communicator::~Communicator() {
+  // This communicator's queued calls finish first (the thread may be shared with the
+  // communicators split from the same world); then its figures are final.
+  (void)worker_->run([] { return Status::ok(); });
+  if (!logEnabled(LogLevel::kInfo, kSubsysColl)) return;
+  const CollectiveStats& st = engine_->stats();
+  auto line = [&](const char* name, const CollectiveStats::Kind& k) {
+    if (k.calls + k.failures == 0) return;
+    TERSE_INFO(kSubsysColl,
+               "rank %d stats: %s %llu calls (%llu failed), %llu bytes -> %llu on the wire, "
+               "%.3f s (compress %.3f s, reduce %.3f s)",
+               rank(), name, static_cast<unsigned long long>(k.calls),
+               static_cast<unsigned long long>(k.failures),
+               static_cast<unsigned long long>(k.rawBytes),
+               static_cast<unsigned long long>(k.wireBytes), k.seconds, k.compressSeconds,
+               k.reduceSeconds);
+  };
+  line("allreduce", st.allreduce);
+  line("reducescatter", st.reduceScatter);
+  line("allgather", st.allgather);
+  line("auto's own calibration and measurement", st.autoPolicy);
+  for (const auto& pick : st.autoPicks)
+    TERSE_INFO(kSubsysColl, "rank %d stats: auto ran %llu calls with %s", rank(),
+               static_cast<unsigned long long>(pick.second), pick.first.c_str());
+}
+
+CollectiveStats Communicator::stats() {
+  CollectiveStats copy;
+  Status s = worker_->run([&] {
+    copy = engine_->stats();
+    return Status::ok();
+  });
+  (void)s;  // the job cannot fail
+  return copy;
+}
 
 std::unique_ptr<Communicator> Communicator::fromTransport(std::unique_ptr<Transport> transport,
                                                           std::chrono::milliseconds timeout) {
-  return std::unique_ptr<Communicator>(new Communicator(std::move(transport), timeout));
+  auto shared = std::make_shared<Shared>();
+  std::vector<int> ranks(transport->size());
+  for (int r = 0; r < transport->size(); ++r) ranks[r] = r;
+  shared->transport = std::move(transport);
+  return std::unique_ptr<Communicator>(
+      new Communicator(std::move(shared), nullptr, std::move(ranks), timeout));
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
+  // Everything runs on the shared thread, in order with this communicator's calls: an
+  // allgather of (color, key, next free tag space) over this communicator, so every rank
+  // derives the same groups and the same space.
+  std::unique_ptr<Communicator> child;
+  Status s = worker_->run([&]() -> Status {
+    TERSE_RETURN_IF_ERROR(abortStatus());
+    const int n = size(), me = rank();
+    auto none = codec("none");
+    if (!none.isOk()) return none.status();
+    // int32 values carried bit for bit in float32 slots (allgather with `none` copies bytes).
+    std::vector<int32_t> mine = {color, key, static_cast<int32_t>(shared_->nextSpace), 0};
+    std::vector<int32_t> all(4 * static_cast<size_t>(n));
+    CollectiveOp op;
+    op.kind = CollectiveKind::kAllGather;
+    op.send = mine.data();
+    op.recv = all.data();
+    op.count = all.size();
+    op.codec = none->get();
+    TERSE_RETURN_IF_ERROR(engine_->run(op).withContext("split: exchanging colors and keys"));
+    uint32_t space = 0;
+    for (int r = 0; r < n; ++r) space = std::max(space, static_cast<uint32_t>(all[4 * r + 2]));
+    // Every rank of this communicator moves past the space, whatever its color.
+    shared_->nextSpace = space + 1;
+    if (space > kMaxGroupSpace)
+      return errorUnsupported("split: this world has used all %u of its communicator tag spaces",
+                              kMaxGroupSpace);
+    if (color < 0) return Status::ok();
+    std::vector<int> members;
+    for (int r = 0; r < n; ++r)
+      if (all[4 * r] == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return all[4 * a + 1] < all[4 * b + 1]; });
+    std::vector<int> roots, nodeKeys;
+    for (int r : members) roots.push_back(rootRanks_[r]);
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> group,
+                           createGroupTransport(*shared_->transport, roots, space));
+    child.reset(new Communicator(shared_, std::move(group), roots, timeout_));
+    // The child's topology is this one's restricted to its members.
+    std::vector<std::string> keys;
+    for (int r : members) keys.push_back(std::to_string(topology_.nodeOfRank[r]));
+    child->topology_ = Topology::fromNodeKeys(keys, child->rank());
+    (void)me;
+    return Status::ok();
+  });
+  if (!s.isOk()) return s;
+  return child;
 }
 
 Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWorld(
@@ -70,116 +189,75 @@ Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWor
 Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size, Store& store,
                                                               std::chrono::milliseconds timeout,
                                                               const std::string& scope) {
+  TERSE_RETURN_IF_ERROR(checkEnvironment());
+  if (timeout.count() < 1 || timeout.count() > kMaxTimeoutMs)
+    return errorInvalidArgument("timeout %lld ms is outside 1..%lld ms",
+                                static_cast<long long>(timeout.count()),
+                                static_cast<long long>(kMaxTimeoutMs));
+  TERSE_ASSIGN_OR_RETURN(Topology topology, exchangeTopology(store, scope, rank, size, timeout));
   AddressAllGather exchange = [&](const std::string& mine) {
     return storeAllGather(store, scope, rank, size, mine, timeout);
   };
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
                          createUcxTransport(rank, size, exchange, timeout));
-  TERSE_INFO(kSubsysInit, "rank %d of %d: communicator over %s (store %s, timeout %lld ms)", rank,
-             size, transport->describe().c_str(), store.describe().c_str(),
-             static_cast<long long>(timeout.count()));
-  return fromTransport(std::move(transport), timeout);
+  TERSE_INFO(kSubsysInit,
+             "rank %d of %d: communicator over %s (store %s, timeout %lld ms); %s, this rank is "
+             "local rank %d of %d on node %d",
+             rank, size, transport->describe().c_str(), store.describe().c_str(),
+             static_cast<long long>(timeout.count()), topology.describe().c_str(),
+             topology.localRank, topology.localSize, topology.node);
+  auto comm = fromTransport(std::move(transport), timeout);
+  comm->topology_ = std::move(topology);
+  return comm;
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
+  // Every TERSE_* setting is checked now, so a typo fails here with its name rather than later,
+  // silently or on the collective thread.
+  TERSE_RETURN_IF_ERROR(checkEnvironment());
   TERSE_ASSIGN_OR_RETURN(BootstrapInfo info, readBootstrapEnv());
   setLogRank(info.rank);
   TERSE_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, timeoutFromEnv());
-  TERSE_ASSIGN_OR_RETURN(std::string backend, envString("TERSE_TRANSPORT"));
-  if (strcasecmp(backend.c_str(), "inproc") == 0)
+  TERSE_ASSIGN_OR_RETURN(std::string backend, envEnum("TERSE_TRANSPORT"));
+  if (backend == "inproc")
     return errorInvalidUsage(
         "TERSE_TRANSPORT=inproc connects threads of one process; build those communicators with "
         "Communicator::fromTransport(createInProcTransport(...)), or unset it for processes");
-  if (strcasecmp(backend.c_str(), "ucx") != 0)
-    return errorInvalidArgument("TERSE_TRANSPORT='%s' is not a transport (accepted: ucx, inproc)",
-                                backend.c_str());
   std::shared_ptr<Store> store;
   if (info.store.empty()) {
     store = createMemoryStore();  // a world of one needs nobody to meet
   } else {
-    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Store> opened, openStore(info, timeout));
-    store = std::move(opened);
+    TERSE_ASSIGN_OR_RETURN(store, processStore(info, timeout));
   }
   TERSE_INFO(kSubsysBoot, "rank %d of %d (rank from %s), local rank %d, store %s", info.rank,
              info.size, info.rankSource.c_str(), info.localRank, store->describe().c_str());
-  return createUcx(info.rank, info.size, *store, timeout, nextStorePrefix());
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                         createUcx(info.rank, info.size, *store, timeout, nextStorePrefix()));
+  // The launcher's idea of this rank's node against terse's own (from the node keys): they
+  // differ when TERSE_NODE splits a host the launcher sees as one, or the launcher's variables
+  // are stale. terse's topology decides; the difference is worth a line.
+  const Topology& t = comm->topology();
+  if ((info.launcherLocalRank >= 0 && info.launcherLocalRank != t.localRank) ||
+      (info.launcherLocalSize >= 0 && info.launcherLocalSize != t.localSize))
+    TERSE_WARN(kSubsysBoot,
+               "rank %d: the launcher (%s) says local rank %d of %d, but the node keys say local "
+               "rank %d of %d (%s); terse uses the node keys (set TERSE_NODE to change them)",
+               info.rank, info.localSource.c_str(), info.launcherLocalRank,
+               info.launcherLocalSize, t.localRank, t.localSize, t.describe().c_str());
+  return comm;
 }
 
 int Communicator::rank() const { return transport_->rank(); }
 int Communicator::size() const { return transport_->size(); }
 
-// The barrier runs on the worker thread like the collectives: one thread drives the transport.
+// The barrier runs on the worker thread like the collectives, and in the same sequence of
+// agreements (CollectiveEngine::barrier): a rank that calls a collective where the others call
+// the barrier makes both fail at once rather than wait on each other's tags.
 Status Communicator::barrier() {
   return worker_->run([this] {
     TERSE_RETURN_IF_ERROR(abortStatus());
-    Status s = barrierNow();
-    // As after a failed collective (CollectiveEngine::run): ranks in later rounds may wait on
-    // this one; dropping the connections tells them now.
-    if (!s.isOk()) {
-      s = giveUpOnWorld(*transport_, std::move(s));
-      TERSE_WARN(kSubsysColl,
-                 "rank %d: barrier failed, aborted the transport so the peers fail "
-                 "now: %s",
-                 rank(), s.message().c_str());
-    }
-    return s;
+    return engine_->barrier();
   });
-}
-
-// Dissemination barrier: in round k every rank signals rank+2^k and hears from rank-2^k, so
-// after ceil(log2 n) rounds each rank has (transitively) heard from all. Within one round the
-// sources differ, and consecutive barriers stay apart by per-(peer, tag) FIFO order.
-Status Communicator::waitBoth(TransportRequest* a, TransportRequest* b) {
-  auto deadline = std::chrono::steady_clock::now() + timeout_;
-  TransportRequest* pending[2] = {a, b};
-  for (unsigned spin = 0;; ++spin) {
-    for (int i = 0; i < 2; ++i) {
-      if (pending[i] == nullptr) continue;
-      bool done = false;
-      Status s = transport_->test(pending[i], &done, nullptr);
-      if (!s.isOk()) {
-        pending[i] = nullptr;  // released by test
-        if (pending[1 - i]) transport_->cancel(pending[1 - i]);
-        return s;
-      }
-      if (done) pending[i] = nullptr;
-    }
-    if (!pending[0] && !pending[1]) return Status::ok();
-    if (spin % 256 == 255) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        // wait() names the peer and releases the request; cancel the other one.
-        TransportRequest* first = pending[0] ? pending[0] : pending[1];
-        TransportRequest* other = first == pending[0] ? pending[1] : nullptr;
-        if (other) transport_->cancel(other);
-        return transport_->wait(first, nullptr, std::chrono::milliseconds(0));
-      }
-      std::this_thread::yield();
-    }
-  }
-}
-
-Status Communicator::barrierNow() {
-  const int n = size(), me = rank();
-  ++barrierCount_;
-  uint8_t out = 1, in = 0;
-  int round = 0;
-  for (int step = 1; step < n; step <<= 1, ++round) {
-    const int to = (me + step) % n, from = (me - step % n + n) % n;
-    const uint64_t tag = kReservedTagBase + static_cast<uint64_t>(round);
-    TransportRequest *recv = nullptr, *send = nullptr;
-    Status s = transport_->irecv(from, tag, &in, sizeof in, &recv);
-    if (s.isOk()) {
-      s = transport_->isend(to, tag, &out, sizeof out, &send);
-      if (!s.isOk()) transport_->cancel(recv);
-    }
-    // Wait on both at once: whichever peer is gone fails its side at once and names it, while a
-    // sequential wait could sit on a transfer whose other end has already given up.
-    if (s.isOk()) s = waitBoth(recv, send);
-    if (!s.isOk())
-      return s.withContext("barrier " + std::to_string(barrierCount_) + " on rank " +
-                           std::to_string(me));
-  }
-  return Status::ok();
 }
 
 void Communicator::abort(const Status& why) {
@@ -189,6 +267,14 @@ void Communicator::abort(const Status& why) {
     if (abortWhy_.isOk()) abortWhy_ = why.isOk() ? errorRemote("rank %d aborted", rank()) : why;
   }
   transport_->abort(why);
+  // The transport drops its connections, which is how the peers learn, on the thread that
+  // drives it: with nothing queued that thread would sleep and the peers would wait out their
+  // timeout. One turn of progress on it does that now (or at once after the call in flight,
+  // which the abort itself ends).
+  (void)worker_->submit([this] {
+    transport_->progress();
+    return Status::ok();
+  });
 }
 
 Status Communicator::abortStatus() const {
@@ -196,9 +282,14 @@ Status Communicator::abortStatus() const {
   return abortWhy_;
 }
 
-void Communicator::setTimeout(std::chrono::milliseconds timeout) {
+Status Communicator::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() < 1 || timeout.count() > kMaxTimeoutMs)
+    return errorInvalidArgument("timeout %lld ms is outside 1..%lld ms",
+                                static_cast<long long>(timeout.count()),
+                                static_cast<long long>(kMaxTimeoutMs));
   timeout_ = timeout;
   engine_->setTimeout(timeout);
+  return Status::ok();
 }
 
 uint64_t Communicator::bytesSent() const { return engine_->bytesSent(); }
@@ -231,35 +322,52 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
   // the engine rejects a device/host mix with a message.
   call.device = device::isDeviceMemory(send) || device::isDeviceMemory(recv);
   call.stream = options.stream;
+  std::string* chosen = options.chosen;
   if (isAutoSpec(options.codec)) {
     std::shared_ptr<AutoSelector> selector;
+    Status made = Status::ok();
     {
       std::lock_guard<std::mutex> lock(codecMutex_);
       auto it = selectors_.find(options.codec);
       if (it == selectors_.end()) {
-        auto made = AutoSelector::create(options.codec);
-        if (!made.isOk()) return Work::completed(made.status());
-        it = selectors_.emplace(options.codec, std::move(made).value()).first;
+        auto created = AutoSelector::create(options.codec);
+        if (created.isOk())
+          it = selectors_.emplace(options.codec, std::move(created).value()).first;
+        else
+          made = created.status();
       }
-      selector = it->second;
+      if (made.isOk()) selector = it->second;
     }
+    if (!made.isOk()) return submitRejected(call, std::move(made));
     // The pick (and the first call's calibration) happens in order on the worker thread.
-    std::string* chosen = options.chosen;
     return worker_->submit([this, call, selector, chosen]() mutable -> Status {
       TERSE_RETURN_IF_ERROR(abortStatus());
+      call.requested = selector->spec();  // agreed on too: auto against int8 is a disagreement
       TERSE_ASSIGN_OR_RETURN(call.codec, selector->choose(*engine_, call));
-      if (chosen) *chosen = call.codec->spec();
+      const std::string picked = call.codec->spec();
+      ++engine_->mutableStats().autoPicks[picked];
+      if (chosen) *chosen = picked;
       return engine_->run(call);
     });
   }
   auto parsed = codec(options.codec);
-  if (!parsed.isOk()) return Work::completed(parsed.status());
+  if (!parsed.isOk()) return submitRejected(call, parsed.status());
   std::shared_ptr<const Codec> keep = parsed.value();
   call.codec = keep.get();
-  if (options.chosen) *options.chosen = keep->spec();
+  if (chosen) *chosen = keep->spec();
   return worker_->submit([this, call, keep] {
     TERSE_RETURN_IF_ERROR(abortStatus());
     return engine_->run(call);
+  });
+}
+
+Work Communicator::submitRejected(const CollectiveOp& call, Status why) {
+  // The call still takes its place in the ranks' sequence, as a rejected one, so the peers fail
+  // this same call at once (naming this rank) instead of pairing their call with this rank's
+  // next one or waiting for its data.
+  return worker_->submit([this, call, why]() -> Status {
+    TERSE_RETURN_IF_ERROR(abortStatus());
+    return engine_->reject(call, why);
   });
 }
 

@@ -45,6 +45,7 @@ Result<std::vector<double>> slowestRank(CollectiveEngine& engine, const Codec* n
   gather.recv = all.data();
   gather.count = k * n;
   gather.codec = none;
+  gather.policyWork = true;
   TERSE_RETURN_IF_ERROR(engine.run(gather));
   std::vector<double> worst(k, 0.0);
   for (int r = 0; r < n; ++r)
@@ -91,6 +92,7 @@ Status AutoSelector::calibrate(CollectiveEngine& engine) {
       op.recv = out.data();
       op.count = sizes[s];
       op.codec = codecs_[c].get();
+      op.policyWork = true;
       TERSE_ASSIGN_OR_RETURN(double t, bestOf(2, [&] { return engine.run(op); }));
       mine[2 * c + s] = static_cast<float>(t);
     }
@@ -143,6 +145,7 @@ Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp
   for (size_t c : contenders) {
     CollectiveOp trial;
     trial.kind = op.kind;
+    trial.policyWork = true;
     trial.send = send.data();
     trial.recv = recv.data();
     trial.count = count;
@@ -170,7 +173,18 @@ Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp
 Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const CollectiveOp& op) {
   const int n = engine.transport().size();
   if (n == 1 || op.count == 0) return codecs_.front().get();  // nothing to send: no loss needed
-  if (!calibrated_) TERSE_RETURN_IF_ERROR(calibrate(engine).withContext("auto codec calibration"));
+  bool agreed = false;
+  auto agreeOnCall = [&]() -> Status {
+    if (agreed) return Status::ok();
+    agreed = true;
+    CollectiveOp mine = op;
+    mine.codec = nullptr;  // not chosen yet
+    return engine.agree(mine);
+  };
+  if (!calibrated_) {
+    TERSE_RETURN_IF_ERROR(agreeOnCall());
+    TERSE_RETURN_IF_ERROR(calibrate(engine).withContext("auto codec calibration"));
+  }
   auto predictions = predict(op, n);
   size_t best = 0;
   for (size_t c = 1; c < predictions.size(); ++c)
@@ -187,6 +201,7 @@ Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const Collec
           contenders.push_back(c);
       size_t pick = best;
       if (contenders.size() > 1) {
+        TERSE_RETURN_IF_ERROR(agreeOnCall());
         auto measured = refine(engine, op, contenders);
         if (!measured.isOk())
           return measured.status().withContext("auto codec measurement at the call's size");

@@ -20,12 +20,24 @@ struct CallDescriptor {
   uint32_t magic;
   uint8_t kind, dtype, op, codec;
   uint64_t count;
-  uint64_t specHash;
+  uint64_t specHash;  // of the codec that runs the call
   uint32_t seq;
   uint32_t worldSize;
+  // The spec the caller asked for: "auto:max=int8" when auto picked int8, else the codec's
+  // own. Its hash is compared; its text (cut to fit, NUL-padded) only makes the message of a
+  // disagreement name both calls' codecs in words.
+  uint64_t requestedHash;
+  char requested[56];
 };
-static_assert(sizeof(CallDescriptor) == 32, "sent as raw bytes: no padding");
-constexpr uint32_t kDescriptorMagic = 0x44435354;  // "TSCD"
+static_assert(sizeof(CallDescriptor) == 96, "sent as raw bytes: no padding");
+constexpr uint32_t kDescriptorMagic = 0x44435355;  // "UCST": the 96-byte layout
+
+// A descriptor's codec byte when the call has not picked its codec yet: auto's agreement on
+// the caller's call before it calibrates or measures (CollectiveEngine::agree).
+constexpr uint8_t kCodecNotChosen = 0xfe;
+
+// Fills a descriptor for `op` (kind, count, type, op, codec, requested spec) at `seq`.
+CallDescriptor makeDescriptor(const CollectiveOp& op, uint32_t seq, uint32_t worldSize);
 
 // A descriptor's kind when the sending rank rejected its own arguments: its peers then fail
 // at once instead of waiting for transfers that will never come.

@@ -8,7 +8,9 @@
 #include "terse/transport/give_up.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 namespace terse {
@@ -22,36 +24,37 @@ const char* collectiveName(CollectiveKind kind) {
     case CollectiveKind::kAllReduce: return "allreduce";
     case CollectiveKind::kReduceScatter: return "reducescatter";
     case CollectiveKind::kAllGather: return "allgather";
+    case CollectiveKind::kBarrier: return "barrier";
   }
   return "unknown-collective";
 }
 
 namespace {
 
-size_t envSize(const char* name) {
+// The engine's tunables. Communicators check every TERSE_* variable when they are created
+// (checkEnvironment), so a malformed value has already failed there with its name; an engine
+// built directly (unit tests) over a malformed value keeps the registered default.
+size_t tunable(const char* name) {
   auto v = envInt(name);
-  if (!v.isOk()) {
-    TERSE_WARN(kSubsysColl, "%s; using the default", v.status().message().c_str());
-    return 0;
-  }
-  return v.value() > 0 ? static_cast<size_t>(v.value()) : 0;
+  if (v.isOk()) return static_cast<size_t>(v.value());
+  for (const EnvVarInfo& info : envRegistry())
+    if (std::strcmp(info.name, name) == 0) return std::strtoull(info.defaultValue, nullptr, 10);
+  return 0;
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
+// [begin, end) of a buffer's bytes, for the overlap check.
+struct ByteSpan {
+  uintptr_t begin, end;
+  bool overlaps(const ByteSpan& o) const { return begin < o.end && o.begin < end; }
+};
 
 }  // namespace
 
 CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout)
     : transport_(transport), timeout_(timeout) {
-  size_t seg = envSize("TERSE_SEGMENT_BYTES");
-  setSegmentBytes(seg ? seg : (size_t{1} << 20));
-  smallBytes_ = envSize("TERSE_SMALL_BYTES");
-  size_t depth = envSize("TERSE_PIPELINE_DEPTH");
-  setPipelineDepth(depth ? depth : 1);
+  setSegmentBytes(tunable("TERSE_SEGMENT_BYTES"));
+  smallBytes_ = tunable("TERSE_SMALL_BYTES");
+  setPipelineDepth(tunable("TERSE_PIPELINE_DEPTH"));
 }
 
 void CollectiveEngine::setSegmentBytes(size_t bytes) {
@@ -82,10 +85,26 @@ Result<float*> CollectiveEngine::accScratch(const CollectiveOp& op, size_t elems
   return static_cast<float*>(p);
 }
 
-Status CollectiveEngine::validate(const CollectiveOp& op) const {
+Status CollectiveEngine::validate(const CollectiveOp& op, bool needCodec) const {
   const int n = transport_.size(), r = transport_.rank();
-  if (op.codec == nullptr)
+  if (op.kind != CollectiveKind::kAllReduce && op.kind != CollectiveKind::kReduceScatter &&
+      op.kind != CollectiveKind::kAllGather)
+    return errorInvalidArgument("collective kind %d is not allreduce, reducescatter or allgather",
+                                static_cast<int>(op.kind));
+  if (needCodec && op.codec == nullptr)
     return errorInvalidArgument("%s: no codec given", collectiveName(op.kind));
+  if (op.dtype != DataType::kFloat32 && op.dtype != DataType::kFloat16 &&
+      op.dtype != DataType::kBFloat16)
+    return errorInvalidArgument("%s: element type %d is not one of float32, float16, bfloat16",
+                                collectiveName(op.kind), static_cast<int>(op.dtype));
+  // Every size below is count times at most 4 bytes (the float32 accumulators), and chunk and
+  // segment arithmetic adds at most a few chunks more: a count whose bytes overflow size_t (or
+  // come near it) would wrap to a small size and reduce a few elements "successfully".
+  if (op.count > kMaxElements)
+    return errorInvalidArgument(
+        "%s: count %zu is too large: at most %zu elements (the bytes of the tensor's float32 "
+        "workspace must fit in memory's address range)",
+        collectiveName(op.kind), op.count, kMaxElements);
   size_t sendCount = op.count, recvCount = op.count;
   if (op.kind == CollectiveKind::kReduceScatter) recvCount = chunkRange(op.count, n, r).length;
   if (op.kind == CollectiveKind::kAllGather) sendCount = chunkRange(op.count, n, r).length;
@@ -95,10 +114,6 @@ Status CollectiveEngine::validate(const CollectiveOp& op) const {
   if (recvCount > 0 && op.recv == nullptr)
     return errorInvalidArgument("%s: receive buffer is null but %zu elements are to be received",
                                 collectiveName(op.kind), recvCount);
-  if (op.dtype != DataType::kFloat32 && op.dtype != DataType::kFloat16 &&
-      op.dtype != DataType::kBFloat16)
-    return errorInvalidArgument("%s: element type %d is not one of float32, float16, bfloat16",
-                                collectiveName(op.kind), static_cast<int>(op.dtype));
   if (op.op != ReduceOp::kSum && op.op != ReduceOp::kAvg)
     return errorInvalidArgument("%s: reduction %d is not sum or avg", collectiveName(op.kind),
                                 static_cast<int>(op.op));
@@ -124,7 +139,31 @@ Status CollectiveEngine::validate(const CollectiveOp& op) const {
         "CollectiveOp::device)",
         collectiveName(op.kind));
   }
-  if (op.feedback) {
+  // The buffers must not overlap, except in the two in-place forms the algorithms are written
+  // for: allreduce with send == recv, and allgather with send at this rank's part of recv (as
+  // NCCL's in-place allgather). Elsewhere they read parts of send after writing parts of recv,
+  // so any other overlap would return wrong elements.
+  const bool inPlace =
+      (op.kind == CollectiveKind::kAllReduce && op.send == op.recv) ||
+      (op.kind == CollectiveKind::kAllGather && op.recv != nullptr &&
+       op.send == static_cast<const uint8_t*>(op.recv) +
+                      chunkRange(op.count, n, r).begin * dataTypeSize(op.dtype));
+  if (sendCount > 0 && recvCount > 0 && !inPlace) {
+    const size_t es = dataTypeSize(op.dtype);
+    const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+    ByteSpan sendSpan{at(op.send), at(op.send) + sendCount * es};
+    ByteSpan recvSpan{at(op.recv), at(op.recv) + recvCount * es};
+    if (sendSpan.overlaps(recvSpan))
+      return errorInvalidArgument(
+          "%s: the send buffer (%zu bytes at %p) and the receive buffer (%zu bytes at %p) "
+          "overlap; pass separate buffers%s",
+          collectiveName(op.kind), sendCount * es, op.send, recvCount * es, op.recv,
+          op.kind == CollectiveKind::kAllReduce   ? ", or the same pointer for in place"
+          : op.kind == CollectiveKind::kAllGather ? ", or send at this rank's part of recv for in "
+                                                    "place"
+                                                  : " (reduce-scatter has no in-place form)");
+  }
+  if (op.feedback && op.codec) {
     size_t efCount = op.kind == CollectiveKind::kAllGather ? sendCount : op.count;
     TERSE_RETURN_IF_ERROR(op.feedback->checkCompatible(op.codec->spec(), efCount)
                               .withContext(std::string(collectiveName(op.kind)) +
@@ -136,17 +175,8 @@ Status CollectiveEngine::validate(const CollectiveOp& op) const {
 Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t seq, bool rejected) {
   const int n = transport_.size(), r = transport_.rank();
   if (n == 1) return Status::ok();
-  CallDescriptor mine{};
-  mine.magic = detail::kDescriptorMagic;
-  mine.kind = static_cast<uint8_t>(op.kind);
-  mine.dtype = static_cast<uint8_t>(op.dtype);
-  mine.op = static_cast<uint8_t>(op.kind == CollectiveKind::kAllGather ? ReduceOp::kSum : op.op);
-  mine.codec = op.codec ? static_cast<uint8_t>(op.codec->id()) : 0xff;
-  mine.count = op.count;
-  mine.specHash = op.codec ? fnv1a(op.codec->spec()) : 0;
+  CallDescriptor mine = detail::makeDescriptor(op, seq, static_cast<uint32_t>(n));
   if (rejected) mine.kind = detail::kRejectedKind;
-  mine.seq = seq;
-  mine.worldSize = static_cast<uint32_t>(n);
   auto* theirs = reinterpret_cast<CallDescriptor*>(scratch(0, sizeof(CallDescriptor) * n));
   RequestList reqs(transport_, timeout_, &bytesSent_);
   std::vector<size_t> recvSlot(n, 0);
@@ -168,22 +198,111 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
   return detail::checkDescriptorsAgree(mine, theirs, n, r, seq, rejected);
 }
 
-Status CollectiveEngine::run(const CollectiveOp& op) {
-  Status valid = validate(op);
-  if (!valid.isOk()) {
-    // Still take part in the descriptor exchange, so the other ranks fail this call now (and
-    // everyone's sequence stays in step) rather than time out waiting for this rank's data.
-    (void)exchangeDescriptors(op, seq_++, /*rejected=*/true);  // our own error is the news
-    return valid;
+Status CollectiveEngine::reject(const CollectiveOp& op, Status why) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t before = bytesSent_;
+  Status s = rejectNow(op, std::move(why));
+  countCall(op, s, start, before);
+  return s;
+}
+
+Status CollectiveEngine::rejectNow(const CollectiveOp& op, Status why) {
+  // Still take part in the descriptor exchange, so the other ranks fail this call now (and
+  // everyone's sequence stays in step) rather than time out waiting for this rank's data.
+  Status heard = exchangeDescriptors(op, seq_++, /*rejected=*/true);  // our own error is the news
+  // A transport failure during it leaves the ranks out of step like any other: drop the
+  // connections so nobody waits on this rank. Disagreement (kInvalidUsage) is expected here.
+  if (!heard.isOk() && heard.code() != StatusCode::kInvalidUsage) {
+    (void)giveUpOnWorld(transport_, std::move(heard));
   }
+  return why;
+}
+
+Status CollectiveEngine::agree(const CollectiveOp& op) {
+  Status valid = validate(op, /*needCodec=*/false);
+  if (!valid.isOk()) return reject(op, std::move(valid));  // counted as the caller's call
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t before = bytesSent_;
+  const uint32_t seq = seq_++;
+  Status agreed = exchangeDescriptors(op, seq);
+  if (agreed.isOk()) return agreed;  // the call itself is counted by run()
+  if (agreed.code() != StatusCode::kInvalidUsage) agreed = giveUp(op, seq, std::move(agreed));
+  countCall(op, agreed, start, before);
+  return agreed;
+}
+
+Status CollectiveEngine::barrier() {
+  // The barrier is an agreement with nothing to agree on but itself: every rank hears from
+  // every other (so none returns before all entered), and a rank that called a collective at
+  // this point in its sequence disagrees visibly instead of waiting on tags nobody sends.
+  CollectiveOp op;
+  op.kind = CollectiveKind::kBarrier;
+  const uint32_t seq = seq_++;
+  ++stats_.barriers;
+  Status agreed = exchangeDescriptors(op, seq);
+  if (agreed.isOk() || agreed.code() == StatusCode::kInvalidUsage) return agreed;
+  return giveUp(op, seq,
+                agreed.withContext(formatString("barrier (call #%u) on rank %d", seq,
+                                                 transport_.rank())));
+}
+
+CollectiveStats::Kind& CollectiveEngine::statsOf(const CollectiveOp& op) {
+  if (op.policyWork) return stats_.autoPolicy;
+  switch (op.kind) {
+    case CollectiveKind::kReduceScatter: return stats_.reduceScatter;
+    case CollectiveKind::kAllGather: return stats_.allgather;
+    default: return stats_.allreduce;
+  }
+}
+
+void CollectiveEngine::countCall(const CollectiveOp& op, const Status& status,
+                                 std::chrono::steady_clock::time_point start,
+                                 uint64_t bytesBefore) {
+  CollectiveStats::Kind& k = statsOf(op);
+  if (status.isOk()) {
+    ++k.calls;
+    k.rawBytes += op.count * dataTypeSize(op.dtype);
+  } else {
+    ++k.failures;
+  }
+  k.wireBytes += bytesSent_ - bytesBefore;
+  k.seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  k.compressSeconds += compressSeconds_;
+  k.reduceSeconds += reduceSeconds_;
+  compressSeconds_ = reduceSeconds_ = 0;
+}
+
+Status CollectiveEngine::run(const CollectiveOp& op) {
+  const auto start = std::chrono::steady_clock::now();
+  const uint64_t before = bytesSent_;
+  Status s = runCounted(op);
+  countCall(op, s, start, before);
+  return s;
+}
+
+Status CollectiveEngine::runCounted(const CollectiveOp& op) {
+  Status valid = validate(op);
+  if (!valid.isOk()) return rejectNow(op, std::move(valid));
   if (op.feedback) op.feedback->prepareFor(op.codec->spec());
   const uint32_t seq = seq_++;
   Status agreed = exchangeDescriptors(op, seq);
   // kInvalidUsage here is the ranks' verdict on the call, which all of them reached alike.
   if (agreed.code() == StatusCode::kInvalidUsage) return agreed;
   if (!agreed.isOk()) return giveUp(op, seq, std::move(agreed));
-  Status s = runAgreed(op, seq);
+  Status s = runAgreedGuarded(op, seq);
   return s.isOk() ? s : giveUp(op, seq, std::move(s));
+}
+
+Status CollectiveEngine::runAgreedGuarded(const CollectiveOp& op, uint32_t seq) {
+  try {
+    return runAgreed(op, seq);
+  } catch (const std::bad_alloc&) {
+    return errorSystem("%s: out of memory for the workspaces of %zu elements",
+                       collectiveName(op.kind), op.count);
+  } catch (const std::exception& e) {
+    return errorInternal("%s: unexpected exception: %s", collectiveName(op.kind), e.what());
+  }
 }
 
 Status CollectiveEngine::giveUp(const CollectiveOp& op, uint32_t seq, Status why) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "terse/transport/fault.h"
+#include "terse/transport/group.h"
 #include "terse/transport/transport.h"
 
 #include <chrono>
@@ -12,12 +13,14 @@
 
 namespace terse::detail {
 
-// Tag layout (39 bits, below the communicator's reserved range at the top of the 40-bit space):
-// call sequence (19) | phase (2) | index (18).
+// Tag layout (34 bits, kGroupTagBits, so that groups of ranks get tag spaces of their own above
+// them, transport/group.h): call sequence (14) | phase (2) | index (18). Calls on one engine run
+// one after another, so 16384 sequence numbers keep any two calls whose messages could meet
+// apart.
 enum Phase : uint64_t { kPhaseReduce = 0, kPhaseGather = 1, kPhaseDescriptor = 2 };
 constexpr size_t kMaxTagIndex = (size_t{1} << 18) - 1;
 constexpr uint64_t makeTag(uint32_t seq, Phase phase, size_t index) {
-  return (uint64_t{seq & 0x7ffffu} << 20) | (uint64_t{phase} << 18) | (index & kMaxTagIndex);
+  return (uint64_t{seq & 0x3fffu} << 20) | (uint64_t{phase} << 18) | (index & kMaxTagIndex);
 }
 
 // TERSE_FAULT's phase=NAME filters (transport/fault.h) select these tag classes.
@@ -26,11 +29,13 @@ constexpr bool faultPhaseMatches(const char* name, Phase phase) {
     bool same = true;
     for (size_t i = 0; same && (p.name[i] || name[i]); ++i) same = p.name[i] == name[i];
     if (!same) continue;
-    return (makeTag(0x7ffffu, phase, kMaxTagIndex) & p.mask) == p.value &&
+    return (makeTag(0x3fffu, phase, kMaxTagIndex) & p.mask) == p.value &&
            (makeTag(0, phase, 0) & p.mask) == p.value;
   }
   return false;
 }
+static_assert(makeTag(0x3fffu, kPhaseDescriptor, kMaxTagIndex) <= kMaxGroupTag,
+              "the collectives' tags must fit a group's tag space");
 static_assert(faultPhaseMatches("reduce", kPhaseReduce) &&
                   faultPhaseMatches("gather", kPhaseGather) &&
                   faultPhaseMatches("descriptor", kPhaseDescriptor),

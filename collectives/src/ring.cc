@@ -76,7 +76,10 @@ Status CollectiveEngine::ringReduceScatterCore(float* work, size_t count, DataTy
       Range sg = segmentRange(c.length, seg, g);
       size_t off = c.begin + sg.begin;
       TERSE_RETURN_IF_ERROR(reqs.wait(recvSlot[s * maxSegs + g]));
-      detail::accumulateTyped(recvStage + off * es, wire, work + off, sg.length);
+      timed(reduceSeconds_, [&] {
+        detail::accumulateTyped(recvStage + off * es, wire, work + off, sg.length);
+        return 0;
+      });
       if (s + 1 < n - 1) TERSE_RETURN_IF_ERROR(sendSegment(s + 1, c, g));
       transport_.progress();  // keep transfers moving while this rank computes
     }

@@ -121,9 +121,11 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       Range sg = segmentRange(c.length, seg, g);
       size_t off = c.begin + sg.begin;
       TERSE_ASSIGN_OR_RETURN(
-          size_t bytes, codec.compress(input + off * es, op.dtype, sg.length,
-                                       worker ? worker + off : nullptr, slotPtr(sendWire, j, g),
-                                       stride, codecCall(op, nonceFor(seq, r, j, g, 0))));
+          size_t bytes, timed(compressSeconds_, [&] {
+            return codec.compress(input + off * es, op.dtype, sg.length,
+                                  worker ? worker + off : nullptr, slotPtr(sendWire, j, g), stride,
+                                  codecCall(op, nonceFor(seq, r, j, g, 0)));
+          }));
       if (j == r) {
         ownBytes[g] = bytes;
       } else {
@@ -151,7 +153,8 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(contribSlot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          codec.decompressAccumulate(wire, bytes, acc, sg.length, codecCall(op))
+          timed(reduceSeconds_,
+                [&] { return codec.decompressAccumulate(wire, bytes, acc, sg.length, codecCall(op)); })
               .withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
       transport_.progress();
     }
@@ -165,16 +168,20 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
     }
     const CodecCall call = codecCall(op, nonceFor(seq, r, r, g, 1), avgScale);
     uint8_t* result = resultWire + g * stride;
-    TERSE_ASSIGN_OR_RETURN(
-        size_t bytes, codec.compress(acc, DataType::kFloat32, sg.length,
-                                     server ? server + sg.begin : nullptr, result, stride, call));
+    TERSE_ASSIGN_OR_RETURN(size_t bytes, timed(compressSeconds_, [&] {
+                             return codec.compress(acc, DataType::kFloat32, sg.length,
+                                                   server ? server + sg.begin : nullptr, result,
+                                                   stride, call);
+                           }));
     for (int k = 1; k < n; ++k) {
       size_t slot;
       TERSE_RETURN_IF_ERROR(
           reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g), result, bytes, &slot));
     }
     // The owner keeps what it broadcast, not its exact sum: all ranks end bit-identical.
-    return codec.decompress(result, bytes, out, op.dtype, sg.length, codecCall(op));
+    return timed(reduceSeconds_, [&] {
+      return codec.decompress(result, bytes, out, op.dtype, sg.length, codecCall(op));
+    });
   };
 
   // Step 3 for round g: decode what the other owners broadcast.
@@ -188,9 +195,12 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       size_t bytes = 0;
       TERSE_RETURN_IF_ERROR(reqs.wait(gatherSlot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          codec
-              .decompress(slotPtr(gatherWire, i, g), bytes, output + (c.begin + sg.begin) * es,
-                          op.dtype, sg.length, codecCall(op))
+          timed(reduceSeconds_,
+                [&] {
+                  return codec.decompress(slotPtr(gatherWire, i, g), bytes,
+                                          output + (c.begin + sg.begin) * es, op.dtype, sg.length,
+                                          codecCall(op));
+                })
               .withContext(formatString("result of chunk %d segment %zu from rank %d", i, g, i)));
       transport_.progress();
     }
@@ -243,10 +253,12 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
   std::vector<size_t> ownBytes(maxSegs, 0);
   for (size_t g = 0; g < segmentCount(mine.length, seg); ++g) {
     Range sg = segmentRange(mine.length, seg, g);
-    TERSE_ASSIGN_OR_RETURN(
-        ownBytes[g], codec.compress(input + sg.begin * es, op.dtype, sg.length,
-                                    worker ? worker + sg.begin : nullptr, slotPtr(r, g), stride,
-                                    codecCall(op, nonceFor(seq, r, r, g, 2))));
+    TERSE_ASSIGN_OR_RETURN(ownBytes[g], timed(compressSeconds_, [&] {
+                             return codec.compress(input + sg.begin * es, op.dtype, sg.length,
+                                                   worker ? worker + sg.begin : nullptr,
+                                                   slotPtr(r, g), stride,
+                                                   codecCall(op, nonceFor(seq, r, r, g, 2)));
+                           }));
     for (int k = 1; k < n; ++k) {
       size_t s;
       TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g),
@@ -260,9 +272,11 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(slot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          codec
-              .decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es, op.dtype,
-                          sg.length, codecCall(op))
+          timed(reduceSeconds_,
+                [&] {
+                  return codec.decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es,
+                                          op.dtype, sg.length, codecCall(op));
+                })
               .withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
     }
   }

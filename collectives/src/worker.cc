@@ -1,5 +1,8 @@
 #include "terse/collectives/worker.h"
 
+#include <exception>
+#include <new>
+
 namespace terse {
 
 Work Work::completed(Status status) {
@@ -55,7 +58,19 @@ void CollectiveWorker::loop() {
       state = std::move(queue_.front().second);
       queue_.pop_front();
     }
-    Status s = job();
+    // Nothing may escape this thread (it would end the process): whatever a job throws becomes
+    // its status. The engine turns its own exceptions into statuses before this point, after
+    // telling the peers; this is the last line of defence for everything else.
+    Status s = Status::ok();
+    try {
+      s = job();
+    } catch (const std::bad_alloc&) {
+      s = errorSystem("out of memory on the collective thread");
+    } catch (const std::exception& e) {
+      s = errorInternal("unexpected exception on the collective thread: %s", e.what());
+    } catch (...) {
+      s = errorInternal("unexpected exception on the collective thread");
+    }
     {
       std::lock_guard<std::mutex> lock(state->mutex);
       state->status = std::move(s);

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -20,7 +21,15 @@ namespace {
 class Pool {
  public:
   explicit Pool(size_t threads) {
-    for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { workerLoop(); });
+    // A system that refuses more threads leaves a smaller pool, not an exception on whichever
+    // thread first ran a codec (the collective worker, or a caller of the C API).
+    for (size_t i = 1; i < threads; ++i) {
+      try {
+        workers_.emplace_back([this] { workerLoop(); });
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
   }
   ~Pool() {
     {

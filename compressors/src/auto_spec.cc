@@ -21,8 +21,10 @@ bool isAutoSpec(const std::string& spec) {
 }
 
 Result<AutoSpec> parseAutoSpec(const std::string& spec) {
+  // The caller's text in messages: control bytes escaped, long specs cut.
+  const std::string shown = printableBytes(spec.data(), spec.size(), 120);
   if (!isAutoSpec(spec))
-    return errorInvalidArgument("'%s' is not an auto spec; %s", spec.c_str(), kAutoAccepted);
+    return errorInvalidArgument("'%s' is not an auto spec; %s", shown.c_str(), kAutoAccepted);
   std::string max = "int8";
   size_t colon = spec.find(':');
   if (colon != std::string::npos) {
@@ -30,7 +32,7 @@ Result<AutoSpec> parseAutoSpec(const std::string& spec) {
     param.erase(0, param.find_first_not_of(" \t"));
     param.erase(param.find_last_not_of(" \t") + 1);
     if (param.rfind("max=", 0) != 0)
-      return errorInvalidArgument("codec spec '%s': auto takes only max=...; %s", spec.c_str(),
+      return errorInvalidArgument("codec spec '%s': auto takes only max=...; %s", shown.c_str(),
                                   kAutoAccepted);
     max = param.substr(4);
   }
@@ -38,8 +40,8 @@ Result<AutoSpec> parseAutoSpec(const std::string& spec) {
   for (const auto& l : kLevels)
     if (max == l.name) limit = l.level;
   if (limit < 0)
-    return errorInvalidArgument("codec spec '%s': max=%s is not a codec; %s", spec.c_str(),
-                                max.c_str(), kAutoAccepted);
+    return errorInvalidArgument("codec spec '%s': max=%s is not a codec; %s", shown.c_str(),
+                                printableBytes(max.data(), max.size(), 40).c_str(), kAutoAccepted);
   AutoSpec out;
   out.canonical = "auto:max=" + max;
   for (const auto& l : kLevels) {

@@ -7,6 +7,9 @@
 #include "terse/kernels/device.h"
 
 #include <algorithm>
+#include <limits>
+#include <new>
+#include <stdexcept>
 #include <cstring>
 
 namespace terse {
@@ -144,9 +147,25 @@ Result<float*> ErrorFeedback::deviceServer(int worldSize, size_t offset, size_t 
 Result<ErrorFeedback> ErrorFeedback::create(const std::string& codecSpec, size_t count) {
   auto canonical = canonicalSpec(codecSpec);
   if (!canonical.isOk()) return canonical.status().withContext("creating error-feedback state");
+  // The residual is count float32 values: a count whose bytes do not fit the address range is
+  // the caller's mistake, and one that fits but not in memory is the system's answer.
+  if (count > std::numeric_limits<size_t>::max() / (2 * sizeof(float)))
+    return errorInvalidArgument(
+        "error-feedback state for %zu elements: its float32 residuals would not fit in the "
+        "address range",
+        count);
   ErrorFeedback ef;
   ef.spec_ = canonical.value();
-  ef.worker_.assign(count, 0.0f);
+  try {
+    ef.worker_.assign(count, 0.0f);
+  } catch (const std::bad_alloc&) {
+    return errorSystem("error-feedback state for %zu elements: out of memory for %zu bytes of "
+                       "residuals",
+                       count, count * sizeof(float));
+  } catch (const std::length_error&) {
+    return errorInvalidArgument("error-feedback state for %zu elements: too many elements",
+                                count);
+  }
   return ef;
 }
 

@@ -19,8 +19,12 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
+// The spec is the caller's text, echoed in the message: control bytes come out escaped (a NUL
+// or an escape sequence must not cut or colour the message) and a long one is cut.
 Status bad(const std::string& spec, const std::string& why) {
-  return Status(StatusCode::kInvalidArgument, "codec spec '" + spec + "': " + why);
+  return Status(StatusCode::kInvalidArgument,
+                "codec spec '" + printableBytes(spec.data(), spec.size(), 120) +
+                    "': " + printableBytes(why.data(), why.size(), 1024));
 }
 
 Result<uint64_t> parseUnsigned(const std::string& spec, const std::string& key,

@@ -20,6 +20,8 @@
 #include "terse/common/status.h"
 #include "terse/compressors/error_feedback.h"
 
+#include <terse/stats.h>
+#include <terse/topology.h>
 #include <terse/types.h>
 
 #include <chrono>
@@ -38,6 +40,7 @@ class Store;
 class Codec;
 class CollectiveEngine;
 class AutoSelector;
+struct CollectiveOp;
 
 // How a collective compresses. The codec spec is parsed once per communicator and cached.
 struct CollectiveOptions {
@@ -95,10 +98,26 @@ class Communicator {
 
   int rank() const;
   int size() const;
+  // Which ranks share this rank's node (include/terse/topology.h): learned when the
+  // communicator is created, from every rank's node key (TERSE_NODE, or the host). Worlds made
+  // from a caller's transport (fromTransport, createInProcWorld) are one node.
+  const Topology& topology() const { return topology_; }
+  int localRank() const { return topology_.localRank; }
+  int localSize() const { return topology_.localSize; }
 
   // Returns once every rank has entered it; kTimeout / kRemoteError name the peer that did not
   // answer.
   Status barrier();
+
+  // Sub-communicators (MPI_Comm_split / ncclCommSplit): collective over this communicator;
+  // ranks that pass the same `color` form a new communicator, ordered by `key` (ties by rank).
+  // A negative color takes part but joins none: the result is then null. The new communicator
+  // shares this one's connections and collective thread (its calls run in submission order
+  // with this one's) in a tag space of its own, so calls on different communicators never
+  // match; either may be destroyed first (the connections live while one uses them). A rank that dies fails the calls of every
+  // communicator containing it, and a failure that makes one of them give up aborts the shared
+  // connections, so the others fail too. At most 62 splits per world (tag spaces).
+  Result<std::unique_ptr<Communicator>> split(int color, int key);
 
   // See the thread-safety note above. `why` becomes this rank's error for every operation.
   void abort(const Status& why);
@@ -106,8 +125,8 @@ class Communicator {
   // The per-operation timeout (TERSE_TIMEOUT_MS unless given): every wait on the transport and
   // every collective step is bounded by it.
   std::chrono::milliseconds timeout() const { return timeout_; }
-  // Not while collectives are in flight.
-  void setTimeout(std::chrono::milliseconds timeout);
+  // Not while collectives are in flight. kInvalidArgument outside 1 ms .. a year.
+  Status setTimeout(std::chrono::milliseconds timeout);
 
   // The byte transport this communicator owns, for the collectives layer.
   Transport& transport() { return *transport_; }
@@ -146,32 +165,46 @@ class Communicator {
   // Bytes this rank has handed to the transport for collectives so far (for benchmark tables;
   // read it after the collectives of interest completed).
   uint64_t bytesSent() const;
+  // Calls, failures, bytes and time per collective kind, and auto's picks, since creation. Runs
+  // in order on the collective thread, so it waits for the calls submitted before it. Logged at
+  // INFO when the communicator is destroyed.
+  CollectiveStats stats();
 
  private:
-  Communicator(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout);
+  // What a communicator and the communicators split from it share: the connections and the one
+  // thread that drives them (api/src/communicator.cc).
+  struct Shared;
+  Communicator(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group,
+               std::vector<int> rootRanks, std::chrono::milliseconds timeout);
 
-  Status barrierNow();
-  Status waitBoth(TransportRequest* a, TransportRequest* b);
   Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
   Work submitCollective(int kind, const void* send, void* recv, size_t count, DataType type,
                         ReduceOp op, const CollectiveOptions& options);
+  // A call whose arguments failed before it reached the engine (codec spec, or the C API's
+  // enum checks): joins the ranks' agreement as rejected and completes with `why`.
+  Work submitRejected(const CollectiveOp& call, Status why);
+  friend struct CApiAccess;
 
   // The abort's reason once abort() was called. Checked when each operation starts, so that
   // operations that never touch the transport (a world of one) fail after an abort too.
   Status abortStatus() const;
 
-  std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Shared> shared_;
+  // Split communicators: the group view of the shared transport (transport/group.h).
+  std::unique_ptr<Transport> group_;
+  Transport* transport_;       // group_, or the shared transport itself
+  CollectiveWorker* worker_;   // the shared thread
+  std::vector<int> rootRanks_;  // this communicator's ranks as ranks of the shared transport
   std::chrono::milliseconds timeout_;
+  Topology topology_;
   mutable std::mutex abortMutex_;
   Status abortWhy_;
-  uint64_t barrierCount_ = 0;
   std::mutex codecMutex_;
   std::map<std::string, std::shared_ptr<const Codec>> codecs_;
   std::map<std::string, std::shared_ptr<AutoSelector>> selectors_;
+  // Destroyed before the transports it runs on; the destructor first waits for this
+  // communicator's queued calls.
   std::unique_ptr<CollectiveEngine> engine_;
-  // Declared last so it is destroyed first: pending collectives finish before the engine and
-  // the transport go away.
-  std::unique_ptr<CollectiveWorker> worker_;
 };
 
 }  // namespace terse

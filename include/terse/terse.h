@@ -39,7 +39,19 @@ terse_status_t terse_comm_create(terse_comm_t** comm);
 void terse_comm_destroy(terse_comm_t* comm);
 int terse_comm_rank(const terse_comm_t* comm);
 int terse_comm_size(const terse_comm_t* comm);
+/* The two levels (include/terse/topology.h): this rank's index among the ranks of its node and
+ * their count, its node's index (nodes numbered by their lowest rank) and the number of nodes.
+ * Nodes come from every rank's TERSE_NODE, or its host. -1 for a NULL comm. */
+int terse_comm_local_rank(const terse_comm_t* comm);
+int terse_comm_local_size(const terse_comm_t* comm);
+int terse_comm_node(const terse_comm_t* comm);
+int terse_comm_node_count(const terse_comm_t* comm);
 terse_status_t terse_comm_barrier(terse_comm_t* comm);
+/* A sub-communicator (MPI_Comm_split): collective over `comm`; ranks passing the same `color`
+ * form *out, ordered by `key` (ties by rank). A negative color takes part and gets *out = NULL.
+ * It shares comm's connections and collective thread in a tag space of its own (at most 62
+ * splits per world); destroy it with terse_comm_destroy, before or after comm. */
+terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_comm_t** out);
 /* Fails every pending and later operation of this rank with `reason` (may be NULL). */
 void terse_comm_abort(terse_comm_t* comm, const char* reason);
 /* Offset and length of this rank's part of a count-element tensor (reduce-scatter, allgather). */
@@ -64,6 +76,22 @@ terse_status_t terse_allreduce_async(terse_comm_t* comm, const void* send, void*
                                      terse_dtype_t dtype, terse_redop_t op, const char* codec,
                                      terse_feedback_t* feedback, terse_work_t** work);
 
+terse_status_t terse_reduce_scatter_async(terse_comm_t* comm, const void* send, void* recv,
+                                          size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                          const char* codec, terse_feedback_t* feedback,
+                                          terse_work_t** work);
+terse_status_t terse_allgather_async(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                     terse_dtype_t dtype, const char* codec,
+                                     terse_feedback_t* feedback, terse_work_t** work);
+/* What a codec spec means, without a communicator: its canonical form with every parameter
+ * spelled out ("topk" -> "topk:ratio=0.01", "auto" -> "auto:max=int8"; what checkpoints and
+ * error messages use) and whether the codec wants error feedback (onebit, topk, and auto specs
+ * allowed to pick them). `canonical` may be NULL to ask for the size: *size gets the bytes needed
+ * (with the terminating NUL), and a buffer smaller than that is TERSE_INVALID_ARGUMENT.
+ * `wants_feedback` may be NULL. An invalid spec is TERSE_INVALID_ARGUMENT saying what is
+ * accepted. */
+terse_status_t terse_codec_info(const char* spec, char* canonical, size_t* size,
+                                int* wants_feedback);
 /* TERSE_IN_PROGRESS while running, else the collective's final status. Never blocks. */
 terse_status_t terse_work_test(terse_work_t* work);
 /* Blocks until done; returns the collective's status. */
@@ -71,9 +99,28 @@ terse_status_t terse_work_wait(terse_work_t* work);
 /* Waits if still running, then frees. NULL is accepted. */
 void terse_work_free(terse_work_t* work);
 
+/* What a communicator's collectives did (Communicator::stats() in C++): per kind, calls that
+ * succeeded and failed, the caller's bytes, the bytes handed to the transport (what crossed the
+ * network from this rank, call descriptors included), and wall time with its codec parts
+ * (compress; decode and reduce); the rest of `seconds` is transfer. Waits for the calls submitted
+ * before it. */
+typedef struct terse_kind_stats {
+  uint64_t calls, failures, raw_bytes, wire_bytes;
+  double seconds, compress_seconds, reduce_seconds;
+} terse_kind_stats_t;
+typedef struct terse_stats {
+  terse_kind_stats_t allreduce, reduce_scatter, allgather;
+  terse_kind_stats_t auto_policy; /* auto's own calibration and measurement calls */
+  uint64_t barriers;
+} terse_stats_t;
+terse_status_t terse_comm_stats(terse_comm_t* comm, terse_stats_t* stats);
 /* Error-feedback state for a tensor of `count` elements compressed with `codec`. */
 terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feedback_t** feedback);
 void terse_feedback_destroy(terse_feedback_t* feedback);
+/* The element count and canonical codec spec a state was made (or loaded) for. `spec` may be
+ * NULL to ask for the size, as in terse_codec_info; `count` may be NULL. */
+terse_status_t terse_feedback_info(const terse_feedback_t* feedback, char* spec, size_t* size,
+                                   size_t* count);
 void terse_feedback_reset(terse_feedback_t* feedback);
 /* Checkpoint form: with buffer NULL (or too small) *size gets the bytes needed and the call
  * returns TERSE_INVALID_ARGUMENT unless buffer was NULL. */

@@ -44,6 +44,18 @@ void magnitudeTail(const In* in, const float* residual, size_t from, size_t n, f
   }
 }
 
+// The scale of a block whose magnitude sum overflowed (num::onebitSumOverflowed): rare, so a
+// plain loop in index order, the same on every CPU path.
+template <typename In>
+float wideScale(const In* in, const float* residual, size_t n) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    float v = residual ? num::load(in, i) + residual[i] : num::load(in, i);
+    sum += num::bitsFloat(num::magnitudeKey(v)) * num::kOnebitWideSumScale;
+  }
+  return num::onebitScaleFromScaledSum(sum, static_cast<uint32_t>(n));
+}
+
 inline float laneSum(const float* part) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
@@ -64,6 +76,7 @@ void compressBlock(const In* TERSE_RESTRICT in, size_t n, float* TERSE_RESTRICT 
   }
   magnitudeTail(in, residual, full, n, part, &maxKey);
   float scale = num::onebitScale(laneSum(part), static_cast<uint32_t>(n), maxKey < 0x7f800000u);
+  if (num::onebitSumOverflowed(scale, maxKey < 0x7f800000u)) scale = wideScale(in, residual, n);
   *scaleOut = scale;
   signPass(in, n, scale, residual, bits);
 }
@@ -92,6 +105,7 @@ TERSE_AVX2 void compressBlockAvx2(const In* TERSE_RESTRICT in, size_t n,
   for (uint32_t k : keys) maxKey = std::max(maxKey, k);
   magnitudeTail(in, residual, full, n, part, &maxKey);
   float scale = num::onebitScale(laneSum(part), static_cast<uint32_t>(n), maxKey < 0x7f800000u);
+  if (num::onebitSumOverflowed(scale, maxKey < 0x7f800000u)) scale = wideScale(in, residual, n);
   *scaleOut = scale;
 
   const __m256 pos = _mm256_set1_ps(num::onebitDecode(true, scale));

@@ -106,9 +106,20 @@ __global__ void onebitScaleKernel(const In* in, size_t n, size_t block, const fl
     }
     int allFinite = __syncthreads_and(finite);
     float total = BlockReduceF(temp).Reduce(sum, SumOp{});
-    if (threadIdx.x == 0) {
-      scales[b] = num::onebitScale(total, static_cast<uint32_t>(end - begin), allFinite != 0);
+    __shared__ float blockScale;
+    if (threadIdx.x == 0)
+      blockScale = num::onebitScale(total, static_cast<uint32_t>(end - begin), allFinite != 0);
+    __syncthreads();
+    if (num::onebitSumOverflowed(blockScale, allFinite != 0)) {  // the same for every thread
+      float scaled = 0.0f;
+      for (size_t i = begin + threadIdx.x; i < end; i += kThreads)
+        scaled += fabsf(inputValue(in, residual, i)) * num::kOnebitWideSumScale;
+      float scaledTotal = BlockReduceF(temp).Reduce(scaled, SumOp{});
+      if (threadIdx.x == 0)
+        blockScale = num::onebitScaleFromScaledSum(scaledTotal, static_cast<uint32_t>(end - begin));
+      __syncthreads();
     }
+    if (threadIdx.x == 0) scales[b] = blockScale;
     __syncthreads();
   }
 }

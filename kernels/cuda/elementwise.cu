@@ -154,30 +154,6 @@ bool vecAligned(const T* p) {
 
 }  // namespace
 
-// ---- device queries -----------------------------------------------------------------------
-bool deviceAvailable() {
-  static const bool available = [] {
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free error so later calls start clean
-      return false;
-    }
-    return count > 0;
-  }();
-  return available;
-}
-
-bool isDevicePointer(const void* p) {
-  if (p == nullptr || !deviceAvailable()) return false;
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-}
-
 namespace detail {
 
 cudaError_t validationFlag(int** flag) {

@@ -28,7 +28,18 @@ Status cudaStatus(cudaError_t err, const char* what) {
 }  // namespace
 
 bool built() { return true; }
-bool available() { return kernels::cuda::deviceAvailable(); }
+
+bool available() {
+  static const bool present = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      cudaGetLastError();  // clear the error so later calls start clean
+      return false;
+    }
+    return count > 0;
+  }();
+  return present;
+}
 
 MemoryKind memoryKind(const void* p) {
   if (p == nullptr || !available()) return MemoryKind::kHost;

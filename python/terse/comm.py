@@ -19,12 +19,32 @@ _OPS = {"sum": _lib.SUM, "avg": _lib.AVG}
 
 
 def _codec_bytes(codec):
+    """The spec as the C string terse_* takes, or ValueError/TypeError for what C would misread:
+    a NUL would end the string early ("int8\\x00garbage" was taken as "int8")."""
     if codec is None:
         return b"none"
     if not isinstance(codec, str):
         raise TypeError(f"codec must be a spec string such as 'onebit' or 'topk:ratio=0.01', "
                         f"not {type(codec).__name__}")
+    if "\x00" in codec:
+        raise ValueError(f"terse: codec spec {codec!r} contains a NUL character")
     return codec.encode()
+
+
+# The largest value a C size_t holds: a bigger Python int would be wrapped silently by ctypes
+# (2**64 became 0 and 2**64+5 became 5).
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+
+
+def _count(value, what="count"):
+    """value as an element count for a size_t parameter, or a clear error before ctypes sees it.
+    bool is an int subclass but never a count (Feedback("onebit", True) once made 1 element)."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"terse: {what} must be an int, not {type(value).__name__}")
+    value = value.__index__()
+    if value < 0 or value > _SIZE_MAX:
+        raise ValueError(f"terse: {what} must be between 0 and {_SIZE_MAX}, not {value}")
+    return value
 
 
 def _host_buffer(tensor, what):
@@ -69,6 +89,12 @@ class Communicator:
         self._worker = None  # the queue thread's ident, once it ran something
         self.rank = l.terse_comm_rank(handle)
         self.size = l.terse_comm_size(handle)
+        # The two levels (docs/api.md): this rank's place among its node's ranks, from every
+        # rank's TERSE_NODE or host, checked against torchrun's LOCAL_WORLD_SIZE.
+        self.local_rank = l.terse_comm_local_rank(handle)
+        self.local_size = l.terse_comm_local_size(handle)
+        self.node = l.terse_comm_node(handle)
+        self.node_count = l.terse_comm_node_count(handle)
 
     def _h(self):
         if self._handle is None:
@@ -138,6 +164,7 @@ class Communicator:
 
     def part(self, count):
         """(offset, length) of this rank's part of a count-element reduce-scatter/allgather."""
+        count = _count(count)
         off, length = ctypes.c_size_t(), ctypes.c_size_t()
         _lib.lib().terse_comm_part(self._h(), count, ctypes.byref(off), ctypes.byref(length))
         return off.value, length.value
@@ -207,11 +234,23 @@ def parse_feedback_header(data):
 
 
 @functools.lru_cache(maxsize=64)
+def codec_info(codec):
+    """(canonical spec, wants error feedback) of a codec spec, from the library itself
+    (``terse_codec_info``): "topk" -> ("topk:ratio=0.01", True), "auto" -> ("auto:max=int8",
+    False). Raises TerseError naming what is accepted for a bad spec."""
+    spec = _codec_bytes(codec)
+    size = ctypes.c_size_t(0)
+    wants = ctypes.c_int(0)
+    _lib.check(_lib.lib().terse_codec_info(spec, None, ctypes.byref(size), ctypes.byref(wants)))
+    buf = ctypes.create_string_buffer(size.value)
+    _lib.check(_lib.lib().terse_codec_info(spec, buf, ctypes.byref(size), None))
+    return buf.value.decode(), bool(wants.value)
+
+
 def canonical_spec(codec):
     """The codec's spec with every parameter spelled out ("topk" -> "topk:ratio=0.01"); raises
     TerseError naming what is accepted for a bad spec."""
-    with Feedback(codec, 1) as probe:
-        return parse_feedback_header(probe.to_bytes())["spec"]
+    return codec_info(codec)[0]
 
 
 class Feedback:
@@ -220,8 +259,7 @@ class Feedback:
 
     def __init__(self, codec, count, _handle=None):
         if _handle is None:
-            if not isinstance(count, int) or count < 0:
-                raise ValueError(f"terse: count must be a non-negative int, not {count!r}")
+            count = _count(count)
             handle = ctypes.c_void_p()
             check(_lib.lib().terse_feedback_create(_codec_bytes(codec), count,
                                                    ctypes.byref(handle)))
@@ -236,8 +274,9 @@ class Feedback:
         data = bytes(data)
         handle = ctypes.c_void_p()
         check(_lib.lib().terse_feedback_deserialize(data, len(data), ctypes.byref(handle)))
-        count = parse_feedback_header(data)["count"]
-        return cls(None, count, _handle=handle)
+        size, count = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        check(_lib.lib().terse_feedback_info(handle, None, ctypes.byref(size), ctypes.byref(count)))
+        return cls(None, count.value, _handle=handle)
 
     def to_bytes(self):
         """The versioned checkpoint form (docs/wire-format.md)."""

@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from .comm import Communicator, Feedback, canonical_spec
+from .comm import Communicator, Feedback, canonical_spec, codec_info
 
 __all__ = ["TerseState", "terse_hook", "register", "default_communicator", "shutdown"]
 
@@ -48,13 +48,8 @@ def shutdown():
 
 def _wants_feedback(spec):
     """Error feedback by default only where the codec loses most of the information in a step
-    (docs/codecs.md, "error feedback wanted")."""
-    name, _, params = spec.partition(":")
-    if name in ("onebit", "topk"):
-        return True
-    if name == "auto":
-        return "max=onebit" in params or "max=topk" in params
-    return False
+    (docs/codecs.md, "error feedback wanted"): the library says which (``terse_codec_info``)."""
+    return codec_info(spec)[1]
 
 
 def _bucket_tensor(bucket):

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <unistd.h>
 
 #ifndef TERSE_VERSION_STRING
 #define TERSE_VERSION_STRING "unknown"
@@ -19,8 +20,9 @@ namespace terse {
 
 namespace {
 
-// The first of `names` that is set. Launcher variables are not terse's, so they are read
-// directly rather than through the registry; terse's own come first and go through it.
+// The first of `names` that is set. terse's own variable comes first and is read through the
+// registry; the launchers' are parsed by the same strict parser with the same range (a world
+// size of 2^31 must be refused as such, not wrap to a negative int).
 Result<std::optional<int64_t>> firstInt(const char* terseName,
                                         std::initializer_list<const char*> fallbacks,
                                         std::string* source) {
@@ -30,19 +32,26 @@ Result<std::optional<int64_t>> firstInt(const char* terseName,
     *source = terseName;
     return std::optional<int64_t>(v);
   }
+  int64_t min = 0, max = 0;
+  for (const EnvVarInfo& info : envRegistry())
+    if (std::strcmp(info.name, terseName) == 0) min = info.min, max = info.max;
   for (const char* name : fallbacks) {
     const char* text = std::getenv(name);
     if (text == nullptr || *text == '\0') continue;
-    errno = 0;
-    char* end = nullptr;
-    long long v = std::strtoll(text, &end, 10);
-    if (errno != 0 || *end != '\0')
-      return errorInvalidArgument("%s='%s' is not an integer (read because %s is unset)", name,
-                                  text, terseName);
+    auto v = parseIntSetting(name, text, min, max);
+    if (!v.isOk())
+      return v.status().withContext(std::string("read because ") + terseName + " is unset");
     *source = name;
-    return std::optional<int64_t>(v);
+    return std::optional<int64_t>(v.value());
   }
   return std::optional<int64_t>();
+}
+
+// Who claims a rank, for the message when two processes claim the same one.
+std::string claimant() {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  return formatString("pid %d on %s", static_cast<int>(getpid()), host);
 }
 
 std::string headerOf(int size) {
@@ -87,6 +96,15 @@ Result<BootstrapInfo> readBootstrapEnv() {
     return errorInvalidArgument("rank %d (from %s) is outside 0..%d for a world of %d ranks",
                                 info.rank, info.rankSource.c_str(), info.size - 1, info.size);
   info.localRank = local ? static_cast<int>(*local) : info.rank;
+  std::string localSizeSource;
+  TERSE_ASSIGN_OR_RETURN(
+      auto localSize,
+      firstInt("TERSE_LOCAL_SIZE",
+               {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"},
+               &localSizeSource));
+  if (local) info.launcherLocalRank = static_cast<int>(*local);
+  if (localSize) info.launcherLocalSize = static_cast<int>(*localSize);
+  info.localSource = localSource + (localSize ? (local ? " and " : "") + localSizeSource : "");
   if (info.localRank < 0)
     return errorInvalidArgument("local rank %d (from %s) is negative", info.localRank,
                                 localSource.c_str());
@@ -198,6 +216,20 @@ Result<std::vector<std::string>> storeAllGather(Store& store, const std::string&
                                                 int size, const std::string& mine,
                                                 std::chrono::milliseconds timeout) {
   const std::string header = headerOf(size);
+  // Two processes started with the same rank would both publish under that rank's key, the
+  // second overwriting the first, and the world could look complete to everyone: each rank
+  // claims its number first, and a second claim fails the whole rendezvous at once.
+  const std::string me = claimant();
+  TERSE_ASSIGN_OR_RETURN(std::optional<std::string> holder,
+                         store.setIfAbsent(prefix + "/claim/" + std::to_string(rank), me));
+  if (holder && *holder != me)
+    return failRendezvous(
+        store, prefix, rank, size,
+        errorInvalidUsage("rank %d was started twice: %s holds it and %s asked for it too; every "
+                          "process needs its own rank (TERSE_RANK or the launcher's)",
+                          rank, printableBytes(holder->data(), holder->size(), 300).c_str(),
+                          me.c_str()),
+        true, timeout);
   TERSE_RETURN_IF_ERROR(store.set(prefix + "/rank/" + std::to_string(rank), header + mine));
   // Poll every rank's key, checking each header as soon as it appears, so a mismatched rank is
   // reported at once rather than as a timeout.

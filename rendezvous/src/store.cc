@@ -99,6 +99,13 @@ class MemoryStore final : public Store {
     if (it == map_.end()) return std::optional<std::string>();
     return std::optional<std::string>(it->second);
   }
+  Result<std::optional<std::string>> setIfAbsent(const std::string& key,
+                                                 const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto placed = map_.emplace(key, value);
+    if (placed.second) return std::optional<std::string>();
+    return std::optional<std::string>(placed.first->second);
+  }
   std::string describe() const override { return "memory"; }
 
  private:
@@ -131,6 +138,36 @@ class FileStore final : public Store {
   explicit FileStore(std::string dir) : dir_(std::move(dir)) {}
 
   Status set(const std::string& key, const std::string& value) override {
+    return write(key, value, nullptr);
+  }
+
+  Result<std::optional<std::string>> setIfAbsent(const std::string& key,
+                                                 const std::string& value) override {
+    bool existed = false;
+    TERSE_RETURN_IF_ERROR(write(key, value, &existed));
+    if (!existed) return std::optional<std::string>();
+    TERSE_ASSIGN_OR_RETURN(std::optional<std::string> there, tryGet(key));
+    return std::optional<std::string>(there.value_or(std::string()));
+  }
+
+  Result<std::optional<std::string>> tryGet(const std::string& key) override {
+    std::string path = dir_ + "/" + escapeKey(key);
+    std::ifstream in(path, std::ios::binary);
+    if (!in.good()) {
+      if (errno == ENOENT || errno == 0) return std::optional<std::string>();
+      return errorSystem("file store: cannot read %s: %s", path.c_str(), std::strerror(errno));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return std::optional<std::string>(ss.str());
+  }
+
+  std::string describe() const override { return "file(" + dir_ + ")"; }
+
+ private:
+  // Writes the value to a temporary file, then puts it in place atomically: rename (replace)
+  // for a set, link (fails when the key exists: *existed) for a set-if-absent.
+  Status write(const std::string& key, const std::string& value, bool* existed) {
     std::string final = dir_ + "/" + escapeKey(key);
     std::string tmp = final + ".tmp." + std::to_string(getpid()) + "." +
                       std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
@@ -150,7 +187,16 @@ class FileStore final : public Store {
       done += static_cast<size_t>(n);
     }
     ::close(fd);
-    // rename is atomic: readers see the whole value or no key.
+    // rename and link are atomic: readers see the whole value or no key.
+    if (existed != nullptr) {
+      int rc = ::link(tmp.c_str(), final.c_str());
+      int e = errno;
+      ::unlink(tmp.c_str());
+      *existed = rc != 0 && e == EEXIST;
+      if (rc != 0 && !*existed)
+        return errorSystem("file store: linking %s failed: %s", final.c_str(), std::strerror(e));
+      return Status::ok();
+    }
     if (::rename(tmp.c_str(), final.c_str()) != 0) {
       int e = errno;
       ::unlink(tmp.c_str());
@@ -159,21 +205,6 @@ class FileStore final : public Store {
     return Status::ok();
   }
 
-  Result<std::optional<std::string>> tryGet(const std::string& key) override {
-    std::string path = dir_ + "/" + escapeKey(key);
-    std::ifstream in(path, std::ios::binary);
-    if (!in.good()) {
-      if (errno == ENOENT || errno == 0) return std::optional<std::string>();
-      return errorSystem("file store: cannot read %s: %s", path.c_str(), std::strerror(errno));
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return std::optional<std::string>(ss.str());
-  }
-
-  std::string describe() const override { return "file(" + dir_ + ")"; }
-
- private:
   std::string dir_;
 };
 

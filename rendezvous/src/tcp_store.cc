@@ -28,6 +28,7 @@ namespace {
 using store_protocol::kMaxField;
 using store_protocol::kOpGet;
 using store_protocol::kOpSet;
+using store_protocol::kOpSetIfAbsent;
 
 using Clock = std::chrono::steady_clock;
 
@@ -246,6 +247,15 @@ class TcpStore final : public Store {
     TERSE_RETURN_IF_ERROR(request(kOpGet, key, std::string(), &found, &value));
     if (!found) return std::optional<std::string>();
     return std::optional<std::string>(std::move(value));
+  }
+
+  Result<std::optional<std::string>> setIfAbsent(const std::string& key,
+                                                 const std::string& value) override {
+    std::string existing;
+    bool found = false;
+    TERSE_RETURN_IF_ERROR(request(kOpSetIfAbsent, key, value, &found, &existing));
+    if (!found) return std::optional<std::string>();
+    return std::optional<std::string>(std::move(existing));
   }
 
   std::string describe() const override {

@@ -1,5 +1,5 @@
 // The TCP store's frames (private to rendezvous; fuzz/fuzz_store.cc drives them without sockets).
-//   request  = op (u8: 1 set, 2 get) | key length (u32) | value length (u32) | key | value
+//   request  = op (u8: 1 set, 2 get, 3 set-if-absent) | key length (u32) | value length (u32) | key | value
 //   response = found (u8) | value length (u32) | value
 // Lengths are little-endian host order (every rank runs on the same kind of machine).
 #pragma once
@@ -14,6 +14,7 @@ namespace terse::store_protocol {
 
 constexpr uint8_t kOpSet = 1;
 constexpr uint8_t kOpGet = 2;
+constexpr uint8_t kOpSetIfAbsent = 3;
 constexpr uint32_t kMaxField = 64u << 20;  // guards both sides against garbage lengths
 constexpr size_t kRequestHeadBytes = 9;
 constexpr size_t kResponseHeadBytes = 5;
@@ -31,7 +32,7 @@ inline bool parseRequestHead(const uint8_t* p, RequestHead* out) {
   h.op = p[0];
   std::memcpy(&h.keyLen, p + 1, 4);
   std::memcpy(&h.valueLen, p + 5, 4);
-  if ((h.op != kOpSet && h.op != kOpGet) || h.keyLen > kMaxField || h.valueLen > kMaxField)
+  if ((h.op != kOpSet && h.op != kOpGet && h.op != kOpSetIfAbsent) || h.keyLen > kMaxField || h.valueLen > kMaxField)
     return false;
   *out = h;
   return true;
@@ -44,13 +45,19 @@ inline void encodeRequestHead(uint8_t op, uint32_t keyLen, uint32_t valueLen, ui
 }
 
 // Applies one complete request to the server's map. Returns the value to answer with and sets
-// *found (always 1 for a set; whether the key exists for a get).
+// *found (always 1 for a set; whether the key exists for a get; whether it existed before for a
+// set-if-absent, which answers with the value it found).
 inline std::string applyRequest(std::map<std::string, std::string>& map, uint8_t op,
                                 std::string key, std::string value, uint8_t* found) {
   if (op == kOpSet) {
     map[std::move(key)] = std::move(value);
     *found = 1;
     return std::string();
+  }
+  if (op == kOpSetIfAbsent) {
+    auto placed = map.emplace(std::move(key), std::move(value));
+    *found = placed.second ? 0 : 1;
+    return placed.second ? std::string() : placed.first->second;
   }
   auto it = map.find(key);
   *found = it != map.end();

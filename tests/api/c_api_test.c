@@ -26,6 +26,26 @@ int main(void) {
   if (s != TERSE_OK) return 1;
   const int n = terse_comm_size(comm), rank = terse_comm_rank(comm);
   CHECK(n >= 1 && rank >= 0 && rank < n, "rank %d of %d", rank, n);
+  {
+    /* The two levels: terse-run --nodes sets TERSE_NODE with the launcher's local rank and size
+     * beside it; without it every rank is on this host. */
+    const int local = terse_comm_local_rank(comm), local_size = terse_comm_local_size(comm);
+    const int node = terse_comm_node(comm), nodes = terse_comm_node_count(comm);
+    const char* env_local = getenv("TERSE_LOCAL_RANK");
+    const char* env_size = getenv("TERSE_LOCAL_SIZE");
+    if (getenv("TERSE_NODE") != NULL) {
+      CHECK(env_local && local == atoi(env_local), "local rank %d, launcher %s", local, env_local);
+      CHECK(env_size && local_size == atoi(env_size), "local size %d, launcher %s", local_size,
+            env_size);
+      CHECK(nodes > 1 || n == 1 || local_size == n, "%d nodes", nodes);
+    } else {
+      CHECK(local == rank && local_size == n && node == 0 && nodes == 1,
+            "one host: local %d of %d, node %d of %d", local, local_size, node, nodes);
+    }
+    CHECK(node >= 0 && node < nodes && local >= 0 && local < local_size, "node %d of %d", node,
+          nodes);
+    CHECK(terse_comm_local_rank(NULL) == -1 && terse_comm_node_count(NULL) == -1, "NULL comm");
+  }
 
   enum { kCount = 1001 };
   float* in = malloc(kCount * sizeof(float));
@@ -56,6 +76,17 @@ int main(void) {
     terse_feedback_t* back = NULL;
     s = terse_feedback_deserialize(buf, size, &back);
     CHECK(s == TERSE_OK, "deserialize");
+    {
+      char made[64], loaded[64];
+      size_t made_size = sizeof made, loaded_size = sizeof loaded, made_count = 0, loaded_count = 0;
+      CHECK(terse_feedback_info(fb, made, &made_size, &made_count) == TERSE_OK &&
+                terse_feedback_info(back, loaded, &loaded_size, &loaded_count) == TERSE_OK,
+            "feedback info");
+      CHECK(made_count == kCount && loaded_count == kCount && strcmp(made, loaded) == 0 &&
+                strncmp(made, codecs[c], 4) == 0,
+            "feedback info: %s/%zu and %s/%zu for %s", made, made_count, loaded, loaded_count,
+            codecs[c]);
+    }
     s = terse_feedback_deserialize(buf, size / 2, &back);
     CHECK(s == TERSE_CORRUPT || s == TERSE_INVALID_ARGUMENT, "truncated checkpoint accepted");
     free(buf);
@@ -88,6 +119,90 @@ int main(void) {
   terse_feedback_destroy(wrong);
   CHECK(terse_comm_barrier(comm) == TERSE_OK, "barrier");
   CHECK(strlen(terse_version()) > 0, "version");
+
+  /* A split: even and odd ranks, each summing only its members. */
+  {
+    terse_comm_t* half = NULL;
+    CHECK(terse_comm_split(comm, rank % 2, rank, &half) == TERSE_OK && half != NULL, "split");
+    if (half) {
+      const int hn = terse_comm_size(half);
+      CHECK(hn == (n - rank % 2 + 1) / 2, "split size %d of %d ranks", hn, n);
+      float one = (float)(rank + 1), sum = 0.0f, want = 0.0f;
+      CHECK(terse_allreduce(half, &one, &sum, 1, TERSE_FLOAT32, TERSE_SUM, "none", NULL) ==
+                TERSE_OK,
+            "allreduce on the split");
+      for (int r = rank % 2; r < n; r += 2) want += (float)(r + 1);
+      CHECK(sum == want, "split sum %g, expected %g", sum, want);
+      terse_comm_destroy(half);
+    }
+    terse_comm_t* none = (terse_comm_t*)1;
+    CHECK(terse_comm_split(comm, -1, 0, &none) == TERSE_OK && none == NULL, "negative color");
+  }
+
+  /* What a codec spec means, without a communicator. */
+  {
+    char spec[64];
+    size_t size = 0;
+    int wants = -1;
+    CHECK(terse_codec_info("topk", NULL, &size, &wants) == TERSE_OK && size == 16 && wants == 1,
+          "topk info: size %zu wants %d", size, wants);
+    size = sizeof spec;
+    CHECK(terse_codec_info("topk", spec, &size, NULL) == TERSE_OK &&
+              strcmp(spec, "topk:ratio=0.01") == 0,
+          "topk canonical: %s", spec);
+    size = 4;
+    CHECK(terse_codec_info("topk", spec, &size, NULL) == TERSE_INVALID_ARGUMENT && size == 16,
+          "a short buffer");
+    size = sizeof spec;
+    CHECK(terse_codec_info("auto", spec, &size, &wants) == TERSE_OK &&
+              strcmp(spec, "auto:max=int8") == 0 && wants == 0,
+          "auto: %s wants %d", spec, wants);
+    CHECK(terse_codec_info("auto:max=onebit", NULL, &size, &wants) == TERSE_OK && wants == 1,
+          "auto:max=onebit wants feedback");
+    CHECK(terse_codec_info("bf16", NULL, &size, &wants) == TERSE_OK && wants == 0, "bf16");
+    CHECK(terse_codec_info("int8:block=3", NULL, &size, NULL) == TERSE_INVALID_ARGUMENT &&
+              strstr(terse_last_error(), "block") != NULL,
+          "a bad spec names what is wrong");
+  }
+
+  /* Async reduce-scatter and allgather compose to the allreduce. */
+  {
+    size_t off = 0, len = 0;
+    terse_comm_part(comm, kCount, &off, &len);
+    float* part = malloc((len ? len : 1) * sizeof(float));
+    float* all = malloc(kCount * sizeof(float));
+    terse_work_t *rs = NULL, *ag = NULL;
+    CHECK(terse_reduce_scatter_async(comm, in, part, kCount, TERSE_FLOAT32, TERSE_SUM, "none",
+                                     NULL, &rs) == TERSE_OK,
+          "reduce_scatter_async");
+    CHECK(terse_work_wait(rs) == TERSE_OK, "reduce_scatter wait");
+    terse_work_free(rs);
+    CHECK(terse_allgather_async(comm, part, all, kCount, TERSE_FLOAT32, "none", NULL, &ag) ==
+              TERSE_OK,
+          "allgather_async");
+    CHECK(terse_work_wait(ag) == TERSE_OK, "allgather wait");
+    terse_work_free(ag);
+    for (int i = 0; i < kCount; ++i) {
+      float want = (float)(n * (n + 1) / 2) * (float)(i % 13 - 6) * 0.25f;
+      CHECK(all[i] == want, "reduce-scatter + allgather: element %d is %g, expected %g", i, all[i],
+            want);
+      if (all[i] != want) break;
+    }
+    free(part);
+    free(all);
+  }
+
+  /* Statistics: every allreduce above is counted, the refused ones as failures. */
+  terse_stats_t st;
+  memset(&st, 0xff, sizeof st);
+  CHECK(terse_comm_stats(comm, &st) == TERSE_OK, "stats");
+  CHECK(st.allreduce.calls >= 6 && st.allreduce.failures == 3, "allreduce calls %llu, failures %llu",
+        (unsigned long long)st.allreduce.calls, (unsigned long long)st.allreduce.failures);
+  CHECK(st.barriers == 1, "barriers %llu", (unsigned long long)st.barriers);
+  CHECK(n == 1 || st.allreduce.wire_bytes > 0, "wire bytes with %d ranks", n);
+  CHECK(st.allreduce.raw_bytes >= 6ull * kCount * 4, "raw bytes %llu",
+        (unsigned long long)st.allreduce.raw_bytes);
+  CHECK(terse_comm_stats(comm, NULL) == TERSE_INVALID_ARGUMENT, "stats into NULL");
 
   terse_comm_destroy(comm);
   free(in);

@@ -307,7 +307,10 @@ int childBody(const Call& c, int rank, const std::string& dir) {
     return 2;
   }
   std::unique_ptr<Communicator> comm = std::move(made).value();
-  comm->setTimeout(kCallTimeout);
+  if (Status t = comm->setTimeout(kCallTimeout); !t.isOk()) {
+    reportFromChild("setup: " + t.toString());
+    return 2;
+  }
   std::vector<uint8_t> out;
   std::string chosen;
   auto start = std::chrono::steady_clock::now();
@@ -536,7 +539,7 @@ TEST_P(FaultDelayDrop, DropAtTheStartFailsEveryRank) {
   const Reference ref = referenceRun(c);
   if (::testing::Test::HasFatalFailure()) return;
   const int rank = static_cast<int>(rng() % c.n);
-  const int phase = c.kind == Kind::kBarrier ? 3 : 2;  // the call's first messages
+  const int phase = 2;  // descriptors: the call's first messages (a barrier is only those)
   std::string rule;
   if (rng() % 2 || c.kind == Kind::kBarrier) {
     rule = formatString("drop:rank=%d:phase=%s:after_sends=%llu", rank, kFaultPhases[phase].name,
@@ -609,7 +612,7 @@ TEST(FaultRecovery, NewCommunicatorWorksAfterAbortAndFailure) {
         {
           auto comm = Communicator::createFromEnv();
           if (!check("create 1", comm.status())) return 2;
-          (*comm)->setTimeout(kCallTimeout);
+          if (!check("timeout", (*comm)->setTimeout(kCallTimeout))) return 12;
           if (!check("call 1", (*comm)->allreduce(in.data(), out.data(), count, DataType::kFloat32,
                                                   ReduceOp::kSum)))
             return 3;
@@ -630,7 +633,7 @@ TEST(FaultRecovery, NewCommunicatorWorksAfterAbortAndFailure) {
         {
           auto comm = Communicator::createFromEnv();
           if (!check("create 2", comm.status())) return 6;
-          (*comm)->setTimeout(kCallTimeout);
+          if (!check("timeout", (*comm)->setTimeout(kCallTimeout))) return 12;
           Status s = (*comm)->allreduce(in.data(), out.data(), count, DataType::kFloat32,
                                         ReduceOp::kSum, CollectiveOptions{"onebit"});
           if (s.isOk()) {

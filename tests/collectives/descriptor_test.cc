@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
 #include <vector>
 
 namespace terse::detail {
@@ -50,11 +52,10 @@ TEST(CallDescriptor, AgreementNamesTheFirstRankThatDiffers) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidUsage);
   EXPECT_EQ(st.message(),
             "ranks disagree on collective call #7: rank 2 called allreduce(count=1000, float16, "
-            "sum, codec unknown [spec hash 0000000000001234]) but rank 1 (this rank) called "
-            "allreduce(count=1000, float16, sum, codec int8 [spec hash 0000000000001234]); every "
-            "rank must make the same calls in the same order");
+            "sum, codec unknown) but rank 1 (this rank) called allreduce(count=1000, float16, "
+            "sum, codec int8); every rank must make the same calls in the same order");
   // Every field counts, the sequence number and world size included.
-  for (int field = 0; field < 8; ++field) {
+  for (int field = 0; field < 9; ++field) {
     std::vector<CallDescriptor> t(2, mine);
     CallDescriptor& d = t[1];
     switch (field) {
@@ -66,6 +67,7 @@ TEST(CallDescriptor, AgreementNamesTheFirstRankThatDiffers) {
       case 5: d.specHash = 1; break;
       case 6: d.seq = 8; break;
       case 7: d.worldSize = 3; break;
+      case 8: d.requestedHash = 1; break;
     }
     EXPECT_EQ(checkDescriptorsAgree(mine, t.data(), 2, 0, 7, false).code(),
               StatusCode::kInvalidUsage)
@@ -81,12 +83,61 @@ TEST(CallDescriptor, APeerThatRejectedItsArgumentsFailsTheCall) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidUsage);
   EXPECT_EQ(st.message(),
             "collective call #7 failed: rank 2 rejected its arguments (see its error); this rank "
-            "called allreduce(count=1000, float16, sum, codec int8 [spec hash 0000000000001234])");
+            "called allreduce(count=1000, float16, sum, codec int8)");
   // A rank that rejected its own call too compares the rest as usual.
   CallDescriptor rejected = mine;
   rejected.kind = kRejectedKind;
   std::vector<CallDescriptor> all(3, rejected);
   EXPECT_TRUE(checkDescriptorsAgree(rejected, all.data(), 3, 0, 7, true).isOk());
+}
+
+// Issue #22 (15): a codec disagreement names both specs in words, and auto's pick says which
+// spec the caller asked for.
+TEST(CallDescriptor, DisagreementNamesBothSpecs) {
+  auto int8 = makeCodec("int8:block=512");
+  auto fp16 = makeCodec("fp16");
+  ASSERT_TRUE(int8.isOk() && fp16.isOk());
+  CollectiveOp op;
+  op.count = 10;
+  op.codec = int8->get();
+  const CallDescriptor mine = makeDescriptor(op, 3, 2);
+  op.codec = fp16->get();
+  std::vector<CallDescriptor> theirs(2, makeDescriptor(op, 3, 2));
+  Status st = checkDescriptorsAgree(mine, theirs.data(), 2, 0, 3, false);
+  EXPECT_EQ(st.message(),
+            "ranks disagree on collective call #3: rank 1 called allreduce(count=10, float32, "
+            "sum, codec fp16) but rank 0 (this rank) called allreduce(count=10, float32, sum, "
+            "codec int8:block=512,round=nearest,seed=0); every rank must make the same calls in the "
+            "same order");
+  // auto that picked int8 against a plain int8: the codec is the same, the calls are not.
+  op.codec = int8->get();
+  const std::string autoSpec = "auto:max=int8";
+  op.requested = autoSpec;
+  theirs[1] = makeDescriptor(op, 3, 2);
+  op.requested = {};
+  st = checkDescriptorsAgree(makeDescriptor(op, 3, 2), theirs.data(), 2, 0, 3, false);
+  EXPECT_NE(st.message().find("rank 1 called allreduce(count=10, float32, sum, codec "
+                              "auto:max=int8, which picked int8)"),
+            std::string::npos)
+      << st.message();
+  // Before its pick (CollectiveEngine::agree) auto's descriptor names only the auto spec.
+  op.codec = nullptr;
+  op.requested = autoSpec;
+  EXPECT_EQ(describeDescriptor(makeDescriptor(op, 3, 2)),
+            "allreduce(count=10, float32, sum, codec auto:max=int8)");
+  op.kind = CollectiveKind::kBarrier;
+  EXPECT_EQ(describeDescriptor(makeDescriptor(op, 3, 2)), "barrier()");
+}
+
+// A peer's requested text is its bytes: unterminated or with control bytes, it is escaped and
+// bounded by the field.
+TEST(CallDescriptor, APeersSpecTextIsEscapedAndBounded) {
+  CallDescriptor d = call();
+  std::memset(d.requested, '\x1b', sizeof d.requested);  // no terminator at all
+  const std::string text = describeDescriptor(d);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_NE(text.find("\\x1b"), std::string::npos) << text;
+  EXPECT_LT(text.size(), 4 * sizeof d.requested + 100);
 }
 
 }  // namespace

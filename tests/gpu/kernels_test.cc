@@ -8,6 +8,7 @@
 // produces the canonical NaN, x86 keeps the payload). Every test skips without a device.
 #include "gpu_test_util.h"
 #include "terse/kernels/cuda.h"
+#include "terse/kernels/device.h"
 #include "terse/kernels/kernels.h"
 
 #include <gtest/gtest.h>
@@ -158,9 +159,9 @@ TEST(GpuDevice, PointerKinds) {
   DeviceArray<float> d(16);
   ASSERT_CUDA(d.status());
   std::vector<float> host(16);
-  EXPECT_TRUE(cuda::isDevicePointer(d.get()));
-  EXPECT_FALSE(cuda::isDevicePointer(host.data()));
-  EXPECT_FALSE(cuda::isDevicePointer(nullptr));
+  EXPECT_EQ(device::memoryKind(d.get()), device::MemoryKind::kDevice);
+  EXPECT_EQ(device::memoryKind(host.data()), device::MemoryKind::kHost);
+  EXPECT_EQ(device::memoryKind(nullptr), device::MemoryKind::kHost);
 }
 
 // ---- convert / accumulate / scale ----------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "terse/communicator.h"
 #include "terse/compressors/error_feedback.h"
+#include "terse/kernels/device.h"
 #include "terse/kernels/numeric.h"
 #include "terse/rendezvous/store.h"
 
@@ -23,29 +24,33 @@ namespace {
 constexpr const char* kPluginPath = TERSE_PLUGIN_PATH;
 const size_t kCounts[] = {0, 1, 7, 1000, (size_t{1} << 20) + 3};
 
-// WARN lines the plugin sent to the logger, for checks on documented warnings.
+// WARN and INFO lines the plugin sent to the logger, for checks on documented messages.
 std::mutex gLogMu;
-std::vector<std::string> gWarnings;
+std::vector<std::string> gWarnings, gInfos;
 void captureLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
   char buf[2048];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   va_end(ap);
-  if (level == NCCL_LOG_WARN) {
+  if (level == NCCL_LOG_WARN || level == NCCL_LOG_INFO) {
     std::lock_guard<std::mutex> lock(gLogMu);
-    gWarnings.emplace_back(buf);
+    (level == NCCL_LOG_WARN ? gWarnings : gInfos).emplace_back(buf);
   }
   if (std::getenv("TERSE_HARNESS_LOG") != nullptr) std::fprintf(stderr, "[plugin] %s\n", buf);
 }
-bool warned(const char* needle) {
+size_t countLines(const std::vector<std::string>& lines, const char* needle) {
   std::lock_guard<std::mutex> lock(gLogMu);
-  for (const auto& w : gWarnings)
-    if (w.find(needle) != std::string::npos) return true;
-  return false;
+  size_t n = 0;
+  for (const auto& w : lines) n += w.find(needle) != std::string::npos;
+  return n;
 }
+size_t warnings(const char* needle) { return countLines(gWarnings, needle); }
+size_t infos(const char* needle) { return countLines(gInfos, needle); }
+bool warned(const char* needle) { return warnings(needle) > 0; }
 
-// One CollNet table of any version through v11-shaped calls.
+// One CollNet table of any version through v11-shaped calls (v12 has v11's members and
+// signatures except getProperties and makeVDevice, which the harness does not call through it).
 class CollApi {
  public:
   CollApi(const char* path, int version) : version_(version) {
@@ -56,7 +61,7 @@ class CollApi {
     HARNESS_CHECK(table_ != nullptr, "dlsym(%s) failed", sym.c_str());
   }
   ~CollApi() {
-    if (version_ == 11 && ctx_ != nullptr) v11()->finalize(ctx_);
+    if (version_ >= 11 && ctx_ != nullptr) v11()->finalize(ctx_);
     dlclose(dl_);
   }
   CollApi(const CollApi&) = delete;
@@ -64,12 +69,12 @@ class CollApi {
 
   const char* name() const { return v11()->name; }
   ncclResult_t init() {
-    if (version_ == 11) return v11()->init(&ctx_, 0x77, captureLogger);
+    if (version_ >= 11) return v11()->init(&ctx_, 0x77, captureLogger);
     return v10()->init(captureLogger);  // same slot and signature in v8..v10
   }
   ncclResult_t devices(int* n) { return v11()->devices(n); }
   ncclResult_t listen(void* handle, void** lc) {
-    if (version_ == 11) return v11()->listen(ctx_, 0, handle, lc);
+    if (version_ >= 11) return v11()->listen(ctx_, 0, handle, lc);
     return v10()->listen(0, handle, lc);
   }
   ncclResult_t connect(void** handles, int nranks, int rank, void* lc, void** cc) {
@@ -389,7 +394,7 @@ void expectAllPassed(const std::vector<int>& codes) {
 }
 
 TEST(CollNetPlugin, ReduceSupportAnswersEveryPairTruthfully) {
-  for (int version : {11, 10, 9, 8}) {
+  for (int version : {12, 11, 10, 9, 8}) {
     std::vector<int> codes = runRanks(
         1,
         [&](int) {
@@ -412,13 +417,96 @@ TEST(CollNetPlugin, ReduceSupportAnswersEveryPairTruthfully) {
   }
 }
 
+// getProperties of every CollNet table describes the same host device; v12 adds no rail or
+// plane (NCCL_NET_ID_UNDEF) and a one-device virtual NIC in its wider vProps.
+TEST(CollNetPlugin, PropertiesAgreeAcrossTables) {
+  std::vector<int> codes = runRanks(
+      1,
+      [&](int) {
+        useLoopback();
+        void* dl = dlopen(kPluginPath, RTLD_NOW | RTLD_LOCAL);
+        HARNESS_CHECK(dl != nullptr, "dlopen: %s", dlerror());
+        auto* t12 = static_cast<const ncclCollNet_v12_t*>(dlsym(dl, "ncclCollNetPlugin_v12"));
+        auto* t11 = static_cast<const ncclCollNet_v11_t*>(dlsym(dl, "ncclCollNetPlugin_v11"));
+        auto* t10 = static_cast<const ncclCollNet_v10_t*>(dlsym(dl, "ncclCollNetPlugin_v10"));
+        auto* t8 = static_cast<const ncclCollNet_v8_t*>(dlsym(dl, "ncclCollNetPlugin_v8"));
+        HARNESS_CHECK(t12 && t11 && t10 && t8, "a CollNet table is missing");
+        void* ctx = nullptr;
+        NCCL_OK(t12->init(&ctx, 0x12, captureLogger));
+        ncclNetProperties_v12_t p12;
+        ncclNetProperties_v11_t p11;
+        ncclNetProperties_v10_t p10;
+        ncclNetProperties_v8_t p8;
+        std::memset(&p12, 0x5a, sizeof(p12));
+        NCCL_OK(t12->getProperties(0, &p12));
+        NCCL_OK(t11->getProperties(0, &p11));
+        NCCL_OK(t10->getProperties(0, &p10));
+        NCCL_OK(t8->getProperties(0, &p8));
+        HARNESS_CHECK(p12.railId == NCCL_NET_ID_UNDEF && p12.planeId == NCCL_NET_ID_UNDEF,
+                      "v12 railId %d planeId %d", p12.railId, p12.planeId);
+        HARNESS_CHECK(p12.vProps.ndevs == 1 && p12.vProps.devs[0] == 0, "v12 vProps ndevs %d",
+                      p12.vProps.ndevs);
+        HARNESS_CHECK(std::string(p12.name) == p11.name && std::string(p10.name) == p11.name &&
+                          std::string(p8.name) == p11.name,
+                      "names differ");
+        HARNESS_CHECK(p12.speed == p11.speed && p10.speed == p11.speed && p8.speed == p11.speed,
+                      "speeds differ");
+        HARNESS_CHECK(p12.ptrSupport == p11.ptrSupport && p10.ptrSupport == p11.ptrSupport &&
+                          p8.ptrSupport == p11.ptrSupport && (p11.ptrSupport & NCCL_PTR_HOST),
+                      "ptrSupport differs: %#x %#x", p12.ptrSupport, p11.ptrSupport);
+        HARNESS_CHECK(p12.maxCollBytes == p11.maxCollBytes && p10.maxCollBytes == p11.maxCollBytes,
+                      "maxCollBytes differ");
+        HARNESS_CHECK(p12.maxRecvs == 1 && p12.maxMultiRequestSize == p11.maxMultiRequestSize,
+                      "maxRecvs %d", p12.maxRecvs);
+        int d = -1;
+        ncclNetVDeviceProps_v12_t vp{};
+        HARNESS_CHECK(t12->makeVDevice(&d, &vp) == ncclInvalidUsage,
+                      "makeVDevice must be refused: one device");
+        NCCL_OK(t12->finalize(ctx));
+        dlclose(dl);
+      },
+      60);
+  expectAllPassed(codes);
+}
+
+// Without a usable CUDA device (or in a build without CUDA) CollNet is host-only: ptrSupport
+// is NCCL_PTR_HOST alone and device registrations are refused with the reason. (With a device,
+// plugin_collnet_gpu_test checks the device path instead.)
+TEST(CollNetPlugin, HostOnlyWithoutADevice) {
+  std::vector<int> codes = runRanks(
+      1,
+      [&](int) {
+        if (device::available()) _exit(0);  // the GPU test covers this machine
+        useLoopback();
+        CollApi api(kPluginPath, 12);
+        NCCL_OK(api.init());
+        HARNESS_CHECK(infos("host buffers only: ") == 1, "init did not say it is host-only");
+        void* dl = dlopen(kPluginPath, RTLD_NOW | RTLD_LOCAL);
+        auto* t = static_cast<const ncclCollNet_v12_t*>(dlsym(dl, "ncclCollNetPlugin_v12"));
+        ncclNetProperties_v12_t props;
+        NCCL_OK(t->getProperties(0, &props));
+        HARNESS_CHECK(props.ptrSupport == NCCL_PTR_HOST, "ptrSupport %#x", props.ptrSupport);
+        std::vector<uint8_t> buf(64);
+        void* mh = nullptr;
+        void* fakeComm = buf.data();  // regMr checks the type before it uses the comm
+        HARNESS_CHECK(
+            t->regMr(fakeComm, buf.data(), buf.size(), NCCL_PTR_CUDA, &mh) == ncclInvalidArgument,
+            "regMr of NCCL_PTR_CUDA must be refused without a device");
+        HARNESS_CHECK(warned("device memory (NCCL_PTR_CUDA) is not taken here"),
+                      "no WARN saying why device memory is refused");
+        dlclose(dl);
+      },
+      60);
+  expectAllPassed(codes);
+}
+
 class CollNetSweep : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CollNetSweep, EveryTypeOpAndCountMatchesTerseBitForBit) {
   std::string dir = makeTempDir();
   const std::string codec = GetParam();
   std::vector<int> codes = runRanks(
-      3, [&](int rank) { sweepRank(rank, 3, dir, codec, 11, true); }, 500);
+      3, [&](int rank) { sweepRank(rank, 3, dir, codec, 12, true); }, 500);
   expectAllPassed(codes);
   removeTree(dir);
 }
@@ -428,7 +516,7 @@ INSTANTIATE_TEST_SUITE_P(Codecs, CollNetSweep,
                          [](const auto& param) { return param.param; });
 
 TEST(CollNetPlugin, OlderTablesRunTheSameCollectives) {
-  for (int version : {10, 9, 8}) {
+  for (int version : {11, 10, 9, 8}) {
     std::string dir = makeTempDir();
     std::vector<int> codes = runRanks(
         2, [&](int rank) { sweepRank(rank, 2, dir, "int8", version, false); }, 240);
@@ -498,41 +586,49 @@ TEST(CollNetPlugin, AutoPolicyIsAcceptedAndRanksAgree) {
   removeTree(dir);
 }
 
-// auto allowing onebit/topk needs residuals: with a period they are kept per position like a
-// fixed codec's, and every rank still ends each call with the same bits.
+// auto allowing onebit/topk needs residuals: with a given or learned period they are kept per
+// position like a fixed codec's (while learning, calls run auto:max=int8), and every rank still
+// ends each call with the same bits.
 TEST(CollNetPlugin, AutoPolicyWithErrorFeedbackKeepsRanksIdentical) {
-  std::string dir = makeTempDir();
-  const int nranks = 2;
-  std::vector<int> codes = runRanks(
-      nranks,
-      [&](int rank) {
-        useLoopback();
-        setenv("TERSE_COLLNET_CODEC", "auto:max=onebit", 1);
-        setenv("TERSE_COLLNET_EF_PERIOD", "2", 1);
-        Exchange ex(dir);
-        CollApi api(kPluginPath, 11);
-        NCCL_OK(api.init());
-        HARNESS_CHECK(!warned("TERSE_COLLNET_CODEC"), "auto:max=onebit with a period was rejected");
-        void* cc = joinWorld(api, ex, "w", rank, nranks);
-        for (int step = 0; step < 10; ++step)
-          for (size_t count : {size_t{5000}, size_t{70000}}) {
-            std::vector<uint8_t> in = makeInput(DataType::kFloat32, count, 3 * rank + step);
-            std::vector<float> out(count);
-            void* req = nullptr;
-            NCCL_OK(api.iallreduce(cc, in.data(), out.data(), count, ncclCollFloat32, ncclCollAvg,
-                                   &req));
-            int size = 0;
-            NCCL_OK(waitColl(api, req, &size));
-            for (float v : out) HARNESS_CHECK(std::isfinite(v), "non-finite result");
-            checkSameAcrossRanks(ex, "s" + std::to_string(step) + "c" + std::to_string(count), rank,
-                                 nranks, out.data(), count * 4);
-          }
-        HARNESS_CHECK(!warned("sequence changed"), "a stable sequence must not reset");
-        NCCL_OK(api.closeColl(cc));
-      },
-      240);
-  expectAllPassed(codes);
-  removeTree(dir);
+  for (const char* period : {"2", "auto"}) {
+    SCOPED_TRACE(period);
+    std::string dir = makeTempDir();
+    const int nranks = 2;
+    std::vector<int> codes = runRanks(
+        nranks,
+        [&](int rank) {
+          useLoopback();
+          setenv("TERSE_COLLNET_CODEC", "auto:max=onebit", 1);
+          setenv("TERSE_COLLNET_EF_PERIOD", period, 1);
+          Exchange ex(dir);
+          CollApi api(kPluginPath, 12);
+          NCCL_OK(api.init());
+          HARNESS_CHECK(!warned("TERSE_COLLNET_CODEC"), "auto:max=onebit was rejected");
+          void* cc = joinWorld(api, ex, "w", rank, nranks);
+          for (int step = 0; step < 10; ++step)
+            for (size_t count : {size_t{5000}, size_t{70000}}) {
+              std::vector<uint8_t> in = makeInput(DataType::kFloat32, count, 3 * rank + step);
+              std::vector<float> out(count);
+              void* req = nullptr;
+              NCCL_OK(api.iallreduce(cc, in.data(), out.data(), count, ncclCollFloat32, ncclCollAvg,
+                                     &req));
+              int size = 0;
+              NCCL_OK(waitColl(api, req, &size));
+              for (float v : out) HARNESS_CHECK(std::isfinite(v), "non-finite result");
+              checkSameAcrossRanks(ex, "s" + std::to_string(step) + "c" + std::to_string(count),
+                                   rank, nranks, out.data(), count * 4);
+            }
+          HARNESS_CHECK(!warned("sequence changed"), "a stable sequence must not reset");
+          if (std::string(period) == "auto")
+            HARNESS_CHECK(infos("error-feedback period learned: 2 reduce calls per step, after 6 "
+                                "warm-up calls run with auto:max=int8") == 1,
+                          "auto:max=onebit did not learn its period with auto:max=int8 warm-up");
+          NCCL_OK(api.closeColl(cc));
+        },
+        240);
+    expectAllPassed(codes);
+    removeTree(dir);
+  }
 }
 
 TEST(CollNetPlugin, WindowsAndSizesItCannotRunAreInvalidUsage) {
@@ -680,19 +776,260 @@ TEST(CollNetPlugin, OnebitResidualsFollowTheStepSequenceAndResetWhenItChanges) {
   removeTree(dir);
 }
 
-TEST(CollNetPlugin, ErrorFeedbackCodecWithoutPeriodFallsBackToNone) {
+TEST(CollNetPlugin, ErrorFeedbackTurnedOffFallsBackToNone) {
   std::string dir = makeTempDir();
   std::vector<int> codes = runRanks(
       1,
       [&](int) {
         useLoopback();
         setenv("TERSE_COLLNET_CODEC", "topk:ratio=0.1", 1);
-        unsetenv("TERSE_COLLNET_EF_PERIOD");
-        CollApi api(kPluginPath, 11);
+        setenv("TERSE_COLLNET_EF_PERIOD", "0", 1);
+        CollApi api(kPluginPath, 12);
         NCCL_OK(api.init());
-        HARNESS_CHECK(warned("needs error feedback"), "no WARN about the missing period");
+        HARNESS_CHECK(warned("TERSE_COLLNET_EF_PERIOD=0 turns off"),
+                      "no WARN about error feedback turned off");
       },
       60);
+  expectAllPassed(codes);
+  removeTree(dir);
+}
+
+TEST(CollNetPlugin, MalformedPeriodFailsInit) {
+  std::vector<int> codes = runRanks(
+      1,
+      [&](int) {
+        useLoopback();
+        setenv("TERSE_COLLNET_CODEC", "onebit", 1);
+        for (const char* bad : {"-3", "two", "auto:warmup=1"}) {
+          setenv("TERSE_COLLNET_EF_PERIOD", bad, 1);
+          CollApi api(kPluginPath, 12);
+          ncclResult_t r = api.init();
+          HARNESS_CHECK(r == ncclInvalidArgument, "TERSE_COLLNET_EF_PERIOD=%s: init gave %d", bad,
+                        (int)r);
+          HARNESS_CHECK(warned("is not a period"), "no WARN naming the accepted forms");
+        }
+      },
+      60);
+  expectAllPassed(codes);
+}
+
+// The training loop of the test above with TERSE_COLLNET_EF_PERIOD unset, beside a second
+// communicator (another init of the same library) given the right period, 2. Every step feeds
+// the same gradients, so after its warm-up of 3 steps (run uncompressed, the documented
+// warm-up form of onebit) the learning communicator must produce, step for step, exactly what
+// the given-period one produced from its first step: auto step s + 3 == given step s, bit for
+// bit. The warm-up steps equal terse's uncompressed allreduce. One INFO says what was learned;
+// no WARN.
+TEST(CollNetPlugin, OnebitWithoutPeriodLearnsItAndMatchesTheGivenPeriodAfterWarmup) {
+  std::string dir = makeTempDir();
+  const int nranks = 2, steps = 240, warmupSteps = 3;
+  std::vector<int> codes = runRanks(
+      nranks,
+      [&](int rank) {
+        useLoopback();
+        setenv("TERSE_COLLNET_CODEC", "onebit", 1);
+        Exchange ex(dir);
+        setenv("TERSE_COLLNET_EF_PERIOD", "2", 1);
+        CollApi given(kPluginPath, 12);
+        NCCL_OK(given.init());
+        unsetenv("TERSE_COLLNET_EF_PERIOD");
+        CollApi learning(kPluginPath, 12);
+        NCCL_OK(learning.init());
+        void* ccGiven = joinWorld(given, ex, "given", rank, nranks);
+        void* ccLearn = joinWorld(learning, ex, "learn", rank, nranks);
+        auto direct = directWorld(ex, "d", rank, nranks);
+        const size_t sizes[2] = {1000, 777};
+        std::vector<std::vector<float>> inputs;
+        for (int k = 0; k < 2; ++k) {
+          std::vector<uint8_t> bytes = makeInput(DataType::kFloat32, sizes[k], 77 * rank + k);
+          inputs.emplace_back(sizes[k]);
+          std::memcpy(inputs.back().data(), bytes.data(), bytes.size());
+        }
+        std::vector<std::vector<float>> givenOut[2];
+        for (int s = 0; s < steps; ++s) {
+          for (int k = 0; k < 2; ++k) {
+            std::vector<float> g(sizes[k]), a(sizes[k]);
+            void* req = nullptr;
+            int size = 0;
+            NCCL_OK(given.iallreduce(ccGiven, inputs[k].data(), g.data(), sizes[k], ncclCollFloat32,
+                                     ncclCollAvg, &req));
+            NCCL_OK(waitColl(given, req, &size));
+            NCCL_OK(learning.iallreduce(ccLearn, inputs[k].data(), a.data(), sizes[k],
+                                        ncclCollFloat32, ncclCollAvg, &req));
+            NCCL_OK(waitColl(learning, req, &size));
+            givenOut[k].push_back(g);
+            if (s < warmupSteps) {
+              std::vector<float> ref(sizes[k]);
+              Status ds =
+                  direct->allreduce(inputs[k].data(), ref.data(), sizes[k], DataType::kFloat32,
+                                    ReduceOp::kAvg, CollectiveOptions{"none", nullptr});
+              HARNESS_CHECK(ds.isOk(), "direct: %s", ds.message().c_str());
+              HARNESS_CHECK(std::memcmp(a.data(), ref.data(), sizes[k] * 4) == 0,
+                            "warm-up step %d tensor %d is not the uncompressed allreduce", s, k);
+            } else {
+              HARNESS_CHECK(
+                  std::memcmp(a.data(), givenOut[k][s - warmupSteps].data(), sizes[k] * 4) == 0,
+                  "step %d tensor %d of the learned period differs from step %d with "
+                  "TERSE_COLLNET_EF_PERIOD=2",
+                  s, k, s - warmupSteps);
+            }
+          }
+          if (s == warmupSteps - 1)
+            HARNESS_CHECK(infos("error-feedback period learned: 2 reduce calls per step, after 6 "
+                                "warm-up calls run with none") == 1,
+                          "no INFO naming the learned period after the warm-up");
+        }
+        HARNESS_CHECK(infos("error-feedback period learned") == 1,
+                      "the period was learned more than once");
+        HARNESS_CHECK(!warned("sequence changed") && !warned("period not found"),
+                      "a stable sequence must neither reset nor give up");
+        NCCL_OK(given.closeColl(ccGiven));
+        NCCL_OK(learning.closeColl(ccLearn));
+      },
+      400);
+  expectAllPassed(codes);
+  removeTree(dir);
+}
+
+// Learned periods of 1, 2, 7 and 40 reduce calls per step (counts chosen so that the 7-call
+// step, A B A B C A B, looks like shorter periods at first). The first 3 steps run
+// uncompressed; from then on every position has its own residual, created zeroed when the
+// period is learned: the results equal terse's API with one ErrorFeedback per position made at
+// that point, bit for bit.
+class CollNetLearnedPeriod : public ::testing::TestWithParam<int> {};
+
+std::vector<size_t> stepCounts(int period) {
+  if (period == 7) return {300, 500, 300, 500, 128, 300, 500};
+  std::vector<size_t> c;
+  for (int i = 0; i < period; ++i) c.push_back(64 + 24 * static_cast<size_t>(i));
+  return c;
+}
+
+// Runs `steps` steps of `counts` through the plugin and terse's API; `learnedAfter` calls run
+// uncompressed first, then each position keeps a residual. Returns the number of calls made.
+void runSteps(CollApi& api, void* cc, Communicator& direct, int rank,
+              const std::vector<size_t>& counts, int steps, size_t learnedAfter,
+              std::vector<std::unique_ptr<ErrorFeedback>>& fbs, size_t& call) {
+  for (int s = 0; s < steps; ++s)
+    for (size_t p = 0; p < counts.size(); ++p, ++call) {
+      const size_t count = counts[p];
+      std::vector<uint8_t> in = makeInput(DataType::kFloat32, count, 31 * rank + call);
+      std::vector<float> out(count), ref(count);
+      void* req = nullptr;
+      NCCL_OK(api.iallreduce(cc, in.data(), out.data(), count, ncclCollFloat32, ncclCollSum, &req));
+      int size = 0;
+      NCCL_OK(waitColl(api, req, &size));
+      CollectiveOptions opts{"none", nullptr};
+      if (call >= learnedAfter) {
+        if (fbs.size() <= p) fbs.resize(p + 1);
+        if (!fbs[p]) fbs[p] = makeFeedback("onebit", count);
+        opts = CollectiveOptions{"onebit", fbs[p].get()};
+      }
+      Status ds =
+          direct.allreduce(in.data(), ref.data(), count, DataType::kFloat32, ReduceOp::kSum, opts);
+      HARNESS_CHECK(ds.isOk(), "direct: %s", ds.message().c_str());
+      HARNESS_CHECK(std::memcmp(out.data(), ref.data(), count * 4) == 0,
+                    "call %zu (position %zu of %zu, %s): plugin and terse API differ", call, p,
+                    counts.size(), call >= learnedAfter ? "residual" : "warm-up");
+    }
+}
+
+TEST_P(CollNetLearnedPeriod, ResidualsPerPositionAfterThreeSteps) {
+  const int period = GetParam();
+  std::string dir = makeTempDir();
+  std::vector<int> codes = runRanks(
+      2,
+      [&](int rank) {
+        useLoopback();
+        setenv("TERSE_COLLNET_CODEC", "onebit", 1);
+        setenv("TERSE_COLLNET_EF_PERIOD", "auto", 1);
+        Exchange ex(dir);
+        CollApi api(kPluginPath, 12);
+        NCCL_OK(api.init());
+        void* cc = joinWorld(api, ex, "w", rank, 2);
+        auto direct = directWorld(ex, "d", rank, 2);
+        const std::vector<size_t> counts = stepCounts(period);
+        std::vector<std::unique_ptr<ErrorFeedback>> fbs;
+        size_t call = 0;
+        runSteps(api, cc, *direct, rank, counts, 6, 3 * counts.size(), fbs, call);
+        std::string learned = "error-feedback period learned: " + std::to_string(period) +
+                              " reduce calls per step, after " + std::to_string(3 * period) +
+                              " warm-up calls";
+        HARNESS_CHECK(infos(learned.c_str()) == 1, "no INFO '%s'", learned.c_str());
+        HARNESS_CHECK(!warned("error-feedback"), "a clean sequence must not WARN");
+        NCCL_OK(api.closeColl(cc));
+      },
+      240);
+  expectAllPassed(codes);
+  removeTree(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Periods, CollNetLearnedPeriod, ::testing::Values(1, 2, 7, 40),
+                         [](const auto& p) { return "period" + std::to_string(p.param); });
+
+// The sequence changes mid-run (two calls per step become three of other sizes): one WARN,
+// every residual dropped, 3 steps of the new sequence uncompressed, then fresh residuals.
+TEST(CollNetPlugin, LearnedPeriodChangingMidRunResetsAndRelearns) {
+  std::string dir = makeTempDir();
+  std::vector<int> codes = runRanks(
+      2,
+      [&](int rank) {
+        useLoopback();
+        setenv("TERSE_COLLNET_CODEC", "onebit", 1);
+        unsetenv("TERSE_COLLNET_EF_PERIOD");
+        Exchange ex(dir);
+        CollApi api(kPluginPath, 12);
+        NCCL_OK(api.init());
+        void* cc = joinWorld(api, ex, "w", rank, 2);
+        auto direct = directWorld(ex, "d", rank, 2);
+        std::vector<std::unique_ptr<ErrorFeedback>> fbs;
+        size_t call = 0;
+        runSteps(api, cc, *direct, rank, {1000, 777}, 8, 6, fbs, call);
+        HARNESS_CHECK(!warned("error-feedback"), "no WARN before the change");
+        fbs.clear();  // the plugin drops its residuals: the reference starts afresh too
+        const size_t changedAt = call;
+        runSteps(api, cc, *direct, rank, {500, 300, 200}, 8, changedAt + 9, fbs, call);
+        HARNESS_CHECK(warnings("error-feedback sequence changed: call 0 of step 5 (learned "
+                               "period) is a allreduce of 500 float32, but that position held a "
+                               "allreduce of 1000 float32; dropping all 2 residuals") == 1,
+                      "no single WARN naming the change");
+        HARNESS_CHECK(infos("error-feedback period learned: 3 reduce calls per step") == 1,
+                      "the new period was not learned");
+        NCCL_OK(api.closeColl(cc));
+      },
+      240);
+  expectAllPassed(codes);
+  removeTree(dir);
+}
+
+// Calls that never repeat (every count new): after the bound (auto:warmup=12) one WARN, and
+// every call, before and after, runs uncompressed without residuals.
+TEST(CollNetPlugin, LearnedPeriodThatNeverRepeatsStaysWithoutResidualsAndSaysSoOnce) {
+  std::string dir = makeTempDir();
+  std::vector<int> codes = runRanks(
+      2,
+      [&](int rank) {
+        useLoopback();
+        setenv("TERSE_COLLNET_CODEC", "onebit", 1);
+        setenv("TERSE_COLLNET_EF_PERIOD", "auto:warmup=12", 1);
+        Exchange ex(dir);
+        CollApi api(kPluginPath, 12);
+        NCCL_OK(api.init());
+        void* cc = joinWorld(api, ex, "w", rank, 2);
+        auto direct = directWorld(ex, "d", rank, 2);
+        std::vector<size_t> counts;
+        for (size_t i = 0; i < 40; ++i) counts.push_back(100 + 3 * i);
+        std::vector<std::unique_ptr<ErrorFeedback>> fbs;
+        size_t call = 0;
+        runSteps(api, cc, *direct, rank, counts, 1, SIZE_MAX, fbs, call);
+        // Now a repeating sequence: still no residuals (the communicator gave up).
+        runSteps(api, cc, *direct, rank, {64, 64}, 5, SIZE_MAX, fbs, call);
+        HARNESS_CHECK(warnings("error-feedback period not found: the last 12 reduce calls") == 1,
+                      "the give-up WARN must appear exactly once");
+        HARNESS_CHECK(infos("error-feedback period learned") == 0, "nothing may be learned");
+        NCCL_OK(api.closeColl(cc));
+      },
+      240);
   expectAllPassed(codes);
   removeTree(dir);
 }

@@ -1,5 +1,6 @@
 /* Loads the plugin from plain C, as NCCL does: RTLD_NOW makes any unresolved C++ symbol fail
- * the load. Then checks each table's name and runs v11 init/devices/getProperties/finalize. */
+ * the load. Then checks each table's name and runs v12 (what NCCL 2.30+ picks first)
+ * init/devices/getProperties/finalize. */
 #include "nccl_net_abi.h"
 
 #include <dlfcn.h>
@@ -16,9 +17,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "dlopen failed: %s\n", dlerror());
     return 1;
   }
-  const char* names[] = {"ncclNetPlugin_v11", "ncclNetPlugin_v10", "ncclNetPlugin_v9",
-                         "ncclNetPlugin_v8"};
-  for (int i = 0; i < 4; ++i) {
+  const char* names[] = {"ncclNetPlugin_v12", "ncclNetPlugin_v11", "ncclNetPlugin_v10",
+                         "ncclNetPlugin_v9", "ncclNetPlugin_v8"};
+  for (int i = 0; i < 5; ++i) {
     const char* const* table = (const char* const*)dlsym(dl, names[i]);
     if (table == NULL || strcmp(*table, "terse") != 0) {
       fprintf(stderr, "%s missing or misnamed\n", names[i]);
@@ -29,14 +30,20 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ncclNetPlugin_v7 should not exist\n");
     return 1;
   }
-  const ncclNet_v11_t* net = (const ncclNet_v11_t*)dlsym(dl, "ncclNetPlugin_v11");
+  const ncclNet_v12_t* net = (const ncclNet_v12_t*)dlsym(dl, "ncclNetPlugin_v12");
   void* ctx = NULL;
   int ndev = -1;
-  ncclNetProperties_v11_t props;
+  ncclNetProperties_v12_t props;
   if (net->init(&ctx, 1, NULL, NULL, NULL) != ncclSuccess || ctx == NULL ||
       net->devices(&ndev) != ncclSuccess || ndev != 1 ||
       net->getProperties(0, &props) != ncclSuccess || net->finalize(ctx) != ncclSuccess) {
-    fprintf(stderr, "v11 init/devices/getProperties/finalize failed (ndev %d)\n", ndev);
+    fprintf(stderr, "v12 init/devices/getProperties/finalize failed (ndev %d)\n", ndev);
+    return 1;
+  }
+  if (props.railId != NCCL_NET_ID_UNDEF || props.planeId != NCCL_NET_ID_UNDEF ||
+      props.vProps.ndevs != 1) {
+    fprintf(stderr, "v12 properties: railId %d planeId %d vProps.ndevs %d\n", props.railId,
+            props.planeId, props.vProps.ndevs);
     return 1;
   }
   printf("loaded %s: device %s speed %d Mbit/s ptrSupport %#x maxRecvs %d maxComms %d\n", net->name,

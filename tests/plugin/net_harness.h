@@ -46,7 +46,8 @@ namespace terse::harness {
     HARNESS_CHECK(harness_r_ == ncclSuccess, "%s returned %d", #call, (int)harness_r_); \
   } while (0)
 
-// One loaded table of any version, seen through v11-shaped calls.
+// One loaded table of any version, seen through v11-shaped calls. v12 has v11's members and
+// signatures except getProperties (v12 properties) and makeVDevice, so it runs the v11 calls.
 class NetApi {
  public:
   NetApi(const char* path, int version) : version_(version) {
@@ -67,24 +68,37 @@ class NetApi {
 
   ncclResult_t init(ncclDebugLogger_t logger = nullptr) {
     switch (version_) {
+      case 12:
       case 11: return v11()->init(&ctx_, 0x1234, nullptr, logger, nullptr);
       case 10: return v10()->init(logger, nullptr);
       case 9: return v9()->init(logger);
       default: return v8()->init(logger);
     }
   }
-  // v11 only; the older tables are torn down by dlclose.
+  // v11 and v12 only; the older tables are torn down by dlclose.
   ncclResult_t finalize() {
-    if (version_ != 11) return ncclSuccess;
+    if (version_ < 11) return ncclSuccess;
     ncclResult_t r = v11()->finalize(ctx_);
     ctx_ = nullptr;
     return r;
   }
   ncclResult_t devices(int* n) { return v8()->devices(n); }  // same slot in every version
-  // Returns the v11 fields; the older versions' fields are copied into it.
+  // Returns the v11 fields; the other versions' fields are copied into it.
   ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* p) {
     std::memset(p, 0, sizeof(*p));
     if (version_ == 11) return v11()->getProperties(dev, p);
+    if (version_ == 12) {
+      ncclNetProperties_v12_t q;
+      ncclResult_t r = v12()->getProperties(dev, &q);
+      // Up to vProps.ndevs the layouts agree; from the wider vProps on, field by field.
+      std::memcpy(p, &q, offsetof(ncclNetProperties_v12_t, vProps));
+      p->vProps.ndevs = q.vProps.ndevs;
+      for (int i = 0; i < NCCL_NET_MAX_DEVS_PER_NIC; ++i) p->vProps.devs[i] = q.vProps.devs[i];
+      p->maxP2pBytes = q.maxP2pBytes;
+      p->maxCollBytes = q.maxCollBytes;
+      p->maxMultiRequestSize = q.maxMultiRequestSize;
+      return r;
+    }
     if (version_ == 10 || version_ == 9) {
       ncclNetProperties_v10_t q;
       ncclResult_t r = v10()->getProperties(dev, &q);
@@ -105,12 +119,13 @@ class NetApi {
     return r;
   }
   ncclResult_t listen(int dev, void* handle, void** lc) {
-    if (version_ == 11) return v11()->listen(ctx_, dev, handle, lc);
+    if (version_ >= 11) return v11()->listen(ctx_, dev, handle, lc);
     return v8()->listen(dev, handle, lc);  // v8, v9 and v10 share the slot and signature
   }
   ncclResult_t connect(int dev, void* handle, void** sc) {
     ncclNetDeviceHandle_v11_t* dh = nullptr;
     switch (version_) {
+      case 12:
       case 11: return v11()->connect(ctx_, dev, handle, sc, &dh);
       case 10: {
         ncclNetCommConfig_v10_t cfg{-1};
@@ -129,6 +144,7 @@ class NetApi {
   ncclResult_t deregMr(void* comm, void* mh) { return v8()->deregMr(comm, mh); }
   ncclResult_t isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
     switch (version_) {
+      case 12:
       case 11: return v11()->isend(sc, data, size, tag, mh, nullptr, req);
       case 10: return v10()->isend(sc, data, size, tag, mh, nullptr, req);
       case 9: return v9()->isend(sc, data, size, tag, mh, req);
@@ -144,6 +160,7 @@ class NetApi {
       si[i] = static_cast<int>(sizes[i]);
     }
     switch (version_) {
+      case 12:
       case 11: return v11()->irecv(rc, n, data, s, tags, mhs, nullptr, req);
       case 10: return v10()->irecv(rc, n, data, s, tags, mhs, nullptr, req);
       case 9: return v9()->irecv(rc, n, data, s, tags, mhs, req);
@@ -160,6 +177,7 @@ class NetApi {
 
  private:
   // Every version lays out name..irecvConsumed with the same slots; only signatures differ.
+  const ncclNet_v12_t* v12() const { return static_cast<const ncclNet_v12_t*>(table_); }
   const ncclNet_v11_t* v11() const { return static_cast<const ncclNet_v11_t*>(table_); }
   const ncclNet_v10_t* v10() const { return static_cast<const ncclNet_v10_t*>(table_); }
   const ncclNet_v9_t* v9() const { return static_cast<const ncclNet_v9_t*>(table_); }

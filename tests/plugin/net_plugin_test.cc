@@ -419,8 +419,9 @@ TEST_P(NetPluginTest, LlShapedBuffersBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tables, NetPluginTest,
-                         testing::Values(Variant{11, "tcp"}, Variant{11, "sm"}, Variant{10, "tcp"},
-                                         Variant{9, "tcp"}, Variant{8, "tcp"}, Variant{8, "sm"}),
+                         testing::Values(Variant{12, "tcp"}, Variant{12, "sm"}, Variant{11, "tcp"},
+                                         Variant{11, "sm"}, Variant{10, "tcp"}, Variant{9, "tcp"},
+                                         Variant{8, "tcp"}, Variant{8, "sm"}),
                          variantName);
 // The same checks with TERSE_NET_LOSSLESS=1 (threshold 4 KiB): random payloads go raw through the
 // probe path, LL/LL128 lines (repeated flags) go as compressed frames.
@@ -500,8 +501,9 @@ TEST_P(NetPluginRingTest, RingAllreduceExact) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, NetPluginRingTest,
                          testing::Values(std::make_tuple(2, 11), std::make_tuple(3, 11),
-                                         std::make_tuple(4, 11), std::make_tuple(3, 10),
-                                         std::make_tuple(3, 9), std::make_tuple(3, 8)),
+                                         std::make_tuple(4, 11), std::make_tuple(3, 12),
+                                         std::make_tuple(3, 10), std::make_tuple(3, 9),
+                                         std::make_tuple(3, 8)),
                          [](const auto& p) {
                            return std::to_string(std::get<0>(p.param)) + "ranks_v" +
                                   std::to_string(std::get<1>(p.param));
@@ -579,7 +581,7 @@ void recordingLogger(ncclDebugLogLevel level, unsigned long, const char*, int, c
 // The logger passed to init receives the plugin's lines, prefixed "NET/terse", at NCCL's levels,
 // and nothing after the last finalize (NCCL may dlclose the plugin right after it).
 TEST(NetPluginLogging, LinesGoToNcclLoggerWithPrefix) {
-  for (int version : {11, 9}) {
+  for (int version : {12, 11, 9}) {
     auto codes = runRanks(1, [&](int) {
       useLoopback("tcp");
       NetApi api(kPluginPath, version);
@@ -604,7 +606,7 @@ TEST(NetPluginLogging, LinesGoToNcclLoggerWithPrefix) {
       closeLink(api, link);
       NCCL_OK(api.finalize());
       removeTree(dir);
-      if (version == 11) {
+      if (version >= 11) {
         before = lines.size();
         int ndev = 0;
         NCCL_OK(api.devices(&ndev));
@@ -687,7 +689,7 @@ TEST_P(NetPluginReloadTest, InitFinalizeDlcloseCycles) {
   expectAllPassed(codes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tables, NetPluginReloadTest, testing::Values(11, 8),
+INSTANTIATE_TEST_SUITE_P(Tables, NetPluginReloadTest, testing::Values(12, 11, 8),
                          [](const auto& p) { return "v" + std::to_string(p.param); });
 
 // A peer that dies mid-transfer makes test() return ncclRemoteError (6) on the survivor, for a

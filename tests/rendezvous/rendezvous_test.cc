@@ -382,3 +382,55 @@ TEST(StoreAllGather, VersionMismatchIsNamed) {
 
 }  // namespace
 }  // namespace terse
+
+namespace terse {
+namespace {
+
+// The topology every rank derives from the node keys (include/terse/topology.h).
+TEST(Topology, NodesAreNumberedByTheirLowestRankAndLocalRanksFollowRankOrder) {
+  const std::vector<std::string> keys = {"b", "a", "b", "c", "a", "b", "c"};
+  Topology t = Topology::fromNodeKeys(keys, 5);
+  EXPECT_EQ(t.nodeOfRank, (std::vector<int>{0, 1, 0, 2, 1, 0, 2}));
+  EXPECT_EQ(t.nodeCount, 3);
+  EXPECT_EQ(t.node, 0);
+  EXPECT_EQ(t.localRank, 2);
+  EXPECT_EQ(t.localSize, 3);
+  EXPECT_EQ(t.ranksOn(2), (std::vector<int>{3, 6}));
+  EXPECT_FALSE(t.uniform());
+  EXPECT_EQ(t.describe(), "3 nodes (3+2+2 ranks)");
+  Topology u = Topology::fromNodeKeys({"x", "x", "y", "y"}, 3);
+  EXPECT_TRUE(u.uniform());
+  EXPECT_EQ(u.describe(), "2 nodes x 2 ranks");
+  EXPECT_EQ(u.localRank, 1);
+  EXPECT_EQ(Topology::singleNode(4, 2).describe(), "1 node x 4 ranks");
+  EXPECT_EQ(Topology::fromNodeKeys({"solo"}, 0).describe(), "1 node x 1 rank");
+}
+
+TEST(Topology, ExchangedThroughTheStoreFromTerseNode) {
+  auto store = createMemoryStore();
+  setenv("TERSE_NODE", "rack1", 1);
+  auto key = nodeKey();
+  ASSERT_TRUE(key.isOk());
+  EXPECT_EQ(*key, "TERSE_NODE=rack1");
+  unsetenv("TERSE_NODE");
+  auto host = nodeKey();
+  ASSERT_TRUE(host.isOk());
+  EXPECT_NE(host->find('/'), std::string::npos) << "hostname/boot id: " << *host;
+  // Ranks as threads all see this process's key: one node.
+  std::vector<Topology> got(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      auto t = exchangeTopology(*store, "topo", r, 3, std::chrono::milliseconds(10000));
+      ASSERT_TRUE(t.isOk()) << t.status().toString();
+      got[r] = *t;
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(got[r].nodeCount, 1);
+    EXPECT_EQ(got[r].localRank, r);
+  }
+}
+
+}  // namespace
+}  // namespace terse

@@ -32,7 +32,6 @@ namespace {
 
 constexpr int kTagBits = 40;
 constexpr uint64_t kFullMask = ~uint64_t{0};
-constexpr int kMaxRanks = 1 << 24;
 
 uint64_t wireTag(int source, uint64_t tag) {
   return (static_cast<uint64_t>(source) << kTagBits) | tag;

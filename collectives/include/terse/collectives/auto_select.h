@@ -39,12 +39,16 @@ class AutoSelector {
                                                       double contenderMargin = kContenderMargin);
 
   // Collective on first use (every rank must call it for the same call). Returns the codec to
-  // run `op` with (op.codec is ignored).
+  // run `op` with (op.codec is ignored). Before it runs collectives of its own (calibration, a
+  // measurement), the ranks agree on `op` itself (CollectiveEngine::agree, with op.requested
+  // naming the auto spec), so a rank that called something else hears of the caller's call.
   Result<const Codec*> choose(CollectiveEngine& engine, const CollectiveOp& op);
 
   // Predicted seconds for each candidate for `op` (after calibration), for tests and logs.
   std::vector<std::pair<std::string, double>> predict(const CollectiveOp& op, int worldSize) const;
   bool calibrated() const { return calibrated_; }
+  // The canonical auto spec ("auto:max=int8").
+  const std::string& spec() const { return spec_.canonical; }
   // Size classes measured at their own size so far (see Refinement above).
   size_t refinedClasses() const { return refined_.size(); }
 

@@ -24,14 +24,23 @@
 #include "terse/kernels/device.h"
 #include "terse/transport/transport.h"
 
+#include <terse/stats.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace terse {
 
-enum class CollectiveKind : uint8_t { kAllReduce = 1, kReduceScatter = 2, kAllGather = 3 };
+// kBarrier is never a CollectiveOp's kind: it names the barrier in descriptors and messages.
+enum class CollectiveKind : uint8_t {
+  kAllReduce = 1,
+  kReduceScatter = 2,
+  kAllGather = 3,
+  kBarrier = 4
+};
 const char* collectiveName(CollectiveKind kind);
 
 struct CollectiveOp {
@@ -53,6 +62,13 @@ struct CollectiveOp {
   // tensor to pinned host memory and reduces on the host.
   bool device = false;
   void* stream = nullptr;
+  // The codec spec the caller asked for when it differs from codec->spec() ("auto:max=int8"
+  // when auto picked int8): ranks must agree on it too, and messages name it. Must outlive the
+  // call (the api layer points it at its cached spec).
+  std::string_view requested;
+  // A call auto runs for itself (calibration, measurement): its bytes and time go to
+  // CollectiveStats::autoPolicy instead of the caller's rows.
+  bool policyWork = false;
 };
 
 class CollectiveEngine {
@@ -71,6 +87,21 @@ class CollectiveEngine {
   // rank fails with the same error.
   Status run(const CollectiveOp& op);
 
+  // The other outcomes of a caller's call, each taking the call's place in the ranks' sequence
+  // of agreements, so that no rank is left waiting for it:
+  //  - reject: the caller's arguments were found invalid before they reached the engine (an
+  //    unknown codec spec, an enum out of range): the peers fail this call at once with
+  //    kInvalidUsage naming this rank; returns `why`.
+  //  - agree: only the agreement on `op`, whose codec may not be chosen yet (op.codec null,
+  //    op.requested the auto spec): auto's calibration runs collectives of its own, and ranks
+  //    that disagree on the caller's call must learn it from the caller's call, not from a
+  //    calibration step. Arguments are validated as in run().
+  //  - barrier: returns once every rank has entered it; a rank that made a collective call
+  //    instead gets kInvalidUsage, as does this one, and both stay usable.
+  Status reject(const CollectiveOp& op, Status why);
+  Status agree(const CollectiveOp& op);
+  Status barrier();
+
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
   void setSegmentBytes(size_t bytes);
   // Messages up to this many bytes use recursive doubling (default TERSE_SMALL_BYTES).
@@ -84,17 +115,30 @@ class CollectiveEngine {
   size_t segmentElements() const { return segmentElems_; }
   // Allreduce's internal chunk boundaries are multiples of this many elements.
   static constexpr size_t kChunkAlign = 2048;
+  // Most elements in one call: 2^60, so that float32 workspaces of the whole tensor plus a few
+  // aligned chunks stay far from size_t's wrap (and reads of a smaller buffer than the count
+  // promises are the caller's, as with memcpy).
+  static constexpr size_t kMaxElements = size_t{1} << 60;
 
   // Bytes this rank has handed to the transport since construction (all calls, descriptors
   // included): what benchmarks report as wire bytes.
   uint64_t bytesSent() const { return bytesSent_; }
+
+  // Calls, failures, bytes and time of everything run() / reject() / agree() / barrier() did
+  // (read it on the thread that drives the engine).
+  const CollectiveStats& stats() const { return stats_; }
+  CollectiveStats& mutableStats() { return stats_; }  // the api layer adds auto's picks
 
   Transport& transport() { return transport_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
  private:
-  Status validate(const CollectiveOp& op) const;
+  // run() and reject() without the stats bookkeeping, which their public forms add.
+  Status runCounted(const CollectiveOp& op);
+  Status rejectNow(const CollectiveOp& op, Status why);
+  // needCodec: false for agree(), where auto has not picked yet.
+  Status validate(const CollectiveOp& op, bool needCodec = true) const;
   Status dispatch(const CollectiveOp& op, uint32_t seq);
   Status runAgreed(const CollectiveOp& op, uint32_t seq);
   Status giveUp(const CollectiveOp& op, uint32_t seq, Status why);
@@ -102,6 +146,9 @@ class CollectiveEngine {
   Status stagedUncompressed(const CollectiveOp& op, uint32_t seq);
   // rejected: this rank found its own arguments invalid and tells the others so.
   Status exchangeDescriptors(const CollectiveOp& op, uint32_t seq, bool rejected = false);
+  // The run of an agreed call, with anything thrown below (std::bad_alloc for a workspace)
+  // turned into a status, since the peers must hear of it like any other failure.
+  Status runAgreedGuarded(const CollectiveOp& op, uint32_t seq);
   Status ringAllreduce(const CollectiveOp& op, uint32_t seq);
   Status ringReduceScatter(const CollectiveOp& op, uint32_t seq);
   Status ringAllgather(const CollectiveOp& op, uint32_t seq);
@@ -120,8 +167,26 @@ class CollectiveEngine {
   // float32 accumulators: host scratch, or device memory for device calls.
   Result<float*> accScratch(const CollectiveOp& op, size_t elems);
 
+  // Runs `work`, adding its wall time to `seconds` (the call's compress or reduce stage).
+  template <typename Work>
+  auto timed(double& seconds, Work&& work) -> decltype(work()) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = work();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+  // The stats row of a collective kind.
+  CollectiveStats::Kind& statsOf(const CollectiveOp& op);
+  // Adds one finished call to the stats: its status, wall time and transport bytes.
+  void countCall(const CollectiveOp& op, const Status& status,
+                 std::chrono::steady_clock::time_point start, uint64_t bytesBefore);
+
   Transport& transport_;
   std::chrono::milliseconds timeout_;
+  CollectiveStats stats_;
+  // The codec stages of the call in flight (scatter_reduce.cc, ring.cc), moved into stats_ by
+  // countCall.
+  double compressSeconds_ = 0, reduceSeconds_ = 0;
   size_t segmentElems_;
   size_t smallBytes_;
   size_t depth_ = 1;

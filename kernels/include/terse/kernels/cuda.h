@@ -12,10 +12,8 @@ namespace terse::kernels::cuda {
 
 using Rounding = ::terse::kernels::Rounding;
 
-// True when a usable device is present (cached). GPU tests skip with a message otherwise.
-bool deviceAvailable();
-// True when p points to device (or managed) memory.
-bool isDevicePointer(const void* p);
+// Device queries (is there a device, what memory is a pointer) are terse::device's
+// (kernels/include/terse/kernels/device.h): this header is the kernels alone.
 
 template <typename In, typename Out>
 cudaError_t convert(const In* in, Out* out, size_t n, float scale, float* residual,

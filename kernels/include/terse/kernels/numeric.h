@@ -171,6 +171,17 @@ TERSE_HD float onebitScale(float absSum, uint32_t count, bool allFinite) {
   if (!allFinite) return bitsFloat(0x7fc00000u);
   return count ? absSum / static_cast<float>(count) : 0.0f;
 }
+// A block of finite values whose magnitudes add up past float32's range (values near 3e38) has
+// a finite mean all the same: its sum overflowed, not its scale. The kernels then add the
+// magnitudes again scaled by 2^-32 (exact for every normal float) and scale the mean back.
+constexpr float kOnebitWideSumScale = 1.0f / 4294967296.0f;
+TERSE_HD bool onebitSumOverflowed(float scale, bool allFinite) {
+  return allFinite && !(scale <= 3.40282347e38f);
+}
+TERSE_HD float onebitScaleFromScaledSum(float scaledSum, uint32_t count) {
+  float mean = count ? scaledSum / static_cast<float>(count) * 4294967296.0f : 0.0f;
+  return mean <= 3.40282347e38f ? mean : 3.40282347e38f;  // rounding must not tip it to Inf
+}
 TERSE_HD bool onebitBit(float v) { return !(v < 0.0f); }  // zero and -0 map to +scale
 TERSE_HD float onebitDecode(bool bit, float scale) { return bit ? scale : -scale; }
 

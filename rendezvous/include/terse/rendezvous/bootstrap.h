@@ -7,6 +7,8 @@
 #include "terse/common/status.h"
 #include "terse/rendezvous/store.h"
 
+#include <terse/topology.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -18,6 +20,10 @@ struct BootstrapInfo {
   int rank = 0;
   int size = 1;
   int localRank = 0;
+  // What the launcher said about this rank's node, for the check against the topology terse
+  // derives itself; -1 where it said nothing.
+  int launcherLocalRank = -1, launcherLocalSize = -1;
+  std::string localSource;  // the variables they came from, for messages
   std::string store;       // "host:port" (TCP store served by rank 0) or a directory path
   std::string rankSource;  // the variable the rank came from, for messages
 };
@@ -42,5 +48,17 @@ Result<std::unique_ptr<Store>> openStore(const BootstrapInfo& info,
 Result<std::vector<std::string>> storeAllGather(Store& store, const std::string& prefix, int rank,
                                                 int size, const std::string& mine,
                                                 std::chrono::milliseconds timeout);
+
+}  // namespace terse
+
+namespace terse {
+
+// This process's node key: "TERSE_NODE=<value>" when TERSE_NODE is set (hosts emulated on one
+// machine, tests), else "<hostname>/<boot id>".
+Result<std::string> nodeKey();
+
+// Every rank publishes its node key under <prefix>/node; all derive the same Topology.
+Result<Topology> exchangeTopology(Store& store, const std::string& prefix, int rank, int size,
+                                  std::chrono::milliseconds timeout);
 
 }  // namespace terse

@@ -21,6 +21,11 @@ class Store {
   virtual Status set(const std::string& key, const std::string& value) = 0;
   // The value, or nullopt when the key does not exist (yet).
   virtual Result<std::optional<std::string>> tryGet(const std::string& key) = 0;
+  // Sets `key` only if it does not exist yet, atomically with respect to every other client:
+  // nullopt when this call set it, else the value that was there (left unchanged). Ranks claim
+  // their rank number with it, so two processes started with the same rank are caught.
+  virtual Result<std::optional<std::string>> setIfAbsent(const std::string& key,
+                                                         const std::string& value) = 0;
   // "tcp(host:port)", "file(/path)", "memory": for messages.
   virtual std::string describe() const = 0;
 

@@ -1,0 +1,165 @@
+"""The Python package's argument checks (issue #22, item 13): values that ctypes would wrap or
+truncate silently must raise ValueError/TypeError before they reach the C API. Torch-free: uses
+the package's ctypes layer and a world-of-one communicator.
+
+Run by ctest (Python.Args) with PYTHONPATH=python and TERSE_LIBRARY=the built libterse.so; by
+hand: PYTHONPATH=python TERSE_LIBRARY=build/lib/libterse.so python3 tests/api/python_args_test.py
+"""
+import ctypes
+import os
+import sys
+import unittest
+
+import terse
+from terse import _lib
+from terse.comm import Communicator, Feedback
+
+
+class Tensor:
+    """The part of torch's tensor interface comm.py reads: float32 values in host memory."""
+    dtype = "torch.float32"
+    device = None
+
+    def __init__(self, values):
+        self.buf = (ctypes.c_float * len(values))(*values)
+
+    def data_ptr(self):
+        return ctypes.addressof(self.buf)
+
+    def numel(self):
+        return len(self.buf)
+
+    def is_contiguous(self):
+        return True
+
+
+class FeedbackCount(unittest.TestCase):
+    def test_counts_past_size_t_are_rejected_not_wrapped(self):
+        # ctypes wraps modulo 2**64: 2**64 once made 0 elements and 2**64+5 made 5.
+        for count in (2**64, 2**64 + 5, 2**70):
+            with self.subTest(count=count):
+                with self.assertRaises(ValueError) as err:
+                    Feedback("onebit", count)
+                self.assertIn(str(count), str(err.exception))
+
+    def test_negative_counts_are_rejected(self):
+        for count in (-1, -(2**64)):
+            with self.subTest(count=count):
+                with self.assertRaises(ValueError):
+                    Feedback("onebit", count)
+
+    def test_bool_is_not_a_count(self):
+        for count in (True, False):
+            with self.subTest(count=count):
+                with self.assertRaises(TypeError):
+                    Feedback("onebit", count)
+
+    def test_non_integers_are_rejected(self):
+        for count in (3.0, "5", None):
+            with self.subTest(count=count):
+                with self.assertRaises(TypeError):
+                    Feedback("onebit", count)
+
+    def test_impossible_but_representable_count_is_invalid_argument(self):
+        # Fits a size_t, so it reaches C, whose answer must be the caller's mistake (invalid
+        # argument), not "a bug in terse" (internal) as it once was.
+        with self.assertRaises(_lib.TerseError) as err:
+            Feedback("onebit", 2**64 - 1)
+        self.assertEqual(err.exception.status, _lib.INVALID_ARGUMENT, str(err.exception))
+
+    def test_valid_counts_still_work(self):
+        class Index:  # an integer-like type (numpy's ints are such) is a count too
+            def __index__(self):
+                return 7
+        for count in (0, 5, Index()):
+            with self.subTest(count=count):
+                with Feedback("onebit", count) as fb:
+                    self.assertTrue(len(fb.to_bytes()) > 0)
+        self.assertEqual(Feedback("onebit", Index()).count, 7)
+
+
+class CodecSpec(unittest.TestCase):
+    def test_nul_in_spec_is_rejected(self):
+        # A NUL ends the C string: "int8\x00garbage" was accepted as int8.
+        for spec in ("int8\x00garbage", "\x00", "topk:ratio=0.1\x00"):
+            with self.subTest(spec=spec):
+                with self.assertRaises(ValueError) as err:
+                    Feedback(spec, 4)
+                self.assertIn("NUL", str(err.exception))
+
+    def test_non_string_spec_is_a_type_error(self):
+        with self.assertRaises(TypeError):
+            Feedback(b"int8", 4)
+
+    def test_bad_spec_reaches_c_and_fails_there(self):
+        with self.assertRaises(_lib.TerseError) as err:
+            Feedback("bogus", 4)
+        self.assertEqual(err.exception.status, _lib.INVALID_ARGUMENT)
+
+
+class Part(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.comm = Communicator()  # a world of one: no launcher variables in ctest's environment
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.comm.close()
+
+    def test_negative_count(self):
+        # -1 once became SIZE_MAX and part() answered a huge length.
+        with self.assertRaises(ValueError):
+            self.comm.part(-1)
+
+    def test_count_past_size_t(self):
+        with self.assertRaises(ValueError):
+            self.comm.part(2**64)
+
+    def test_bool_count(self):
+        with self.assertRaises(TypeError):
+            self.comm.part(True)
+
+    def test_valid_count(self):
+        self.assertEqual(self.comm.part(10), (0, 10))
+        self.assertEqual(self.comm.part(0), (0, 0))
+
+    def test_allreduce_nul_codec(self):
+        with self.assertRaises(ValueError):
+            self.comm.allreduce(Tensor([1, 2, 3, 4]), codec="int8\x00garbage", op="sum")
+        t = Tensor([1, 2, 3, 4])
+        self.comm.allreduce(t, codec="none", op="sum")
+        self.assertEqual(list(t.buf), [1, 2, 3, 4])
+
+
+def two_communicators():
+    """Under terse-run: two Communicators made back to back in one process (the first not closed,
+    no collective between) both work, used interleaved (issue #22, item 6)."""
+    a = Communicator()
+    b = Communicator()
+    n = a.size
+    # Run without --nodes: every rank on this host, local rank = rank.
+    if (a.local_rank, a.local_size, a.node, a.node_count) != (a.rank, n, 0, 1):
+        print(f"python_args_test: FAILED: topology {a.local_rank}/{a.local_size} node "
+              f"{a.node}/{a.node_count} for rank {a.rank} of {n} on one host")
+        return 1
+    for k, comm in enumerate((a, b, a, b)):
+        t = Tensor([float(a.rank + 1)] * 5)
+        comm.allreduce(t, codec="none", op="sum")
+        want = float(n * (n + 1) // 2)
+        if list(t.buf) != [want] * 5:
+            print(f"python_args_test: FAILED: allreduce {k} gave {list(t.buf)}, expected {want}")
+            return 1
+    b.close()
+    a.close()
+    print(f"python_args_test: rank {a.rank}: two communicators back to back work")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["two-communicators"]:
+        sys.exit(two_communicators())
+    for var in ("TERSE_RANK", "TERSE_WORLD_SIZE", "TERSE_STORE", "RANK", "WORLD_SIZE"):
+        os.environ.pop(var, None)
+    print(f"python_args_test: terse from {os.path.dirname(terse.__file__)}, "
+          f"library {_lib.library_path()}")
+    unittest.main(verbosity=2)

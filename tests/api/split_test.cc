@@ -1,0 +1,177 @@
+// Communicator::split (issue #18): sub-communicators over the parent's connections, each in a
+// tag space of its own, running interleaved with the parent without cross-talk; splits of
+// splits; a negative color; disagreement and a dead member inside a split communicator.
+#include "terse/communicator.h"
+#include "terse/transport/group.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace terse {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::vector<std::unique_ptr<Communicator>> makeWorld(int n) {
+  auto world = Communicator::createInProcWorld(n, milliseconds(30000));
+  EXPECT_TRUE(world.isOk()) << world.status().toString();
+  return std::move(world).value();
+}
+
+void onEachRank(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+// Sum over `ranks` of (r + 1) * scale at every element, exact in float32.
+Status expectSum(Communicator& c, const std::vector<int>& parentRanks, int parentRank,
+                 const char* codec, float scale) {
+  const size_t count = 5000;
+  std::vector<float> in(count, static_cast<float>(parentRank + 1) * scale), out(count);
+  TERSE_RETURN_IF_ERROR(c.allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                    ReduceOp::kSum, CollectiveOptions{codec}));
+  float want = 0;
+  for (int r : parentRanks) want += static_cast<float>(r + 1) * scale;
+  for (size_t i = 0; i < count; ++i)
+    if (out[i] != want)
+      return errorInternal("element %zu is %g, expected %g (%s)", i, out[i], want, codec);
+  return Status::ok();
+}
+
+TEST(Split, ColorsFormCommunicatorsOrderedByKeyThatRunBesideTheParent) {
+  const int n = 6;
+  auto world = makeWorld(n);
+  std::vector<std::unique_ptr<Communicator>> halves(n), thirds(n);
+  onEachRank(n, [&](int r) {
+    // Even and odd ranks, ordered by descending rank.
+    auto half = world[r]->split(r % 2, -r);
+    ASSERT_TRUE(half.isOk()) << half.status().toString();
+    halves[r] = std::move(half).value();
+    auto third = world[r]->split(r / 2, 0);
+    ASSERT_TRUE(third.isOk()) << third.status().toString();
+    thirds[r] = std::move(third).value();
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_NE(halves[r], nullptr);
+    EXPECT_EQ(halves[r]->size(), 3);
+    EXPECT_EQ(halves[r]->rank(), 2 - r / 2) << "key -r orders the members by descending rank";
+    EXPECT_EQ(thirds[r]->size(), 2);
+    EXPECT_EQ(thirds[r]->rank(), r % 2);
+  }
+  // Interleave calls on the parent and both children, every codec; each sums only its members.
+  onEachRank(n, [&](int r) {
+    const std::vector<int> all = {0, 1, 2, 3, 4, 5};
+    const std::vector<int> half = r % 2 ? std::vector<int>{1, 3, 5} : std::vector<int>{0, 2, 4};
+    const std::vector<int> third = {r / 2 * 2, r / 2 * 2 + 1};
+    for (const char* codec : {"none", "int8", "onebit"}) {
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_TRUE(expectSum(*halves[r], half, r, "none", 1.0f).isOk());
+        EXPECT_TRUE(expectSum(*world[r], all, r, "none", 0.5f).isOk());
+        Status s = thirds[r]->allreduce(std::vector<float>(7000, 1.0f).data(),
+                                        std::vector<float>(7000).data(), 7000, DataType::kFloat32,
+                                        ReduceOp::kSum, CollectiveOptions{codec});
+        EXPECT_TRUE(s.isOk()) << s.toString();
+        EXPECT_TRUE(thirds[r]->barrier().isOk());
+      }
+    }
+  });
+  // Async calls on parent and child in flight at once complete in submission order.
+  onEachRank(n, [&](int r) {
+    std::vector<float> a(3000, 1.0f), b(3000, 1.0f), ao(3000), bo(3000);
+    Work wa = world[r]->allreduceAsync(a.data(), ao.data(), a.size(), DataType::kFloat32,
+                                       ReduceOp::kSum);
+    Work wb = halves[r]->allreduceAsync(b.data(), bo.data(), b.size(), DataType::kFloat32,
+                                        ReduceOp::kSum);
+    EXPECT_TRUE(wb.wait().isOk());
+    EXPECT_TRUE(wa.wait().isOk());
+    EXPECT_EQ(ao[0], 6.0f);
+    EXPECT_EQ(bo[0], 3.0f);
+  });
+  // Children go before or after the parent: they share its connections.
+  onEachRank(n, [&](int r) {
+    halves[r].reset();
+    world[r].reset();
+    thirds[r].reset();
+  });
+}
+
+TEST(Split, SplitsOfSplitsAndANegativeColorAgreeOnTagSpaces) {
+  const int n = 4;
+  auto world = makeWorld(n);
+  std::vector<std::unique_ptr<Communicator>> pair(n), single(n), fresh(n);
+  onEachRank(n, [&](int r) {
+    auto p = world[r]->split(r < 2 ? 0 : 1, r);
+    ASSERT_TRUE(p.isOk());
+    pair[r] = std::move(p).value();
+    // Only the first pair splits again: its tag-space counter moves ahead of the other pair's.
+    if (r < 2) {
+      auto s = pair[r]->split(r, 0);
+      ASSERT_TRUE(s.isOk());
+      single[r] = std::move(s).value();
+    }
+    // A negative color takes part and gets no communicator.
+    auto f = world[r]->split(r == 3 ? -1 : 0, r);
+    ASSERT_TRUE(f.isOk()) << f.status().toString();
+    fresh[r] = std::move(f).value();
+  });
+  EXPECT_EQ(fresh[3], nullptr);
+  onEachRank(n, [&](int r) {
+    if (r == 3) return;
+    // Ranks 0-1 and 2 came with different counters: the split agreed on one space anyway.
+    EXPECT_TRUE(expectSum(*fresh[r], {0, 1, 2}, r, "none", 1.0f).isOk());
+  });
+  onEachRank(n, [&](int r) {
+    if (r < 2) EXPECT_TRUE(expectSum(*single[r], {r}, r, "int8", 1.0f).isOk());
+    EXPECT_TRUE(expectSum(*pair[r], r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, r,
+                          "none", 2.0f)
+                    .isOk());
+  });
+}
+
+TEST(Split, DisagreementInsideASplitFailsItsMembersAndLeavesItUsable) {
+  const int n = 4;
+  auto world = makeWorld(n);
+  std::vector<std::unique_ptr<Communicator>> half(n);
+  onEachRank(n, [&](int r) {
+    auto h = world[r]->split(r % 2, r);
+    ASSERT_TRUE(h.isOk());
+    half[r] = std::move(h).value();
+  });
+  onEachRank(n, [&](int r) {
+    std::vector<float> in(100, 1.0f), out(100);
+    Status s = half[r]->allreduce(in.data(), out.data(), r < 2 ? 100 : 99, DataType::kFloat32,
+                                  ReduceOp::kSum);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidUsage) << s.toString();
+    EXPECT_TRUE(expectSum(*half[r], r % 2 ? std::vector<int>{1, 3} : std::vector<int>{0, 2}, r,
+                          "none", 1.0f)
+                    .isOk());
+    EXPECT_TRUE(expectSum(*world[r], {0, 1, 2, 3}, r, "none", 1.0f).isOk());
+  });
+}
+
+TEST(GroupTransport, RefusesWhatIsNotAGroup) {
+  auto world = makeWorld(3);
+  Transport& t = world[0]->transport();
+  EXPECT_FALSE(createGroupTransport(t, {}, 1).isOk());
+  EXPECT_FALSE(createGroupTransport(t, {0, 0}, 1).isOk());
+  EXPECT_FALSE(createGroupTransport(t, {0, 3}, 1).isOk());
+  EXPECT_FALSE(createGroupTransport(t, {1, 2}, 1).isOk()) << "rank 0 is not a member";
+  EXPECT_FALSE(createGroupTransport(t, {0, 1}, 0).isOk()) << "space 0 is the world's";
+  EXPECT_FALSE(createGroupTransport(t, {0, 1}, kMaxGroupSpace + 1).isOk());
+  auto g = createGroupTransport(t, {2, 0}, 5);
+  ASSERT_TRUE(g.isOk());
+  EXPECT_EQ((*g)->rank(), 1);
+  EXPECT_EQ((*g)->size(), 2);
+  TransportRequest* req = nullptr;
+  char byte = 0;
+  EXPECT_EQ((*g)->isend(2, 0, &byte, 1, &req).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*g)->isend(0, kMaxGroupTag + 1, &byte, 1, &req).code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace terse

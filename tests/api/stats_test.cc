@@ -1,0 +1,169 @@
+// Communicator::stats() (issue #23): its byte counts against the transport's own count of what
+// it was handed, for every codec and collective; calls, failures, barriers and auto's picks.
+// Ranks are threads over the in-process backend, each wrapped in a byte-counting transport.
+#include "terse/communicator.h"
+#include "terse/transport/inproc.h"
+#include "terse/transport/transport.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace terse {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Counts the bytes of every send posted through it: the transport's side of the ledger.
+class ByteCountingTransport final : public Transport {
+ public:
+  ByteCountingTransport(std::unique_ptr<Transport> inner, std::atomic<uint64_t>* sent)
+      : inner_(std::move(inner)), sent_(sent) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string describe() const override { return inner_->describe(); }
+  Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
+               TransportRequest** request) override {
+    Status s = inner_->isend(peer, tag, data, bytes, request);
+    if (s.isOk()) *sent_ += bytes;
+    return s;
+  }
+  Status irecv(int peer, uint64_t tag, void* data, size_t capacity,
+               TransportRequest** request) override {
+    return inner_->irecv(peer, tag, data, capacity, request);
+  }
+  Status test(TransportRequest* r, bool* done, size_t* bytes) override {
+    return inner_->test(r, done, bytes);
+  }
+  Status wait(TransportRequest* r, size_t* bytes, milliseconds timeout) override {
+    return inner_->wait(r, bytes, timeout);
+  }
+  void cancel(TransportRequest* r) override { inner_->cancel(r); }
+  void progress() override { inner_->progress(); }
+  void abort(const Status& why) override { inner_->abort(why); }
+  void disconnect(int peer, const Status& why) override { inner_->disconnect(peer, why); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::atomic<uint64_t>* sent_;
+};
+
+struct World {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::atomic<uint64_t>> sent;
+  explicit World(int n) : sent(n) {
+    auto fabric = makeInProcFabric(n);
+    EXPECT_TRUE(fabric.isOk());
+    for (int r = 0; r < n; ++r) {
+      sent[r] = 0;
+      auto t = createInProcTransport(fabric.value(), r);
+      EXPECT_TRUE(t.isOk());
+      comms.push_back(Communicator::fromTransport(
+          std::make_unique<ByteCountingTransport>(std::move(t).value(), &sent[r]),
+          milliseconds(60000)));
+    }
+  }
+  void onEachRank(const std::function<void(int, Communicator&)>& fn) {
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < comms.size(); ++r)
+      threads.emplace_back([&, r] { fn(static_cast<int>(r), *comms[r]); });
+    for (auto& t : threads) t.join();
+  }
+};
+
+TEST(Stats, WireBytesAreWhatTheTransportWasHandedForEveryCodec) {
+  const int n = 3;
+  World w(n);
+  const size_t count = 100003;
+  const char* codecs[] = {"none", "fp16", "bf16", "int8", "onebit", "topk:ratio=0.05"};
+  uint64_t expectRaw = 0;
+  int calls = 0;
+  for (const char* codec : codecs) {
+    w.onEachRank([&](int, Communicator& c) {
+      std::vector<float> in(count, 0.5f), out(count);
+      CollectiveOptions o{codec};
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, o)
+                      .isOk());
+      std::vector<uint16_t> half(count, 0x3c00), part(c.partOf(count).second);
+      EXPECT_TRUE(
+          c.reduceScatter(half.data(), part.data(), count, DataType::kFloat16, ReduceOp::kAvg, o)
+              .isOk());
+      EXPECT_TRUE(c.allgather(part.data(), half.data(), count, DataType::kFloat16, o).isOk());
+    });
+    expectRaw += count * 4;
+    ++calls;
+  }
+  w.onEachRank([&](int, Communicator& c) { EXPECT_TRUE(c.barrier().isOk()); });
+  for (int r = 0; r < n; ++r) {
+    const CollectiveStats st = w.comms[r]->stats();
+    const uint64_t wire = st.allreduce.wireBytes + st.reduceScatter.wireBytes +
+                          st.allgather.wireBytes + st.autoPolicy.wireBytes;
+    // Every byte the transport was handed belongs to one call's row, the barrier's descriptors
+    // aside (a barrier has no row): 2 x 96-byte descriptors per barrier on 3 ranks.
+    EXPECT_EQ(wire + st.barriers * (n - 1) * 96, w.sent[r].load()) << "rank " << r;
+    EXPECT_EQ(wire, w.comms[r]->bytesSent() - st.barriers * (n - 1) * 96);
+    EXPECT_EQ(st.allreduce.calls, static_cast<uint64_t>(calls));
+    EXPECT_EQ(st.reduceScatter.calls, static_cast<uint64_t>(calls));
+    EXPECT_EQ(st.allgather.calls, static_cast<uint64_t>(calls));
+    EXPECT_EQ(st.allreduce.rawBytes, expectRaw);
+    EXPECT_EQ(st.reduceScatter.rawBytes, expectRaw / 2);
+    EXPECT_EQ(st.allgather.rawBytes, expectRaw / 2);
+    EXPECT_EQ(st.allreduce.failures + st.reduceScatter.failures + st.allgather.failures, 0u);
+    EXPECT_EQ(st.barriers, 1u);
+    EXPECT_GT(st.allreduce.seconds, 0.0);
+    EXPECT_GT(st.allreduce.compressSeconds, 0.0) << "the compressed calls compress";
+    EXPECT_GT(st.allreduce.reduceSeconds, 0.0);
+    EXPECT_LE(st.allreduce.compressSeconds + st.allreduce.reduceSeconds, st.allreduce.seconds);
+  }
+}
+
+TEST(Stats, PerCodecWireBytesFollowTheCodec) {
+  // One codec per fresh world: onebit sends far fewer bytes than none for the same call.
+  auto wireOf = [](const char* codec) {
+    World w(2);
+    w.onEachRank([&](int, Communicator& c) {
+      std::vector<float> in(1 << 18, 1.0f), out(1 << 18);
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
+                              ReduceOp::kSum, CollectiveOptions{codec})
+                      .isOk());
+    });
+    const CollectiveStats st = w.comms[0]->stats();
+    EXPECT_EQ(st.allreduce.wireBytes, w.sent[0].load()) << codec;
+    return st.allreduce.wireBytes;
+  };
+  const uint64_t none = wireOf("none"), onebit = wireOf("onebit"), fp16 = wireOf("fp16");
+  EXPECT_GT(none, 10 * onebit);
+  EXPECT_LT(fp16, none * 6 / 10);
+  EXPECT_GT(fp16, none * 4 / 10);
+}
+
+TEST(Stats, FailuresAndAutoPicksAreCounted) {
+  World w(2);
+  w.onEachRank([&](int r, Communicator& c) {
+    std::vector<float> in(4096, 1.0f), out(4096);
+    // A refused call on rank 1, and its peer's failed call on rank 0.
+    Status s = c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum,
+                           CollectiveOptions{r ? "bogus" : "none"});
+    EXPECT_FALSE(s.isOk());
+    for (int i = 0; i < 3; ++i)
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
+                              ReduceOp::kSum, CollectiveOptions{"auto:max=onebit"})
+                      .isOk());
+  });
+  for (int r = 0; r < 2; ++r) {
+    const CollectiveStats st = w.comms[r]->stats();
+    EXPECT_EQ(st.allreduce.failures, 1u);
+    EXPECT_EQ(st.allreduce.calls, 3u) << "the caller's calls only";
+    EXPECT_GT(st.autoPolicy.calls, 0u) << "auto's calibration runs calls of its own";
+    EXPECT_GT(st.autoPolicy.wireBytes, 0u);
+    uint64_t picks = 0;
+    for (const auto& p : st.autoPicks) picks += p.second;
+    EXPECT_EQ(picks, 3u);
+  }
+}
+
+}  // namespace
+}  // namespace terse

@@ -1,0 +1,39 @@
+// Some ranks of a transport seen as a world of their own: the building block of
+// sub-communicators (Communicator::split) and, later, of the two-level collectives, which run the
+// existing algorithms unchanged over a node's ranks and over one rank per node.
+//
+// A group's rank r is members[r] of the parent. Its messages travel on the parent's connections
+// in a tag space of its own: a group tag t < 2^kGroupTagBits goes out as (space << kGroupTagBits)
+// | t, so calls on different groups (and on the whole world, space 0) never match each other.
+// Tags from kFailureNoticeTag's reserved range pass through unchanged (failure notices are
+// best-effort text for whichever group reads them).
+//
+// Requests, progress and failures are the parent's: a dead member fails the calls of every
+// group that contains it, and aborting a group aborts the parent (the connections are shared;
+// a group that gave up cannot leave the others in step). The parent must outlive its groups and
+// be driven by the same thread.
+#pragma once
+
+#include "terse/common/status.h"
+#include "terse/transport/transport.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace terse {
+
+// Group tags use the low 34 bits (the collectives' tag layout fits: call sequence 14 | phase 2 |
+// index 18); the space takes bits 34-39.
+constexpr int kGroupTagBits = 34;
+constexpr uint64_t kMaxGroupTag = (uint64_t{1} << kGroupTagBits) - 1;
+// Space 0 is the whole world; spaces 1..kMaxGroupSpace are groups. (Space 63 would reach the
+// reserved range at the top of the 40-bit tag space.)
+constexpr uint32_t kMaxGroupSpace = 62;
+
+// `members` are distinct parent ranks, this rank among them, in the group's rank order.
+Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent,
+                                                        std::vector<int> members,
+                                                        uint32_t space);
+
+}  // namespace terse
