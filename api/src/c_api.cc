@@ -6,6 +6,7 @@
 #include "terse/common/logging.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
+#include "terse/optim/onebit_adam.h"
 
 #include <cstring>
 #include <exception>
@@ -470,6 +471,111 @@ terse_status_t terse_feedback_deserialize(const void* buffer, size_t size,
     auto made = terse::ErrorFeedback::deserialize(buffer, size);
     if (!made.isOk()) return fail(made.status());
     *feedback = new terse_feedback{std::move(made).value()};
+    return done(terse::Status::ok());
+  });
+}
+
+// ---- OneBitAdam ------------------------------------------------------------------------------
+
+struct terse_onebit_adam {
+  terse::OneBitAdam state;
+};
+
+void terse_onebit_adam_options_default(terse_onebit_adam_options_t* options) {
+  if (!options) return;
+  terse::OneBitAdamOptions d;
+  *options = terse_onebit_adam_options_t{};
+  options->struct_size = sizeof(terse_onebit_adam_options_t);
+  options->beta1 = d.beta1;
+  options->beta2 = d.beta2;
+  options->eps = d.eps;
+  options->weight_decay = d.weightDecay;
+  options->codec = nullptr;
+  options->warmup_steps = d.warmupSteps;
+  options->variance_check_interval = d.varianceCheckInterval;
+  options->variance_tolerance = d.varianceTolerance;
+  options->min_warmup_steps = d.minWarmupSteps;
+  options->max_warmup_steps = d.maxWarmupSteps;
+  options->average_gradients = d.averageGradients ? 1 : 0;
+}
+
+terse_status_t terse_onebit_adam_create(size_t count, const terse_onebit_adam_options_t* options,
+                                        terse_onebit_adam_t** adam) {
+  TERSE_REQUIRE(options, "terse_onebit_adam_create: options");
+  TERSE_REQUIRE(adam, "terse_onebit_adam_create: adam");
+  // A caller built against another layout of the struct must not have its bytes misread.
+  if (options->struct_size != sizeof(terse_onebit_adam_options_t))
+    return fail(terse::errorInvalidArgument(
+        "terse_onebit_adam_create: options.struct_size is %zu, this library's struct has %zu "
+        "bytes (fill it with terse_onebit_adam_options_default)",
+        options->struct_size, sizeof(terse_onebit_adam_options_t)));
+  return guarded([&] {
+    terse::OneBitAdamOptions o;
+    o.beta1 = options->beta1;
+    o.beta2 = options->beta2;
+    o.eps = options->eps;
+    o.weightDecay = options->weight_decay;
+    o.codec = options->codec ? options->codec : "onebit";
+    o.warmupSteps = options->warmup_steps;
+    o.varianceCheckInterval = options->variance_check_interval;
+    o.varianceTolerance = options->variance_tolerance;
+    o.minWarmupSteps = options->min_warmup_steps;
+    o.maxWarmupSteps = options->max_warmup_steps;
+    o.averageGradients = options->average_gradients != 0;
+    auto made = terse::OneBitAdam::create(count, o);
+    if (!made.isOk()) return fail(made.status());
+    *adam = new terse_onebit_adam{std::move(made).value()};
+    return done(terse::Status::ok());
+  });
+}
+
+void terse_onebit_adam_destroy(terse_onebit_adam_t* adam) { delete adam; }
+
+terse_status_t terse_onebit_adam_step(terse_onebit_adam_t* adam, terse_comm_t* comm, float* params,
+                                      float* grads, float lr) {
+  TERSE_REQUIRE(adam, "terse_onebit_adam_step: adam");
+  TERSE_REQUIRE(comm, "terse_onebit_adam_step: comm");
+  return guarded([&] { return done(adam->state.step(*comm->comm, params, grads, lr)); });
+}
+
+void terse_onebit_adam_reset_residuals(terse_onebit_adam_t* adam) {
+  if (adam) adam->state.resetFeedback();
+}
+
+int64_t terse_onebit_adam_steps(const terse_onebit_adam_t* adam) {
+  return adam ? adam->state.steps() : -1;
+}
+
+int64_t terse_onebit_adam_frozen_at(const terse_onebit_adam_t* adam) {
+  return adam ? adam->state.frozenAt() : -1;
+}
+
+terse_status_t terse_onebit_adam_serialize(const terse_onebit_adam_t* adam, void* buffer,
+                                           size_t* size) {
+  TERSE_REQUIRE(adam, "terse_onebit_adam_serialize: adam");
+  TERSE_REQUIRE(size, "terse_onebit_adam_serialize: size");
+  return guarded([&] {
+    std::vector<uint8_t> bytes = adam->state.serialize();
+    size_t capacity = *size;
+    *size = bytes.size();
+    if (buffer == nullptr) return done(terse::Status::ok());
+    if (capacity < bytes.size())
+      return fail(terse::errorInvalidArgument(
+          "terse_onebit_adam_serialize: the buffer holds %zu bytes, %zu are needed", capacity,
+          bytes.size()));
+    std::memcpy(buffer, bytes.data(), bytes.size());
+    return done(terse::Status::ok());
+  });
+}
+
+terse_status_t terse_onebit_adam_deserialize(const void* buffer, size_t size,
+                                             terse_onebit_adam_t** adam) {
+  TERSE_REQUIRE(buffer, "terse_onebit_adam_deserialize: buffer");
+  TERSE_REQUIRE(adam, "terse_onebit_adam_deserialize: adam");
+  return guarded([&] {
+    auto made = terse::OneBitAdam::deserialize(buffer, size);
+    if (!made.isOk()) return fail(made.status());
+    *adam = new terse_onebit_adam{std::move(made).value()};
     return done(terse::Status::ok());
   });
 }

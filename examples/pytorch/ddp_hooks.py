@@ -113,9 +113,23 @@ def worker(args):
         import terse.ddp
         kind, _, spec = hook.partition(":")
         state = terse.ddp.register(ddp, spec, overlap=kind == "terse")
-    elif hook != "ddp":
+    elif hook.startswith("onebit-adam:"):
+        pass   # the optimizer below attaches its own hook
+    elif hook not in ("ddp", "adamw"):
         sys.exit(f"unknown --hook {hook}")
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    if hook == "adamw":
+        # DDP's own allreduce with AdamW: the baseline of terse.optim.OneBitAdam (docs/optim.md).
+        opt = torch.optim.AdamW(model.parameters(), lr=args.adam_lr, weight_decay=0.01)
+    elif hook.startswith("onebit-adam:"):
+        import terse.optim
+        # Its warm-up ends before the timed steps start, so the figure is the compressed phase's.
+        opt = terse.optim.OneBitAdam(model.parameters(), lr=args.adam_lr, weight_decay=0.01,
+                                     codec=hook.partition(":")[2],
+                                     warmup_steps=max(1, args.warmup // 2))
+        opt.attach(ddp)
+        state = opt
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     params = sum(p.numel() for p in model.parameters())
 
     losses, times = [], []
@@ -139,7 +153,7 @@ def worker(args):
     dist.all_reduce(tail)
     result = {
         "hook": hook,
-        "codec": getattr(state, "spec", None),
+        "codec": getattr(state, "spec", getattr(state, "codec", None)),
         "world": world,
         "params": params,
         "steps": args.steps,
@@ -224,9 +238,9 @@ def overhead(args):
 def worker_args(args):
     return ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
             "--features", str(args.features), "--hidden", str(args.hidden), "--depth",
-            str(args.depth), "--lr", str(args.lr), "--seed", str(args.seed), "--psgd-rank",
-            str(args.psgd_rank), "--threads", str(args.threads), "--bucket-mb",
-            str(args.bucket_mb)] + (["--first-bucket-mb", str(args.first_bucket_mb)]
+            str(args.depth), "--lr", str(args.lr), "--adam-lr", str(args.adam_lr), "--seed",
+            str(args.seed), "--psgd-rank", str(args.psgd_rank), "--threads", str(args.threads),
+            "--bucket-mb", str(args.bucket_mb)] + (["--first-bucket-mb", str(args.first_bucket_mb)]
                                     if args.first_bucket_mb is not None else [])
 
 
@@ -318,15 +332,17 @@ def run_one(args, hook, out_json, port):
 
 
 def table(results, args):
-    base = next((r for r in results if r["hook"] == "ddp"), results[0])
+    base = next((r for r in results if r["hook"] in ("ddp", "adamw")), results[0])
     lines = [f"| hook | codec | steps/s (best of {args.repeat}) | vs DDP allreduce | all runs "
              f"(steps/s) | median step (ms) | train loss (last 10) | held-out loss |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     names = {"ddp": "DDP allreduce (gloo), no hook", "fp16": "PyTorch fp16_compress_hook (gloo)",
-             "powersgd": f"PyTorch powerSGD_hook rank {args.psgd_rank} (gloo)"}
+             "powersgd": f"PyTorch powerSGD_hook rank {args.psgd_rank} (gloo)",
+             "adamw": "AdamW, DDP allreduce (gloo)"}
     for r in results:
         name = names.get(r["hook"], "terse_hook, overlap=False" if r["hook"].startswith(
-            "terse-sync:") else "terse_hook")
+            "terse-sync:") else "terse.optim.OneBitAdam" if r["hook"].startswith(
+            "onebit-adam:") else "terse_hook")
         lines.append(f"| {name} | {r['codec'] or '-'} | {r['steps_per_s']:.2f} | "
                      f"{r['steps_per_s'] / base['steps_per_s']:.2f}x | "
                      f"{' '.join(f'{v:.2f}' for v in r['steps_per_s_all'])} | "
@@ -378,7 +394,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["compare", "worker", "overhead"])
-    p.add_argument("--hook", default="ddp", help="worker: ddp, fp16, powersgd or terse:SPEC")
+    p.add_argument("--hook", default="ddp",
+                   help="worker: ddp, fp16, powersgd or terse:SPEC (SGD); adamw (DDP's allreduce) "
+                        "or onebit-adam:SPEC (terse.optim.OneBitAdam) with Adam")
     p.add_argument("--hooks", help='compare: space-separated hooks (default: all of '
                    + " ".join(DEFAULT_HOOKS) + ")")
     p.add_argument("--nproc", type=int, default=4)
@@ -389,6 +407,8 @@ def main():
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--adam-lr", type=float, default=1e-3,
+                   help="learning rate of --hook adamw and onebit-adam:SPEC")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--psgd-rank", type=int, default=2)
     p.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb")

@@ -7,10 +7,16 @@
 // Communicator::allreduce(kAvg) under the chosen codec and one ErrorFeedback object per
 // parameter tensor (or one for the fused bucket). SGD with momentum and a cosine learning rate
 // then applies the (bit-identical on every rank) averaged gradient. See docs/convergence.md.
+//
+// --optimizer adamw replaces SGD with AdamW (terse::OneBitAdam with a lossless momentum path
+// that never leaves warm-up) on the gradients averaged as above; --optimizer onebit-adam sends
+// no gradients at all: OneBitAdam averages them during --warmup steps, then allreduces its
+// momentum with --codec and error feedback (docs/optim.md).
 #include "checkpoint.h"
 #include "model.h"
 
 #include "terse/collectives/partition.h"
+#include "terse/optim/onebit_adam.h"
 
 #include <terse/terse.h>
 
@@ -20,6 +26,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <optional>
 #include <memory>
 #include <string>
 #include <sys/stat.h>
@@ -37,6 +47,9 @@ struct Options {
   Split split = Split::kIid;
   size_t epochs = 8, batch = 128, hidden = 32;
   double lr = 0.1, momentum = 0.8;
+  std::string optimizer = "sgd";  // sgd | adamw | onebit-adam
+  uint64_t warmup = 100;          // onebit-adam: steps before the variance freezes
+  double weightDecay = 0.01;      // adamw, onebit-adam
   uint64_t seed = 1;
   DatasetConfig data;
   std::string log, checkpointDir, resumeDir;
@@ -45,25 +58,31 @@ struct Options {
 };
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: terse-run -n N -- terse-train [options]\n"
-               "  --model softmax|mlp       model (default mlp)\n"
-               "  --hidden H                MLP hidden width (default 32)\n"
-               "  --codec SPEC              none, fp16, bf16, int8, onebit, topk:ratio=0.01, ...\n"
-               "  --no-ef                   no error feedback (residuals dropped)\n"
-               "  --bucket fused|tensor     one allreduce for all parameters, or one per tensor\n"
-               "  --split iid|noniid        how ranks share the data (default iid)\n"
-               "  --epochs E --batch B      schedule; B is the global batch, a multiple of N\n"
-               "  --lr LR --momentum MU     SGD with momentum, cosine-decayed learning rate\n"
-               "  --seed S                  data, initialisation and shuffling seed\n"
-               "  --train-size N --test-size N --features D --classes K\n"
-               "  --center-scale S --noise S --label-noise P   shape of the synthetic mixture\n"
-               "  --log FILE                JSON log (written by rank 0)\n"
-               "  --checkpoint DIR          save model and error feedback into DIR ...\n"
-               "  --checkpoint-at STEP      ... after this many steps (default: at the end)\n"
-               "  --stop-at STEP            stop after this many steps (simulated interruption)\n"
-               "  --resume DIR              continue from a checkpoint (any world size)\n"
-               "  --quiet                   no per-epoch lines\n");
+  std::fprintf(
+      out,
+      "usage: terse-run -n N -- terse-train [options]\n"
+      "  --model softmax|mlp       model (default mlp)\n"
+      "  --hidden H                MLP hidden width (default 32)\n"
+      "  --codec SPEC              none, fp16, bf16, int8, onebit, topk:ratio=0.01, ...\n"
+      "  --no-ef                   no error feedback (residuals dropped)\n"
+      "  --bucket fused|tensor     one allreduce for all parameters, or one per tensor\n"
+      "  --split iid|noniid        how ranks share the data (default iid)\n"
+      "  --epochs E --batch B      schedule; B is the global batch, a multiple of N\n"
+      "  --lr LR --momentum MU     SGD with momentum, cosine-decayed learning rate\n"
+      "  --optimizer sgd|adamw|onebit-adam   adamw: AdamW on the averaged gradients;\n"
+      "                            onebit-adam: OneBitAdam, --codec compresses the momentum\n"
+      "  --warmup STEPS            onebit-adam: uncompressed warm-up steps (default 100; 0: "
+      "decided from the variance, docs/optim.md)\n"
+      "  --weight-decay WD         adamw, onebit-adam: decoupled weight decay (0.01)\n"
+      "  --seed S                  data, initialisation and shuffling seed\n"
+      "  --train-size N --test-size N --features D --classes K\n"
+      "  --center-scale S --noise S --label-noise P   shape of the synthetic mixture\n"
+      "  --log FILE                JSON log (written by rank 0)\n"
+      "  --checkpoint DIR          save model and error feedback into DIR ...\n"
+      "  --checkpoint-at STEP      ... after this many steps (default: at the end)\n"
+      "  --stop-at STEP            stop after this many steps (simulated interruption)\n"
+      "  --resume DIR              continue from a checkpoint (any world size)\n"
+      "  --quiet                   no per-epoch lines\n");
 }
 
 bool parseOptions(int argc, char** argv, Options* o) {
@@ -128,6 +147,18 @@ bool parseOptions(int argc, char** argv, Options* o) {
       if (!number(&o->hidden)) return false;
     } else if (a == "--lr") {
       if (!number(&o->lr)) return false;
+    } else if (a == "--optimizer") {
+      if (!value(&v)) return false;
+      o->optimizer = v;
+      if (o->optimizer != "sgd" && o->optimizer != "adamw" && o->optimizer != "onebit-adam") {
+        std::fprintf(stderr,
+                     "terse-train: --optimizer must be sgd, adamw or onebit-adam, got '%s'\n", v);
+        return false;
+      }
+    } else if (a == "--warmup") {
+      if (!number(&o->warmup)) return false;
+    } else if (a == "--weight-decay") {
+      if (!number(&o->weightDecay)) return false;
     } else if (a == "--momentum") {
       if (!number(&o->momentum)) return false;
     } else if (a == "--seed") {
@@ -209,11 +240,12 @@ Status writeLog(const Options& o, const std::string& codec, bool feedback, int w
   FILE* f = std::fopen(o.log.c_str(), "w");
   if (!f) return errorSystem("cannot write the log '%s': %s", o.log.c_str(), std::strerror(errno));
   std::fprintf(f,
-               "{\n  \"config\": {\"model\": \"%s\", \"codec\": \"%s\", \"error_feedback\": %s, "
+               "{\n  \"config\": {\"model\": \"%s\", \"optimizer\": \"%s\", \"codec\": \"%s\", "
+               "\"error_feedback\": %s, "
                "\"bucket\": \"%s\", \"split\": \"%s\", \"world\": %d, \"parameters\": %zu, "
                "\"epochs\": %zu, \"batch\": %zu, \"lr\": %g, \"momentum\": %g, \"seed\": %llu, "
                "\"train_size\": %zu, \"test_size\": %zu},\n",
-               o.model.c_str(), codec.c_str(), feedback ? "true" : "false",
+               o.model.c_str(), o.optimizer.c_str(), codec.c_str(), feedback ? "true" : "false",
                o.fused ? "fused" : "tensor", o.split == Split::kIid ? "iid" : "noniid", world,
                params, o.epochs, o.batch, o.lr, o.momentum, static_cast<unsigned long long>(o.seed),
                o.data.trainSize, o.data.testSize);
@@ -242,6 +274,39 @@ Status writeLog(const Options& o, const std::string& codec, bool feedback, int w
   return Status::ok();
 }
 
+// OneBitAdam's per-rank checkpoint file (OneBitAdam::serialize(), which carries its own
+// version and checksum), written under a temporary name and renamed like the other files.
+std::string adamPath(const std::string& dir, int rank) {
+  return dir + "/adam-" + std::to_string(rank) + ".bin";
+}
+
+Status saveAdam(const std::string& dir, int rank, const OneBitAdam& adam) {
+  std::vector<uint8_t> bytes = adam.serialize();
+  std::string path = adamPath(dir, rank), tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return errorSystem("cannot write '%s': %s", tmp.c_str(), std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    return errorSystem("writing '%s' failed", path.c_str());
+  return Status::ok();
+}
+
+Result<OneBitAdam> loadAdam(const std::string& dir, int rank) {
+  std::string path = adamPath(dir, rank);
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return errorInvalidArgument(
+        "checkpoint has no optimizer state '%s' (saved with another "
+        "--optimizer?)",
+        path.c_str());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  auto adam = OneBitAdam::deserialize(bytes.data(), bytes.size());
+  if (!adam.isOk()) return adam.status().withContext(path);
+  return adam;
+}
+
 Status run(const Options& o) {
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> commPtr, Communicator::createFromEnv());
   Communicator& comm = *commPtr;
@@ -263,7 +328,26 @@ Status run(const Options& o) {
   // Error feedback for every compressing codec unless --no-ef; "none" needs none.
   TERSE_ASSIGN_OR_RETURN(ErrorFeedback probe, ErrorFeedback::create(o.codec, 1));
   const std::string codec = probe.codecSpec();
-  const bool useFeedback = o.feedback && codec != "none";
+  // onebit-adam sends no gradients: the codec compresses OneBitAdam's momentum instead.
+  const bool momentumPath = o.optimizer == "onebit-adam";
+  const bool useFeedback = o.feedback && codec != "none" && !momentumPath;
+  std::optional<OneBitAdam> adam;
+  if (o.optimizer != "sgd") {
+    OneBitAdamOptions ao;
+    ao.weightDecay = static_cast<float>(o.weightDecay);
+    if (momentumPath) {
+      ao.codec = codec;
+      ao.warmupSteps = static_cast<int64_t>(o.warmup);
+      ao.averageGradients = true;
+    } else {
+      // AdamW: gradients averaged by the allreduce below; the variance never freezes.
+      ao.codec = "none";
+      ao.warmupSteps = std::numeric_limits<int64_t>::max();
+      ao.averageGradients = false;
+    }
+    TERSE_ASSIGN_OR_RETURN(OneBitAdam made, OneBitAdam::create(count, ao));
+    adam.emplace(std::move(made));
+  }
   std::vector<ErrorFeedback> feedback;
   if (useFeedback)
     for (const Tensor& t : buckets) {
@@ -290,6 +374,32 @@ Status run(const Options& o) {
     model.params() = saved.params;
     momentum = saved.momentum;
     step = saved.step;
+    if (adam) {
+      // Moments are the same on every rank, so any file has them; the residuals are per rank:
+      // this rank's own at the same world size, else every old rank's re-partitioned.
+      TERSE_ASSIGN_OR_RETURN(OneBitAdam loaded,
+                             loadAdam(o.resumeDir, saved.world == world ? rank : 0));
+      if (loaded.count() != count || loaded.options().codec != adam->options().codec ||
+          loaded.steps() != static_cast<int64_t>(step))
+        return errorInvalidArgument(
+            "checkpoint '%s': its optimizer state (%zu elements, codec '%s', step %lld) does not "
+            "fit this run (%zu, '%s', step %llu): resume with the same --optimizer and --codec",
+            o.resumeDir.c_str(), loaded.count(), loaded.options().codec.c_str(),
+            static_cast<long long>(loaded.steps()), count, adam->options().codec.c_str(),
+            static_cast<unsigned long long>(step));
+      if (saved.world != world) {
+        std::vector<OneBitAdam> old;
+        for (int r = 0; r < saved.world; ++r) {
+          TERSE_ASSIGN_OR_RETURN(OneBitAdam one, loadAdam(o.resumeDir, r));
+          old.push_back(std::move(one));
+        }
+        std::vector<const ErrorFeedback*> residuals;
+        for (const OneBitAdam& one : old) residuals.push_back(&one.feedback());
+        TERSE_ASSIGN_OR_RETURN(ErrorFeedback mine, repartitionFeedback(residuals, world, rank));
+        TERSE_RETURN_IF_ERROR(loaded.replaceFeedback(std::move(mine)));
+      }
+      adam = std::move(loaded);
+    }
     if (useFeedback) {
       TERSE_ASSIGN_OR_RETURN(feedback, loadFeedback(o.resumeDir, saved.world, world, rank));
       if (feedback.size() != buckets.size())
@@ -305,9 +415,11 @@ Status run(const Options& o) {
                   static_cast<unsigned long long>(step), o.resumeDir.c_str(), saved.world, world);
   }
   if (rank == 0 && !o.quiet)
-    std::printf("model %s (%zu parameters), codec %s, error feedback %s, %zu bucket(s), %d ranks\n",
-                o.model.c_str(), count, codec.c_str(), useFeedback ? "on" : "off", buckets.size(),
-                world);
+    std::printf(
+        "model %s (%zu parameters), optimizer %s, codec %s, error feedback %s, %zu "
+        "bucket(s), %d ranks\n",
+        o.model.c_str(), count, o.optimizer.c_str(), codec.c_str(),
+        useFeedback ? "on" : (momentumPath ? "on the momentum" : "off"), buckets.size(), world);
 
   const uint64_t startStep = step;
   const uint64_t checkpointAt =
@@ -321,7 +433,7 @@ Status run(const Options& o) {
         batchRows(train, o.split, o.seed, epoch, step % perEpoch, o.batch, rank, world);
     size_t correct = 0;
     double loss = model.lossAndGradient(train, rows, grad.data(), &correct);
-    for (size_t b = 0; b < buckets.size(); ++b) {
+    for (size_t b = 0; b < buckets.size() && !momentumPath; ++b) {
       float* g = grad.data() + buckets[b].offset;
       TERSE_RETURN_IF_ERROR(
           comm.allreduce(g, g, buckets[b].length, DataType::kFloat32, ReduceOp::kAvg,
@@ -336,9 +448,13 @@ Status run(const Options& o) {
     const float lr = static_cast<float>(o.lr * 0.5 * (1.0 + std::cos(M_PI * progress)));
     const float mu = static_cast<float>(o.momentum);
     float* p = model.params().data();
-    for (size_t i = 0; i < count; ++i) {
-      momentum[i] = mu * momentum[i] + grad[i];
-      p[i] -= lr * momentum[i];
+    if (adam) {
+      TERSE_RETURN_IF_ERROR(adam->step(comm, p, grad.data(), lr));
+    } else {
+      for (size_t i = 0; i < count; ++i) {
+        momentum[i] = mu * momentum[i] + grad[i];
+        p[i] -= lr * momentum[i];
+      }
     }
     ++step;
     steps.push_back(StepRecord{step, stats[0], stats[1]});
@@ -363,6 +479,7 @@ Status run(const Options& o) {
             saveModel(o.checkpointDir, ModelState{step, world, useFeedback ? codec : std::string(),
                                                   model.params(), momentum}));
       if (useFeedback) TERSE_RETURN_IF_ERROR(saveFeedback(o.checkpointDir, rank, feedback));
+      if (adam) TERSE_RETURN_IF_ERROR(saveAdam(o.checkpointDir, rank, *adam));
       // Nobody leaves (or overwrites) before every file is complete.
       TERSE_RETURN_IF_ERROR(comm.barrier());
       if (rank == 0 && !o.quiet)

@@ -129,6 +129,46 @@ terse_status_t terse_feedback_serialize(const terse_feedback_t* feedback, void* 
 terse_status_t terse_feedback_deserialize(const void* buffer, size_t size,
                                           terse_feedback_t** feedback);
 
+/* ---- OneBitAdam (optim/, docs/optim.md) -------------------------------------------------------
+ * AdamW whose communication after a warm-up is a compressed, error-fed allreduce of the momentum
+ * (1-bit Adam). Warm-up: the gradients are averaged (by the optimizer when average_gradients,
+ * else by the caller) and a plain AdamW step follows; then the variance freezes and each step
+ * allreduces the momentum with `codec`. Every rank makes the same calls with the same options. */
+typedef struct terse_onebit_adam terse_onebit_adam_t;
+
+typedef struct terse_onebit_adam_options {
+  size_t struct_size; /* sizeof(terse_onebit_adam_options_t); set by ..._options_default */
+  float beta1, beta2, eps, weight_decay;
+  const char* codec;    /* the momentum's codec after warm-up, e.g. "onebit" (NULL: "onebit") */
+  int64_t warmup_steps; /* > 0: fixed warm-up length; 0: decided from the variance (below) */
+  int64_t variance_check_interval; /* automatic warm-up: compare the variance every N steps */
+  float variance_tolerance;        /* freeze once its relative L1 change is at most this */
+  int64_t min_warmup_steps, max_warmup_steps;
+  int average_gradients; /* nonzero: the optimizer averages the warm-up gradients itself */
+} terse_onebit_adam_options_t;
+
+/* Fills the defaults (betas 0.9/0.999, eps 1e-8, weight decay 0.01, onebit, 100 warm-up steps). */
+void terse_onebit_adam_options_default(terse_onebit_adam_options_t* options);
+terse_status_t terse_onebit_adam_create(size_t count, const terse_onebit_adam_options_t* options,
+                                        terse_onebit_adam_t** adam);
+void terse_onebit_adam_destroy(terse_onebit_adam_t* adam);
+/* One step at learning rate lr on params/grads of count float32 (host, or CUDA device memory
+ * with kernels on the legacy default stream). Collective over comm. */
+terse_status_t terse_onebit_adam_step(terse_onebit_adam_t* adam, terse_comm_t* comm, float* params,
+                                      float* grads, float lr);
+/* Zeroes the error-feedback residuals (after loading another rank's checkpoint). NULL is accepted.
+ */
+void terse_onebit_adam_reset_residuals(terse_onebit_adam_t* adam);
+/* Steps taken, and the step after which the variance froze (0 while warming up). -1 for NULL. */
+int64_t terse_onebit_adam_steps(const terse_onebit_adam_t* adam);
+int64_t terse_onebit_adam_frozen_at(const terse_onebit_adam_t* adam);
+/* Checkpoint form (moments, frozen variance, residuals, step, options), sized like
+ * terse_feedback_serialize. */
+terse_status_t terse_onebit_adam_serialize(const terse_onebit_adam_t* adam, void* buffer,
+                                           size_t* size);
+terse_status_t terse_onebit_adam_deserialize(const void* buffer, size_t size,
+                                             terse_onebit_adam_t** adam);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #include <terse/communicator.h>

@@ -92,6 +92,25 @@ def _declare(lib):
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
+    # Newer functions are declared where the library has them, so an older libterse.so still
+    # loads for everything else; terse.optim checks for them and names what is missing.
+    i64 = c.c_int64
+    optional = {
+        "terse_onebit_adam_options_default": (None, [vp]),
+        "terse_onebit_adam_create": (i32, [sz, vp, c.POINTER(vp)]),
+        "terse_onebit_adam_destroy": (None, [vp]),
+        "terse_onebit_adam_step": (i32, [vp, vp, vp, vp, c.c_float]),
+        "terse_onebit_adam_steps": (i64, [vp]),
+        "terse_onebit_adam_reset_residuals": (None, [vp]),
+        "terse_onebit_adam_frozen_at": (i64, [vp]),
+        "terse_onebit_adam_serialize": (i32, [vp, vp, c.POINTER(sz)]),
+        "terse_onebit_adam_deserialize": (i32, [vp, sz, c.POINTER(vp)]),
+    }
+    for name, (restype, argtypes) in optional.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
 
 
 def lib():

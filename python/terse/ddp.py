@@ -93,10 +93,17 @@ class TerseState:
         thread and returns a pending future, so backward goes on computing the next buckets'
         gradients meanwhile, as DDP's own allreduce does; False reduces inside the hook and
         returns a completed future. CUDA buckets are always reduced inside the hook.
+    warmup_steps: the first N iterations reduce uncompressed ("none", no error feedback), as
+        PowerSGD's start_powerSGD_iter: a few exact steps while the loss falls fastest. An
+        iteration ends with the bucket DDP marks last (``GradBucket.is_last()``).
     """
 
     def __init__(self, codec="none", error_feedback=None, communicator=None, process_group=None,
-                 overlap=True):
+                 overlap=True, warmup_steps=0):
+        if not isinstance(warmup_steps, int) or isinstance(warmup_steps, bool) or warmup_steps < 0:
+            raise ValueError(f"terse: warmup_steps must be an int >= 0, not {warmup_steps!r}")
+        self.warmup_steps = warmup_steps
+        self.iteration = 0   # completed iterations (buckets marked last), for warmup_steps
         self.spec = canonical_spec(codec)
         self.overlap = bool(overlap)
         self.error_feedback = _wants_feedback(self.spec) if error_feedback is None else bool(
@@ -195,7 +202,8 @@ class TerseState:
                     "feedback": torch.frombuffer(bytearray(data), dtype=torch.uint8),
                 }
             return {"format": _FORMAT, "codec": self.spec, "error_feedback": self.error_feedback,
-                    "rank": self.comm.rank, "world_size": self.comm.size, "buckets": buckets}
+                    "rank": self.comm.rank, "world_size": self.comm.size, "buckets": buckets,
+                    "iteration": self.iteration}
 
     def load_state_dict(self, state, strict=True):
         """Replaces the residuals with a checkpoint's. Each bucket's state is applied from the
@@ -239,6 +247,8 @@ class TerseState:
                 entry.feedback.close()
             self._buckets = {}
             self._pending = loaded if self.error_feedback else {}
+            # Checkpoints from before warmup_steps existed carry no iteration: past any warm-up.
+            self.iteration = int(state.get("iteration", self.warmup_steps))
 
     # The reduction -------------------------------------------------------------------------
 
@@ -250,6 +260,18 @@ class TerseState:
             self._staging[index] = buf
         return buf
 
+    def _codec_now(self, bucket, index, tensor):
+        """(spec, feedback) for this bucket: "none" without feedback during warm-up. Counts the
+        iteration when the bucket is the last one. Called with the lock held."""
+        warm = self.iteration < self.warmup_steps
+        last = bucket.is_last() if hasattr(bucket, "is_last") else index == 0
+        if last:
+            self.iteration += 1
+        if warm:
+            return "none", None
+        fb = self._feedback_for(index, bucket, tensor) if self.error_feedback else None
+        return self.spec, fb
+
     def reduce_async(self, bucket):
         """Queues the bucket's average on the communicator's background thread; returns a
         concurrent.futures.Future of the bucket's tensor (CPU buckets only)."""
@@ -257,8 +279,8 @@ class TerseState:
         index = _bucket_index(bucket)
         with self._lock:
             self.calls += 1
-            fb = self._feedback_for(index, bucket, tensor) if self.error_feedback else None
-            return self.comm.allreduce_async(tensor, self.spec, "avg", fb)
+            spec, fb = self._codec_now(bucket, index, tensor)
+            return self.comm.allreduce_async(tensor, spec, "avg", fb)
 
     def reduce(self, bucket):
         """Averages the bucket's gradients over the ranks in place; returns the tensor."""
@@ -266,15 +288,15 @@ class TerseState:
         index = _bucket_index(bucket)
         with self._lock:
             self.calls += 1
-            fb = self._feedback_for(index, bucket, tensor) if self.error_feedback else None
+            spec, fb = self._codec_now(bucket, index, tensor)
             if tensor.device.type == "cpu":
-                self.comm.allreduce(tensor, self.spec, "avg", fb)
+                self.comm.allreduce(tensor, spec, "avg", fb)
             else:
                 # terse's C API reads and writes host memory: stage CUDA buckets through a pinned
                 # host copy (two PCIe copies per bucket; docs/pytorch.md).
                 host = self._host(index, tensor)
                 host.copy_(tensor.reshape(-1))
-                self.comm.allreduce(host, self.spec, "avg", fb)
+                self.comm.allreduce(host, spec, "avg", fb)
                 tensor.copy_(host.view(tensor.shape))
         return tensor
 

@@ -9,6 +9,10 @@
                feedback within FP8_TOL of none's loss; mxfp4 and int4 with error feedback within
                LOSS_TOL. mxfp4 and int4 without error feedback are run and printed, not
                checked: on this model they end within LOSS_TOL of none as well (see INFO_ONLY).
+  adam:        AdamW (uncompressed), AdamW on onebit-compressed gradients with error feedback,
+               and OneBitAdam with onebit on the momentum (--optimizer onebit-adam), 4 ranks
+               non-IID: OneBitAdam ends within LOSS_TOL of AdamW's final loss and ACC_TOL of its
+               accuracy, the compressed gradients with AdamW measurably worse (docs/optim.md).
   resume:      a run stopped mid-epoch and resumed from its checkpoint at the same world size
                reproduces the uninterrupted run's loss curve exactly; resumed at another world
                size (residuals re-partitioned) it ends within the same tolerances.
@@ -123,9 +127,41 @@ def convergence(args):
     return failures
 
 
+# The Adam runs: Adam's usual learning rate for this model, and a warm-up of 300 of the 2,048
+# steps (15%, the low end of the 1-bit Adam paper's range).
+ADAM = ["--lr", "0.01", "--split", "noniid"]
+ADAM_RUNS = [
+    ("adamw", ["--optimizer", "adamw", "--codec", "none"]),
+    ("adamw-onebit-grads", ["--optimizer", "adamw", "--codec", "onebit"]),
+    ("onebit-adam", ["--optimizer", "onebit-adam", "--codec", "onebit", "--warmup", "300"]),
+]
+
+
+def adam(args):
+    results = {}
+    for label, extra in ADAM_RUNS:
+        run = train(args, WORLD, os.path.join(args.work, f"adam-{label}.json"), ADAM + extra)
+        results[label] = final(run)
+    base_loss, base_acc = results["adamw"]
+    print(f"\n{'run':<20}{'train loss':>12}{'vs adamw':>10}{'test acc':>10}")
+    for label, (loss, acc) in results.items():
+        print(f"{label:<20}{loss:>12.5f}{(loss / base_loss - 1) * 100:>+9.2f}%{acc * 100:>9.2f}%")
+    failures = []
+    loss, acc = results["onebit-adam"]
+    if loss > base_loss * (1 + LOSS_TOL) or acc < base_acc - ACC_TOL:
+        failures.append(f"onebit-adam: final loss {loss:.5f} / accuracy {acc:.4f} not within "
+                        f"{LOSS_TOL:.0%} / {ACC_TOL} of AdamW's {base_loss:.5f} / {base_acc:.4f}")
+    grads = results["adamw-onebit-grads"][0]
+    if not (grads > base_loss * (1 + LOSS_TOL) and grads > loss):
+        failures.append(f"AdamW on onebit gradients ends at {grads:.5f}, not measurably worse than "
+                        f"AdamW ({base_loss:.5f}) and OneBitAdam ({loss:.5f}): the test no longer "
+                        f"shows what OneBitAdam is for")
+    return failures
+
+
 def resume(args):
     failures = []
-    codec = RESUME + ["--codec", args.resume_codec]
+    codec = RESUME + ["--codec", args.resume_codec] + args.resume_extra.split()
     full = train(args, WORLD, os.path.join(args.work, "full.json"), codec)
     per_epoch = full["total_steps"] // len(full["epochs"])
     stop = per_epoch + per_epoch // 2  # mid-epoch: the data position must be restored too
@@ -162,18 +198,20 @@ def resume(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("mode", choices=["convergence", "resume"])
+    p.add_argument("mode", choices=["convergence", "resume", "adam"])
     p.add_argument("--terse-run", required=True)
     p.add_argument("--terse-train", required=True)
     p.add_argument("--work", required=True, help="directory for logs and checkpoints")
     p.add_argument("--resume-codec", default="topk:ratio=0.01")
+    p.add_argument("--resume-extra", default="",
+                   help="more terse-train options of the resume runs, e.g. the optimizer's")
     p.add_argument("--model", default="mlp", choices=["mlp", "softmax"],
                    help="model of the convergence runs")
     p.add_argument("--split", default="iid", choices=["iid", "noniid"],
                    help="data split of the convergence runs")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    failures = convergence(args) if args.mode == "convergence" else resume(args)
+    failures = {"convergence": convergence, "resume": resume, "adam": adam}[args.mode](args)
     for f in failures:
         print("FAIL:", f)
     print("PASS" if not failures else f"{len(failures)} failure(s)")

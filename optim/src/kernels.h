@@ -1,0 +1,23 @@
+// The CUDA side of OneBitAdam: stream-ordered elementwise kernels over device (or managed)
+// memory, each the loop of the CPU path with numeric formulas from adam_math.h. In builds
+// without CUDA every function returns kUnsupported (optim/src/kernels_none.cc).
+#pragma once
+
+#include "terse/common/status.h"
+#include "terse/optim/adam_math.h"
+
+#include <cstddef>
+
+namespace terse::optim::cuda {
+
+// Warm-up step: m, v updated from the (averaged) gradient g, then the AdamW update of p.
+Status adamWarmup(float* p, const float* g, float* m, float* v, size_t n, const AdamStepScalars& s,
+                  void* stream);
+// Compressed phase, before the allreduce: u = adamPreconditioned(beta1 m + (1 - beta1) g, v).
+Status preconditioned(float* u, const float* m, const float* g, const float* v, size_t n,
+                      const AdamStepScalars& s, void* stream);
+// Compressed phase, after the allreduce: m from the averaged u, and the AdamW update of p.
+Status update(float* p, float* m, const float* u, const float* v, size_t n,
+              const AdamStepScalars& s, void* stream);
+
+}  // namespace terse::optim::cuda

@@ -1,0 +1,427 @@
+// OneBitAdam's state and step (the design is in onebit_adam.h and docs/optim.md).
+#include "terse/optim/onebit_adam.h"
+
+#include "kernels.h"
+#include "terse/kernels/device.h"
+#include "terse/optim/adam_math.h"
+
+#include <terse/communicator.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace terse {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x41424f54;  // "TOBA" little-endian
+constexpr uint32_t kVersion = 1;
+constexpr size_t kMaxSpecBytes = 256;
+
+uint64_t fnv1a64(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Little-endian writer/reader of the checkpoint (terse runs on little-endian hosts only, as the
+// wire format says; memcpy keeps it free of alignment assumptions).
+class Writer {
+ public:
+  template <typename T>
+  void put(T v) {
+    size_t at = out.size();
+    out.resize(at + sizeof(T));
+    std::memcpy(out.data() + at, &v, sizeof(T));
+  }
+  void bytes(const void* p, size_t n) {
+    size_t at = out.size();
+    out.resize(at + n);
+    if (n) std::memcpy(out.data() + at, p, n);
+  }
+  void floats(const std::vector<float>& v) {
+    put<uint64_t>(v.size());
+    bytes(v.data(), 4 * v.size());
+  }
+  std::vector<uint8_t> out;
+};
+
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  template <typename T>
+  bool get(T* v) {
+    if (n_ - at_ < sizeof(T)) return false;
+    std::memcpy(v, p_ + at_, sizeof(T));
+    at_ += sizeof(T);
+    return true;
+  }
+  bool bytes(void* dst, size_t n) {
+    if (n_ - at_ < n) return false;
+    if (n) std::memcpy(dst, p_ + at_, n);
+    at_ += n;
+    return true;
+  }
+  bool floats(std::vector<float>* v, uint64_t expect) {
+    uint64_t n = 0;
+    if (!get(&n) || n != expect || (n_ - at_) / 4 < n) return false;
+    v->resize(n);
+    return bytes(v->data(), 4 * n);
+  }
+  const uint8_t* here() const { return p_ + at_; }
+  bool skip(size_t n) {
+    if (n_ - at_ < n) return false;
+    at_ += n;
+    return true;
+  }
+  size_t left() const { return n_ - at_; }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+  size_t at_ = 0;
+};
+
+bool inUnit(float b) { return std::isfinite(b) && b >= 0.0f && b < 1.0f; }
+
+}  // namespace
+
+Status validateOneBitAdamOptions(const OneBitAdamOptions& o) {
+  if (!inUnit(o.beta1) || !inUnit(o.beta2))
+    return errorInvalidArgument("OneBitAdam: betas (%g, %g) must lie in [0, 1)", o.beta1, o.beta2);
+  if (!(std::isfinite(o.eps) && o.eps > 0.0f))
+    return errorInvalidArgument("OneBitAdam: eps %g must be a positive number", o.eps);
+  if (!(std::isfinite(o.weightDecay) && o.weightDecay >= 0.0f))
+    return errorInvalidArgument("OneBitAdam: weight decay %g must be >= 0", o.weightDecay);
+  if (o.warmupSteps < 0)
+    return errorInvalidArgument(
+        "OneBitAdam: warmup steps %lld must be >= 0 (0 decides from the variance)",
+        static_cast<long long>(o.warmupSteps));
+  if (o.warmupSteps == 0) {
+    if (o.varianceCheckInterval < 1)
+      return errorInvalidArgument("OneBitAdam: variance check interval %lld must be >= 1",
+                                  static_cast<long long>(o.varianceCheckInterval));
+    if (!(std::isfinite(o.varianceTolerance) && o.varianceTolerance >= 0.0f))
+      return errorInvalidArgument("OneBitAdam: variance tolerance %g must be >= 0",
+                                  o.varianceTolerance);
+    if (o.minWarmupSteps < 1 || o.maxWarmupSteps < o.minWarmupSteps)
+      return errorInvalidArgument(
+          "OneBitAdam: automatic warm-up needs 1 <= min (%lld) <= max (%lld) steps",
+          static_cast<long long>(o.minWarmupSteps), static_cast<long long>(o.maxWarmupSteps));
+  }
+  if (o.codec.empty() || o.codec.size() > kMaxSpecBytes)
+    return errorInvalidArgument("OneBitAdam: codec spec must have 1..%zu characters",
+                                kMaxSpecBytes);
+  return Status::ok();
+}
+
+// The state's device copy (CUDA builds, device buffers). Like ErrorFeedback's residuals the
+// moments live in one place at a time: `current` says the device copy is the state.
+struct OneBitAdam::Device {
+  device::DeviceBuffer m;
+  device::DeviceBuffer v;
+  device::DeviceBuffer u;  // the compressed phase's preconditioned momentum
+  bool current = false;
+};
+
+OneBitAdam::OneBitAdam() = default;
+OneBitAdam::OneBitAdam(OneBitAdam&&) noexcept = default;
+OneBitAdam& OneBitAdam::operator=(OneBitAdam&&) noexcept = default;
+OneBitAdam::~OneBitAdam() = default;
+
+Result<OneBitAdam> OneBitAdam::create(size_t count, const OneBitAdamOptions& options) {
+  TERSE_RETURN_IF_ERROR(validateOneBitAdamOptions(options));
+  auto fb = ErrorFeedback::create(options.codec, count);
+  if (!fb.isOk()) return fb.status().withContext("OneBitAdam: codec");
+  OneBitAdam a;
+  a.count_ = count;
+  a.options_ = options;
+  a.options_.codec = fb->codecSpec();  // canonical, so every rank's checkpoints compare alike
+  a.m_.assign(count, 0.0f);
+  a.v_.assign(count, 0.0f);
+  a.feedback_ = std::move(fb).value();
+  return a;
+}
+
+void OneBitAdam::pullToHost() const {
+  if (!device_ || !device_->current) return;
+  // The device copy is current only after a device step, whose caller synchronized its stream
+  // (step() does before returning), so a plain synchronous copy is safe here.
+  (void)device::copyAsync(m_.data(), device_->m.data(), 4 * count_, nullptr);
+  (void)device::copyAsync(v_.data(), device_->v.data(), 4 * count_, nullptr);
+  (void)device::synchronize(nullptr);
+  device_->current = false;
+}
+
+const std::vector<float>& OneBitAdam::momentum() const {
+  pullToHost();
+  return m_;
+}
+const std::vector<float>& OneBitAdam::variance() const {
+  pullToHost();
+  return v_;
+}
+
+Status OneBitAdam::replaceFeedback(ErrorFeedback feedback) {
+  TERSE_RETURN_IF_ERROR(
+      feedback.checkCompatible(options_.codec, count_).withContext("OneBitAdam::replaceFeedback"));
+  feedback_ = std::move(feedback);
+  return Status::ok();
+}
+
+Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float lr, void* stream) {
+  if (count_ > 0 && (!params || !grads))
+    return errorInvalidArgument("OneBitAdam::step: params or grads is null for %zu elements",
+                                count_);
+  if (!std::isfinite(lr) || lr < 0.0f)
+    return errorInvalidArgument("OneBitAdam::step: learning rate %g must be a finite number >= 0",
+                                lr);
+  bool devP = device::isDeviceMemory(params), devG = device::isDeviceMemory(grads);
+  if (devP != devG)
+    return errorInvalidArgument(
+        "OneBitAdam::step: params and grads must both be device memory or both host memory");
+  return devP ? stepDevice(comm, params, grads, lr, stream) : stepHost(comm, params, grads, lr);
+}
+
+namespace {
+
+optim::AdamStepScalars scalarsFor(const OneBitAdamOptions& o, float lr, int64_t t,
+                                  int64_t varianceT) {
+  optim::AdamStepScalars s;
+  s.beta1 = o.beta1;
+  s.beta2 = o.beta2;
+  s.eps = o.eps;
+  s.decayFactor = 1.0f - lr * o.weightDecay;
+  double c1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(t));
+  double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(varianceT));
+  s.stepSize = static_cast<float>(lr / c1);
+  s.sqrtC2 = static_cast<float>(std::sqrt(c2));
+  return s;
+}
+
+}  // namespace
+
+Result<bool> OneBitAdam::varianceSettled(Communicator& comm, const float* v, void* stream) {
+  (void)stream;
+  const OneBitAdamOptions& o = options_;
+  if (o.warmupSteps > 0) return steps_ >= o.warmupSteps;
+  if (steps_ >= o.maxWarmupSteps) return true;
+  if (steps_ % o.varianceCheckInterval != 0) return false;
+  double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(steps_));
+  bool first = vCheck_.empty();
+  double diff = 0.0, norm = 0.0;
+  if (first) vCheck_.resize(count_);
+  for (size_t i = 0; i < count_; ++i) {
+    float vhat = static_cast<float>(v[i] / c2);
+    diff += std::fabs(static_cast<double>(vhat) - vCheck_[i]);
+    norm += std::fabs(static_cast<double>(vhat));
+    vCheck_[i] = vhat;
+  }
+  if (first) return false;  // every rank has the same step count, so all skip this check alike
+  // The gradients were averaged, so the variances should agree; averaging the figure makes the
+  // decision identical on every rank even if the caller's averaging was not bit-exact.
+  float rel = norm > 0.0 ? static_cast<float>(diff / norm) : 0.0f;
+  Status s = comm.allreduce(&rel, &rel, 1, DataType::kFloat32, ReduceOp::kAvg);
+  if (!s.isOk()) return s.withContext("OneBitAdam: deciding the end of warm-up");
+  return steps_ >= o.minWarmupSteps && rel <= o.varianceTolerance;
+}
+
+Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, float lr) {
+  pullToHost();
+  const OneBitAdamOptions& o = options_;
+  const int64_t t = steps_ + 1;
+  const size_t n = count_;
+  if (!frozen()) {
+    if (o.averageGradients) {
+      Status s = comm.allreduce(grads, grads, n, DataType::kFloat32, ReduceOp::kAvg);
+      if (!s.isOk()) return s.withContext("OneBitAdam: averaging the warm-up gradients");
+    }
+    optim::AdamStepScalars s = scalarsFor(o, lr, t, t);
+    float* m = m_.data();
+    float* v = v_.data();
+    for (size_t i = 0; i < n; ++i) {
+      m[i] = optim::adamMomentum(m[i], grads[i], s.beta1);
+      v[i] = optim::adamVariance(v[i], grads[i], s.beta2);
+      params[i] = optim::adamParam(params[i], m[i], v[i], s);
+    }
+    steps_ = t;
+    auto settled = varianceSettled(comm, v_.data(), nullptr);
+    if (!settled.isOk()) return settled.status();
+    if (settled.value()) frozenAt_ = t;
+    return Status::ok();
+  }
+  // Compressed phase: u = (beta1 m + (1 - beta1) g) / denom goes through the allreduce
+  // (adam_math.h says why the preconditioned momentum); m and p change only once it succeeded.
+  optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  std::vector<float>& u = scratch_;  // reused: no allocation per step
+  u.resize(n);
+  const float* m = m_.data();
+  const float* v = v_.data();
+  for (size_t i = 0; i < n; ++i)
+    u[i] = optim::adamPreconditioned(optim::adamMomentum(m[i], grads[i], o.beta1), v[i], sc);
+  CollectiveOptions co;
+  co.codec = o.codec;
+  co.feedback = &feedback_;
+  Status s = comm.allreduce(u.data(), u.data(), n, DataType::kFloat32, ReduceOp::kAvg, co);
+  if (!s.isOk()) return s.withContext("OneBitAdam: allreducing the momentum");
+  float* mm = m_.data();
+  for (size_t i = 0; i < n; ++i) {
+    mm[i] = optim::adamMomentumFrom(u[i], v[i], sc);
+    params[i] = optim::adamParamFrom(params[i], u[i], v[i], sc);
+  }
+  steps_ = t;
+  return Status::ok();
+}
+
+Status OneBitAdam::stepDevice(Communicator& comm, float* params, float* grads, float lr,
+                              void* stream) {
+  const OneBitAdamOptions& o = options_;
+  const int64_t t = steps_ + 1;
+  const size_t n = count_;
+  if (!device_) device_ = std::make_unique<Device>();
+  if (!device_->current) {
+    TERSE_RETURN_IF_ERROR(device_->m.reserve(4 * n).status());
+    TERSE_RETURN_IF_ERROR(device_->v.reserve(4 * n).status());
+    TERSE_RETURN_IF_ERROR(device::copyAsync(device_->m.data(), m_.data(), 4 * n, stream));
+    TERSE_RETURN_IF_ERROR(device::copyAsync(device_->v.data(), v_.data(), 4 * n, stream));
+    device_->current = true;
+  }
+  auto* dm = static_cast<float*>(device_->m.data());
+  auto* dv = static_cast<float*>(device_->v.data());
+  if (!frozen()) {
+    if (o.averageGradients) {
+      CollectiveOptions co;
+      co.stream = stream;
+      Status s = comm.allreduce(grads, grads, n, DataType::kFloat32, ReduceOp::kAvg, co);
+      if (!s.isOk()) return s.withContext("OneBitAdam: averaging the warm-up gradients");
+    }
+    TERSE_RETURN_IF_ERROR(
+        optim::cuda::adamWarmup(params, grads, dm, dv, n, scalarsFor(o, lr, t, t), stream));
+    TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+    steps_ = t;
+    bool check =
+        o.warmupSteps == 0 && (steps_ >= o.maxWarmupSteps || steps_ % o.varianceCheckInterval == 0);
+    std::vector<float> vHost;
+    if (check) {
+      vHost.resize(n);
+      TERSE_RETURN_IF_ERROR(device::copyAsync(vHost.data(), dv, 4 * n, stream));
+      TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+    }
+    auto settled = varianceSettled(comm, check ? vHost.data() : nullptr, stream);
+    if (!settled.isOk()) return settled.status();
+    if (settled.value()) frozenAt_ = t;
+    return Status::ok();
+  }
+  optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  TERSE_RETURN_IF_ERROR(device_->u.reserve(4 * n).status());
+  auto* du = static_cast<float*>(device_->u.data());
+  TERSE_RETURN_IF_ERROR(optim::cuda::preconditioned(du, dm, grads, dv, n, sc, stream));
+  CollectiveOptions co;
+  co.codec = o.codec;
+  co.feedback = &feedback_;
+  co.stream = stream;
+  Status s = comm.allreduce(du, du, n, DataType::kFloat32, ReduceOp::kAvg, co);
+  if (!s.isOk()) return s.withContext("OneBitAdam: allreducing the momentum");
+  TERSE_RETURN_IF_ERROR(optim::cuda::update(params, dm, du, dv, n, sc, stream));
+  TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+  steps_ = t;
+  return Status::ok();
+}
+
+std::vector<uint8_t> OneBitAdam::serialize() const {
+  pullToHost();
+  const OneBitAdamOptions& o = options_;
+  Writer w;
+  w.put<uint32_t>(kMagic);
+  w.put<uint32_t>(kVersion);
+  w.put<uint64_t>(count_);
+  w.put<int64_t>(steps_);
+  w.put<int64_t>(frozenAt_);
+  w.put<float>(o.beta1);
+  w.put<float>(o.beta2);
+  w.put<float>(o.eps);
+  w.put<float>(o.weightDecay);
+  w.put<int64_t>(o.warmupSteps);
+  w.put<int64_t>(o.varianceCheckInterval);
+  w.put<float>(o.varianceTolerance);
+  w.put<uint32_t>(o.averageGradients ? 1 : 0);
+  w.put<int64_t>(o.minWarmupSteps);
+  w.put<int64_t>(o.maxWarmupSteps);
+  w.put<uint32_t>(static_cast<uint32_t>(o.codec.size()));
+  w.bytes(o.codec.data(), o.codec.size());
+  w.floats(m_);
+  w.floats(v_);
+  w.floats(vCheck_);
+  std::vector<uint8_t> fb = feedback_.serialize();
+  w.put<uint64_t>(fb.size());
+  w.bytes(fb.data(), fb.size());
+  w.put<uint64_t>(fnv1a64(w.out.data(), w.out.size()));
+  return std::move(w.out);
+}
+
+Result<OneBitAdam> OneBitAdam::deserialize(const void* bytes, size_t size) {
+  const char* what = "OneBitAdam checkpoint";
+  if (!bytes && size) return errorInvalidArgument("%s: null buffer", what);
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  if (size < 16) return errorCorrupt("%s of %zu bytes is truncated", what, size);
+  uint32_t magic = 0, version = 0;
+  std::memcpy(&magic, p, 4);
+  std::memcpy(&version, p + 4, 4);
+  if (magic != kMagic)
+    return errorCorrupt("%s: bad magic 0x%08x (expected \"TOBA\"): not a OneBitAdam state", what,
+                        magic);
+  if (version != kVersion)
+    return errorCorrupt("%s has format version %u; this build reads version %u", what, version,
+                        kVersion);
+  uint64_t sum = 0;
+  std::memcpy(&sum, p + size - 8, 8);
+  if (sum != fnv1a64(p, size - 8))
+    return errorCorrupt("%s checksum mismatch: the data is corrupt or truncated", what);
+  Reader r(p + 8, size - 16);
+  OneBitAdam a;
+  OneBitAdamOptions& o = a.options_;
+  uint64_t count = 0;
+  uint32_t avg = 0, specLen = 0;
+  bool ok = r.get(&count) && r.get(&a.steps_) && r.get(&a.frozenAt_) && r.get(&o.beta1) &&
+            r.get(&o.beta2) && r.get(&o.eps) && r.get(&o.weightDecay) && r.get(&o.warmupSteps) &&
+            r.get(&o.varianceCheckInterval) && r.get(&o.varianceTolerance) && r.get(&avg) &&
+            r.get(&o.minWarmupSteps) && r.get(&o.maxWarmupSteps) && r.get(&specLen);
+  if (!ok || specLen == 0 || specLen > kMaxSpecBytes || avg > 1)
+    return errorCorrupt("%s: its header is truncated or invalid", what);
+  o.averageGradients = avg == 1;
+  o.codec.resize(specLen);
+  if (!r.bytes(o.codec.data(), specLen) || count > r.left() / 8)
+    return errorCorrupt("%s: truncated codec spec or impossible count %llu", what,
+                        static_cast<unsigned long long>(count));
+  a.count_ = count;
+  uint64_t checkCount = 0;
+  if (!r.floats(&a.m_, count) || !r.floats(&a.v_, count))
+    return errorCorrupt("%s: moments missing or not of %llu elements", what,
+                        static_cast<unsigned long long>(count));
+  Reader peek = r;
+  if (!peek.get(&checkCount) || (checkCount != 0 && checkCount != count) ||
+      !r.floats(&a.vCheck_, checkCount))
+    return errorCorrupt("%s: variance snapshot invalid", what);
+  uint64_t fbLen = 0;
+  if (!r.get(&fbLen) || fbLen != r.left())
+    return errorCorrupt("%s: error-feedback section has the wrong length", what);
+  Status valid = validateOneBitAdamOptions(o);
+  if (!valid.isOk()) return errorCorrupt("%s: %s", what, valid.message().c_str());
+  if (a.steps_ < 0 || a.frozenAt_ < 0 || a.frozenAt_ > a.steps_)
+    return errorCorrupt("%s: step %lld / frozen at %lld are inconsistent", what,
+                        static_cast<long long>(a.steps_), static_cast<long long>(a.frozenAt_));
+  auto fb = ErrorFeedback::deserialize(r.here(), fbLen);
+  if (!fb.isOk()) return fb.status().withContext(what);
+  if (fb->count() != count || fb->codecSpec() != o.codec)
+    return errorCorrupt("%s: its residuals are for '%s' x %zu, the optimizer for '%s' x %llu", what,
+                        fb->codecSpec().c_str(), fb->count(), o.codec.c_str(),
+                        static_cast<unsigned long long>(count));
+  a.feedback_ = std::move(fb).value();
+  return a;
+}
+
+}  // namespace terse

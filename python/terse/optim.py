@@ -1,0 +1,293 @@
+"""terse.optim.OneBitAdam: AdamW whose only communication after a warm-up is a compressed,
+error-fed allreduce of the momentum (1-bit Adam, Tang et al. 2021), run by terse's C++ core
+(optim/, through libterse.so's terse_onebit_adam_* functions). docs/optim.md and docs/pytorch.md.
+
+    import terse.optim
+    model = DistributedDataParallel(net)
+    opt = terse.optim.OneBitAdam(model.parameters(), lr=3e-3, codec="onebit", warmup_steps=100)
+    opt.attach(model)   # DDP averages gradients during warm-up; afterwards it sends nothing
+    for batch in data:
+        loss = ...; loss.backward(); opt.step(); opt.zero_grad()
+
+Why: with Adam, error feedback on compressed *gradients* hurts training (Adam divides by the
+gradient's second moment, which compression changes); once the variance is frozen the update is
+linear in the momentum, which can then be compressed with error feedback like SGD's gradient.
+
+Without attach(), the optimizer averages the warm-up gradients itself with terse's uncompressed
+allreduce, so it also works with no DDP at all (each rank computing its own gradients).
+"""
+import ctypes
+
+import torch
+
+from . import _lib
+from ._lib import check
+
+__all__ = ["OneBitAdam", "skip_after_warmup_hook"]
+
+_FORMAT = "terse.optim.OneBitAdam/1"
+
+
+class _Options(ctypes.Structure):
+    # terse_onebit_adam_options_t (include/terse/terse.h); struct_size guards the layout.
+    _fields_ = [("struct_size", ctypes.c_size_t),
+                ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
+                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
+                ("codec", ctypes.c_char_p),
+                ("warmup_steps", ctypes.c_int64),
+                ("variance_check_interval", ctypes.c_int64),
+                ("variance_tolerance", ctypes.c_float),
+                ("min_warmup_steps", ctypes.c_int64),
+                ("max_warmup_steps", ctypes.c_int64),
+                ("average_gradients", ctypes.c_int)]
+
+
+def _require_api():
+    l = _lib.lib()
+    if getattr(l, "terse_onebit_adam_create", None) is None:
+        raise ImportError(f"terse: {_lib.library_path()} has no terse_onebit_adam_* functions; "
+                          f"rebuild libterse.so from a checkout that has optim/")
+    return l
+
+
+class OneBitAdam(torch.optim.Optimizer):
+    """AdamW for data-parallel training whose communication after ``warmup_steps`` is one
+    compressed allreduce of the momentum per step (``codec``: any terse spec, "onebit" default).
+
+    lr, betas, eps and weight_decay are torch.optim.AdamW's (decoupled decay, bias correction);
+    during warm-up a step is AdamW's on the averaged gradients (within float rounding). Learning-
+    rate schedulers work as with AdamW: each step reads ``param_groups[0]["lr"]``.
+
+    warmup_steps > 0 freezes the variance after exactly that many steps; 0 decides from the
+    variance: every ``variance_check_interval`` steps its relative L1 change since the previous
+    check is compared with ``variance_tolerance``, never before ``min_warmup_steps``, always by
+    ``max_warmup_steps`` (docs/optim.md).
+
+    One parameter group of float32 CPU parameters (the state is one flat buffer); every rank
+    must build it with the same parameters in the same order and the same options.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                 codec="onebit", warmup_steps=100, variance_check_interval=20,
+                 variance_tolerance=0.1, min_warmup_steps=40, max_warmup_steps=2000,
+                 communicator=None):
+        if not isinstance(lr, (int, float)) or lr < 0:
+            raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+        super().__init__(params, defaults)
+        if len(self.param_groups) != 1:
+            raise ValueError("terse: OneBitAdam takes one parameter group (its state is one flat "
+                             "buffer); give every parameter the same options")
+        self._params = list(self.param_groups[0]["params"])
+        for i, p in enumerate(self._params):
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise ValueError(f"terse: parameter {i} is {p.dtype} on {p.device}; OneBitAdam "
+                                 f"takes float32 CPU parameters")
+        self.count = sum(p.numel() for p in self._params)
+        self.codec = codec
+        self._config = dict(warmup_steps=warmup_steps,
+                            variance_check_interval=variance_check_interval,
+                            variance_tolerance=variance_tolerance,
+                            min_warmup_steps=min_warmup_steps, max_warmup_steps=max_warmup_steps)
+        self._average = True   # attach() hands the warm-up averaging to DDP
+        self._comm = communicator
+        self._handle = None
+        self._flat_p = torch.empty(self.count, dtype=torch.float32)
+        self._flat_g = torch.empty(self.count, dtype=torch.float32)
+        self._alias_params()
+        self._handle = self._create()
+
+    # -- the C object ---------------------------------------------------------------------------
+
+    def _create(self):
+        l = _require_api()
+        group = self.param_groups[0]
+        o = _Options()
+        l.terse_onebit_adam_options_default(ctypes.byref(o))
+        o.beta1, o.beta2 = (float(b) for b in group["betas"])
+        o.eps = float(group["eps"])
+        o.weight_decay = float(group["weight_decay"])
+        if not isinstance(self.codec, str):
+            raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
+                            f"{type(self.codec).__name__}")
+        o.codec = self.codec.encode()
+        for key, value in self._config.items():
+            setattr(o, key, value)
+        o.average_gradients = 1 if self._average else 0
+        handle = ctypes.c_void_p()
+        check(l.terse_onebit_adam_create(self.count, ctypes.byref(o), ctypes.byref(handle)))
+        return handle
+
+    def _free(self):
+        if getattr(self, "_handle", None) is not None:
+            _lib.lib().terse_onebit_adam_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self._free()
+        except Exception:  # interpreter shutdown
+            pass
+
+    @property
+    def communicator(self):
+        if self._comm is None:
+            from .ddp import default_communicator  # one per process, shared with the DDP hook
+            self._comm = default_communicator()
+        return self._comm
+
+    @property
+    def steps(self):
+        """Steps taken so far."""
+        return int(_lib.lib().terse_onebit_adam_steps(self._handle))
+
+    @property
+    def frozen_at(self):
+        """The step after which the variance froze; 0 while warming up."""
+        return int(_lib.lib().terse_onebit_adam_frozen_at(self._handle))
+
+    @property
+    def frozen(self):
+        """True once the variance is frozen: from then on each step compresses the momentum."""
+        return self.frozen_at > 0
+
+    # -- DDP -------------------------------------------------------------------------------------
+
+    def attach(self, ddp_model):
+        """Registers skip_after_warmup_hook on a DistributedDataParallel model: DDP's allreduce
+        averages the warm-up gradients (so this optimizer does not average them again), and after
+        the warm-up DDP communicates nothing and each rank's own gradient reaches step()."""
+        if self.steps != 0:
+            raise RuntimeError("terse: attach() before the first step")
+        self._average = False
+        # Recreate the C object with average_gradients off (its options are part of its state).
+        self._free()
+        self._handle = self._create()
+        ddp_model.register_comm_hook(self, skip_after_warmup_hook)
+        return self
+
+    # -- the step --------------------------------------------------------------------------------
+
+    def _alias_params(self):
+        """Makes every parameter's data a view of the flat buffer the C core updates in place,
+        so a step copies no parameters (two full copies per step otherwise, as much time as
+        the update itself for a large model). The Parameter objects stay the same, so DDP, the
+        model and state_dict() see nothing change."""
+        at = 0
+        with torch.no_grad():
+            for p in self._params:
+                n = p.numel()
+                view = self._flat_p[at:at + n].view_as(p)
+                view.copy_(p)
+                p.data = view
+                at += n
+        self._aliased = [p.data_ptr() for p in self._params]
+
+    def _params_aliased(self):
+        return all(p.data_ptr() == ptr for p, ptr in zip(self._params, self._aliased))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self._params_aliased():
+            # Someone replaced a parameter's storage (p.data = ...): take it back into the flat
+            # buffer, values included.
+            self._alias_params()
+        at = 0
+        for p in self._params:
+            n = p.numel()
+            if p.grad is None:
+                self._flat_g[at:at + n].zero_()
+            else:
+                self._flat_g[at:at + n].copy_(p.grad.reshape(-1))
+            at += n
+        lr = float(self.param_groups[0]["lr"])
+        comm = self.communicator
+        pp = ctypes.c_void_p(self._flat_p.data_ptr())
+        gp = ctypes.c_void_p(self._flat_g.data_ptr())
+
+        def call():
+            with comm._lock:
+                check(_lib.lib().terse_onebit_adam_step(self._handle, comm._h(), pp, gp, lr))
+        comm._in_order(call)   # behind any collective the DDP hook queued on this communicator
+        return loss   # the parameters are views of _flat_p: already updated
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def _serialize_raw(self):
+        l = _lib.lib()
+        size = ctypes.c_size_t(0)
+        check(l.terse_onebit_adam_serialize(self._handle, None, ctypes.byref(size)))
+        buf = ctypes.create_string_buffer(size.value)
+        check(l.terse_onebit_adam_serialize(self._handle, buf, ctypes.byref(size)))
+        return buf.raw[:size.value]
+
+    def state_dict(self):
+        """torch's optimizer state_dict plus "terse": the C state's checkpoint bytes (first and
+        second moments, the frozen variance, the worker and server residuals, the step and the
+        phase; docs/optim.md) as a uint8 tensor, so torch.save stores it. Residuals are this
+        rank's: save one file per rank."""
+        sd = super().state_dict()
+        comm = self.communicator
+        sd["terse"] = {"format": _FORMAT, "codec": self.codec, "steps": self.steps,
+                       "frozen_at": self.frozen_at, "rank": comm.rank, "world_size": comm.size,
+                       "state": torch.frombuffer(bytearray(self._serialize_raw()),
+                                                 dtype=torch.uint8)}
+        return sd
+
+    def load_state_dict(self, state_dict, reset_residuals=False):
+        """Loads a state_dict() of a OneBitAdam over the same parameters. A checkpoint taken at
+        another world size loads too: moments and worker residuals carry over, the server residual
+        of the old partition restarts at zero (terse never applies it to another chunk).
+
+        The residuals are the saving rank's own compression error: a rank that loads another
+        rank's file (a grown world's new ranks) passes reset_residuals=True, so that error is not
+        applied twice. The moments are the same in every rank's file."""
+        state_dict = dict(state_dict)
+        ours = state_dict.pop("terse", None)
+        if not isinstance(ours, dict) or ours.get("format") != _FORMAT:
+            raise ValueError(f"terse: not a OneBitAdam state_dict (no 'terse' entry of format "
+                             f"{_FORMAT!r})")
+        data = ours["state"].numpy().tobytes()
+        # Header fields at fixed offsets (docs/optim.md, "Checkpoint format"); the C decoder
+        # validates everything else.
+        if len(data) < 72:
+            raise ValueError("terse: the OneBitAdam state is truncated")
+        count = int.from_bytes(data[8:16], "little")
+        averaged = int.from_bytes(data[68:72], "little")
+        if count != self.count:
+            raise ValueError(f"terse: the checkpoint holds state for {count} elements, these "
+                             f"parameters have {self.count}")
+        if bool(averaged) != self._average:
+            raise ValueError("terse: the checkpoint was saved " +
+                             ("without" if averaged else "with") + " attach() to a DDP model "
+                             "and this optimizer is " + ("" if self._average else "not ") +
+                             "attached; attach() (or not) as when it was saved, then load")
+        handle = ctypes.c_void_p()
+        check(_lib.lib().terse_onebit_adam_deserialize(data, len(data), ctypes.byref(handle)))
+        super().load_state_dict(state_dict)
+        self._free()
+        self._handle = handle
+        self.codec = ours["codec"]
+        if reset_residuals:
+            _lib.lib().terse_onebit_adam_reset_residuals(self._handle)
+
+
+def skip_after_warmup_hook(optimizer, bucket):
+    """DDP communication hook for OneBitAdam.attach(): DDP's allreduce of the bucket (averaged)
+    during warm-up; afterwards the bucket's own gradients, unchanged and unsent, since
+    OneBitAdam's step does the only communication."""
+    tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+    if optimizer.frozen:
+        fut = torch.futures.Future()
+        fut.set_result(tensor)
+        return fut
+    import torch.distributed as dist
+    group = dist.group.WORLD
+    world = dist.get_world_size(group)
+    tensor.div_(world)
+    work = dist.all_reduce(tensor, group=group, async_op=True)
+    return work.get_future().then(lambda f: f.value()[0])

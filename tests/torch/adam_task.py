@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""A small character-level transformer trained with Adam on 4 ranks, each on its own kind of
+text (non-IID), to show what compression does to Adam and that terse.optim.OneBitAdam fixes it.
+
+Runs (one torchrun of --world ranks, gloo for DDP, terse on loopback), same model, data, steps:
+  adamw          torch.optim.AdamW, DDP's own uncompressed allreduce (the baseline)
+  hook-onebit    torch.optim.AdamW, terse's DDP hook with onebit and error feedback on gradients
+  onebit-adam    terse.optim.OneBitAdam(codec="onebit") attached to DDP
+  topk-adam      terse.optim.OneBitAdam(codec="topk:ratio=0.01") attached to DDP (--all)
+
+Checks (exit 1 with FAIL on any): OneBitAdam with onebit ends within --tolerance (2%) of AdamW's
+held-out loss; the gradient hook's onebit with Adam ends more than that above it (so the check
+can fail when the optimizer does nothing); every run's weights are bit-identical on all ranks.
+Prints one line per run: held-out loss, ratio to AdamW, seconds. SKIP (77) without torch.
+
+    python3 tests/torch/adam_task.py drive --work /tmp/adam-task [--steps 300] [--all]
+
+The text is generated here (no download): four "topics" of sentences from small grammars, one
+per rank; the held-out text mixes all four.
+"""
+import argparse
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+
+SKIP = 77
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# ---- text -------------------------------------------------------------------------------------
+
+TOPICS = [
+    # animals
+    (["the cat", "a dog", "my bird", "the old fox", "a small mouse"],
+     ["eats", "sees", "chases", "likes", "finds"],
+     ["the fish", "a bone", "some seeds", "the red ball", "a warm bed"],
+     ["quickly", "at night", "in the garden", "again"]),
+    # kitchen
+    (["the cook", "my aunt", "a baker", "the chef"],
+     ["bakes", "cuts", "boils", "stirs", "serves"],
+     ["fresh bread", "two onions", "the soup", "a lemon cake", "green beans"],
+     ["slowly", "for lunch", "with care", "every morning"]),
+    # weather
+    (["the wind", "cold rain", "the sun", "a storm", "thick fog"],
+     ["covers", "hits", "warms", "leaves", "crosses"],
+     ["the hills", "the town", "our roof", "the long road", "the harbour"],
+     ["today", "in winter", "all week", "before dawn"]),
+    # numbers
+    (["seven", "twelve", "three", "forty", "nine"],
+     ["plus", "times", "minus"],
+     ["one", "two", "five", "ten", "eight"],
+     ["is a number", "makes more", "makes less"]),
+]
+
+
+def sentence(rng, topic):
+    subj, verb, obj, tail = TOPICS[topic]
+    words = [rng.choice(subj), rng.choice(verb), rng.choice(obj)]
+    if rng.random() < 0.6:
+        words.append(rng.choice(tail))
+    return " ".join(words) + ". "
+
+
+def text(seed, topics, chars):
+    rng = random.Random(seed)
+    out, n = [], 0
+    while n < chars:
+        s = sentence(rng, rng.choice(topics))
+        out.append(s)
+        n += len(s)
+    return "".join(out)[:chars]
+
+
+def alphabet():
+    chars = set(". ")
+    for topic in TOPICS:
+        for part in topic:
+            for phrase in part:
+                chars.update(phrase)
+    return sorted(chars)
+
+
+# ---- model ------------------------------------------------------------------------------------
+
+def make_model(vocab, ctx, d=64, layers=2, heads=4):
+    import torch
+    import torch.nn as nn
+
+    class TinyLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, d)
+            self.pos = nn.Parameter(0.02 * torch.randn(ctx, d))
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True,
+                                               norm_first=True)
+            self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab)
+            self.register_buffer("mask", torch.triu(torch.full((ctx, ctx), float("-inf")), 1))
+
+        def forward(self, x):
+            t = x.shape[1]
+            h = self.emb(x) + self.pos[:t]
+            h = self.blocks(h, mask=self.mask[:t, :t])
+            return self.head(self.norm(h))
+
+    torch.manual_seed(1234)
+    return TinyLM()
+
+
+# ---- one rank ---------------------------------------------------------------------------------
+
+def worker(args):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import terse.ddp
+    import terse.optim
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    chars = alphabet()
+    index = {c: i for i, c in enumerate(chars)}
+    ctx, batch = args.ctx, args.batch
+    mine = torch.tensor([index[c] for c in text(100 + rank, [rank % len(TOPICS)], 200_000)])
+    held = torch.tensor([index[c] for c in text(999, list(range(len(TOPICS))), 40_000)])
+    held = held[: (len(held) // (ctx + 1)) * (ctx + 1)].view(-1, ctx + 1)
+
+    def held_out_loss(model):
+        with torch.no_grad():
+            logits = model(held[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, len(chars)), held[:, 1:].reshape(-1)).item()
+
+    runs = ["adamw", "hook-onebit", "onebit-adam"] + (["topk-adam"] if args.all else [])
+    results = {}
+    for name in runs:
+        net = make_model(len(chars), ctx)
+        model = DDP(net)
+        if name in ("adamw", "hook-onebit"):
+            opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+            if name == "hook-onebit":
+                terse.ddp.register(model, "onebit")
+        else:
+            codec = "onebit" if name == "onebit-adam" else "topk:ratio=0.01"
+            opt = terse.optim.OneBitAdam(model.parameters(), lr=args.lr, weight_decay=0.01,
+                                         codec=codec, warmup_steps=args.warmup)
+            opt.attach(model)
+        gen = torch.Generator().manual_seed(7 + rank)
+        dist.barrier()
+        start = time.time()
+        for step in range(args.steps):
+            at = torch.randint(0, len(mine) - ctx - 1, (batch,), generator=gen)
+            seq = torch.stack([mine[a:a + ctx + 1] for a in at.tolist()])
+            logits = model(seq[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, len(chars)), seq[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        seconds = time.time() - start
+        flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+        gathered = [torch.empty_like(flat) for _ in range(world)]
+        dist.all_gather(gathered, flat)
+        identical = all(torch.equal(g, gathered[0]) for g in gathered)
+        results[name] = {"held_out": held_out_loss(net), "train_last": loss.item(),
+                         "identical": identical, "seconds": seconds,
+                         "frozen_at": getattr(opt, "frozen_at", None)}
+        if rank == 0:
+            print(f"rank 0: {name}: held-out {results[name]['held_out']:.4f} "
+                  f"({seconds:.1f} s)", flush=True)
+    if rank == 0:
+        with open(os.path.join(args.work, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+    dist.barrier()
+    terse.ddp.shutdown()
+    dist.destroy_process_group()
+
+
+# ---- the driver -------------------------------------------------------------------------------
+
+def free_port_pair():
+    """A port p with p+1 free too (terse's store listens on MASTER_PORT+1 under torchrun)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        try:
+            with socket.socket() as s2:
+                s2.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    sys.exit("FAIL: found no free pair of ports")
+
+
+def drive(args):
+    try:
+        import torch  # noqa: F401
+        import torch.distributed as dist
+    except ImportError as e:
+        print(f"SKIP: torch is not importable by {sys.executable} ({e}); install Debian's "
+              f"python3-torch (scripts/install-deps.sh does)")
+        sys.exit(SKIP)
+    if not dist.is_available() or not dist.is_gloo_available():
+        print("SKIP: this torch has no torch.distributed with gloo")
+        sys.exit(SKIP)
+    os.makedirs(args.work, exist_ok=True)
+    result_file = os.path.join(args.work, "results.json")
+    if os.path.exists(result_file):
+        os.remove(result_file)
+    env = dict(os.environ)
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    env.setdefault("TERSE_CPU_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TERSE_STORE", None)
+    port = free_port_pair()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
+           "--master_addr", "127.0.0.1", "--master_port", str(port),
+           "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(args.work, "logs"),
+           os.path.abspath(__file__), "worker", "--work", args.work, "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--lr", str(args.lr), "--ctx", str(args.ctx),
+           "--batch", str(args.batch)] + (["--all"] if args.all else [])
+    print("+", " ".join(cmd), flush=True)
+    try:
+        done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
+    if done.returncode != 0:
+        sys.exit(f"FAIL: torchrun exited with {done.returncode}")
+    with open(result_file) as f:
+        results = json.load(f)
+    base = results["adamw"]["held_out"]
+    failures = []
+    print(f"{'run':<12} {'held-out':>9} {'vs adamw':>9} {'train':>7} {'seconds':>8}  frozen_at")
+    for name, r in results.items():
+        print(f"{name:<12} {r['held_out']:9.4f} {r['held_out'] / base:9.3f} "
+              f"{r['train_last']:7.3f} {r['seconds']:8.1f}  {r['frozen_at']}")
+        if not r["identical"]:
+            failures.append(f"{name}: the ranks' weights differ")
+    limit = base * (1 + args.tolerance)
+    if results["onebit-adam"]["held_out"] > limit:
+        failures.append(f"OneBitAdam with onebit ends at {results['onebit-adam']['held_out']:.4f}, "
+                        f"more than {args.tolerance:.0%} above AdamW's {base:.4f}")
+    if results["hook-onebit"]["held_out"] <= limit:
+        failures.append(f"the gradient hook's onebit with AdamW ends at "
+                        f"{results['hook-onebit']['held_out']:.4f}, within {args.tolerance:.0%} of "
+                        f"AdamW's {base:.4f}: this task no longer shows the problem OneBitAdam "
+                        f"solves, so it cannot tell whether the optimizer works")
+    if failures:
+        sys.exit("FAIL: " + "; ".join(failures))
+    print("OK: OneBitAdam with onebit within "
+          f"{args.tolerance:.0%} of AdamW, the gradient hook's onebit worse, ranks bit-identical")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("mode", choices=["drive", "worker"])
+    p.add_argument("--work", required=True)
+    p.add_argument("--world", type=int, default=4)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=60)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--ctx", type=int, default=64)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--tolerance", type=float, default=0.02)
+    p.add_argument("--timeout", type=int, default=600)
+    p.add_argument("--all", action="store_true", help="also OneBitAdam with topk")
+    args = p.parse_args()
+    if args.mode == "drive":
+        drive(args)
+    else:
+        worker(args)
+
+
+if __name__ == "__main__":
+    main()
