@@ -26,16 +26,17 @@ volatile sig_atomic_t gInterrupted = 0;
 void onSignal(int sig) { gInterrupted = sig; }
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: terse-run -n N [--nodes K] [--store host:port|dir] [--] command [args...]\n\n"
-               "Starts N ranks of command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,\n"
-               "TERSE_LOCAL_RANK and TERSE_STORE set (by default a TCP store served by rank 0 on\n"
-               "a free 127.0.0.1 port). --nodes K emulates K nodes: the ranks are split into K\n"
-               "blocks of consecutive ranks (the first N %% K one rank larger), each with its own\n"
-               "TERSE_NODE, and TERSE_LOCAL_RANK / TERSE_LOCAL_SIZE within it. Output lines are\n"
-               "prefixed with [rank]. If a rank exits\n"
-               "non-zero or dies, the others are stopped (SIGTERM, then SIGKILL after 3 s) and\n"
-               "terse-run exits non-zero naming the rank.\n");
+  std::fprintf(
+      out,
+      "usage: terse-run -n N [--nodes K] [--store host:port|dir] [--] command [args...]\n\n"
+      "Starts N ranks of command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,\n"
+      "TERSE_LOCAL_RANK and TERSE_STORE set (by default a TCP store served by rank 0 on\n"
+      "a free 127.0.0.1 port). --nodes K emulates K nodes: the ranks are split into K\n"
+      "blocks of consecutive ranks (the first N %% K one rank larger), each with its own\n"
+      "TERSE_NODE, and TERSE_LOCAL_RANK / TERSE_LOCAL_SIZE within it. Output lines are\n"
+      "prefixed with [rank]. If a rank exits\n"
+      "non-zero or dies, the others are stopped (SIGTERM, then SIGKILL after 3 s) and\n"
+      "terse-run exits non-zero naming the rank.\n");
 }
 
 int freeLoopbackPort() {

@@ -109,8 +109,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const bool existed = everSet.count(key) != 0;
       std::string before = existed ? map[key] : std::string();
       answer(map, req.op, key, value, &found, &out);
-      if ((found != 0) != existed) terse::fuzz::fail("set-if-absent misjudged whether the key existed");
-      if (existed && out != before) terse::fuzz::fail("set-if-absent did not answer the value there");
+      if ((found != 0) != existed)
+        terse::fuzz::fail("set-if-absent misjudged whether the key existed");
+      if (existed && out != before)
+        terse::fuzz::fail("set-if-absent did not answer the value there");
       if (!existed && !out.empty()) terse::fuzz::fail("a placing set-if-absent carries a value");
       everSet.insert(key);
       std::string got;

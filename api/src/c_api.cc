@@ -123,9 +123,10 @@ terse::CollectiveOptions options(const char* codec, terse_feedback_t* feedback) 
 // truncated into a valid one (256 would run as float32).
 terse::Status checkEnums(const char* fn, int dtype, int op, bool reduces) {
   if (dtype < TERSE_FLOAT32 || dtype > TERSE_BFLOAT16)
-    return terse::errorInvalidArgument("%s: element type %d is not one of TERSE_FLOAT32, "
-                                       "TERSE_FLOAT16, TERSE_BFLOAT16",
-                                       fn, dtype);
+    return terse::errorInvalidArgument(
+        "%s: element type %d is not one of TERSE_FLOAT32, "
+        "TERSE_FLOAT16, TERSE_BFLOAT16",
+        fn, dtype);
   if (reduces && op != TERSE_SUM && op != TERSE_AVG)
     return terse::errorInvalidArgument("%s: reduction %d is not TERSE_SUM or TERSE_AVG", fn, op);
   return terse::Status::ok();
@@ -134,10 +135,9 @@ terse::Status checkEnums(const char* fn, int dtype, int op, bool reduces) {
 // Runs one collective through the C API: an argument the C layer itself refuses still joins
 // the ranks' agreement (as a rejected call), so the peers fail the same call at once.
 template <typename Submit>
-terse::Work collective(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind,
-                       size_t count, int dtype, int op, Submit&& submit) {
-  terse::Status bad =
-      checkEnums(fn, dtype, op, kind != terse::CollectiveKind::kAllGather);
+terse::Work collective(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind, size_t count,
+                       int dtype, int op, Submit&& submit) {
+  terse::Status bad = checkEnums(fn, dtype, op, kind != terse::CollectiveKind::kAllGather);
   if (!bad.isOk()) return terse::CApiAccess::reject(*comm->comm, kind, count, std::move(bad));
   return submit();
 }
@@ -149,15 +149,13 @@ namespace {
 // The async forms share everything but the kind and the submission.
 template <typename Submit>
 terse_status_t submitAsync(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind,
-                           size_t count, int dtype, int op, terse_work_t** work,
-                           Submit&& submit) {
+                           size_t count, int dtype, int op, terse_work_t** work, Submit&& submit) {
   return guarded([&] {
     if (work == nullptr) {
       // No handle to give back: the call is refused, but it still takes its place among the
       // ranks' calls, so the peers fail it now rather than pair it with this rank's next one.
-      return done(terse::CApiAccess::reject(
-                      *comm->comm, kind, count,
-                      terse::errorInvalidArgument("%s: work is NULL", fn))
+      return done(terse::CApiAccess::reject(*comm->comm, kind, count,
+                                            terse::errorInvalidArgument("%s: work is NULL", fn))
                       .wait());
     }
     terse::Work w = collective(comm, fn, kind, count, dtype, op, submit);
@@ -246,7 +244,8 @@ terse_status_t terse_allreduce(terse_comm_t* comm, const void* send, void* recv,
   TERSE_REQUIRE(comm, "terse_allreduce: comm");
   return guarded([&] {
     return done(collective(comm, "terse_allreduce", terse::CollectiveKind::kAllReduce, count, dtype,
-                           op, [&] {
+                           op,
+                           [&] {
                              return comm->comm->allreduceAsync(
                                  send, recv, count, static_cast<terse::DataType>(dtype),
                                  static_cast<terse::ReduceOp>(op), options(codec, feedback));
@@ -261,7 +260,8 @@ terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* 
   TERSE_REQUIRE(comm, "terse_reduce_scatter: comm");
   return guarded([&] {
     return done(collective(comm, "terse_reduce_scatter", terse::CollectiveKind::kReduceScatter,
-                           count, dtype, op, [&] {
+                           count, dtype, op,
+                           [&] {
                              return comm->comm->reduceScatterAsync(
                                  send, recv, count, static_cast<terse::DataType>(dtype),
                                  static_cast<terse::ReduceOp>(op), options(codec, feedback));
@@ -275,7 +275,8 @@ terse_status_t terse_allgather(terse_comm_t* comm, const void* send, void* recv,
   TERSE_REQUIRE(comm, "terse_allgather: comm");
   return guarded([&] {
     return done(collective(comm, "terse_allgather", terse::CollectiveKind::kAllGather, count, dtype,
-                           TERSE_SUM, [&] {
+                           TERSE_SUM,
+                           [&] {
                              return comm->comm->allgatherAsync(send, recv, count,
                                                                static_cast<terse::DataType>(dtype),
                                                                options(codec, feedback));

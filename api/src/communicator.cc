@@ -242,8 +242,8 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
     TERSE_WARN(kSubsysBoot,
                "rank %d: the launcher (%s) says local rank %d of %d, but the node keys say local "
                "rank %d of %d (%s); terse uses the node keys (set TERSE_NODE to change them)",
-               info.rank, info.localSource.c_str(), info.launcherLocalRank,
-               info.launcherLocalSize, t.localRank, t.localSize, t.describe().c_str());
+               info.rank, info.localSource.c_str(), info.launcherLocalRank, info.launcherLocalSize,
+               t.localRank, t.localSize, t.describe().c_str());
   return comm;
 }
 

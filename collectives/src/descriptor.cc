@@ -22,8 +22,8 @@ CallDescriptor makeDescriptor(const CollectiveOp& op, uint32_t seq, uint32_t wor
   d.magic = kDescriptorMagic;
   d.kind = static_cast<uint8_t>(op.kind);
   d.dtype = static_cast<uint8_t>(op.dtype);
-  const bool reduces = op.kind == CollectiveKind::kAllReduce ||
-                       op.kind == CollectiveKind::kReduceScatter;
+  const bool reduces =
+      op.kind == CollectiveKind::kAllReduce || op.kind == CollectiveKind::kReduceScatter;
   d.op = static_cast<uint8_t>(reduces ? op.op : ReduceOp::kSum);
   d.codec = op.codec ? static_cast<uint8_t>(op.codec->id()) : kCodecNotChosen;
   d.count = op.count;
@@ -51,11 +51,10 @@ std::string describeDescriptor(const CallDescriptor& d) {
   else
     codec = requested + ", which picked " + codecName(static_cast<CodecId>(d.codec));
   // The name functions answer "unknown..." for values outside their enums.
-  return formatString("%s(count=%llu, %s, %s, codec %s)",
-                      collectiveName(static_cast<CollectiveKind>(d.kind)),
-                      static_cast<unsigned long long>(d.count),
-                      dataTypeName(static_cast<DataType>(d.dtype)),
-                      reduceOpName(static_cast<ReduceOp>(d.op)), codec.c_str());
+  return formatString(
+      "%s(count=%llu, %s, %s, codec %s)", collectiveName(static_cast<CollectiveKind>(d.kind)),
+      static_cast<unsigned long long>(d.count), dataTypeName(static_cast<DataType>(d.dtype)),
+      reduceOpName(static_cast<ReduceOp>(d.op)), codec.c_str());
 }
 
 Status checkReceivedDescriptor(CollectiveKind kind, int peer, const CallDescriptor& d, size_t got) {

@@ -143,11 +143,10 @@ Status CollectiveEngine::validate(const CollectiveOp& op, bool needCodec) const 
   // for: allreduce with send == recv, and allgather with send at this rank's part of recv (as
   // NCCL's in-place allgather). Elsewhere they read parts of send after writing parts of recv,
   // so any other overlap would return wrong elements.
-  const bool inPlace =
-      (op.kind == CollectiveKind::kAllReduce && op.send == op.recv) ||
-      (op.kind == CollectiveKind::kAllGather && op.recv != nullptr &&
-       op.send == static_cast<const uint8_t*>(op.recv) +
-                      chunkRange(op.count, n, r).begin * dataTypeSize(op.dtype));
+  const bool inPlace = (op.kind == CollectiveKind::kAllReduce && op.send == op.recv) ||
+                       (op.kind == CollectiveKind::kAllGather && op.recv != nullptr &&
+                        op.send == static_cast<const uint8_t*>(op.recv) +
+                                       chunkRange(op.count, n, r).begin * dataTypeSize(op.dtype));
   if (sendCount > 0 && recvCount > 0 && !inPlace) {
     const size_t es = dataTypeSize(op.dtype);
     const auto at = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
@@ -241,9 +240,9 @@ Status CollectiveEngine::barrier() {
   ++stats_.barriers;
   Status agreed = exchangeDescriptors(op, seq);
   if (agreed.isOk() || agreed.code() == StatusCode::kInvalidUsage) return agreed;
-  return giveUp(op, seq,
-                agreed.withContext(formatString("barrier (call #%u) on rank %d", seq,
-                                                 transport_.rank())));
+  return giveUp(
+      op, seq,
+      agreed.withContext(formatString("barrier (call #%u) on rank %d", seq, transport_.rank())));
 }
 
 CollectiveStats::Kind& CollectiveEngine::statsOf(const CollectiveOp& op) {
@@ -266,8 +265,7 @@ void CollectiveEngine::countCall(const CollectiveOp& op, const Status& status,
     ++k.failures;
   }
   k.wireBytes += bytesSent_ - bytesBefore;
-  k.seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  k.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   k.compressSeconds += compressSeconds_;
   k.reduceSeconds += reduceSeconds_;
   compressSeconds_ = reduceSeconds_ = 0;

@@ -120,12 +120,12 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       if (g >= segmentCount(c.length, seg)) continue;
       Range sg = segmentRange(c.length, seg, g);
       size_t off = c.begin + sg.begin;
-      TERSE_ASSIGN_OR_RETURN(
-          size_t bytes, timed(compressSeconds_, [&] {
-            return codec.compress(input + off * es, op.dtype, sg.length,
-                                  worker ? worker + off : nullptr, slotPtr(sendWire, j, g), stride,
-                                  codecCall(op, nonceFor(seq, r, j, g, 0)));
-          }));
+      TERSE_ASSIGN_OR_RETURN(size_t bytes, timed(compressSeconds_, [&] {
+                               return codec.compress(input + off * es, op.dtype, sg.length,
+                                                     worker ? worker + off : nullptr,
+                                                     slotPtr(sendWire, j, g), stride,
+                                                     codecCall(op, nonceFor(seq, r, j, g, 0)));
+                             }));
       if (j == r) {
         ownBytes[g] = bytes;
       } else {
@@ -153,9 +153,9 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(contribSlot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          timed(reduceSeconds_,
-                [&] { return codec.decompressAccumulate(wire, bytes, acc, sg.length, codecCall(op)); })
-              .withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
+          timed(reduceSeconds_, [&] {
+            return codec.decompressAccumulate(wire, bytes, acc, sg.length, codecCall(op));
+          }).withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
       transport_.progress();
     }
     uint8_t* out = output + (allreduce ? mine.begin + sg.begin : sg.begin) * es;
@@ -195,13 +195,11 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       size_t bytes = 0;
       TERSE_RETURN_IF_ERROR(reqs.wait(gatherSlot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          timed(reduceSeconds_,
-                [&] {
-                  return codec.decompress(slotPtr(gatherWire, i, g), bytes,
-                                          output + (c.begin + sg.begin) * es, op.dtype, sg.length,
-                                          codecCall(op));
-                })
-              .withContext(formatString("result of chunk %d segment %zu from rank %d", i, g, i)));
+          timed(reduceSeconds_, [&] {
+            return codec.decompress(slotPtr(gatherWire, i, g), bytes,
+                                    output + (c.begin + sg.begin) * es, op.dtype, sg.length,
+                                    codecCall(op));
+          }).withContext(formatString("result of chunk %d segment %zu from rank %d", i, g, i)));
       transport_.progress();
     }
     return Status::ok();
@@ -272,12 +270,10 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(slot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          timed(reduceSeconds_,
-                [&] {
-                  return codec.decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es,
-                                          op.dtype, sg.length, codecCall(op));
-                })
-              .withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
+          timed(reduceSeconds_, [&] {
+            return codec.decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es,
+                                    op.dtype, sg.length, codecCall(op));
+          }).withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
     }
   }
   return reqs.waitAll();

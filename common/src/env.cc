@@ -21,8 +21,8 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "inverts the list.",
        0, 0, "INIT,COLL,NET,CODEC,BOOT,PLUGIN,ALL"},
       {"TERSE_CPU_THREADS", "int", "0",
-       "Threads used by CPU codec kernels on large buffers; 0 means one per hardware thread.",
-       0, 1024},
+       "Threads used by CPU codec kernels on large buffers; 0 means one per hardware thread.", 0,
+       1024},
       {"TERSE_RANK", "int", "",
        "This process's rank. When unset, taken from OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID "
        "or RANK (torchrun).",
@@ -93,16 +93,15 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "the link has none, e.g. loopback).",
        0, 100000000},
       {"TERSE_NET_MAX_RECVS", "int", "8",
-       "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8.",
-       1, 8},
+       "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8.", 1, 8},
       {"TERSE_NET_LOSSLESS", "bool", "0",
        "NCCL net plugin: compress sends of at least TERSE_NET_LOSSLESS_MIN_BYTES with zstd "
        "(lossless; incompressible messages go raw). Must be the same on every rank: connections "
        "between ranks that differ fail. Pays only on slow links with compressible data (see "
        "docs/nccl-plugin.md)."},
       {"TERSE_NET_LOSSLESS_MIN_BYTES", "int", "65536",
-       "NCCL net plugin: smallest send that TERSE_NET_LOSSLESS compresses, 256..2^30 bytes.",
-       256, int64_t{1} << 30},
+       "NCCL net plugin: smallest send that TERSE_NET_LOSSLESS compresses, 256..2^30 bytes.", 256,
+       int64_t{1} << 30},
       {"TERSE_COLLNET_CODEC", "string", "none",
        "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
        "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec is a "
@@ -260,8 +259,8 @@ Result<bool> envBool(const char* name) {
   if (!strcasecmp(t, "0") || !strcasecmp(t, "false") || !strcasecmp(t, "no") ||
       !strcasecmp(t, "off") || text.empty())
     return false;
-  return errorInvalidArgument("%s='%s' is not a boolean (accepted: %s)", name,
-                              quoted(text).c_str(), envAccepted(*info).c_str());
+  return errorInvalidArgument("%s='%s' is not a boolean (accepted: %s)", name, quoted(text).c_str(),
+                              envAccepted(*info).c_str());
 }
 
 Result<std::string> envEnum(const char* name) {

@@ -159,12 +159,12 @@ Result<ErrorFeedback> ErrorFeedback::create(const std::string& codecSpec, size_t
   try {
     ef.worker_.assign(count, 0.0f);
   } catch (const std::bad_alloc&) {
-    return errorSystem("error-feedback state for %zu elements: out of memory for %zu bytes of "
-                       "residuals",
-                       count, count * sizeof(float));
+    return errorSystem(
+        "error-feedback state for %zu elements: out of memory for %zu bytes of "
+        "residuals",
+        count, count * sizeof(float));
   } catch (const std::length_error&) {
-    return errorInvalidArgument("error-feedback state for %zu elements: too many elements",
-                                count);
+    return errorInvalidArgument("error-feedback state for %zu elements: too many elements", count);
   }
   return ef;
 }

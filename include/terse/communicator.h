@@ -114,9 +114,10 @@ class Communicator {
   // A negative color takes part but joins none: the result is then null. The new communicator
   // shares this one's connections and collective thread (its calls run in submission order
   // with this one's) in a tag space of its own, so calls on different communicators never
-  // match; either may be destroyed first (the connections live while one uses them). A rank that dies fails the calls of every
-  // communicator containing it, and a failure that makes one of them give up aborts the shared
-  // connections, so the others fail too. At most 62 splits per world (tag spaces).
+  // match; either may be destroyed first (the connections live while one uses them). A rank that
+  // dies fails the calls of every communicator containing it, and a failure that makes one of them
+  // give up aborts the shared connections, so the others fail too. At most 62 splits per world (tag
+  // spaces).
   Result<std::unique_ptr<Communicator>> split(int color, int key);
 
   // See the thread-safety note above. `why` becomes this rank's error for every operation.
@@ -192,8 +193,8 @@ class Communicator {
   std::shared_ptr<Shared> shared_;
   // Split communicators: the group view of the shared transport (transport/group.h).
   std::unique_ptr<Transport> group_;
-  Transport* transport_;       // group_, or the shared transport itself
-  CollectiveWorker* worker_;   // the shared thread
+  Transport* transport_;        // group_, or the shared transport itself
+  CollectiveWorker* worker_;    // the shared thread
   std::vector<int> rootRanks_;  // this communicator's ranks as ranks of the shared transport
   std::chrono::milliseconds timeout_;
   Topology topology_;

@@ -12,10 +12,10 @@ namespace terse {
 struct Topology {
   // Nodes are numbered by their lowest rank: node 0 holds rank 0.
   std::vector<int> nodeOfRank;
-  int node = 0;        // this rank's node
+  int node = 0;  // this rank's node
   int nodeCount = 1;
-  int localRank = 0;   // this rank's index among its node's ranks, in rank order
-  int localSize = 1;   // ranks on this rank's node
+  int localRank = 0;  // this rank's index among its node's ranks, in rank order
+  int localSize = 1;  // ranks on this rank's node
 
   // Ranks of `node`, in rank order.
   std::vector<int> ranksOn(int node) const;

@@ -97,11 +97,10 @@ Result<BootstrapInfo> readBootstrapEnv() {
                                 info.rank, info.rankSource.c_str(), info.size - 1, info.size);
   info.localRank = local ? static_cast<int>(*local) : info.rank;
   std::string localSizeSource;
-  TERSE_ASSIGN_OR_RETURN(
-      auto localSize,
-      firstInt("TERSE_LOCAL_SIZE",
-               {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"},
-               &localSizeSource));
+  TERSE_ASSIGN_OR_RETURN(auto localSize, firstInt("TERSE_LOCAL_SIZE",
+                                                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                                   "LOCAL_WORLD_SIZE"},
+                                                  &localSizeSource));
   if (local) info.launcherLocalRank = static_cast<int>(*local);
   if (localSize) info.launcherLocalSize = static_cast<int>(*localSize);
   info.localSource = localSource + (localSize ? (local ? " and " : "") + localSizeSource : "");

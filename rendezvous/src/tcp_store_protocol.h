@@ -1,6 +1,6 @@
 // The TCP store's frames (private to rendezvous; fuzz/fuzz_store.cc drives them without sockets).
-//   request  = op (u8: 1 set, 2 get, 3 set-if-absent) | key length (u32) | value length (u32) | key | value
-//   response = found (u8) | value length (u32) | value
+//   request  = op (u8: 1 set, 2 get, 3 set-if-absent) | key length (u32) | value length (u32) | key
+//   | value response = found (u8) | value length (u32) | value
 // Lengths are little-endian host order (every rank runs on the same kind of machine).
 #pragma once
 
@@ -32,7 +32,8 @@ inline bool parseRequestHead(const uint8_t* p, RequestHead* out) {
   h.op = p[0];
   std::memcpy(&h.keyLen, p + 1, 4);
   std::memcpy(&h.valueLen, p + 5, 4);
-  if ((h.op != kOpSet && h.op != kOpGet && h.op != kOpSetIfAbsent) || h.keyLen > kMaxField || h.valueLen > kMaxField)
+  if ((h.op != kOpSet && h.op != kOpGet && h.op != kOpSetIfAbsent) || h.keyLen > kMaxField ||
+      h.valueLen > kMaxField)
     return false;
   *out = h;
   return true;

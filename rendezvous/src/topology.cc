@@ -28,8 +28,7 @@ std::string Topology::describe() const {
     return std::to_string(nodeCount) + (nodeCount == 1 ? " node x " : " nodes x ") +
            std::to_string(ranksOn(0).size()) + (ranksOn(0).size() == 1 ? " rank" : " ranks");
   std::string sizes;
-  for (int k = 0; k < nodeCount; ++k)
-    sizes += (k ? "+" : "") + std::to_string(ranksOn(k).size());
+  for (int k = 0; k < nodeCount; ++k) sizes += (k ? "+" : "") + std::to_string(ranksOn(k).size());
   return std::to_string(nodeCount) + " nodes (" + sizes + " ranks)";
 }
 

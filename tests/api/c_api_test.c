@@ -128,9 +128,9 @@ int main(void) {
       const int hn = terse_comm_size(half);
       CHECK(hn == (n - rank % 2 + 1) / 2, "split size %d of %d ranks", hn, n);
       float one = (float)(rank + 1), sum = 0.0f, want = 0.0f;
-      CHECK(terse_allreduce(half, &one, &sum, 1, TERSE_FLOAT32, TERSE_SUM, "none", NULL) ==
-                TERSE_OK,
-            "allreduce on the split");
+      CHECK(
+          terse_allreduce(half, &one, &sum, 1, TERSE_FLOAT32, TERSE_SUM, "none", NULL) == TERSE_OK,
+          "allreduce on the split");
       for (int r = rank % 2; r < n; r += 2) want += (float)(r + 1);
       CHECK(sum == want, "split sum %g, expected %g", sum, want);
       terse_comm_destroy(half);
@@ -172,8 +172,8 @@ int main(void) {
     float* part = malloc((len ? len : 1) * sizeof(float));
     float* all = malloc(kCount * sizeof(float));
     terse_work_t *rs = NULL, *ag = NULL;
-    CHECK(terse_reduce_scatter_async(comm, in, part, kCount, TERSE_FLOAT32, TERSE_SUM, "none",
-                                     NULL, &rs) == TERSE_OK,
+    CHECK(terse_reduce_scatter_async(comm, in, part, kCount, TERSE_FLOAT32, TERSE_SUM, "none", NULL,
+                                     &rs) == TERSE_OK,
           "reduce_scatter_async");
     CHECK(terse_work_wait(rs) == TERSE_OK, "reduce_scatter wait");
     terse_work_free(rs);
@@ -196,8 +196,9 @@ int main(void) {
   terse_stats_t st;
   memset(&st, 0xff, sizeof st);
   CHECK(terse_comm_stats(comm, &st) == TERSE_OK, "stats");
-  CHECK(st.allreduce.calls >= 6 && st.allreduce.failures == 3, "allreduce calls %llu, failures %llu",
-        (unsigned long long)st.allreduce.calls, (unsigned long long)st.allreduce.failures);
+  CHECK(st.allreduce.calls >= 6 && st.allreduce.failures == 3,
+        "allreduce calls %llu, failures %llu", (unsigned long long)st.allreduce.calls,
+        (unsigned long long)st.allreduce.failures);
   CHECK(st.barriers == 1, "barriers %llu", (unsigned long long)st.barriers);
   CHECK(n == 1 || st.allreduce.wire_bytes > 0, "wire bytes with %d ranks", n);
   CHECK(st.allreduce.raw_bytes >= 6ull * kCount * 4, "raw bytes %llu",

@@ -429,8 +429,8 @@ static void case_feedback_huge(void) {
   for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; ++c) {
     terse_feedback_t* fb = NULL;
     terse_status_t s = terse_feedback_create(codecs[c], SIZE_MAX, &fb);
-    printf("misuse_c_test: case %s: rank %d: feedback_create(%s, SIZE_MAX): %s\n", current_case, rank,
-           codecs[c], terse_status_name(s));
+    printf("misuse_c_test: case %s: rank %d: feedback_create(%s, SIZE_MAX): %s\n", current_case,
+           rank, codecs[c], terse_status_name(s));
     if (s != TERSE_INVALID_ARGUMENT)
       fail("feedback_create(%s, SIZE_MAX) gave %s, expected invalid argument", codecs[c],
            terse_status_name(s));
@@ -481,8 +481,9 @@ static void case_avg_extreme(void) {
   if (s != TERSE_OK) fail("AVG allreduce: %s", terse_status_name(s));
   for (int i = 0; i < kCount; ++i) {
     int ok = world == 1 ? out[i] == 3e38f : (isinf(out[i]) && out[i] > 0);
-    if (!ok) fail("AVG of 3e38 on %d ranks: element %d is %g (contract: %s)", world, i, out[i],
-                  world == 1 ? "3e38" : "+Inf");
+    if (!ok)
+      fail("AVG of 3e38 on %d ranks: element %d is %g (contract: %s)", world, i, out[i],
+           world == 1 ? "3e38" : "+Inf");
   }
   printf("misuse_c_test: case %s: rank %d: AVG of 3e38 on %d ranks is %g\n", current_case, rank,
          world, out[0]);

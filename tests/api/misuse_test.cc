@@ -75,7 +75,8 @@ void expectUsable(std::vector<std::unique_ptr<Communicator>>& comms, const std::
     return c.allreduce(in.data(), out[r].data(), count, DataType::kFloat32, ReduceOp::kSum);
   });
   for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(res[r].status.isOk()) << after << ": rank " << r << ": " << res[r].status.toString();
+    ASSERT_TRUE(res[r].status.isOk())
+        << after << ": rank " << r << ": " << res[r].status.toString();
     for (size_t i = 0; i < count; ++i)
       ASSERT_EQ(out[r][i], static_cast<float>(n * (n + 1) / 2 * (i % 7)))
           << after << ": rank " << r << " element " << i;
@@ -89,7 +90,8 @@ void expectRefusedEverywhere(std::vector<std::unique_ptr<Communicator>>& comms,
                              const std::function<Status(Communicator&)>& good,
                              const std::function<Status(Communicator&)>& bad) {
   const int n = static_cast<int>(comms.size()), culprit = n - 1;
-  auto res = onEachRank(comms, [&](int r, Communicator& c) { return r == culprit ? bad(c) : good(c); });
+  auto res =
+      onEachRank(comms, [&](int r, Communicator& c) { return r == culprit ? bad(c) : good(c); });
   for (int r = 0; r < n; ++r) {
     SCOPED_TRACE(what + ", rank " + std::to_string(r));
     EXPECT_EQ(res[r].status.code(), r == culprit ? ownCode : StatusCode::kInvalidUsage)
@@ -247,7 +249,8 @@ TEST(Misuse, DisagreementsFailEveryRankAtOnceAndNameBothCalls) {
   }
   expectUsable(comms, "barrier against allreduce");
   // int8 against fp16: both specs in the message, not hashes.
-  res = onEachRank(comms, [](int r, Communicator& c) { return allreduceWith(c, r ? "fp16" : "int8"); });
+  res = onEachRank(comms,
+                   [](int r, Communicator& c) { return allreduceWith(c, r ? "fp16" : "int8"); });
   for (auto& o : res) {
     EXPECT_EQ(o.status.code(), StatusCode::kInvalidUsage);
     EXPECT_NE(o.status.message().find("codec int8"), std::string::npos) << o.status.toString();
@@ -267,7 +270,8 @@ TEST(Misuse, DisagreementsFailEveryRankAtOnceAndNameBothCalls) {
   }
   expectUsable(comms, "auto against int8");
   // Once auto is calibrated it would pick int8 without calibrating: still a disagreement.
-  res = onEachRank(comms, [](int, Communicator& c) { return allreduceWith(c, "auto:max=int8", 1000); });
+  res = onEachRank(comms,
+                   [](int, Communicator& c) { return allreduceWith(c, "auto:max=int8", 1000); });
   for (auto& o : res) ASSERT_TRUE(o.status.isOk()) << o.status.toString();
   res = onEachRank(comms, [](int r, Communicator& c) {
     return allreduceWith(c, r ? "int8" : "auto:max=int8", 1000);
@@ -353,9 +357,8 @@ TEST(Misuse, OnebitKeepsHugeFiniteBlocksFinite) {
                                   wire.data(), wire.size());
   ASSERT_TRUE(bytes.isOk()) << bytes.status().toString();
   std::vector<float> out(in.size());
-  ASSERT_TRUE((*codec)
-                  ->decompress(wire.data(), *bytes, out.data(), DataType::kFloat32, out.size())
-                  .isOk());
+  ASSERT_TRUE(
+      (*codec)->decompress(wire.data(), *bytes, out.data(), DataType::kFloat32, out.size()).isOk());
   for (size_t i = 0; i < out.size(); ++i) {
     EXPECT_TRUE(std::isfinite(out[i])) << "element " << i << " decoded to " << out[i];
     EXPECT_TRUE(std::isfinite(ef->worker()[i])) << "residual " << i;
@@ -384,7 +387,8 @@ TEST(Misuse, TwoClaimsOfOneRankFailTheRendezvous) {
   std::vector<std::thread> threads;
   auto start = Clock::now();
   for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] { res[r] = storeAllGather(*store, "dup", r, 2, "x", kTimeout).status(); });
+    threads.emplace_back(
+        [&, r] { res[r] = storeAllGather(*store, "dup", r, 2, "x", kTimeout).status(); });
   for (auto& t : threads) t.join();
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << "nobody waits out the timeout";
   EXPECT_NE(res[1].message().find("rank 1 was started twice: pid 1 on elsewhere holds it"),
@@ -419,17 +423,26 @@ TEST(Misuse, MalformedSettingsAreRefusedByName) {
     const char* name;
     const char* value;
   } cases[] = {
-      {"TERSE_CPU_THREADS", "abc"},        {"TERSE_CPU_THREADS", "-1"},
-      {"TERSE_CPU_THREADS", "100000"},     {"TERSE_DEBUG", "whatever"},
-      {"TERSE_DEBUG_SUBSYS", "BOGUS"},     {"TERSE_DEBUG_SUBSYS", "COLL,^NET"},
-      {"TERSE_SEGMENT_BYTES", "abc"},      {"TERSE_SEGMENT_BYTES", "0"},
-      {"TERSE_SEGMENT_BYTES", "1"},        {"TERSE_SEGMENT_BYTES", "-5"},
+      {"TERSE_CPU_THREADS", "abc"},
+      {"TERSE_CPU_THREADS", "-1"},
+      {"TERSE_CPU_THREADS", "100000"},
+      {"TERSE_DEBUG", "whatever"},
+      {"TERSE_DEBUG_SUBSYS", "BOGUS"},
+      {"TERSE_DEBUG_SUBSYS", "COLL,^NET"},
+      {"TERSE_SEGMENT_BYTES", "abc"},
+      {"TERSE_SEGMENT_BYTES", "0"},
+      {"TERSE_SEGMENT_BYTES", "1"},
+      {"TERSE_SEGMENT_BYTES", "-5"},
       {"TERSE_SEGMENT_BYTES", "9223372036854775807"},
-      {"TERSE_PIPELINE_DEPTH", "x"},       {"TERSE_PIPELINE_DEPTH", "0"},
-      {"TERSE_PIPELINE_DEPTH", "9999"},    {"TERSE_SMALL_BYTES", "-1"},
+      {"TERSE_PIPELINE_DEPTH", "x"},
+      {"TERSE_PIPELINE_DEPTH", "0"},
+      {"TERSE_PIPELINE_DEPTH", "9999"},
+      {"TERSE_SMALL_BYTES", "-1"},
       {"TERSE_TIMEOUT_MS", "9223372036854775807"},
-      {"TERSE_TIMEOUT_MS", "0x10"},        {"TERSE_TIMEOUT_MS", " 10"},
-      {"TERSE_TRANSPORT", "tcp"},          {"TERSE_NET_LOSSLESS", "maybe"},
+      {"TERSE_TIMEOUT_MS", "0x10"},
+      {"TERSE_TIMEOUT_MS", " 10"},
+      {"TERSE_TRANSPORT", "tcp"},
+      {"TERSE_NET_LOSSLESS", "maybe"},
       {"TERSE_WORLD_SIZE", "2147483648"},
   };
   for (const Bad& b : cases) {

@@ -82,8 +82,8 @@ TEST(Split, ColorsFormCommunicatorsOrderedByKeyThatRunBesideTheParent) {
   // Async calls on parent and child in flight at once complete in submission order.
   onEachRank(n, [&](int r) {
     std::vector<float> a(3000, 1.0f), b(3000, 1.0f), ao(3000), bo(3000);
-    Work wa = world[r]->allreduceAsync(a.data(), ao.data(), a.size(), DataType::kFloat32,
-                                       ReduceOp::kSum);
+    Work wa =
+        world[r]->allreduceAsync(a.data(), ao.data(), a.size(), DataType::kFloat32, ReduceOp::kSum);
     Work wb = halves[r]->allreduceAsync(b.data(), bo.data(), b.size(), DataType::kFloat32,
                                         ReduceOp::kSum);
     EXPECT_TRUE(wb.wait().isOk());
@@ -169,8 +169,7 @@ TEST(GroupTransport, RefusesWhatIsNotAGroup) {
   TransportRequest* req = nullptr;
   char byte = 0;
   EXPECT_EQ((*g)->isend(2, 0, &byte, 1, &req).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ((*g)->isend(0, kMaxGroupTag + 1, &byte, 1, &req).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*g)->isend(0, kMaxGroupTag + 1, &byte, 1, &req).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -85,8 +85,8 @@ TEST(Stats, WireBytesAreWhatTheTransportWasHandedForEveryCodec) {
     w.onEachRank([&](int, Communicator& c) {
       std::vector<float> in(count, 0.5f), out(count);
       CollectiveOptions o{codec};
-      EXPECT_TRUE(c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, o)
-                      .isOk());
+      EXPECT_TRUE(
+          c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, o).isOk());
       std::vector<uint16_t> half(count, 0x3c00), part(c.partOf(count).second);
       EXPECT_TRUE(
           c.reduceScatter(half.data(), part.data(), count, DataType::kFloat16, ReduceOp::kAvg, o)
@@ -126,8 +126,8 @@ TEST(Stats, PerCodecWireBytesFollowTheCodec) {
     World w(2);
     w.onEachRank([&](int, Communicator& c) {
       std::vector<float> in(1 << 18, 1.0f), out(1 << 18);
-      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
-                              ReduceOp::kSum, CollectiveOptions{codec})
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum,
+                              CollectiveOptions{codec})
                       .isOk());
     });
     const CollectiveStats st = w.comms[0]->stats();
@@ -149,8 +149,8 @@ TEST(Stats, FailuresAndAutoPicksAreCounted) {
                            CollectiveOptions{r ? "bogus" : "none"});
     EXPECT_FALSE(s.isOk());
     for (int i = 0; i < 3; ++i)
-      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
-                              ReduceOp::kSum, CollectiveOptions{"auto:max=onebit"})
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum,
+                              CollectiveOptions{"auto:max=onebit"})
                       .isOk());
   });
   for (int r = 0; r < 2; ++r) {

@@ -104,11 +104,12 @@ TEST(CallDescriptor, DisagreementNamesBothSpecs) {
   op.codec = fp16->get();
   std::vector<CallDescriptor> theirs(2, makeDescriptor(op, 3, 2));
   Status st = checkDescriptorsAgree(mine, theirs.data(), 2, 0, 3, false);
-  EXPECT_EQ(st.message(),
-            "ranks disagree on collective call #3: rank 1 called allreduce(count=10, float32, "
-            "sum, codec fp16) but rank 0 (this rank) called allreduce(count=10, float32, sum, "
-            "codec int8:block=512,round=nearest,seed=0); every rank must make the same calls in the "
-            "same order");
+  EXPECT_EQ(
+      st.message(),
+      "ranks disagree on collective call #3: rank 1 called allreduce(count=10, float32, "
+      "sum, codec fp16) but rank 0 (this rank) called allreduce(count=10, float32, sum, "
+      "codec int8:block=512,round=nearest,seed=0); every rank must make the same calls in the "
+      "same order");
   // auto that picked int8 against a plain int8: the codec is the same, the calls are not.
   op.codec = int8->get();
   const std::string autoSpec = "auto:max=int8";

@@ -69,13 +69,11 @@ class GroupTransport final : public Transport {
 
 }  // namespace
 
-Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent,
-                                                        std::vector<int> members,
+Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent, std::vector<int> members,
                                                         uint32_t space) {
   if (space < 1 || space > kMaxGroupSpace)
     return errorInvalidArgument("group tag space %u is outside 1..%u", space, kMaxGroupSpace);
-  if (members.empty())
-    return errorInvalidArgument("a group needs at least one member");
+  if (members.empty()) return errorInvalidArgument("a group needs at least one member");
   std::vector<int> sorted = members;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
@@ -86,8 +84,7 @@ Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent,
   if (me == members.end())
     return errorInvalidArgument("rank %d builds a group it is not a member of", parent.rank());
   const int rank = static_cast<int>(me - members.begin());
-  return std::unique_ptr<Transport>(
-      new GroupTransport(parent, std::move(members), space, rank));
+  return std::unique_ptr<Transport>(new GroupTransport(parent, std::move(members), space, rank));
 }
 
 }  // namespace terse

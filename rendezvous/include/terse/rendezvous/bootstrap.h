@@ -24,8 +24,8 @@ struct BootstrapInfo {
   // derives itself; -1 where it said nothing.
   int launcherLocalRank = -1, launcherLocalSize = -1;
   std::string localSource;  // the variables they came from, for messages
-  std::string store;       // "host:port" (TCP store served by rank 0) or a directory path
-  std::string rankSource;  // the variable the rank came from, for messages
+  std::string store;        // "host:port" (TCP store served by rank 0) or a directory path
+  std::string rankSource;   // the variable the rank came from, for messages
 };
 
 // Reads TERSE_RANK / TERSE_WORLD_SIZE / TERSE_LOCAL_RANK / TERSE_STORE, falling back to

@@ -32,8 +32,7 @@ constexpr uint64_t kMaxGroupTag = (uint64_t{1} << kGroupTagBits) - 1;
 constexpr uint32_t kMaxGroupSpace = 62;
 
 // `members` are distinct parent ranks, this rank among them, in the group's rank order.
-Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent,
-                                                        std::vector<int> members,
+Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent, std::vector<int> members,
                                                         uint32_t space);
 
 }  // namespace terse
