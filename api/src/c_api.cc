@@ -164,6 +164,19 @@ terse_status_t submitAsync(terse_comm_t* comm, const char* fn, terse::Collective
   });
 }
 
+// The C API's one way of handing bytes back: *size gets the bytes needed; a NULL buffer only
+// asks for that, and a buffer smaller than it is refused (serialize, codec and feedback info).
+terse_status_t copyOut(const char* fn, const void* data, size_t bytes, void* buffer, size_t* size) {
+  const size_t capacity = *size;
+  *size = bytes;
+  if (buffer == nullptr) return done(terse::Status::ok());
+  if (capacity < bytes)
+    return fail(terse::errorInvalidArgument("%s: the buffer holds %zu bytes, %zu are needed", fn,
+                                            capacity, bytes));
+  std::memcpy(buffer, data, bytes);
+  return done(terse::Status::ok());
+}
+
 }  // namespace
 
 extern "C" {
@@ -345,15 +358,7 @@ terse_status_t terse_codec_info(const char* spec, char* canonical, size_t* size,
       wants = (*codec)->wantsErrorFeedback();
     }
     if (wants_feedback) *wants_feedback = wants ? 1 : 0;
-    const size_t capacity = *size;
-    *size = text.size() + 1;
-    if (canonical == nullptr) return done(terse::Status::ok());
-    if (capacity < text.size() + 1)
-      return fail(terse::errorInvalidArgument(
-          "terse_codec_info: the buffer holds %zu bytes, %zu are needed", capacity,
-          text.size() + 1));
-    std::memcpy(canonical, text.c_str(), text.size() + 1);
-    return done(terse::Status::ok());
+    return copyOut("terse_codec_info", text.c_str(), text.size() + 1, canonical, size);
   });
 }
 
@@ -430,15 +435,7 @@ terse_status_t terse_feedback_info(const terse_feedback_t* feedback, char* spec,
   return guarded([&] {
     const std::string& text = feedback->state.codecSpec();
     if (count) *count = feedback->state.count();
-    const size_t capacity = *size;
-    *size = text.size() + 1;
-    if (spec == nullptr) return done(terse::Status::ok());
-    if (capacity < text.size() + 1)
-      return fail(terse::errorInvalidArgument(
-          "terse_feedback_info: the buffer holds %zu bytes, %zu are needed", capacity,
-          text.size() + 1));
-    std::memcpy(spec, text.c_str(), text.size() + 1);
-    return done(terse::Status::ok());
+    return copyOut("terse_feedback_info", text.c_str(), text.size() + 1, spec, size);
   });
 }
 
@@ -452,15 +449,7 @@ terse_status_t terse_feedback_serialize(const terse_feedback_t* feedback, void* 
   TERSE_REQUIRE(size, "terse_feedback_serialize: size");
   return guarded([&] {
     std::vector<uint8_t> bytes = feedback->state.serialize();
-    size_t capacity = *size;
-    *size = bytes.size();
-    if (buffer == nullptr) return done(terse::Status::ok());
-    if (capacity < bytes.size())
-      return fail(terse::errorInvalidArgument(
-          "terse_feedback_serialize: the buffer holds %zu bytes, %zu are needed", capacity,
-          bytes.size()));
-    std::memcpy(buffer, bytes.data(), bytes.size());
-    return done(terse::Status::ok());
+    return copyOut("terse_feedback_serialize", bytes.data(), bytes.size(), buffer, size);
   });
 }
 
@@ -557,15 +546,7 @@ terse_status_t terse_onebit_adam_serialize(const terse_onebit_adam_t* adam, void
   TERSE_REQUIRE(size, "terse_onebit_adam_serialize: size");
   return guarded([&] {
     std::vector<uint8_t> bytes = adam->state.serialize();
-    size_t capacity = *size;
-    *size = bytes.size();
-    if (buffer == nullptr) return done(terse::Status::ok());
-    if (capacity < bytes.size())
-      return fail(terse::errorInvalidArgument(
-          "terse_onebit_adam_serialize: the buffer holds %zu bytes, %zu are needed", capacity,
-          bytes.size()));
-    std::memcpy(buffer, bytes.data(), bytes.size());
-    return done(terse::Status::ok());
+    return copyOut("terse_onebit_adam_serialize", bytes.data(), bytes.size(), buffer, size);
   });
 }
 
