@@ -19,7 +19,7 @@ if [[ $mode == thread ]]; then
   labels=${TERSE_SANITIZE_LABELS:-transport|collectives|api|soak}
 else
   build_dir=${TERSE_ASAN_DIR:-build-asan}
-  labels=${TERSE_SANITIZE_LABELS:-codec|common|api|process|collectives|rendezvous|transport|plugin|train|soak}
+  labels=${TERSE_SANITIZE_LABELS:-codec|common|api|process|collectives|rendezvous|transport|plugin|train|optim|soak}
 fi
 jobs=${TERSE_BUILD_JOBS:-2}
 
@@ -31,10 +31,12 @@ declare -A label_targets=(
   [transport]="transport_test communicator_test"
   [process]="transport_process_test api_process_test fault_process_test misuse_c_test terse-run"
   [collectives]="collectives_test"
-  [api]="c_api_test misuse_test stats_test split_test terse-run allreduce-example"
+  [api]="c_api_test c_api_onebit_adam_test misuse_test stats_test split_test terse-run
+    allreduce-example"
   [plugin]="plugin_net_test plugin_dlopen_c plugin_collnet_test plugin_parsers_test
     plugin_ef_period_test plugin_abi_layout_test nccl-net-terse"
   [train]="train_unit_test terse-train terse-run"
+  [optim]="optim_test"
   [soak]="terse-bench"
 )
 if [[ -n ${TERSE_SANITIZE_TARGETS:-} ]]; then

@@ -339,6 +339,7 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
     case CollectiveKind::kAllGather:
       if (!uncompressed) return compressedAllgather(op, seq);
       return ringAllgather(op, seq);
+    case CollectiveKind::kBarrier: break;  // validate() refuses it before this point
   }
   return errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
 }

@@ -9,16 +9,23 @@ extern "C" {
 #endif
 
 /* Element types a collective or codec accepts. Values are part of the wire format. */
+/* The _RANGE_ enumerators are not values: they make the enum span every int, so that a value a
+ * careless caller passes (256, -1) is a value of the type that terse refuses with an error, not
+ * undefined behaviour in C++ before any check can run. */
 typedef enum terse_dtype {
   TERSE_FLOAT32 = 0,
   TERSE_FLOAT16 = 1,
   TERSE_BFLOAT16 = 2,
+  TERSE_DTYPE_RANGE_MIN_ = -0x7fffffff - 1,
+  TERSE_DTYPE_RANGE_MAX_ = 0x7fffffff,
 } terse_dtype_t;
 
 /* Reductions. AVG divides by the world size in float32 before any narrowing cast. */
 typedef enum terse_redop {
   TERSE_SUM = 0,
   TERSE_AVG = 1,
+  TERSE_REDOP_RANGE_MIN_ = -0x7fffffff - 1,
+  TERSE_REDOP_RANGE_MAX_ = 0x7fffffff,
 } terse_redop_t;
 
 /* Status codes of every fallible call. A message function gives the details of the last one. */
