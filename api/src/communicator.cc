@@ -33,22 +33,23 @@ Result<std::chrono::milliseconds> timeoutFromEnv() {
   return std::chrono::milliseconds(ms);
 }
 
-// The store named by TERSE_STORE, opened once per process and kept for its life. Rank 0 serves
+// The store named by TERSE_STORE, opened once per process and kept until it exits. Rank 0 serves
 // a TCP store, and the communicators of one job meet through it one after another: if each
 // communicator opened (and rank 0 closed) its own, a peer already creating the next communicator
 // could reach rank 0's closing server and fail, and rank 0 would then wait for it in vain. Kept
-// past every communicator on purpose (never destroyed, like the process's other singletons).
+// past every communicator on purpose; destroyed with the process's other statics, which joins
+// rank 0's server threads (every rank has read what it needed before its create returned).
 Result<std::shared_ptr<Store>> processStore(const BootstrapInfo& info,
                                             std::chrono::milliseconds timeout) {
   static std::mutex mutex;
-  static auto* stores = new std::map<std::string, std::shared_ptr<Store>>();
+  static std::map<std::string, std::shared_ptr<Store>> stores;
   std::lock_guard<std::mutex> lock(mutex);
   const std::string key = info.store + (info.rank == 0 ? " (serving)" : "");
-  auto it = stores->find(key);
-  if (it != stores->end()) return it->second;
+  auto it = stores.find(key);
+  if (it != stores.end()) return it->second;
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Store> opened, openStore(info, timeout));
   std::shared_ptr<Store> shared = std::move(opened);
-  stores->emplace(key, shared);
+  stores.emplace(key, shared);
   return shared;
 }
 
