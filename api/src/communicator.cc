@@ -134,7 +134,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   std::unique_ptr<Communicator> child;
   Status s = worker_->run([&]() -> Status {
     TERSE_RETURN_IF_ERROR(abortStatus());
-    const int n = size(), me = rank();
+    const int n = size();
     auto none = codec("none");
     if (!none.isOk()) return none.status();
     // int32 values carried bit for bit in float32 slots (allgather with `none` copies bytes).
@@ -160,7 +160,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
       if (all[4 * r] == color) members.push_back(r);
     std::stable_sort(members.begin(), members.end(),
                      [&](int a, int b) { return all[4 * a + 1] < all[4 * b + 1]; });
-    std::vector<int> roots, nodeKeys;
+    std::vector<int> roots;
     for (int r : members) roots.push_back(rootRanks_[r]);
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> group,
                            createGroupTransport(*shared_->transport, roots, space));
@@ -169,7 +169,6 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     std::vector<std::string> keys;
     for (int r : members) keys.push_back(std::to_string(topology_.nodeOfRank[r]));
     child->topology_ = Topology::fromNodeKeys(keys, child->rank());
-    (void)me;
     return Status::ok();
   });
   if (!s.isOk()) return s;
