@@ -71,6 +71,12 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "Uncompressed allreduces of at most this many float32 bytes use recursive doubling "
        "(latency-bound) instead of the ring (bandwidth-bound).",
        0, int64_t{1} << 30},
+      {"TERSE_ALGO", "enum", "auto",
+       "How allreduce crosses the ranks: twolevel (exact reduce-scatter inside each node, the "
+       "codec across nodes on each local rank's slice, allgather inside the node), flat (every "
+       "rank a peer of every other) or auto (two-level when there are several nodes with the "
+       "same number of ranks, more than one each; else flat). Every rank must resolve the same.",
+       0, 0, "auto,flat,twolevel"},
       {"TERSE_TRANSPORT", "enum", "ucx",
        "Byte transport between processes: ucx (the default) or inproc (threads of one process, "
        "for tests).",

@@ -125,7 +125,9 @@ TEST(Split, SplitsOfSplitsAndANegativeColorAgreeOnTagSpaces) {
     EXPECT_TRUE(expectSum(*fresh[r], {0, 1, 2}, r, "none", 1.0f).isOk());
   });
   onEachRank(n, [&](int r) {
-    if (r < 2) EXPECT_TRUE(expectSum(*single[r], {r}, r, "int8", 1.0f).isOk());
+    if (r < 2) {
+      EXPECT_TRUE(expectSum(*single[r], {r}, r, "int8", 1.0f).isOk());
+    }
     EXPECT_TRUE(expectSum(*pair[r], r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}, r,
                           "none", 2.0f)
                     .isOk());

@@ -1,0 +1,395 @@
+// Two-level allreduce (collectives/src/two_level.cc) over in-process worlds laid out as nodes:
+// every layout the issue names, including ranks of one node that are not contiguous. Compressed
+// results must equal an independent single-process model of the three steps bit for bit (the
+// model below reduces each node in float32 and runs the cross-node step through
+// simulateCompressedCollective, which the flat tests check separately); `none` must be within
+// float32 summation tolerance of a double reference; every rank must hold the same bytes.
+#include "world.h"
+
+#include "typed.h"
+
+#include "terse/collectives/reference.h"
+#include "terse/compressors/codec.h"
+#include "terse/compressors/error_feedback.h"
+#include "terse/kernels/element_type.h"
+#include "terse/kernels/numeric.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+
+namespace terse {
+namespace {
+
+using testing::kCollTimeout;
+using testing::makeInProcWorld;
+
+// Tag spaces of the two groups (any two distinct spaces; communicators allocate them).
+constexpr uint32_t kLocalSpace = 1, kCrossSpace = 2;
+
+struct Layout {
+  std::string name;
+  std::vector<int> nodeOfRank;
+};
+
+// nodes x perNode, ranks of a node contiguous.
+Layout blocks(int nodes, int perNode) {
+  Layout l{std::to_string(nodes) + "x" + std::to_string(perNode), {}};
+  for (int k = 0; k < nodes; ++k)
+    for (int c = 0; c < perNode; ++c) l.nodeOfRank.push_back(k);
+  return l;
+}
+
+// Runs fn(rank, engine) on one thread per rank, each engine given the layout.
+std::vector<Status> runLayout(const Layout& layout,
+                              const std::function<Status(int, CollectiveEngine&)>& fn,
+                              size_t segmentBytes = 0) {
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  auto transports = makeInProcWorld(n);
+  std::vector<Status> results(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      CollectiveEngine engine(*transports[r], kCollTimeout);
+      results[r] = engine.enableTwoLevel(layout.nodeOfRank, kLocalSpace, kCrossSpace);
+      if (segmentBytes) engine.setSegmentBytes(segmentBytes);
+      if (results[r].isOk()) results[r] = fn(r, engine);
+    });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// Inputs whose float32 sums inside a node are exact in any order (multiples of 1/64 below 4 in
+// magnitude, exact in float16 and bfloat16 too), so the model need not copy the ring's order of
+// additions to be bit-exact. Different for every rank, element and step.
+std::vector<uint8_t> exactInput(DataType dt, int rank, size_t count, int step = 0) {
+  std::vector<uint8_t> out(count * dataTypeSize(dt));
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t h = num::mix64((uint64_t(rank) << 44) ^ (uint64_t(step) << 36) ^ i);
+    storeElement(dt, out.data(), i, static_cast<float>(static_cast<int>(h % 511) - 255) / 64.0f);
+  }
+  return out;
+}
+
+// The model: nodes (ranks of each node in rank order), slices by local index, each node's
+// float32 sum of each slice (times 1/n for avg), the slice's cross-node allreduce as the flat
+// model computes it among the nodes, converted to the caller's type. residuals[c] carries the
+// error feedback of local index c's cross-node group from call to call.
+std::vector<uint8_t> model(const Layout& layout, const std::vector<std::vector<uint8_t>>& in,
+                           size_t count, DataType dt, ReduceOp op, const Codec& codec,
+                           size_t segment, std::map<int, SimulatedResiduals>* residuals) {
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  std::map<int, std::vector<int>> byNode;
+  for (int r = 0; r < n; ++r) byNode[layout.nodeOfRank[r]].push_back(r);
+  std::vector<std::vector<int>> nodes;
+  for (auto& kv : byNode) nodes.push_back(kv.second);
+  const int perNode = static_cast<int>(nodes[0].size());
+  const size_t es = dataTypeSize(dt);
+  std::vector<uint8_t> out(count * es);
+  for (int c = 0; c < perNode; ++c) {
+    Range slice = chunkRange(count, perNode, c);
+    std::vector<std::vector<float>> sums(nodes.size(), std::vector<float>(slice.length, 0.0f));
+    std::vector<const void*> inputs;
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      for (int r : nodes[k])
+        for (size_t i = 0; i < slice.length; ++i)
+          sums[k][i] += loadElement(dt, in[r].data(), slice.begin + i);
+      if (op == ReduceOp::kAvg)
+        for (float& v : sums[k]) v *= 1.0f / static_cast<float>(n);
+      inputs.push_back(sums[k].data());
+    }
+    SimulatedResiduals* res = nullptr;
+    if (residuals) {
+      res = &(*residuals)[c];
+      if (res->worker.empty()) res->worker.assign(nodes.size(), std::vector<float>(slice.length));
+    }
+    auto got =
+        simulateCompressedCollective(CollectiveKind::kAllReduce, inputs, slice.length,
+                                     DataType::kFloat32, ReduceOp::kSum, codec, segment, res);
+    EXPECT_TRUE(got.isOk()) << got.status().toString();
+    if (!got.isOk()) return {};
+    detail::fromFloat(reinterpret_cast<const float*>(got.value()[0].data()), 1.0f, dt,
+                      out.data() + slice.begin * es, slice.length);
+  }
+  return out;
+}
+
+std::shared_ptr<const Codec> codecOf(const std::string& spec) {
+  auto c = makeCodec(spec);
+  EXPECT_TRUE(c.isOk()) << c.status().toString();
+  return c.value();
+}
+
+std::string caseName(const Layout& l, const std::string& codec, size_t count, DataType dt,
+                     ReduceOp op) {
+  return l.name + " " + codec + " count=" + std::to_string(count) + " " + dataTypeName(dt) + " " +
+         reduceOpName(op);
+}
+
+// One allreduce on every rank of the layout (in place for odd counts); checks every rank
+// succeeded and holds the same bytes, and returns rank 0's result.
+std::vector<uint8_t> runAllreduce(const Layout& layout, const std::vector<std::vector<uint8_t>>& in,
+                                  size_t count, DataType dt, ReduceOp op, const Codec& codec,
+                                  Algorithm algorithm, const std::string& what,
+                                  std::vector<ErrorFeedback>* feedback = nullptr,
+                                  size_t segmentBytes = 0) {
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(count * dataTypeSize(dt), 0xEE));
+  const bool inPlace = count % 2 == 1;
+  auto st = runLayout(
+      layout,
+      [&](int r, CollectiveEngine& e) {
+        CollectiveOp call;
+        call.kind = CollectiveKind::kAllReduce;
+        if (inPlace) out[r] = in[r];
+        call.send = inPlace ? out[r].data() : in[r].data();
+        call.recv = out[r].data();
+        call.count = count;
+        call.dtype = dt;
+        call.op = op;
+        call.codec = &codec;
+        call.algorithm = algorithm;
+        if (feedback) call.feedback = &(*feedback)[r];
+        return e.run(call);
+      },
+      segmentBytes);
+  for (int r = 0; r < n; ++r)
+    EXPECT_TRUE(st[r].isOk()) << what << " rank " << r << ": " << st[r].toString();
+  for (int r = 1; r < n; ++r)
+    EXPECT_TRUE(count == 0 || out[r] == out[0]) << what << ": rank " << r << " differs from rank 0";
+  return out[0];
+}
+
+const std::vector<Layout>& twoLevelLayouts() {
+  static const std::vector<Layout> layouts = {
+      blocks(2, 2), blocks(2, 3), blocks(3, 2), blocks(4, 2),
+      // Nodes whose ranks interleave (round-robin placement): local and cross groups are not
+      // contiguous rank ranges.
+      Layout{"2x2 interleaved", {0, 1, 0, 1}}, Layout{"3x2 interleaved", {2, 0, 1, 0, 2, 1}}};
+  return layouts;
+}
+
+TEST(TwoLevel, LayoutsThatCannotRunTwoLevelSayWhy) {
+  struct Expect {
+    Layout layout;
+    const char* why;
+  };
+  for (const Expect& e : {Expect{blocks(1, 1), "one node"}, Expect{blocks(1, 4), "one node"},
+                          Expect{blocks(2, 1), "one rank"},
+                          Expect{Layout{"3+2+2", {0, 0, 0, 1, 1, 2, 2}}, "3+2+2"}}) {
+    auto st = runLayout(e.layout, [&](int, CollectiveEngine& engine) -> Status {
+      EXPECT_NE(engine.twoLevelUnavailable().find(e.why), std::string::npos)
+          << e.layout.name << ": " << engine.twoLevelUnavailable();
+      CollectiveOp call;
+      call.count = 10;
+      TERSE_ASSIGN_OR_RETURN(Algorithm a, engine.resolveAlgorithm(call));
+      EXPECT_EQ(a, Algorithm::kFlat) << e.layout.name;
+      return Status::ok();
+    });
+    for (auto& s : st) EXPECT_TRUE(s.isOk()) << e.layout.name << ": " << s.toString();
+  }
+  for (const Layout& l : twoLevelLayouts()) {
+    auto st = runLayout(l, [&](int, CollectiveEngine& engine) -> Status {
+      EXPECT_EQ(engine.twoLevelUnavailable(), "") << l.name;
+      CollectiveOp call;
+      TERSE_ASSIGN_OR_RETURN(Algorithm a, engine.resolveAlgorithm(call));
+      EXPECT_EQ(a, Algorithm::kTwoLevel) << l.name;
+      call.kind = CollectiveKind::kReduceScatter;
+      TERSE_ASSIGN_OR_RETURN(a, engine.resolveAlgorithm(call));
+      EXPECT_EQ(a, Algorithm::kFlat) << l.name << ": reduce-scatter has no two-level form yet";
+      return Status::ok();
+    });
+    for (auto& s : st) EXPECT_TRUE(s.isOk()) << l.name << ": " << s.toString();
+  }
+}
+
+// Every compressed codec, layout, type and op, counts 0..2^20+3: bit-equal to the model.
+class TwoLevelCodecTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TwoLevelCodecTest, MatchesTheModelBitForBit) {
+  const std::string spec = GetParam();
+  auto codec = codecOf(spec);
+  int turn = 0;
+  for (const Layout& layout : twoLevelLayouts()) {
+    const int n = static_cast<int>(layout.nodeOfRank.size());
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, (size_t{1} << 20) + 3}) {
+      if (count > 1000 && layout.name != "2x2" && layout.name != "3x2 interleaved") continue;
+      // Types and ops take turns (every pair still meets every layout over the counts).
+      const DataType dt = std::array<DataType, 3>{DataType::kFloat32, DataType::kFloat16,
+                                                  DataType::kBFloat16}[turn % 3];
+      const ReduceOp op = turn++ % 2 == 0 ? ReduceOp::kSum : ReduceOp::kAvg;
+      const std::string what = caseName(layout, spec, count, dt, op);
+      std::vector<std::vector<uint8_t>> in(n);
+      for (int r = 0; r < n; ++r) in[r] = exactInput(dt, r, count);
+      const size_t segmentBytes = count > 1000 ? 256 * 1024 : 0;
+      auto got = runAllreduce(layout, in, count, dt, op, *codec, Algorithm::kTwoLevel, what,
+                              nullptr, segmentBytes);
+      auto want = model(layout, in, count, dt, op, *codec,
+                        segmentBytes ? segmentBytes / 4 : 65536 * 4, nullptr);
+      ASSERT_EQ(got.size(), want.size()) << what;
+      ASSERT_TRUE(count == 0 || std::memcmp(got.data(), want.data(), got.size()) == 0)
+          << what << ": differs from the two-level model";
+    }
+  }
+}
+
+// int8 rounds stochastically with nonces from the engine's call sequence, so the model cannot
+// replay it; it is checked with the other uncompressed-tolerance cases below instead.
+INSTANTIATE_TEST_SUITE_P(Codecs, TwoLevelCodecTest,
+                         ::testing::Values("fp16", "bf16", "onebit", "topk", "fp8", "mxfp8",
+                                           "mxfp4", "int4"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+// `none` and int8 on general inputs: within tolerance of a double reference, ranks identical,
+// and the same answers as flat within the same tolerance.
+TEST(TwoLevel, UncompressedAndInt8AreCloseToTheExactSum) {
+  for (std::string spec : {"none", "int8"}) {
+    auto codec = codecOf(spec);
+    int turn = 0;
+    for (const Layout& layout : twoLevelLayouts()) {
+      const int n = static_cast<int>(layout.nodeOfRank.size());
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, (size_t{1} << 20) + 3}) {
+        if (count > 1000 && layout.name != "4x2") continue;
+        const DataType dt = std::array<DataType, 3>{DataType::kFloat32, DataType::kFloat16,
+                                                    DataType::kBFloat16}[turn % 3];
+        const ReduceOp op = turn++ % 2 == 0 ? ReduceOp::kSum : ReduceOp::kAvg;
+        const std::string what = caseName(layout, spec, count, dt, op);
+        std::vector<std::vector<uint8_t>> in(n);
+        std::vector<double> ref(count, 0.0), sumAbs(count, 0.0);
+        for (int r = 0; r < n; ++r) {
+          in[r].resize(count * dataTypeSize(dt));
+          for (size_t i = 0; i < count; ++i) {
+            uint64_t h = num::mix64((uint64_t(r) << 40) ^ (i * 0x9e3779b97f4a7c15ull));
+            float v = (2.0f * static_cast<float>(h >> 40) / 16777216.0f - 1.0f);
+            storeElement(dt, in[r].data(), i, v);
+            double stored = loadElement(dt, in[r].data(), i);
+            ref[i] += stored;
+            sumAbs[i] += std::fabs(stored);
+          }
+        }
+        const double scale = op == ReduceOp::kAvg ? 1.0 / n : 1.0;
+        auto got = runAllreduce(layout, in, count, dt, op, *codec, Algorithm::kTwoLevel, what);
+        const double outU = dt == DataType::kFloat32   ? 0x1p-24
+                            : dt == DataType::kFloat16 ? 0x1p-11
+                                                       : 0x1p-8;
+        for (size_t i = 0; i < count; ++i) {
+          double v = loadElement(dt, got.data(), i), want = ref[i] * scale, tol;
+          if (spec == "none") {
+            // float32 sums in the node, then a ring across nodes that rounds to the caller's
+            // type per hop, then the output's rounding.
+            tol = (n * 0x1p-23 + n * outU) * sumAbs[i] * scale + outU * std::fabs(want);
+          } else {
+            // int8 across nodes: each node's sum (at most L in magnitude) off by its block's
+            // scale/2, the reduced sum again.
+            const double perNode = n;  // a loose bound on a node sum's block maximum
+            tol = 2 * perNode * n / 254.0 * scale + outU * std::fabs(want) + 1e-6;
+          }
+          ASSERT_LE(std::fabs(v - want), tol) << what << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// With error feedback, the results equal the model's step after step (each cross-node group's
+// worker and server residuals carried in the callers' ErrorFeedback at their slice's positions),
+// and the running average of the results approaches the true average.
+TEST(TwoLevel, ErrorFeedbackMatchesTheModelAndConverges) {
+  for (std::string spec : {"onebit", "topk:ratio=0.05"}) {
+    for (const Layout& layout : {blocks(2, 2), Layout{"3x2 interleaved", {2, 0, 1, 0, 2, 1}}}) {
+      const int n = static_cast<int>(layout.nodeOfRank.size());
+      const size_t count = 20000;
+      auto codec = codecOf(spec);
+      std::vector<ErrorFeedback> ef;
+      for (int r = 0; r < n; ++r) ef.push_back(ErrorFeedback::create(codec->spec(), count).value());
+      std::map<int, SimulatedResiduals> residuals;
+      std::vector<std::vector<uint8_t>> in(n);
+      std::vector<double> truth(count, 0.0), mean(count, 0.0);
+      for (int r = 0; r < n; ++r) {
+        in[r] = exactInput(DataType::kFloat32, r, count);
+        for (size_t i = 0; i < count; ++i)
+          truth[i] += loadElement(DataType::kFloat32, in[r].data(), i) / n;
+      }
+      const int steps = 120;
+      double midErr = 0, lastErr = 0;
+      for (int step = 0; step < steps; ++step) {
+        const std::string what = layout.name + " " + spec + " step " + std::to_string(step);
+        auto got = runAllreduce(layout, in, count, DataType::kFloat32, ReduceOp::kAvg, *codec,
+                                Algorithm::kAuto, what, &ef);
+        auto want = model(layout, in, count, DataType::kFloat32, ReduceOp::kAvg, *codec, 65536 * 4,
+                          &residuals);
+        ASSERT_TRUE(got == want) << what << ": differs from the model with residuals";
+        double err = 0;
+        for (size_t i = 0; i < count; ++i) {
+          mean[i] += (loadElement(DataType::kFloat32, got.data(), i) - mean[i]) / (step + 1);
+          err += std::fabs(mean[i] - truth[i]);
+        }
+        if (step == steps / 2 - 1) midErr = err;
+        lastErr = err;
+      }
+      EXPECT_LT(lastErr, 0.65 * midErr)
+          << layout.name << " " << spec << ": the averaged error does not decay like 1/T";
+    }
+  }
+}
+
+// Flat and two-level on the same engines, one after the other and interleaved with the other
+// collectives: both work, and a rank that asks for another algorithm than its peers gets an
+// error on every rank, after which all of them go on.
+TEST(TwoLevel, AlgorithmChoiceIsAgreedOn) {
+  const Layout layout = blocks(2, 2);
+  auto none = codecOf("none");
+  auto st = runLayout(layout, [&](int r, CollectiveEngine& e) -> Status {
+    std::vector<float> in(1000, static_cast<float>(r + 1)), out(1000, 0.0f);
+    CollectiveOp call;
+    call.send = in.data();
+    call.recv = out.data();
+    call.count = in.size();
+    call.codec = none.get();
+    for (Algorithm a : {Algorithm::kFlat, Algorithm::kTwoLevel, Algorithm::kAuto}) {
+      call.algorithm = a;
+      std::fill(out.begin(), out.end(), 0.0f);
+      TERSE_RETURN_IF_ERROR(e.run(call));
+      EXPECT_EQ(out[999], 10.0f) << algorithmName(a);
+    }
+    call.algorithm = r == 3 ? Algorithm::kFlat : Algorithm::kTwoLevel;
+    Status s = e.run(call);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidUsage) << s.toString();
+    EXPECT_NE(s.message().find("twolevel"), std::string::npos) << s.toString();
+    call.algorithm = Algorithm::kAuto;
+    std::fill(out.begin(), out.end(), 0.0f);
+    TERSE_RETURN_IF_ERROR(e.run(call));
+    EXPECT_EQ(out[0], 10.0f);
+    return Status::ok();
+  });
+  for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
+}
+
+// Asking for two-level where the layout cannot run it fails on every rank, naming why, and
+// leaves the ranks in step.
+TEST(TwoLevel, ForcedOnAnUnevenLayoutIsAnErrorOnEveryRank) {
+  const Layout layout{"3+2+2", {0, 0, 0, 1, 1, 2, 2}};
+  auto none = codecOf("none");
+  auto st = runLayout(layout, [&](int, CollectiveEngine& e) -> Status {
+    std::vector<float> in(100, 1.0f), out(100, 0.0f);
+    CollectiveOp call;
+    call.send = in.data();
+    call.recv = out.data();
+    call.count = in.size();
+    call.codec = none.get();
+    call.algorithm = Algorithm::kTwoLevel;
+    Status s = e.run(call);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidUsage) << s.toString();
+    call.algorithm = Algorithm::kAuto;
+    TERSE_RETURN_IF_ERROR(e.run(call));
+    EXPECT_EQ(out[0], 7.0f);
+    return Status::ok();
+  });
+  for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
+}
+
+}  // namespace
+}  // namespace terse
