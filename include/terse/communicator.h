@@ -99,6 +99,11 @@ class Communicator {
   // Wraps a transport built by the caller (the in-process backend in unit tests).
   static std::unique_ptr<Communicator> fromTransport(std::unique_ptr<Transport> transport,
                                                      std::chrono::milliseconds timeout);
+  // The same laid out as nodes: rank r's node key is nodeKeys[r] (as TERSE_NODE would give it;
+  // every rank passes the same list), so the world runs two-level collectives like a cluster.
+  static Result<std::unique_ptr<Communicator>> fromTransport(
+      std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
+      const std::vector<std::string>& nodeKeys);
 
   ~Communicator();
   Communicator(const Communicator&) = delete;
