@@ -219,6 +219,13 @@ Result<std::unique_ptr<Communicator>> Communicator::fromTransport(
   const uint32_t space = comm->shared_->nextSpace;  // a new world: the same on every rank
   comm->shared_->nextSpace += 2;
   TERSE_RETURN_IF_ERROR(comm->useTopology(Topology::fromNodeKeys(nodeKeys, rank), space));
+  // TERSE_ALGO=twolevel on a world that cannot run it is a setting that cannot be honoured:
+  // say so now, on every rank alike (they all see the same layout), not at each allreduce.
+  auto algo = envEnum("TERSE_ALGO");
+  if (algo.isOk() && algo.value() == "twolevel" && !comm->twoLevelUnavailable().empty())
+    return errorInvalidUsage("TERSE_ALGO=twolevel, but %s (%s); unset it or set auto or flat",
+                             comm->twoLevelUnavailable().c_str(),
+                             comm->topology().describe().c_str());
   return comm;
 }
 

@@ -181,10 +181,15 @@ Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint
 }
 
 Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) const {
-  Algorithm want = op.algorithm != Algorithm::kAuto ? op.algorithm : defaultAlgorithm_;
+  const bool perCall = op.algorithm != Algorithm::kAuto;
+  const Algorithm want = perCall ? op.algorithm : defaultAlgorithm_;
   const bool allreduce = op.kind == CollectiveKind::kAllReduce;
   if (want == Algorithm::kFlat) return Algorithm::kFlat;
   if (want == Algorithm::kTwoLevel) {
+    // TERSE_ALGO is checked against the world's layout when its communicator is created
+    // (Communicator); communicators split from it, and collectives without a two-level form,
+    // follow it where they can. A call that asks for two-level itself is told.
+    if (!perCall && (!twoLevel_ || !allreduce)) return Algorithm::kFlat;
     if (!twoLevel_)
       return errorInvalidUsage("%s: two-level was asked for, but %s", collectiveName(op.kind),
                                twoLevelWhyNot_.c_str());

@@ -75,7 +75,9 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "How allreduce crosses the ranks: twolevel (exact reduce-scatter inside each node, the "
        "codec across nodes on each local rank's slice, allgather inside the node), flat (every "
        "rank a peer of every other) or auto (two-level when there are several nodes with the "
-       "same number of ranks, more than one each; else flat). Every rank must resolve the same.",
+       "same number of ranks, more than one each; else flat). twolevel on a world whose nodes "
+       "cannot run it fails communicator creation; split communicators and the other "
+       "collectives follow it where they can. Every rank must resolve the same.",
        0, 0, "auto,flat,twolevel"},
       {"TERSE_TRANSPORT", "enum", "ucx",
        "Byte transport between processes: ucx (the default) or inproc (threads of one process, "

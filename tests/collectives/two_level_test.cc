@@ -336,6 +336,56 @@ TEST(TwoLevel, ErrorFeedbackMatchesTheModelAndConverges) {
   }
 }
 
+// Checkpointed residuals move between topologies of the same world size: 4 nodes x 1 (flat),
+// then 2 x 2 (two-level), then 1 x 4 (flat, one node), each phase resuming from the previous
+// phase's serialized ErrorFeedback. Every call works, the ranks agree, and the running average
+// keeps converging across the moves.
+TEST(TwoLevel, ErrorFeedbackCheckpointsMoveBetweenTopologies) {
+  const std::string spec = "onebit";
+  const int n = 4;
+  const size_t count = 20000;
+  auto codec = codecOf(spec);
+  std::vector<std::vector<uint8_t>> checkpoints(n);
+  for (int r = 0; r < n; ++r)
+    checkpoints[r] = ErrorFeedback::create(codec->spec(), count).value().serialize();
+  std::vector<std::vector<uint8_t>> in(n);
+  std::vector<double> truth(count, 0.0), mean(count, 0.0);
+  for (int r = 0; r < n; ++r) {
+    in[r] = exactInput(DataType::kFloat32, r, count);
+    for (size_t i = 0; i < count; ++i)
+      truth[i] += loadElement(DataType::kFloat32, in[r].data(), i) / n;
+  }
+  int step = 0;
+  double firstPhaseErr = 0, lastErr = 0, phaseStartErr = 0;
+  for (const Layout& layout : {blocks(4, 1), blocks(2, 2), blocks(1, 4)}) {
+    std::vector<ErrorFeedback> ef;
+    for (int r = 0; r < n; ++r) {
+      auto loaded = ErrorFeedback::deserialize(checkpoints[r].data(), checkpoints[r].size());
+      ASSERT_TRUE(loaded.isOk()) << layout.name << ": " << loaded.status().toString();
+      ef.push_back(std::move(loaded).value());
+    }
+    for (int i = 0; i < 40; ++i, ++step) {
+      auto got = runAllreduce(layout, in, count, DataType::kFloat32, ReduceOp::kAvg, *codec,
+                              Algorithm::kAuto, layout.name + " step " + std::to_string(step), &ef);
+      ASSERT_EQ(got.size(), count * 4);
+      double err = 0;
+      for (size_t k = 0; k < count; ++k) {
+        mean[k] += (loadElement(DataType::kFloat32, got.data(), k) - mean[k]) / (step + 1);
+        err += std::fabs(mean[k] - truth[k]);
+      }
+      if (i == 9) phaseStartErr = err;
+      lastErr = err;
+    }
+    // Each move drops the server residuals and the worker residual's positions the new layout
+    // does not send, a one-time bias that the running average then dilutes like 1/T.
+    EXPECT_LT(lastErr, 0.9 * phaseStartErr) << layout.name << ": no convergence in this phase";
+    if (firstPhaseErr == 0) firstPhaseErr = lastErr;
+    for (int r = 0; r < n; ++r) checkpoints[r] = ef[r].serialize();
+  }
+  EXPECT_LT(lastErr, 0.8 * firstPhaseErr)
+      << "the running average stopped converging after the residuals moved between topologies";
+}
+
 // Flat and two-level on the same engines, one after the other and interleaved with the other
 // collectives: both work, and a rank that asks for another algorithm than its peers gets an
 // error on every rank, after which all of them go on.

@@ -130,10 +130,11 @@ class CollectiveEngine {
                         uint32_t crossSpace);
   // Why calls cannot run two-level here ("" when they can).
   const std::string& twoLevelUnavailable() const { return twoLevelWhyNot_; }
-  // The algorithm a call of `op` runs: op.algorithm, else TERSE_ALGO, else two-level for
-  // allreduce where the layout allows it. kInvalidUsage when two-level is asked for and cannot
-  // run; every rank reaches the same answer (same layout, same settings), and the descriptor
-  // catches ranks whose settings differ.
+  // The algorithm a call of `op` runs: op.algorithm, else TERSE_ALGO (which only allreduce
+  // follows), else two-level for allreduce where the layout allows it. kInvalidUsage when
+  // two-level is asked for and the layout cannot run it, kUnsupported when a reduce-scatter or
+  // allgather asks for it itself; every rank reaches the same answer (same layout, same
+  // settings), and the descriptor catches ranks whose settings differ.
   Result<Algorithm> resolveAlgorithm(const CollectiveOp& op) const;
 
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
