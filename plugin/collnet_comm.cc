@@ -1,6 +1,7 @@
 #include "collnet_comm.h"
 
 #include "collnet_device.h"
+#include "collnet_stats.h"
 #include "net_handshake.h"
 
 #include "net_device.h"
@@ -110,8 +111,21 @@ class ResidualSequence {
     const std::string* codec = nullptr;
   };
 
-  ResidualSequence(std::string codec, std::string warmupCodec, const PeriodSetting& setting)
-      : codec_(std::move(codec)), warmupCodec_(std::move(warmupCodec)), sequence_(setting) {}
+  // `counters` (the CollComm's, guarded by its mutex like this object) gets each call's figures.
+  ResidualSequence(std::string codec, std::string warmupCodec, const PeriodSetting& setting,
+                   CollNetCounters* counters)
+      : codec_(std::move(codec)),
+        warmupCodec_(std::move(warmupCodec)),
+        sequence_(setting),
+        counters_(counters) {}
+
+  // The period for the statistics line.
+  std::string periodText() const {
+    if (sequence_.fixed()) return formatString("%zu (TERSE_COLLNET_EF_PERIOD)", sequence_.period());
+    if (sequence_.gaveUp()) return "not found";
+    if (sequence_.learning()) return "not learned yet";
+    return formatString("%zu (learned)", sequence_.period());
+  }
 
   Result<Plan> next(Kind kind, size_t count, DataType type) {
     const CallKey key{static_cast<uint8_t>(kind), static_cast<uint8_t>(type), count};
@@ -119,13 +133,18 @@ class ResidualSequence {
     switch (d.event) {
       case CallSequence::Event::kNone: break;
       case CallSequence::Event::kLearned:
+        ++counters_->periodsLearned;
         COLLNET_INFO(
             "error-feedback period learned: %zu reduce calls per step, after %zu warm-up calls "
             "run with %s; residuals are kept per position from the next call on",
             sequence_.period(), sequence_.warmupCalls(), warmupCodec_.c_str());
         break;
-      case CallSequence::Event::kChanged: warnChanged(d, kind, count, type); break;
+      case CallSequence::Event::kChanged:
+        ++counters_->resets;
+        warnChanged(d, kind, count, type);
+        break;
       case CallSequence::Event::kGaveUp:
+        counters_->gaveUp = true;
         COLLNET_WARN(
             "error-feedback period not found: the last %zu reduce calls did not repeat %zu times "
             "in a row; this communicator stays without residuals and runs %s instead of %s from "
@@ -134,7 +153,11 @@ class ResidualSequence {
             sequence_.warmupCalls(), CallSequence::kRepeats, warmupCodec_.c_str(), codec_.c_str());
         break;
     }
-    if (!d.residual) return Plan{nullptr, &warmupCodec_};
+    if (!d.residual) {
+      ++counters_->withoutResidual;
+      return Plan{nullptr, &warmupCodec_};
+    }
+    ++counters_->withResidual;
     if (d.position >= slots_.size()) slots_.resize(d.position + 1);
     std::unique_ptr<ErrorFeedback>& slot = slots_[d.position];
     if (!slot) {
@@ -171,6 +194,7 @@ class ResidualSequence {
   std::string codec_;
   std::string warmupCodec_;
   CallSequence sequence_;
+  CollNetCounters* counters_;
   std::vector<std::unique_ptr<ErrorFeedback>> slots_;
 };
 
@@ -192,6 +216,7 @@ class CollComm {
   std::unique_ptr<Communicator> comm;
   std::mutex mu;
   std::unique_ptr<ResidualSequence> residuals;
+  CollNetCounters counters;  // guarded by mu; the collectives' own figures are comm->stats()
 };
 
 class Request {
@@ -369,13 +394,30 @@ Result<CollComm*> connect(void* const* handles, int nranks, int rank, ListenComm
       cc->comm, Communicator::createUcx(rank, nranks, *cc->store, cc->config.timeout, scope));
   if (cc->config.errorFeedback)
     cc->residuals = std::make_unique<ResidualSequence>(cc->config.codec, cc->config.warmupCodec,
-                                                       cc->config.efPeriod);
+                                                       cc->config.efPeriod, &cc->counters);
   COLLNET_INFO("rank %d of %d connected via %s:%d, codec %s%s", rank, nranks, root.host, root.port,
                cc->config.codec.c_str(), cc->config.errorFeedback ? " with error feedback" : "");
   return cc.release();
 }
 
 Status closeColl(CollComm* comm) {
+  if (comm != nullptr && comm->comm) {
+    // NCCL closes a comm once its calls are done; stats() waits for any still queued, so the
+    // figures are final. NCCL's logger decides whether INFO is shown.
+    const CollectiveStats stats = comm->comm->stats();
+    StatsContext context;
+    context.rank = comm->comm->rank();
+    context.nranks = comm->comm->size();
+    context.codec = comm->config.codec;
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (comm->residuals) {
+      context.errorFeedback = true;
+      context.warmupCodec = comm->config.warmupCodec;
+      context.period = comm->residuals->periodText();
+    }
+    for (const std::string& line : describeStats(context, stats, comm->counters))
+      COLLNET_INFO("%s", line.c_str());
+  }
   delete comm;
   return Status::ok();
 }
@@ -447,10 +489,8 @@ bool singleContiguous(int nParts, const ncclNetSGE_v11_t* parts) {
   return true;
 }
 
-}  // namespace
-
-Result<Request*> iallreduce(CollComm* comm, const void* send, void* recv, size_t count,
-                            int dataType, int redOp) {
+Result<Request*> startAllreduce(CollComm* comm, const void* send, void* recv, size_t count,
+                                int dataType, int redOp) {
   if (comm == nullptr) return errorInvalidArgument("iallreduce: collComm is NULL");
   TERSE_ASSIGN_OR_RETURN(DataType type, mapType(dataType));
   TERSE_ASSIGN_OR_RETURN(ReduceOp op, mapOp(redOp));
@@ -468,9 +508,9 @@ Result<Request*> iallreduce(CollComm* comm, const void* send, void* recv, size_t
   return req.release();
 }
 
-Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11_t* parts,
-                                void* recv, size_t bytesPerRank, size_t windowOffset,
-                                size_t windowBytes, int dataType, int redOp) {
+Result<Request*> startReduceScatter(CollComm* comm, int nParts, const ncclNetSGE_v11_t* parts,
+                                    void* recv, size_t bytesPerRank, size_t windowOffset,
+                                    size_t windowBytes, int dataType, int redOp) {
   if (comm == nullptr) return errorInvalidArgument("ireducescatter: collComm is NULL");
   TERSE_ASSIGN_OR_RETURN(DataType type, mapType(dataType));
   TERSE_ASSIGN_OR_RETURN(ReduceOp op, mapOp(redOp));
@@ -515,9 +555,9 @@ Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11
   return req.release();
 }
 
-Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
-                            const ncclNetSGE_v11_t* parts, size_t bytesPerRank, size_t windowOffset,
-                            size_t windowBytes) {
+Result<Request*> startAllgather(CollComm* comm, const void* send, int nParts,
+                                const ncclNetSGE_v11_t* parts, size_t bytesPerRank,
+                                size_t windowOffset, size_t windowBytes) {
   if (comm == nullptr) return errorInvalidArgument("iallgather: collComm is NULL");
   const int nranks = comm->comm->size();
   TERSE_RETURN_IF_ERROR(
@@ -555,6 +595,36 @@ Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
   options.stream = stream;
   req->work = comm->comm->allgatherAsync(sendBuf, recvBuf, count, unitType, options);
   return req.release();
+}
+
+// A call refused before terse ran it never reaches the engine's figures: the plugin counts it.
+Result<Request*> countDeclined(CollComm* comm, Result<Request*> started) {
+  if (!started.isOk() && comm != nullptr) {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    ++comm->counters.declined;
+  }
+  return started;
+}
+
+}  // namespace
+
+Result<Request*> iallreduce(CollComm* comm, const void* send, void* recv, size_t count,
+                            int dataType, int redOp) {
+  return countDeclined(comm, startAllreduce(comm, send, recv, count, dataType, redOp));
+}
+
+Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11_t* parts,
+                                void* recv, size_t bytesPerRank, size_t windowOffset,
+                                size_t windowBytes, int dataType, int redOp) {
+  return countDeclined(comm, startReduceScatter(comm, nParts, parts, recv, bytesPerRank,
+                                                windowOffset, windowBytes, dataType, redOp));
+}
+
+Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
+                            const ncclNetSGE_v11_t* parts, size_t bytesPerRank, size_t windowOffset,
+                            size_t windowBytes) {
+  return countDeclined(
+      comm, startAllgather(comm, send, nParts, parts, bytesPerRank, windowOffset, windowBytes));
 }
 
 Status test(Request* request, bool* done, size_t* bytes) {

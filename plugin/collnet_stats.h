@@ -1,0 +1,56 @@
+// What a CollNet communicator did, as it is logged at closeColl (docs/nccl-plugin.md,
+// "Statistics"). The collectives' own figures (calls, failures, raw and wire bytes, time, auto's
+// picks) are terse's CollectiveStats, read from the communicator's engine: the same type and
+// counts a direct user gets from Communicator::stats() / terse_comm_stats(). This file adds only
+// what the plugin alone sees: calls it refused before they reached terse, and how error
+// feedback followed the training steps.
+//
+// Pure formatting (no logging or I/O here): collnet_comm.cc counts and writes the lines.
+#pragma once
+
+#include "terse/stats.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace terse::plugin::collnet {
+
+struct CollNetCounters {
+  // iallreduce / ireducescatter / iallgather calls that returned an error before terse ran them
+  // (a datatype or op reduceSupport declined, a window terse cannot run, a NULL buffer, a device
+  // buffer without the device path). NCCL sees the error at once; the engine never sees them.
+  uint64_t declined = 0;
+  // Error feedback only (onebit, topk, auto allowing them), reduce calls with count > 0:
+  uint64_t withResidual = 0;     // ran the codec with their position's residual
+  uint64_t withoutResidual = 0;  // ran the no-residual form (warm-up, or no period found)
+  uint64_t periodsLearned = 0;   // learned periods (a re-learn after a change counts again)
+  uint64_t resets = 0;           // changed sequences: every residual dropped
+  bool gaveUp = false;           // no period found within the warm-up bound
+};
+
+// What the lines say about the communicator itself.
+struct StatsContext {
+  int rank = 0, nranks = 1;
+  std::string codec;  // TERSE_COLLNET_CODEC after fallbacks
+  bool errorFeedback = false;
+  std::string warmupCodec;  // what calls without a residual ran
+  std::string period;       // "2 (TERSE_COLLNET_EF_PERIOD)", "2 (learned)", "not learned", ...
+};
+
+// The INFO lines of closeColl, without the "CollNet/terse : " prefix. The first line is always
+// there; the others only for what happened:
+//   rank R of N stats: codec C, K calls, RAW bytes -> WIRE on the wire (X.XXx), F failed, D
+//   declined rank R of N stats: allreduce K calls (F failed), RAW bytes -> WIRE on the wire, S s
+//   (compress
+//     S s, reduce S s)                         [the same for reduce-scatter, allgather, and auto's
+//                                               own calibration and measurement]
+//   rank R of N stats: auto picked SPEC for K calls                        [one line per codec]
+//   rank R of N stats: error feedback: K calls with residuals, K without (ran W), period P,
+//     L learned, T resets
+// The first line's bytes are the sums over the kinds (wire including auto's own calls); K calls
+// and F failed are the caller's calls (auto's own calls are in its own line only).
+std::vector<std::string> describeStats(const StatsContext& context, const CollectiveStats& stats,
+                                       const CollNetCounters& counters);
+
+}  // namespace terse::plugin::collnet
