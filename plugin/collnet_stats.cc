@@ -34,8 +34,9 @@ std::vector<std::string> describeStats(const StatsContext& context, const Collec
   // The ratio says what compression saved on this rank's sends; without any wire bytes (no
   // call, or a world of one) there is nothing to compare.
   const std::string ratio =
-      wire > 0 ? formatString(" (%.2fx)", static_cast<double>(raw) / static_cast<double>(wire))
-               : std::string();
+      wire > 0
+          ? formatString(" (raw/wire %.2f)", static_cast<double>(raw) / static_cast<double>(wire))
+          : std::string();
   lines.push_back(formatString(
       "%scodec %s, %llu calls, %llu bytes -> %llu on the wire%s, %llu failed, %llu declined",
       head.c_str(), context.codec.c_str(), ull(calls), ull(raw), ull(wire), ratio.c_str(),

@@ -38,18 +38,18 @@ struct StatsContext {
   std::string period;       // "2 (TERSE_COLLNET_EF_PERIOD)", "2 (learned)", "not learned", ...
 };
 
-// The INFO lines of closeColl, without the "CollNet/terse : " prefix. The first line is always
-// there; the others only for what happened:
-//   rank R of N stats: codec C, K calls, RAW bytes -> WIRE on the wire (X.XXx), F failed, D
-//   declined rank R of N stats: allreduce K calls (F failed), RAW bytes -> WIRE on the wire, S s
-//   (compress
-//     S s, reduce S s)                         [the same for reduce-scatter, allgather, and auto's
-//                                               own calibration and measurement]
-//   rank R of N stats: auto picked SPEC for K calls                        [one line per codec]
-//   rank R of N stats: error feedback: K calls with residuals, K without (ran W), period P,
-//     L learned, T resets
-// The first line's bytes are the sums over the kinds (wire including auto's own calls); K calls
-// and F failed are the caller's calls (auto's own calls are in its own line only).
+// The INFO lines of closeColl, without the "CollNet/terse : " prefix. The first is always
+// there, the others only for what happened (docs/nccl-plugin.md shows them):
+// - "rank R of N stats: codec C, K calls, RAW bytes -> WIRE on the wire (raw/wire X.XX),
+//   F failed, D declined": K and F count the caller's calls, RAW their bytes, WIRE this rank's
+//   sends for them and for auto's own calls. raw/wire is not a codec ratio: uncompressed, an
+//   allreduce on N ranks sends about 2(N-1)/N of its bytes from each rank.
+// - one line per kind that ran (allreduce, reduce-scatter, allgather, and auto's own calibration
+//   and measurement): "K calls (F failed), RAW bytes -> WIRE on the wire, S s (compress S s,
+//   reduce S s)";
+// - "auto picked SPEC for K calls", one per codec;
+// - with error feedback: "error feedback: K calls with residuals, K without (ran W), period P,
+//   L learned, T resets".
 std::vector<std::string> describeStats(const StatsContext& context, const CollectiveStats& stats,
                                        const CollNetCounters& counters);
 
