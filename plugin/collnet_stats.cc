@@ -9,10 +9,10 @@ unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); 
 
 std::string kindLine(const std::string& head, const char* name, const CollectiveStats::Kind& k) {
   return formatString(
-      "%s%s %llu calls (%llu failed), %llu bytes -> %llu on the wire, %.3f s (compress %.3f s, "
-      "reduce %.3f s)",
+      "%s%s %llu calls (%llu failed), %llu bytes -> %llu on the wire, %.1f ms (compress %.1f ms, "
+      "reduce %.1f ms)",
       head.c_str(), name, ull(k.calls), ull(k.failures), ull(k.rawBytes), ull(k.wireBytes),
-      k.seconds, k.compressSeconds, k.reduceSeconds);
+      1e3 * k.seconds, 1e3 * k.compressSeconds, 1e3 * k.reduceSeconds);
 }
 
 }  // namespace
@@ -31,8 +31,8 @@ std::vector<std::string> describeStats(const StatsContext& context, const Collec
     wire += k->wireBytes;
   }
   std::vector<std::string> lines;
-  // The ratio says what compression saved on this rank's sends; without any wire bytes (no
-  // call, or a world of one) there is nothing to compare.
+  // The caller's bytes over this rank's sends (collnet_stats.h says why that is not a codec
+  // ratio); without any wire bytes (no call, or a world of one) there is nothing to divide.
   const std::string ratio =
       wire > 0
           ? formatString(" (raw/wire %.2f)", static_cast<double>(raw) / static_cast<double>(wire))

@@ -45,8 +45,8 @@ struct StatsContext {
 //   sends for them and for auto's own calls. raw/wire is not a codec ratio: uncompressed, an
 //   allreduce on N ranks sends about 2(N-1)/N of its bytes from each rank.
 // - one line per kind that ran (allreduce, reduce-scatter, allgather, and auto's own calibration
-//   and measurement): "K calls (F failed), RAW bytes -> WIRE on the wire, S s (compress S s,
-//   reduce S s)";
+//   and measurement): "K calls (F failed), RAW bytes -> WIRE on the wire, T ms (compress T ms,
+//   reduce T ms)", the time of the calls on the collective thread and its codec parts;
 // - "auto picked SPEC for K calls", one per codec;
 // - with error feedback: "error feedback: K calls with residuals, K without (ran W), period P,
 //   L learned, T resets".
