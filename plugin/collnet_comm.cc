@@ -489,8 +489,10 @@ bool singleContiguous(int nParts, const ncclNetSGE_v11_t* parts) {
   return true;
 }
 
-Result<Request*> startAllreduce(CollComm* comm, const void* send, void* recv, size_t count,
-                                int dataType, int redOp) {
+}  // namespace
+
+Result<Request*> iallreduce(CollComm* comm, const void* send, void* recv, size_t count,
+                            int dataType, int redOp) {
   if (comm == nullptr) return errorInvalidArgument("iallreduce: collComm is NULL");
   TERSE_ASSIGN_OR_RETURN(DataType type, mapType(dataType));
   TERSE_ASSIGN_OR_RETURN(ReduceOp op, mapOp(redOp));
@@ -508,9 +510,9 @@ Result<Request*> startAllreduce(CollComm* comm, const void* send, void* recv, si
   return req.release();
 }
 
-Result<Request*> startReduceScatter(CollComm* comm, int nParts, const ncclNetSGE_v11_t* parts,
-                                    void* recv, size_t bytesPerRank, size_t windowOffset,
-                                    size_t windowBytes, int dataType, int redOp) {
+Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11_t* parts,
+                                void* recv, size_t bytesPerRank, size_t windowOffset,
+                                size_t windowBytes, int dataType, int redOp) {
   if (comm == nullptr) return errorInvalidArgument("ireducescatter: collComm is NULL");
   TERSE_ASSIGN_OR_RETURN(DataType type, mapType(dataType));
   TERSE_ASSIGN_OR_RETURN(ReduceOp op, mapOp(redOp));
@@ -555,9 +557,9 @@ Result<Request*> startReduceScatter(CollComm* comm, int nParts, const ncclNetSGE
   return req.release();
 }
 
-Result<Request*> startAllgather(CollComm* comm, const void* send, int nParts,
-                                const ncclNetSGE_v11_t* parts, size_t bytesPerRank,
-                                size_t windowOffset, size_t windowBytes) {
+Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
+                            const ncclNetSGE_v11_t* parts, size_t bytesPerRank, size_t windowOffset,
+                            size_t windowBytes) {
   if (comm == nullptr) return errorInvalidArgument("iallgather: collComm is NULL");
   const int nranks = comm->comm->size();
   TERSE_RETURN_IF_ERROR(
@@ -597,34 +599,13 @@ Result<Request*> startAllgather(CollComm* comm, const void* send, int nParts,
   return req.release();
 }
 
-// A call refused before terse ran it never reaches the engine's figures: the plugin counts it.
-Result<Request*> countDeclined(CollComm* comm, Result<Request*> started) {
-  if (!started.isOk() && comm != nullptr) {
+void noteDeclined(CollComm* comm) {
+  if (comm == nullptr) return;
+  try {  // called outside the entry points' exception firewall
     std::lock_guard<std::mutex> lock(comm->mu);
     ++comm->counters.declined;
+  } catch (...) {
   }
-  return started;
-}
-
-}  // namespace
-
-Result<Request*> iallreduce(CollComm* comm, const void* send, void* recv, size_t count,
-                            int dataType, int redOp) {
-  return countDeclined(comm, startAllreduce(comm, send, recv, count, dataType, redOp));
-}
-
-Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11_t* parts,
-                                void* recv, size_t bytesPerRank, size_t windowOffset,
-                                size_t windowBytes, int dataType, int redOp) {
-  return countDeclined(comm, startReduceScatter(comm, nParts, parts, recv, bytesPerRank,
-                                                windowOffset, windowBytes, dataType, redOp));
-}
-
-Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
-                            const ncclNetSGE_v11_t* parts, size_t bytesPerRank, size_t windowOffset,
-                            size_t windowBytes) {
-  return countDeclined(
-      comm, startAllgather(comm, send, nParts, parts, bytesPerRank, windowOffset, windowBytes));
 }
 
 Status test(Request* request, bool* done, size_t* bytes) {

@@ -815,8 +815,9 @@ TEST(CollNetPlugin, AutoPolicyWithErrorFeedbackKeepsRanksIdentical) {
 // transport that counts the bytes it is handed. The logged wire bytes must equal that count
 // (and each kind's those of the twin's rows); the calls, raw bytes, failures and declined calls
 // must equal what this test did. int8's wire size depends only on the count, so the twin sends
-// exactly what the plugin sent. A failed call (the ranks disagree on the count) and two declined
-// calls (a datatype reduceSupport declines, a partial window) are counted apart.
+// exactly what the plugin sent. A failed call (the ranks disagree on the count) and three declined
+// calls (a datatype reduceSupport declines, a partial window, a NULL request pointer refused by
+// the tables themselves) are counted apart.
 TEST(CollNetPlugin, StatisticsAtCloseMatchTheCallsAndTheTransportsCount) {
   std::string dir = makeTempDir();
   const int nranks = 2;
@@ -912,7 +913,7 @@ TEST(CollNetPlugin, StatisticsAtCloseMatchTheCallsAndTheTransportsCount) {
                              .isOk(),
                         "the twin's disagreed call succeeded");
         }
-        // ---- two declined calls: never started, so neither the engine nor the transport saw
+        // ---- three declined calls: never started, so neither the engine nor the transport saw
         // them (the twin makes none)
         std::vector<uint8_t> buf(4096), out(4096);
         void* req = nullptr;
@@ -923,6 +924,9 @@ TEST(CollNetPlugin, StatisticsAtCloseMatchTheCallsAndTheTransportsCount) {
         HARNESS_CHECK(api.ireducescatter(cc, part, out.data(), 1024, 1024, 1024, ncclCollFloat32,
                                          ncclCollSum, &req) == ncclInvalidUsage,
                       "a partial window was not declined");
+        HARNESS_CHECK(api.iallreduce(cc, buf.data(), out.data(), 16, ncclCollFloat32, ncclCollSum,
+                                     nullptr) == ncclInvalidArgument,
+                      "a NULL request pointer was not refused");
         // ---- the comm still works after both
         {
           std::vector<float> in(3000, 0.25f), o(3000), r(3000);
@@ -953,8 +957,8 @@ TEST(CollNetPlugin, StatisticsAtCloseMatchTheCallsAndTheTransportsCount) {
         HARNESS_CHECK(t.wire == transport,
                       "logged %" PRIu64 " wire bytes, the transport counted %" PRIu64, t.wire,
                       transport);
-        HARNESS_CHECK(t.failed == 1 && t.declined == 2,
-                      "logged %" PRIu64 " failed, %" PRIu64 " declined; want 1 and 2", t.failed,
+        HARNESS_CHECK(t.failed == 1 && t.declined == 3,
+                      "logged %" PRIu64 " failed, %" PRIu64 " declined; want 1 and 3", t.failed,
                       t.declined);
         // int8 sends about a quarter of float32 and half of 16-bit types; allgather is raw.
         HARNESS_CHECK(t.wire < t.raw * 6 / 10,
@@ -1024,6 +1028,11 @@ TEST(CollNetPlugin, WindowsAndSizesItCannotRunAreInvalidUsage) {
         r = api.iallreduce(cc, buf.data(), out.data(), 16, ncclCollFloat32, ncclCollMax, &req);
         HARNESS_CHECK(r == ncclInvalidArgument && req == nullptr, "max allreduce gave %d", (int)r);
         NCCL_OK(api.closeColl(cc));
+        const LoggedTotals t = loggedTotals(rank, 2);
+        HARNESS_CHECK(t.found && t.calls == 0 && t.failed == 0 && t.declined == 6,
+                      "the stats must count the 6 refused calls as declined (and nothing else): "
+                      "%" PRIu64 " calls, %" PRIu64 " failed, %" PRIu64 " declined",
+                      t.calls, t.failed, t.declined);
       },
       120);
   expectAllPassed(codes);
