@@ -144,7 +144,6 @@ class ResidualSequence {
         warnChanged(d, kind, count, type);
         break;
       case CallSequence::Event::kGaveUp:
-        counters_->gaveUp = true;
         COLLNET_WARN(
             "error-feedback period not found: the last %zu reduce calls did not repeat %zu times "
             "in a row; this communicator stays without residuals and runs %s instead of %s from "

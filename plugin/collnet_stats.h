@@ -26,7 +26,6 @@ struct CollNetCounters {
   uint64_t withoutResidual = 0;  // ran the no-residual form (warm-up, or no period found)
   uint64_t periodsLearned = 0;   // learned periods (a re-learn after a change counts again)
   uint64_t resets = 0;           // changed sequences: every residual dropped
-  bool gaveUp = false;           // no period found within the warm-up bound
 };
 
 // What the lines say about the communicator itself.
@@ -35,7 +34,8 @@ struct StatsContext {
   std::string codec;  // TERSE_COLLNET_CODEC after fallbacks
   bool errorFeedback = false;
   std::string warmupCodec;  // what calls without a residual ran
-  std::string period;       // "2 (TERSE_COLLNET_EF_PERIOD)", "2 (learned)", "not learned", ...
+  // "2 (TERSE_COLLNET_EF_PERIOD)", "2 (learned)", "not learned yet" or "not found"
+  std::string period;
 };
 
 // The INFO lines of closeColl, without the "CollNet/terse : " prefix. The first is always
