@@ -63,7 +63,7 @@ struct CollectiveOptions {
   // completes, so read it after wait() (benchmarks report auto's picks with it).
   std::string* chosen = nullptr;
   // "auto" (TERSE_ALGO, else two-level where the node layout allows it), "flat" or "twolevel":
-  // how an allreduce crosses the ranks (docs/design.md, "Two-level collectives"). Every rank
+  // how the collective crosses the ranks (docs/design.md, "Two-level collectives"). Every rank
   // must end up with the same; asking for twolevel where it cannot run is an error on every rank.
   std::string algorithm = "auto";
 };

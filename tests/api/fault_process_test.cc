@@ -174,7 +174,7 @@ Call drawCall(std::mt19937_64& rng, Kind kind, const std::string& codec, bool tw
   c.feedback = rng() % 2;
   c.tls = rng() % 4 ? "tcp,self" : "posix,cma,self";
   c.warm = isAutoSpec(codec) && rng() % 2;
-  if (twoLevel) {  // 2x2 or 3x2: two-level allreduce
+  if (twoLevel) {  // 2x2 or 3x2: two-level calls
     c.nodes = 2 + static_cast<int>(rng() % 2);
     c.n = 2 * c.nodes;
   }
@@ -503,9 +503,11 @@ std::vector<KillCase> killCases() {
     out.emplace_back(k, kAutoSpec, false);
   }
   out.emplace_back(Kind::kBarrier, "none", false);  // the barrier has no codec
-  // Two-level allreduce: a victim in any of its three steps, on any node.
+  // Two-level: a victim in any step, on any node.
   for (const char* codec : {"none", "int8", "onebit", kAutoSpec})
     out.emplace_back(Kind::kAllReduce, codec, true);
+  out.emplace_back(Kind::kReduceScatter, "topk:ratio=0.05", true);
+  out.emplace_back(Kind::kAllGather, "bf16", true);
   return out;
 }
 

@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -199,7 +201,10 @@ TEST(TwoLevel, LayoutsThatCannotRunTwoLevelSayWhy) {
       EXPECT_EQ(a, Algorithm::kTwoLevel) << l.name;
       call.kind = CollectiveKind::kReduceScatter;
       TERSE_ASSIGN_OR_RETURN(a, engine.resolveAlgorithm(call));
-      EXPECT_EQ(a, Algorithm::kFlat) << l.name << ": reduce-scatter has no two-level form yet";
+      EXPECT_EQ(a, Algorithm::kTwoLevel) << l.name;
+      call.algorithm = Algorithm::kFlat;
+      TERSE_ASSIGN_OR_RETURN(a, engine.resolveAlgorithm(call));
+      EXPECT_EQ(a, Algorithm::kFlat) << l.name;
       return Status::ok();
     });
     for (auto& s : st) EXPECT_TRUE(s.isOk()) << l.name << ": " << s.toString();
@@ -332,6 +337,221 @@ TEST(TwoLevel, ErrorFeedbackMatchesTheModelAndConverges) {
       }
       EXPECT_LT(lastErr, 0.65 * midErr)
           << layout.name << " " << spec << ": the averaged error does not decay like 1/T";
+    }
+  }
+}
+
+// Reduce-scatter and allgather: each rank's part of the world's split, through the packed
+// two-level layout. The model packs the same way and runs each cross-node step as the flat model
+// computes it; residuals stay at the tensor's positions (padding ones start at zero each call).
+struct PackedLayout {
+  std::vector<std::vector<int>> nodes;
+  size_t perNode = 0, m = 0;
+};
+PackedLayout packedLayout(const Layout& layout, size_t count) {
+  std::map<int, std::vector<int>> byNode;
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  for (int r = 0; r < n; ++r) byNode[layout.nodeOfRank[r]].push_back(r);
+  PackedLayout p;
+  for (auto& kv : byNode) p.nodes.push_back(kv.second);
+  p.perNode = p.nodes[0].size();
+  p.m = (count + n - 1) / n;
+  return p;
+}
+
+// Rank r's reduce-scatter result (its part, caller's type) per the model, with per-rank worker
+// residuals over the tensor in `worker` when given.
+std::vector<std::vector<uint8_t>> modelReduceScatter(const Layout& layout,
+                                                     const std::vector<std::vector<uint8_t>>& in,
+                                                     size_t count, DataType dt, ReduceOp op,
+                                                     const Codec& codec, size_t segment,
+                                                     std::vector<std::vector<float>>* worker) {
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  PackedLayout p = packedLayout(layout, count);
+  const size_t nodes = p.nodes.size(), m = p.m, es = dataTypeSize(dt);
+  std::vector<std::vector<uint8_t>> out(n);
+  for (size_t c = 0; c < p.perNode; ++c) {
+    std::vector<std::vector<float>> sums(nodes, std::vector<float>(nodes * m, 0.0f));
+    std::vector<const void*> inputs;
+    SimulatedResiduals res;
+    for (size_t k = 0; k < nodes; ++k) {
+      for (size_t kk = 0; kk < nodes; ++kk) {
+        Range part = chunkRange(count, n, p.nodes[kk][c]);
+        for (int r : p.nodes[k])
+          for (size_t i = 0; i < part.length; ++i)
+            sums[k][kk * m + i] += loadElement(dt, in[r].data(), part.begin + i);
+      }
+      if (op == ReduceOp::kAvg)
+        for (float& v : sums[k]) v *= 1.0f / static_cast<float>(n);
+      inputs.push_back(sums[k].data());
+      if (worker) {  // rank (c, k)'s residuals, packed
+        std::vector<float> packed(nodes * m, 0.0f);
+        for (size_t kk = 0; kk < nodes; ++kk) {
+          Range part = chunkRange(count, n, p.nodes[kk][c]);
+          std::copy_n((*worker)[p.nodes[k][c]].begin() + part.begin, part.length,
+                      packed.begin() + kk * m);
+        }
+        res.worker.push_back(std::move(packed));
+      }
+    }
+    auto got = simulateCompressedCollective(CollectiveKind::kReduceScatter, inputs, nodes * m,
+                                            DataType::kFloat32, ReduceOp::kSum, codec, segment,
+                                            worker ? &res : nullptr);
+    EXPECT_TRUE(got.isOk()) << got.status().toString();
+    if (!got.isOk()) return {};
+    for (size_t k = 0; k < nodes; ++k) {
+      const int r = p.nodes[k][c];
+      Range mine = chunkRange(count, n, r);
+      out[r].resize(mine.length * es);
+      detail::fromFloat(reinterpret_cast<const float*>(got.value()[k].data()), 1.0f, dt,
+                        out[r].data(), mine.length);
+      if (worker)
+        for (size_t kk = 0; kk < nodes; ++kk) {
+          Range part = chunkRange(count, n, p.nodes[kk][c]);
+          std::copy_n(res.worker[k].begin() + kk * m, part.length,
+                      (*worker)[r].begin() + part.begin);
+        }
+    }
+  }
+  return out;
+}
+
+// The gathered tensor per the model; in[r] is rank r's part.
+std::vector<uint8_t> modelAllgather(const Layout& layout,
+                                    const std::vector<std::vector<uint8_t>>& in, size_t count,
+                                    DataType dt, const Codec& codec, size_t segment) {
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  PackedLayout p = packedLayout(layout, count);
+  const size_t nodes = p.nodes.size(), m = p.m, es = dataTypeSize(dt);
+  std::vector<uint8_t> out(count * es);
+  for (size_t c = 0; c < p.perNode; ++c) {
+    std::vector<std::vector<uint8_t>> padded(nodes, std::vector<uint8_t>(m * es, 0));
+    std::vector<const void*> inputs;
+    for (size_t k = 0; k < nodes; ++k) {
+      std::copy(in[p.nodes[k][c]].begin(), in[p.nodes[k][c]].end(), padded[k].begin());
+      inputs.push_back(padded[k].data());
+    }
+    auto got = simulateCompressedCollective(CollectiveKind::kAllGather, inputs, nodes * m, dt,
+                                            ReduceOp::kSum, codec, segment, nullptr);
+    EXPECT_TRUE(got.isOk()) << got.status().toString();
+    if (!got.isOk()) return {};
+    for (size_t k = 0; k < nodes; ++k) {
+      Range part = chunkRange(count, n, p.nodes[k][c]);
+      std::copy_n(got.value()[0].begin() + k * m * es, part.length * es,
+                  out.begin() + part.begin * es);
+    }
+  }
+  return out;
+}
+
+class TwoLevelPartsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TwoLevelPartsTest, ReduceScatterAndAllgatherMatchTheModel) {
+  const std::string spec = GetParam();
+  auto codec = codecOf(spec);
+  const bool exact = spec != "none";  // none: tolerance (ring hops round to the caller's type)
+  int turn = 0;
+  for (const Layout& layout : twoLevelLayouts()) {
+    const int n = static_cast<int>(layout.nodeOfRank.size());
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{300001}}) {
+      if (count > 1000 && layout.name != "3x2 interleaved") continue;
+      const DataType dt = std::array<DataType, 3>{DataType::kFloat32, DataType::kFloat16,
+                                                  DataType::kBFloat16}[turn % 3];
+      const ReduceOp op = turn++ % 2 == 0 ? ReduceOp::kSum : ReduceOp::kAvg;
+      const std::string what = caseName(layout, spec, count, dt, op);
+      const size_t es = dataTypeSize(dt);
+      std::vector<std::vector<uint8_t>> in(n), parts(n), gathered(n), partIn(n);
+      for (int r = 0; r < n; ++r) {
+        in[r] = exactInput(dt, r, count);
+        Range mine = chunkRange(count, n, r);
+        partIn[r] = exactInput(dt, r + 100, mine.length);
+      }
+      auto st = runLayout(layout, [&](int r, CollectiveEngine& e) -> Status {
+        Range mine = chunkRange(count, n, r);
+        parts[r].assign(mine.length * es, 0xEE);
+        CollectiveOp rs;
+        rs.kind = CollectiveKind::kReduceScatter;
+        rs.send = in[r].data();
+        rs.recv = parts[r].data();
+        rs.count = count;
+        rs.dtype = dt;
+        rs.op = op;
+        rs.codec = codec.get();
+        rs.algorithm = Algorithm::kTwoLevel;
+        TERSE_RETURN_IF_ERROR(e.run(rs));
+        gathered[r].assign(count * es, 0xEE);
+        CollectiveOp ag = rs;
+        ag.kind = CollectiveKind::kAllGather;
+        ag.send = partIn[r].data();
+        ag.recv = gathered[r].data();
+        return e.run(ag);
+      });
+      for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].isOk()) << what << ": " << st[r].toString();
+      for (int r = 1; r < n; ++r) ASSERT_EQ(gathered[r], gathered[0]) << what << " rank " << r;
+      auto wantParts = modelReduceScatter(layout, in, count, dt, op, *codec, 65536 * 4, nullptr);
+      auto wantGathered = modelAllgather(layout, partIn, count, dt, *codec, 65536 * 4);
+      if (exact) {
+        for (int r = 0; r < n; ++r)
+          ASSERT_EQ(parts[r], wantParts[r]) << what << ": rank " << r << "'s reduce-scatter part";
+        ASSERT_EQ(gathered[0], wantGathered) << what << ": allgather";
+        continue;
+      }
+      // none: the node sums are exact, the ring across nodes rounds to the type per hop.
+      const double u = dt == DataType::kFloat32   ? 0x1p-24
+                       : dt == DataType::kFloat16 ? 0x1p-11
+                                                  : 0x1p-8;
+      for (int r = 0; r < n; ++r) {
+        Range mine = chunkRange(count, n, r);
+        for (size_t i = 0; i < mine.length; ++i) {
+          double got = loadElement(dt, parts[r].data(), i);
+          double want = loadElement(dt, wantParts[r].data(), i);
+          ASSERT_LE(std::fabs(got - want), 4 * n * u * (std::fabs(want) + 4.0))
+              << what << ": rank " << r << " element " << i;
+        }
+      }
+      // Uncompressed allgather copies bytes: exact.
+      std::vector<uint8_t> concat;
+      for (int r = 0; r < n; ++r) concat.insert(concat.end(), partIn[r].begin(), partIn[r].end());
+      ASSERT_EQ(gathered[0], concat) << what << ": allgather";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, TwoLevelPartsTest,
+                         ::testing::Values("none", "bf16", "int8", "onebit", "topk", "mxfp4"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+// Reduce-scatter with error feedback: the caller's residuals at the tensor's positions, step
+// after step equal to the model's.
+TEST(TwoLevel, ReduceScatterErrorFeedbackMatchesTheModel) {
+  const Layout layout{"3x2 interleaved", {2, 0, 1, 0, 2, 1}};
+  const int n = 6;
+  const size_t count = 30001;
+  auto codec = codecOf("onebit");
+  std::vector<ErrorFeedback> ef;
+  for (int r = 0; r < n; ++r) ef.push_back(ErrorFeedback::create("onebit", count).value());
+  std::vector<std::vector<float>> worker(n, std::vector<float>(count, 0.0f));
+  for (int step = 0; step < 5; ++step) {
+    std::vector<std::vector<uint8_t>> in(n), parts(n);
+    for (int r = 0; r < n; ++r) in[r] = exactInput(DataType::kFloat32, r, count, step);
+    auto st = runLayout(layout, [&](int r, CollectiveEngine& e) -> Status {
+      parts[r].assign(chunkRange(count, n, r).length * 4, 0xEE);
+      CollectiveOp rs;
+      rs.kind = CollectiveKind::kReduceScatter;
+      rs.send = in[r].data();
+      rs.recv = parts[r].data();
+      rs.count = count;
+      rs.codec = codec.get();
+      rs.feedback = &ef[r];
+      return e.run(rs);
+    });
+    for (auto& s : st) ASSERT_TRUE(s.isOk()) << s.toString();
+    auto want = modelReduceScatter(layout, in, count, DataType::kFloat32, ReduceOp::kSum, *codec,
+                                   65536 * 4, &worker);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(parts[r], want[r]) << "step " << step << " rank " << r;
+      ASSERT_TRUE(std::equal(worker[r].begin(), worker[r].end(), ef[r].worker()))
+          << "step " << step << " rank " << r << ": residuals differ from the model's";
     }
   }
 }

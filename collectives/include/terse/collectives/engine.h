@@ -191,6 +191,8 @@ class CollectiveEngine {
   // or descriptor exchange of its own. Its bytes and codec time are added to this engine's.
   Status runStep(CollectiveEngine& group, const CollectiveOp& step);
   Status twoLevelAllreduce(const CollectiveOp& op);
+  Status twoLevelReduceScatter(const CollectiveOp& op);
+  Status twoLevelAllgather(const CollectiveOp& op);
   Status ringAllreduce(const CollectiveOp& op, uint32_t seq);
   Status ringReduceScatter(const CollectiveOp& op, uint32_t seq);
   Status ringAllgather(const CollectiveOp& op, uint32_t seq);
@@ -229,6 +231,8 @@ class CollectiveEngine {
     std::unique_ptr<Transport> localTransport, crossTransport;
     std::unique_ptr<CollectiveEngine> local, cross;
     std::shared_ptr<const Codec> none;  // the uncompressed steps' codec
+    std::vector<std::vector<int>> nodes;  // each node's ranks in rank order, nodes in node order
+    int node = 0, localIndex = 0;         // this rank's
   };
 
   Transport& transport_;
