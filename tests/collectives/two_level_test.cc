@@ -26,11 +26,6 @@
 namespace terse {
 namespace {
 
-using testing::kCollTimeout;
-using testing::makeInProcWorld;
-
-// Tag spaces of the two groups (any two distinct spaces; communicators allocate them).
-constexpr uint32_t kLocalSpace = 1, kCrossSpace = 2;
 
 struct Layout {
   std::string name;
@@ -49,19 +44,8 @@ Layout blocks(int nodes, int perNode) {
 std::vector<Status> runLayout(const Layout& layout,
                               const std::function<Status(int, CollectiveEngine&)>& fn,
                               size_t segmentBytes = 0) {
-  const int n = static_cast<int>(layout.nodeOfRank.size());
-  auto transports = makeInProcWorld(n);
-  std::vector<Status> results(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      CollectiveEngine engine(*transports[r], kCollTimeout);
-      results[r] = engine.enableTwoLevel(layout.nodeOfRank, kLocalSpace, kCrossSpace);
-      if (segmentBytes) engine.setSegmentBytes(segmentBytes);
-      if (results[r].isOk()) results[r] = fn(r, engine);
-    });
-  for (auto& t : threads) t.join();
-  return results;
+  return testing::runWorld(static_cast<int>(layout.nodeOfRank.size()), fn, segmentBytes,
+                           &layout.nodeOfRank);
 }
 
 // Inputs whose float32 sums inside a node are exact in any order (multiples of 1/64 below 4 in
