@@ -3,6 +3,7 @@
 // buffers and run iallreduce / ireducescatter / iallgather until test() says done. Every result
 // is compared bit for bit with the same collective run through terse's own C++ API (same codec
 // => same bits) on a second communicator in the same process, and across ranks.
+#include "../transport/byte_counting_transport.h"
 #include "collnet_abi.h"
 #include "net_harness.h"
 
@@ -254,40 +255,7 @@ void checkSameAcrossRanks(const Exchange& ex, const std::string& key, int rank, 
   }
 }
 
-// Counts the bytes of every send posted through it: the transport's own ledger, which the
-// plugin's logged statistics are checked against.
-class ByteCountingTransport final : public Transport {
- public:
-  ByteCountingTransport(std::unique_ptr<Transport> inner, std::atomic<uint64_t>* sent)
-      : inner_(std::move(inner)), sent_(sent) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string describe() const override { return inner_->describe(); }
-  Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
-               TransportRequest** request) override {
-    Status s = inner_->isend(peer, tag, data, bytes, request);
-    if (s.isOk()) *sent_ += bytes;
-    return s;
-  }
-  Status irecv(int peer, uint64_t tag, void* data, size_t capacity,
-               TransportRequest** request) override {
-    return inner_->irecv(peer, tag, data, capacity, request);
-  }
-  Status test(TransportRequest* r, bool* done, size_t* bytes) override {
-    return inner_->test(r, done, bytes);
-  }
-  Status wait(TransportRequest* r, size_t* bytes, std::chrono::milliseconds timeout) override {
-    return inner_->wait(r, bytes, timeout);
-  }
-  void cancel(TransportRequest* r) override { inner_->cancel(r); }
-  void progress() override { inner_->progress(); }
-  void abort(const Status& why) override { inner_->abort(why); }
-  void disconnect(int peer, const Status& why) override { inner_->disconnect(peer, why); }
-
- private:
-  std::unique_ptr<Transport> inner_;
-  std::atomic<uint64_t>* sent_;
-};
+using testing::ByteCountingTransport;
 
 // terse's API over its own UCX transport (worker addresses swapped through files), wrapped in a
 // ByteCountingTransport: the same calls as the plugin's, with the transport counting the bytes.
