@@ -199,6 +199,9 @@ std::string hostIdentity() {
     pidns = std::to_string(static_cast<unsigned long long>(ns.st_dev)) + ":" +
             std::to_string(static_cast<unsigned long long>(ns.st_ino));
   std::string id = std::string(name) + " boot " + boot + " pidns " + pidns;
+  // Without /proc nothing proves that another rank's pid is a process here: an identity that
+  // matches no other rank's keeps every peer on UCX's own failure reporting.
+  if (boot.empty() || pidns == "?") id += " pid " + std::to_string(getpid());
   return id.substr(0, kMaxPeerHostBytes);
 }
 
@@ -308,19 +311,26 @@ class UcxTransport final : public Transport {
   // endpoint is a local affair: nothing is sent to the peer.
   Status connectSameNode() {
     std::vector<int> local;
-    std::string transports;
+    std::string transports;  // every transport of every same-node endpoint, once
+    bool shm = true;         // every same-node endpoint uses a shared-memory transport
     for (int p = 0; p < size_; ++p) {
       if (!peers_[p].sameNode) continue;
       ucp_ep_h ep = nullptr;
       TERSE_RETURN_IF_ERROR(endpoint(p, &ep));
       local.push_back(p);
-      if (transports.empty()) transports = peers_[p].transports;
-      // Every pair on one host normally gets the same transports; say so when they differ.
-      else if (transports != peers_[p].transports)
-        transports = "mixed";
+      shm = shm && usesSharedMemory(peers_[p].transports);
+      size_t start = 0;
+      const std::string& mine = peers_[p].transports;
+      while (start <= mine.size()) {
+        size_t end = mine.find(',', start);
+        if (end == std::string::npos) end = mine.size();
+        const std::string tl = mine.substr(start, end - start);
+        if (("," + transports + ",").find("," + tl + ",") == std::string::npos)
+          transports += (transports.empty() ? "" : ",") + tl;
+        start = end + 1;
+      }
     }
     if (local.empty()) return Status::ok();
-    const bool shm = usesSharedMemory(transports);
     // "ucx(all; node: sysv,cma shared memory)": UCX_TLS (or "all"), then what UCX chose for
     // this node's ranks.
     describe_.pop_back();
@@ -331,7 +341,7 @@ class UcxTransport final : public Transport {
                "rank %d: same-node ranks %s over %s (%s); a dead one is noticed by watching its "
                "process, one that aborts or leaves says so before it goes",
                rank_, ranks.c_str(), transports.c_str(),
-               shm ? "shared memory" : "no shared-memory transport chosen by UCX");
+               shm ? "shared memory" : "not all of them over shared memory: UCX's choice");
     return Status::ok();
   }
 
