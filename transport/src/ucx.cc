@@ -605,9 +605,11 @@ class UcxTransport final : public Transport {
         ucp_tag_message_h m =
             ucp_tag_probe_nb(worker_, wireTag(p, kFailureNoticeTag), kFullMask, 1, &info);
         if (m == nullptr) break;
-        std::string sink(info.length + 1, '\0');
+        // Into a member: should UCX still hold the request when we give up on it below, the
+        // buffer outlives the worker. A longer message is truncated, which is fine here.
         ucp_request_param_t param{};
-        ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(worker_, &sink[0], info.length, m, &param);
+        ucs_status_ptr_t sp =
+            ucp_tag_msg_recv_nbx(worker_, noticeSink_, sizeof noticeSink_, m, &param);
         if (!UCS_PTR_IS_PTR(sp)) continue;
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
         while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
@@ -616,7 +618,7 @@ class UcxTransport final : public Transport {
         if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
           ucp_request_cancel(worker_, sp);
           ucp_request_free(sp);
-          return;  // the buffer must outlive the request; give up on the rest
+          return;  // the buffer is taken while UCX holds the request; leave the rest
         }
         ucp_request_free(sp);
       }
@@ -1011,6 +1013,7 @@ class UcxTransport final : public Transport {
   Status abortWhy_;
   RequestPool pool_;
   std::string describe_;
+  char noticeSink_[512];   // discardNotices() receives notices nobody asked for into it
   bool eagerTcp_ = false;  // UCX_TLS=tcp: rendezvous threshold raised (see onlyTcp())
   Status envError_;        // a malformed TERSE_UCX_TCP_EAGER, reported by init()
 };
