@@ -3,6 +3,7 @@
 #include "terse/transport/fault.h"
 
 #include "peer_input.h"
+#include "ucx_text.h"
 #include "request.h"
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
@@ -123,29 +124,6 @@ bool onlyTcp(const char* tls) {
   return std::string(tls).find("tcp") != std::string::npos && tlsListOnly(tls, {"tcp", "self"});
 }
 
-// Whether UCX_TLS lets UCX use shared memory: unset, "all", an exclusion list ("^tcp"), or a list
-// that names a shared-memory transport or alias. Same-node peers give up UCX's peer-failure
-// reporting only for that (UCX_TLS=tcp keeps it, and so keeps the shaped links of emulated
-// hosts, scripts/bench-network.sh, as they were).
-bool allowsSharedMemory(const std::string& tls) {
-  if (tls.empty() || tls[0] == '^') return true;
-  size_t start = 0;
-  while (start <= tls.size()) {
-    size_t end = tls.find(',', start);
-    if (end == std::string::npos) end = tls.size();
-    const std::string t = tls.substr(start, end - start);
-    for (const char* shm : {"all", "sm", "shm", "mm", "posix", "sysv", "cma", "knem", "xpmem"})
-      if (t == shm) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
-// UCX transports that move bytes through memory shared between processes of one host.
-bool isSharedMemoryTransport(const std::string& tl) {
-  return tl == "posix" || tl == "sysv" || tl == "cma" || tl == "knem" || tl == "xpmem";
-}
-
 // The UCX transports an endpoint's lanes use, in lane order without repeats ("sysv,cma"). UCX 1.13
 // has no query for them (ucp_ep_query reports names and socket addresses only), so this reads the
 // lane table that ucp_ep_print_info writes: "lane[0]:  3:sysv/memory.0 md[2] -> ...".
@@ -158,30 +136,7 @@ std::string endpointTransports(ucp_ep_h ep) {
   std::fclose(f);
   std::string info(text, length);
   std::free(text);
-  std::vector<std::string> names;
-  size_t lineStart = 0;
-  while (lineStart < info.size()) {
-    size_t lineEnd = info.find('\n', lineStart);
-    if (lineEnd == std::string::npos) lineEnd = info.size();
-    const std::string line = info.substr(lineStart, lineEnd - lineStart);
-    lineStart = lineEnd + 1;
-    // "lane[N]:", spaces, the resource index, ':', then "<transport>/<device>".
-    size_t at = line.find("lane[");
-    if (at == std::string::npos || (at = line.find("]:", at)) == std::string::npos) continue;
-    at = line.find_first_not_of(' ', at + 2);
-    if (at == std::string::npos) continue;
-    at = line.find_first_not_of("0123456789", at);
-    if (at == std::string::npos || line[at] != ':') continue;
-    const size_t slash = line.find('/', at + 1);
-    if (slash == std::string::npos) continue;
-    const std::string tl = line.substr(at + 1, slash - at - 1);
-    bool seen = tl.empty();
-    for (const auto& n : names) seen = seen || n == tl;
-    if (!seen) names.push_back(tl);
-  }
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
-  return out.empty() ? "?" : out;
+  return ucxLaneTransports(info);
 }
 
 // What makes a pid from another rank name a process here: the same host name, the same boot of
@@ -295,7 +250,7 @@ class UcxTransport final : public Transport {
       info.pid = blob.pid;
       info.address = std::move(blob.address);
       // Same node in the topology and a process this rank can watch: see ucx.h.
-      info.sameNode = p != rank_ && allowsSharedMemory(tls_) &&
+      info.sameNode = p != rank_ && ucxTlsAllowsSharedMemory(tls_) &&
                       static_cast<int>(nodeOfRank_.size()) == size_ &&
                       nodeOfRank_[p] == nodeOfRank_[rank_] && info.sameHost && info.pid != getpid();
       peers_.push_back(std::move(info));
@@ -318,7 +273,7 @@ class UcxTransport final : public Transport {
       ucp_ep_h ep = nullptr;
       TERSE_RETURN_IF_ERROR(endpoint(p, &ep));
       local.push_back(p);
-      shm = shm && usesSharedMemory(peers_[p].transports);
+      shm = shm && ucxUsesSharedMemory(peers_[p].transports);
       size_t start = 0;
       const std::string& mine = peers_[p].transports;
       while (start <= mine.size()) {
@@ -343,17 +298,6 @@ class UcxTransport final : public Transport {
                rank_, ranks.c_str(), transports.c_str(),
                shm ? "shared memory" : "not all of them over shared memory: UCX's choice");
     return Status::ok();
-  }
-
-  static bool usesSharedMemory(const std::string& transports) {
-    size_t start = 0;
-    while (start <= transports.size()) {
-      size_t end = transports.find(',', start);
-      if (end == std::string::npos) end = transports.size();
-      if (isSharedMemoryTransport(transports.substr(start, end - start))) return true;
-      start = end + 1;
-    }
-    return false;
   }
 
   int rank() const override { return rank_; }
