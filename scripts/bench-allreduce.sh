@@ -74,11 +74,11 @@ for ((round = 1; round <= rounds; round++)); do
   if [ -n "$t_none" ] && [ -n "$t_mpi" ]; then
     ratio=$(awk -v a="$t_none" -v b="$t_mpi" 'BEGIN { printf "%.2f", b / a }')
     ratios+=("$ratio")
-    awk -v a="$t_none" -v b="$t_mpi" -v r="$ratio" 'BEGIN { printf "== terse none %.1f ms, OpenMPI %.1f ms per call: terse %sx faster\n", a / 1000, b / 1000, r }'
+    awk -v a="$t_none" -v b="$t_mpi" -v r="$ratio" 'BEGIN { printf "== terse none %.1f ms, OpenMPI %.1f ms per call: terse speed-up %sx\n", a / 1000, b / 1000, r }'
   fi
 done
 if [ "${#ratios[@]}" -gt 1 ]; then
   printf '%s\n' "${ratios[@]}" | sort -g | awk '{ r[NR] = $1 } END {
     m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
-    printf "== terse none vs OpenMPI over %d rounds: median %.2fx faster (min %.2fx, max %.2fx)\n", NR, m, r[1], r[NR] }'
+    printf "== terse none vs OpenMPI over %d rounds: median speed-up %.2fx (min %.2fx, max %.2fx)\n", NR, m, r[1], r[NR] }'
 fi
