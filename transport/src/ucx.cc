@@ -444,8 +444,15 @@ class UcxTransport final : public Transport {
     ucp_worker_progress(worker_);
     if (!failedQueue_.empty()) closeFailedPeers();
     if (watchingPids_) {
-      checkLeavingNotices();
-      checkPeerProcesses();
+      // Both checks at a low rate: progress() runs once per test() of every small message, and
+      // a probe per same-node peer on each call cost 10% of the small-message rate (terse-bench
+      // p2p -b 64 over shared memory). A notice is seen within a millisecond.
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= nextNoticeCheck_) {
+        nextNoticeCheck_ = now + std::chrono::milliseconds(1);
+        checkLeavingNotices();
+      }
+      checkPeerProcesses(now);
     }
     if (aborted_.load(std::memory_order_relaxed) && !abortHandled_) handleAbort();
   }
@@ -586,8 +593,7 @@ class UcxTransport final : public Transport {
 
   // For peers whose endpoints cannot report failure: a peer process that has exited (or is a
   // zombie) is failed, at most every 100 ms.
-  void checkPeerProcesses() {
-    auto now = std::chrono::steady_clock::now();
+  void checkPeerProcesses(std::chrono::steady_clock::time_point now) {
     if (now < nextPidCheck_) return;
     nextPidCheck_ = now + std::chrono::milliseconds(100);
     bool drained = false;
@@ -945,6 +951,7 @@ class UcxTransport final : public Transport {
   bool watchingPids_ = false;
   bool peerModeUnreachable_ = false;
   std::chrono::steady_clock::time_point nextPidCheck_{};
+  std::chrono::steady_clock::time_point nextNoticeCheck_{};
   std::vector<ucp_ep_h> eps_;
   std::vector<Status> peerFailed_;  // ok while the peer is healthy
   // Failed by disconnect() alone: the peer itself may be fine, so shutdown closes gracefully.
