@@ -10,6 +10,7 @@
 #include <simgrid/s4u/Mutex.hpp>
 #include <simgrid/s4u/Actor.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -148,17 +149,19 @@ class SimWorld {
   }
 
   std::vector<SimTraffic>& traffic() { return traffic_; }
-  // SimGrid must not lose the last reference to a communication in the step it ends in (it
-  // crashes in EngineImpl::handle_ended_actions when the requests drop theirs at once), so the
-  // world holds every transfer until the clock has moved past its end; one given up half-way
-  // stays until the simulation ends.
+  // SimGrid 3.32 must not lose the last reference to a communication while its kernel may
+  // still call back into it (it crashed in EngineImpl::handle_ended_actions when the requests
+  // dropped theirs as soon as they saw it finish). So the world frees transfers only here,
+  // inside an actor: once both requests have let go, the transfer was seen finished, and the
+  // clock has moved past that moment. One given up half-way stays until the simulation ends.
   void keep(std::shared_ptr<Transfer> t) {
     if (kept_.size() >= nextSweep_) {
       const double now = simgrid::s4u::Engine::get_clock();
-      size_t w = 0;
-      for (auto& k : kept_)
-        if (!(k->done && k->doneAt < now)) kept_[w++] = std::move(k);
-      kept_.resize(w);
+      auto over = [now](const std::shared_ptr<Transfer>& k) {
+        return k.use_count() == 1 && k->done && k->doneAt < now;
+      };
+      kept_.erase(std::remove_if(kept_.begin(), kept_.end(), over), kept_.end());
+      const size_t w = kept_.size();
       nextSweep_ = 2 * w + 1024;
     }
     kept_.push_back(std::move(t));
@@ -327,10 +330,12 @@ class SimTransport final : public Transport {
         continue;
       }
       if (!op->transfer) break;
+      // A matched transfer always ends (the simulated network never fails), so it is waited on
+      // without a timeout: the timeout bounds the wait for a peer that never posts. (Both ranks
+      // wait on the same communication, and SimGrid 3.32 keeps one timeout per activity: a
+      // second waiter's timeout outlived the transfer and crashed the engine when it fired.)
       try {
-        op->transfer->comm->wait_for(left > 0 ? left : 0.0);
-      } catch (const simgrid::TimeoutException&) {
-        return timedOut(r, timeout);
+        op->transfer->comm->wait();
       } catch (const simgrid::Exception& e) {
         Status why = errorRemote("%s rank %d: simulated transfer failed: %s", requestVerb(r),
                                  r->peer, e.what());
