@@ -50,13 +50,18 @@ Result<std::vector<sg::Host*>> buildPlatform(const PlatformSpec& s, std::vector<
   const double nicLat = s.nicLatencyUs * 1e-6, intraLat = s.intraLatencyUs * 1e-6;
 
   sg::NetZone* world = sg::create_star_zone("world");
-  // The switch: every inter-node route crosses it. Non-blocking: a fat pipe (no sharing) at the
-  // sum of the NICs, so it never limits a flow.
-  const double nicsTotal = nicBps * (s.nicPerRank ? s.worldSize : nodes);
-  sg::Link* sw =
-      world->create_link("switch", s.switchGbps > 0 ? s.switchGbps * 1e9 / 8 : nicsTotal);
-  if (s.switchGbps <= 0) sw->set_sharing_policy(sg::Link::SharingPolicy::FATPIPE);
-  sw->set_latency(s.switchLatencyUs * 1e-6)->seal();
+  // The switch. Non-blocking, it never limits a flow, so it is not a link at all (every link is
+  // a constraint of SimGrid's max-min solver, which dominates the run time with n^2 flows): its
+  // latency is split over the two NIC links every inter-node route crosses. A blocking switch
+  // is one link shared by all inter-node traffic.
+  sg::Link* sw = nullptr;
+  double nicLatency = nicLat;
+  if (s.switchGbps > 0) {
+    sw = world->create_link("switch", s.switchGbps * 1e9 / 8);
+    sw->set_latency(s.switchLatencyUs * 1e-6)->seal();
+  } else {
+    nicLatency += s.switchLatencyUs * 1e-6 / 2;
+  }
 
   std::vector<sg::Host*> hosts(s.worldSize);
   if (nodeOfRank) nodeOfRank->assign(s.worldSize, 0);
@@ -68,7 +73,7 @@ Result<std::vector<sg::Host*>> buildPlatform(const PlatformSpec& s, std::vector<
     sg::SplitDuplexLink* nodeNic = nullptr;
     if (!s.nicPerRank) {
       nodeNic = zone->create_split_duplex_link(node + "-nic", nicBps);
-      nodeNic->set_latency(nicLat)->seal();
+      nodeNic->set_latency(nicLatency)->seal();
     }
     const int first = n * s.ranksPerNode;
     const int last = std::min(s.worldSize, first + s.ranksPerNode);
@@ -82,7 +87,7 @@ Result<std::vector<sg::Host*>> buildPlatform(const PlatformSpec& s, std::vector<
       intra.push_back(in);
       if (s.nicPerRank) {
         auto* ni = zone->create_split_duplex_link("rank" + std::to_string(r) + "-nic", nicBps);
-        ni->set_latency(nicLat)->seal();
+        ni->set_latency(nicLatency)->seal();
         nic.push_back(ni);
       } else {
         nic.push_back(nodeNic);
@@ -105,7 +110,9 @@ Result<std::vector<sg::Host*>> buildPlatform(const PlatformSpec& s, std::vector<
     zone->seal();
     // The star's spokes of this node: a route between nodes is the source's spoke out and the
     // destination's spoke in, so the switch sits on the way out only (crossed once).
-    world->add_route(zone->get_netpoint(), nullptr, gw, nullptr, {sg::LinkInRoute(sw)}, false);
+    std::vector<sg::LinkInRoute> out;
+    if (sw) out.emplace_back(sw);
+    world->add_route(zone->get_netpoint(), nullptr, gw, nullptr, out, false);
     world->add_route(nullptr, zone->get_netpoint(), nullptr, gw, {}, false);
   }
   world->seal();

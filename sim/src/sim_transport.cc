@@ -162,7 +162,7 @@ class SimWorld {
       };
       kept_.erase(std::remove_if(kept_.begin(), kept_.end(), over), kept_.end());
       const size_t w = kept_.size();
-      nextSweep_ = 2 * w + 1024;
+      nextSweep_ = w + 64;  // often: SimGrid slows down with every comm it still tracks
     }
     kept_.push_back(std::move(t));
   }
@@ -258,7 +258,7 @@ class SimWorld {
   }
 
   std::vector<std::shared_ptr<Transfer>> kept_;
-  size_t nextSweep_ = 1024;
+  size_t nextSweep_ = 64;
   std::vector<simgrid::s4u::Host*> hosts_;
   SimTransportOptions options_;
   std::vector<Inbox> inbox_;
