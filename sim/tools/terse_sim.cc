@@ -28,6 +28,7 @@ struct Options {
   std::string algo = "auto";  // auto | ring | rd (uncompressed); compressed calls scatter-reduce
   std::string model;          // terse-bench codecs --json file
   double assumeCompress = 0, assumeDecompress = 0;
+  double computeShare = 1;  // the fraction of the measured machine each rank gets
   std::string json;
 };
 
@@ -52,6 +53,8 @@ void usage() {
       "  --model FILE           codec compute throughput from terse-bench codecs --json FILE\n"
       "  --assume-gbps C,D      every codec compresses at C and decompress-accumulates at D GB/s\n"
       "                         (an assumption, e.g. for a GPU; default: compute not charged)\n"
+      "  --compute-share F      each rank gets this fraction of the compute figures (e.g. 0.25\n"
+      "                         when 4 ranks share the machine --model was measured on)\n"
       "  --json FILE            also write the result row as JSON\n");
 }
 
@@ -137,9 +140,15 @@ int parse(int argc, char** argv, Options* o) {
         std::fprintf(stderr, "terse-sim: --assume-gbps %s is not C,D (two positive GB/s)\n", v);
         return 2;
       }
-    } else if (a == "--json")
+    } else if (a == "--compute-share") {
+      num(&o->computeShare);
+      if (!(o->computeShare > 0) || o->computeShare > 1e6) {
+        std::fprintf(stderr, "terse-sim: --compute-share must be a positive fraction\n");
+        return 2;
+      }
+    } else if (a == "--json") {
       o->json = value();
-    else {
+    } else {
       std::fprintf(stderr, "terse-sim: unknown option '%s' (--help lists them)\n", a.c_str());
       return 2;
     }
@@ -198,6 +207,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     tp = *t;
+    tp.compressGBps *= o.computeShare;
+    tp.decompressAccumulateGBps *= o.computeShare;
+    if (o.computeShare != 1) computeNote += formatString(" x %g per rank", o.computeShare);
   } else if (o.assumeCompress > 0 || !o.model.empty()) {
     computeNote += "; none's reduction is not charged (docs/simulation.md)";
   }
