@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
   std::printf("%12s %12s %6s %6s %12s %8s %8s %14s %12s %10s\n", "size", "count", "type", "redop",
               "time(us)", "algbw", "busbw", "nic_bytes", "wire_bytes", "wall(s)");
   std::printf("%12zu %12zu %6s %6s %12.1f %8.2f %8.2f %14llu %12llu %10.2f\n", o.bytes, count,
-              "float", "sum", timeUs, algbw, algbw * busFactor,
+              "float", o.op == "allgather" ? "none" : "sum", timeUs, algbw, algbw * busFactor,
               static_cast<unsigned long long>(maxNic), static_cast<unsigned long long>(totalOut),
               wall);
   if (!o.json.empty()) {

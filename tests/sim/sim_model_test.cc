@@ -3,6 +3,7 @@
 #include "sim_harness.h"
 
 #include "terse/collectives/engine.h"
+#include "terse/transport/group.h"
 
 #include <gtest/gtest.h>
 
@@ -103,6 +104,42 @@ TEST(SimCli, WritesJsonWithNicBytes) {
   }
   EXPECT_GT(nic[1], 0u);
   EXPECT_LT(nic[1] * 10, nic[0]) << "onebit " << nic[1] << " none " << nic[0];
+}
+
+}  // namespace
+}  // namespace terse::testing
+
+namespace terse::testing {
+namespace {
+
+// The two-level algorithms will run the engine over group transports (transport/group.h) of
+// the world's transport; here two groups of the simulated world ({0,2} and {1,3}) each run a
+// real allreduce at once, and each gets its own group's sum.
+TEST(SimModel, GroupTransportsRunTheEngine) {
+  inChild([] {
+    const size_t count = 100000;
+    auto codec = makeCodec("none");
+    EXPECT_TRUE(codec.isOk());
+    auto r = sim::runSimulation(testPlatform(4), sim::SimTransportOptions{}, [&](Transport& t) {
+      const int me = t.rank();
+      std::vector<int> members = {me % 2, me % 2 + 2};
+      auto group = createGroupTransport(t, members, 1 + me % 2);
+      ASSERT_TRUE(group.isOk()) << group.status().toString();
+      std::vector<float> in(count, float(me + 1)), out(count, 0.0f);
+      CollectiveEngine engine(**group, std::chrono::milliseconds(60000));
+      CollectiveOp op;
+      op.send = in.data();
+      op.recv = out.data();
+      op.count = count;
+      op.codec = codec->get();
+      Status s = engine.run(op);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      const float want = float(members[0] + 1 + members[1] + 1);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], want) << "rank " << me << " at " << i;
+    });
+    EXPECT_TRUE(r.isOk());
+    return std::string();
+  });
 }
 
 }  // namespace
