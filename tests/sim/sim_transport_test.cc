@@ -139,6 +139,36 @@ TEST(SimTransportErrors, AbortedPeerFailsPendingAndLaterOps) {
   });
 }
 
+// disconnect() fails both sides' operations with the peer at once, each naming why, and leaves
+// the other peers alone.
+TEST(SimTransportErrors, DisconnectFailsBothSidesOnly) {
+  simulate(3, [](Transport& t) {
+    uint64_t v = 7, got = 0;
+    TransportRequest *r, *s;
+    if (t.rank() == 0) {
+      sim::chargeCompute(0.001);  // rank 1 is waiting by now
+      t.disconnect(1, errorInternal("test cuts rank 1"));
+      Status later = t.isend(1, 3, &v, sizeof v, &s);
+      if (later.isOk()) later = t.wait(s, nullptr, kTestTimeout);
+      EXPECT_EQ(later.code(), StatusCode::kRemoteError) << later.toString();
+      EXPECT_NE(later.message().find("test cuts rank 1"), std::string::npos) << later.toString();
+      ASSERT_TRUE(t.isend(2, 3, &v, sizeof v, &s).isOk());
+      EXPECT_EQ(waitOk(t, s), sizeof v);
+    } else if (t.rank() == 1) {
+      ASSERT_TRUE(t.irecv(0, 3, &got, sizeof got, &r).isOk());
+      Status w = t.wait(r, nullptr, kTestTimeout);
+      EXPECT_EQ(w.code(), StatusCode::kRemoteError) << w.toString();
+      EXPECT_NE(w.message().find("rank 0 closed its connection"), std::string::npos)
+          << w.toString();
+      EXPECT_LT(sim::simNow(), 0.01);
+    } else {
+      ASSERT_TRUE(t.irecv(0, 3, &got, sizeof got, &r).isOk());
+      EXPECT_EQ(waitOk(t, r), sizeof got);
+      EXPECT_EQ(got, 7u);
+    }
+  });
+}
+
 // One message between nodes takes its size over the NIC plus the route's latencies (two NICs
 // and the switch): the platform's figures, exactly.
 TEST(SimPlatform, OneTransferTakesBandwidthAndLatency) {
