@@ -9,12 +9,13 @@
 //    S4U 3.32 has no tag matching on asynchronous mailbox gets.
 //  - When a send meets its receive (whichever is posted last), the bytes move at once in memory
 //    (or not at all in sizing mode, below) and a SimGrid host-to-host communication of the
-//    message's size starts (Comm::sendto_async). Both requests complete when it does. This is a
-//    rendezvous protocol without the handshake's own latency: a send posted before its receive
+//    message's size starts (Comm::sendto_init + start). Both requests complete when it does. This
+//    is a rendezvous protocol without the handshake's own latency: a send posted before its receive
 //    starts moving when the receive is posted, as UCX's rendezvous does for large messages.
 //  - A message to oneself completes at the match, with no network transfer.
-//  - wait() blocks in simulated time: on the transfer, or on the rank's condition variable
-//    while the request is unmatched. Timeouts are simulated seconds.
+//  - wait() blocks in simulated time: on the rank's condition variable while the request is
+//    unmatched (the timeout, in simulated seconds, bounds this), then on the transfer, which
+//    always ends (the simulated network never fails).
 //  - test() that finds a request unfinished lets 1 us of simulated time pass (pollSeconds),
 //    as SMPI does for MPI_Test, so that a caller polling in a loop cannot stop the clock.
 //  - abort() and disconnect() fail the pending and later operations of both sides at once (as
