@@ -5,6 +5,7 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,8 @@ void chargeCompute(double seconds) {
 }
 
 Result<SimResult> runSimulation(const PlatformSpec& platform, const SimTransportOptions& options,
-                                const std::function<void(Transport&)>& fn) {
+                                const std::function<void(Transport&)>& fn,
+                                const std::vector<std::string>& simgridConfig) {
   TERSE_RETURN_IF_ERROR(validatePlatform(platform));
   static bool ran = false;
   if (ran) return errorInvalidUsage("runSimulation: SimGrid allows one simulation per process");
@@ -34,10 +36,21 @@ Result<SimResult> runSimulation(const PlatformSpec& platform, const SimTransport
                                    // Actors run terse's engine with its real stack depth; 256 KiB
                                    // is plenty and keeps 4096 actors' stacks small.
                                    "--cfg=contexts/stack-size:256"};
+  for (const auto& c : simgridConfig) {
+    if (c.find(':') == std::string::npos)
+      return errorInvalidArgument("SimGrid setting '%s' is not name:value", c.c_str());
+    args.push_back("--cfg=" + c);
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
-  sg::Engine engine(&argc, argv.data());
+  // SimGrid reports a bad setting by throwing from the constructor.
+  std::unique_ptr<sg::Engine> engine;
+  try {
+    engine = std::make_unique<sg::Engine>(&argc, argv.data());
+  } catch (const std::exception& e) {
+    return errorInvalidArgument("SimGrid rejected the configuration: %s", e.what());
+  }
 
   std::vector<int> nodes;
   TERSE_ASSIGN_OR_RETURN(std::vector<sg::Host*> hosts, buildPlatform(platform, &nodes));
@@ -58,7 +71,7 @@ Result<SimResult> runSimulation(const PlatformSpec& platform, const SimTransport
       result.rankSeconds[r] = sg::Engine::get_clock();
     });
   }
-  engine.run();
+  engine->run();
   TERSE_RETURN_IF_ERROR(failed);
   for (double t : result.rankSeconds) result.seconds = std::max(result.seconds, t);
   result.traffic = simTraffic(*world);

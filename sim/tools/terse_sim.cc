@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -30,6 +31,7 @@ struct Options {
   double assumeCompress = 0, assumeDecompress = 0;
   double computeShare = 1;  // the fraction of the measured machine each rank gets
   std::string json;
+  std::vector<std::string> simgridConfig;
 };
 
 void usage() {
@@ -55,7 +57,8 @@ void usage() {
       "                         (an assumption, e.g. for a GPU; default: compute not charged)\n"
       "  --compute-share F      each rank gets this fraction of the compute figures (e.g. 0.25\n"
       "                         when 4 ranks share the machine --model was measured on)\n"
-      "  --json FILE            also write the result row as JSON\n");
+      "  --json FILE            also write the result row as JSON\n"
+      "  --simgrid-cfg NAME:VALUE  a SimGrid setting (repeatable), e.g. network/optim:Lazy\n");
 }
 
 bool parseSize(const char* s, size_t* out) {
@@ -146,6 +149,8 @@ int parse(int argc, char** argv, Options* o) {
         std::fprintf(stderr, "terse-sim: --compute-share must be a positive fraction\n");
         return 2;
       }
+    } else if (a == "--simgrid-cfg") {
+      o->simgridConfig.push_back(value());
     } else if (a == "--json") {
       o->json = value();
     } else {
@@ -244,20 +249,23 @@ int main(int argc, char** argv) {
   std::vector<double> started(n, 0), ended(n, 0);
   Status failed;
   const auto wallStart = std::chrono::steady_clock::now();
-  auto result = sim::runSimulation(o.platform, topt, [&](Transport& t) {
-    CollectiveEngine engine(t, std::chrono::hours(24));  // simulated time
-    if (o.algo == "ring") engine.setSmallBytes(0);
-    if (o.algo == "rd") engine.setSmallBytes(~size_t{0});
-    started[t.rank()] = sim::simNow();
-    Status s = engine.run(op);
-    ended[t.rank()] = sim::simNow();
-    if (!s.isOk() && failed.isOk()) failed = s.withContext("rank " + std::to_string(t.rank()));
-  });
+  auto result = sim::runSimulation(
+      o.platform, topt,
+      [&](Transport& t) {
+        CollectiveEngine engine(t, std::chrono::hours(24));  // simulated time
+        if (o.algo == "ring") engine.setSmallBytes(0);
+        if (o.algo == "rd") engine.setSmallBytes(~size_t{0});
+        started[t.rank()] = sim::simNow();
+        Status s = engine.run(op);
+        ended[t.rank()] = sim::simNow();
+        if (!s.isOk() && failed.isOk()) failed = s.withContext("rank " + std::to_string(t.rank()));
+      },
+      o.simgridConfig);
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
   if (!result.isOk()) {
     std::fprintf(stderr, "terse-sim: %s\n", result.status().message().c_str());
-    return 1;
+    return result.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (!failed.isOk()) {
     std::fprintf(stderr, "terse-sim: the collective failed: %s\n", failed.message().c_str());

@@ -76,6 +76,9 @@ TEST(SimCli, RejectsBadArgumentsWithAMessage) {
   EXPECT_EQ(code, 2) << out;
   out = runCli("--frobnicate", &code);
   EXPECT_EQ(code, 2) << out;
+  out = runCli("--world 2 --bytes 4K --simgrid-cfg no/such:1", &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("SimGrid rejected"), std::string::npos) << out;
 }
 
 // A compressed call writes its row. onebit's wire is ~1/31 of float32, but its scatter-reduce

@@ -9,6 +9,7 @@
 #include "terse/sim/sim_transport.h"
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace terse::sim {
@@ -20,8 +21,10 @@ struct SimResult {
 };
 
 // fn(transport) runs on each rank's actor. Returns once every actor has finished.
+// simgridConfig: extra SimGrid settings as "name:value" (as --cfg=name:value), after terse's.
 Result<SimResult> runSimulation(const PlatformSpec& platform, const SimTransportOptions& options,
-                                const std::function<void(Transport&)>& fn);
+                                const std::function<void(Transport&)>& fn,
+                                const std::vector<std::string>& simgridConfig = {});
 
 // Simulated seconds since the simulation started (callable from inside fn).
 double simNow();
