@@ -11,6 +11,7 @@
 #include "subcommand.h"
 
 #include "terse/collectives/engine.h"
+#include "terse/common/env.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/kernels/element_type.h"
 #include "terse/kernels/numeric.h"
@@ -37,6 +38,7 @@ struct Options {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   std::vector<std::string> codecs;
+  std::vector<std::string> algos;  // allreduce's algorithm (--algo), each with every codec
   std::string json;
   bool interleave = false;
 };
@@ -84,6 +86,7 @@ void usage(const char* name) {
       "  -o, --op OP           sum | avg [sum]\n"
       "  -J, --json FILE       also write the rows as JSON\n"
       "      --codec SPEC      codec spec (repeatable; 'all' = every codec) [none]\n"
+      "      --algo A          auto | flat | twolevel (repeatable; each with every codec) [auto]\n"
       "      --interleave      time the codecs call by call in turn (one call of each, then\n"
       "                        again), so a load that drifts during the run hits all alike\n"
       "Ranks come from terse-run, mpirun, srun or torchrun (see docs/env.md).\n",
@@ -144,6 +147,10 @@ int parse(int argc, char** argv, Options* o) {
         return bad(v.c_str());
     } else if (a == "-J" || a == "--json") {
       o->json = value();
+    } else if (a == "--algo") {
+      std::string v = value();
+      if (!parseAlgorithm(v).isOk()) return bad(v.c_str());
+      o->algos.push_back(v);
     } else if (a == "--interleave") {
       o->interleave = true;
     } else if (a == "--codec") {
@@ -158,6 +165,7 @@ int parse(int argc, char** argv, Options* o) {
     }
   }
   if (o->codecs.empty()) o->codecs.push_back("none");
+  if (o->algos.empty()) o->algos.push_back("auto");
   if (o->maxBytes < o->minBytes) o->maxBytes = o->minBytes;
   return 0;
 }
@@ -220,8 +228,12 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     std::printf("# terse-bench %s: %d ranks over %s, %s, %s, %d warmup + %d timed calls\n",
                 collectiveName(kind), n, comm.transport().describe().c_str(), dataTypeName(o.dtype),
                 reduceOpName(o.op), o.warmup, o.iters);
-    std::printf("#%11s %12s %8s %6s %-36s %10s %8s %8s %12s %7s %10s\n", "size(B)", "count", "type",
-                "redop", "codec", "time(us)", "algbw", "busbw", "wire(B)", "ratio", "maxrelerr");
+    std::printf(
+        "# nodes: %s; two-level: %s\n", comm.topology().describe().c_str(),
+        comm.twoLevelUnavailable().empty() ? "available" : comm.twoLevelUnavailable().c_str());
+    std::printf("#%11s %12s %8s %6s %-36s %-8s %10s %8s %8s %12s %7s %10s\n", "size(B)", "count",
+                "type", "redop", "codec", "algo", "time(us)", "algbw", "busbw", "wire(B)", "ratio",
+                "maxrelerr");
     if (!o.json.empty() && !(json = std::fopen(o.json.c_str(), "w"))) {
       std::fprintf(stderr, "terse-bench: cannot write %s\n", o.json.c_str());
       return 1;
@@ -232,32 +244,45 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
   struct Plan {
     std::string spec, label;
     bool wantsFeedback = false;
+    std::string algo, algoLabel;  // as asked, and what runs (auto's resolution)
   };
   std::vector<Plan> plans;
-  for (const std::string& spec : o.codecs) {
-    Plan p{spec, "", false};
-    if (isAutoSpec(spec)) {
-      // The auto policy's pick is logged with TERSE_DEBUG=INFO.
-      auto parsed = parseAutoSpec(spec);
-      if (!parsed.isOk()) {
-        if (rank == 0)
-          std::fprintf(stderr, "terse-bench: %s\n", parsed.status().toString().c_str());
-        return 2;
+  for (const std::string& algo : o.algos)
+    for (const std::string& spec : o.codecs) {
+      Plan p{spec, "", false, algo, algo};
+      // What auto resolves to (CollectiveEngine::resolveAlgorithm): two-level only for allreduce
+      // over a layout that allows it, unless TERSE_ALGO says otherwise.
+      if (algo == "auto") {
+        auto env = envEnum("TERSE_ALGO");
+        std::string fromEnv = env.isOk() ? env.value() : "auto";
+        p.algoLabel = fromEnv != "auto" ? fromEnv
+                      : kind == CollectiveKind::kAllReduce && comm.twoLevelUnavailable().empty()
+                          ? "twolevel"
+                          : "flat";
       }
-      p.label = parsed.value().canonical;
-      for (const auto& c : parsed.value().candidates)
-        p.wantsFeedback |= makeCodec(c).value()->wantsErrorFeedback();
-    } else {
-      auto codec = makeCodec(spec);
-      if (!codec.isOk()) {
-        if (rank == 0) std::fprintf(stderr, "terse-bench: %s\n", codec.status().toString().c_str());
-        return 2;
+      if (isAutoSpec(spec)) {
+        // The auto policy's pick is logged with TERSE_DEBUG=INFO.
+        auto parsed = parseAutoSpec(spec);
+        if (!parsed.isOk()) {
+          if (rank == 0)
+            std::fprintf(stderr, "terse-bench: %s\n", parsed.status().toString().c_str());
+          return 2;
+        }
+        p.label = parsed.value().canonical;
+        for (const auto& c : parsed.value().candidates)
+          p.wantsFeedback |= makeCodec(c).value()->wantsErrorFeedback();
+      } else {
+        auto codec = makeCodec(spec);
+        if (!codec.isOk()) {
+          if (rank == 0)
+            std::fprintf(stderr, "terse-bench: %s\n", codec.status().toString().c_str());
+          return 2;
+        }
+        p.label = codec.value()->spec();
+        p.wantsFeedback = codec.value()->wantsErrorFeedback();
       }
-      p.label = codec.value()->spec();
-      p.wantsFeedback = codec.value()->wantsErrorFeedback();
+      plans.push_back(p);
     }
-    plans.push_back(p);
-  }
 
   bool firstRow = true;
   for (size_t bytes = o.minBytes; bytes <= o.maxBytes;
@@ -284,6 +309,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
         runs[c].ef = std::make_unique<ErrorFeedback>(
             ErrorFeedback::create(plans[c].label, sendCount).value());
       runs[c].opts.codec = plans[c].spec;
+      runs[c].opts.algorithm = plans[c].algo;
       runs[c].opts.feedback = runs[c].ef.get();
       runs[c].opts.chosen = &runs[c].chosen;
     }
@@ -370,9 +396,10 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       if (rank == 0) {
         char relText[32] = "-";
         if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);
-        std::printf("%12zu %12zu %8s %6s %-36s %10.1f %8.3f %8.3f %12.0f %7.2f %10s\n", count * es,
-                    count, dataTypeName(o.dtype), reduceOpName(o.op), label, tmax, algbw,
-                    algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, relText);
+        std::printf("%12zu %12zu %8s %6s %-36s %-8s %10.1f %8.3f %8.3f %12.0f %7.2f %10s\n",
+                    count * es, count, dataTypeName(o.dtype), reduceOpName(o.op), label,
+                    plans[c].algoLabel.c_str(), tmax, algbw, algbw * busFactor, wire,
+                    wire > 0 ? plain / wire : 0.0, relText);
         if (isAutoSpec(plans[c].spec))
           std::printf("# %s picked %s at %zu bytes\n", label, run.chosen.c_str(), count * es);
         std::fflush(stdout);
@@ -380,14 +407,15 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
           std::fprintf(json,
                        "%s  {\"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
                        "\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
-                       "\"codec\": \"%s\", \"time_us\": %.3f, \"algbw_gbs\": %.6f, "
+                       "\"codec\": \"%s\", \"algorithm\": \"%s\", \"time_us\": %.3f, "
+                       "\"algbw_gbs\": %.6f, "
                        "\"busbw_gbs\": %.6f, \"wire_bytes\": %.0f, \"ratio\": %.4f, "
                        "\"maxrelerr\": %.6e, \"chosen\": \"%s\"}",
                        firstRow ? "" : ",\n", collectiveName(kind), n,
                        comm.transport().describe().c_str(), count * es, count,
-                       dataTypeName(o.dtype), reduceOpName(o.op), label, tmax, algbw,
-                       algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0, o.check ? rel : 0.0,
-                       run.chosen.c_str());
+                       dataTypeName(o.dtype), reduceOpName(o.op), label, plans[c].algoLabel.c_str(),
+                       tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
+                       o.check ? rel : 0.0, run.chosen.c_str());
       }
       firstRow = false;
     }

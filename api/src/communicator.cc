@@ -149,8 +149,18 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     TERSE_RETURN_IF_ERROR(engine_->run(op).withContext("split: exchanging colors and keys"));
     uint32_t space = 0;
     for (int r = 0; r < n; ++r) space = std::max(space, static_cast<uint32_t>(all[4 * r + 2]));
-    // Every rank of this communicator moves past the space, whatever its color.
-    shared_->nextSpace = space + 1;
+    // The children's two-level groups (when some child spans several nodes evenly) take the
+    // two spaces after it: disjoint children share them, as their groups share no rank. Every
+    // rank of this communicator sees every color, so all move past the same spaces.
+    bool twoLevelChild = false;
+    std::map<int32_t, std::vector<std::string>> childKeys;
+    for (int r = 0; r < n; ++r)
+      if (all[4 * r] >= 0) childKeys[all[4 * r]].push_back(std::to_string(topology_.nodeOfRank[r]));
+    for (const auto& kv : childKeys) {
+      Topology t = Topology::fromNodeKeys(kv.second, 0);
+      twoLevelChild |= t.nodeCount > 1 && t.uniform() && t.localSize > 1;
+    }
+    shared_->nextSpace = space + (twoLevelChild ? 3 : 1);
     if (space > kMaxGroupSpace)
       return errorUnsupported("split: this world has used all %u of its communicator tag spaces",
                               kMaxGroupSpace);
@@ -168,11 +178,69 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     // The child's topology is this one's restricted to its members.
     std::vector<std::string> keys;
     for (int r : members) keys.push_back(std::to_string(topology_.nodeOfRank[r]));
-    child->topology_ = Topology::fromNodeKeys(keys, child->rank());
-    return Status::ok();
+    return child->useTopology(Topology::fromNodeKeys(keys, child->rank()), space + 1);
   });
   if (!s.isOk()) return s;
   return child;
+}
+
+Status Communicator::useTopology(Topology topology, uint32_t localSpace) {
+  topology_ = std::move(topology);
+  if (localSpace + 1 > kMaxGroupSpace) {
+    // Only split communicators get here, all ranks alike (the space is agreed on): they run
+    // flat, as engines without a layout do.
+    return Status::ok();
+  }
+  TERSE_RETURN_IF_ERROR(engine_->enableTwoLevel(topology_.nodeOfRank, localSpace, localSpace + 1));
+  if (rank() == 0) {
+    const std::string& why = engine_->twoLevelUnavailable();
+    if (why.empty())
+      TERSE_INFO(kSubsysColl, "%s: allreduce runs two-level (TERSE_ALGO picks otherwise)",
+                 topology_.describe().c_str());
+    else if (topology_.nodeCount > 1)
+      TERSE_INFO(kSubsysColl, "%s: allreduce runs flat, since %s", topology_.describe().c_str(),
+                 why.c_str());
+  }
+  return Status::ok();
+}
+
+std::string Communicator::twoLevelUnavailable() const {
+  return engine_->twoLevelUnavailable();  // set once at creation, before any call
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::fromTransport(
+    std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
+    const std::vector<std::string>& nodeKeys) {
+  if (static_cast<int>(nodeKeys.size()) != transport->size())
+    return errorInvalidArgument("%zu node keys for a world of %d ranks", nodeKeys.size(),
+                                transport->size());
+  const int rank = transport->rank();
+  auto comm = fromTransport(std::move(transport), timeout);
+  const uint32_t space = comm->shared_->nextSpace;  // a new world: the same on every rank
+  comm->shared_->nextSpace += 2;
+  TERSE_RETURN_IF_ERROR(comm->useTopology(Topology::fromNodeKeys(nodeKeys, rank), space));
+  // TERSE_ALGO=twolevel on a world that cannot run it is a setting that cannot be honoured:
+  // say so now, on every rank alike (they all see the same layout), not at each allreduce.
+  auto algo = envEnum("TERSE_ALGO");
+  if (algo.isOk() && algo.value() == "twolevel" && !comm->twoLevelUnavailable().empty())
+    return errorInvalidUsage("TERSE_ALGO=twolevel, but %s (%s); unset it or set auto or flat",
+                             comm->twoLevelUnavailable().c_str(),
+                             comm->topology().describe().c_str());
+  return comm;
+}
+
+Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWorld(
+    const std::vector<std::string>& nodeKeys, std::chrono::milliseconds timeout) {
+  const int size = static_cast<int>(nodeKeys.size());
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
+  std::vector<std::unique_ptr<Communicator>> world;
+  for (int r = 0; r < size; ++r) {
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                           fromTransport(std::move(t), timeout, nodeKeys));
+    world.push_back(std::move(comm));
+  }
+  return world;
 }
 
 Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWorld(
@@ -199,16 +267,16 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
     return storeAllGather(store, scope, rank, size, mine, timeout);
   };
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
-                         createUcxTransport(rank, size, exchange, timeout));
+                         createUcxTransport(rank, size, exchange, timeout, topology.nodeOfRank));
   TERSE_INFO(kSubsysInit,
              "rank %d of %d: communicator over %s (store %s, timeout %lld ms); %s, this rank is "
              "local rank %d of %d on node %d",
              rank, size, transport->describe().c_str(), store.describe().c_str(),
              static_cast<long long>(timeout.count()), topology.describe().c_str(),
              topology.localRank, topology.localSize, topology.node);
-  auto comm = fromTransport(std::move(transport), timeout);
-  comm->topology_ = std::move(topology);
-  return comm;
+  std::vector<std::string> keys;
+  for (int node : topology.nodeOfRank) keys.push_back(std::to_string(node));
+  return fromTransport(std::move(transport), timeout, keys);
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
@@ -322,6 +390,11 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
   // the engine rejects a device/host mix with a message.
   call.device = device::isDeviceMemory(send) || device::isDeviceMemory(recv);
   call.stream = options.stream;
+  if (!options.algorithm.empty()) {
+    auto algorithm = parseAlgorithm(options.algorithm);
+    if (!algorithm.isOk()) return submitRejected(call, algorithm.status());
+    call.algorithm = algorithm.value();
+  }
   std::string* chosen = options.chosen;
   if (isAutoSpec(options.codec)) {
     std::shared_ptr<AutoSelector> selector;

@@ -32,6 +32,7 @@ CallDescriptor makeDescriptor(const CollectiveOp& op, uint32_t seq, uint32_t wor
   const std::string_view requested = op.requested.empty() ? spec : op.requested;
   d.requestedHash = fnv1a(requested);
   std::memcpy(d.requested, requested.data(), std::min(requested.size(), sizeof d.requested - 1));
+  d.algorithm = static_cast<uint8_t>(op.algorithm);
   d.seq = seq;
   d.worldSize = worldSize;
   return d;
@@ -50,11 +51,16 @@ std::string describeDescriptor(const CallDescriptor& d) {
     codec = requested.empty() ? codecName(static_cast<CodecId>(d.codec)) : requested;
   else
     codec = requested + ", which picked " + codecName(static_cast<CodecId>(d.codec));
-  // The name functions answer "unknown..." for values outside their enums.
+  // The name functions answer "unknown..." for values outside their enums. Flat, the one
+  // algorithm of every world without a node layout, goes unsaid.
+  const auto algorithm = static_cast<Algorithm>(d.algorithm);
+  const std::string how = algorithm == Algorithm::kFlat || algorithm == Algorithm::kAuto
+                              ? std::string()
+                              : std::string(", ") + algorithmName(algorithm);
   return formatString(
-      "%s(count=%llu, %s, %s, codec %s)", collectiveName(static_cast<CollectiveKind>(d.kind)),
+      "%s(count=%llu, %s, %s, codec %s%s)", collectiveName(static_cast<CollectiveKind>(d.kind)),
       static_cast<unsigned long long>(d.count), dataTypeName(static_cast<DataType>(d.dtype)),
-      reduceOpName(static_cast<ReduceOp>(d.op)), codec.c_str());
+      reduceOpName(static_cast<ReduceOp>(d.op)), codec.c_str(), how.c_str());
 }
 
 Status checkReceivedDescriptor(CollectiveKind kind, int peer, const CallDescriptor& d, size_t got) {
@@ -76,7 +82,8 @@ Status checkDescriptorsAgree(const CallDescriptor& mine, const CallDescriptor* t
           seq, i, describeDescriptor(mine).c_str());
     if (d.kind != mine.kind || d.dtype != mine.dtype || d.op != mine.op || d.codec != mine.codec ||
         d.count != mine.count || d.specHash != mine.specHash ||
-        d.requestedHash != mine.requestedHash || d.worldSize != mine.worldSize || d.seq != mine.seq)
+        d.requestedHash != mine.requestedHash || d.algorithm != mine.algorithm ||
+        d.worldSize != mine.worldSize || d.seq != mine.seq)
       return errorInvalidUsage(
           "ranks disagree on collective call #%u: rank %d called %s but rank %d (this rank) "
           "called %s; every rank must make the same calls in the same order",

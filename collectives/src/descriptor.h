@@ -27,7 +27,8 @@ struct CallDescriptor {
   // own. Its hash is compared; its text (cut to fit, NUL-padded) only makes the message of a
   // disagreement name both calls' codecs in words.
   uint64_t requestedHash;
-  char requested[56];
+  uint8_t algorithm;  // the Algorithm the call resolved to (flat or two-level)
+  char requested[55];
 };
 static_assert(sizeof(CallDescriptor) == 96, "sent as raw bytes: no padding");
 constexpr uint32_t kDescriptorMagic = 0x44435355;  // "UCST": the 96-byte layout

@@ -6,6 +6,7 @@
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
 #include "terse/transport/give_up.h"
+#include "terse/transport/group.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -27,6 +28,22 @@ const char* collectiveName(CollectiveKind kind) {
     case CollectiveKind::kBarrier: return "barrier";
   }
   return "unknown-collective";
+}
+
+const char* algorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kFlat: return "flat";
+    case Algorithm::kTwoLevel: return "twolevel";
+  }
+  return "unknown-algorithm";
+}
+
+Result<Algorithm> parseAlgorithm(std::string_view name) {
+  for (Algorithm a : {Algorithm::kAuto, Algorithm::kFlat, Algorithm::kTwoLevel})
+    if (name == algorithmName(a)) return a;
+  return errorInvalidArgument("algorithm '%.*s' is not auto, flat or twolevel",
+                              static_cast<int>(name.size()), name.data());
 }
 
 namespace {
@@ -55,6 +72,12 @@ CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::millisecon
   setSegmentBytes(tunable("TERSE_SEGMENT_BYTES"));
   smallBytes_ = tunable("TERSE_SMALL_BYTES");
   setPipelineDepth(tunable("TERSE_PIPELINE_DEPTH"));
+  // Like the tunables: a malformed value failed at communicator creation; here it means auto.
+  auto algo = envEnum("TERSE_ALGO");
+  if (algo.isOk()) {
+    auto parsed = parseAlgorithm(algo.value());
+    if (parsed.isOk()) defaultAlgorithm_ = parsed.value();
+  }
 }
 
 void CollectiveEngine::setSegmentBytes(size_t bytes) {
@@ -63,6 +86,119 @@ void CollectiveEngine::setSegmentBytes(size_t bytes) {
   constexpr size_t kUnit = 65536;
   size_t elems = bytes / sizeof(float);
   segmentElems_ = std::max(kUnit, elems / kUnit * kUnit);
+  if (twoLevel_) {
+    twoLevel_->local->setSegmentBytes(bytes);
+    twoLevel_->cross->setSegmentBytes(bytes);
+  }
+}
+
+void CollectiveEngine::setSmallBytes(size_t bytes) {
+  smallBytes_ = bytes;
+  if (twoLevel_) {
+    twoLevel_->local->setSmallBytes(bytes);
+    twoLevel_->cross->setSmallBytes(bytes);
+  }
+}
+
+void CollectiveEngine::setPipelineDepth(size_t depth) {
+  depth_ = std::min<size_t>(8, std::max<size_t>(1, depth));
+  if (twoLevel_) {
+    twoLevel_->local->setPipelineDepth(depth);
+    twoLevel_->cross->setPipelineDepth(depth);
+  }
+}
+
+void CollectiveEngine::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  if (twoLevel_) {
+    twoLevel_->local->setTimeout(timeout);
+    twoLevel_->cross->setTimeout(timeout);
+  }
+}
+
+Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint32_t localSpace,
+                                        uint32_t crossSpace) {
+  const int n = transport_.size(), r = transport_.rank();
+  if (static_cast<int>(nodeOfRank.size()) != n)
+    return errorInvalidArgument("two-level layout: %zu node entries for a world of %d",
+                                nodeOfRank.size(), n);
+  std::vector<std::vector<int>> nodes;  // the ranks of each node, in rank order
+  for (int i = 0; i < n; ++i) {
+    const int node = nodeOfRank[i];
+    if (node < 0 || node >= n)
+      return errorInvalidArgument("two-level layout: rank %d's node %d is outside 0..%d", i, node,
+                                  n - 1);
+    if (static_cast<int>(nodes.size()) <= node) nodes.resize(node + 1);
+    nodes[node].push_back(i);
+  }
+  nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const auto& v) { return v.empty(); }),
+              nodes.end());
+  twoLevel_.reset();
+  const size_t perNode = nodes[0].size();
+  if (nodes.size() == 1) {
+    twoLevelWhyNot_ = "every rank is on one node";
+    return Status::ok();
+  }
+  if (perNode == 1 &&
+      std::all_of(nodes.begin(), nodes.end(), [](const auto& v) { return v.size() == 1; })) {
+    twoLevelWhyNot_ = "every node has one rank";
+    return Status::ok();
+  }
+  for (const auto& v : nodes) {
+    if (v.size() != perNode) {
+      std::string sizes;
+      for (const auto& w : nodes) sizes += (sizes.empty() ? "" : "+") + std::to_string(w.size());
+      twoLevelWhyNot_ = "the nodes hold different numbers of ranks (" + sizes +
+                        "), so some local index has no rank on some node";
+      return Status::ok();
+    }
+  }
+  // This rank's node and local index; the cross group is the ranks of that local index, one per
+  // node, in node order.
+  std::vector<int> local, cross;
+  for (const auto& v : nodes) {
+    auto at = std::find(v.begin(), v.end(), r);
+    if (at != v.end()) local = v;
+  }
+  const size_t localIndex =
+      static_cast<size_t>(std::find(local.begin(), local.end(), r) - local.begin());
+  for (const auto& v : nodes) cross.push_back(v[localIndex]);
+  auto groups = std::make_unique<TwoLevel>();
+  TERSE_ASSIGN_OR_RETURN(groups->localTransport,
+                         createGroupTransport(transport_, local, localSpace));
+  TERSE_ASSIGN_OR_RETURN(groups->crossTransport,
+                         createGroupTransport(transport_, cross, crossSpace));
+  TERSE_ASSIGN_OR_RETURN(groups->none, makeCodec("none"));
+  groups->nodes = nodes;
+  groups->localIndex = static_cast<int>(localIndex);
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (nodes[k][localIndex] == r) groups->node = static_cast<int>(k);
+  groups->local = std::make_unique<CollectiveEngine>(*groups->localTransport, timeout_);
+  groups->cross = std::make_unique<CollectiveEngine>(*groups->crossTransport, timeout_);
+  twoLevel_ = std::move(groups);
+  twoLevelWhyNot_.clear();
+  // The groups' engines take this one's settings (a test may have changed them).
+  setSegmentBytes(segmentElems_ * sizeof(float));
+  setSmallBytes(smallBytes_);
+  setPipelineDepth(depth_);
+  return Status::ok();
+}
+
+Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) const {
+  const bool perCall = op.algorithm != Algorithm::kAuto;
+  const Algorithm want = perCall ? op.algorithm : defaultAlgorithm_;
+  if (want == Algorithm::kFlat) return Algorithm::kFlat;
+  if (want == Algorithm::kTwoLevel) {
+    // TERSE_ALGO is checked against the world's layout when its communicator is created
+    // (Communicator); communicators split from it follow it where they can. A call that asks
+    // for two-level itself is told.
+    if (!perCall && !twoLevel_) return Algorithm::kFlat;
+    if (!twoLevel_)
+      return errorInvalidUsage("%s: two-level was asked for, but %s", collectiveName(op.kind),
+                               twoLevelWhyNot_.c_str());
+    return Algorithm::kTwoLevel;
+  }
+  return twoLevel_ ? Algorithm::kTwoLevel : Algorithm::kFlat;
 }
 
 uint8_t* CollectiveEngine::scratch(int slot, size_t bytes) {
@@ -217,9 +353,13 @@ Status CollectiveEngine::rejectNow(const CollectiveOp& op, Status why) {
   return why;
 }
 
-Status CollectiveEngine::agree(const CollectiveOp& op) {
-  Status valid = validate(op, /*needCodec=*/false);
-  if (!valid.isOk()) return reject(op, std::move(valid));  // counted as the caller's call
+Status CollectiveEngine::agree(const CollectiveOp& requested) {
+  Status valid = validate(requested, /*needCodec=*/false);
+  if (!valid.isOk()) return reject(requested, std::move(valid));  // counted as the caller's call
+  auto algorithm = resolveAlgorithm(requested);
+  if (!algorithm.isOk()) return reject(requested, algorithm.status());
+  CollectiveOp op = requested;
+  op.algorithm = algorithm.value();
   const auto start = std::chrono::steady_clock::now();
   const uint64_t before = bytesSent_;
   const uint32_t seq = seq_++;
@@ -279,9 +419,13 @@ Status CollectiveEngine::run(const CollectiveOp& op) {
   return s;
 }
 
-Status CollectiveEngine::runCounted(const CollectiveOp& op) {
-  Status valid = validate(op);
-  if (!valid.isOk()) return rejectNow(op, std::move(valid));
+Status CollectiveEngine::runCounted(const CollectiveOp& requested) {
+  Status valid = validate(requested);
+  if (!valid.isOk()) return rejectNow(requested, std::move(valid));
+  auto algorithm = resolveAlgorithm(requested);
+  if (!algorithm.isOk()) return rejectNow(requested, algorithm.status());
+  CollectiveOp op = requested;
+  op.algorithm = algorithm.value();
   if (op.feedback) op.feedback->prepareFor(op.codec->spec());
   const uint32_t seq = seq_++;
   Status agreed = exchangeDescriptors(op, seq);
@@ -318,7 +462,10 @@ Status CollectiveEngine::runAgreed(const CollectiveOp& op, uint32_t seq) {
               op.count, dataTypeName(op.dtype), reduceOpName(op.op), op.codec->spec().c_str(),
               op.device ? ", device buffers" : "");
   if (!op.device) return dispatch(op, seq);
-  Status s = op.codec->id() == CodecId::kNone ? stagedUncompressed(op, seq) : dispatch(op, seq);
+  // Two-level calls stage device buffers through host memory as a whole (their steps run the
+  // host algorithms; a device form of the steps is future work, docs/design.md).
+  const bool onHost = op.codec->id() == CodecId::kNone || op.algorithm == Algorithm::kTwoLevel;
+  Status s = onHost ? stagedOnHost(op, seq) : dispatch(op, seq);
   // Even after an error, kernels queued on the stream may still read the pinned workspaces:
   // let them finish before the next call reuses them.
   Status drained = device::synchronize(op.stream);
@@ -327,6 +474,14 @@ Status CollectiveEngine::runAgreed(const CollectiveOp& op, uint32_t seq) {
 
 Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   const bool uncompressed = op.codec->id() == CodecId::kNone;
+  if (op.algorithm == Algorithm::kTwoLevel) {
+    switch (op.kind) {
+      case CollectiveKind::kAllReduce: return twoLevelAllreduce(op);
+      case CollectiveKind::kReduceScatter: return twoLevelReduceScatter(op);
+      case CollectiveKind::kAllGather: return twoLevelAllgather(op);
+      case CollectiveKind::kBarrier: break;
+    }
+  }
   switch (op.kind) {
     case CollectiveKind::kAllReduce:
       if (!uncompressed) return scatterReduce(op, seq);
@@ -344,7 +499,7 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   return errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
 }
 
-Status CollectiveEngine::stagedUncompressed(const CollectiveOp& op, uint32_t seq) {
+Status CollectiveEngine::stagedOnHost(const CollectiveOp& op, uint32_t seq) {
   const int n = transport_.size(), r = transport_.rank();
   const size_t es = dataTypeSize(op.dtype);
   size_t sendCount = op.count, recvCount = op.count, recvOffset = 0;

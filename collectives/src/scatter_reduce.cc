@@ -42,15 +42,20 @@ CodecCall codecCall(const CollectiveOp& op, uint64_t nonce = 0, float scale = 1.
 }
 
 // The op's residuals where its codecs run: host memory, or the device for device calls.
+// Both start at op.feedbackOffset of the caller's tensor (a two-level call's slice).
 Result<float*> workerResidual(const CollectiveOp& op) {
   if (!op.feedback) return static_cast<float*>(nullptr);
-  if (op.device) return op.feedback->deviceWorker(op.stream);
-  return op.feedback->worker();
+  if (op.device) {
+    TERSE_ASSIGN_OR_RETURN(float* all, op.feedback->deviceWorker(op.stream));
+    return all + op.feedbackOffset;
+  }
+  return op.feedback->worker() + op.feedbackOffset;
 }
 Result<float*> serverResidual(const CollectiveOp& op, int n, Range mine) {
   if (!op.feedback) return static_cast<float*>(nullptr);
-  if (op.device) return op.feedback->deviceServer(n, mine.begin, mine.length, op.stream);
-  return op.feedback->server(n, mine.begin, mine.length);
+  const size_t begin = op.feedbackOffset + mine.begin;
+  if (op.device) return op.feedback->deviceServer(n, begin, mine.length, op.stream);
+  return op.feedback->server(n, begin, mine.length);
 }
 
 }  // namespace

@@ -62,6 +62,10 @@ struct CollectiveOptions {
   // "auto" spec, the codec itself otherwise. Written on the worker thread before the call
   // completes, so read it after wait() (benchmarks report auto's picks with it).
   std::string* chosen = nullptr;
+  // "auto" (TERSE_ALGO, else two-level where the node layout allows it), "flat" or "twolevel":
+  // how the collective crosses the ranks (docs/design.md, "Two-level collectives"). Every rank
+  // must end up with the same; asking for twolevel where it cannot run is an error on every rank.
+  std::string algorithm = "auto";
 };
 
 class Communicator {
@@ -87,10 +91,19 @@ class Communicator {
   // per rank, each to be driven by its own thread (unit tests of the layers above).
   static Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
       int size, std::chrono::milliseconds timeout);
+  // The same laid out as nodes: rank r's node key is nodeKeys[r] (as TERSE_NODE would give it),
+  // so the in-process world runs two-level collectives like a cluster.
+  static Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
+      const std::vector<std::string>& nodeKeys, std::chrono::milliseconds timeout);
 
   // Wraps a transport built by the caller (the in-process backend in unit tests).
   static std::unique_ptr<Communicator> fromTransport(std::unique_ptr<Transport> transport,
                                                      std::chrono::milliseconds timeout);
+  // The same laid out as nodes: rank r's node key is nodeKeys[r] (as TERSE_NODE would give it;
+  // every rank passes the same list), so the world runs two-level collectives like a cluster.
+  static Result<std::unique_ptr<Communicator>> fromTransport(
+      std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
+      const std::vector<std::string>& nodeKeys);
 
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -104,6 +117,9 @@ class Communicator {
   const Topology& topology() const { return topology_; }
   int localRank() const { return topology_.localRank; }
   int localSize() const { return topology_.localSize; }
+  // Whether allreduce runs two-level by default here ("" when it does), or why not: one node,
+  // one rank per node, nodes of different sizes (docs/design.md).
+  std::string twoLevelUnavailable() const;
 
   // Returns once every rank has entered it; kTimeout / kRemoteError name the peer that did not
   // answer.
@@ -185,6 +201,10 @@ class Communicator {
   // enum checks): joins the ranks' agreement as rejected and completes with `why`.
   Work submitRejected(const CollectiveOp& call, Status why);
   friend struct CApiAccess;
+
+  // Sets the topology and gives its node layout to the engine, in tag spaces localSpace and
+  // localSpace + 1 of the shared transport (every rank passes the same).
+  Status useTopology(Topology topology, uint32_t localSpace);
 
   // The abort's reason once abort() was called. Checked when each operation starts, so that
   // operations that never touch the transport (a world of one) fail after an abort too.

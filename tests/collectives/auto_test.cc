@@ -87,8 +87,10 @@ TEST(AutoSelect, EveryRankPicksTheSameCodec) {
         TERSE_RETURN_IF_ERROR(e.run(op));
       }
       EXPECT_TRUE(sel->calibrated());
-      auto predictions =
-          sel->predict(CollectiveOp{CollectiveKind::kAllReduce, nullptr, nullptr, count}, n);
+      CollectiveOp probe;
+      probe.kind = CollectiveKind::kAllReduce;
+      probe.count = count;
+      auto predictions = sel->predict(probe, n);
       EXPECT_EQ(predictions.size(), std::string(spec) == "auto:max=int8" ? 4u : 10u);
       for (auto& p : predictions) EXPECT_GT(p.second, 0.0) << p.first;
       return Status::ok();

@@ -620,16 +620,6 @@ TEST(NetPluginLogging, LinesGoToNcclLoggerWithPrefix) {
   }
 }
 
-int countEntries(const char* dir) {
-  DIR* d = opendir(dir);
-  if (d == nullptr) return -1;
-  int n = 0;
-  while (dirent* e = readdir(d))
-    if (e->d_name[0] != '.') ++n;
-  closedir(d);
-  return n;
-}
-
 bool pluginMapped() {
   std::ifstream maps("/proc/self/maps");
   std::string line;

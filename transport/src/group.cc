@@ -18,6 +18,11 @@ class GroupTransport final : public Transport {
            std::to_string(members_.size());
   }
 
+  // A group of this group is a group of the parent: its members as parent ranks (tag spaces
+  // are the parent's, so nesting never stacks them).
+  Transport& parent() const { return parent_; }
+  int parentRank(int member) const { return members_[member]; }
+
   Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
                TransportRequest** request) override {
     uint64_t outer = 0;
@@ -84,6 +89,11 @@ Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent, std::
   if (me == members.end())
     return errorInvalidArgument("rank %d builds a group it is not a member of", parent.rank());
   const int rank = static_cast<int>(me - members.begin());
+  if (auto* group = dynamic_cast<GroupTransport*>(&parent)) {
+    for (int& m : members) m = group->parentRank(m);
+    return std::unique_ptr<Transport>(
+        new GroupTransport(group->parent(), std::move(members), space, rank));
+  }
   return std::unique_ptr<Transport>(new GroupTransport(parent, std::move(members), space, rank));
 }
 

@@ -29,6 +29,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +44,16 @@ enum class CollectiveKind : uint8_t {
   kBarrier = 4
 };
 const char* collectiveName(CollectiveKind kind);
+
+// How a call crosses the ranks. Flat: one world of peers (the algorithms above). Two-level: the
+// ranks of each node reduce-scatter uncompressed (float32) among themselves, each local rank runs
+// the call's codec across nodes with the ranks of its local index on its 1/L slice, and each
+// node allgathers the results (docs/design.md, "Two-level collectives"). Auto: two-level where
+// the engine has a node layout for it (enableTwoLevel), else flat.
+enum class Algorithm : uint8_t { kAuto = 0, kFlat = 1, kTwoLevel = 2 };
+const char* algorithmName(Algorithm algorithm);
+// "auto", "flat" or "twolevel" (TERSE_ALGO's spellings); kInvalidArgument otherwise.
+Result<Algorithm> parseAlgorithm(std::string_view name);
 
 struct CollectiveOp {
   CollectiveKind kind = CollectiveKind::kAllReduce;
@@ -69,6 +81,12 @@ struct CollectiveOp {
   // A call auto runs for itself (calibration, measurement): its bytes and time go to
   // CollectiveStats::autoPolicy instead of the caller's rows.
   bool policyWork = false;
+  // The caller's choice of algorithm; kAuto defers to TERSE_ALGO and then to the engine. Ranks
+  // must agree on the algorithm the engine resolves it to.
+  Algorithm algorithm = Algorithm::kAuto;
+  // Element of `feedback`'s tensor where this op's tensor starts: a two-level call's slice runs
+  // across nodes with the residuals of its own positions of the caller's tensor.
+  size_t feedbackOffset = 0;
 };
 
 class CollectiveEngine {
@@ -102,12 +120,30 @@ class CollectiveEngine {
   Status agree(const CollectiveOp& op);
   Status barrier();
 
+  // Gives the engine the world's node layout (node of each rank, the same on every rank), so it
+  // can run two-level calls: over a group transport of this engine's transport in tag space
+  // `localSpace` for this rank's node, and one in `crossSpace` for the ranks with this rank's
+  // local index. Collective in effect: every rank must make the same call, before any call that
+  // might run two-level. When the layout has one node, one rank per node, or nodes of different
+  // sizes, two-level stays off and twoLevelUnavailable() says why.
+  Status enableTwoLevel(const std::vector<int>& nodeOfRank, uint32_t localSpace,
+                        uint32_t crossSpace);
+  // Why calls cannot run two-level here ("" when they can).
+  const std::string& twoLevelUnavailable() const { return twoLevelWhyNot_; }
+  // The algorithm a call of `op` runs: op.algorithm, else TERSE_ALGO (which only allreduce
+  // follows), else two-level for allreduce where the layout allows it. kInvalidUsage when
+  // two-level is asked for and the layout cannot run it, kUnsupported when a reduce-scatter or
+  // allgather asks for it itself; every rank reaches the same answer (same layout, same
+  // settings), and the descriptor catches ranks whose settings differ.
+  Result<Algorithm> resolveAlgorithm(const CollectiveOp& op) const;
+
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
+  // (The setters reach the two-level groups' engines too.)
   void setSegmentBytes(size_t bytes);
   // Messages up to this many bytes use recursive doubling (default TERSE_SMALL_BYTES).
-  void setSmallBytes(size_t bytes) { smallBytes_ = bytes; }
+  void setSmallBytes(size_t bytes);
   // Segment rounds compressed ahead of the one being reduced (1-8, TERSE_PIPELINE_DEPTH).
-  void setPipelineDepth(size_t depth) { depth_ = std::min<size_t>(8, std::max<size_t>(1, depth)); }
+  void setPipelineDepth(size_t depth);
   size_t pipelineDepth() const { return depth_; }
 
   // Elements per segment for a given codec: a multiple of every block size terse accepts, so a
@@ -131,7 +167,7 @@ class CollectiveEngine {
 
   Transport& transport() { return transport_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  void setTimeout(std::chrono::milliseconds timeout);
 
  private:
   // run() and reject() without the stats bookkeeping, which their public forms add.
@@ -142,13 +178,21 @@ class CollectiveEngine {
   Status dispatch(const CollectiveOp& op, uint32_t seq);
   Status runAgreed(const CollectiveOp& op, uint32_t seq);
   Status giveUp(const CollectiveOp& op, uint32_t seq, Status why);
-  // `none` on device buffers: stage through pinned host memory around the host algorithms.
-  Status stagedUncompressed(const CollectiveOp& op, uint32_t seq);
+  // `none` and two-level calls on device buffers: stage through pinned host memory around the
+  // host algorithms.
+  Status stagedOnHost(const CollectiveOp& op, uint32_t seq);
   // rejected: this rank found its own arguments invalid and tells the others so.
   Status exchangeDescriptors(const CollectiveOp& op, uint32_t seq, bool rejected = false);
   // The run of an agreed call, with anything thrown below (std::bad_alloc for a workspace)
   // turned into a status, since the peers must hear of it like any other failure.
   Status runAgreedGuarded(const CollectiveOp& op, uint32_t seq);
+  // One step of a two-level call on a group's engine: the world agreed on the call already, and
+  // every member of the group runs the same steps in the same order, so there is no validation
+  // or descriptor exchange of its own. Its bytes and codec time are added to this engine's.
+  Status runStep(CollectiveEngine& group, const CollectiveOp& step);
+  Status twoLevelAllreduce(const CollectiveOp& op);
+  Status twoLevelReduceScatter(const CollectiveOp& op);
+  Status twoLevelAllgather(const CollectiveOp& op);
   Status ringAllreduce(const CollectiveOp& op, uint32_t seq);
   Status ringReduceScatter(const CollectiveOp& op, uint32_t seq);
   Status ringAllgather(const CollectiveOp& op, uint32_t seq);
@@ -181,8 +225,21 @@ class CollectiveEngine {
   void countCall(const CollectiveOp& op, const Status& status,
                  std::chrono::steady_clock::time_point start, uint64_t bytesBefore);
 
+  // The two-level layout's groups (enableTwoLevel): this rank's node and its local index's
+  // ranks across nodes, each a group transport with an engine of its own.
+  struct TwoLevel {
+    std::unique_ptr<Transport> localTransport, crossTransport;
+    std::unique_ptr<CollectiveEngine> local, cross;
+    std::shared_ptr<const Codec> none;  // the uncompressed steps' codec
+    std::vector<std::vector<int>> nodes;  // each node's ranks in rank order, nodes in node order
+    int node = 0, localIndex = 0;         // this rank's
+  };
+
   Transport& transport_;
   std::chrono::milliseconds timeout_;
+  std::unique_ptr<TwoLevel> twoLevel_;
+  std::string twoLevelWhyNot_ = "no node layout was given (one node)";
+  Algorithm defaultAlgorithm_ = Algorithm::kAuto;  // TERSE_ALGO
   CollectiveStats stats_;
   // The codec stages of the call in flight (scatter_reduce.cc, ring.cc), moved into stats_ by
   // countCall.

@@ -31,7 +31,9 @@ constexpr uint64_t kMaxGroupTag = (uint64_t{1} << kGroupTagBits) - 1;
 // reserved range at the top of the 40-bit tag space.)
 constexpr uint32_t kMaxGroupSpace = 62;
 
-// `members` are distinct parent ranks, this rank among them, in the group's rank order.
+// `members` are distinct parent ranks, this rank among them, in the group's rank order. When
+// `parent` is itself a group, the new group is made directly on that group's parent (members
+// mapped to its ranks), so `space` is a space of the underlying transport like every other.
 Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent, std::vector<int> members,
                                                         uint32_t space);
 
