@@ -26,8 +26,10 @@ struct Options {
   size_t bytes = size_t{64} << 20;
   std::string codec = "none";
   std::string op = "allreduce";
-  std::string algo = "auto";  // auto | ring | rd (uncompressed); compressed calls scatter-reduce
-  std::string model;          // terse-bench codecs --json file
+  // auto | flat | twolevel (the engine's Algorithm), or ring | rd: flat with none's ring or
+  // recursive doubling forced.
+  std::string algo = "auto";
+  std::string model;  // terse-bench codecs --json file
   double assumeCompress = 0, assumeDecompress = 0;
   double computeShare = 1;  // the fraction of the measured machine each rank gets
   std::string json;
@@ -50,8 +52,9 @@ void usage() {
       "  --bytes SIZE           float32 tensor bytes, e.g. 64M, 1G (default 64M)\n"
       "  --codec SPEC           codec spec (default none)\n"
       "  --op allreduce|reducescatter|allgather   (default allreduce)\n"
-      "  --algo auto|ring|rd    uncompressed algorithm: the engine's choice by size, ring, or\n"
-      "                         recursive doubling (compressed calls always scatter-reduce)\n"
+      "  --algo A               auto (the engine's choice: two-level where nodes allow it),\n"
+      "                         flat, twolevel, or ring | rd: flat with none's ring or recursive\n"
+      "                         doubling forced (flat compressed calls scatter-reduce)\n"
       "  --model FILE           codec compute throughput from terse-bench codecs --json FILE\n"
       "  --assume-gbps C,D      every codec compresses at C and decompress-accumulates at D GB/s\n"
       "                         (an assumption, e.g. for a GPU; default: compute not charged)\n"
@@ -163,8 +166,10 @@ int parse(int argc, char** argv, Options* o) {
                  o->op.c_str());
     return 2;
   }
-  if (o->algo != "auto" && o->algo != "ring" && o->algo != "rd") {
-    std::fprintf(stderr, "terse-sim: --algo %s: use auto, ring or rd\n", o->algo.c_str());
+  if (o->algo != "auto" && o->algo != "flat" && o->algo != "twolevel" && o->algo != "ring" &&
+      o->algo != "rd") {
+    std::fprintf(stderr, "terse-sim: --algo %s: use auto, flat, twolevel, ring or rd\n",
+                 o->algo.c_str());
     return 2;
   }
   if (!o->model.empty() && o->assumeCompress > 0) {
@@ -255,8 +260,17 @@ int main(int argc, char** argv) {
         CollectiveEngine engine(t, std::chrono::hours(24));  // simulated time
         if (o.algo == "ring") engine.setSmallBytes(0);
         if (o.algo == "rd") engine.setSmallBytes(~size_t{0});
+        // The platform's nodes, as the api layer gives them from the rendezvous' host names;
+        // group tag spaces 1 and 2 (nothing else uses groups here).
+        std::vector<int> nodeOfRank(n);
+        for (int r = 0; r < n; ++r) nodeOfRank[r] = r / o.platform.ranksPerNode;
+        Status s = engine.enableTwoLevel(nodeOfRank, 1, 2);
+        CollectiveOp mine = op;
+        mine.algorithm = o.algo == "twolevel" ? Algorithm::kTwoLevel
+                         : o.algo == "auto"   ? Algorithm::kAuto
+                                              : Algorithm::kFlat;
         started[t.rank()] = sim::simNow();
-        Status s = engine.run(op);
+        if (s.isOk()) s = engine.run(mine);
         ended[t.rank()] = sim::simNow();
         if (!s.isOk() && failed.isOk()) failed = s.withContext("rank " + std::to_string(t.rank()));
       },

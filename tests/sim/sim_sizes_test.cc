@@ -52,7 +52,16 @@ CollectiveOp makeOp(CollectiveKind kind, const Codec* codec, const float* in, fl
 struct Case {
   std::string spec;
   CollectiveKind kind;
+  bool twoLevel = false;  // two nodes of two ranks, the engine's two-level algorithm
 };
+
+// Ranks 0,1 on node 0 and 2,3 on node 1 (testPlatform's layout), for two-level cases.
+void layout(CollectiveEngine& engine, CollectiveOp& op, bool twoLevel) {
+  if (!twoLevel) return;
+  Status s = engine.enableTwoLevel({0, 0, 1, 1}, 1, 2);
+  EXPECT_TRUE(s.isOk()) << s.toString();
+  op.algorithm = Algorithm::kTwoLevel;
+}
 
 class SimSizesTest : public ::testing::TestWithParam<Case> {};
 
@@ -71,7 +80,9 @@ TEST_P(SimSizesTest, SameMessagesAsInProcess) {
     std::normal_distribution<float> d;
     for (float& x : in) x = d(rng);
     CollectiveEngine engine(rec, std::chrono::milliseconds(60000));
-    Status s = engine.run(makeOp(c.kind, real->get(), in.data(), out.data()));
+    CollectiveOp op = makeOp(c.kind, real->get(), in.data(), out.data());
+    layout(engine, op, c.twoLevel);
+    Status s = engine.run(op);
     ASSERT_TRUE(s.isOk()) << s.toString();
     inproc[t.rank()] = rec.sends();
   });
@@ -91,7 +102,9 @@ TEST_P(SimSizesTest, SameMessagesAsInProcess) {
     auto r = sim::runSimulation(testPlatform(n), opt, [&](Transport& t) {
       RecordingTransport rec(t);
       CollectiveEngine engine(rec, std::chrono::milliseconds(60000));
-      Status s = engine.run(makeOp(c.kind, codec, in.data(), out.data()));
+      CollectiveOp op = makeOp(c.kind, codec, in.data(), out.data());
+      layout(engine, op, c.twoLevel);
+      Status s = engine.run(op);
       EXPECT_TRUE(s.isOk()) << s.toString();
       sends[t.rank()] = rec.sends();
     });
@@ -114,13 +127,16 @@ std::vector<Case> cases() {
     out.push_back({s, CollectiveKind::kReduceScatter});
     out.push_back({s, CollectiveKind::kAllGather});
   }
+  for (const char* s : {"none", "int8", "onebit"})
+    out.push_back({s, CollectiveKind::kAllReduce, true});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, SimSizesTest, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            std::string name = i.param.spec.substr(0, i.param.spec.find(':'));
-                           return name + "_" + collectiveName(i.param.kind);
+                           return name + "_" + collectiveName(i.param.kind) +
+                                  (i.param.twoLevel ? "_twolevel" : "");
                          });
 
 // The sizing mode's premise: for each codec the size compress() returns depends on the count
