@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ostream>
 #include <random>
 #include <sstream>
 
@@ -54,6 +55,11 @@ struct Case {
   CollectiveKind kind;
   bool twoLevel = false;  // two nodes of two ranks, the engine's two-level algorithm
 };
+
+// gtest prints parameters in test listings; a name instead of 40 raw bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.spec << ' ' << collectiveName(c.kind) << (c.twoLevel ? " two-level" : "");
+}
 
 // Ranks 0,1 on node 0 and 2,3 on node 1 (testPlatform's layout), for two-level cases.
 void layout(CollectiveEngine& engine, CollectiveOp& op, bool twoLevel) {
