@@ -13,6 +13,7 @@ packages=(
   openmpi-bin libopenmpi-dev                          # the MPI_Allreduce baseline of the benchmarks
   iproute2                                            # network namespaces for shaped-link tests
   clang libclang-rt-14-dev                            # libFuzzer and sanitizers
+  libsimgrid-dev                                      # the simulated cluster (sim/, terse-sim)
   python3 python3-matplotlib                          # benchmark plots
   python3-torch python3-pip                           # the PyTorch DDP hook (python/), CPU-only torch 1.13
   libopenblas0-pthread                                # a fast BLAS for torch (~12x the reference one)

@@ -1,0 +1,36 @@
+// Runs a function on every rank of a simulated world: one SimGrid engine, the platform of
+// platform.h, one actor per rank with its SimGrid transport.
+//
+// SimGrid allows one engine per process, so runSimulation() may be called once per process
+// (tests fork for each simulation; terse-sim simulates one call per run).
+#pragma once
+
+#include "terse/sim/platform.h"
+#include "terse/sim/sim_transport.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace terse::sim {
+
+struct SimResult {
+  double seconds = 0;               // simulated time at which the last rank returned
+  std::vector<double> rankSeconds;  // simulated time at which each rank returned
+  std::vector<SimTraffic> traffic;  // per rank
+};
+
+// fn(transport) runs on each rank's actor. Returns once every actor has finished.
+// simgridConfig: extra SimGrid settings as "name:value" (as --cfg=name:value), after terse's.
+Result<SimResult> runSimulation(const PlatformSpec& platform, const SimTransportOptions& options,
+                                const std::function<void(Transport&)>& fn,
+                                const std::vector<std::string>& simgridConfig = {});
+
+// Simulated seconds since the simulation started (callable from inside fn).
+double simNow();
+
+// Charges `seconds` of compute to the calling rank's host (as flops at the host's speed, so that
+// ranks sharing a host would share its speed). From inside fn only.
+void chargeCompute(double seconds);
+
+}  // namespace terse::sim

@@ -1,0 +1,81 @@
+// runSimulation (runner.h).
+#include "terse/sim/runner.h"
+
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Host.hpp>
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace terse::sim {
+
+namespace sg = simgrid::s4u;
+
+double simNow() { return sg::Engine::get_clock(); }
+
+void chargeCompute(double seconds) {
+  if (!(seconds > 0)) return;
+  sg::this_actor::execute(seconds * sg::this_actor::get_host()->get_speed());
+}
+
+Result<SimResult> runSimulation(const PlatformSpec& platform, const SimTransportOptions& options,
+                                const std::function<void(Transport&)>& fn,
+                                const std::vector<std::string>& simgridConfig) {
+  TERSE_RETURN_IF_ERROR(validatePlatform(platform));
+  static bool ran = false;
+  if (ran) return errorInvalidUsage("runSimulation: SimGrid allows one simulation per process");
+  ran = true;
+  // CM02: the flow model without LV08's correction factors, so links behave as stated;
+  // no TCP window limit and no reverse (ACK) traffic. Quiet unless something is wrong.
+  std::vector<std::string> args = {"terse-sim", "--cfg=network/model:CM02",
+                                   "--cfg=network/TCP-gamma:0", "--cfg=network/crosstraffic:0",
+                                   "--log=root.thres:critical",
+                                   // Actors run terse's engine with its real stack depth; 256 KiB
+                                   // is plenty and keeps 4096 actors' stacks small.
+                                   "--cfg=contexts/stack-size:256"};
+  for (const auto& c : simgridConfig) {
+    if (c.find(':') == std::string::npos)
+      return errorInvalidArgument("SimGrid setting '%s' is not name:value", c.c_str());
+    args.push_back("--cfg=" + c);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  // SimGrid reports a bad setting by throwing from the constructor.
+  std::unique_ptr<sg::Engine> engine;
+  try {
+    engine = std::make_unique<sg::Engine>(&argc, argv.data());
+  } catch (const std::exception& e) {
+    return errorInvalidArgument("SimGrid rejected the configuration: %s", e.what());
+  }
+
+  std::vector<int> nodes;
+  TERSE_ASSIGN_OR_RETURN(std::vector<sg::Host*> hosts, buildPlatform(platform, &nodes));
+  std::shared_ptr<SimWorld> world = makeSimWorld(hosts, options);
+  setSimNodes(*world, nodes);
+
+  SimResult result;
+  result.rankSeconds.assign(platform.worldSize, 0.0);
+  Status failed;
+  for (int r = 0; r < platform.worldSize; ++r) {
+    sg::Actor::create("rank" + std::to_string(r), hosts[r], [&, r] {
+      auto t = createSimTransport(world, r);
+      if (!t.isOk()) {
+        if (failed.isOk()) failed = t.status();
+        return;
+      }
+      fn(**t);
+      result.rankSeconds[r] = sg::Engine::get_clock();
+    });
+  }
+  engine->run();
+  TERSE_RETURN_IF_ERROR(failed);
+  for (double t : result.rankSeconds) result.seconds = std::max(result.seconds, t);
+  result.traffic = simTraffic(*world);
+  return result;
+}
+
+}  // namespace terse::sim

@@ -1,0 +1,479 @@
+// The SimGrid transport (sim_transport.h): user-space tag matching, SimGrid for the time.
+#include "terse/sim/sim_transport.h"
+
+#include "request.h"  // transport/src: the one definition of TransportRequest
+
+#include <simgrid/Exception.hpp>
+#include <simgrid/s4u/Comm.hpp>
+#include <simgrid/s4u/ConditionVariable.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Mutex.hpp>
+#include <simgrid/s4u/Actor.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace terse::sim {
+
+namespace {
+
+// The simulated transfer of one matched message, shared by its two requests: both complete when
+// it does. `started` turns true once comm->start() has returned: starting is a simcall, during
+// which other actors run and may already look at the requests.
+struct Transfer {
+  simgrid::s4u::CommPtr comm;
+  bool started = false;
+  bool done = false;  // a wait or test saw it finish
+  double doneAt = 0;  // simulated time it was seen finished
+};
+
+// The simulation side of a request. transfer is null for a message completed at the match (to
+// oneself, or truncated).
+struct SimOp {
+  std::shared_ptr<Transfer> transfer;
+  bool matched = false;
+};
+
+uint64_t queueKey(int src, uint64_t tag) { return (static_cast<uint64_t>(src) << 40) | tag; }
+
+// Per receiving rank: unmatched sends to it and its unmatched receives, FIFO per (src, tag).
+struct Inbox {
+  std::unordered_map<uint64_t, std::deque<TransportRequest*>> sends;
+  std::unordered_map<uint64_t, std::deque<TransportRequest*>> recvs;
+  simgrid::s4u::MutexPtr mutex;
+  simgrid::s4u::ConditionVariablePtr changed;  // a request of this rank matched or failed
+};
+
+bool removeFrom(std::unordered_map<uint64_t, std::deque<TransportRequest*>>& queues, uint64_t key,
+                TransportRequest* r) {
+  auto it = queues.find(key);
+  if (it == queues.end()) return false;
+  for (auto q = it->second.begin(); q != it->second.end(); ++q)
+    if (*q == r) {
+      it->second.erase(q);
+      if (it->second.empty()) queues.erase(it);
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+class SimWorld {
+ public:
+  SimWorld(std::vector<simgrid::s4u::Host*> hosts, SimTransportOptions options)
+      : hosts_(std::move(hosts)),
+        options_(options),
+        inbox_(hosts_.size()),
+        gone_(hosts_.size()),
+        traffic_(hosts_.size()),
+        node_(hosts_.size()) {
+    for (size_t i = 0; i < node_.size(); ++i) node_[i] = static_cast<int>(i);
+  }
+
+  int size() const { return static_cast<int>(hosts_.size()); }
+  const SimTransportOptions& options() const { return options_; }
+
+  // Each rank's inbox synchronisation objects are made by its own actor (they need the engine).
+  void attach(int rank) {
+    Inbox& in = inbox_[rank];
+    if (!in.mutex) in.mutex = simgrid::s4u::Mutex::create();
+    if (!in.changed) in.changed = simgrid::s4u::ConditionVariable::create();
+  }
+  void wake(int rank) {
+    if (inbox_[rank].changed) inbox_[rank].changed->notify_all();
+  }
+
+  // Why operations between a and b cannot run (ok when they can).
+  Status blocked(const TransportRequest* r) const {
+    if (!gone_[r->owner].isOk()) return gone_[r->owner];
+    if (!gone_[r->peer].isOk())
+      return errorRemote("%s rank %d (tag %llu) failed: rank %d is gone (%s)", requestVerb(r),
+                         r->peer, static_cast<unsigned long long>(r->tag), r->peer,
+                         gone_[r->peer].message().c_str());
+    auto it = broken_.find(linkKey(r->owner, r->peer));
+    if (it == broken_.end()) return Status::ok();
+    if (it->second.by == r->owner)
+      return errorRemote("%s rank %d (tag %llu) failed: %s", requestVerb(r), r->peer,
+                         static_cast<unsigned long long>(r->tag), it->second.why.message().c_str());
+    return errorRemote(
+        "%s rank %d (tag %llu) failed: rank %d closed its connection to rank %d (%s)",
+        requestVerb(r), r->peer, static_cast<unsigned long long>(r->tag), it->second.by, r->owner,
+        it->second.why.message().c_str());
+  }
+
+  // Posts a send or receive; matches it against the other side's queue.
+  void post(TransportRequest* r) {
+    const bool send = r->kind == RequestKind::kSend;
+    const int dst = send ? r->peer : r->owner;
+    const int src = send ? r->owner : r->peer;
+    Inbox& in = inbox_[dst];
+    const uint64_t key = queueKey(src, r->tag);
+    auto& others = send ? in.recvs : in.sends;
+    auto it = others.find(key);
+    if (it == others.end() || it->second.empty()) {
+      (send ? in.sends : in.recvs)[key].push_back(r);
+      return;
+    }
+    TransportRequest* other = it->second.front();
+    it->second.pop_front();
+    if (it->second.empty()) others.erase(it);
+    match(send ? r : other, send ? other : r);
+  }
+
+  // Takes `r` out of its queue if it is still unmatched; true if it was.
+  bool unqueue(TransportRequest* r) {
+    const bool send = r->kind == RequestKind::kSend;
+    const int dst = send ? r->peer : r->owner;
+    const int src = send ? r->owner : r->peer;
+    Inbox& in = inbox_[dst];
+    return removeFrom(send ? in.sends : in.recvs, queueKey(src, r->tag), r);
+  }
+
+  // A rank gave up: it and every unmatched request that involves it fail.
+  void markGone(int rank, const Status& why) {
+    if (!gone_[rank].isOk()) return;
+    gone_[rank] = why;
+    failUnmatched([&](const TransportRequest* r) { return r->owner == rank || r->peer == rank; });
+  }
+  void breakLink(int by, int peer, const Status& why) {
+    if (broken_.count(linkKey(by, peer))) return;
+    broken_[linkKey(by, peer)] = Broken{by, why};
+    failUnmatched([&](const TransportRequest* r) {
+      return (r->owner == by && r->peer == peer) || (r->owner == peer && r->peer == by);
+    });
+  }
+
+  std::vector<SimTraffic>& traffic() { return traffic_; }
+  // SimGrid 3.32 must not lose the last reference to a communication while its kernel may
+  // still call back into it (it crashed in EngineImpl::handle_ended_actions when the requests
+  // dropped theirs as soon as they saw it finish). So the world frees transfers only here,
+  // inside an actor: once both requests have let go, the transfer was seen finished, and the
+  // clock has moved past that moment. One given up half-way stays until the simulation ends.
+  void keep(std::shared_ptr<Transfer> t) {
+    if (kept_.size() >= nextSweep_) {
+      const double now = simgrid::s4u::Engine::get_clock();
+      auto over = [now](const std::shared_ptr<Transfer>& k) {
+        return k.use_count() == 1 && k->done && k->doneAt < now;
+      };
+      kept_.erase(std::remove_if(kept_.begin(), kept_.end(), over), kept_.end());
+      const size_t w = kept_.size();
+      nextSweep_ = w + 64;  // often: SimGrid slows down with every comm it still tracks
+    }
+    kept_.push_back(std::move(t));
+  }
+  void setNodes(std::vector<int> nodes) { node_ = std::move(nodes); }
+  Inbox& inbox(int rank) { return inbox_[rank]; }
+
+ private:
+  struct Broken {
+    int by;
+    Status why;
+  };
+  static uint64_t linkKey(int a, int b) {
+    if (a > b) std::swap(a, b);
+    return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
+  }
+
+  // Every wake-up is a simcall (other actors run in it), so the queues are walked first and the
+  // ranks woken after.
+  template <typename Pred>
+  void failUnmatched(Pred involves) {
+    std::vector<int> toWake;
+    for (int dst = 0; dst < size(); ++dst) {
+      for (auto* queues : {&inbox_[dst].sends, &inbox_[dst].recvs}) {
+        for (auto it = queues->begin(); it != queues->end();) {
+          auto& q = it->second;
+          for (auto r = q.begin(); r != q.end();) {
+            if (involves(*r)) {
+              (*r)->error = blocked(*r);
+              (*r)->state.store(kReqFailed, std::memory_order_relaxed);
+              toWake.push_back((*r)->owner);
+              r = q.erase(r);
+            } else {
+              ++r;
+            }
+          }
+          it = q.empty() ? queues->erase(it) : std::next(it);
+        }
+      }
+    }
+    for (int rank : toWake) wake(rank);
+  }
+
+  // Everything about the two requests is settled before the first simcall (starting the
+  // transfer, waking the owners): after it, either request may already be released.
+  void match(TransportRequest* send, TransportRequest* recv) {
+    auto* sop = static_cast<SimOp*>(send->backend);
+    auto* rop = static_cast<SimOp*>(recv->backend);
+    const int from = send->owner, to = recv->owner;
+    sop->matched = rop->matched = true;
+    std::shared_ptr<Transfer> transfer;
+    if (send->size > recv->size) {
+      // Truncation is never silent: the receive fails, the sender's bytes are dropped.
+      recv->error = errorInvalidUsage(
+          "receive from rank %d (tag %llu): the message has %zu bytes but the buffer holds only "
+          "%zu; post a larger receive",
+          recv->peer, static_cast<unsigned long long>(recv->tag), send->size, recv->size);
+      recv->state.store(kReqFailed, std::memory_order_relaxed);
+      send->bytes = send->size;
+      send->state.store(kReqDone, std::memory_order_relaxed);
+    } else {
+      const size_t n = send->size;
+      if (n > 0 && (options_.copyPayload || n <= options_.copyBelow))
+        std::memcpy(recv->data, send->data, n);
+      send->bytes = recv->bytes = n;
+      SimTraffic& out = traffic_[from];
+      SimTraffic& in = traffic_[to];
+      ++out.messagesSent;
+      out.bytesSent += n;
+      ++in.messagesReceived;
+      in.bytesReceived += n;
+      if (node_[from] != node_[to]) {
+        out.bytesSentOffNode += n;
+        in.bytesReceivedOffNode += n;
+      }
+      if (from == to) {
+        send->state.store(kReqDone, std::memory_order_relaxed);
+        recv->state.store(kReqDone, std::memory_order_relaxed);
+      } else {
+        transfer = std::make_shared<Transfer>();
+        transfer->comm = simgrid::s4u::Comm::sendto_init(hosts_[from], hosts_[to]);
+        transfer->comm->set_payload_size(n);
+        sop->transfer = transfer;
+        rop->transfer = transfer;
+        keep(transfer);
+      }
+    }
+    if (transfer) {
+      transfer->comm->start();
+      transfer->started = true;
+    }
+    wake(from);
+    if (to != from) wake(to);
+  }
+
+  std::vector<std::shared_ptr<Transfer>> kept_;
+  size_t nextSweep_ = 64;
+  std::vector<simgrid::s4u::Host*> hosts_;
+  SimTransportOptions options_;
+  std::vector<Inbox> inbox_;
+  std::vector<Status> gone_;
+  std::unordered_map<uint64_t, Broken> broken_;
+  std::vector<SimTraffic> traffic_;
+  std::vector<int> node_;
+};
+
+namespace {
+
+class SimTransport final : public Transport {
+ public:
+  SimTransport(std::shared_ptr<SimWorld> world, int rank) : world_(std::move(world)), rank_(rank) {
+    world_->attach(rank_);
+  }
+  ~SimTransport() override {
+    // Unmatched requests must not outlive the pool their queue entries point into.
+    for (const auto& r : pool_.all())
+      if (r->state.load(std::memory_order_relaxed) == kReqPending) world_->unqueue(r.get());
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_->size(); }
+  std::string describe() const override { return "simgrid"; }
+
+  Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
+               TransportRequest** request) override {
+    TERSE_RETURN_IF_ERROR(
+        checkTransferArgs("isend", rank_, size(), peer, tag, data, bytes, request));
+    *request = start(RequestKind::kSend, peer, tag, const_cast<void*>(data), bytes);
+    return Status::ok();
+  }
+  Status irecv(int peer, uint64_t tag, void* data, size_t capacity,
+               TransportRequest** request) override {
+    TERSE_RETURN_IF_ERROR(
+        checkTransferArgs("irecv", rank_, size(), peer, tag, data, capacity, request));
+    *request = start(RequestKind::kRecv, peer, tag, data, capacity);
+    return Status::ok();
+  }
+
+  Status test(TransportRequest* r, bool* done, size_t* bytes) override {
+    if (r == nullptr || done == nullptr) return errorInvalidArgument("test: null argument");
+    *done = false;
+    if (finished(r)) return finish(r, done, bytes);
+    simgrid::s4u::this_actor::sleep_for(world_->options().pollSeconds);
+    if (finished(r)) return finish(r, done, bytes);
+    return Status::ok();
+  }
+
+  Status wait(TransportRequest* r, size_t* bytes, std::chrono::milliseconds timeout) override {
+    if (r == nullptr) return errorInvalidArgument("wait: null request");
+    const double deadline =
+        simgrid::s4u::Engine::get_clock() + std::chrono::duration<double>(timeout).count();
+    auto* op = static_cast<SimOp*>(r->backend);
+    while (r->state.load(std::memory_order_relaxed) != kReqFailed) {
+      const double left = deadline - simgrid::s4u::Engine::get_clock();
+      if (!ready(op)) {
+        // Locking is a simcall (other actors may run and match us), so look again under the
+        // lock; between that look and the wait no other actor runs, so no wake-up is lost.
+        Inbox& in = world_->inbox(rank_);
+        std::unique_lock<simgrid::s4u::Mutex> lock(*in.mutex);
+        if (ready(op) || r->state.load(std::memory_order_relaxed) == kReqFailed) continue;
+        if (left <= 0 || in.changed->wait_for(lock, left) == std::cv_status::timeout) {
+          if (ready(op) || r->state.load(std::memory_order_relaxed) == kReqFailed) continue;
+          lock.unlock();
+          return timedOut(r, timeout);
+        }
+        continue;
+      }
+      if (!op->transfer) break;
+      // A matched transfer always ends (the simulated network never fails), so it is waited on
+      // without a timeout: the timeout bounds the wait for a peer that never posts. (Both ranks
+      // wait on the same communication, and SimGrid 3.32 keeps one timeout per activity: a
+      // second waiter's timeout outlived the transfer and crashed the engine when it fired.)
+      try {
+        op->transfer->comm->wait();
+      } catch (const simgrid::Exception& e) {
+        Status why = errorRemote("%s rank %d: simulated transfer failed: %s", requestVerb(r),
+                                 r->peer, e.what());
+        release(r);
+        return why;
+      }
+      op->transfer->done = true;
+      op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
+      r->state.store(kReqDone, std::memory_order_relaxed);
+      break;
+    }
+    bool done = false;
+    return finish(r, &done, bytes);
+  }
+
+  void cancel(TransportRequest* r) override {
+    if (r == nullptr) return;
+    auto* op = static_cast<SimOp*>(r->backend);
+    // Unmatched: it simply leaves its queue. Matched: the bytes already moved and the transfer
+    // runs on for the peer's side; this side forgets it.
+    if (!op->matched) world_->unqueue(r);
+    release(r);
+  }
+
+  void progress() override {}
+
+  void abort(const Status& why) override {
+    if (aborted_.isOk()) aborted_ = why.isOk() ? errorInternal("transport aborted") : why;
+    world_->markGone(rank_, aborted_);
+  }
+
+  void disconnect(int peer, const Status& why) override {
+    if (peer < 0 || peer >= size() || peer == rank_) return;
+    world_->breakLink(rank_, peer, why);
+  }
+
+ private:
+  TransportRequest* start(RequestKind kind, int peer, uint64_t tag, void* data, size_t size) {
+    TransportRequest* r = pool_.acquire();
+    r->kind = kind;
+    r->owner = rank_;
+    r->peer = peer;
+    r->tag = tag;
+    r->data = data;
+    r->size = size;
+    SimOp* op = opFor(r);
+    *op = SimOp{};
+    r->backend = op;
+    Status why = world_->blocked(r);
+    if (!why.isOk()) {
+      r->error = why;
+      r->state.store(kReqFailed, std::memory_order_relaxed);
+      return r;
+    }
+    world_->post(r);
+    return r;
+  }
+
+  // Matched, and its transfer (if any) started.
+  static bool ready(const SimOp* op) {
+    return op->matched && (!op->transfer || op->transfer->started);
+  }
+
+  // Done or failed, with the transfer (if any) over.
+  bool finished(TransportRequest* r) {
+    const int s = r->state.load(std::memory_order_relaxed);
+    if (s == kReqFailed) return true;
+    auto* op = static_cast<SimOp*>(r->backend);
+    if (!ready(op)) return false;
+    if (!op->transfer) return true;
+    if (!op->transfer->comm->test()) return false;
+    op->transfer->done = true;
+    op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
+    r->state.store(kReqDone, std::memory_order_relaxed);
+    return true;
+  }
+
+  Status finish(TransportRequest* r, bool* done, size_t* bytes) {
+    if (r->state.load(std::memory_order_relaxed) == kReqFailed) {
+      Status why = r->error;
+      release(r);
+      return why;
+    }
+    *done = true;
+    if (bytes) *bytes = r->bytes;
+    release(r);
+    return Status::ok();
+  }
+
+  Status timedOut(TransportRequest* r, std::chrono::milliseconds timeout) {
+    Status why = errorTimeout("%s rank %d (tag %llu) timed out after %lld ms (simulated)",
+                              requestVerb(r), r->peer, static_cast<unsigned long long>(r->tag),
+                              static_cast<long long>(timeout.count()));
+    cancel(r);
+    return why;
+  }
+
+  void release(TransportRequest* r) {
+    auto* op = static_cast<SimOp*>(r->backend);
+    op->transfer = nullptr;
+    pool_.release(r);
+  }
+
+  // One SimOp per pooled request, kept next to it for the request's whole life.
+  SimOp* opFor(TransportRequest* r) {
+    auto it = ops_.find(r);
+    if (it != ops_.end()) return it->second.get();
+    return (ops_[r] = std::make_unique<SimOp>()).get();
+  }
+
+  std::shared_ptr<SimWorld> world_;
+  int rank_;
+  Status aborted_;
+  RequestPool pool_;
+  std::unordered_map<TransportRequest*, std::unique_ptr<SimOp>> ops_;
+};
+
+}  // namespace
+
+std::shared_ptr<SimWorld> makeSimWorld(std::vector<simgrid::s4u::Host*> hosts,
+                                       SimTransportOptions options) {
+  return std::make_shared<SimWorld>(std::move(hosts), options);
+}
+
+Result<std::unique_ptr<Transport>> createSimTransport(std::shared_ptr<SimWorld> world, int rank) {
+  if (!world) return errorInvalidArgument("createSimTransport: no world");
+  if (rank < 0 || rank >= world->size())
+    return errorInvalidArgument("createSimTransport: rank %d is not in a world of %d", rank,
+                                world->size());
+  return std::unique_ptr<Transport>(new SimTransport(std::move(world), rank));
+}
+
+const std::vector<SimTraffic>& simTraffic(const SimWorld& world) {
+  return const_cast<SimWorld&>(world).traffic();
+}
+
+void setSimNodes(SimWorld& world, std::vector<int> nodeOfRank) {
+  world.setNodes(std::move(nodeOfRank));
+}
+
+}  // namespace terse::sim

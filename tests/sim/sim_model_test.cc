@@ -1,0 +1,178 @@
+// The whole chain (engine, SimGrid transport, platform) against what the algorithms must cost:
+// the ring's bandwidth bound, and terse-sim's command line.
+#include "sim_harness.h"
+
+#include "terse/collectives/engine.h"
+#include "terse/transport/group.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace terse::testing {
+namespace {
+
+// Uncompressed ring allreduce on 8 ranks, one per node, 10 Gbit/s NICs: every rank sends
+// 2 (n-1)/n of the tensor through its NIC, so the time is at least that over 10 Gbit/s, and a
+// pipelined ring comes within a few percent of it (latencies, descriptors, pipeline fill).
+TEST(SimModel, RingAllreduceMeetsTheBandwidthBound) {
+  const std::string out = inChild([] {
+    const size_t count = size_t{4} << 20;  // 16 MiB of float32
+    auto p = testPlatform(8);
+    p.ranksPerNode = 1;
+    std::vector<float> in(count), res(count);
+    sim::SimTransportOptions opt;
+    opt.copyPayload = false;
+    std::vector<double> took(8);
+    auto codec = makeCodec("none");
+    EXPECT_TRUE(codec.isOk());
+    auto r = sim::runSimulation(p, opt, [&](Transport& t) {
+      CollectiveEngine engine(t, std::chrono::milliseconds(60000));
+      engine.setSmallBytes(0);  // ring
+      CollectiveOp op;
+      op.send = in.data();
+      op.recv = res.data();
+      op.count = count;
+      op.codec = codec->get();
+      const double start = sim::simNow();
+      EXPECT_TRUE(engine.run(op).isOk());
+      took[t.rank()] = sim::simNow() - start;
+    });
+    EXPECT_TRUE(r.isOk());
+    const double bound = 2.0 * 7 / 8 * count * 4 * 8 / (p.nicGbps * 1e9);
+    for (double t : took) {
+      EXPECT_GE(t, bound);
+      EXPECT_LE(t, bound * 1.03);
+    }
+    return std::string();
+  });
+}
+
+std::string runCli(const std::string& args, int* code) {
+  const std::string cmd = std::string(TERSE_SIM_BIN) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = p ? ::pclose(p) : -1;
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(SimCli, RejectsBadArgumentsWithAMessage) {
+  int code = 0;
+  std::string out = runCli("--world 0", &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("world size"), std::string::npos) << out;
+  out = runCli("--codec nosuch", &code);
+  EXPECT_EQ(code, 2) << out;
+  out = runCli("--bytes lots", &code);
+  EXPECT_EQ(code, 2) << out;
+  out = runCli("--codec int8 --model /nonexistent.json", &code);
+  EXPECT_EQ(code, 2) << out;
+  out = runCli("--frobnicate", &code);
+  EXPECT_EQ(code, 2) << out;
+  out = runCli("--world 2 --bytes 4K --simgrid-cfg no/such:1", &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("SimGrid rejected"), std::string::npos) << out;
+}
+
+// A compressed call writes its row. onebit's wire is ~1/31 of float32, but its scatter-reduce
+// sends 6 of every 8 chunks off the node where none's ring sends half its hops there, so the
+// busiest NIC carries well over 10x fewer bytes, not 31x.
+TEST(SimCli, WritesJsonWithNicBytes) {
+  const std::string dir = ::testing::TempDir();
+  int code = 0;
+  uint64_t nic[2] = {0, 0};
+  const char* codecs[2] = {"none", "onebit"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string json = dir + "/sim-" + codecs[i] + ".json";
+    std::string out = runCli(std::string("--world 8 --ranks-per-node 2 --bytes 4M --codec ") +
+                                 codecs[i] + " --assume-gbps 100,100 --json " + json,
+                             &code);
+    ASSERT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("busbw"), std::string::npos) << out;
+    std::ifstream f(json);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    const size_t at = text.find("\"max_nic_bytes\": ");
+    ASSERT_NE(at, std::string::npos) << text;
+    nic[i] = std::stoull(text.substr(at + 17));
+    EXPECT_NE(text.find("\"time_us\": "), std::string::npos);
+  }
+  EXPECT_GT(nic[1], 0u);
+  EXPECT_LT(nic[1] * 10, nic[0]) << "onebit " << nic[1] << " none " << nic[0];
+}
+
+// The engine's two-level allreduce runs in the simulation unchanged: across nodes only each
+// node's share of the compressed tensor leaves it, so an int8 call's busiest NIC carries a
+// fraction of what the flat scatter-reduce puts through it, and the call is faster.
+TEST(SimCli, TwoLevelCutsTheNicBytes) {
+  const std::string dir = ::testing::TempDir();
+  double nic[2] = {0, 0}, time[2] = {0, 0};
+  const char* algos[2] = {"flat", "twolevel"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string json = dir + "/sim-" + algos[i] + ".json";
+    int code = 0;
+    std::string out = runCli(std::string("--world 16 --ranks-per-node 8 --bytes 4M --codec int8 "
+                                         "--algo ") +
+                                 algos[i] + " --json " + json,
+                             &code);
+    ASSERT_EQ(code, 0) << out;
+    std::ifstream f(json);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    const size_t a = text.find("\"max_nic_bytes\": "), b = text.find("\"time_us\": ");
+    ASSERT_TRUE(a != std::string::npos && b != std::string::npos) << text;
+    nic[i] = std::stod(text.substr(a + 17));
+    time[i] = std::stod(text.substr(b + 11));
+  }
+  EXPECT_GT(nic[1], 0);
+  EXPECT_LT(nic[1] * 3, nic[0]) << "two-level " << nic[1] << " flat " << nic[0];
+  EXPECT_LT(time[1], time[0]);
+}
+
+}  // namespace
+}  // namespace terse::testing
+
+namespace terse::testing {
+namespace {
+
+// The two-level algorithms will run the engine over group transports (transport/group.h) of
+// the world's transport; here two groups of the simulated world ({0,2} and {1,3}) each run a
+// real allreduce at once, and each gets its own group's sum.
+TEST(SimModel, GroupTransportsRunTheEngine) {
+  inChild([] {
+    const size_t count = 100000;
+    auto codec = makeCodec("none");
+    EXPECT_TRUE(codec.isOk());
+    auto r = sim::runSimulation(testPlatform(4), sim::SimTransportOptions{}, [&](Transport& t) {
+      const int me = t.rank();
+      std::vector<int> members = {me % 2, me % 2 + 2};
+      auto group = createGroupTransport(t, members, 1 + me % 2);
+      ASSERT_TRUE(group.isOk()) << group.status().toString();
+      std::vector<float> in(count, float(me + 1)), out(count, 0.0f);
+      CollectiveEngine engine(**group, std::chrono::milliseconds(60000));
+      CollectiveOp op;
+      op.send = in.data();
+      op.recv = out.data();
+      op.count = count;
+      op.codec = codec->get();
+      Status s = engine.run(op);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      const float want = float(members[0] + 1 + members[1] + 1);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], want) << "rank " << me << " at " << i;
+    });
+    EXPECT_TRUE(r.isOk());
+    return std::string();
+  });
+}
+
+}  // namespace
+}  // namespace terse::testing
