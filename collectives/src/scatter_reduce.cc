@@ -68,13 +68,20 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   auto chunkOf = [&](int j) {
     return allreduce ? alignedChunkRange(op.count, n, j, kChunkAlign) : chunkRange(op.count, n, j);
   };
-  size_t seg = segmentElems_, maxSegs = 0;
-  for (int j = 0; j < n; ++j) maxSegs = std::max(maxSegs, segmentCount(chunkOf(j).length, seg));
+  size_t seg = segmentElems_, maxSegs = 0, maxChunk = 0;
+  for (int j = 0; j < n; ++j) {
+    maxSegs = std::max(maxSegs, segmentCount(chunkOf(j).length, seg));
+    maxChunk = std::max(maxChunk, chunkOf(j).length);
+  }
   while (maxSegs > detail::kMaxTagIndex) {
     seg *= 2;
     maxSegs = (maxSegs + 1) / 2;
   }
-  const size_t stride = (codec.maxWireBytes(seg) + 7) / 8 * 8;
+  // Slots for the largest segment that occurs: with many ranks the chunks are far shorter than
+  // a segment, and slots of a whole segment each would make the workspaces grow with n (3 GB a
+  // rank for int8 at 4096 ranks, docs/simulation.md) for no use.
+  const size_t slotElems = std::min(seg, maxChunk);
+  const size_t stride = (codec.maxWireBytes(slotElems) + 7) / 8 * 8;
   const Range mine = chunkOf(r);
   const size_t mySegs = segmentCount(mine.length, seg);
   const float avgScale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
@@ -88,7 +95,7 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   if (allreduce) {
     TERSE_ASSIGN_OR_RETURN(gatherWire, wireScratch(op, 4, n * maxSegs * stride));
   }
-  TERSE_ASSIGN_OR_RETURN(float* acc, accScratch(op, seg));
+  TERSE_ASSIGN_OR_RETURN(float* acc, accScratch(op, slotElems));
   std::vector<size_t> ownBytes(maxSegs, 0);
   auto slotPtr = [&](uint8_t* base, int who, size_t g) {
     return base + (who * maxSegs + g) * stride;
@@ -228,14 +235,16 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
   const int n = transport_.size(), r = transport_.rank();
   const Codec& codec = *op.codec;
   const size_t es = dataTypeSize(op.dtype);
-  size_t seg = segmentElems_, maxSegs = 0;
-  for (int j = 0; j < n; ++j)
+  size_t seg = segmentElems_, maxSegs = 0, maxPart = 0;
+  for (int j = 0; j < n; ++j) {
     maxSegs = std::max(maxSegs, segmentCount(chunkRange(op.count, n, j).length, seg));
+    maxPart = std::max(maxPart, chunkRange(op.count, n, j).length);
+  }
   while (maxSegs > detail::kMaxTagIndex) {
     seg *= 2;
     maxSegs = (maxSegs + 1) / 2;
   }
-  const size_t stride = (codec.maxWireBytes(seg) + 7) / 8 * 8;
+  const size_t stride = (codec.maxWireBytes(std::min(seg, maxPart)) + 7) / 8 * 8;  // as above
   const Range mine = chunkRange(op.count, n, r);
   TERSE_ASSIGN_OR_RETURN(uint8_t * wire,
                          wireScratch(op, 1, n * maxSegs * stride));  // [owner i][segment g]
