@@ -26,17 +26,19 @@ volatile sig_atomic_t gInterrupted = 0;
 void onSignal(int sig) { gInterrupted = sig; }
 
 void usage(FILE* out) {
-  std::fprintf(
-      out,
-      "usage: terse-run -n N [--nodes K] [--store host:port|dir] [--] command [args...]\n\n"
-      "Starts N ranks of command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,\n"
-      "TERSE_LOCAL_RANK and TERSE_STORE set (by default a TCP store served by rank 0 on\n"
-      "a free 127.0.0.1 port). --nodes K emulates K nodes: the ranks are split into K\n"
-      "blocks of consecutive ranks (the first N %% K one rank larger), each with its own\n"
-      "TERSE_NODE, and TERSE_LOCAL_RANK / TERSE_LOCAL_SIZE within it. Output lines are\n"
-      "prefixed with [rank]. If a rank exits\n"
-      "non-zero or dies, the others are stopped (SIGTERM, then SIGKILL after 3 s) and\n"
-      "terse-run exits non-zero naming the rank.\n");
+  std::fprintf(out,
+               "usage: terse-run -n N [--nodes K [--node I]] [--store host:port|dir] [--] command\n"
+               "       [args...]\n\n"
+               "Starts N ranks of command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,\n"
+               "TERSE_LOCAL_RANK and TERSE_STORE set (by default a TCP store served by rank 0 on\n"
+               "a free 127.0.0.1 port). --nodes K emulates K nodes: the ranks are split into K\n"
+               "blocks of consecutive ranks (the first N %% K one rank larger), each with its own\n"
+               "TERSE_NODE, and TERSE_LOCAL_RANK / TERSE_LOCAL_SIZE within it. --node I starts\n"
+               "only node I's ranks, for one terse-run per node (each in its own network\n"
+               "namespace or on its own host; --store then names the store node 0's rank 0\n"
+               "serves, the same for all). Output lines are prefixed with [rank]. If a rank\n"
+               "exits non-zero or dies, the others are stopped (SIGTERM, then SIGKILL after\n"
+               "3 s) and terse-run exits non-zero naming the rank.\n");
 }
 
 int freeLoopbackPort() {
@@ -102,7 +104,7 @@ struct Rank {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 0, nodes = 1;
+  int n = 0, nodes = 1, onlyNode = -1;
   std::string store;
   int i = 1;
   for (; i < argc; ++i) {
@@ -132,6 +134,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       nodes = static_cast<int>(v);
+    } else if (a == "--node" && i + 1 < argc) {
+      char* end = nullptr;
+      long v = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || v < 0 || v >= 4096) {
+        std::fprintf(stderr, "terse-run: --node wants a node index in 0..4095, got '%s'\n",
+                     argv[i]);
+        return 2;
+      }
+      onlyNode = static_cast<int>(v);
     } else if (a == "--store" && i + 1 < argc) {
       store = argv[++i];
     } else if (!a.empty() && a[0] == '-') {
@@ -149,6 +160,17 @@ int main(int argc, char** argv) {
   }
   if (nodes > n) {
     std::fprintf(stderr, "terse-run: --nodes %d is more than the %d ranks\n", nodes, n);
+    return 2;
+  }
+  if (onlyNode >= nodes) {
+    std::fprintf(stderr, "terse-run: --node %d is not one of the %d nodes (0..%d)\n", onlyNode,
+                 nodes, nodes - 1);
+    return 2;
+  }
+  if (onlyNode >= 0 && store.empty()) {
+    std::fprintf(stderr,
+                 "terse-run: --node needs --store: the other nodes' terse-run must reach the same "
+                 "store (node 0's rank 0 serves a host:port store)\n");
     return 2;
   }
   char** command = argv + i;
@@ -170,10 +192,24 @@ int main(int argc, char** argv) {
   sigaction(SIGHUP, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // Node k holds ranks [k*base + min(k, extra), ...): the first n % nodes nodes one more.
+  auto nodeOf = [&](int r, int* first, int* localSize) {
+    const int base = n / nodes, extra = n % nodes;
+    int node = 0;
+    *first = 0;
+    while (*first + base + (node < extra ? 1 : 0) <= r) *first += base + (node++ < extra ? 1 : 0);
+    *localSize = base + (node < extra ? 1 : 0);
+    return node;
+  };
   std::vector<Rank> ranks(n);
   std::vector<Stream> streams;
   std::fflush(nullptr);
+  int started = 0;
   for (int r = 0; r < n; ++r) {
+    int first = 0, localSize = 0;
+    const int node = nodeOf(r, &first, &localSize);
+    if (onlyNode >= 0 && node != onlyNode) continue;  // another terse-run starts it
+    ++started;
     int outPipe[2], errPipe[2];
     if (::pipe(outPipe) != 0 || ::pipe(errPipe) != 0) {
       std::fprintf(stderr, "terse-run: pipe: %s\n", std::strerror(errno));
@@ -199,11 +235,6 @@ int main(int argc, char** argv) {
       setenv("TERSE_RANK", std::to_string(r).c_str(), 1);
       setenv("TERSE_WORLD_SIZE", std::to_string(n).c_str(), 1);
       if (nodes > 1) {
-        // Node k holds ranks [k*base + min(k, extra), ...): the first n % nodes nodes one more.
-        const int base = n / nodes, extra = n % nodes;
-        int node = 0, first = 0;
-        while (first + base + (node < extra ? 1 : 0) <= r) first += base + (node++ < extra ? 1 : 0);
-        const int localSize = base + (node < extra ? 1 : 0);
         setenv("TERSE_NODE", ("node" + std::to_string(node)).c_str(), 1);
         setenv("TERSE_LOCAL_RANK", std::to_string(r - first).c_str(), 1);
         setenv("TERSE_LOCAL_SIZE", std::to_string(localSize).c_str(), 1);
@@ -225,7 +256,7 @@ int main(int argc, char** argv) {
   }
 
   int firstFailed = -1;
-  int running = n;
+  int running = started;
   bool stopping = false;
   auto killAt = std::chrono::steady_clock::time_point::max();
   auto stopOthers = [&](const char* why) {

@@ -1,6 +1,7 @@
 #include "collnet_comm.h"
 
 #include "collnet_device.h"
+#include "collnet_stats.h"
 #include "net_handshake.h"
 
 #include "net_device.h"
@@ -110,8 +111,21 @@ class ResidualSequence {
     const std::string* codec = nullptr;
   };
 
-  ResidualSequence(std::string codec, std::string warmupCodec, const PeriodSetting& setting)
-      : codec_(std::move(codec)), warmupCodec_(std::move(warmupCodec)), sequence_(setting) {}
+  // `counters` (the CollComm's, guarded by its mutex like this object) gets each call's figures.
+  ResidualSequence(std::string codec, std::string warmupCodec, const PeriodSetting& setting,
+                   CollNetCounters* counters)
+      : codec_(std::move(codec)),
+        warmupCodec_(std::move(warmupCodec)),
+        sequence_(setting),
+        counters_(counters) {}
+
+  // The period for the statistics line.
+  std::string periodText() const {
+    if (sequence_.fixed()) return formatString("%zu (TERSE_COLLNET_EF_PERIOD)", sequence_.period());
+    if (sequence_.gaveUp()) return "not found";
+    if (sequence_.learning()) return "not learned yet";
+    return formatString("%zu (learned)", sequence_.period());
+  }
 
   Result<Plan> next(Kind kind, size_t count, DataType type) {
     const CallKey key{static_cast<uint8_t>(kind), static_cast<uint8_t>(type), count};
@@ -119,12 +133,16 @@ class ResidualSequence {
     switch (d.event) {
       case CallSequence::Event::kNone: break;
       case CallSequence::Event::kLearned:
+        ++counters_->periodsLearned;
         COLLNET_INFO(
             "error-feedback period learned: %zu reduce calls per step, after %zu warm-up calls "
             "run with %s; residuals are kept per position from the next call on",
             sequence_.period(), sequence_.warmupCalls(), warmupCodec_.c_str());
         break;
-      case CallSequence::Event::kChanged: warnChanged(d, kind, count, type); break;
+      case CallSequence::Event::kChanged:
+        ++counters_->resets;
+        warnChanged(d, kind, count, type);
+        break;
       case CallSequence::Event::kGaveUp:
         COLLNET_WARN(
             "error-feedback period not found: the last %zu reduce calls did not repeat %zu times "
@@ -134,7 +152,11 @@ class ResidualSequence {
             sequence_.warmupCalls(), CallSequence::kRepeats, warmupCodec_.c_str(), codec_.c_str());
         break;
     }
-    if (!d.residual) return Plan{nullptr, &warmupCodec_};
+    if (!d.residual) {
+      ++counters_->withoutResidual;
+      return Plan{nullptr, &warmupCodec_};
+    }
+    ++counters_->withResidual;
     if (d.position >= slots_.size()) slots_.resize(d.position + 1);
     std::unique_ptr<ErrorFeedback>& slot = slots_[d.position];
     if (!slot) {
@@ -171,6 +193,7 @@ class ResidualSequence {
   std::string codec_;
   std::string warmupCodec_;
   CallSequence sequence_;
+  CollNetCounters* counters_;
   std::vector<std::unique_ptr<ErrorFeedback>> slots_;
 };
 
@@ -192,6 +215,7 @@ class CollComm {
   std::unique_ptr<Communicator> comm;
   std::mutex mu;
   std::unique_ptr<ResidualSequence> residuals;
+  CollNetCounters counters;  // guarded by mu; the collectives' own figures are comm->stats()
 };
 
 class Request {
@@ -369,13 +393,30 @@ Result<CollComm*> connect(void* const* handles, int nranks, int rank, ListenComm
       cc->comm, Communicator::createUcx(rank, nranks, *cc->store, cc->config.timeout, scope));
   if (cc->config.errorFeedback)
     cc->residuals = std::make_unique<ResidualSequence>(cc->config.codec, cc->config.warmupCodec,
-                                                       cc->config.efPeriod);
+                                                       cc->config.efPeriod, &cc->counters);
   COLLNET_INFO("rank %d of %d connected via %s:%d, codec %s%s", rank, nranks, root.host, root.port,
                cc->config.codec.c_str(), cc->config.errorFeedback ? " with error feedback" : "");
   return cc.release();
 }
 
 Status closeColl(CollComm* comm) {
+  if (comm != nullptr && comm->comm) {
+    // NCCL closes a comm once its calls are done; stats() waits for any still queued, so the
+    // figures are final. NCCL's logger decides whether INFO is shown.
+    const CollectiveStats stats = comm->comm->stats();
+    StatsContext context;
+    context.rank = comm->comm->rank();
+    context.nranks = comm->comm->size();
+    context.codec = comm->config.codec;
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (comm->residuals) {
+      context.errorFeedback = true;
+      context.warmupCodec = comm->config.warmupCodec;
+      context.period = comm->residuals->periodText();
+    }
+    for (const std::string& line : describeStats(context, stats, comm->counters))
+      COLLNET_INFO("%s", line.c_str());
+  }
   delete comm;
   return Status::ok();
 }
@@ -555,6 +596,15 @@ Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
   options.stream = stream;
   req->work = comm->comm->allgatherAsync(sendBuf, recvBuf, count, unitType, options);
   return req.release();
+}
+
+void noteDeclined(CollComm* comm) {
+  if (comm == nullptr) return;
+  try {  // called outside the entry points' exception firewall
+    std::lock_guard<std::mutex> lock(comm->mu);
+    ++comm->counters.declined;
+  } catch (...) {
+  }
 }
 
 Status test(Request* request, bool* done, size_t* bytes) {

@@ -68,6 +68,10 @@ Result<Request*> ireducescatter(CollComm* comm, int nParts, const ncclNetSGE_v11
 Result<Request*> iallgather(CollComm* comm, const void* send, int nParts,
                             const ncclNetSGE_v11_t* parts, size_t bytesPerRank, size_t windowOffset,
                             size_t windowBytes);
+// A call the tables answered with an error before terse ran it (any of the three above, or a
+// check of the tables' own): counted for the statistics closeColl logs (collnet_stats.h), since
+// the collectives' own counters never see it. comm may be NULL (then nothing is counted).
+void noteDeclined(CollComm* comm);
 // done = false leaves the request alive; once done (success or error) it is freed.
 Status test(Request* request, bool* done, size_t* bytes);
 

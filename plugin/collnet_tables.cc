@@ -243,9 +243,15 @@ ncclResult_t deregMr(void*, void* mhandle) {
   });
 }
 
+// Every error a call returns to NCCL is a declined call in the statistics.
+ncclResult_t countDeclined(void* collComm, ncclResult_t result) {
+  if (result != ncclSuccess) noteDeclined(static_cast<CollComm*>(collComm));
+  return result;
+}
+
 ncclResult_t iallreduceV11(void* collComm, void* sendData, void* recvData, size_t count,
                            int dataType, int redOp, void*, void*, void** request) {
-  return guarded("iallreduce", [&]() -> Status {
+  const ncclResult_t result = guarded("iallreduce", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(request, "iallreduce", "request"));
     *request = nullptr;
     TERSE_ASSIGN_OR_RETURN(Request * r, iallreduce(static_cast<CollComm*>(collComm), sendData,
@@ -253,13 +259,14 @@ ncclResult_t iallreduceV11(void* collComm, void* sendData, void* recvData, size_
     *request = r;
     return Status::ok();
   });
+  return countDeclined(collComm, result);
 }
 
 ncclResult_t iallreduceV8(void* collComm, void* sendData, void* recvData, int count, int dataType,
                           int redOp, void* sendMh, void* recvMh, void** request) {
   if (count < 0) {
     COLLNET_WARN("iallreduce failed: negative count %d", count);
-    return ncclInvalidArgument;
+    return countDeclined(collComm, ncclInvalidArgument);
   }
   return iallreduceV11(collComm, sendData, recvData, static_cast<size_t>(count), dataType, redOp,
                        sendMh, recvMh, request);
@@ -268,7 +275,7 @@ ncclResult_t iallreduceV8(void* collComm, void* sendData, void* recvData, int co
 ncclResult_t iallgatherV11(void* collComm, void* sendData, int nRecvParts,
                            ncclNetSGE_v11_t* recvParts, size_t bytesPerRank, size_t windowOffset,
                            size_t windowBytes, void*, void** request) {
-  return guarded("iallgather", [&]() -> Status {
+  const ncclResult_t result = guarded("iallgather", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(request, "iallgather", "request"));
     *request = nullptr;
     TERSE_ASSIGN_OR_RETURN(
@@ -277,12 +284,13 @@ ncclResult_t iallgatherV11(void* collComm, void* sendData, int nRecvParts,
     *request = r;
     return Status::ok();
   });
+  return countDeclined(collComm, result);
 }
 
 ncclResult_t ireducescatterV11(void* collComm, int nSendParts, ncclNetSGE_v11_t* sendParts,
                                void* recvData, size_t bytesPerRank, size_t windowOffset,
                                size_t windowBytes, int dataType, int redOp, void*, void** request) {
-  return guarded("ireducescatter", [&]() -> Status {
+  const ncclResult_t result = guarded("ireducescatter", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(request, "ireducescatter", "request"));
     *request = nullptr;
     TERSE_ASSIGN_OR_RETURN(Request * r, ireducescatter(static_cast<CollComm*>(collComm), nSendParts,
@@ -291,6 +299,7 @@ ncclResult_t ireducescatterV11(void* collComm, int nSendParts, ncclNetSGE_v11_t*
     *request = r;
     return Status::ok();
   });
+  return countDeclined(collComm, result);
 }
 
 // v8 parts carry 32-bit sizes: widen them into the v11 shape.

@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <new>
 #include <string>
@@ -412,6 +413,32 @@ terse_status_t terse_comm_stats(terse_comm_t* comm, terse_stats_t* stats) {
     fill(st.autoPolicy, &stats->auto_policy);
     stats->barriers = st.barriers;
     return done(terse::Status::ok());
+  });
+}
+
+terse_status_t terse_comm_stats_auto_pick_count(terse_comm_t* comm, size_t* count) {
+  TERSE_REQUIRE(comm, "terse_comm_stats_auto_pick_count: comm");
+  TERSE_REQUIRE(count, "terse_comm_stats_auto_pick_count: count");
+  return guarded([&] {
+    *count = comm->comm->stats().autoPicks.size();
+    return done(terse::Status::ok());
+  });
+}
+
+terse_status_t terse_comm_stats_auto_pick(terse_comm_t* comm, size_t index, char* spec,
+                                          size_t* size, uint64_t* calls) {
+  TERSE_REQUIRE(comm, "terse_comm_stats_auto_pick: comm");
+  TERSE_REQUIRE(size, "terse_comm_stats_auto_pick: size");
+  return guarded([&] {
+    const terse::CollectiveStats st = comm->comm->stats();
+    if (index >= st.autoPicks.size())
+      return fail(terse::errorInvalidArgument(
+          "terse_comm_stats_auto_pick: index %zu, but auto picked %zu codecs so far", index,
+          st.autoPicks.size()));
+    auto pick = std::next(st.autoPicks.begin(), static_cast<std::ptrdiff_t>(index));
+    if (calls) *calls = pick->second;
+    return copyOut("terse_comm_stats_auto_pick", pick->first.c_str(), pick->first.size() + 1, spec,
+                   size);
   });
 }
 

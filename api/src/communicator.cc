@@ -208,16 +208,37 @@ std::string Communicator::twoLevelUnavailable() const {
   return engine_->twoLevelUnavailable();  // set once at creation, before any call
 }
 
+Result<std::unique_ptr<Communicator>> Communicator::fromTransport(
+    std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
+    const std::vector<std::string>& nodeKeys) {
+  if (static_cast<int>(nodeKeys.size()) != transport->size())
+    return errorInvalidArgument("%zu node keys for a world of %d ranks", nodeKeys.size(),
+                                transport->size());
+  const int rank = transport->rank();
+  auto comm = fromTransport(std::move(transport), timeout);
+  const uint32_t space = comm->shared_->nextSpace;  // a new world: the same on every rank
+  comm->shared_->nextSpace += 2;
+  TERSE_RETURN_IF_ERROR(comm->useTopology(Topology::fromNodeKeys(nodeKeys, rank), space));
+  // TERSE_ALGO=twolevel on a world that cannot run it is a setting that cannot be honoured:
+  // say so now, on every rank alike (they all see the same layout), not at each allreduce.
+  auto algo = envEnum("TERSE_ALGO");
+  if (algo.isOk() && algo.value() == "twolevel" && !comm->twoLevelUnavailable().empty())
+    return errorInvalidUsage("TERSE_ALGO=twolevel, but %s (%s); unset it or set auto or flat",
+                             comm->twoLevelUnavailable().c_str(),
+                             comm->topology().describe().c_str());
+  return comm;
+}
+
 Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWorld(
     const std::vector<std::string>& nodeKeys, std::chrono::milliseconds timeout) {
   const int size = static_cast<int>(nodeKeys.size());
-  TERSE_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Communicator>> world,
-                         createInProcWorld(size, timeout));
+  TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
+  std::vector<std::unique_ptr<Communicator>> world;
   for (int r = 0; r < size; ++r) {
-    Communicator& comm = *world[r];
-    const uint32_t space = comm.shared_->nextSpace;  // the same on every rank: each has its own
-    comm.shared_->nextSpace += 2;
-    TERSE_RETURN_IF_ERROR(comm.useTopology(Topology::fromNodeKeys(nodeKeys, r), space));
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                           fromTransport(std::move(t), timeout, nodeKeys));
+    world.push_back(std::move(comm));
   }
   return world;
 }
@@ -253,11 +274,9 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
              rank, size, transport->describe().c_str(), store.describe().c_str(),
              static_cast<long long>(timeout.count()), topology.describe().c_str(),
              topology.localRank, topology.localSize, topology.node);
-  auto comm = fromTransport(std::move(transport), timeout);
-  const uint32_t space = comm->shared_->nextSpace;  // a new world: the same on every rank
-  comm->shared_->nextSpace += 2;
-  TERSE_RETURN_IF_ERROR(comm->useTopology(std::move(topology), space));
-  return comm;
+  std::vector<std::string> keys;
+  for (int node : topology.nodeOfRank) keys.push_back(std::to_string(node));
+  return fromTransport(std::move(transport), timeout, keys);
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {

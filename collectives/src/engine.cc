@@ -169,6 +169,10 @@ Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint
   TERSE_ASSIGN_OR_RETURN(groups->crossTransport,
                          createGroupTransport(transport_, cross, crossSpace));
   TERSE_ASSIGN_OR_RETURN(groups->none, makeCodec("none"));
+  groups->nodes = nodes;
+  groups->localIndex = static_cast<int>(localIndex);
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (nodes[k][localIndex] == r) groups->node = static_cast<int>(k);
   groups->local = std::make_unique<CollectiveEngine>(*groups->localTransport, timeout_);
   groups->cross = std::make_unique<CollectiveEngine>(*groups->crossTransport, timeout_);
   twoLevel_ = std::move(groups);
@@ -181,21 +185,20 @@ Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint
 }
 
 Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) const {
-  Algorithm want = op.algorithm != Algorithm::kAuto ? op.algorithm : defaultAlgorithm_;
-  const bool allreduce = op.kind == CollectiveKind::kAllReduce;
+  const bool perCall = op.algorithm != Algorithm::kAuto;
+  const Algorithm want = perCall ? op.algorithm : defaultAlgorithm_;
   if (want == Algorithm::kFlat) return Algorithm::kFlat;
   if (want == Algorithm::kTwoLevel) {
+    // TERSE_ALGO is checked against the world's layout when its communicator is created
+    // (Communicator); communicators split from it follow it where they can. A call that asks
+    // for two-level itself is told.
+    if (!perCall && !twoLevel_) return Algorithm::kFlat;
     if (!twoLevel_)
       return errorInvalidUsage("%s: two-level was asked for, but %s", collectiveName(op.kind),
                                twoLevelWhyNot_.c_str());
-    if (!allreduce)
-      return errorUnsupported(
-          "%s: two-level was asked for, but only allreduce has a two-level form so far "
-          "(reduce-scatter and allgather run flat; pass algorithm flat or auto)",
-          collectiveName(op.kind));
     return Algorithm::kTwoLevel;
   }
-  return twoLevel_ && allreduce ? Algorithm::kTwoLevel : Algorithm::kFlat;
+  return twoLevel_ ? Algorithm::kTwoLevel : Algorithm::kFlat;
 }
 
 uint8_t* CollectiveEngine::scratch(int slot, size_t bytes) {
@@ -471,8 +474,14 @@ Status CollectiveEngine::runAgreed(const CollectiveOp& op, uint32_t seq) {
 
 Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   const bool uncompressed = op.codec->id() == CodecId::kNone;
-  if (op.algorithm == Algorithm::kTwoLevel && op.kind == CollectiveKind::kAllReduce)
-    return twoLevelAllreduce(op);
+  if (op.algorithm == Algorithm::kTwoLevel) {
+    switch (op.kind) {
+      case CollectiveKind::kAllReduce: return twoLevelAllreduce(op);
+      case CollectiveKind::kReduceScatter: return twoLevelReduceScatter(op);
+      case CollectiveKind::kAllGather: return twoLevelAllgather(op);
+      case CollectiveKind::kBarrier: break;
+    }
+  }
   switch (op.kind) {
     case CollectiveKind::kAllReduce:
       if (!uncompressed) return scatterReduce(op, seq);

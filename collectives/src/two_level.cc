@@ -18,6 +18,10 @@
 
 #include "typed.h"
 
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
 namespace terse {
 
 Status CollectiveEngine::runStep(CollectiveEngine& group, const CollectiveOp& step) {
@@ -102,6 +106,183 @@ Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
   step.codec = groups.none.get();
   step.algorithm = Algorithm::kFlat;
   return runStep(*groups.local, step).withContext("two-level allreduce, inside the node");
+}
+
+namespace {
+
+// Residuals of the caller's ErrorFeedback moved into a scratch state laid out as a step's
+// tensor (packed parts, padding), and back: reduce-scatter and allgather steps see their parts in
+// another order and padded, while the caller's residuals stay at the tensor's own positions (so
+// they keep their meaning for flat calls and other layouts). Padding residuals start at zero
+// each call and are dropped.
+struct ResidualView {
+  std::vector<std::pair<size_t, size_t>> moves;  // (caller's position, step's position)
+  std::vector<size_t> lengths;
+
+  void add(size_t callerAt, size_t stepAt, size_t length) {
+    moves.emplace_back(callerAt, stepAt);
+    lengths.push_back(length);
+  }
+  Status load(ErrorFeedback& caller, ErrorFeedback& step) const {
+    const float* from = caller.worker();
+    float* to = step.worker();
+    for (size_t i = 0; i < moves.size(); ++i)
+      std::copy(from + moves[i].first, from + moves[i].first + lengths[i], to + moves[i].second);
+    return Status::ok();
+  }
+  void store(ErrorFeedback& step, ErrorFeedback& caller) const {
+    const float* from = step.worker();
+    float* to = caller.worker();
+    for (size_t i = 0; i < moves.size(); ++i)
+      std::copy(from + moves[i].second, from + moves[i].second + lengths[i], to + moves[i].first);
+  }
+};
+
+}  // namespace
+
+// Reduce-scatter: rank w's part is chunkRange(count, W, w). The parts are packed by (local index,
+// node), each padded to m = ceil(count / W) elements, so that both steps split evenly:
+//   1. inside the node, reduce-scatter of the packed float32 tensor (W*m elements, `none`):
+//      local index c gets the node's sums of the N parts owned by the ranks of local index c;
+//   2. across nodes, those ranks reduce-scatter that N*m slice with the call's codec (float32;
+//      `none` in the caller's type), and the rank on node k gets block k: its own part.
+Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
+  TwoLevel& groups = *twoLevel_;
+  const int world = transport_.size();
+  const size_t nodes = groups.nodes.size(), perNode = groups.nodes[0].size();
+  const size_t c = static_cast<size_t>(groups.localIndex);
+  const size_t m = (op.count + world - 1) / world;
+  const size_t es = dataTypeSize(op.dtype);
+  const bool compressed = op.codec->id() != CodecId::kNone;
+  auto partOf = [&](size_t localIndex, size_t node) {
+    return chunkRange(op.count, world, groups.nodes[node][localIndex]);
+  };
+
+  auto* packed = reinterpret_cast<float*>(scratch(7, world * m * sizeof(float)));
+  timed(reduceSeconds_, [&] {
+    for (size_t ci = 0; ci < perNode; ++ci)
+      for (size_t k = 0; k < nodes; ++k) {
+        Range part = partOf(ci, k);
+        float* block = packed + (ci * nodes + k) * m;
+        detail::toFloat(static_cast<const uint8_t*>(op.send) + part.begin * es, op.dtype, block,
+                        part.length);
+        std::fill(block + part.length, block + m, 0.0f);
+      }
+    return 0;
+  });
+  auto* sum = reinterpret_cast<float*>(scratch(8, nodes * m * sizeof(float)));
+  CollectiveOp step;
+  step.kind = CollectiveKind::kReduceScatter;
+  step.send = packed;
+  step.recv = sum;
+  step.count = world * m;
+  step.dtype = DataType::kFloat32;
+  step.op = ReduceOp::kSum;
+  step.codec = groups.none.get();
+  step.algorithm = Algorithm::kFlat;
+  TERSE_RETURN_IF_ERROR(
+      runStep(*groups.local, step).withContext("two-level reduce-scatter, inside the node"));
+  if (op.op == ReduceOp::kAvg)
+    detail::fromFloat(sum, 1.0f / static_cast<float>(world), DataType::kFloat32, sum, nodes * m);
+
+  const Range mine = partOf(c, groups.node);
+  step = CollectiveOp{};
+  step.kind = CollectiveKind::kReduceScatter;
+  step.count = nodes * m;
+  step.op = ReduceOp::kSum;
+  step.codec = op.codec;
+  step.algorithm = Algorithm::kFlat;
+  step.policyWork = op.policyWork;
+  if (compressed) {
+    auto* out = reinterpret_cast<float*>(scratch(9, m * sizeof(float)));
+    step.send = sum;
+    step.recv = out;
+    step.dtype = DataType::kFloat32;
+    std::optional<ErrorFeedback> stepFeedback;
+    ResidualView view;
+    if (op.feedback) {
+      TERSE_ASSIGN_OR_RETURN(stepFeedback, ErrorFeedback::create(op.codec->spec(), nodes * m));
+      for (size_t k = 0; k < nodes; ++k)
+        view.add(op.feedbackOffset + partOf(c, k).begin, k * m, partOf(c, k).length);
+      TERSE_RETURN_IF_ERROR(view.load(*op.feedback, *stepFeedback));
+      step.feedback = &*stepFeedback;
+    }
+    TERSE_RETURN_IF_ERROR(
+        runStep(*groups.cross, step).withContext("two-level reduce-scatter, across nodes"));
+    if (op.feedback) view.store(*stepFeedback, *op.feedback);
+    detail::fromFloat(out, 1.0f, op.dtype, op.recv, mine.length);
+    return Status::ok();
+  }
+  uint8_t* typed = scratch(9, nodes * m * es);
+  uint8_t* out = scratch(10, m * es);
+  detail::fromFloat(sum, 1.0f, op.dtype, typed, nodes * m);
+  step.send = typed;
+  step.recv = out;
+  step.dtype = op.dtype;
+  TERSE_RETURN_IF_ERROR(
+      runStep(*groups.cross, step).withContext("two-level reduce-scatter, across nodes"));
+  if (mine.length > 0) std::memcpy(op.recv, out, mine.length * es);
+  return Status::ok();
+}
+
+// Allgather, the reduce-scatter's layout run backwards: across nodes, the ranks of local index c
+// allgather their parts (each padded to m, the call's codec) into the packed slice c; inside the
+// node, every rank allgathers the packed slices (`none`); then each part moves to its place.
+Status CollectiveEngine::twoLevelAllgather(const CollectiveOp& op) {
+  TwoLevel& groups = *twoLevel_;
+  const int world = transport_.size();
+  const size_t nodes = groups.nodes.size(), perNode = groups.nodes[0].size();
+  const size_t c = static_cast<size_t>(groups.localIndex), k = static_cast<size_t>(groups.node);
+  const size_t m = (op.count + world - 1) / world;
+  const size_t es = dataTypeSize(op.dtype);
+  auto partOf = [&](size_t localIndex, size_t node) {
+    return chunkRange(op.count, world, groups.nodes[node][localIndex]);
+  };
+  uint8_t* packed = scratch(7, world * m * es);
+  const Range mine = partOf(c, k);
+  uint8_t* myBlock = packed + (c * nodes + k) * m * es;
+  if (mine.length > 0) std::memcpy(myBlock, op.send, mine.length * es);
+  std::memset(myBlock + mine.length * es, 0, (m - mine.length) * es);
+
+  CollectiveOp step;
+  step.kind = CollectiveKind::kAllGather;
+  step.send = myBlock;  // in place: this rank's part of the slice
+  step.recv = packed + c * nodes * m * es;
+  step.count = nodes * m;
+  step.dtype = op.dtype;
+  step.codec = op.codec;
+  step.algorithm = Algorithm::kFlat;
+  step.policyWork = op.policyWork;
+  std::optional<ErrorFeedback> stepFeedback;
+  ResidualView view;
+  if (op.feedback) {
+    TERSE_ASSIGN_OR_RETURN(stepFeedback, ErrorFeedback::create(op.codec->spec(), m));
+    view.add(op.feedbackOffset, 0, mine.length);
+    TERSE_RETURN_IF_ERROR(view.load(*op.feedback, *stepFeedback));
+    step.feedback = &*stepFeedback;
+  }
+  TERSE_RETURN_IF_ERROR(
+      runStep(*groups.cross, step).withContext("two-level allgather, across nodes"));
+  if (op.feedback) view.store(*stepFeedback, *op.feedback);
+
+  step = CollectiveOp{};
+  step.kind = CollectiveKind::kAllGather;
+  step.send = packed + c * nodes * m * es;  // in place again
+  step.recv = packed;
+  step.count = world * m;
+  step.dtype = op.dtype;
+  step.codec = groups.none.get();
+  step.algorithm = Algorithm::kFlat;
+  TERSE_RETURN_IF_ERROR(
+      runStep(*groups.local, step).withContext("two-level allgather, inside the node"));
+  for (size_t ci = 0; ci < perNode; ++ci)
+    for (size_t kk = 0; kk < nodes; ++kk) {
+      Range part = partOf(ci, kk);
+      if (part.length > 0)
+        std::memcpy(static_cast<uint8_t*>(op.recv) + part.begin * es,
+                    packed + (ci * nodes + kk) * m * es, part.length * es);
+    }
+  return Status::ok();
 }
 
 }  // namespace terse

@@ -72,10 +72,12 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "(latency-bound) instead of the ring (bandwidth-bound).",
        0, int64_t{1} << 30},
       {"TERSE_ALGO", "enum", "auto",
-       "How allreduce crosses the ranks: twolevel (exact reduce-scatter inside each node, the "
-       "codec across nodes on each local rank's slice, allgather inside the node), flat (every "
-       "rank a peer of every other) or auto (two-level when there are several nodes with the "
-       "same number of ranks, more than one each; else flat). Every rank must resolve the same.",
+       "How allreduce, reduce-scatter and allgather cross the ranks: twolevel (exact reduction "
+       "inside each node, the codec across nodes on each local rank's slice, allgather inside the "
+       "node), flat (every rank a peer of every other) or auto (two-level when there are "
+       "several nodes with the same number of ranks, more than one each; else flat). twolevel "
+       "on a world whose nodes cannot run it fails communicator creation; split communicators "
+       "follow it where they can. Every rank must resolve the same.",
        0, 0, "auto,flat,twolevel"},
       {"TERSE_TRANSPORT", "enum", "ucx",
        "Byte transport between processes: ucx (the default) or inproc (threads of one process, "

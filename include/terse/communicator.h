@@ -63,7 +63,7 @@ struct CollectiveOptions {
   // completes, so read it after wait() (benchmarks report auto's picks with it).
   std::string* chosen = nullptr;
   // "auto" (TERSE_ALGO, else two-level where the node layout allows it), "flat" or "twolevel":
-  // how an allreduce crosses the ranks (docs/design.md, "Two-level collectives"). Every rank
+  // how the collective crosses the ranks (docs/design.md, "Two-level collectives"). Every rank
   // must end up with the same; asking for twolevel where it cannot run is an error on every rank.
   std::string algorithm = "auto";
 };
@@ -99,6 +99,11 @@ class Communicator {
   // Wraps a transport built by the caller (the in-process backend in unit tests).
   static std::unique_ptr<Communicator> fromTransport(std::unique_ptr<Transport> transport,
                                                      std::chrono::milliseconds timeout);
+  // The same laid out as nodes: rank r's node key is nodeKeys[r] (as TERSE_NODE would give it;
+  // every rank passes the same list), so the world runs two-level collectives like a cluster.
+  static Result<std::unique_ptr<Communicator>> fromTransport(
+      std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
+      const std::vector<std::string>& nodeKeys);
 
   ~Communicator();
   Communicator(const Communicator&) = delete;

@@ -114,6 +114,14 @@ typedef struct terse_stats {
   uint64_t barriers;
 } terse_stats_t;
 terse_status_t terse_comm_stats(terse_comm_t* comm, terse_stats_t* stats);
+/* `auto`'s picks (CollectiveStats::autoPicks in C++): the codecs calls with an `auto` spec ran
+ * with, one entry per canonical codec spec, in spec order. *count gets the number of entries;
+ * entry `index` gives its spec (`spec` NULL asks the size, as in terse_codec_info) and, into
+ * *calls (may be NULL), how many calls ran with it. An index past the last entry is
+ * TERSE_INVALID_ARGUMENT. Both wait for the calls submitted before them; entries only grow. */
+terse_status_t terse_comm_stats_auto_pick_count(terse_comm_t* comm, size_t* count);
+terse_status_t terse_comm_stats_auto_pick(terse_comm_t* comm, size_t index, char* spec,
+                                          size_t* size, uint64_t* calls);
 /* Error-feedback state for a tensor of `count` elements compressed with `codec`. */
 terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feedback_t** feedback);
 void terse_feedback_destroy(terse_feedback_t* feedback);

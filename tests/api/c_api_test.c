@@ -205,6 +205,38 @@ int main(void) {
         (unsigned long long)st.allreduce.raw_bytes);
   CHECK(terse_comm_stats(comm, NULL) == TERSE_INVALID_ARGUMENT, "stats into NULL");
 
+  /* auto's picks: none yet; after two auto calls, entries whose calls add up to 2, each a codec
+   * auto:max=fp16 allows (fp16 and bf16 are one level: docs/codecs.md). */
+  size_t picks = 99;
+  CHECK(terse_comm_stats_auto_pick_count(comm, &picks) == TERSE_OK && picks == 0,
+        "picks before any auto call: %zu", picks);
+  for (int i = 0; i < 2; ++i)
+    CHECK(terse_allreduce(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM, "auto:max=fp16", NULL) ==
+              TERSE_OK,
+          "auto allreduce");
+  CHECK(terse_comm_stats_auto_pick_count(comm, &picks) == TERSE_OK && picks >= 1 && picks <= 2,
+        "%zu picks after two auto calls", picks);
+  uint64_t picked = 0;
+  for (size_t i = 0; i < picks; ++i) {
+    size_t size = 0;
+    uint64_t calls = 0;
+    char spec[64] = "";
+    CHECK(terse_comm_stats_auto_pick(comm, i, NULL, &size, NULL) == TERSE_OK && size > 1 &&
+              size <= sizeof spec,
+          "pick %zu: spec size %zu", i, size);
+    CHECK(terse_comm_stats_auto_pick(comm, i, spec, &size, &calls) == TERSE_OK, "pick %zu", i);
+    CHECK(strcmp(spec, "none") == 0 || strcmp(spec, "fp16") == 0 || strcmp(spec, "bf16") == 0,
+          "auto:max=fp16 picked %s", spec);
+    picked += calls;
+  }
+  CHECK(picked == 2, "%llu picked calls for 2 auto calls", (unsigned long long)picked);
+  {
+    size_t size = 64;
+    char spec[64];
+    CHECK(terse_comm_stats_auto_pick(comm, picks, spec, &size, NULL) == TERSE_INVALID_ARGUMENT,
+          "a pick past the last");
+  }
+
   terse_comm_destroy(comm);
   free(in);
   free(out);

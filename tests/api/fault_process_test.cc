@@ -143,16 +143,25 @@ struct Call {
   // auto, whose first call also calibrates (many collectives of every candidate), so that kills
   // land in a calibrated call too and not almost always in the calibration.
   bool warm = false;
+  // Emulated nodes (TERSE_NODE), ranks in contiguous blocks: with more than one, allreduce runs
+  // two-level.
+  int nodes = 1;
 
   std::string describe() const {
-    return formatString("%s codec %s, %d ranks, %zu x %s, %s%s, UCX_TLS=%s%s", kindName(kind),
-                        codec.c_str(), n, count, dataTypeName(dtype), reduceOpName(op),
-                        feedback ? ", with error feedback" : "", tls.c_str(),
-                        warm ? ", after a first call" : "");
+    return formatString(
+        "%s codec %s, %d ranks%s, %zu x %s, %s%s, UCX_TLS=%s%s", kindName(kind), codec.c_str(), n,
+        nodes > 1 ? formatString(" on %d nodes", nodes).c_str() : "", count, dataTypeName(dtype),
+        reduceOpName(op), feedback ? ", with error feedback" : "", tls.c_str(),
+        warm ? ", after a first call" : "");
+  }
+  std::vector<std::string> nodeKeys() const {
+    std::vector<std::string> keys;
+    for (int r = 0; r < n; ++r) keys.push_back("node" + std::to_string(r / (n / nodes)));
+    return keys;
   }
 };
 
-Call drawCall(std::mt19937_64& rng, Kind kind, const std::string& codec) {
+Call drawCall(std::mt19937_64& rng, Kind kind, const std::string& codec, bool twoLevel = false) {
   Call c;
   c.kind = kind;
   c.codec = codec;
@@ -165,6 +174,10 @@ Call drawCall(std::mt19937_64& rng, Kind kind, const std::string& codec) {
   c.feedback = rng() % 2;
   c.tls = rng() % 4 ? "tcp,self" : "posix,cma,self";
   c.warm = isAutoSpec(codec) && rng() % 2;
+  if (twoLevel) {  // 2x2 or 3x2: two-level calls
+    c.nodes = 2 + static_cast<int>(rng() % 2);
+    c.n = 2 * c.nodes;
+  }
   return c;
 }
 
@@ -259,7 +272,10 @@ Reference referenceRun(const Call& c) {
       ASSERT_TRUE(inner.isOk()) << inner.status().toString();
       auto counting = std::make_unique<CountingTransport>(std::move(inner).value());
       CountingTransport* counts = counting.get();
-      auto comm = Communicator::fromTransport(std::move(counting), milliseconds(60000));
+      auto made =
+          Communicator::fromTransport(std::move(counting), milliseconds(60000), c.nodeKeys());
+      ASSERT_TRUE(made.isOk()) << made.status().toString();
+      std::unique_ptr<Communicator> comm = std::move(made).value();
       ASSERT_TRUE(comm->barrier().isOk());
       if (c.warm) {
         std::vector<uint8_t> first;
@@ -350,14 +366,16 @@ WorldRun runWorld(const Call& c, const std::string& faults) {
   const int port = freeLoopbackPort();
   std::vector<int> ranks(c.n);
   for (int r = 0; r < c.n; ++r) ranks[r] = r;
+  const std::vector<std::string> keys = c.nodeKeys();
   WorldRun run;
   run.outcomes = runProcesses(
       c.n, ranks,
-      [&](int) {
+      [&](int rank) {
         return EnvMap{{"UCX_TLS", c.tls},
                       {"UCX_NET_DEVICES", "lo"},
                       {"TERSE_STORE", "127.0.0.1:" + std::to_string(port)},
                       {"TERSE_TIMEOUT_MS", "30000"},
+                      {"TERSE_NODE", keys[rank]},
                       {"TERSE_FAULT", faults}};
       },
       [&](int rank) { return childBody(c, rank, dir); }, std::chrono::seconds(120));
@@ -420,12 +438,14 @@ void checkSurvivor(const WorldRun& run, size_t i, const Reference& ref, const st
       << what << ": rank " << o.rank << " took too long to fail: " << res.text;
 }
 
-class FaultKill : public ::testing::TestWithParam<std::tuple<Kind, const char*>> {};
+// (kind, codec, two-level: the ranks on emulated nodes)
+using KillCase = std::tuple<Kind, const char*, bool>;
+class FaultKill : public ::testing::TestWithParam<KillCase> {};
 
 TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
   auto rng = caseRng();
-  const auto [kind, codec] = GetParam();
-  const Call c = drawCall(rng, kind, codec);
+  const auto [kind, codec, twoLevel] = GetParam();
+  const Call c = drawCall(rng, kind, codec, twoLevel);
   const Reference ref = referenceRun(c);
   if (::testing::Test::HasFatalFailure()) return;
   // The fault point: a random rank, one of its operation classes (send/receive x phase) that
@@ -476,21 +496,27 @@ TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
   }
 }
 
-std::vector<std::tuple<Kind, const char*>> killCases() {
-  std::vector<std::tuple<Kind, const char*>> out;
+std::vector<KillCase> killCases() {
+  std::vector<KillCase> out;
   for (Kind k : {Kind::kAllReduce, Kind::kReduceScatter, Kind::kAllGather}) {
-    for (const char* codec : kCodecSpecs) out.emplace_back(k, codec);
-    out.emplace_back(k, kAutoSpec);
+    for (const char* codec : kCodecSpecs) out.emplace_back(k, codec, false);
+    out.emplace_back(k, kAutoSpec, false);
   }
-  out.emplace_back(Kind::kBarrier, "none");  // the barrier has no codec
+  out.emplace_back(Kind::kBarrier, "none", false);  // the barrier has no codec
+  // Two-level: a victim in any step, on any node.
+  for (const char* codec : {"none", "int8", "onebit", kAutoSpec})
+    out.emplace_back(Kind::kAllReduce, codec, true);
+  out.emplace_back(Kind::kReduceScatter, "topk:ratio=0.05", true);
+  out.emplace_back(Kind::kAllGather, "bf16", true);
   return out;
 }
 
-std::string caseName(const ::testing::TestParamInfo<std::tuple<Kind, const char*>>& p) {
+std::string caseName(const ::testing::TestParamInfo<KillCase>& p) {
   std::string codec = std::get<1>(p.param);
   codec = codec.substr(0, codec.find(':'));
   if (std::get<0>(p.param) == Kind::kBarrier) return "barrier";
-  return std::string(kindName(std::get<0>(p.param))) + "_" + codec;
+  return std::string(kindName(std::get<0>(p.param))) + "_" + codec +
+         (std::get<2>(p.param) ? "_twolevel" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, FaultKill, ::testing::ValuesIn(killCases()), caseName);

@@ -155,6 +155,62 @@ TEST(Split, DisagreementInsideASplitFailsItsMembersAndLeavesItUsable) {
   });
 }
 
+// A world of 2 nodes x 4 ranks runs two-level; split by parity its children are 2 x 2 and run
+// two-level too (their groups made on the world's transport), split by node they are one node
+// each and run flat. Parent and children interleave calls without cross-talk, and the sums of
+// exact integers come out exact everywhere.
+TEST(Split, TwoLevelParentAndChildrenRunSideBySide) {
+  const int n = 8;
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) keys.push_back(r < 4 ? "left" : "right");
+  auto made = Communicator::createInProcWorld(keys, milliseconds(30000));
+  ASSERT_TRUE(made.isOk()) << made.status().toString();
+  auto world = std::move(made).value();
+  EXPECT_EQ(world[0]->twoLevelUnavailable(), "");
+  std::vector<std::unique_ptr<Communicator>> parity(n), node(n);
+  onEachRank(n, [&](int r) {
+    auto p = world[r]->split(r % 2, r);
+    ASSERT_TRUE(p.isOk()) << p.status().toString();
+    parity[r] = std::move(p).value();
+    auto k = world[r]->split(r / 4, r);
+    ASSERT_TRUE(k.isOk()) << k.status().toString();
+    node[r] = std::move(k).value();
+  });
+  EXPECT_EQ(parity[0]->twoLevelUnavailable(), "") << "2 nodes x 2 ranks";
+  EXPECT_NE(node[0]->twoLevelUnavailable(), "") << "one node";
+  onEachRank(n, [&](int r) {
+    std::vector<int> all, same, mine;
+    for (int q = 0; q < n; ++q) {
+      all.push_back(q);
+      if (q % 2 == r % 2) same.push_back(q);
+      if (q / 4 == r / 4) mine.push_back(q);
+    }
+    for (int round = 0; round < 3; ++round) {
+      EXPECT_TRUE(expectSum(*world[r], all, r, "none", 1.0f).isOk());
+      EXPECT_TRUE(expectSum(*parity[r], same, r, "none", 2.0f).isOk());
+      EXPECT_TRUE(expectSum(*node[r], mine, r, "none", 4.0f).isOk());
+      // bf16 is exact on these small integers, through the compressed step across nodes.
+      EXPECT_TRUE(expectSum(*parity[r], same, r, "bf16", 1.0f).isOk());
+      EXPECT_TRUE(expectSum(*world[r], all, r, "bf16", 2.0f).isOk());
+    }
+  });
+}
+
+// TERSE_ALGO=twolevel where the world cannot run it fails creation with the reason, rather
+// than every allreduce later; auto and flat create the same world fine.
+TEST(TwoLevelSetting, ForcedOnOneNodeFailsCreation) {
+  const std::vector<std::string> keys = {"a", "a", "a"};
+  setenv("TERSE_ALGO", "twolevel", 1);
+  auto forced = Communicator::createInProcWorld(keys, milliseconds(30000));
+  unsetenv("TERSE_ALGO");
+  ASSERT_FALSE(forced.isOk());
+  EXPECT_EQ(forced.status().code(), StatusCode::kInvalidUsage);
+  EXPECT_NE(forced.status().message().find("one node"), std::string::npos)
+      << forced.status().toString();
+  auto fine = Communicator::createInProcWorld(keys, milliseconds(30000));
+  EXPECT_TRUE(fine.isOk()) << fine.status().toString();
+}
+
 TEST(GroupTransport, RefusesWhatIsNotAGroup) {
   auto world = makeWorld(3);
   Transport& t = world[0]->transport();

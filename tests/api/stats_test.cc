@@ -1,6 +1,7 @@
 // Communicator::stats() (issue #23): its byte counts against the transport's own count of what
 // it was handed, for every codec and collective; calls, failures, barriers and auto's picks.
 // Ranks are threads over the in-process backend, each wrapped in a byte-counting transport.
+#include "../transport/byte_counting_transport.h"
 #include "terse/communicator.h"
 #include "terse/transport/inproc.h"
 #include "terse/transport/transport.h"
@@ -17,39 +18,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Counts the bytes of every send posted through it: the transport's side of the ledger.
-class ByteCountingTransport final : public Transport {
- public:
-  ByteCountingTransport(std::unique_ptr<Transport> inner, std::atomic<uint64_t>* sent)
-      : inner_(std::move(inner)), sent_(sent) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string describe() const override { return inner_->describe(); }
-  Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
-               TransportRequest** request) override {
-    Status s = inner_->isend(peer, tag, data, bytes, request);
-    if (s.isOk()) *sent_ += bytes;
-    return s;
-  }
-  Status irecv(int peer, uint64_t tag, void* data, size_t capacity,
-               TransportRequest** request) override {
-    return inner_->irecv(peer, tag, data, capacity, request);
-  }
-  Status test(TransportRequest* r, bool* done, size_t* bytes) override {
-    return inner_->test(r, done, bytes);
-  }
-  Status wait(TransportRequest* r, size_t* bytes, milliseconds timeout) override {
-    return inner_->wait(r, bytes, timeout);
-  }
-  void cancel(TransportRequest* r) override { inner_->cancel(r); }
-  void progress() override { inner_->progress(); }
-  void abort(const Status& why) override { inner_->abort(why); }
-  void disconnect(int peer, const Status& why) override { inner_->disconnect(peer, why); }
-
- private:
-  std::unique_ptr<Transport> inner_;
-  std::atomic<uint64_t>* sent_;
-};
+using testing::ByteCountingTransport;
 
 struct World {
   std::vector<std::unique_ptr<Communicator>> comms;

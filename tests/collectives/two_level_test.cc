@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -24,11 +26,6 @@
 namespace terse {
 namespace {
 
-using testing::kCollTimeout;
-using testing::makeInProcWorld;
-
-// Tag spaces of the two groups (any two distinct spaces; communicators allocate them).
-constexpr uint32_t kLocalSpace = 1, kCrossSpace = 2;
 
 struct Layout {
   std::string name;
@@ -47,19 +44,8 @@ Layout blocks(int nodes, int perNode) {
 std::vector<Status> runLayout(const Layout& layout,
                               const std::function<Status(int, CollectiveEngine&)>& fn,
                               size_t segmentBytes = 0) {
-  const int n = static_cast<int>(layout.nodeOfRank.size());
-  auto transports = makeInProcWorld(n);
-  std::vector<Status> results(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      CollectiveEngine engine(*transports[r], kCollTimeout);
-      results[r] = engine.enableTwoLevel(layout.nodeOfRank, kLocalSpace, kCrossSpace);
-      if (segmentBytes) engine.setSegmentBytes(segmentBytes);
-      if (results[r].isOk()) results[r] = fn(r, engine);
-    });
-  for (auto& t : threads) t.join();
-  return results;
+  return testing::runWorld(static_cast<int>(layout.nodeOfRank.size()), fn, segmentBytes,
+                           &layout.nodeOfRank);
 }
 
 // Inputs whose float32 sums inside a node are exact in any order (multiples of 1/64 below 4 in
@@ -199,7 +185,10 @@ TEST(TwoLevel, LayoutsThatCannotRunTwoLevelSayWhy) {
       EXPECT_EQ(a, Algorithm::kTwoLevel) << l.name;
       call.kind = CollectiveKind::kReduceScatter;
       TERSE_ASSIGN_OR_RETURN(a, engine.resolveAlgorithm(call));
-      EXPECT_EQ(a, Algorithm::kFlat) << l.name << ": reduce-scatter has no two-level form yet";
+      EXPECT_EQ(a, Algorithm::kTwoLevel) << l.name;
+      call.algorithm = Algorithm::kFlat;
+      TERSE_ASSIGN_OR_RETURN(a, engine.resolveAlgorithm(call));
+      EXPECT_EQ(a, Algorithm::kFlat) << l.name;
       return Status::ok();
     });
     for (auto& s : st) EXPECT_TRUE(s.isOk()) << l.name << ": " << s.toString();
@@ -334,6 +323,271 @@ TEST(TwoLevel, ErrorFeedbackMatchesTheModelAndConverges) {
           << layout.name << " " << spec << ": the averaged error does not decay like 1/T";
     }
   }
+}
+
+// Reduce-scatter and allgather: each rank's part of the world's split, through the packed
+// two-level layout. The model packs the same way and runs each cross-node step as the flat model
+// computes it; residuals stay at the tensor's positions (padding ones start at zero each call).
+struct PackedLayout {
+  std::vector<std::vector<int>> nodes;
+  size_t perNode = 0, m = 0;
+};
+PackedLayout packedLayout(const Layout& layout, size_t count) {
+  std::map<int, std::vector<int>> byNode;
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  for (int r = 0; r < n; ++r) byNode[layout.nodeOfRank[r]].push_back(r);
+  PackedLayout p;
+  for (auto& kv : byNode) p.nodes.push_back(kv.second);
+  p.perNode = p.nodes[0].size();
+  p.m = (count + n - 1) / n;
+  return p;
+}
+
+// Rank r's reduce-scatter result (its part, caller's type) per the model, with per-rank worker
+// residuals over the tensor in `worker` when given.
+std::vector<std::vector<uint8_t>> modelReduceScatter(const Layout& layout,
+                                                     const std::vector<std::vector<uint8_t>>& in,
+                                                     size_t count, DataType dt, ReduceOp op,
+                                                     const Codec& codec, size_t segment,
+                                                     std::vector<std::vector<float>>* worker) {
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  PackedLayout p = packedLayout(layout, count);
+  const size_t nodes = p.nodes.size(), m = p.m, es = dataTypeSize(dt);
+  std::vector<std::vector<uint8_t>> out(n);
+  for (size_t c = 0; c < p.perNode; ++c) {
+    std::vector<std::vector<float>> sums(nodes, std::vector<float>(nodes * m, 0.0f));
+    std::vector<const void*> inputs;
+    SimulatedResiduals res;
+    for (size_t k = 0; k < nodes; ++k) {
+      for (size_t kk = 0; kk < nodes; ++kk) {
+        Range part = chunkRange(count, n, p.nodes[kk][c]);
+        for (int r : p.nodes[k])
+          for (size_t i = 0; i < part.length; ++i)
+            sums[k][kk * m + i] += loadElement(dt, in[r].data(), part.begin + i);
+      }
+      if (op == ReduceOp::kAvg)
+        for (float& v : sums[k]) v *= 1.0f / static_cast<float>(n);
+      inputs.push_back(sums[k].data());
+      if (worker) {  // rank (c, k)'s residuals, packed
+        std::vector<float> packed(nodes * m, 0.0f);
+        for (size_t kk = 0; kk < nodes; ++kk) {
+          Range part = chunkRange(count, n, p.nodes[kk][c]);
+          std::copy_n((*worker)[p.nodes[k][c]].begin() + part.begin, part.length,
+                      packed.begin() + kk * m);
+        }
+        res.worker.push_back(std::move(packed));
+      }
+    }
+    auto got = simulateCompressedCollective(CollectiveKind::kReduceScatter, inputs, nodes * m,
+                                            DataType::kFloat32, ReduceOp::kSum, codec, segment,
+                                            worker ? &res : nullptr);
+    EXPECT_TRUE(got.isOk()) << got.status().toString();
+    if (!got.isOk()) return {};
+    for (size_t k = 0; k < nodes; ++k) {
+      const int r = p.nodes[k][c];
+      Range mine = chunkRange(count, n, r);
+      out[r].resize(mine.length * es);
+      detail::fromFloat(reinterpret_cast<const float*>(got.value()[k].data()), 1.0f, dt,
+                        out[r].data(), mine.length);
+      if (worker)
+        for (size_t kk = 0; kk < nodes; ++kk) {
+          Range part = chunkRange(count, n, p.nodes[kk][c]);
+          std::copy_n(res.worker[k].begin() + kk * m, part.length,
+                      (*worker)[r].begin() + part.begin);
+        }
+    }
+  }
+  return out;
+}
+
+// The gathered tensor per the model; in[r] is rank r's part.
+std::vector<uint8_t> modelAllgather(const Layout& layout,
+                                    const std::vector<std::vector<uint8_t>>& in, size_t count,
+                                    DataType dt, const Codec& codec, size_t segment) {
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  PackedLayout p = packedLayout(layout, count);
+  const size_t nodes = p.nodes.size(), m = p.m, es = dataTypeSize(dt);
+  std::vector<uint8_t> out(count * es);
+  for (size_t c = 0; c < p.perNode; ++c) {
+    std::vector<std::vector<uint8_t>> padded(nodes, std::vector<uint8_t>(m * es, 0));
+    std::vector<const void*> inputs;
+    for (size_t k = 0; k < nodes; ++k) {
+      std::copy(in[p.nodes[k][c]].begin(), in[p.nodes[k][c]].end(), padded[k].begin());
+      inputs.push_back(padded[k].data());
+    }
+    auto got = simulateCompressedCollective(CollectiveKind::kAllGather, inputs, nodes * m, dt,
+                                            ReduceOp::kSum, codec, segment, nullptr);
+    EXPECT_TRUE(got.isOk()) << got.status().toString();
+    if (!got.isOk()) return {};
+    for (size_t k = 0; k < nodes; ++k) {
+      Range part = chunkRange(count, n, p.nodes[k][c]);
+      std::copy_n(got.value()[0].begin() + k * m * es, part.length * es,
+                  out.begin() + part.begin * es);
+    }
+  }
+  return out;
+}
+
+class TwoLevelPartsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TwoLevelPartsTest, ReduceScatterAndAllgatherMatchTheModel) {
+  const std::string spec = GetParam();
+  auto codec = codecOf(spec);
+  const bool exact = spec != "none";  // none: tolerance (ring hops round to the caller's type)
+  int turn = 0;
+  for (const Layout& layout : twoLevelLayouts()) {
+    const int n = static_cast<int>(layout.nodeOfRank.size());
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{300001}}) {
+      if (count > 1000 && layout.name != "3x2 interleaved") continue;
+      const DataType dt = std::array<DataType, 3>{DataType::kFloat32, DataType::kFloat16,
+                                                  DataType::kBFloat16}[turn % 3];
+      const ReduceOp op = turn++ % 2 == 0 ? ReduceOp::kSum : ReduceOp::kAvg;
+      const std::string what = caseName(layout, spec, count, dt, op);
+      const size_t es = dataTypeSize(dt);
+      std::vector<std::vector<uint8_t>> in(n), parts(n), gathered(n), partIn(n);
+      for (int r = 0; r < n; ++r) {
+        in[r] = exactInput(dt, r, count);
+        Range mine = chunkRange(count, n, r);
+        partIn[r] = exactInput(dt, r + 100, mine.length);
+      }
+      auto st = runLayout(layout, [&](int r, CollectiveEngine& e) -> Status {
+        Range mine = chunkRange(count, n, r);
+        parts[r].assign(mine.length * es, 0xEE);
+        CollectiveOp rs;
+        rs.kind = CollectiveKind::kReduceScatter;
+        rs.send = in[r].data();
+        rs.recv = parts[r].data();
+        rs.count = count;
+        rs.dtype = dt;
+        rs.op = op;
+        rs.codec = codec.get();
+        rs.algorithm = Algorithm::kTwoLevel;
+        TERSE_RETURN_IF_ERROR(e.run(rs));
+        gathered[r].assign(count * es, 0xEE);
+        CollectiveOp ag = rs;
+        ag.kind = CollectiveKind::kAllGather;
+        ag.send = partIn[r].data();
+        ag.recv = gathered[r].data();
+        return e.run(ag);
+      });
+      for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].isOk()) << what << ": " << st[r].toString();
+      for (int r = 1; r < n; ++r) ASSERT_EQ(gathered[r], gathered[0]) << what << " rank " << r;
+      auto wantParts = modelReduceScatter(layout, in, count, dt, op, *codec, 65536 * 4, nullptr);
+      auto wantGathered = modelAllgather(layout, partIn, count, dt, *codec, 65536 * 4);
+      if (exact) {
+        for (int r = 0; r < n; ++r)
+          ASSERT_EQ(parts[r], wantParts[r]) << what << ": rank " << r << "'s reduce-scatter part";
+        ASSERT_EQ(gathered[0], wantGathered) << what << ": allgather";
+        continue;
+      }
+      // none: the node sums are exact, the ring across nodes rounds to the type per hop.
+      const double u = dt == DataType::kFloat32   ? 0x1p-24
+                       : dt == DataType::kFloat16 ? 0x1p-11
+                                                  : 0x1p-8;
+      for (int r = 0; r < n; ++r) {
+        Range mine = chunkRange(count, n, r);
+        for (size_t i = 0; i < mine.length; ++i) {
+          double got = loadElement(dt, parts[r].data(), i);
+          double want = loadElement(dt, wantParts[r].data(), i);
+          ASSERT_LE(std::fabs(got - want), 4 * n * u * (std::fabs(want) + 4.0))
+              << what << ": rank " << r << " element " << i;
+        }
+      }
+      // Uncompressed allgather copies bytes: exact.
+      std::vector<uint8_t> concat;
+      for (int r = 0; r < n; ++r) concat.insert(concat.end(), partIn[r].begin(), partIn[r].end());
+      ASSERT_EQ(gathered[0], concat) << what << ": allgather";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, TwoLevelPartsTest,
+                         ::testing::Values("none", "bf16", "int8", "onebit", "topk", "mxfp4"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+// Reduce-scatter with error feedback: the caller's residuals at the tensor's positions, step
+// after step equal to the model's.
+TEST(TwoLevel, ReduceScatterErrorFeedbackMatchesTheModel) {
+  const Layout layout{"3x2 interleaved", {2, 0, 1, 0, 2, 1}};
+  const int n = 6;
+  const size_t count = 30001;
+  auto codec = codecOf("onebit");
+  std::vector<ErrorFeedback> ef;
+  for (int r = 0; r < n; ++r) ef.push_back(ErrorFeedback::create("onebit", count).value());
+  std::vector<std::vector<float>> worker(n, std::vector<float>(count, 0.0f));
+  for (int step = 0; step < 5; ++step) {
+    std::vector<std::vector<uint8_t>> in(n), parts(n);
+    for (int r = 0; r < n; ++r) in[r] = exactInput(DataType::kFloat32, r, count, step);
+    auto st = runLayout(layout, [&](int r, CollectiveEngine& e) -> Status {
+      parts[r].assign(chunkRange(count, n, r).length * 4, 0xEE);
+      CollectiveOp rs;
+      rs.kind = CollectiveKind::kReduceScatter;
+      rs.send = in[r].data();
+      rs.recv = parts[r].data();
+      rs.count = count;
+      rs.codec = codec.get();
+      rs.feedback = &ef[r];
+      return e.run(rs);
+    });
+    for (auto& s : st) ASSERT_TRUE(s.isOk()) << s.toString();
+    auto want = modelReduceScatter(layout, in, count, DataType::kFloat32, ReduceOp::kSum, *codec,
+                                   65536 * 4, &worker);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(parts[r], want[r]) << "step " << step << " rank " << r;
+      ASSERT_TRUE(std::equal(worker[r].begin(), worker[r].end(), ef[r].worker()))
+          << "step " << step << " rank " << r << ": residuals differ from the model's";
+    }
+  }
+}
+
+// Checkpointed residuals move between topologies of the same world size: 4 nodes x 1 (flat),
+// then 2 x 2 (two-level), then 1 x 4 (flat, one node), each phase resuming from the previous
+// phase's serialized ErrorFeedback. Every call works, the ranks agree, and the running average
+// keeps converging across the moves.
+TEST(TwoLevel, ErrorFeedbackCheckpointsMoveBetweenTopologies) {
+  const std::string spec = "onebit";
+  const int n = 4;
+  const size_t count = 20000;
+  auto codec = codecOf(spec);
+  std::vector<std::vector<uint8_t>> checkpoints(n);
+  for (int r = 0; r < n; ++r)
+    checkpoints[r] = ErrorFeedback::create(codec->spec(), count).value().serialize();
+  std::vector<std::vector<uint8_t>> in(n);
+  std::vector<double> truth(count, 0.0), mean(count, 0.0);
+  for (int r = 0; r < n; ++r) {
+    in[r] = exactInput(DataType::kFloat32, r, count);
+    for (size_t i = 0; i < count; ++i)
+      truth[i] += loadElement(DataType::kFloat32, in[r].data(), i) / n;
+  }
+  int step = 0;
+  double firstPhaseErr = 0, lastErr = 0, phaseStartErr = 0;
+  for (const Layout& layout : {blocks(4, 1), blocks(2, 2), blocks(1, 4)}) {
+    std::vector<ErrorFeedback> ef;
+    for (int r = 0; r < n; ++r) {
+      auto loaded = ErrorFeedback::deserialize(checkpoints[r].data(), checkpoints[r].size());
+      ASSERT_TRUE(loaded.isOk()) << layout.name << ": " << loaded.status().toString();
+      ef.push_back(std::move(loaded).value());
+    }
+    for (int i = 0; i < 40; ++i, ++step) {
+      auto got = runAllreduce(layout, in, count, DataType::kFloat32, ReduceOp::kAvg, *codec,
+                              Algorithm::kAuto, layout.name + " step " + std::to_string(step), &ef);
+      ASSERT_EQ(got.size(), count * 4);
+      double err = 0;
+      for (size_t k = 0; k < count; ++k) {
+        mean[k] += (loadElement(DataType::kFloat32, got.data(), k) - mean[k]) / (step + 1);
+        err += std::fabs(mean[k] - truth[k]);
+      }
+      if (i == 9) phaseStartErr = err;
+      lastErr = err;
+    }
+    // Each move drops the server residuals and the worker residual's positions the new layout
+    // does not send, a one-time bias that the running average then dilutes like 1/T.
+    EXPECT_LT(lastErr, 0.9 * phaseStartErr) << layout.name << ": no convergence in this phase";
+    if (firstPhaseErr == 0) firstPhaseErr = lastErr;
+    for (int r = 0; r < n; ++r) checkpoints[r] = ef[r].serialize();
+  }
+  EXPECT_LT(lastErr, 0.8 * firstPhaseErr)
+      << "the running average stopped converging after the residuals moved between topologies";
 }
 
 // Flat and two-level on the same engines, one after the other and interleaved with the other

@@ -28,17 +28,20 @@ inline std::vector<std::unique_ptr<Transport>> makeInProcWorld(int n) {
   return transports;
 }
 
-// Runs fn(rank, engine) on `n` threads and returns each rank's status in rank order.
+// Runs fn(rank, engine) on `n` threads and returns each rank's status in rank order. With
+// `nodeOfRank`, the engines get that node layout (two-level calls, in tag spaces 1 and 2).
 inline std::vector<Status> runWorld(int n, const std::function<Status(int, CollectiveEngine&)>& fn,
-                                    size_t segmentBytes = 0) {
+                                    size_t segmentBytes = 0,
+                                    const std::vector<int>* nodeOfRank = nullptr) {
   std::vector<std::unique_ptr<Transport>> transports = makeInProcWorld(n);
   std::vector<Status> results(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       CollectiveEngine engine(*transports[r], kCollTimeout);
+      if (nodeOfRank) results[r] = engine.enableTwoLevel(*nodeOfRank, 1, 2);
       if (segmentBytes) engine.setSegmentBytes(segmentBytes);
-      results[r] = fn(r, engine);
+      if (results[r].isOk()) results[r] = fn(r, engine);
     });
   for (auto& t : threads) t.join();
   return results;

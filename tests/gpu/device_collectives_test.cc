@@ -36,54 +36,59 @@ struct Outcome {
 
 // Runs `steps` collectives of one kind on every rank, on host or device buffers.
 Outcome runCollective(bool onDevice, CollectiveKind kind, const std::string& spec, DataType dt,
-                      ReduceOp redop, size_t count, int world, int steps) {
+                      ReduceOp redop, size_t count, int world, int steps,
+                      const std::vector<int>* nodeOfRank = nullptr) {
   auto codec = makeCodec(spec).value();
   Outcome out;
   out.results.resize(world);
-  auto st = runWorld(world, [&](int r, CollectiveEngine& e) -> Status {
-    Range mine = chunkRange(count, world, r);
-    size_t es = dataTypeSize(dt);
-    size_t sendCount = kind == CollectiveKind::kAllGather ? mine.length : count;
-    size_t recvCount = kind == CollectiveKind::kReduceScatter ? mine.length : count;
-    std::unique_ptr<ErrorFeedback> ef;
-    if (codec->wantsErrorFeedback())
-      ef = std::make_unique<ErrorFeedback>(ErrorFeedback::create(spec, sendCount).value());
-    cudaStream_t stream = nullptr;
-    if (onDevice && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
-      return errorSystem("cudaStreamCreate failed");
-    device::DeviceBuffer dSend, dRecv;
-    for (int step = 0; step < steps; ++step) {
-      auto in = inputFor(dt, r, sendCount, step);
-      std::vector<uint8_t> recv(recvCount * es);
-      CollectiveOp op;
-      op.kind = kind;
-      op.count = count;
-      op.dtype = dt;
-      op.op = redop;
-      op.codec = codec.get();
-      op.feedback = ef.get();
-      if (onDevice) {
-        TERSE_RETURN_IF_ERROR(dSend.reserve(in.size()).status());
-        TERSE_RETURN_IF_ERROR(dRecv.reserve(recv.size()).status());
-        TERSE_RETURN_IF_ERROR(device::copyAsync(dSend.data(), in.data(), in.size(), stream));
-        op.send = dSend.data();
-        op.recv = dRecv.data();
-        op.device = true;
-        op.stream = stream;
-        TERSE_RETURN_IF_ERROR(e.run(op));
-        // run() returned after the stream finished: the result is readable at once.
-        TERSE_RETURN_IF_ERROR(device::copyAsync(recv.data(), dRecv.data(), recv.size(), stream));
-        TERSE_RETURN_IF_ERROR(device::synchronize(stream));
-      } else {
-        op.send = in.data();
-        op.recv = recv.data();
-        TERSE_RETURN_IF_ERROR(e.run(op));
-      }
-      out.results[r].insert(out.results[r].end(), recv.begin(), recv.end());
-    }
-    if (stream) cudaStreamDestroy(stream);
-    return Status::ok();
-  });
+  auto st = runWorld(
+      world,
+      [&](int r, CollectiveEngine& e) -> Status {
+        Range mine = chunkRange(count, world, r);
+        size_t es = dataTypeSize(dt);
+        size_t sendCount = kind == CollectiveKind::kAllGather ? mine.length : count;
+        size_t recvCount = kind == CollectiveKind::kReduceScatter ? mine.length : count;
+        std::unique_ptr<ErrorFeedback> ef;
+        if (codec->wantsErrorFeedback())
+          ef = std::make_unique<ErrorFeedback>(ErrorFeedback::create(spec, sendCount).value());
+        cudaStream_t stream = nullptr;
+        if (onDevice && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+          return errorSystem("cudaStreamCreate failed");
+        device::DeviceBuffer dSend, dRecv;
+        for (int step = 0; step < steps; ++step) {
+          auto in = inputFor(dt, r, sendCount, step);
+          std::vector<uint8_t> recv(recvCount * es);
+          CollectiveOp op;
+          op.kind = kind;
+          op.count = count;
+          op.dtype = dt;
+          op.op = redop;
+          op.codec = codec.get();
+          op.feedback = ef.get();
+          if (onDevice) {
+            TERSE_RETURN_IF_ERROR(dSend.reserve(in.size()).status());
+            TERSE_RETURN_IF_ERROR(dRecv.reserve(recv.size()).status());
+            TERSE_RETURN_IF_ERROR(device::copyAsync(dSend.data(), in.data(), in.size(), stream));
+            op.send = dSend.data();
+            op.recv = dRecv.data();
+            op.device = true;
+            op.stream = stream;
+            TERSE_RETURN_IF_ERROR(e.run(op));
+            // run() returned after the stream finished: the result is readable at once.
+            TERSE_RETURN_IF_ERROR(
+                device::copyAsync(recv.data(), dRecv.data(), recv.size(), stream));
+            TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+          } else {
+            op.send = in.data();
+            op.recv = recv.data();
+            TERSE_RETURN_IF_ERROR(e.run(op));
+          }
+          out.results[r].insert(out.results[r].end(), recv.begin(), recv.end());
+        }
+        if (stream) cudaStreamDestroy(stream);
+        return Status::ok();
+      },
+      0, nodeOfRank);
   for (auto& s : st) EXPECT_TRUE(s.isOk()) << s.toString();
   return out;
 }
@@ -151,6 +156,25 @@ INSTANTIATE_TEST_SUITE_P(All, DeviceCollectiveTest, ::testing::ValuesIn(allCases
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return name;
                          });
+
+// Two-level calls (2 nodes x 2 ranks) stage device buffers through host memory and run the host
+// steps, so they equal the host buffers' two-level results bit for bit, every codec included.
+TEST(DeviceCollective, TwoLevelMatchesHostBuffers) {
+  TERSE_REQUIRE_DEVICE();
+  const std::vector<int> layout = {0, 0, 1, 1};
+  for (auto kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather})
+    for (const char* spec : {"none", "bf16", "int8", "onebit", "topk"})
+      for (size_t count : {size_t{0}, size_t{1000}, (size_t{1} << 20) + 3}) {
+        SCOPED_TRACE(std::string(collectiveName(kind)) + " " + spec +
+                     " count=" + std::to_string(count));
+        auto host = runCollective(false, kind, spec, DataType::kBFloat16, ReduceOp::kSum, count, 4,
+                                  2, &layout);
+        auto dev = runCollective(true, kind, spec, DataType::kBFloat16, ReduceOp::kSum, count, 4, 2,
+                                 &layout);
+        for (int r = 0; r < 4; ++r) ASSERT_EQ(dev.results[r], host.results[r]) << "rank " << r;
+      }
+}
 
 TEST(DeviceCollective, MixedHostAndDeviceBuffersAreRejectedOnEveryRank) {
   TERSE_REQUIRE_DEVICE();

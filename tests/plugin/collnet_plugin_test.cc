@@ -3,6 +3,7 @@
 // buffers and run iallreduce / ireducescatter / iallgather until test() says done. Every result
 // is compared bit for bit with the same collective run through terse's own C++ API (same codec
 // => same bits) on a second communicator in the same process, and across ranks.
+#include "../transport/byte_counting_transport.h"
 #include "collnet_abi.h"
 #include "net_harness.h"
 
@@ -12,11 +13,16 @@
 #include "terse/kernels/device.h"
 #include "terse/kernels/numeric.h"
 #include "terse/rendezvous/store.h"
+#include "terse/transport/transport.h"
+#include "terse/transport/ucx.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cinttypes>
 #include <cmath>
 #include <cstdarg>
+#include <map>
 #include <mutex>
 
 namespace terse::harness {
@@ -247,6 +253,106 @@ void checkSameAcrossRanks(const Exchange& ex, const std::string& key, int rank, 
     std::memcpy(&oh, other.data(), sizeof(oh));
     HARNESS_CHECK(oh == h, "%s: rank %d's result differs from rank %d's", key.c_str(), r, rank);
   }
+}
+
+using testing::ByteCountingTransport;
+
+// terse's API over its own UCX transport (worker addresses swapped through files), wrapped in a
+// ByteCountingTransport: the same calls as the plugin's, with the transport counting the bytes.
+std::unique_ptr<Communicator> countedWorld(const Exchange& ex, const std::string& key, int rank,
+                                           int nranks, std::atomic<uint64_t>* sent) {
+  AddressAllGather gather = [&](const std::string& mine) -> Result<std::vector<std::string>> {
+    ex.put(key + ".a" + std::to_string(rank), mine.data(), mine.size());
+    std::vector<std::string> all;
+    for (int r = 0; r < nranks; ++r) {
+      std::vector<char> theirs = ex.get(key + ".a" + std::to_string(r));
+      all.emplace_back(theirs.begin(), theirs.end());
+    }
+    return all;
+  };
+  auto t = createUcxTransport(rank, nranks, gather, std::chrono::seconds(60));
+  HARNESS_CHECK(t.isOk(), "UCX transport: %s", t.status().message().c_str());
+  return Communicator::fromTransport(std::make_unique<ByteCountingTransport>(std::move(*t), sent),
+                                     std::chrono::seconds(60));
+}
+
+// The statistics closeColl logged (docs/nccl-plugin.md, "Statistics"), read back from the
+// captured INFO lines.
+struct LoggedTotals {
+  bool found = false;
+  std::string codec;
+  uint64_t calls = 0, raw = 0, wire = 0, failed = 0, declined = 0;
+};
+LoggedTotals loggedTotals(int rank, int nranks) {
+  const std::string head =
+      "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " stats: codec ";
+  std::lock_guard<std::mutex> lock(gLogMu);
+  LoggedTotals t;
+  for (const std::string& line : gInfos) {
+    size_t at = line.find(head);
+    if (at == std::string::npos) continue;
+    // The codec spec may hold commas: it ends at the last ", <n> calls, ".
+    std::string rest = line.substr(at + head.size());
+    size_t cut = rest.rfind(" calls, ");
+    cut = cut == std::string::npos ? cut : rest.rfind(", ", cut);
+    HARNESS_CHECK(cut != std::string::npos, "unreadable stats line: %s", line.c_str());
+    t.codec = rest.substr(0, cut);
+    unsigned long long c, r, w, f, d;
+    char ratio[32] = "";
+    int n = std::sscanf(rest.c_str() + cut,
+                        ", %llu calls, %llu bytes -> %llu on the wire%31[^,], "
+                        "%llu failed, %llu declined",
+                        &c, &r, &w, ratio, &f, &d);
+    if (n != 6)  // no ratio when nothing went on the wire
+      n = std::sscanf(rest.c_str() + cut,
+                      ", %llu calls, %llu bytes -> %llu on the wire, %llu failed, %llu declined",
+                      &c, &r, &w, &f, &d) +
+          1;
+    HARNESS_CHECK(n == 6, "unreadable stats line: %s", line.c_str());
+    HARNESS_CHECK(!t.found, "two stats lines for rank %d", rank);
+    t = LoggedTotals{true, t.codec, c, r, w, f, d};
+  }
+  return t;
+}
+
+struct LoggedKind {
+  bool found = false;
+  uint64_t calls = 0, failures = 0, raw = 0, wire = 0;
+};
+LoggedKind loggedKind(int rank, int nranks, const std::string& kind) {
+  const std::string head =
+      "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " stats: " + kind + " ";
+  std::lock_guard<std::mutex> lock(gLogMu);
+  LoggedKind k;
+  for (const std::string& line : gInfos) {
+    size_t at = line.find(head);
+    if (at == std::string::npos) continue;
+    unsigned long long c, f, r, w;
+    HARNESS_CHECK(std::sscanf(line.c_str() + at + head.size(),
+                              "%llu calls (%llu failed), %llu bytes -> %llu on the wire", &c, &f,
+                              &r, &w) == 4,
+                  "unreadable stats line: %s", line.c_str());
+    HARNESS_CHECK(!k.found, "two %s lines", kind.c_str());
+    k = LoggedKind{true, c, f, r, w};
+  }
+  return k;
+}
+
+// "auto picked SPEC for N calls" lines: spec -> calls.
+std::map<std::string, uint64_t> loggedPicks(int rank, int nranks) {
+  const std::string head =
+      "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " stats: auto picked ";
+  std::lock_guard<std::mutex> lock(gLogMu);
+  std::map<std::string, uint64_t> picks;
+  for (const std::string& line : gInfos) {
+    size_t at = line.find(head);
+    if (at == std::string::npos) continue;
+    std::string rest = line.substr(at + head.size());
+    size_t cut = rest.rfind(" for ");
+    HARNESS_CHECK(cut != std::string::npos, "unreadable pick line: %s", line.c_str());
+    picks[rest.substr(0, cut)] += std::strtoull(rest.c_str() + cut + 5, nullptr, 10);
+  }
+  return picks;
 }
 
 // Splits [base, base+n) into three parts placed in a larger buffer out of order, so the
@@ -583,6 +689,33 @@ TEST(CollNetPlugin, AutoPolicyIsAcceptedAndRanksAgree) {
           ++call;
         }
         NCCL_OK(api.closeColl(cc));
+        // Every call's pick is logged, by canonical spec of a codec the policy allows, and
+        // every rank picked the same (the pick is agreed).
+        const std::map<std::string, uint64_t> picks = loggedPicks(rank, nranks);
+        uint64_t picked = 0;
+        std::string joined;
+        for (const auto& p : picks) {
+          bool allowed = false;
+          for (const char* c : {"none", "fp16", "bf16", "int8"})
+            allowed |= makeCodec(c).value()->spec() == p.first;
+          HARNESS_CHECK(allowed, "auto:max=int8 picked '%s'", p.first.c_str());
+          picked += p.second;
+          joined += p.first + "=" + std::to_string(p.second) + ";";
+        }
+        HARNESS_CHECK(picked == static_cast<uint64_t>(call), "%" PRIu64 " picks for %d calls",
+                      picked, call);
+        checkSameAcrossRanks(ex, "picks", rank, nranks, joined.data(), joined.size());
+        // auto's own calibration calls have a line of their own, and their bytes are in the
+        // total besides the caller's.
+        const LoggedKind own = loggedKind(rank, nranks, "auto's own calibration and measurement");
+        const LoggedKind ar = loggedKind(rank, nranks, "allreduce");
+        const LoggedTotals t = loggedTotals(rank, nranks);
+        HARNESS_CHECK(own.found && own.calls > 0 && own.wire > 0, "no line for auto's own calls");
+        HARNESS_CHECK(ar.calls == static_cast<uint64_t>(call) && t.calls == ar.calls,
+                      "auto's own calls were counted as the caller's");
+        HARNESS_CHECK(t.wire == ar.wire + own.wire,
+                      "total wire %" PRIu64 " is not %" PRIu64 " + %" PRIu64, t.wire, ar.wire,
+                      own.wire);
       },
       240);
   expectAllPassed(codes);
@@ -627,11 +760,206 @@ TEST(CollNetPlugin, AutoPolicyWithErrorFeedbackKeepsRanksIdentical) {
                                 "warm-up calls run with auto:max=int8") == 1,
                           "auto:max=onebit did not learn its period with auto:max=int8 warm-up");
           NCCL_OK(api.closeColl(cc));
+          const std::string ef = std::string(period) == "auto"
+                                     ? "stats: error feedback: 14 calls with residuals, 6 without "
+                                       "(ran auto:max=int8), "
+                                       "period 2 (learned), 1 learned, 0 resets"
+                                     : "stats: error feedback: 20 calls with residuals, 0 without "
+                                       "(ran auto:max=int8), "
+                                       "period 2 (TERSE_COLLNET_EF_PERIOD), 0 learned, 0 resets";
+          HARNESS_CHECK(infos(ef.c_str()) == 1, "no line '%s'", ef.c_str());
+          uint64_t picked = 0;
+          for (const auto& p : loggedPicks(rank, nranks)) picked += p.second;
+          HARNESS_CHECK(picked == 20, "%" PRIu64 " picks logged for 20 calls", picked);
         },
         240);
     expectAllPassed(codes);
     removeTree(dir);
   }
+}
+
+// The statistics closeColl logs, against an independent ledger kept in the same run: every
+// plugin call is made again, with the same arguments and codec, on terse's API over a UCX
+// transport that counts the bytes it is handed. The logged wire bytes must equal that count
+// (and each kind's those of the twin's rows); the calls, raw bytes, failures and declined calls
+// must equal what this test did. int8's wire size depends only on the count, so the twin sends
+// exactly what the plugin sent. A failed call (the ranks disagree on the count) and three declined
+// calls (a datatype reduceSupport declines, a partial window, a NULL request pointer refused by
+// the tables themselves) are counted apart.
+TEST(CollNetPlugin, StatisticsAtCloseMatchTheCallsAndTheTransportsCount) {
+  std::string dir = makeTempDir();
+  const int nranks = 2;
+  std::vector<int> codes = runRanks(
+      nranks,
+      [&](int rank) {
+        useLoopback();
+        setenv("TERSE_COLLNET_CODEC", "int8", 1);
+        Exchange ex(dir);
+        CollApi api(kPluginPath, 12);
+        NCCL_OK(api.init());
+        void* cc = joinWorld(api, ex, "w", rank, nranks);
+        std::atomic<uint64_t> sent{0};
+        auto twin = countedWorld(ex, "t", rank, nranks, &sent);
+        const CollectiveOptions int8{"int8", nullptr};
+        uint64_t arCalls = 0, arRaw = 0, rsCalls = 0, rsRaw = 0, agCalls = 0, agRaw = 0;
+        int seed = 0;
+        // ---- allreduce: every type, sum and avg, an empty call
+        struct {
+          const TypeCase& t;
+          const OpCase& o;
+          size_t count;
+        } const reduces[] = {{kTypes[0], kOps[0], 1000},
+                             {kTypes[0], kOps[1], 70001},
+                             {kTypes[1], kOps[1], 4097},
+                             {kTypes[2], kOps[0], 33},
+                             {kTypes[0], kOps[0], 0}};
+        for (const auto& c : reduces) {
+          const size_t bytes = c.count * dataTypeSize(c.t.type);
+          std::vector<uint8_t> in = makeInput(c.t.type, c.count, 100 * rank + ++seed);
+          std::vector<uint8_t> out(bytes + 1), ref(bytes + 1);
+          void* req = nullptr;
+          NCCL_OK(api.iallreduce(cc, in.data(), out.data(), c.count, c.t.nccl, c.o.nccl, &req));
+          NCCL_OK(waitColl(api, req, nullptr));
+          Status ds = twin->allreduce(in.data(), ref.data(), c.count, c.t.type, c.o.op, int8);
+          HARNESS_CHECK(ds.isOk(), "twin allreduce: %s", ds.message().c_str());
+          HARNESS_CHECK(std::memcmp(out.data(), ref.data(), bytes) == 0, "plugin and twin differ");
+          ++arCalls;
+          arRaw += bytes;
+        }
+        // ---- reduce-scatter: scattered float32 parts, contiguous float16
+        for (const TypeCase& t : {kTypes[0], kTypes[1]}) {
+          const size_t perRank = 5000, elem = dataTypeSize(t.type);
+          std::vector<uint8_t> in = makeInput(t.type, perRank * nranks, 100 * rank + ++seed);
+          std::vector<uint8_t> arena;
+          std::vector<ncclNetSGE_v11_t> parts{{nullptr, in.data(), in.size()}};
+          if (t.type == DataType::kFloat32) {
+            parts = scatteredParts(arena, in.size());
+            size_t at = 0;
+            for (auto& p : parts) {
+              std::memcpy(p.address, in.data() + at, p.size);
+              at += p.size;
+            }
+          }
+          std::vector<uint8_t> out(perRank * elem), ref(perRank * elem);
+          void* req = nullptr;
+          NCCL_OK(api.ireducescatter(cc, parts, out.data(), perRank * elem, 0, in.size(), t.nccl,
+                                     ncclCollSum, &req));
+          NCCL_OK(waitColl(api, req, nullptr));
+          Status ds = twin->reduceScatter(in.data(), ref.data(), perRank * nranks, t.type,
+                                          ReduceOp::kSum, int8);
+          HARNESS_CHECK(ds.isOk(), "twin reduceScatter: %s", ds.message().c_str());
+          HARNESS_CHECK(out == ref, "plugin and twin reduce-scatter differ");
+          ++rsCalls;
+          rsRaw += in.size();
+        }
+        // ---- allgather: opaque bytes, never compressed (even sizes: odd ones travel padded)
+        for (size_t perRank : {size_t{4000}, size_t{1002}}) {
+          std::vector<uint8_t> mine(perRank, static_cast<uint8_t>(rank + 1));
+          std::vector<uint8_t> all(perRank * nranks), ref(perRank * nranks);
+          std::vector<ncclNetSGE_v11_t> parts{{nullptr, all.data(), all.size()}};
+          void* req = nullptr;
+          NCCL_OK(api.iallgather(cc, mine.data(), parts, perRank, 0, all.size(), &req));
+          NCCL_OK(waitColl(api, req, nullptr));
+          // 2-byte units: any element type moves the same bytes.
+          Status ds = twin->allgather(mine.data(), ref.data(), perRank * nranks / 2,
+                                      DataType::kFloat16, CollectiveOptions{"none", nullptr});
+          HARNESS_CHECK(ds.isOk(), "twin allgather: %s", ds.message().c_str());
+          HARNESS_CHECK(all == ref, "plugin and twin allgather differ");
+          ++agCalls;
+          agRaw += all.size();
+        }
+        // ---- a failed call: the ranks disagree on the count (both fail it, and go on)
+        {
+          const size_t count = 100 + rank;
+          std::vector<float> in(count, 1.0f), out(count);
+          void* req = nullptr;
+          NCCL_OK(
+              api.iallreduce(cc, in.data(), out.data(), count, ncclCollFloat32, ncclCollSum, &req));
+          HARNESS_CHECK(waitColl(api, req, nullptr) != ncclSuccess, "a disagreed call succeeded");
+          HARNESS_CHECK(!twin->allreduce(in.data(), out.data(), count, DataType::kFloat32,
+                                         ReduceOp::kSum, int8)
+                             .isOk(),
+                        "the twin's disagreed call succeeded");
+        }
+        // ---- three declined calls: never started, so neither the engine nor the transport saw
+        // them (the twin makes none)
+        std::vector<uint8_t> buf(4096), out(4096);
+        void* req = nullptr;
+        HARNESS_CHECK(api.iallreduce(cc, buf.data(), out.data(), 16, ncclCollInt32, ncclCollSum,
+                                     &req) == ncclInvalidArgument,
+                      "int32 allreduce was not declined");
+        std::vector<ncclNetSGE_v11_t> part{{nullptr, buf.data(), 1024}};
+        HARNESS_CHECK(api.ireducescatter(cc, part, out.data(), 1024, 1024, 1024, ncclCollFloat32,
+                                         ncclCollSum, &req) == ncclInvalidUsage,
+                      "a partial window was not declined");
+        HARNESS_CHECK(api.iallreduce(cc, buf.data(), out.data(), 16, ncclCollFloat32, ncclCollSum,
+                                     nullptr) == ncclInvalidArgument,
+                      "a NULL request pointer was not refused");
+        // ---- the comm still works after both
+        {
+          std::vector<float> in(3000, 0.25f), o(3000), r(3000);
+          NCCL_OK(api.iallreduce(cc, in.data(), o.data(), in.size(), ncclCollFloat32, ncclCollSum,
+                                 &req));
+          NCCL_OK(waitColl(api, req, nullptr));
+          HARNESS_CHECK(twin->allreduce(in.data(), r.data(), in.size(), DataType::kFloat32,
+                                        ReduceOp::kSum, int8)
+                            .isOk(),
+                        "twin allreduce failed");
+          ++arCalls;
+          arRaw += in.size() * 4;
+        }
+        HARNESS_CHECK(loggedTotals(rank, nranks).found == false, "stats logged before closeColl");
+        NCCL_OK(api.closeColl(cc));
+        const CollectiveStats ts = twin->stats();  // waits for the twin's calls
+        const uint64_t transport = sent.load();
+
+        const LoggedTotals t = loggedTotals(rank, nranks);
+        HARNESS_CHECK(t.found, "closeColl logged no stats line");
+        HARNESS_CHECK(t.codec.rfind("int8", 0) == 0, "stats name codec '%s'", t.codec.c_str());
+        HARNESS_CHECK(t.calls == arCalls + rsCalls + agCalls,
+                      "logged %" PRIu64 " calls, made %" PRIu64, t.calls,
+                      arCalls + rsCalls + agCalls);
+        HARNESS_CHECK(t.raw == arRaw + rsRaw + agRaw,
+                      "logged %" PRIu64 " raw bytes, passed %" PRIu64, t.raw,
+                      arRaw + rsRaw + agRaw);
+        HARNESS_CHECK(t.wire == transport,
+                      "logged %" PRIu64 " wire bytes, the transport counted %" PRIu64, t.wire,
+                      transport);
+        HARNESS_CHECK(t.failed == 1 && t.declined == 3,
+                      "logged %" PRIu64 " failed, %" PRIu64 " declined; want 1 and 3", t.failed,
+                      t.declined);
+        // int8 sends about a quarter of float32 and half of 16-bit types; allgather is raw.
+        HARNESS_CHECK(t.wire < t.raw * 6 / 10,
+                      "int8 did not shrink the bytes: %" PRIu64 " -> %" PRIu64, t.raw, t.wire);
+        struct {
+          const char* name;
+          uint64_t calls, failures, raw;
+          const CollectiveStats::Kind& twin;
+        } const kinds[] = {{"allreduce", arCalls, 1, arRaw, ts.allreduce},
+                           {"reduce-scatter", rsCalls, 0, rsRaw, ts.reduceScatter},
+                           {"allgather", agCalls, 0, agRaw, ts.allgather}};
+        uint64_t wireSum = 0;
+        for (const auto& k : kinds) {
+          const LoggedKind l = loggedKind(rank, nranks, k.name);
+          HARNESS_CHECK(l.found, "no %s stats line", k.name);
+          HARNESS_CHECK(l.calls == k.calls && l.failures == k.failures && l.raw == k.raw,
+                        "%s: logged %" PRIu64 " calls, %" PRIu64 " failed, %" PRIu64
+                        " bytes; want %" PRIu64 ", %" PRIu64 ", %" PRIu64,
+                        k.name, l.calls, l.failures, l.raw, k.calls, k.failures, k.raw);
+          HARNESS_CHECK(l.wire == k.twin.wireBytes && l.wire > 0,
+                        "%s: logged %" PRIu64 " wire bytes, the twin's row has %" PRIu64, k.name,
+                        l.wire, k.twin.wireBytes);
+          wireSum += l.wire;
+        }
+        HARNESS_CHECK(wireSum == t.wire, "the kinds' wire bytes do not add up to the total");
+        HARNESS_CHECK(!loggedKind(rank, nranks, "auto's own calibration and measurement").found &&
+                          loggedPicks(rank, nranks).empty(),
+                      "int8 is not auto: no auto lines");
+        HARNESS_CHECK(infos("stats: error feedback") == 0, "int8 keeps no residuals");
+      },
+      240);
+  expectAllPassed(codes);
+  removeTree(dir);
 }
 
 TEST(CollNetPlugin, WindowsAndSizesItCannotRunAreInvalidUsage) {
@@ -668,6 +996,11 @@ TEST(CollNetPlugin, WindowsAndSizesItCannotRunAreInvalidUsage) {
         r = api.iallreduce(cc, buf.data(), out.data(), 16, ncclCollFloat32, ncclCollMax, &req);
         HARNESS_CHECK(r == ncclInvalidArgument && req == nullptr, "max allreduce gave %d", (int)r);
         NCCL_OK(api.closeColl(cc));
+        const LoggedTotals t = loggedTotals(rank, 2);
+        HARNESS_CHECK(t.found && t.calls == 0 && t.failed == 0 && t.declined == 6,
+                      "the stats must count the 6 refused calls as declined (and nothing else): "
+                      "%" PRIu64 " calls, %" PRIu64 " failed, %" PRIu64 " declined",
+                      t.calls, t.failed, t.declined);
       },
       120);
   expectAllPassed(codes);
@@ -773,6 +1106,11 @@ TEST(CollNetPlugin, OnebitResidualsFollowTheStepSequenceAndResetWhenItChanges) {
         HARNESS_CHECK(std::memcmp(out2.data(), ref2.data(), 777 * 4) == 0,
                       "position 1 after the reset must start from zero");
         NCCL_OK(api.closeColl(cc));
+        // Every call had a residual (a given period needs no warm-up); one reset.
+        HARNESS_CHECK(infos("stats: error feedback: 482 calls with residuals, 0 without (ran "
+                            "none), period 2 (TERSE_COLLNET_EF_PERIOD), 0 learned, 1 resets") == 1,
+                      "the error-feedback stats line does not say 482 calls and 1 reset");
+        HARNESS_CHECK(loggedTotals(rank, nranks).calls == 2 * steps + 2, "calls miscounted");
       },
       300);
   expectAllPassed(codes);
@@ -999,6 +1337,17 @@ TEST(CollNetPlugin, LearnedPeriodChangingMidRunResetsAndRelearns) {
         HARNESS_CHECK(infos("error-feedback period learned: 3 reduce calls per step") == 1,
                       "the new period was not learned");
         NCCL_OK(api.closeColl(cc));
+        // 8 steps of 2 calls (6 warm-up) and 8 of 3 (9 warm-up): 25 calls with residuals, 15
+        // without, two periods learned, one reset.
+        HARNESS_CHECK(
+            infos("stats: error feedback: 25 calls with residuals, 15 without (ran none), "
+                  "period 3 (learned), 2 learned, 1 resets") == 1,
+            "the error-feedback stats line does not count the reset and re-learn");
+        const LoggedTotals t = loggedTotals(rank, 2);
+        HARNESS_CHECK(t.calls == call && t.failed == 0 && t.declined == 0,
+                      "logged %" PRIu64 " calls, %" PRIu64 " failed, %" PRIu64
+                      " declined; made %zu calls",
+                      t.calls, t.failed, t.declined, call);
       },
       240);
   expectAllPassed(codes);
@@ -1031,6 +1380,9 @@ TEST(CollNetPlugin, LearnedPeriodThatNeverRepeatsStaysWithoutResidualsAndSaysSoO
                       "the give-up WARN must appear exactly once");
         HARNESS_CHECK(infos("error-feedback period learned") == 0, "nothing may be learned");
         NCCL_OK(api.closeColl(cc));
+        HARNESS_CHECK(infos("stats: error feedback: 0 calls with residuals, 50 without (ran none), "
+                            "period not found, 0 learned, 0 resets") == 1,
+                      "the error-feedback stats line does not say that no period was found");
       },
       240);
   expectAllPassed(codes);

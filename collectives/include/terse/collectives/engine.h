@@ -130,10 +130,11 @@ class CollectiveEngine {
                         uint32_t crossSpace);
   // Why calls cannot run two-level here ("" when they can).
   const std::string& twoLevelUnavailable() const { return twoLevelWhyNot_; }
-  // The algorithm a call of `op` runs: op.algorithm, else TERSE_ALGO, else two-level for
-  // allreduce where the layout allows it. kInvalidUsage when two-level is asked for and cannot
-  // run; every rank reaches the same answer (same layout, same settings), and the descriptor
-  // catches ranks whose settings differ.
+  // The algorithm a call of `op` runs: op.algorithm, else TERSE_ALGO (which only allreduce
+  // follows), else two-level for allreduce where the layout allows it. kInvalidUsage when
+  // two-level is asked for and the layout cannot run it, kUnsupported when a reduce-scatter or
+  // allgather asks for it itself; every rank reaches the same answer (same layout, same
+  // settings), and the descriptor catches ranks whose settings differ.
   Result<Algorithm> resolveAlgorithm(const CollectiveOp& op) const;
 
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
@@ -190,6 +191,8 @@ class CollectiveEngine {
   // or descriptor exchange of its own. Its bytes and codec time are added to this engine's.
   Status runStep(CollectiveEngine& group, const CollectiveOp& step);
   Status twoLevelAllreduce(const CollectiveOp& op);
+  Status twoLevelReduceScatter(const CollectiveOp& op);
+  Status twoLevelAllgather(const CollectiveOp& op);
   Status ringAllreduce(const CollectiveOp& op, uint32_t seq);
   Status ringReduceScatter(const CollectiveOp& op, uint32_t seq);
   Status ringAllgather(const CollectiveOp& op, uint32_t seq);
@@ -228,6 +231,8 @@ class CollectiveEngine {
     std::unique_ptr<Transport> localTransport, crossTransport;
     std::unique_ptr<CollectiveEngine> local, cross;
     std::shared_ptr<const Codec> none;  // the uncompressed steps' codec
+    std::vector<std::vector<int>> nodes;  // each node's ranks in rank order, nodes in node order
+    int node = 0, localIndex = 0;         // this rank's
   };
 
   Transport& transport_;
