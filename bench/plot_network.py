@@ -229,8 +229,11 @@ def write_markdown(path, setup, rows):
         + ("; speedup over flat is the time of the same codec run `flat` over the row's time." if with_flat else ".")
     )
     lines.append("")
-    head = "| rate (Gbit/s) | size | codec | algo | time (ms) | busbw (GB/s) | speedup over none |"
-    rule = "|---:|---:|---|---|---:|---:|---:|"
+    # The algorithm column only when terse-bench recorded one (runs before --algo did not).
+    show_algo = any(r["algorithm"] for r in rows)
+    head = "| rate (Gbit/s) | size | codec |" + (" algo |" if show_algo else "")
+    head += " time (ms) | busbw (GB/s) | speedup over none |"
+    rule = "|---:|---:|---|" + ("---|" if show_algo else "") + "---:|---:|---:|"
     if with_flat:
         head += " speedup over flat |"
         rule += "---:|"
@@ -247,10 +250,10 @@ def write_markdown(path, setup, rows):
                 codec = r["codec"]
                 if r.get("chosen"):
                     codec += f" (picked {r['chosen'].split(':')[0]})"
-                line = (
-                    f"| {rate_label(rate)} | {size_label(size)} | {codec} | {r['algorithm'] or '-'} "
-                    f"| {r['time_us'] / 1000:.1f} | {r['busbw_gbs']:.3f} | {speed} |"
-                )
+                line = f"| {rate_label(rate)} | {size_label(size)} | {codec} |"
+                if show_algo:
+                    line += f" {r['algorithm'] or '-'} |"
+                line += f" {r['time_us'] / 1000:.1f} | {r['busbw_gbs']:.3f} | {speed} |"
                 if with_flat:
                     line += f" {r['speedup_vs_flat']:.2f}x |" if r.get("speedup_vs_flat") else " - |"
                 lines.append(line + f" {ratio} | {err} |")
@@ -339,8 +342,8 @@ def plot_busbw_lines(results_dir, setup, rows, order):
                 continue
             label = f"terse {codec}" if codec != kOpenMpi else "OpenMPI MPI_Allreduce (TCP)"
             st = style_for(codec, order)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, color=st["color"],
-                linestyle=st["linestyle"], marker=st["marker"])
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, color=st["color"],
+                    linestyle=st["linestyle"], marker=st["marker"])
         # In the ring model busbw equals the link bandwidth, so the line rate is the uncompressed ceiling.
         ax.axhline(rate / 8, color="grey", linewidth=1, linestyle=":", label=f"line rate ({rate_label(rate)} Gbit/s)")
         ax.set_xscale("log", base=2)
