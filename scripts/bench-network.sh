@@ -26,6 +26,10 @@ Usage: sudo $0 [options]
   --ranks N          emulated hosts (default 4); --hosts N is the same option
   --ranks-per-host K ranks in each host's namespace (default 1), K*N ranks in all; each rank's
                      TERSE_NODE is its host, so terse sees N nodes of K ranks
+  --node-link L      what carries the traffic between ranks of one host: tcp (default; TCP over
+                     the namespace's loopback) or shm (shared memory: terse picks it for ranks
+                     of one node by itself, OpenMPI adds its vader BTL); hosts always talk TCP
+                     over their shaped links. shm needs --ranks-per-host 2 or more
   --algos "A ..."    allreduce algorithms, each timed with every codec: auto, flat, twolevel
                      (default "auto": two-level when K > 1, else flat); e.g. "flat twolevel"
   --rates "R ..."    link rates in Gbit/s (default "1 10 25")
@@ -53,6 +57,7 @@ EOF
 
 ranks=4 # hosts; the name predates --ranks-per-host
 ranks_per_host=1
+node_link=tcp
 algos="auto"
 rates="1 10 25"
 sizes="64M"
@@ -87,6 +92,7 @@ while [[ $# -gt 0 ]]; do
     --ranks | --hosts) need_arg "$@"; ranks=$2; shift 2 ;;
     --ranks-per-host) need_arg "$@"; ranks_per_host=$2; shift 2 ;;
     --algos) need_arg "$@"; algos=$2; shift 2 ;;
+    --node-link) need_arg "$@"; node_link=$2; shift 2 ;;
     --rates) need_arg "$@"; rates=$2; shift 2 ;;
     --sizes) need_arg "$@"; sizes=$2; shift 2 ;;
     --codecs) need_arg "$@"; codecs=$2; shift 2 ;;
@@ -117,6 +123,11 @@ done
 ((ranks * ranks_per_host <= 128)) ||
   die_usage "--ranks $ranks x --ranks-per-host $ranks_per_host is $((ranks * ranks_per_host)) ranks; at most 128"
 total_ranks=$((ranks * ranks_per_host))
+case "$node_link" in
+  tcp) ;;
+  shm) ((ranks_per_host > 1)) || die_usage "--node-link shm needs --ranks-per-host 2 or more (one rank per host has no same-host peer)" ;;
+  *) die_usage "--node-link takes tcp or shm, got '$node_link'" ;;
+esac
 [[ -n ${algos// /} ]] || die_usage "--algos is empty"
 for a in $algos; do
   case "$a" in
@@ -386,6 +397,17 @@ record_run() {
     "$1" "$2" "$3" "$4" "$5" "$6" >>"$out_dir/runs.jsonl"
 }
 
+# What UCX may use. tcp only: nothing can bypass the shaping (UCX alone would put ranks of
+# different namespaces on shared memory: one machine), and terse sends eagerly over TCP. shm adds
+# UCX's shared-memory transports: terse connects the ranks of its own node (TERSE_NODE, same host
+# and pid namespace) without peer-failure mode so that UCX can use them, while every other peer
+# keeps peer-failure mode, which UCX 1.13's shared memory cannot serve, so the hosts still talk
+# TCP over eth0 (rendezvous for large messages then, as eager TCP is for TCP-only lists).
+ucx_tls=tcp
+[[ $node_link == shm ]] && ucx_tls=tcp,sysv,posix,cma,self
+mpi_btl=tcp,self
+[[ $node_link == shm ]] && mpi_btl=tcp,vader,self
+
 # terse-bench takes --codec once per codec ("all" expands to every codec) and --algo once per
 # algorithm (each algorithm is timed with every codec).
 codec_args=()
@@ -411,12 +433,11 @@ run_terse() {
     json="$out_dir/raw/$tag.json" # only rank 0 writes it
     log="$out_dir/logs/$tag-rank$r.log"
     (
-      # UCX_TLS=tcp: without it UCX would pick shared memory between the namespaces (same
-      # machine) and the traffic would never cross the shaped links. Ranks of one host share its
-      # address, so their TCP goes over the namespace's loopback, unshaped.
+      # $ucx_tls: see above. Ranks of one host share its address, so their TCP (--node-link tcp)
+      # goes over the namespace's loopback, unshaped.
       ip netns exec "$ns" env TERSE_RANK=$r TERSE_WORLD_SIZE=$total_ranks TERSE_STORE="$store" \
         TERSE_NODE="$ns" TERSE_LOCAL_RANK=$((r % ranks_per_host)) TERSE_LOCAL_SIZE=$ranks_per_host \
-        UCX_TLS=tcp UCX_NET_DEVICES=eth0 \
+        UCX_TLS=$ucx_tls UCX_NET_DEVICES=eth0 \
         "$terse_bench" allreduce -b "$size" -e "$size" -n "$iters" -w "$warmup" \
         "${codec_args[@]}" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
       echo $rc >"$rc_dir/rank$r.rc"
@@ -475,7 +496,7 @@ run_mpi() {
       mpirun --allow-run-as-root --oversubscribe -np "$total_ranks" --map-by slot \
       --hostfile "$out_dir/mpi/hostfile" \
       --mca plm_rsh_agent "$out_dir/mpi/launch-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-      --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+      --mca pml ob1 --mca btl "$mpi_btl" --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
       -x UCX_TLS=tcp -x UCX_NET_DEVICES=eth0 \
       "$mpi_bench" -b "$size" -e "$size" -n "$iters" -w "$warmup" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
     echo $rc >"$rc_dir/mpirun.rc"
@@ -538,13 +559,14 @@ cat >"$out_dir/setup.json" <<EOF
   "kernel": "$(uname -r)",
   "cpu_model": "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/"/\\"/g')",
   "shaping": "tc tbf on both ends of each veth (host eth0 and bridge port), burst max(256 KiB, 1 ms at rate), latency 50ms",
-  "terse_transport": "UCX_TLS=tcp UCX_NET_DEVICES=eth0, TERSE_NODE=<host namespace>",
+  "node_link": "$node_link",
+  "terse_transport": "UCX_TLS=$ucx_tls UCX_NET_DEVICES=eth0, TERSE_NODE=<host namespace>",
   "openmpi": "$(mpirun --version 2>/dev/null | head -n1 | sed 's/"/\\"/g')",
-  "openmpi_flags": "--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0"
+  "openmpi_flags": "--mca pml ob1 --mca btl $mpi_btl --mca btl_tcp_if_include eth0"
 }
 EOF
 
-echo "bench-network: $ranks emulated hosts x $ranks_per_host rank(s) ($(host_ns 1)..$(host_ns $ranks), bridge in $bridge_ns), algorithms: $algos, rates: $rates Gbit/s, sizes: $sizes, results in $out_dir"
+echo "bench-network: $ranks emulated hosts x $ranks_per_host rank(s) ($(host_ns 1)..$(host_ns $ranks), bridge in $bridge_ns), node link: $node_link, algorithms: $algos, rates: $rates Gbit/s, sizes: $sizes, results in $out_dir"
 setup_topology
 ((do_mpi)) && write_mpi_launcher
 
