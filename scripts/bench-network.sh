@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Benchmarks terse's allreduce and OpenMPI's MPI_Allreduce on emulated network links.
 #
-# As root, builds N emulated hosts (one network namespace per rank) joined by veth pairs to a
-# bridge that lives in its own namespace, shapes both directions of every link with tc tbf to
-# each requested rate, runs `terse-bench allreduce` (every codec) and `mpi-allreduce-bench`
-# (OpenMPI, TCP) across them, and writes JSON, a Markdown table and PNG plots. Everything it
-# creates is removed on exit, on failure and on Ctrl-C. Addresses exist only on interfaces
-# inside the namespaces this script created, so no benchmark traffic can leave them.
+# As root, builds N emulated hosts (one network namespace per host, K ranks in each) joined by
+# veth pairs to a bridge that lives in its own namespace, shapes both directions of every link
+# with tc tbf to each requested rate, runs `terse-bench allreduce` (every codec, each requested
+# algorithm) and `mpi-allreduce-bench` (OpenMPI, TCP) across them, and writes JSON, a Markdown
+# table and PNG plots. Ranks of one host talk inside its namespace (loopback, unshaped: a node's
+# fast link); ranks of different hosts over the shaped links. Everything it creates is removed
+# on exit, on failure and on Ctrl-C. Addresses exist only on interfaces inside the namespaces
+# this script created, so no benchmark traffic can leave them.
 #
 # Exit status: 0 done, 1 a run failed, 2 bad arguments, 77 this machine cannot emulate links
 # (not root, no network namespaces, no veth/bridge, no tc tbf) or a previous run's namespaces
@@ -21,7 +23,15 @@ usage() {
   cat <<EOF
 Usage: sudo $0 [options]
 
-  --ranks N          emulated hosts, one rank each (default 4)
+  --ranks N          emulated hosts (default 4); --hosts N is the same option
+  --ranks-per-host K ranks in each host's namespace (default 1), K*N ranks in all; each rank's
+                     TERSE_NODE is its host, so terse sees N nodes of K ranks
+  --node-link L      what carries the traffic between ranks of one host: tcp (default; TCP over
+                     the namespace's loopback) or shm (shared memory: terse picks it for ranks
+                     of one node by itself, OpenMPI adds its vader BTL); hosts always talk TCP
+                     over their shaped links. shm needs --ranks-per-host 2 or more
+  --algos "A ..."    allreduce algorithms, each timed with every codec: auto, flat, twolevel
+                     (default "auto": two-level when K > 1, else flat); e.g. "flat twolevel"
   --rates "R ..."    link rates in Gbit/s (default "1 10 25")
   --sizes "S ..."    message sizes, K/M/G suffixes allowed (default "64M"; e.g. "1M 4M 16M 64M")
   --codecs "C ..."   terse codec specs (default "all auto": the ten codecs and auto; e.g.
@@ -45,7 +55,10 @@ Usage: sudo $0 [options]
 EOF
 }
 
-ranks=4
+ranks=4 # hosts; the name predates --ranks-per-host
+ranks_per_host=1
+node_link=tcp
+algos="auto"
 rates="1 10 25"
 sizes="64M"
 codecs="all auto"
@@ -76,7 +89,10 @@ need_arg() {
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --ranks) need_arg "$@"; ranks=$2; shift 2 ;;
+    --ranks | --hosts) need_arg "$@"; ranks=$2; shift 2 ;;
+    --ranks-per-host) need_arg "$@"; ranks_per_host=$2; shift 2 ;;
+    --algos) need_arg "$@"; algos=$2; shift 2 ;;
+    --node-link) need_arg "$@"; node_link=$2; shift 2 ;;
     --rates) need_arg "$@"; rates=$2; shift 2 ;;
     --sizes) need_arg "$@"; sizes=$2; shift 2 ;;
     --codecs) need_arg "$@"; codecs=$2; shift 2 ;;
@@ -102,6 +118,34 @@ done
 # ---- argument checks (before touching anything) ----------------------------------------------
 [[ $ranks =~ ^[0-9]+$ ]] && ((ranks >= 2 && ranks <= 64)) ||
   die_usage "--ranks must be a whole number from 2 to 64, got '$ranks'"
+[[ $ranks_per_host =~ ^[0-9]+$ ]] && ((ranks_per_host >= 1 && ranks_per_host <= 16)) ||
+  die_usage "--ranks-per-host must be a whole number from 1 to 16, got '$ranks_per_host'"
+((ranks * ranks_per_host <= 128)) ||
+  die_usage "--ranks $ranks x --ranks-per-host $ranks_per_host is $((ranks * ranks_per_host)) ranks; at most 128"
+total_ranks=$((ranks * ranks_per_host))
+case "$node_link" in
+  tcp) ;;
+  shm) ((ranks_per_host > 1)) || die_usage "--node-link shm needs --ranks-per-host 2 or more (one rank per host has no same-host peer)" ;;
+  *) die_usage "--node-link takes tcp or shm, got '$node_link'" ;;
+esac
+[[ -n ${algos// /} ]] || die_usage "--algos is empty"
+for a in $algos; do
+  case "$a" in
+    auto | flat) ;;
+    twolevel)
+      # terse refuses a forced two-level call on a layout without it (every rank errors); say
+      # so here, before any namespace exists.
+      ((ranks_per_host > 1)) ||
+        die_usage "--algos twolevel needs --ranks-per-host 2 or more (with one rank per host there is no node level)"
+      ;;
+    *) die_usage "--algos takes auto, flat and twolevel, got '$a'" ;;
+  esac
+done
+[[ $(echo $algos | tr ' ' '\n' | sort | uniq -d) == "" ]] || die_usage "--algos names an algorithm twice: '$algos'"
+# terse-bench labels an auto row with what auto resolved to, so auto next to flat or twolevel
+# would give two rows of one label.
+[[ $(echo $algos | wc -w) == 1 || " $algos " != *" auto "* ]] ||
+  die_usage "--algos: auto runs flat or twolevel, so list auto alone or the algorithms themselves (e.g. \"flat twolevel\")"
 [[ $iters =~ ^[0-9]+$ ]] && ((iters >= 1)) || die_usage "--iters must be a positive whole number, got '$iters'"
 [[ $warmup =~ ^[0-9]+$ ]] || die_usage "--warmup must be a whole number, got '$warmup'"
 [[ $run_timeout =~ ^[0-9]+$ ]] && ((run_timeout >= 1)) ||
@@ -353,9 +397,22 @@ record_run() {
     "$1" "$2" "$3" "$4" "$5" "$6" >>"$out_dir/runs.jsonl"
 }
 
-# terse-bench takes --codec once per codec ("all" expands to every codec).
+# What UCX may use. tcp only: nothing can bypass the shaping (UCX alone would put ranks of
+# different namespaces on shared memory: one machine), and terse sends eagerly over TCP. shm adds
+# UCX's shared-memory transports: terse connects the ranks of its own node (TERSE_NODE, same host
+# and pid namespace) without peer-failure mode so that UCX can use them, while every other peer
+# keeps peer-failure mode, which UCX 1.13's shared memory cannot serve, so the hosts still talk
+# TCP over eth0 (rendezvous for large messages then, as eager TCP is for TCP-only lists).
+ucx_tls=tcp
+[[ $node_link == shm ]] && ucx_tls=tcp,sysv,posix,cma,self
+mpi_btl=tcp,self
+[[ $node_link == shm ]] && mpi_btl=tcp,vader,self
+
+# terse-bench takes --codec once per codec ("all" expands to every codec) and --algo once per
+# algorithm (each algorithm is timed with every codec).
 codec_args=()
 for c in $codecs; do codec_args+=(--codec "$c"); done
+for a in $algos; do codec_args+=(--algo "$a"); done
 ((interleave)) && codec_args+=(--interleave)
 
 run_terse() {
@@ -366,22 +423,27 @@ run_terse() {
   local store t0
   store="$(host_addr 1):29517"
   t0=$(date +%s)
-  for ((r = 0; r < ranks; r++)); do
-    local ns json log
-    ns=$(host_ns $((r + 1)))
+  for ((r = 0; r < total_ranks; r++)); do
+    local ns json log host
+    # Ranks fill the hosts in order (ranks 0..K-1 on host 1, ...), as a launcher's block mapping
+    # and terse-run --nodes do. TERSE_NODE tells terse which ranks share a host: the hosts are
+    # one machine, so the host name and boot id it would use otherwise are the same for all.
+    host=$((r / ranks_per_host + 1))
+    ns=$(host_ns $host)
     json="$out_dir/raw/$tag.json" # only rank 0 writes it
     log="$out_dir/logs/$tag-rank$r.log"
     (
-      # UCX_TLS=tcp: without it UCX would pick shared memory between the namespaces (same
-      # machine) and the traffic would never cross the shaped links.
-      ip netns exec "$ns" env TERSE_RANK=$r TERSE_WORLD_SIZE=$ranks TERSE_STORE="$store" \
-        UCX_TLS=tcp UCX_NET_DEVICES=eth0 \
+      # $ucx_tls: see above. Ranks of one host share its address, so their TCP (--node-link tcp)
+      # goes over the namespace's loopback, unshaped.
+      ip netns exec "$ns" env TERSE_RANK=$r TERSE_WORLD_SIZE=$total_ranks TERSE_STORE="$store" \
+        TERSE_NODE="$ns" TERSE_LOCAL_RANK=$((r % ranks_per_host)) TERSE_LOCAL_SIZE=$ranks_per_host \
+        UCX_TLS=$ucx_tls UCX_NET_DEVICES=eth0 \
         "$terse_bench" allreduce -b "$size" -e "$size" -n "$iters" -w "$warmup" \
         "${codec_args[@]}" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
       echo $rc >"$rc_dir/rank$r.rc"
     ) &
   done
-  if ! wait_ranks "[$run_index/$run_total] terse $size at $rate Gbit/s" "$rc_dir" "$ranks"; then
+  if ! wait_ranks "[$run_index/$run_total] terse $size at $rate Gbit/s" "$rc_dir" "$total_ranks"; then
     wait
     show_logs "$out_dir/logs/$tag"-rank*.log
     exit 1
@@ -397,8 +459,9 @@ run_terse() {
 
 write_mpi_launcher() {
   # mpirun's remote-shell agent: host terse-hK means "run in namespace terse-hK with its own
-  # host name", so one mpirun started in terse-h1 places one rank per emulated host. Any other
-  # host name is refused, so nothing can be started outside our namespaces.
+  # host name", so one mpirun started in terse-h1 places --ranks-per-host ranks on each emulated
+  # host (slots=K, filled in order as terse's ranks are). Any other host name is refused, so
+  # nothing can be started outside our namespaces.
   local agent="$out_dir/mpi/launch-agent.sh" hostfile="$out_dir/mpi/hostfile" i allowed=""
   mkdir -p "$out_dir/mpi"
   for ((i = 1; i <= ranks; i++)); do allowed+="$(host_ns $i)|"; done
@@ -416,7 +479,7 @@ exec ip netns exec "\$host" unshare --uts sh -c "hostname \$host && \$*"
 EOF
   chmod +x "$agent"
   : >"$hostfile"
-  for ((i = 1; i <= ranks; i++)); do echo "$(host_ns $i) slots=1" >>"$hostfile"; done
+  for ((i = 1; i <= ranks; i++)); do echo "$(host_ns $i) slots=$ranks_per_host" >>"$hostfile"; done
 }
 
 run_mpi() {
@@ -427,11 +490,13 @@ run_mpi() {
   t0=$(date +%s)
   local json="$out_dir/raw/$tag.json" log="$out_dir/logs/$tag.log"
   (
-    # pml ob1 + btl tcp: OpenMPI's own TCP path over eth0 (pml ucx would pick shared memory).
+    # pml ob1 + btl tcp: OpenMPI's own TCP path over eth0 (pml ucx would pick shared memory);
+    # ranks of one host reach each other over TCP on its loopback, as terse's do.
     ip netns exec "$(host_ns 1)" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$(host_ns 1)" \
-      mpirun --allow-run-as-root --oversubscribe -np "$ranks" --hostfile "$out_dir/mpi/hostfile" \
+      mpirun --allow-run-as-root --oversubscribe -np "$total_ranks" --map-by slot \
+      --hostfile "$out_dir/mpi/hostfile" \
       --mca plm_rsh_agent "$out_dir/mpi/launch-agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-      --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+      --mca pml ob1 --mca btl "$mpi_btl" --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
       -x UCX_TLS=tcp -x UCX_NET_DEVICES=eth0 \
       "$mpi_bench" -b "$size" -e "$size" -n "$iters" -w "$warmup" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
     echo $rc >"$rc_dir/mpirun.rc"
@@ -481,7 +546,10 @@ cat >"$out_dir/setup.json" <<EOF
   "command": "$(command_line | sed 's/\\/\\\\/g; s/"/\\"/g')",
   "date_utc": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "git_commit": "$(git -C "$root_dir" rev-parse --short HEAD 2>/dev/null || echo unknown)",
-  "ranks": $ranks,
+  "ranks": $total_ranks,
+  "hosts": $ranks,
+  "ranks_per_host": $ranks_per_host,
+  "algos": "$(echo $algos)",
   "rates_gbit": [$(echo $rates | sed 's/ /, /g')],
   "sizes": [$(for s in $sizes; do printf '"%s",' "$s"; done | sed 's/,$//')],
   "codecs": "$(echo $codecs)",
@@ -491,13 +559,14 @@ cat >"$out_dir/setup.json" <<EOF
   "kernel": "$(uname -r)",
   "cpu_model": "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/"/\\"/g')",
   "shaping": "tc tbf on both ends of each veth (host eth0 and bridge port), burst max(256 KiB, 1 ms at rate), latency 50ms",
-  "terse_transport": "UCX_TLS=tcp UCX_NET_DEVICES=eth0",
+  "node_link": "$node_link",
+  "terse_transport": "UCX_TLS=$ucx_tls UCX_NET_DEVICES=eth0, TERSE_NODE=<host namespace>",
   "openmpi": "$(mpirun --version 2>/dev/null | head -n1 | sed 's/"/\\"/g')",
-  "openmpi_flags": "--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include eth0"
+  "openmpi_flags": "--mca pml ob1 --mca btl $mpi_btl --mca btl_tcp_if_include eth0"
 }
 EOF
 
-echo "bench-network: $ranks emulated hosts ($(host_ns 1)..$(host_ns $ranks), bridge in $bridge_ns), rates: $rates Gbit/s, sizes: $sizes, results in $out_dir"
+echo "bench-network: $ranks emulated hosts x $ranks_per_host rank(s) ($(host_ns 1)..$(host_ns $ranks), bridge in $bridge_ns), node link: $node_link, algorithms: $algos, rates: $rates Gbit/s, sizes: $sizes, results in $out_dir"
 setup_topology
 ((do_mpi)) && write_mpi_launcher
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End to end: a tiny sweep of scripts/bench-network.sh (2 emulated hosts, 1 Gbit/s, 4 MiB, codecs
 # none, int8 and auto:max=onebit, OpenMPI when built) must produce JSON, Markdown and PNGs whose
-# rows match what was asked (auto's rows naming its pick), and leave no namespace behind; then a
-# run interrupted with Ctrl-C (SIGINT) mid-benchmark must fail and leave none behind either.
+# rows match what was asked (auto's rows naming its pick), and leave no namespace behind; then
+# 2 hosts x 2 ranks (--ranks-per-host 2, flat and twolevel) must give terse 2 nodes of 2 ranks and
+# a row per codec and algorithm; then a run interrupted with Ctrl-C (SIGINT) mid-benchmark must
+# fail and leave none behind either.
 # Skips (77) when this machine cannot emulate links.
 set -euo pipefail
 src=${1:?usage: e2e_test.sh SOURCE_DIR BUILD_DIR}
@@ -65,13 +67,66 @@ grep -q '| 1 | 4M | int8 |' "$out/results.md" || { echo "FAIL: no int8 row in re
 grep -q '| 1 | 4M | auto (picked [a-z0-9]*) |' "$out/results.md" ||
   { echo "FAIL: no auto row naming its pick in results.md"; fails=1; }
 
+# Two ranks per emulated host, both algorithms, OpenMPI with two slots per host when built; the
+# ranks of a host over TCP on its loopback, then over shared memory (--node-link shm), while the
+# hosts keep their shaped links either way.
+out3=""
+trap 'rm -rf "$out" "$out3"' EXIT
+for link in tcp shm; do
+out3=$(mktemp -d)
+set +e
+bash "$src/scripts/bench-network.sh" --ranks 2 --ranks-per-host 2 --algos "flat twolevel" --rates 1 \
+  --node-link "$link" --sizes 4M --codecs "none int8" --iters 2 --warmup 1 --timeout 50 --no-probe --prefix "$prefix" \
+  --build-dir "$build" --out "$out3" $mpi
+rc3=$?
+set -e
+left=$(ip netns list | awk '{print $1}' | grep "^$prefix-" || true)
+[[ -z $left ]] || { echo "FAIL: namespaces left after the 2x2 $link run: $left"; for ns in $left; do ip netns del "$ns" || true; done; fails=1; }
+if [[ $rc3 -ne 0 ]]; then
+  echo "FAIL: bench-network.sh --ranks-per-host 2 --node-link $link exited with $rc3"
+  fails=1
+else
+  # TERSE_NODE per host namespace: terse must see the hosts as nodes.
+  grep -q '^# nodes: 2 nodes x 2 ranks; two-level: available' "$out3/logs/terse-1gbit-4M-rank0.log" ||
+    { echo "FAIL: terse did not see 2 nodes of 2 ranks:"; head -3 "$out3/logs/terse-1gbit-4M-rank0.log"; fails=1; }
+  # The transport's own report (terse-bench's header): shared memory inside a host only when asked.
+  if [[ $link == shm ]]; then
+    grep -q '^# terse-bench allreduce: 4 ranks over ucx(.*node: .*shared memory' "$out3/logs/terse-1gbit-4M-rank0.log" ||
+      { echo "FAIL: --node-link shm, but terse reports no shared memory:"; head -1 "$out3/logs/terse-1gbit-4M-rank0.log"; fails=1; }
+  elif grep -q 'shared memory' "$out3/logs/terse-1gbit-4M-rank0.log"; then
+    echo "FAIL: --node-link tcp, but terse reports shared memory"; fails=1
+  fi
+  [[ -s $out3/algo-speedup.png ]] || { echo "FAIL: algo-speedup.png missing (2x2 run)"; fails=1; }
+  grep -q 'twolevel speedup over flat' "$out3/results.md" || { echo "FAIL: no side-by-side table in results.md"; fails=1; }
+  /usr/bin/python3 - "$out3/results.json" "$expect_mpi" <<'PY' || fails=1
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+terse = {(r["codec"], r["algorithm"]) for r in rows if r["impl"] == "terse"}
+want = {(c, a) for c in ("none", "int8") for a in ("flat", "twolevel")}
+assert terse == want, f"terse rows {terse}, expected {want}"
+assert sum(r["impl"] == "openmpi" for r in rows) == (1 if sys.argv[2] == "1" else 0), rows
+for r in rows:
+    assert r["ranks"] == 4 and r["time_us"] > 0, r
+    if r["impl"] == "terse" and r["codec"] == "none":
+        assert r["maxrelerr"] < 1e-5, r
+    # Flat none is a ring that crosses each host boundary once per rank pair: 1.5 x 4 MiB per
+    # host at 1 Gbit/s, so its busbw cannot beat the line rate unless the shaping was bypassed.
+    if r["impl"] == "terse" and r["codec"] == "none" and r["algorithm"] == "flat":
+        assert r["busbw_gbs"] < 0.125 * 1.2, f"flat none busbw {r['busbw_gbs']} GB/s: shaping bypassed?"
+    if r["impl"] == "terse" and r["algorithm"] == "twolevel":
+        assert r["speedup_vs_flat"] is not None and r["speedup_vs_flat"] > 0, r
+PY
+fi
+rm -rf "$out3"
+done
+
 # Ctrl-C in the middle of a run: bench-network.sh must stop its ranks, remove every namespace it
 # made and exit non-zero. Job control (set -m) starts it in a process group of its own to
 # signal, as a terminal would (without it bash starts background jobs with SIGINT ignored, and
 # an ignored signal cannot be trapped); the benchmark is long enough (many calls at 1 Gbit/s) to
 # be caught mid-run.
 out2=$(mktemp -d)
-trap 'rm -rf "$out" "$out2"' EXIT
+trap 'rm -rf "$out" "$out2" "$out3"' EXIT
 set -m
 bash "$src/scripts/bench-network.sh" --ranks 2 --rates 1 --sizes 16M --codecs none \
   --iters 200 --warmup 1 --timeout 120 --prefix "$prefix" --build-dir "$build" --out "$out2" \

@@ -82,5 +82,69 @@ got = {(r["rate_gbit"], r["bytes"], r["codec"]): r["speedup_vs_none"] for r in r
 assert abs(got[(1.0, 1048576, "int8")] - 4.0) < 1e-9, got
 assert abs(got[(1.0, 4194304, "OpenMPI")] - 0.8) < 1e-9, got
 PY
+
+# Two algorithms (bench-network.sh --ranks-per-host 2 --algos "flat twolevel"): rows carry
+# "algorithm"; speedup over none is within one algorithm, speedup over flat is time(flat, same
+# codec) / time(row), and the side-by-side table pairs each codec's algorithms.
+dir2="$dir/algos"
+mkdir -p "$dir2/raw"
+echo '{"ranks": 4, "hosts": 2, "ranks_per_host": 2, "algos": "flat twolevel", "iters": 3, "warmup": 1, "cpus": 2, "command": "fixture"}' >"$dir2/setup.json"
+algo_rows() {
+  # bytes codec algorithm time_us err
+  local first=1 bytes codec algo t err
+  echo "["
+  while read -r bytes codec algo t err; do
+    ((first)) || echo ","
+    first=0
+    awk -v b="$bytes" -v c="$codec" -v a="$algo" -v t="$t" -v e="$err" 'BEGIN {
+      printf "{\"collective\": \"allreduce\", \"ranks\": 4, \"bytes\": %d, \"codec\": \"%s\", \"algorithm\": \"%s\", \"time_us\": %s, \"algbw_gbs\": %f, \"busbw_gbs\": %f, \"wire_bytes\": %d, \"ratio\": 1, \"maxrelerr\": %s}", b, c, a, t, b / t / 1000, 1.5 * b / t / 1000, b, e }'
+  done
+  echo "]"
+}
+printf '%s\n' "1048576 none flat 20000 1e-7" "1048576 int8 flat 8000 7e-3" \
+  "1048576 none twolevel 16000 1e-7" "1048576 int8 twolevel 5000 6e-3" | algo_rows >"$dir2/raw/t-1M.json"
+printf '%s\n' "4194304 none flat 80000 1e-7" "4194304 int8 flat 32000 7e-3" \
+  "4194304 none twolevel 64000 1e-7" "4194304 int8 twolevel 16000 6e-3" | algo_rows >"$dir2/raw/t-4M.json"
+mpi_rows 4194304 100000 >"$dir2/raw/m-4M.json"
+{
+  echo '{"impl": "terse", "rate_gbit": 1, "size": "1M", "file": "raw/t-1M.json", "probe_gbit": null, "seconds": 1}'
+  echo '{"impl": "terse", "rate_gbit": 1, "size": "4M", "file": "raw/t-4M.json", "probe_gbit": null, "seconds": 1}'
+  echo '{"impl": "openmpi", "rate_gbit": 1, "size": "4M", "file": "raw/m-4M.json", "probe_gbit": null, "seconds": 1}'
+} >"$dir2/runs.jsonl"
+"$py" "$src/bench/plot_network.py" "$dir2"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+expect_algo_row() {
+  # size codec algo speedup-over-none speedup-over-flat
+  if ! grep -Eq "^\| 1 \| $1 \| $2 \| $3 \| [0-9.]+ \| [0-9.]+ \| $4 \| $5 \|" "$dir2/results.md"; then
+    echo "FAIL: no row '| 1 | $1 | $2 | $3 | ... | $4 | $5 |' in the two-algorithm results.md"
+    fails=1
+  fi
+}
+expect_algo_row 1M none flat 1.00x -
+expect_algo_row 1M int8 flat "$(ratio 20000 8000)" -
+expect_algo_row 1M none twolevel 1.00x "$(ratio 20000 16000)"
+expect_algo_row 1M int8 twolevel "$(ratio 16000 5000)" "$(ratio 8000 5000)"
+expect_algo_row 4M int8 twolevel "$(ratio 64000 16000)" "$(ratio 32000 16000)"
+# Side by side: flat time, flat err, twolevel time, twolevel err, speedup.
+if ! grep -Eq "^\| 1 \| 4M \| int8 \| 32.0 \| 7.00e-03 \| 16.0 \| 6.00e-03 \| $(ratio 32000 16000) \|" "$dir2/results.md"; then
+  echo "FAIL: no side-by-side row for int8 at 4M in the two-algorithm results.md"
+  fails=1
+fi
+for png in busbw-1gbit.png speedup.png algo-speedup.png; do
+  if [[ $(head -c 8 "$dir2/$png" 2>/dev/null | od -An -tx1 | tr -d ' \n') != 89504e470d0a1a0a ]]; then
+    echo "FAIL: $png missing or not a PNG (two algorithms)"
+    fails=1
+  fi
+done
+"$py" - "$dir2/results.json" <<'PY' || fails=1
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+assert len(rows) == 9, len(rows)
+by = {(r["bytes"], r["codec"], r["algorithm"]): r for r in rows}
+assert abs(by[(1048576, "int8", "twolevel")]["speedup_vs_flat"] - 8000 / 5000) < 1e-9, by
+assert by[(1048576, "int8", "flat")]["speedup_vs_flat"] is None
+assert by[(1048576, "int8", "twolevel")]["series"] == "int8 twolevel"
+assert abs(by[(4194304, "none", "twolevel")]["speedup_vs_none"] - 1.0) < 1e-9
+PY
 ((fails == 0)) && echo "plot_network.py: all checks passed"
 exit $fails
