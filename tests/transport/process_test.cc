@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "patterns.h"
 #include "process_harness.h"
+#include "terse/api/internal.h"
 #include "terse/communicator.h"
 #include "terse/transport/transport.h"
 
@@ -46,8 +47,8 @@ int trafficBody(int rank) {
   }
   Communicator& c = **comm;
   if (c.rank() != rank) return 3;
-  ringBothDirections(c.transport(), ringSizes(c.size()));
-  manyInFlight(c.transport(), c.size() <= 4 ? 32 : 12, 2);
+  ringBothDirections(transportOf(c), ringSizes(c.size()));
+  manyInFlight(transportOf(c), c.size() <= 4 ? 32 : 12, 2);
   Status b = c.barrier();
   if (!b.isOk()) {
     reportFromChild(b.toString());
@@ -124,7 +125,7 @@ TEST_P(KillTest, SigkilledRankIsNamedByEveryOther) {
           return 2;
         }
         Communicator& c = **comm;
-        Transport& t = c.transport();
+        Transport& t = transportOf(c);
         if (!c.barrier().isOk()) return 5;  // everyone is connected before the kill
         std::vector<uint8_t> out(kBytes, 0x11), in(kBytes);
         if (rank == kVictim) {
@@ -194,8 +195,8 @@ TEST(ProcessKill, SendToDeadPeerOverSharedMemoryIsARemoteError) {
         Status s;
         for (int i = 0; i < 64 && s.isOk(); ++i) {
           TransportRequest* r = nullptr;
-          s = c.transport().isend(1, 77, message.data(), message.size(), &r);
-          if (s.isOk()) s = c.transport().wait(r, nullptr, c.timeout());
+          s = transportOf(c).isend(1, 77, message.data(), message.size(), &r);
+          if (s.isOk()) s = transportOf(c).wait(r, nullptr, c.timeout());
         }
         reportFromChild(s.toString());
         return 0;
@@ -229,7 +230,7 @@ TEST_P(ExitedPeerTest, MessagesOfAPeerThatExitedAreStillDelivered) {
           reportFromChild("setup: " + comm.status().toString());
           return 2;
         }
-        Transport& t = (*comm)->transport();
+        Transport& t = transportOf(**comm);
         if (!(*comm)->barrier().isOk()) return 3;
         std::vector<std::vector<uint8_t>> bufs(kEarly + kLate, std::vector<uint8_t>(kBytes));
         if (rank == 1) {
