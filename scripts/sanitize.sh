@@ -29,7 +29,8 @@ declare -A label_targets=(
   [common]="common_test"
   [rendezvous]="rendezvous_test launcher_test terse-run terse-bench"
   [transport]="transport_test communicator_test"
-  [process]="transport_process_test api_process_test fault_process_test misuse_c_test terse-run"
+  [process]="transport_process_test api_process_test fault_process_test misuse_c_test terse-run
+    terse-bench"
   [collectives]="collectives_test"
   [api]="c_api_test c_api_onebit_adam_test misuse_test stats_test split_test terse-run
     allreduce-example"

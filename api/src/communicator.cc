@@ -319,7 +319,7 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
     return storeAllGather(store, scope, rank, size, mine, timeout);
   };
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
-                         createUcxTransport(rank, size, exchange, timeout));
+                         createUcxTransport(rank, size, exchange, timeout, topology.nodeOfRank));
   TERSE_INFO(kSubsysInit,
              "rank %d of %d: communicator over %s (store %s, timeout %lld ms); %s, this rank is "
              "local rank %d of %d on node %d",

@@ -290,7 +290,7 @@ TEST(TwoLevel, ErrorFeedbackMatchesTheModelAndConverges) {
   for (std::string spec : {"onebit", "topk:ratio=0.05"}) {
     for (const Layout& layout : {blocks(2, 2), Layout{"3x2 interleaved", {2, 0, 1, 0, 2, 1}}}) {
       const int n = static_cast<int>(layout.nodeOfRank.size());
-      const size_t count = 20000;
+      const size_t count = 6000;
       auto codec = codecOf(spec);
       std::vector<ErrorFeedback> ef;
       for (int r = 0; r < n; ++r) ef.push_back(ErrorFeedback::create(codec->spec(), count).value());
@@ -302,7 +302,7 @@ TEST(TwoLevel, ErrorFeedbackMatchesTheModelAndConverges) {
         for (size_t i = 0; i < count; ++i)
           truth[i] += loadElement(DataType::kFloat32, in[r].data(), i) / n;
       }
-      const int steps = 120;
+      const int steps = 60;
       double midErr = 0, lastErr = 0;
       for (int step = 0; step < steps; ++step) {
         const std::string what = layout.name + " " + spec + " step " + std::to_string(step);

@@ -13,7 +13,8 @@
 
 namespace terse {
 
-// Bounds on a published blob's parts. gethostname() names fit in 255 bytes; UCX worker addresses
+// Bounds on a published blob's parts. The host part (the host's name, boot id and pid namespace,
+// see hostIdentity() in ucx.cc) fits in 255 bytes; UCX worker addresses
 // are a few hundred bytes to a few KiB (one entry per device and transport), so 64 KiB is far
 // above any real one while still refusing a blob that is mostly garbage.
 constexpr size_t kMaxPeerHostBytes = 255;
@@ -21,7 +22,7 @@ constexpr size_t kMaxPeerWorkerAddressBytes = 64 << 10;
 
 // A UCX rank's published blob: "<host>\0<pid in decimal>\0<worker address bytes>".
 struct PeerBlob {
-  std::string host;
+  std::string host;  // the host identity: equal ones mean that the pid names a process here
   int pid = 0;
   std::string address;  // opaque bytes for ucp_ep_create
 };

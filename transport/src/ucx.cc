@@ -3,6 +3,7 @@
 #include "terse/transport/fault.h"
 
 #include "peer_input.h"
+#include "ucx_text.h"
 #include "request.h"
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
@@ -12,11 +13,13 @@
 #include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <initializer_list>
 #include <string>
 
@@ -121,6 +124,42 @@ bool onlyTcp(const char* tls) {
   return std::string(tls).find("tcp") != std::string::npos && tlsListOnly(tls, {"tcp", "self"});
 }
 
+// The UCX transports an endpoint's lanes use, in lane order without repeats ("sysv,cma"). UCX 1.13
+// has no query for them (ucp_ep_query reports names and socket addresses only), so this reads the
+// lane table that ucp_ep_print_info writes: "lane[0]:  3:sysv/memory.0 md[2] -> ...".
+std::string endpointTransports(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* f = open_memstream(&text, &length);
+  if (f == nullptr) return "?";
+  ucp_ep_print_info(ep, f);
+  std::fclose(f);
+  std::string info(text, length);
+  std::free(text);
+  return ucxLaneTransports(info);
+}
+
+// What makes a pid from another rank name a process here: the same host name, the same boot of
+// the kernel (host names repeat across machines and containers) and the same pid namespace
+// (containers on one host each number their processes from 1). Ranks whose identities are equal
+// can watch each other's processes (checkPeerProcesses).
+std::string hostIdentity() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) std::strcpy(name, "unknown");
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat ns {};
+  std::string pidns = "?";
+  if (stat("/proc/self/ns/pid", &ns) == 0)
+    pidns = std::to_string(static_cast<unsigned long long>(ns.st_dev)) + ":" +
+            std::to_string(static_cast<unsigned long long>(ns.st_ino));
+  std::string id = std::string(name) + " boot " + boot + " pidns " + pidns;
+  // Without /proc nothing proves that another rank's pid is a process here: an identity that
+  // matches no other rank's keeps every peer on UCX's own failure reporting.
+  if (boot.empty() || pidns == "?") id += " pid " + std::to_string(getpid());
+  return id.substr(0, kMaxPeerHostBytes);
+}
+
 struct PeerErrorArg {
   UcxTransport* self;
   int peer;
@@ -128,10 +167,11 @@ struct PeerErrorArg {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(int rank, int size, std::chrono::milliseconds timeout)
+  UcxTransport(int rank, int size, std::chrono::milliseconds timeout, std::vector<int> nodeOfRank)
       : rank_(rank),
         size_(size),
         timeout_(timeout),
+        nodeOfRank_(std::move(nodeOfRank)),
         eps_(size, nullptr),
         peerFailed_(size),
         droppedOnly_(size, false),
@@ -139,7 +179,8 @@ class UcxTransport final : public Transport {
     for (int p = 0; p < size; ++p) errArgs_[p] = {this, p};
     failedQueue_.reserve(size);
     const char* tls = std::getenv("UCX_TLS");
-    describe_ = std::string("ucx(") + (tls && *tls ? tls : "all") + ")";
+    tls_ = tls && *tls ? tls : "all";
+    describe_ = "ucx(" + tls_ + ")";
     // With only shared-memory transports allowed, asking UCX for a PEER-mode endpoint just makes
     // it log an error before we fall back; skip the question.
     peerModeUnreachable_ = tls && *tls && onlySharedMemory(tls);
@@ -187,8 +228,10 @@ class UcxTransport final : public Transport {
     size_t length = 0;
     s = ucp_worker_get_address(worker_, &address, &length);
     if (s != UCS_OK) return errorSystem("ucp_worker_get_address failed (%s)", ucs_status_string(s));
-    // What peers need: our host and pid (for the liveness check below) and the worker address.
-    PeerBlob self{hostName(), static_cast<int>(getpid()),
+    // What peers need: our host identity and pid (for the liveness check below) and the worker
+    // address.
+    const std::string myHost = hostIdentity();
+    PeerBlob self{myHost, static_cast<int>(getpid()),
                   std::string(reinterpret_cast<const char*>(address), length)};
     ucp_worker_release_address(worker_, address);
     std::string mine = encodePeerBlob(self);
@@ -196,7 +239,6 @@ class UcxTransport final : public Transport {
     if (static_cast<int>(blobs.size()) != size_)
       return errorInternal("worker address exchange returned %zu addresses for %d ranks",
                            blobs.size(), size_);
-    const std::string myHost = hostName();
     for (int p = 0; p < size_; ++p) {
       // Another process's bytes: an empty address would reach ucp_ep_create, and a pid of 0 or
       // below would make the liveness check signal a process group.
@@ -207,10 +249,54 @@ class UcxTransport final : public Transport {
       info.sameHost = blob.host == myHost;
       info.pid = blob.pid;
       info.address = std::move(blob.address);
+      // Same node in the topology and a process this rank can watch: see ucx.h.
+      info.sameNode = p != rank_ && ucxTlsAllowsSharedMemory(tls_) &&
+                      static_cast<int>(nodeOfRank_.size()) == size_ &&
+                      nodeOfRank_[p] == nodeOfRank_[rank_] && info.sameHost && info.pid != getpid();
       peers_.push_back(std::move(info));
     }
+    TERSE_RETURN_IF_ERROR(connectSameNode());
     TERSE_INFO(kSubsysNet, "rank %d: UCX transport %s ready (%zu-byte worker address)", rank_,
                describe_.c_str(), length);
+    return Status::ok();
+  }
+
+  // Connects to the ranks on this node now, so that what carries their bytes is known from the
+  // start (describe(), the INFO line) rather than after the first message. Over shared memory an
+  // endpoint is a local affair: nothing is sent to the peer.
+  Status connectSameNode() {
+    std::vector<int> local;
+    std::string transports;  // every transport of every same-node endpoint, once
+    bool shm = true;         // every same-node endpoint uses a shared-memory transport
+    for (int p = 0; p < size_; ++p) {
+      if (!peers_[p].sameNode) continue;
+      ucp_ep_h ep = nullptr;
+      TERSE_RETURN_IF_ERROR(endpoint(p, &ep));
+      local.push_back(p);
+      shm = shm && ucxUsesSharedMemory(peers_[p].transports);
+      size_t start = 0;
+      const std::string& mine = peers_[p].transports;
+      while (start <= mine.size()) {
+        size_t end = mine.find(',', start);
+        if (end == std::string::npos) end = mine.size();
+        const std::string tl = mine.substr(start, end - start);
+        if (("," + transports + ",").find("," + tl + ",") == std::string::npos)
+          transports += (transports.empty() ? "" : ",") + tl;
+        start = end + 1;
+      }
+    }
+    if (local.empty()) return Status::ok();
+    // "ucx(all; node: sysv,cma shared memory)": UCX_TLS (or "all"), then what UCX chose for
+    // this node's ranks.
+    describe_.pop_back();
+    describe_ += "; node: " + transports + (shm ? " shared memory)" : ")");
+    std::string ranks;
+    for (int p : local) ranks += (ranks.empty() ? "" : ",") + std::to_string(p);
+    TERSE_INFO(kSubsysNet,
+               "rank %d: same-node ranks %s over %s (%s); a dead one is noticed by watching its "
+               "process, one that aborts or leaves says so before it goes",
+               rank_, ranks.c_str(), transports.c_str(),
+               shm ? "shared memory" : "not all of them over shared memory: UCX's choice");
     return Status::ok();
   }
 
@@ -357,7 +443,17 @@ class UcxTransport final : public Transport {
     if (worker_ == nullptr) return;  // aborted
     ucp_worker_progress(worker_);
     if (!failedQueue_.empty()) closeFailedPeers();
-    if (watchingPids_) checkPeerProcesses();
+    if (watchingPids_) {
+      // Both checks at a low rate: progress() runs once per test() of every small message, and
+      // a probe per same-node peer on each call cost 10% of the small-message rate (terse-bench
+      // p2p -b 64 over shared memory). A notice is seen within a millisecond.
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= nextNoticeCheck_) {
+        nextNoticeCheck_ = now + std::chrono::milliseconds(1);
+        checkLeavingNotices();
+      }
+      checkPeerProcesses(now);
+    }
     if (aborted_.load(std::memory_order_relaxed) && !abortHandled_) handleAbort();
   }
 
@@ -395,6 +491,7 @@ class UcxTransport final : public Transport {
     abortHandled_ = true;
     Status why = abortStatus();
     TERSE_INFO(kSubsysNet, "rank %d: aborting: %s", rank_, why.message().c_str());
+    sendLeavingNotices();
     for (int p = 0; p < size_; ++p)
       if (peerFailed_[p].isOk()) failPeer(p, why);
     drainWorker();
@@ -416,14 +513,87 @@ class UcxTransport final : public Transport {
       else
         r->state.store(kReqDone, std::memory_order_release);
     }
+    discardNotices();
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
 
+  // Peers whose endpoints cannot report failure (watchPid) do not see our connections drop when
+  // we abort or close: an endpoint over shared memory is a local affair (a FIFO in the peer's
+  // segment). So we tell them: an empty message on the failure-notice tag, after any notice
+  // giveUpOnWorld sent with the reason (give_up.h), which it thus cannot overtake. A peer's
+  // process watch would notice only when we exit, which an aborted rank may not do for long.
+  void sendLeavingNotices() {
+    static const char kNothing = 0;
+    std::vector<ucs_status_ptr_t> sending;
+    for (int p = 0; p < size_; ++p) {
+      if (!peers_[p].watchPid || !peerFailed_[p].isOk() || eps_[p] == nullptr) continue;
+      ucp_request_param_t param{};
+      ucs_status_ptr_t sp =
+          ucp_tag_send_nbx(eps_[p], &kNothing, 0, wireTag(rank_, kFailureNoticeTag), &param);
+      if (UCS_PTR_IS_PTR(sp)) sending.push_back(sp);
+    }
+    // A 0-byte message over shared memory is normally written into the peer's FIFO at once; a
+    // full FIFO gets a moment (the peer may be gone, so not more).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    for (ucs_status_ptr_t sp : sending) {
+      while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+             std::chrono::steady_clock::now() < deadline)
+        ucp_worker_progress(worker_);
+      if (ucp_request_check_status(sp) == UCS_INPROGRESS) ucp_request_cancel(worker_, sp);
+      ucp_request_free(sp);
+    }
+  }
+
+  // Just before the worker goes: receives the notices nobody asked for (peers that left with us
+  // at the end of a job), which UCX would otherwise report one by one as unmatched at
+  // ucp_worker_destroy.
+  void discardNotices() {
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      ucp_tag_recv_info_t info{};
+      for (int n = 0; n < 16; ++n) {
+        ucp_tag_message_h m =
+            ucp_tag_probe_nb(worker_, wireTag(p, kFailureNoticeTag), kFullMask, 1, &info);
+        if (m == nullptr) break;
+        // Into a member: should UCX still hold the request when we give up on it below, the
+        // buffer outlives the worker. A longer message is truncated, which is fine here.
+        ucp_request_param_t param{};
+        ucs_status_ptr_t sp =
+            ucp_tag_msg_recv_nbx(worker_, noticeSink_, sizeof noticeSink_, m, &param);
+        if (!UCS_PTR_IS_PTR(sp)) continue;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
+               std::chrono::steady_clock::now() < deadline)
+          ucp_worker_progress(worker_);
+        if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
+          ucp_request_cancel(worker_, sp);
+          ucp_request_free(sp);
+          return;  // the buffer is taken while UCX holds the request; leave the rest
+        }
+        ucp_request_free(sp);
+      }
+    }
+  }
+
+  // The receiving side of sendLeavingNotices(): a notice (empty, or giveUpOnWorld's with the
+  // reason) waiting in UCX's unexpected queue fails its sender. It stays queued, so that
+  // giveUpOnWorld can still read the reason and a receive posted now still gets it. Everything
+  // the peer sent before it was read first: one peer's messages arrive in order.
+  void checkLeavingNotices() {
+    for (int p = 0; p < size_; ++p) {
+      if (!peers_[p].watchPid || !peerFailed_[p].isOk() || !alreadyArrived(p, kFailureNoticeTag))
+        continue;
+      failPeer(p, errorRemote("rank %d aborted or closed its transport (it said so before it "
+                              "went; its log says why)",
+                              p));
+      TERSE_INFO(kSubsysNet, "rank %d: %s", rank_, peerFailed_[p].message().c_str());
+    }
+  }
+
   // For peers whose endpoints cannot report failure: a peer process that has exited (or is a
   // zombie) is failed, at most every 100 ms.
-  void checkPeerProcesses() {
-    auto now = std::chrono::steady_clock::now();
+  void checkPeerProcesses(std::chrono::steady_clock::time_point now) {
     if (now < nextPidCheck_) return;
     nextPidCheck_ = now + std::chrono::milliseconds(100);
     bool drained = false;
@@ -452,12 +622,6 @@ class UcxTransport final : public Transport {
     if (n == 0 || close == nullptr || close[1] == '\0') return true;
     char state = close[2];
     return state != 'Z' && state != 'X';
-  }
-
-  static std::string hostName() {
-    char name[256] = {};
-    if (gethostname(name, sizeof name - 1) != 0) return "unknown";
-    return name;
   }
 
   // Called by UCX from inside ucp_worker_progress.
@@ -531,8 +695,11 @@ class UcxTransport final : public Transport {
       params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                           UCP_EP_PARAM_FIELD_ERR_HANDLER;
       params.address = reinterpret_cast<const ucp_address_t*>(peers_[peer].address.data());
-      params.err_mode =
-          peerModeUnreachable_ ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+      // Same-node peers go without peer-failure reporting so that UCX may use shared memory
+      // (ucx.h).
+      const bool sameNode = peers_[peer].sameNode;
+      params.err_mode = peerModeUnreachable_ || sameNode ? UCP_ERR_HANDLING_MODE_NONE
+                                                         : UCP_ERR_HANDLING_MODE_PEER;
       params.err_handler.cb = &UcxTransport::onEndpointError;
       params.err_handler.arg = &errArgs_[peer];
       ucs_status_t s = ucp_ep_create(worker_, &params, &eps_[peer]);
@@ -545,10 +712,11 @@ class UcxTransport final : public Transport {
         s = ucp_ep_create(worker_, &params, &eps_[peer]);
       }
       if (s == UCS_OK && params.err_mode == UCP_ERR_HANDLING_MODE_NONE) {
-        TERSE_INFO(kSubsysNet,
-                   "rank %d: the transports to rank %d (%s) cannot report peer failure; a dead "
-                   "process on this host is noticed by polling it, others by the timeout",
-                   rank_, peer, describe_.c_str());
+        if (!sameNode)
+          TERSE_INFO(kSubsysNet,
+                     "rank %d: the transports to rank %d (%s) cannot report peer failure; a dead "
+                     "process on this host is noticed by polling it, others by the timeout",
+                     rank_, peer, describe_.c_str());
         if (peers_[peer].sameHost && peers_[peer].pid != getpid()) {
           peers_[peer].watchPid = true;
           watchingPids_ = true;
@@ -561,7 +729,11 @@ class UcxTransport final : public Transport {
             "UCX_NET_DEVICES allow a path between the two ranks",
             peer, ucs_status_string(s));
       }
-      TERSE_TRACE(kSubsysNet, "rank %d: endpoint to rank %d created", rank_, peer);
+      peers_[peer].transports = endpointTransports(eps_[peer]);
+      TERSE_TRACE(kSubsysNet, "rank %d: endpoint to rank %d created over %s (%s)", rank_, peer,
+                  peers_[peer].transports.c_str(),
+                  params.err_mode == UCP_ERR_HANDLING_MODE_PEER ? "UCX reports its failure"
+                                                                : "terse watches it");
     }
     *ep = eps_[peer];
     return Status::ok();
@@ -710,6 +882,7 @@ class UcxTransport final : public Transport {
 
   void shutdown() {
     if (worker_) {
+      sendLeavingNotices();
       const bool force = aborted_.load();
       std::vector<ucs_status_ptr_t> closing;
       for (int p = 0; p < size_; ++p) {
@@ -737,6 +910,7 @@ class UcxTransport final : public Transport {
           req->orphan = true;
         }
       drainWorker();
+      discardNotices();
       if (troubled() && purgeAssertsOnWireup()) {
         // See purgeAssertsOnWireup(): after a failure this UCX may abort the process in
         // ucp_worker_destroy, so the worker and its context are kept, never progressed again.
@@ -761,18 +935,23 @@ class UcxTransport final : public Transport {
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
+  const std::vector<int> nodeOfRank_;  // empty: unknown, every peer is treated as remote
+  std::string tls_;                    // UCX_TLS, or "all"
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   struct PeerInfo {
     std::string address;  // the UCX worker address
     int pid = 0;
-    bool sameHost = false;
-    bool watchPid = false;  // its endpoint cannot report failure; we poll its process instead
+    bool sameHost = false;   // same host identity (hostIdentity()): its pid names a process here
+    bool sameNode = false;   // same node in the topology and sameHost: see ucx.h
+    bool watchPid = false;   // its endpoint cannot report failure; we poll its process instead
+    std::string transports;  // what UCX chose for the endpoint ("sysv,cma"), once it exists
   };
   std::vector<PeerInfo> peers_;
   bool watchingPids_ = false;
   bool peerModeUnreachable_ = false;
   std::chrono::steady_clock::time_point nextPidCheck_{};
+  std::chrono::steady_clock::time_point nextNoticeCheck_{};
   std::vector<ucp_ep_h> eps_;
   std::vector<Status> peerFailed_;  // ok while the peer is healthy
   // Failed by disconnect() alone: the peer itself may be fine, so shutdown closes gracefully.
@@ -785,6 +964,7 @@ class UcxTransport final : public Transport {
   Status abortWhy_;
   RequestPool pool_;
   std::string describe_;
+  char noticeSink_[512];   // discardNotices() receives notices nobody asked for into it
   bool eagerTcp_ = false;  // UCX_TLS=tcp: rendezvous threshold raised (see onlyTcp())
   Status envError_;        // a malformed TERSE_UCX_TCP_EAGER, reported by init()
 };
@@ -793,14 +973,18 @@ class UcxTransport final : public Transport {
 
 Result<std::unique_ptr<Transport>> createUcxTransport(int rank, int size,
                                                       const AddressAllGather& allgather,
-                                                      std::chrono::milliseconds timeout) {
+                                                      std::chrono::milliseconds timeout,
+                                                      std::vector<int> nodeOfRank) {
   if (size < 1 || size > kMaxRanks)
     return errorInvalidArgument("world size %d is outside [1, 2^24]", size);
   if (rank < 0 || rank >= size)
     return errorInvalidArgument("rank %d is outside the world of %d ranks", rank, size);
   if (!allgather) return errorInvalidArgument("createUcxTransport: no address exchange given");
   TERSE_ASSIGN_OR_RETURN(std::vector<FaultRule> rules, faultRulesFromEnv());
-  auto t = std::make_unique<UcxTransport>(rank, size, timeout);
+  if (!nodeOfRank.empty() && static_cast<int>(nodeOfRank.size()) != size)
+    return errorInvalidArgument("createUcxTransport: %zu node numbers for a world of %d ranks",
+                                nodeOfRank.size(), size);
+  auto t = std::make_unique<UcxTransport>(rank, size, timeout, std::move(nodeOfRank));
   TERSE_RETURN_IF_ERROR(
       t->init(allgather).withContext("creating the UCX transport of rank " + std::to_string(rank)));
   return injectFaults(std::move(t), std::move(rules));
