@@ -377,9 +377,9 @@ TEST(SameNode, SharedMemoryWithoutUcxVariablesOnlyInsideANode) {
           return 2;
         }
         Communicator& c = **comm;
-        ringBothDirections(c.transport(), ringSizes(c.size()));
+        ringBothDirections(transportOf(c), ringSizes(c.size()));
         Status b = c.barrier();
-        reportFromChild(c.transport().describe() + (b.isOk() ? "" : " barrier: " + b.toString()));
+        reportFromChild(transportOf(c).describe() + (b.isOk() ? "" : " barrier: " + b.toString()));
         return b.isOk() ? 0 : 4;
       },
       std::chrono::seconds(120));
@@ -418,8 +418,8 @@ TEST_P(SameNodeFailureTest, SurvivorGetsARemoteErrorNamingThePeer) {
           return 2;
         }
         Communicator& c = **comm;
-        if (c.transport().describe().find("shared memory") == std::string::npos) {
-          reportFromChild("not over shared memory: " + c.transport().describe());
+        if (transportOf(c).describe().find("shared memory") == std::string::npos) {
+          reportFromChild("not over shared memory: " + transportOf(c).describe());
           return 3;
         }
         if (!c.barrier().isOk()) return 4;
@@ -427,8 +427,8 @@ TEST_P(SameNodeFailureTest, SurvivorGetsARemoteErrorNamingThePeer) {
         if (rank == 1) {
           if (how == "kill") {
             TransportRequest* r = nullptr;
-            (void)c.transport().isend(0, 9, buf.data(), kBytes, &r);
-            for (int i = 0; i < 2000; ++i) c.transport().progress();
+            (void)transportOf(c).isend(0, 9, buf.data(), kBytes, &r);
+            for (int i = 0; i < 2000; ++i) transportOf(c).progress();
             ::kill(::getpid(), SIGKILL);
           } else if (how == "abort") {
             c.abort(errorInternal("rank 1 stops on purpose"));
@@ -444,8 +444,8 @@ TEST_P(SameNodeFailureTest, SurvivorGetsARemoteErrorNamingThePeer) {
         TransportRequest* r = nullptr;
         // A tag rank 1 never sends (the killed rank's 64 MiB went to tag 9): only the failure can
         // end this receive.
-        Status s = c.transport().irecv(1, 10, buf.data(), kBytes, &r);
-        if (s.isOk()) s = c.transport().wait(r, nullptr, c.timeout());
+        Status s = transportOf(c).irecv(1, 10, buf.data(), kBytes, &r);
+        if (s.isOk()) s = transportOf(c).wait(r, nullptr, c.timeout());
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::chrono::steady_clock::now() - start)
                             .count();
