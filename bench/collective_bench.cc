@@ -10,6 +10,7 @@
 // the exact result recomputed from every rank's deterministic input.
 #include "subcommand.h"
 
+#include "terse/api/internal.h"
 #include "terse/collectives/engine.h"
 #include "terse/common/env.h"
 #include "terse/compressors/auto_spec.h"
@@ -226,8 +227,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
   FILE* json = nullptr;
   if (rank == 0) {
     std::printf("# terse-bench %s: %d ranks over %s, %s, %s, %d warmup + %d timed calls\n",
-                collectiveName(kind), n, comm.transport().describe().c_str(), dataTypeName(o.dtype),
-                reduceOpName(o.op), o.warmup, o.iters);
+                collectiveName(kind), n, transportOf(comm).describe().c_str(),
+                dataTypeName(o.dtype), reduceOpName(o.op), o.warmup, o.iters);
     std::printf(
         "# nodes: %s; two-level: %s\n", comm.topology().describe().c_str(),
         comm.twoLevelUnavailable().empty() ? "available" : comm.twoLevelUnavailable().c_str());
@@ -412,7 +413,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
                        "\"busbw_gbs\": %.6f, \"wire_bytes\": %.0f, \"ratio\": %.4f, "
                        "\"maxrelerr\": %.6e, \"chosen\": \"%s\"}",
                        firstRow ? "" : ",\n", collectiveName(kind), n,
-                       comm.transport().describe().c_str(), count * es, count,
+                       transportOf(comm).describe().c_str(), count * es, count,
                        dataTypeName(o.dtype), reduceOpName(o.op), label, plans[c].algoLabel.c_str(),
                        tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
                        o.check ? rel : 0.0, run.chosen.c_str());

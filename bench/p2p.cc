@@ -3,6 +3,7 @@
 // receives them), so scripts/bench-p2p.sh can print the two side by side. Run it with two ranks:
 //   terse-run -n 2 terse-bench p2p -b 1M -e 64M
 #include "subcommand.h"
+#include "terse/api/internal.h"
 #include "terse/communicator.h"
 #include "terse/transport/transport.h"
 
@@ -68,7 +69,7 @@ uint8_t patternAt(size_t i, long msg) { return static_cast<uint8_t>(i * 31 + msg
 // for rank 1's 1-byte acknowledgement. Returns the seconds rank 0 saw.
 Result<double> stream(Communicator& comm, std::vector<uint8_t>& buf, size_t bytes, long count,
                       int window, bool check, long* badMessages) {
-  Transport& t = comm.transport();
+  Transport& t = transportOf(comm);
   const auto timeout = comm.timeout();
   std::vector<TransportRequest*> slots(window, nullptr);
   const uint64_t kDataTag = 1, kAckTag = 2;
@@ -169,7 +170,7 @@ int p2pMain(int argc, char** argv) {
   std::vector<uint8_t> buf(o.maxBytes, 0x5A);
   if (c.rank() == 0) {
     std::printf("# terse-bench p2p: rank 0 -> rank 1 over %s, window %d\n",
-                c.transport().describe().c_str(), o.window);
+                transportOf(c).describe().c_str(), o.window);
     std::printf("# %12s %10s %12s %12s %10s\n", "bytes", "messages", "time(s)", "MB/s", "GB/s");
   }
   long badTotal = 0;

@@ -16,6 +16,7 @@
 // The first failure stops the run with the seed, the world and the call, and exit status 1.
 #include "subcommand.h"
 
+#include "terse/api/internal.h"
 #include "terse/collectives/reference.h"
 #include "terse/common/env.h"
 #include "terse/compressors/auto_spec.h"
@@ -308,7 +309,7 @@ struct Soak {
     setenv("TERSE_SEGMENT_BYTES", std::to_string(w.segmentBytes).c_str(), 1);
     setenv("TERSE_SMALL_BYTES", std::to_string(w.smallBytes).c_str(), 1);
     const auto timeout = std::chrono::milliseconds(120000);
-    if (!w.ucx) return Communicator::createInProcWorld(w.n, timeout);
+    if (!w.ucx) return createInProcWorld(w.n, timeout);
     auto store = createMemoryStore();
     std::vector<std::unique_ptr<Communicator>> comms(w.n);
     std::vector<Status> status(w.n);

@@ -6,7 +6,9 @@ function(terse_set_warnings target)
 endfunction()
 
 # terse_add_layer(<name> SOURCES ... DEPS ...): a library target terse_<name> with an alias
-# terse::<name>, public headers in <dir>/include, and the listed layers as its only dependencies.
+# terse::<name>, its headers in <dir>/include, and the listed layers as its only dependencies.
+# A layer's headers are terse's own and are not installed: users get include/terse/ only
+# (TerseInstall.cmake), which is self-contained.
 function(terse_add_layer name)
   cmake_parse_arguments(L "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(terse_${name} STATIC ${L_SOURCES})
@@ -18,7 +20,4 @@ function(terse_add_layer name)
   set_target_properties(terse_${name} PROPERTIES EXPORT_NAME ${name})
   terse_set_warnings(terse_${name})
   set_property(GLOBAL APPEND PROPERTY TERSE_LAYERS terse_${name})
-  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/include)
-    install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-  endif()
 endfunction()

@@ -2,6 +2,7 @@
 // line; every failure becomes a status code plus a thread-local message for terse_last_error().
 #include <terse/terse.h>
 
+#include "terse/api/internal.h"
 #include "terse/collectives/engine.h"
 #include "terse/common/logging.h"
 #include "terse/compressors/auto_spec.h"
@@ -28,16 +29,17 @@ struct terse_feedback {
 
 namespace terse {
 
-// The C API's way into Communicator's private rejection path (communicator.h befriends it).
-struct CApiAccess {
-  static Work reject(Communicator& comm, CollectiveKind kind, size_t count, Status why) {
-    CollectiveOp call;
-    call.kind = kind;
-    call.count = count;
-    return comm.submitRejected(call, std::move(why));
-  }
-};
+namespace {
 
+// A call the C API refused (an enum out of range) still takes its place in the ranks' sequence.
+Work rejectCall(Communicator& comm, CollectiveKind kind, size_t count, Status why) {
+  CollectiveOp call;
+  call.kind = kind;
+  call.count = count;
+  return submitRejected(comm, call, std::move(why));
+}
+
+}  // namespace
 }  // namespace terse
 
 namespace {
@@ -139,7 +141,7 @@ template <typename Submit>
 terse::Work collective(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind, size_t count,
                        int dtype, int op, Submit&& submit) {
   terse::Status bad = checkEnums(fn, dtype, op, kind != terse::CollectiveKind::kAllGather);
-  if (!bad.isOk()) return terse::CApiAccess::reject(*comm->comm, kind, count, std::move(bad));
+  if (!bad.isOk()) return terse::rejectCall(*comm->comm, kind, count, std::move(bad));
   return submit();
 }
 
@@ -155,8 +157,8 @@ terse_status_t submitAsync(terse_comm_t* comm, const char* fn, terse::Collective
     if (work == nullptr) {
       // No handle to give back: the call is refused, but it still takes its place among the
       // ranks' calls, so the peers fail it now rather than pair it with this rank's next one.
-      return done(terse::CApiAccess::reject(*comm->comm, kind, count,
-                                            terse::errorInvalidArgument("%s: work is NULL", fn))
+      return done(terse::rejectCall(*comm->comm, kind, count,
+                                    terse::errorInvalidArgument("%s: work is NULL", fn))
                       .wait());
     }
     terse::Work w = collective(comm, fn, kind, count, dtype, op, submit);

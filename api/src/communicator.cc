@@ -1,7 +1,8 @@
-#include "terse/communicator.h"
+#include "terse/api/internal.h"
 
 #include "terse/collectives/auto_select.h"
 #include "terse/collectives/engine.h"
+#include "terse/collectives/worker.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
 #include "terse/common/env.h"
@@ -16,6 +17,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <strings.h>
 
@@ -62,31 +65,77 @@ std::string nextStorePrefix() {
 
 }  // namespace
 
-struct Communicator::Shared {
-  std::unique_ptr<Transport> transport;
-  // The next free group tag space (transport/group.h), agreed on by every split.
-  uint32_t nextSpace = 1;
-  // Declared last so it is destroyed first: queued calls finish before the transport goes.
-  std::unique_ptr<CollectiveWorker> worker = std::make_unique<CollectiveWorker>();
+struct Communicator::Impl {
+  // What a communicator and the communicators split from it share: the connections and the one
+  // thread that drives them.
+  struct Shared {
+    std::unique_ptr<Transport> transport;
+    // The next free group tag space (transport/group.h), agreed on by every split.
+    uint32_t nextSpace = 1;
+    // Declared last so it is destroyed first: queued calls finish before the transport goes.
+    std::unique_ptr<CollectiveWorker> worker = std::make_unique<CollectiveWorker>();
+  };
+
+  Impl(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group, std::vector<int> rootRanks,
+       std::chrono::milliseconds timeout)
+      : shared_(std::move(shared)),
+        group_(std::move(group)),
+        transport_(group_ ? group_.get() : shared_->transport.get()),
+        worker_(shared_->worker.get()),
+        rootRanks_(std::move(rootRanks)),
+        timeout_(timeout),
+        topology_(Topology::singleNode(transport_->size(), transport_->rank())),
+        engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)) {}
+
+  int rank() const { return transport_->rank(); }
+  Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
+  Work submitCollective(CollectiveKind kind, const void* send, void* recv, size_t count,
+                        DataType type, ReduceOp op, const CollectiveOptions& options);
+  // A call whose arguments failed before it reached the engine (codec spec, or the C API's
+  // enum checks): joins the ranks' agreement as rejected and completes with `why`.
+  Work submitRejected(const CollectiveOp& call, Status why);
+  // Sets the topology and gives its node layout to the engine, in tag spaces localSpace and
+  // localSpace + 1 of the shared transport (every rank passes the same).
+  Status useTopology(Topology topology, uint32_t localSpace);
+  // The abort's reason once abort() was called. Checked when each operation starts, so that
+  // operations that never touch the transport (a world of one) fail after an abort too.
+  Status abortStatus() const;
+
+  std::shared_ptr<Shared> shared_;
+  // Split communicators: the group view of the shared transport (transport/group.h).
+  std::unique_ptr<Transport> group_;
+  Transport* transport_;        // group_, or the shared transport itself
+  CollectiveWorker* worker_;    // the shared thread
+  std::vector<int> rootRanks_;  // this communicator's ranks as ranks of the shared transport
+  std::chrono::milliseconds timeout_;
+  Topology topology_;
+  mutable std::mutex abortMutex_;
+  Status abortWhy_;
+  std::mutex codecMutex_;
+  std::map<std::string, std::shared_ptr<const Codec>> codecs_;
+  std::map<std::string, std::shared_ptr<AutoSelector>> selectors_;
+  // Destroyed before the transports it runs on; the communicator's destructor first waits for
+  // its queued calls.
+  std::unique_ptr<CollectiveEngine> engine_;
 };
 
-Communicator::Communicator(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group,
-                           std::vector<int> rootRanks, std::chrono::milliseconds timeout)
-    : shared_(std::move(shared)),
-      group_(std::move(group)),
-      transport_(group_ ? group_.get() : shared_->transport.get()),
-      worker_(shared_->worker.get()),
-      rootRanks_(std::move(rootRanks)),
-      timeout_(timeout),
-      topology_(Topology::singleNode(transport_->size(), transport_->rank())),
-      engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)) {}
+// The internal entry points (terse/api/internal.h) reach the private constructor through this.
+struct CommunicatorAccess {
+  using Impl = Communicator::Impl;
+  static std::unique_ptr<Communicator> make(std::unique_ptr<Communicator::Impl> impl) {
+    return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+  }
+  static Impl& impl(Communicator& comm) { return *comm.impl_; }
+};
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Communicator::~Communicator() {
   // This communicator's queued calls finish first (the thread may be shared with the
   // communicators split from the same world); then its figures are final.
-  (void)worker_->run([] { return Status::ok(); });
+  (void)impl_->worker_->run([] { return Status::ok(); });
   if (!logEnabled(LogLevel::kInfo, kSubsysColl)) return;
-  const CollectiveStats& st = engine_->stats();
+  const CollectiveStats& st = impl_->engine_->stats();
   auto line = [&](const char* name, const CollectiveStats::Kind& k) {
     if (k.calls + k.failures == 0) return;
     TERSE_INFO(kSubsysColl,
@@ -109,22 +158,22 @@ Communicator::~Communicator() {
 
 CollectiveStats Communicator::stats() {
   CollectiveStats copy;
-  Status s = worker_->run([&] {
-    copy = engine_->stats();
+  Status s = impl_->worker_->run([&] {
+    copy = impl_->engine_->stats();
     return Status::ok();
   });
   (void)s;  // the job cannot fail
   return copy;
 }
 
-std::unique_ptr<Communicator> Communicator::fromTransport(std::unique_ptr<Transport> transport,
-                                                          std::chrono::milliseconds timeout) {
-  auto shared = std::make_shared<Shared>();
+std::unique_ptr<Communicator> communicatorFromTransport(std::unique_ptr<Transport> transport,
+                                                        std::chrono::milliseconds timeout) {
+  auto shared = std::make_shared<CommunicatorAccess::Impl::Shared>();
   std::vector<int> ranks(transport->size());
   for (int r = 0; r < transport->size(); ++r) ranks[r] = r;
   shared->transport = std::move(transport);
-  return std::unique_ptr<Communicator>(
-      new Communicator(std::move(shared), nullptr, std::move(ranks), timeout));
+  return CommunicatorAccess::make(std::make_unique<CommunicatorAccess::Impl>(
+      std::move(shared), nullptr, std::move(ranks), timeout));
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
@@ -132,13 +181,13 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   // allgather of (color, key, next free tag space) over this communicator, so every rank
   // derives the same groups and the same space.
   std::unique_ptr<Communicator> child;
-  Status s = worker_->run([&]() -> Status {
-    TERSE_RETURN_IF_ERROR(abortStatus());
+  Status s = impl_->worker_->run([&]() -> Status {
+    TERSE_RETURN_IF_ERROR(impl_->abortStatus());
     const int n = size();
-    auto none = codec("none");
+    auto none = impl_->codec("none");
     if (!none.isOk()) return none.status();
     // int32 values carried bit for bit in float32 slots (allgather with `none` copies bytes).
-    std::vector<int32_t> mine = {color, key, static_cast<int32_t>(shared_->nextSpace), 0};
+    std::vector<int32_t> mine = {color, key, static_cast<int32_t>(impl_->shared_->nextSpace), 0};
     std::vector<int32_t> all(4 * static_cast<size_t>(n));
     CollectiveOp op;
     op.kind = CollectiveKind::kAllGather;
@@ -146,7 +195,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     op.recv = all.data();
     op.count = all.size();
     op.codec = none->get();
-    TERSE_RETURN_IF_ERROR(engine_->run(op).withContext("split: exchanging colors and keys"));
+    TERSE_RETURN_IF_ERROR(impl_->engine_->run(op).withContext("split: exchanging colors and keys"));
     uint32_t space = 0;
     for (int r = 0; r < n; ++r) space = std::max(space, static_cast<uint32_t>(all[4 * r + 2]));
     // The children's two-level groups (when some child spans several nodes evenly) take the
@@ -155,12 +204,13 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     bool twoLevelChild = false;
     std::map<int32_t, std::vector<std::string>> childKeys;
     for (int r = 0; r < n; ++r)
-      if (all[4 * r] >= 0) childKeys[all[4 * r]].push_back(std::to_string(topology_.nodeOfRank[r]));
+      if (all[4 * r] >= 0)
+        childKeys[all[4 * r]].push_back(std::to_string(impl_->topology_.nodeOfRank[r]));
     for (const auto& kv : childKeys) {
       Topology t = Topology::fromNodeKeys(kv.second, 0);
       twoLevelChild |= t.nodeCount > 1 && t.uniform() && t.localSize > 1;
     }
-    shared_->nextSpace = space + (twoLevelChild ? 3 : 1);
+    impl_->shared_->nextSpace = space + (twoLevelChild ? 3 : 1);
     if (space > kMaxGroupSpace)
       return errorUnsupported("split: this world has used all %u of its communicator tag spaces",
                               kMaxGroupSpace);
@@ -171,20 +221,21 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     std::stable_sort(members.begin(), members.end(),
                      [&](int a, int b) { return all[4 * a + 1] < all[4 * b + 1]; });
     std::vector<int> roots;
-    for (int r : members) roots.push_back(rootRanks_[r]);
+    for (int r : members) roots.push_back(impl_->rootRanks_[r]);
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> group,
-                           createGroupTransport(*shared_->transport, roots, space));
-    child.reset(new Communicator(shared_, std::move(group), roots, timeout_));
+                           createGroupTransport(*impl_->shared_->transport, roots, space));
+    child.reset(new Communicator(
+        std::make_unique<Impl>(impl_->shared_, std::move(group), roots, impl_->timeout_)));
     // The child's topology is this one's restricted to its members.
     std::vector<std::string> keys;
-    for (int r : members) keys.push_back(std::to_string(topology_.nodeOfRank[r]));
-    return child->useTopology(Topology::fromNodeKeys(keys, child->rank()), space + 1);
+    for (int r : members) keys.push_back(std::to_string(impl_->topology_.nodeOfRank[r]));
+    return child->impl_->useTopology(Topology::fromNodeKeys(keys, child->rank()), space + 1);
   });
   if (!s.isOk()) return s;
   return child;
 }
 
-Status Communicator::useTopology(Topology topology, uint32_t localSpace) {
+Status Communicator::Impl::useTopology(Topology topology, uint32_t localSpace) {
   topology_ = std::move(topology);
   if (localSpace + 1 > kMaxGroupSpace) {
     // Only split communicators get here, all ranks alike (the space is agreed on): they run
@@ -205,20 +256,21 @@ Status Communicator::useTopology(Topology topology, uint32_t localSpace) {
 }
 
 std::string Communicator::twoLevelUnavailable() const {
-  return engine_->twoLevelUnavailable();  // set once at creation, before any call
+  return impl_->engine_->twoLevelUnavailable();  // set once at creation, before any call
 }
 
-Result<std::unique_ptr<Communicator>> Communicator::fromTransport(
+Result<std::unique_ptr<Communicator>> communicatorFromTransport(
     std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
     const std::vector<std::string>& nodeKeys) {
   if (static_cast<int>(nodeKeys.size()) != transport->size())
     return errorInvalidArgument("%zu node keys for a world of %d ranks", nodeKeys.size(),
                                 transport->size());
   const int rank = transport->rank();
-  auto comm = fromTransport(std::move(transport), timeout);
-  const uint32_t space = comm->shared_->nextSpace;  // a new world: the same on every rank
-  comm->shared_->nextSpace += 2;
-  TERSE_RETURN_IF_ERROR(comm->useTopology(Topology::fromNodeKeys(nodeKeys, rank), space));
+  auto comm = communicatorFromTransport(std::move(transport), timeout);
+  CommunicatorAccess::Impl& impl = CommunicatorAccess::impl(*comm);
+  const uint32_t space = impl.shared_->nextSpace;  // a new world: the same on every rank
+  impl.shared_->nextSpace += 2;
+  TERSE_RETURN_IF_ERROR(impl.useTopology(Topology::fromNodeKeys(nodeKeys, rank), space));
   // TERSE_ALGO=twolevel on a world that cannot run it is a setting that cannot be honoured:
   // say so now, on every rank alike (they all see the same layout), not at each allreduce.
   auto algo = envEnum("TERSE_ALGO");
@@ -229,7 +281,7 @@ Result<std::unique_ptr<Communicator>> Communicator::fromTransport(
   return comm;
 }
 
-Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWorld(
+Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
     const std::vector<std::string>& nodeKeys, std::chrono::milliseconds timeout) {
   const int size = static_cast<int>(nodeKeys.size());
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
@@ -237,19 +289,19 @@ Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWor
   for (int r = 0; r < size; ++r) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                           fromTransport(std::move(t), timeout, nodeKeys));
+                           communicatorFromTransport(std::move(t), timeout, nodeKeys));
     world.push_back(std::move(comm));
   }
   return world;
 }
 
-Result<std::vector<std::unique_ptr<Communicator>>> Communicator::createInProcWorld(
+Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
     int size, std::chrono::milliseconds timeout) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
   std::vector<std::unique_ptr<Communicator>> world;
   for (int r = 0; r < size; ++r) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
-    world.push_back(fromTransport(std::move(t), timeout));
+    world.push_back(communicatorFromTransport(std::move(t), timeout));
   }
   return world;
 }
@@ -276,7 +328,7 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
              topology.localRank, topology.localSize, topology.node);
   std::vector<std::string> keys;
   for (int node : topology.nodeOfRank) keys.push_back(std::to_string(node));
-  return fromTransport(std::move(transport), timeout, keys);
+  return communicatorFromTransport(std::move(transport), timeout, keys);
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
@@ -289,8 +341,8 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
   TERSE_ASSIGN_OR_RETURN(std::string backend, envEnum("TERSE_TRANSPORT"));
   if (backend == "inproc")
     return errorInvalidUsage(
-        "TERSE_TRANSPORT=inproc connects threads of one process; build those communicators with "
-        "Communicator::fromTransport(createInProcTransport(...)), or unset it for processes");
+        "TERSE_TRANSPORT=inproc connects threads of one process (terse's own tests build such "
+        "worlds in-process); unset it for processes");
   std::shared_ptr<Store> store;
   if (info.store.empty()) {
     store = createMemoryStore();  // a world of one needs nobody to meet
@@ -315,37 +367,47 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
   return comm;
 }
 
-int Communicator::rank() const { return transport_->rank(); }
-int Communicator::size() const { return transport_->size(); }
+const Topology& Communicator::topology() const { return impl_->topology_; }
+std::chrono::milliseconds Communicator::timeout() const { return impl_->timeout_; }
+
+Transport& transportOf(Communicator& comm) { return *CommunicatorAccess::impl(comm).transport_; }
+
+Work submitRejected(Communicator& comm, const CollectiveOp& call, Status why) {
+  return CommunicatorAccess::impl(comm).submitRejected(call, std::move(why));
+}
+
+int Communicator::rank() const { return impl_->transport_->rank(); }
+int Communicator::size() const { return impl_->transport_->size(); }
 
 // The barrier runs on the worker thread like the collectives, and in the same sequence of
 // agreements (CollectiveEngine::barrier): a rank that calls a collective where the others call
 // the barrier makes both fail at once rather than wait on each other's tags.
 Status Communicator::barrier() {
-  return worker_->run([this] {
-    TERSE_RETURN_IF_ERROR(abortStatus());
-    return engine_->barrier();
+  return impl_->worker_->run([this] {
+    TERSE_RETURN_IF_ERROR(impl_->abortStatus());
+    return impl_->engine_->barrier();
   });
 }
 
 void Communicator::abort(const Status& why) {
   {
-    std::lock_guard<std::mutex> lock(abortMutex_);
+    std::lock_guard<std::mutex> lock(impl_->abortMutex_);
     // The first reason wins, as in the transports.
-    if (abortWhy_.isOk()) abortWhy_ = why.isOk() ? errorRemote("rank %d aborted", rank()) : why;
+    if (impl_->abortWhy_.isOk())
+      impl_->abortWhy_ = why.isOk() ? errorRemote("rank %d aborted", rank()) : why;
   }
-  transport_->abort(why);
+  impl_->transport_->abort(why);
   // The transport drops its connections, which is how the peers learn, on the thread that
   // drives it: with nothing queued that thread would sleep and the peers would wait out their
   // timeout. One turn of progress on it does that now (or at once after the call in flight,
   // which the abort itself ends).
-  (void)worker_->submit([this] {
-    transport_->progress();
+  (void)impl_->worker_->submit([this] {
+    impl_->transport_->progress();
     return Status::ok();
   });
 }
 
-Status Communicator::abortStatus() const {
+Status Communicator::Impl::abortStatus() const {
   std::lock_guard<std::mutex> lock(abortMutex_);
   return abortWhy_;
 }
@@ -355,19 +417,19 @@ Status Communicator::setTimeout(std::chrono::milliseconds timeout) {
     return errorInvalidArgument("timeout %lld ms is outside 1..%lld ms",
                                 static_cast<long long>(timeout.count()),
                                 static_cast<long long>(kMaxTimeoutMs));
-  timeout_ = timeout;
-  engine_->setTimeout(timeout);
+  impl_->timeout_ = timeout;
+  impl_->engine_->setTimeout(timeout);
   return Status::ok();
 }
 
-uint64_t Communicator::bytesSent() const { return engine_->bytesSent(); }
+uint64_t Communicator::bytesSent() const { return impl_->engine_->bytesSent(); }
 
 std::pair<size_t, size_t> Communicator::partOf(size_t count) const {
   Range r = chunkRange(count, size(), rank());
   return {r.begin, r.length};
 }
 
-Result<std::shared_ptr<const Codec>> Communicator::codec(const std::string& spec) {
+Result<std::shared_ptr<const Codec>> Communicator::Impl::codec(const std::string& spec) {
   std::lock_guard<std::mutex> lock(codecMutex_);
   auto it = codecs_.find(spec);
   if (it != codecs_.end()) return it->second;
@@ -376,10 +438,11 @@ Result<std::shared_ptr<const Codec>> Communicator::codec(const std::string& spec
   return made;
 }
 
-Work Communicator::submitCollective(int kind, const void* send, void* recv, size_t count,
-                                    DataType type, ReduceOp op, const CollectiveOptions& options) {
+Work Communicator::Impl::submitCollective(CollectiveKind kind, const void* send, void* recv,
+                                          size_t count, DataType type, ReduceOp op,
+                                          const CollectiveOptions& options) {
   CollectiveOp call;
-  call.kind = static_cast<CollectiveKind>(kind);
+  call.kind = kind;
   call.send = send;
   call.recv = recv;
   call.count = count;
@@ -434,7 +497,7 @@ Work Communicator::submitCollective(int kind, const void* send, void* recv, size
   });
 }
 
-Work Communicator::submitRejected(const CollectiveOp& call, Status why) {
+Work Communicator::Impl::submitRejected(const CollectiveOp& call, Status why) {
   // The call still takes its place in the ranks' sequence, as a rejected one, so the peers fail
   // this same call at once (naming this rank) instead of pairing their call with this rank's
   // next one or waiting for its data.
@@ -446,20 +509,19 @@ Work Communicator::submitRejected(const CollectiveOp& call, Status why) {
 
 Work Communicator::allreduceAsync(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op, const CollectiveOptions& options) {
-  return submitCollective(static_cast<int>(CollectiveKind::kAllReduce), send, recv, count, type, op,
-                          options);
+  return impl_->submitCollective(CollectiveKind::kAllReduce, send, recv, count, type, op, options);
 }
 
 Work Communicator::reduceScatterAsync(const void* send, void* recv, size_t count, DataType type,
                                       ReduceOp op, const CollectiveOptions& options) {
-  return submitCollective(static_cast<int>(CollectiveKind::kReduceScatter), send, recv, count, type,
-                          op, options);
+  return impl_->submitCollective(CollectiveKind::kReduceScatter, send, recv, count, type, op,
+                                 options);
 }
 
 Work Communicator::allgatherAsync(const void* send, void* recv, size_t count, DataType type,
                                   const CollectiveOptions& options) {
-  return submitCollective(static_cast<int>(CollectiveKind::kAllGather), send, recv, count, type,
-                          ReduceOp::kSum, options);
+  return impl_->submitCollective(CollectiveKind::kAllGather, send, recv, count, type,
+                                 ReduceOp::kSum, options);
 }
 
 }  // namespace terse

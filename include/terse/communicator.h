@@ -3,7 +3,10 @@
 //
 // Ownership: a Communicator owns its Transport (UCX or in-process); destroying it closes the
 // connections gracefully (messages already completed are delivered) unless it was aborted.
-// Collectives borrow transport() and timeout(); they never outlive the Communicator.
+// Its state (transport, collective engine and thread, codec cache) lives behind a pointer
+// (api/src/communicator.cc), so this header and the other installed ones need none of terse's
+// internal headers. terse's own tests, benchmarks and C API reach the transport and build
+// in-process worlds through api/include/terse/api/internal.h, which is not installed.
 //
 // Thread-safety: one thread at a time drives a Communicator (barrier, collectives, transport
 // calls). abort() may be called from any thread, e.g. a watchdog: every pending and later
@@ -16,31 +19,26 @@
 // uses the tags from there up to, not including, kFailureNoticeTag (transport.h).
 #pragma once
 
-#include "terse/collectives/worker.h"
-#include "terse/common/status.h"
-#include "terse/compressors/error_feedback.h"
-
+#include <terse/error_feedback.h>
 #include <terse/stats.h>
+#include <terse/status.h>
 #include <terse/topology.h>
 #include <terse/types.h>
+#include <terse/work.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace terse {
 
-class Transport;
-struct TransportRequest;
+// A key-value store the ranks meet through (terse's rendezvous layer: its TCP store, or a memory
+// store for ranks that are threads); only passed through by reference here.
 class Store;
-class Codec;
-class CollectiveEngine;
-class AutoSelector;
-struct CollectiveOp;
 
 // How a collective compresses. The codec spec is parsed once per communicator and cached.
 struct CollectiveOptions {
@@ -87,24 +85,6 @@ class Communicator {
                                                          std::chrono::milliseconds timeout,
                                                          const std::string& scope = "comm");
 
-  // A whole world of `size` ranks in this process over the in-process backend, one communicator
-  // per rank, each to be driven by its own thread (unit tests of the layers above).
-  static Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
-      int size, std::chrono::milliseconds timeout);
-  // The same laid out as nodes: rank r's node key is nodeKeys[r] (as TERSE_NODE would give it),
-  // so the in-process world runs two-level collectives like a cluster.
-  static Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
-      const std::vector<std::string>& nodeKeys, std::chrono::milliseconds timeout);
-
-  // Wraps a transport built by the caller (the in-process backend in unit tests).
-  static std::unique_ptr<Communicator> fromTransport(std::unique_ptr<Transport> transport,
-                                                     std::chrono::milliseconds timeout);
-  // The same laid out as nodes: rank r's node key is nodeKeys[r] (as TERSE_NODE would give it;
-  // every rank passes the same list), so the world runs two-level collectives like a cluster.
-  static Result<std::unique_ptr<Communicator>> fromTransport(
-      std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
-      const std::vector<std::string>& nodeKeys);
-
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -112,11 +92,10 @@ class Communicator {
   int rank() const;
   int size() const;
   // Which ranks share this rank's node (include/terse/topology.h): learned when the
-  // communicator is created, from every rank's node key (TERSE_NODE, or the host). Worlds made
-  // from a caller's transport (fromTransport, createInProcWorld) are one node.
-  const Topology& topology() const { return topology_; }
-  int localRank() const { return topology_.localRank; }
-  int localSize() const { return topology_.localSize; }
+  // communicator is created, from every rank's node key (TERSE_NODE, or the host).
+  const Topology& topology() const;
+  int localRank() const { return topology().localRank; }
+  int localSize() const { return topology().localSize; }
   // Whether allreduce runs two-level by default here ("" when it does), or why not: one node,
   // one rank per node, nodes of different sizes (docs/design.md).
   std::string twoLevelUnavailable() const;
@@ -141,12 +120,9 @@ class Communicator {
 
   // The per-operation timeout (TERSE_TIMEOUT_MS unless given): every wait on the transport and
   // every collective step is bounded by it.
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  std::chrono::milliseconds timeout() const;
   // Not while collectives are in flight. kInvalidArgument outside 1 ms .. a year.
   Status setTimeout(std::chrono::milliseconds timeout);
-
-  // The byte transport this communicator owns, for the collectives layer.
-  Transport& transport() { return *transport_; }
 
   // ---- collectives ------------------------------------------------------------------------
   // Every rank must make the same calls, in the same order, with the same count, type, op and
@@ -188,44 +164,12 @@ class Communicator {
   CollectiveStats stats();
 
  private:
-  // What a communicator and the communicators split from it share: the connections and the one
-  // thread that drives them (api/src/communicator.cc).
-  struct Shared;
-  Communicator(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group,
-               std::vector<int> rootRanks, std::chrono::milliseconds timeout);
-
-  Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
-  Work submitCollective(int kind, const void* send, void* recv, size_t count, DataType type,
-                        ReduceOp op, const CollectiveOptions& options);
-  // A call whose arguments failed before it reached the engine (codec spec, or the C API's
-  // enum checks): joins the ranks' agreement as rejected and completes with `why`.
-  Work submitRejected(const CollectiveOp& call, Status why);
-  friend struct CApiAccess;
-
-  // Sets the topology and gives its node layout to the engine, in tag spaces localSpace and
-  // localSpace + 1 of the shared transport (every rank passes the same).
-  Status useTopology(Topology topology, uint32_t localSpace);
-
-  // The abort's reason once abort() was called. Checked when each operation starts, so that
-  // operations that never touch the transport (a world of one) fail after an abort too.
-  Status abortStatus() const;
-
-  std::shared_ptr<Shared> shared_;
-  // Split communicators: the group view of the shared transport (transport/group.h).
-  std::unique_ptr<Transport> group_;
-  Transport* transport_;        // group_, or the shared transport itself
-  CollectiveWorker* worker_;    // the shared thread
-  std::vector<int> rootRanks_;  // this communicator's ranks as ranks of the shared transport
-  std::chrono::milliseconds timeout_;
-  Topology topology_;
-  mutable std::mutex abortMutex_;
-  Status abortWhy_;
-  std::mutex codecMutex_;
-  std::map<std::string, std::shared_ptr<const Codec>> codecs_;
-  std::map<std::string, std::shared_ptr<AutoSelector>> selectors_;
-  // Destroyed before the transports it runs on; the destructor first waits for this
-  // communicator's queued calls.
-  std::unique_ptr<CollectiveEngine> engine_;
+  // Everything else a communicator holds (api/src/communicator.cc).
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  // terse's internal entry points (api/include/terse/api/internal.h).
+  friend struct CommunicatorAccess;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace terse

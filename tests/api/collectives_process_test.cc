@@ -4,6 +4,7 @@
 // naming it, within the timeout.
 #include "../transport/process_harness.h"
 
+#include "terse/common/status.h"
 #include "terse/communicator.h"
 #include "terse/kernels/numeric.h"
 

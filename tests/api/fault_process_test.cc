@@ -17,6 +17,7 @@
 // are drawn from.
 #include "../transport/process_harness.h"
 
+#include "terse/api/internal.h"
 #include "terse/common/env.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
@@ -272,8 +273,7 @@ Reference referenceRun(const Call& c) {
       ASSERT_TRUE(inner.isOk()) << inner.status().toString();
       auto counting = std::make_unique<CountingTransport>(std::move(inner).value());
       CountingTransport* counts = counting.get();
-      auto made =
-          Communicator::fromTransport(std::move(counting), milliseconds(60000), c.nodeKeys());
+      auto made = communicatorFromTransport(std::move(counting), milliseconds(60000), c.nodeKeys());
       ASSERT_TRUE(made.isOk()) << made.status().toString();
       std::unique_ptr<Communicator> comm = std::move(made).value();
       ASSERT_TRUE(comm->barrier().isOk());

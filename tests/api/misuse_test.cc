@@ -2,6 +2,7 @@
 // usable, never a silent wrong answer, a crash or a wait for the whole timeout. Ranks are threads
 // over the in-process backend (and UCX where the transport matters); the same contract from C
 // and as processes is tests/api/misuse_c_test.c under terse-run.
+#include "terse/api/internal.h"
 #include "terse/collectives/worker.h"
 #include "terse/common/env.h"
 #include "terse/communicator.h"
@@ -38,7 +39,7 @@ constexpr auto kPromptly = std::chrono::seconds(1);
 constexpr auto kAbortPromptly = std::chrono::seconds(3);
 
 std::vector<std::unique_ptr<Communicator>> makeWorld(int n) {
-  auto world = Communicator::createInProcWorld(n, kTimeout);
+  auto world = createInProcWorld(n, kTimeout);
   EXPECT_TRUE(world.isOk()) << world.status().toString();
   return std::move(world).value();
 }

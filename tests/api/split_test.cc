@@ -1,6 +1,7 @@
 // Communicator::split (issue #18): sub-communicators over the parent's connections, each in a
 // tag space of its own, running interleaved with the parent without cross-talk; splits of
 // splits; a negative color; disagreement and a dead member inside a split communicator.
+#include "terse/api/internal.h"
 #include "terse/communicator.h"
 #include "terse/transport/group.h"
 
@@ -16,7 +17,7 @@ namespace {
 using std::chrono::milliseconds;
 
 std::vector<std::unique_ptr<Communicator>> makeWorld(int n) {
-  auto world = Communicator::createInProcWorld(n, milliseconds(30000));
+  auto world = createInProcWorld(n, milliseconds(30000));
   EXPECT_TRUE(world.isOk()) << world.status().toString();
   return std::move(world).value();
 }
@@ -163,7 +164,7 @@ TEST(Split, TwoLevelParentAndChildrenRunSideBySide) {
   const int n = 8;
   std::vector<std::string> keys;
   for (int r = 0; r < n; ++r) keys.push_back(r < 4 ? "left" : "right");
-  auto made = Communicator::createInProcWorld(keys, milliseconds(30000));
+  auto made = createInProcWorld(keys, milliseconds(30000));
   ASSERT_TRUE(made.isOk()) << made.status().toString();
   auto world = std::move(made).value();
   EXPECT_EQ(world[0]->twoLevelUnavailable(), "");
@@ -201,19 +202,19 @@ TEST(Split, TwoLevelParentAndChildrenRunSideBySide) {
 TEST(TwoLevelSetting, ForcedOnOneNodeFailsCreation) {
   const std::vector<std::string> keys = {"a", "a", "a"};
   setenv("TERSE_ALGO", "twolevel", 1);
-  auto forced = Communicator::createInProcWorld(keys, milliseconds(30000));
+  auto forced = createInProcWorld(keys, milliseconds(30000));
   unsetenv("TERSE_ALGO");
   ASSERT_FALSE(forced.isOk());
   EXPECT_EQ(forced.status().code(), StatusCode::kInvalidUsage);
   EXPECT_NE(forced.status().message().find("one node"), std::string::npos)
       << forced.status().toString();
-  auto fine = Communicator::createInProcWorld(keys, milliseconds(30000));
+  auto fine = createInProcWorld(keys, milliseconds(30000));
   EXPECT_TRUE(fine.isOk()) << fine.status().toString();
 }
 
 TEST(GroupTransport, RefusesWhatIsNotAGroup) {
   auto world = makeWorld(3);
-  Transport& t = world[0]->transport();
+  Transport& t = transportOf(*world[0]);
   EXPECT_FALSE(createGroupTransport(t, {}, 1).isOk());
   EXPECT_FALSE(createGroupTransport(t, {0, 0}, 1).isOk());
   EXPECT_FALSE(createGroupTransport(t, {0, 3}, 1).isOk());

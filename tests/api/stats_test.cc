@@ -2,6 +2,7 @@
 // it was handed, for every codec and collective; calls, failures, barriers and auto's picks.
 // Ranks are threads over the in-process backend, each wrapped in a byte-counting transport.
 #include "../transport/byte_counting_transport.h"
+#include "terse/api/internal.h"
 #include "terse/communicator.h"
 #include "terse/transport/inproc.h"
 #include "terse/transport/transport.h"
@@ -30,7 +31,7 @@ struct World {
       sent[r] = 0;
       auto t = createInProcTransport(fabric.value(), r);
       EXPECT_TRUE(t.isOk());
-      comms.push_back(Communicator::fromTransport(
+      comms.push_back(communicatorFromTransport(
           std::make_unique<ByteCountingTransport>(std::move(t).value(), &sent[r]),
           milliseconds(60000)));
     }

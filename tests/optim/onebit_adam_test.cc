@@ -3,6 +3,7 @@
 // codec is AdamW with the variance frozen after the warm-up; onebit keeps ranks bit-identical;
 // checkpoints round-trip and resume exactly; bad input is an error. Ranks are threads over the
 // in-process transport.
+#include "terse/api/internal.h"
 #include "terse/kernels/device.h"
 #include "terse/optim/onebit_adam.h"
 
@@ -45,7 +46,7 @@ Vec initialParams(size_t n) {
 std::vector<Vec> runWorld(int world, size_t n, int steps, const OneBitAdamOptions& opt, float lr,
                           std::vector<OneBitAdam>* keep = nullptr,
                           std::vector<Vec>* startParams = nullptr, int firstStep = 1) {
-  auto comms = Communicator::createInProcWorld(world, std::chrono::milliseconds(20000));
+  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
   EXPECT_TRUE(comms.isOk()) << comms.status().toString();
   std::vector<Vec> params(world, initialParams(n));
   if (startParams) params = *startParams;
@@ -174,7 +175,7 @@ TEST(OneBitAdam, CoordinatesWithoutGradientsOnlyDecay) {
   // instead of moving by m / eps.
   const size_t n = 8192;
   OneBitAdamOptions o = baseOptions("onebit", 3);
-  auto comms = Communicator::createInProcWorld(2, std::chrono::milliseconds(20000));
+  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
   ASSERT_TRUE(comms.isOk());
   std::vector<Vec> params(2, initialParams(n));
   std::vector<Status> st(2);
@@ -343,7 +344,7 @@ TEST(OneBitAdam, BadInputIsAnError) {
               o.maxWarmupSteps = 5;
             }),
             StatusCode::kInvalidArgument);
-  auto comms = Communicator::createInProcWorld(1, std::chrono::milliseconds(5000));
+  auto comms = createInProcWorld(1, std::chrono::milliseconds(5000));
   ASSERT_TRUE(comms.isOk());
   auto a = OneBitAdam::create(10, OneBitAdamOptions{});
   ASSERT_TRUE(a.isOk());
@@ -361,7 +362,7 @@ TEST(OneBitAdam, DevicePathMatchesHost) {
   // comparing one warm-up and one compressed step with the host path.
   const size_t n = 5000;
   auto o = baseOptions("none", 1);
-  auto comms = Communicator::createInProcWorld(1, std::chrono::milliseconds(5000));
+  auto comms = createInProcWorld(1, std::chrono::milliseconds(5000));
   ASSERT_TRUE(comms.isOk());
   auto host = OneBitAdam::create(n, o);
   auto dev = OneBitAdam::create(n, o);

@@ -7,6 +7,7 @@
 #include "collnet_abi.h"
 #include "net_harness.h"
 
+#include "terse/api/internal.h"
 #include "terse/communicator.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
@@ -272,8 +273,8 @@ std::unique_ptr<Communicator> countedWorld(const Exchange& ex, const std::string
   };
   auto t = createUcxTransport(rank, nranks, gather, std::chrono::seconds(60));
   HARNESS_CHECK(t.isOk(), "UCX transport: %s", t.status().message().c_str());
-  return Communicator::fromTransport(std::make_unique<ByteCountingTransport>(std::move(*t), sent),
-                                     std::chrono::seconds(60));
+  return communicatorFromTransport(std::make_unique<ByteCountingTransport>(std::move(*t), sent),
+                                   std::chrono::seconds(60));
 }
 
 // The statistics closeColl logged (docs/nccl-plugin.md, "Statistics"), read back from the

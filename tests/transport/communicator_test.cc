@@ -1,6 +1,7 @@
 // Communicator over ranks as threads: barrier semantics, timeouts, abort from another thread,
 // a peer that aborts, and the environment checks of createFromEnv.
 #include "harness.h"
+#include "terse/api/internal.h"
 #include "terse/communicator.h"
 #include "terse/rendezvous/store.h"
 
@@ -17,7 +18,7 @@ using std::chrono::milliseconds;
 
 // One communicator per thread over the in-process backend.
 std::vector<std::unique_ptr<Communicator>> makeInProc(int n, milliseconds timeout) {
-  auto world = Communicator::createInProcWorld(n, timeout);
+  auto world = createInProcWorld(n, timeout);
   EXPECT_TRUE(world.isOk()) << world.status().toString();
   return std::move(world).value();
 }
@@ -72,7 +73,7 @@ TEST(Communicator, BarrierUcxThroughAStore) {
   for (int n : {2, 3}) {
     auto comms = makeUcx(n);
     for (auto& c : comms) ASSERT_NE(c, nullptr);
-    EXPECT_NE(comms[0]->transport().describe().find("ucx"), std::string::npos);
+    EXPECT_NE(transportOf(*comms[0]).describe().find("ucx"), std::string::npos);
     checkBarrierSemantics(comms);
     // Teardown keeps progressing: each rank's destructor runs on its own thread.
     onEachRank(n, [&](int r) { comms[r].reset(); });
@@ -97,7 +98,7 @@ TEST(Communicator, TcpSendsEagerlyUnlessTheUserDecides) {
     unsetenv("TERSE_UCX_TCP_EAGER");
     unsetenv("UCX_RNDV_THRESH");
     ASSERT_TRUE(comms[0] && comms[1]);
-    const std::string what = comms[0]->transport().describe();
+    const std::string what = transportOf(*comms[0]).describe();
     EXPECT_EQ(what.find("eager") != std::string::npos, c.expectEager) << what;
     onEachRank(2, [&](int r) {
       std::vector<float> in(count), out(count);
@@ -243,7 +244,7 @@ TEST(Communicator, AbortFromAnotherThreadOverUcxReachesThePeer) {
       rank0Done = true;
       return;
     }
-    while (!rank0Done.load()) comms[1]->transport().progress();
+    while (!rank0Done.load()) transportOf(*comms[1]).progress();
     Status s = comms[1]->barrier();
     EXPECT_EQ(s.code(), StatusCode::kRemoteError) << s.toString();
     EXPECT_NE(s.message().find("rank 0"), std::string::npos) << s.message();

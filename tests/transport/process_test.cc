@@ -5,6 +5,7 @@
 #include "harness.h"
 #include "patterns.h"
 #include "process_harness.h"
+#include "terse/api/internal.h"
 #include "terse/communicator.h"
 #include "terse/transport/transport.h"
 
@@ -65,8 +66,8 @@ int trafficBody(int rank) {
   }
   Communicator& c = **comm;
   if (c.rank() != rank) return 3;
-  ringBothDirections(c.transport(), ringSizes(c.size()));
-  manyInFlight(c.transport(), c.size() <= 4 ? 32 : 12, 2);
+  ringBothDirections(transportOf(c), ringSizes(c.size()));
+  manyInFlight(transportOf(c), c.size() <= 4 ? 32 : 12, 2);
   Status b = c.barrier();
   if (!b.isOk()) {
     reportFromChild(b.toString());
@@ -144,7 +145,7 @@ TEST_P(KillTest, SigkilledRankIsNamedByEveryOther) {
           return 2;
         }
         Communicator& c = **comm;
-        Transport& t = c.transport();
+        Transport& t = transportOf(c);
         if (!c.barrier().isOk()) return 5;  // everyone is connected before the kill
         std::vector<uint8_t> out(kBytes, 0x11), in(kBytes);
         if (rank == kVictim) {
@@ -217,8 +218,8 @@ TEST(ProcessKill, SendToDeadPeerOverSharedMemoryIsARemoteError) {
         Status s;
         for (int i = 0; i < 64 && s.isOk(); ++i) {
           TransportRequest* r = nullptr;
-          s = c.transport().isend(1, 77, message.data(), message.size(), &r);
-          if (s.isOk()) s = c.transport().wait(r, nullptr, c.timeout());
+          s = transportOf(c).isend(1, 77, message.data(), message.size(), &r);
+          if (s.isOk()) s = transportOf(c).wait(r, nullptr, c.timeout());
         }
         reportFromChild(s.toString());
         return 0;
@@ -252,7 +253,7 @@ TEST_P(ExitedPeerTest, MessagesOfAPeerThatExitedAreStillDelivered) {
           reportFromChild("setup: " + comm.status().toString());
           return 2;
         }
-        Transport& t = (*comm)->transport();
+        Transport& t = transportOf(**comm);
         if (!(*comm)->barrier().isOk()) return 3;
         std::vector<std::vector<uint8_t>> bufs(kEarly + kLate, std::vector<uint8_t>(kBytes));
         if (rank == 1) {
@@ -376,9 +377,9 @@ TEST(SameNode, SharedMemoryWithoutUcxVariablesOnlyInsideANode) {
           return 2;
         }
         Communicator& c = **comm;
-        ringBothDirections(c.transport(), ringSizes(c.size()));
+        ringBothDirections(transportOf(c), ringSizes(c.size()));
         Status b = c.barrier();
-        reportFromChild(c.transport().describe() + (b.isOk() ? "" : " barrier: " + b.toString()));
+        reportFromChild(transportOf(c).describe() + (b.isOk() ? "" : " barrier: " + b.toString()));
         return b.isOk() ? 0 : 4;
       },
       std::chrono::seconds(120));
@@ -417,8 +418,8 @@ TEST_P(SameNodeFailureTest, SurvivorGetsARemoteErrorNamingThePeer) {
           return 2;
         }
         Communicator& c = **comm;
-        if (c.transport().describe().find("shared memory") == std::string::npos) {
-          reportFromChild("not over shared memory: " + c.transport().describe());
+        if (transportOf(c).describe().find("shared memory") == std::string::npos) {
+          reportFromChild("not over shared memory: " + transportOf(c).describe());
           return 3;
         }
         if (!c.barrier().isOk()) return 4;
@@ -426,8 +427,8 @@ TEST_P(SameNodeFailureTest, SurvivorGetsARemoteErrorNamingThePeer) {
         if (rank == 1) {
           if (how == "kill") {
             TransportRequest* r = nullptr;
-            (void)c.transport().isend(0, 9, buf.data(), kBytes, &r);
-            for (int i = 0; i < 2000; ++i) c.transport().progress();
+            (void)transportOf(c).isend(0, 9, buf.data(), kBytes, &r);
+            for (int i = 0; i < 2000; ++i) transportOf(c).progress();
             ::kill(::getpid(), SIGKILL);
           } else if (how == "abort") {
             c.abort(errorInternal("rank 1 stops on purpose"));
@@ -443,8 +444,8 @@ TEST_P(SameNodeFailureTest, SurvivorGetsARemoteErrorNamingThePeer) {
         TransportRequest* r = nullptr;
         // A tag rank 1 never sends (the killed rank's 64 MiB went to tag 9): only the failure can
         // end this receive.
-        Status s = c.transport().irecv(1, 10, buf.data(), kBytes, &r);
-        if (s.isOk()) s = c.transport().wait(r, nullptr, c.timeout());
+        Status s = transportOf(c).irecv(1, 10, buf.data(), kBytes, &r);
+        if (s.isOk()) s = transportOf(c).wait(r, nullptr, c.timeout());
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::chrono::steady_clock::now() - start)
                             .count();

@@ -6,6 +6,8 @@
 
 #include "terse/common/status.h"
 
+#include <terse/work.h>
+
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -15,27 +17,12 @@
 
 namespace terse {
 
-// A handle on one submitted job. Copyable; all copies see the same completion.
-class Work {
- public:
-  Work() = default;
-  // A Work that is already finished with `status` (errors found before anything was queued).
-  static Work completed(Status status);
-  // True once the job finished (successfully or not). Never blocks.
-  bool test() const;
-  // Blocks until the job finished and returns its status. A default-constructed Work is done.
-  Status wait() const;
-
- private:
-  friend class CollectiveWorker;
-  struct State {
-    std::mutex mutex;
-    std::condition_variable cv;
-    bool done = false;
-    Status status;
-  };
-  explicit Work(std::shared_ptr<State> s) : state_(std::move(s)) {}
-  std::shared_ptr<State> state_;
+// What a Work handle (include/terse/work.h) waits on.
+struct Work::State {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
 };
 
 class CollectiveWorker {

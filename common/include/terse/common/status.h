@@ -1,8 +1,9 @@
-// Errors as values. Every fallible internal call returns Status or Result<T>; the message says
-// what was wrong and, where possible, what to do about it.
+// Errors as values, for terse's own code: Status and Result<T> themselves are public
+// (include/terse/status.h); the formatted error constructors and the propagation macros here
+// are how the layers build and pass them on, and are not part of the installed API.
 #pragma once
 
-#include <terse/types.h>
+#include <terse/status.h>
 
 #include <cstdio>
 #include <string>
@@ -10,41 +11,6 @@
 #include <variant>
 
 namespace terse {
-
-enum class StatusCode : int {
-  kOk = TERSE_OK,
-  kInvalidArgument = TERSE_INVALID_ARGUMENT,
-  kInvalidUsage = TERSE_INVALID_USAGE,
-  kCorrupt = TERSE_CORRUPT,
-  kTimeout = TERSE_TIMEOUT,
-  kRemoteError = TERSE_REMOTE_ERROR,
-  kSystemError = TERSE_SYSTEM_ERROR,
-  kUnsupported = TERSE_UNSUPPORTED,
-  kInternal = TERSE_INTERNAL,
-  kInProgress = TERSE_IN_PROGRESS,
-};
-
-const char* statusCodeName(StatusCode code);
-
-class [[nodiscard]] Status {
- public:
-  Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
-  static Status ok() { return Status(); }
-
-  bool isOk() const { return code_ == StatusCode::kOk; }
-  explicit operator bool() const { return isOk(); }
-  StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
-  // "<code name>: <message>", for logs and exceptions.
-  std::string toString() const;
-  // Prefixes context, keeping the code: "while X: <message>".
-  Status withContext(const std::string& context) const;
-
- private:
-  StatusCode code_ = StatusCode::kOk;
-  std::string message_;
-};
 
 // Formatted constructors: errorInvalidArgument("count %zu > %zu", a, b).
 std::string formatString(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -70,30 +36,6 @@ TERSE_DEFINE_STATUS_FACTORY(errorSystem, kSystemError)
 TERSE_DEFINE_STATUS_FACTORY(errorUnsupported, kUnsupported)
 TERSE_DEFINE_STATUS_FACTORY(errorInternal, kInternal)
 #undef TERSE_DEFINE_STATUS_FACTORY
-
-// A value or the Status that explains why there is none.
-template <typename T>
-class [[nodiscard]] Result {
- public:
-  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {}  // NOLINT: must be an error status
-
-  bool isOk() const { return std::holds_alternative<T>(v_); }
-  explicit operator bool() const { return isOk(); }
-  const Status& status() const {
-    static const Status kOkStatus;
-    return isOk() ? kOkStatus : std::get<Status>(v_);
-  }
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
-  T& operator*() & { return value(); }
-
- private:
-  std::variant<T, Status> v_;
-};
 
 }  // namespace terse
 

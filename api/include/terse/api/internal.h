@@ -1,0 +1,47 @@
+// Entry points into a Communicator for terse's own code: unit tests, benchmarks, the C API.
+// Not installed: they hand out internals (the transport, an in-process world) or take internal
+// types (CollectiveOp), which users of include/terse/ never need.
+#pragma once
+
+#include "terse/common/status.h"
+
+#include <terse/communicator.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace terse {
+
+class Transport;
+struct CollectiveOp;
+
+// Wraps a transport built by the caller (the in-process backend in unit tests). One node.
+std::unique_ptr<Communicator> communicatorFromTransport(std::unique_ptr<Transport> transport,
+                                                        std::chrono::milliseconds timeout);
+// The same laid out as nodes: rank r's node key is nodeKeys[r] (as TERSE_NODE would give it;
+// every rank passes the same list), so the world runs two-level collectives like a cluster.
+Result<std::unique_ptr<Communicator>> communicatorFromTransport(
+    std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
+    const std::vector<std::string>& nodeKeys);
+
+// A whole world of `size` ranks in this process over the in-process backend, one communicator
+// per rank, each to be driven by its own thread (unit tests of the layers above). One node.
+Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
+    int size, std::chrono::milliseconds timeout);
+// The same laid out as nodes: rank r's node key is nodeKeys[r] (as TERSE_NODE would give it),
+// so the in-process world runs two-level collectives like a cluster.
+Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
+    const std::vector<std::string>& nodeKeys, std::chrono::milliseconds timeout);
+
+// The byte transport `comm` drives (its group view for a split communicator): for tests and
+// benchmarks of the transport underneath, and for naming it in their output. Same thread rule
+// as the communicator's own calls.
+Transport& transportOf(Communicator& comm);
+
+// A call whose arguments failed before it reached the engine (the C API's enum checks): joins
+// the ranks' agreement as rejected, so the peers fail the same call, and completes with `why`.
+Work submitRejected(Communicator& comm, const CollectiveOp& call, Status why);
+
+}  // namespace terse
