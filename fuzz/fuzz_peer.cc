@@ -105,7 +105,8 @@ void fuzzNotice(size_t maxBytes, const uint8_t* p, size_t n) {
 bool sameCall(const CallDescriptor& a, const CallDescriptor& b) {
   return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.codec == b.codec &&
          a.count == b.count && a.specHash == b.specHash && a.seq == b.seq &&
-         a.worldSize == b.worldSize && a.requestedHash == b.requestedHash;
+         a.worldSize == b.worldSize && a.requestedHash == b.requestedHash &&
+         a.algorithm == b.algorithm;
 }
 
 CallDescriptor validCall(uint8_t kind, uint64_t count, uint32_t seq, uint32_t world) {

@@ -504,7 +504,9 @@ std::vector<KillCase> killCases() {
   }
   out.emplace_back(Kind::kBarrier, "none", false);  // the barrier has no codec
   // Two-level: a victim in any step, on any node.
-  for (const char* codec : {"none", "int8", "onebit", kAutoSpec})
+  // (Not auto: its pick depends on timings, so a fault point drawn from the in-process
+  // reference's counts may never be reached over UCX when it picks another codec.)
+  for (const char* codec : {"none", "int8", "onebit", "fp16"})
     out.emplace_back(Kind::kAllReduce, codec, true);
   out.emplace_back(Kind::kReduceScatter, "topk:ratio=0.05", true);
   out.emplace_back(Kind::kAllGather, "bf16", true);
