@@ -36,6 +36,9 @@ Status CollectiveEngine::runStep(CollectiveEngine& group, const CollectiveOp& st
 }
 
 Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
+  // Nothing to move (every rank agreed on the count, so every group skips its steps alike),
+  // and the empty workspaces would be null pointers.
+  if (op.count == 0) return Status::ok();
   TwoLevel& groups = *twoLevel_;
   const int localSize = groups.local->transport().size();
   const int localRank = groups.local->transport().rank();
@@ -147,6 +150,9 @@ struct ResidualView {
 //   2. across nodes, those ranks reduce-scatter that N*m slice with the call's codec (float32;
 //      `none` in the caller's type), and the rank on node k gets block k: its own part.
 Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
+  // Nothing to move (every rank agreed on the count, so every group skips its steps alike),
+  // and the empty workspaces would be null pointers.
+  if (op.count == 0) return Status::ok();
   TwoLevel& groups = *twoLevel_;
   const int world = transport_.size();
   const size_t nodes = groups.nodes.size(), perNode = groups.nodes[0].size();
@@ -229,6 +235,9 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
 // allgather their parts (each padded to m, the call's codec) into the packed slice c; inside the
 // node, every rank allgathers the packed slices (`none`); then each part moves to its place.
 Status CollectiveEngine::twoLevelAllgather(const CollectiveOp& op) {
+  // Nothing to move (every rank agreed on the count, so every group skips its steps alike),
+  // and the empty workspaces would be null pointers.
+  if (op.count == 0) return Status::ok();
   TwoLevel& groups = *twoLevel_;
   const int world = transport_.size();
   const size_t nodes = groups.nodes.size(), perNode = groups.nodes[0].size();
