@@ -26,7 +26,6 @@
 namespace terse {
 namespace {
 
-
 struct Layout {
   std::string name;
   std::vector<int> nodeOfRank;

@@ -230,7 +230,7 @@ class CollectiveEngine {
   struct TwoLevel {
     std::unique_ptr<Transport> localTransport, crossTransport;
     std::unique_ptr<CollectiveEngine> local, cross;
-    std::shared_ptr<const Codec> none;  // the uncompressed steps' codec
+    std::shared_ptr<const Codec> none;    // the uncompressed steps' codec
     std::vector<std::vector<int>> nodes;  // each node's ranks in rank order, nodes in node order
     int node = 0, localIndex = 0;         // this rank's
   };
