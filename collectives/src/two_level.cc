@@ -35,6 +35,25 @@ Status CollectiveEngine::runStep(CollectiveEngine& group, const CollectiveOp& st
   return s;
 }
 
+Status CollectiveEngine::nodeSum(const CollectiveOp& op, const float* wide, size_t count,
+                                 float* sum, size_t length, const char* what) {
+  CollectiveOp step;
+  step.kind = CollectiveKind::kReduceScatter;
+  step.send = wide;
+  step.recv = sum;
+  step.count = count;
+  step.dtype = DataType::kFloat32;
+  step.op = ReduceOp::kSum;
+  step.codec = twoLevel_->none.get();
+  step.algorithm = Algorithm::kFlat;
+  TERSE_RETURN_IF_ERROR(runStep(*twoLevel_->local, step)
+                            .withContext(std::string("two-level ") + what + ", inside the node"));
+  if (op.op == ReduceOp::kAvg)
+    detail::fromFloat(sum, 1.0f / static_cast<float>(transport_.size()), DataType::kFloat32, sum,
+                      length);
+  return Status::ok();
+}
+
 Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
   // Nothing to move (every rank agreed on the count, so every group skips its steps alike),
   // and the empty workspaces would be null pointers.
@@ -57,24 +76,11 @@ Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
     wide = widened;
   }
   auto* sum = reinterpret_cast<float*>(scratch(8, slice.length * sizeof(float)));
-  CollectiveOp step;
-  step.kind = CollectiveKind::kReduceScatter;
-  step.send = wide;
-  step.recv = sum;
-  step.count = op.count;
-  step.dtype = DataType::kFloat32;
-  step.op = ReduceOp::kSum;
-  step.codec = groups.none.get();
-  step.algorithm = Algorithm::kFlat;
-  TERSE_RETURN_IF_ERROR(
-      runStep(*groups.local, step).withContext("two-level allreduce, inside the node"));
-  if (op.op == ReduceOp::kAvg)
-    detail::fromFloat(sum, 1.0f / static_cast<float>(transport_.size()), DataType::kFloat32, sum,
-                      slice.length);
+  TERSE_RETURN_IF_ERROR(nodeSum(op, wide, op.count, sum, slice.length, "allreduce"));
 
   // Step 2: the slice across nodes.
   auto* out = static_cast<uint8_t*>(op.recv) + slice.begin * es;
-  step = CollectiveOp{};
+  CollectiveOp step;
   step.kind = CollectiveKind::kAllReduce;
   step.count = slice.length;
   step.op = ReduceOp::kSum;
@@ -177,22 +183,10 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
     return 0;
   });
   auto* sum = reinterpret_cast<float*>(scratch(8, nodes * m * sizeof(float)));
-  CollectiveOp step;
-  step.kind = CollectiveKind::kReduceScatter;
-  step.send = packed;
-  step.recv = sum;
-  step.count = world * m;
-  step.dtype = DataType::kFloat32;
-  step.op = ReduceOp::kSum;
-  step.codec = groups.none.get();
-  step.algorithm = Algorithm::kFlat;
-  TERSE_RETURN_IF_ERROR(
-      runStep(*groups.local, step).withContext("two-level reduce-scatter, inside the node"));
-  if (op.op == ReduceOp::kAvg)
-    detail::fromFloat(sum, 1.0f / static_cast<float>(world), DataType::kFloat32, sum, nodes * m);
+  TERSE_RETURN_IF_ERROR(nodeSum(op, packed, world * m, sum, nodes * m, "reduce-scatter"));
 
   const Range mine = partOf(c, groups.node);
-  step = CollectiveOp{};
+  CollectiveOp step;
   step.kind = CollectiveKind::kReduceScatter;
   step.count = nodes * m;
   step.op = ReduceOp::kSum;

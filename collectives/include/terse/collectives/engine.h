@@ -190,6 +190,11 @@ class CollectiveEngine {
   // every member of the group runs the same steps in the same order, so there is no validation
   // or descriptor exchange of its own. Its bytes and codec time are added to this engine's.
   Status runStep(CollectiveEngine& group, const CollectiveOp& step);
+  // The node's step 1 of a two-level call: reduce-scatter of `count` float32 elements with
+  // `none` over the node group into `sum` (this rank's part, `length` elements), scaled by 1/W
+  // for avg. `what` names the collective in errors.
+  Status nodeSum(const CollectiveOp& op, const float* wide, size_t count, float* sum, size_t length,
+                 const char* what);
   Status twoLevelAllreduce(const CollectiveOp& op);
   Status twoLevelReduceScatter(const CollectiveOp& op);
   Status twoLevelAllgather(const CollectiveOp& op);
