@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 
 namespace terse {
 
@@ -147,6 +146,18 @@ struct ResidualView {
   }
 };
 
+// The cross-node step's error-feedback state for `count` elements of `spec`: the engine's, made
+// again only when the codec or the size changes and otherwise zeroed (what matters is loaded
+// from the caller's state each call; padding starts at zero).
+Result<ErrorFeedback*> stepFeedback(ErrorFeedback& kept, const std::string& spec, size_t count) {
+  if (kept.codecSpec() != spec || kept.count() != count) {
+    TERSE_ASSIGN_OR_RETURN(kept, ErrorFeedback::create(spec, count));
+  } else {
+    kept.reset();
+  }
+  return &kept;
+}
+
 }  // namespace
 
 // Reduce-scatter: rank w's part is chunkRange(count, W, w). The parts are packed by (local index,
@@ -198,18 +209,17 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
     step.send = sum;
     step.recv = out;
     step.dtype = DataType::kFloat32;
-    std::optional<ErrorFeedback> stepFeedback;
     ResidualView view;
     if (op.feedback) {
-      TERSE_ASSIGN_OR_RETURN(stepFeedback, ErrorFeedback::create(op.codec->spec(), nodes * m));
+      TERSE_ASSIGN_OR_RETURN(step.feedback,
+                             stepFeedback(groups.stepFeedback, op.codec->spec(), nodes * m));
       for (size_t k = 0; k < nodes; ++k)
         view.add(op.feedbackOffset + partOf(c, k).begin, k * m, partOf(c, k).length);
-      TERSE_RETURN_IF_ERROR(view.load(*op.feedback, *stepFeedback));
-      step.feedback = &*stepFeedback;
+      TERSE_RETURN_IF_ERROR(view.load(*op.feedback, *step.feedback));
     }
     TERSE_RETURN_IF_ERROR(
         runStep(*groups.cross, step).withContext("two-level reduce-scatter, across nodes"));
-    if (op.feedback) view.store(*stepFeedback, *op.feedback);
+    if (op.feedback) view.store(*step.feedback, *op.feedback);
     detail::fromFloat(out, 1.0f, op.dtype, op.recv, mine.length);
     return Status::ok();
   }
@@ -256,17 +266,15 @@ Status CollectiveEngine::twoLevelAllgather(const CollectiveOp& op) {
   step.codec = op.codec;
   step.algorithm = Algorithm::kFlat;
   step.policyWork = op.policyWork;
-  std::optional<ErrorFeedback> stepFeedback;
   ResidualView view;
   if (op.feedback) {
-    TERSE_ASSIGN_OR_RETURN(stepFeedback, ErrorFeedback::create(op.codec->spec(), m));
+    TERSE_ASSIGN_OR_RETURN(step.feedback, stepFeedback(groups.stepFeedback, op.codec->spec(), m));
     view.add(op.feedbackOffset, 0, mine.length);
-    TERSE_RETURN_IF_ERROR(view.load(*op.feedback, *stepFeedback));
-    step.feedback = &*stepFeedback;
+    TERSE_RETURN_IF_ERROR(view.load(*op.feedback, *step.feedback));
   }
   TERSE_RETURN_IF_ERROR(
       runStep(*groups.cross, step).withContext("two-level allgather, across nodes"));
-  if (op.feedback) view.store(*stepFeedback, *op.feedback);
+  if (op.feedback) view.store(*step.feedback, *op.feedback);
 
   step = CollectiveOp{};
   step.kind = CollectiveKind::kAllGather;

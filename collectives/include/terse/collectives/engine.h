@@ -238,6 +238,9 @@ class CollectiveEngine {
     std::shared_ptr<const Codec> none;    // the uncompressed steps' codec
     std::vector<std::vector<int>> nodes;  // each node's ranks in rank order, nodes in node order
     int node = 0, localIndex = 0;         // this rank's
+    // The cross-node step's error-feedback state in reduce-scatter and allgather (two_level.cc,
+    // stepFeedback): kept across calls instead of a tensor-slice allocation per call.
+    ErrorFeedback stepFeedback;
   };
 
   Transport& transport_;
