@@ -39,6 +39,14 @@
 #include <vector>
 
 namespace terse::bench {
+
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kTestSeedSetting{
+    {"TERSE_TEST_SEED", "int", "",
+     "Tests and terse-bench soak: seed of the randomized fault-injection and soak runs. Unset: "
+     "a fresh seed per run, printed so a failure can be replayed.",
+     0, std::numeric_limits<int64_t>::max()}};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -2,6 +2,8 @@
 // libFuzzer records as a crash (with the input that caused it).
 #pragma once
 
+#include "terse/common/env.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +11,12 @@
 #include <vector>
 
 namespace terse::fuzz {
+
+// Read by maybeWriteSeeds below (terse/common/env.h: declared next to its reader).
+inline const EnvSetting kFuzzWriteSeedsSetting{
+    {"TERSE_FUZZ_WRITE_SEEDS", "string", "",
+     "Fuzz targets (fuzz/): a directory into which the target writes its seed corpus and exits "
+     "instead of fuzzing (scripts/fuzz.sh sets it)."}};
 
 // A property the target checks does not hold: print why and abort so libFuzzer saves the input.
 [[noreturn]] inline void fail(const char* what) {

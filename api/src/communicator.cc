@@ -24,6 +24,25 @@
 
 namespace terse {
 
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kTimeoutMsSetting{
+    {"TERSE_TIMEOUT_MS", "int", "300000",
+     "Per-operation timeout in milliseconds for rendezvous, transport and collectives. A peer "
+     "that does not answer within it is reported by rank.",
+     1, kMaxTimeoutMs}};
+const EnvSetting kTransportSetting{
+    {"TERSE_TRANSPORT", "enum", "ucx",
+     "Byte transport between processes: ucx (the default) or inproc (threads of one process, "
+     "for tests).",
+     0, 0, "ucx,inproc"}};
+// Read by the Python package (python/terse/) to find this library before loading it; declared
+// here, in the library it names, so the registry and docs/env.md know it.
+const EnvSetting kLibrarySetting{
+    {"TERSE_LIBRARY", "string", "",
+     "Python package (python/, docs/pytorch.md): path of the libterse.so to load. When unset: "
+     "the checkout's build/lib (when imported from the source tree), then the dynamic loader's "
+     "search path (LD_LIBRARY_PATH, ldconfig), then /usr/local/lib and /usr/lib."}};
+
 // TERSE_FAULT's phase=barrier (transport/fault.h) is the communicator's reserved tag range.
 static_assert(kFaultPhases[3].value == Communicator::kReservedTagBase &&
                   (kMaxTransportTag & kFaultPhases[3].mask) == kFaultPhases[3].value,

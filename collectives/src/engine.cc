@@ -16,6 +16,33 @@
 
 namespace terse {
 
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kSegmentBytesSetting{
+    {"TERSE_SEGMENT_BYTES", "int", "1048576",
+     "Pipeline segment of the collectives, in bytes of float32 (rounded to a multiple of 65536 "
+     "elements): compression, transfer and reduction of different segments overlap.",
+     int64_t{1} << 18, int64_t{1} << 30}};
+const EnvSetting kSmallBytesSetting{
+    {"TERSE_SMALL_BYTES", "int", "65536",
+     "Uncompressed allreduces of at most this many float32 bytes use recursive doubling "
+     "(latency-bound) instead of the ring (bandwidth-bound).",
+     0, int64_t{1} << 30}};
+const EnvSetting kPipelineDepthSetting{
+    {"TERSE_PIPELINE_DEPTH", "int", "1",
+     "Compressed collectives: how many segment rounds a rank compresses and sends ahead of "
+     "the segment it reduces (1-8). Deeper keeps a slow link busier while ranks wait on each "
+     "other, at the cost of a longer drain.",
+     1, 8}};
+const EnvSetting kAlgoSetting{
+    {"TERSE_ALGO", "enum", "auto",
+     "How allreduce, reduce-scatter and allgather cross the ranks: twolevel (exact reduction "
+     "inside each node, the codec across nodes on each local rank's slice, allgather inside the "
+     "node), flat (every rank a peer of every other) or auto (two-level when there are "
+     "several nodes with the same number of ranks, more than one each; else flat). twolevel "
+     "on a world whose nodes cannot run it fails communicator creation; split communicators "
+     "follow it where they can. Every rank must resolve the same.",
+     0, 0, "auto,flat,twolevel"}};
+
 using detail::CallDescriptor;
 using detail::makeTag;
 using detail::RequestList;
@@ -51,12 +78,10 @@ namespace {
 // The engine's tunables. Communicators check every TERSE_* variable when they are created
 // (checkEnvironment), so a malformed value has already failed there with its name; an engine
 // built directly (unit tests) over a malformed value keeps the registered default.
-size_t tunable(const char* name) {
-  auto v = envInt(name);
+size_t tunable(const EnvSetting& setting) {
+  auto v = envInt(setting.name());
   if (v.isOk()) return static_cast<size_t>(v.value());
-  for (const EnvVarInfo& info : envRegistry())
-    if (std::strcmp(info.name, name) == 0) return std::strtoull(info.defaultValue, nullptr, 10);
-  return 0;
+  return std::strtoull(setting.info().defaultValue, nullptr, 10);
 }
 
 // [begin, end) of a buffer's bytes, for the overlap check.
@@ -69,11 +94,11 @@ struct ByteSpan {
 
 CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout)
     : transport_(transport), timeout_(timeout) {
-  setSegmentBytes(tunable("TERSE_SEGMENT_BYTES"));
-  smallBytes_ = tunable("TERSE_SMALL_BYTES");
-  setPipelineDepth(tunable("TERSE_PIPELINE_DEPTH"));
+  setSegmentBytes(tunable(kSegmentBytesSetting));
+  smallBytes_ = tunable(kSmallBytesSetting);
+  setPipelineDepth(tunable(kPipelineDepthSetting));
   // Like the tunables: a malformed value failed at communicator creation; here it means auto.
-  auto algo = envEnum("TERSE_ALGO");
+  auto algo = envEnum(kAlgoSetting.name());
   if (algo.isOk()) {
     auto parsed = parseAlgorithm(algo.value());
     if (parsed.isOk()) defaultAlgorithm_ = parsed.value();

@@ -1,135 +1,137 @@
 #include "terse/common/env.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <limits>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <strings.h>
 
 namespace terse {
 
-const std::vector<EnvVarInfo>& envRegistry() {
-  // Keep in step with docs/env.md (checked by a test). Sorted by topic, not alphabet.
-  static const std::vector<EnvVarInfo> kRegistry = {
-      {"TERSE_DEBUG", "enum", "WARN",
-       "Log level: NONE, WARN, INFO or TRACE. Lines go to stderr (or to NCCL's logger inside the "
-       "plugin).",
-       0, 0, "NONE,WARN,INFO,TRACE"},
-      {"TERSE_DEBUG_SUBSYS", "list", "ALL",
-       "Comma-separated subsystems to log: INIT, COLL, NET, CODEC, BOOT, PLUGIN, ALL. A leading ^ "
-       "inverts the list.",
-       0, 0, "INIT,COLL,NET,CODEC,BOOT,PLUGIN,ALL"},
-      {"TERSE_CPU_THREADS", "int", "0",
-       "Threads used by CPU codec kernels on large buffers; 0 means one per hardware thread.", 0,
-       1024},
-      {"TERSE_RANK", "int", "",
-       "This process's rank. When unset, taken from OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID "
-       "or RANK (torchrun).",
-       0, kMaxRanks - 1},
-      {"TERSE_WORLD_SIZE", "int", "",
-       "Number of ranks. When unset, taken from OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS or "
-       "WORLD_SIZE (torchrun).",
-       1, kMaxRanks},
-      {"TERSE_LOCAL_RANK", "int", "",
-       "Rank within this host. When unset, taken from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or "
-       "LOCAL_RANK.",
-       0, kMaxRanks - 1},
-      {"TERSE_LOCAL_SIZE", "int", "",
-       "Ranks on this host. When unset, taken from OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or "
-       "LOCAL_WORLD_SIZE (torchrun). Only checked against the topology terse derives (TERSE_NODE).",
-       1, kMaxRanks},
-      {"TERSE_NODE", "string", "",
-       "This rank's node: ranks with the same value share a node (shared memory, uncompressed "
-       "steps of two-level collectives). When unset, the host's name and boot id. Set it to "
-       "emulate several hosts on one machine (terse-run --nodes, network namespaces)."},
-      {"TERSE_STORE", "string", "",
-       "Rendezvous store: host:port of the TCP store served by rank 0, or a directory path for the "
-       "file store. When unset under torchrun, MASTER_ADDR:MASTER_PORT+1 (PyTorch's own store "
-       "holds MASTER_PORT)."},
-      {"TERSE_TIMEOUT_MS", "int", "300000",
-       "Per-operation timeout in milliseconds for rendezvous, transport and collectives. A peer "
-       "that does not answer within it is reported by rank.",
-       1, kMaxTimeoutMs},
-      {"TERSE_SEGMENT_BYTES", "int", "1048576",
-       "Pipeline segment of the collectives, in bytes of float32 (rounded to a multiple of 65536 "
-       "elements): compression, transfer and reduction of different segments overlap.",
-       int64_t{1} << 18, int64_t{1} << 30},
-      {"TERSE_PIPELINE_DEPTH", "int", "1",
-       "Compressed collectives: how many segment rounds a rank compresses and sends ahead of "
-       "the segment it reduces (1-8). Deeper keeps a slow link busier while ranks wait on each "
-       "other, at the cost of a longer drain.",
-       1, 8},
-      {"TERSE_UCX_TCP_EAGER", "int", "1",
-       "With UCX_TLS naming only tcp (and self) and no UCX_RNDV_THRESH of the user's, terse's "
-       "transport sends every message eagerly (UCX's RNDV_THRESH=inf): UCX's rendezvous waits "
-       "for a busy receiver to answer each message before data moves, which cost the compressed "
-       "collectives 10-15% of a 1 Gbit/s link. 0 leaves the threshold to UCX. Not applied with "
-       "shared memory or RDMA, where rendezvous is the faster protocol.",
-       0, 1},
-      {"TERSE_SMALL_BYTES", "int", "65536",
-       "Uncompressed allreduces of at most this many float32 bytes use recursive doubling "
-       "(latency-bound) instead of the ring (bandwidth-bound).",
-       0, int64_t{1} << 30},
-      {"TERSE_ALGO", "enum", "auto",
-       "How allreduce, reduce-scatter and allgather cross the ranks: twolevel (exact reduction "
-       "inside each node, the codec across nodes on each local rank's slice, allgather inside the "
-       "node), flat (every rank a peer of every other) or auto (two-level when there are "
-       "several nodes with the same number of ranks, more than one each; else flat). twolevel "
-       "on a world whose nodes cannot run it fails communicator creation; split communicators "
-       "follow it where they can. Every rank must resolve the same.",
-       0, 0, "auto,flat,twolevel"},
-      {"TERSE_TRANSPORT", "enum", "ucx",
-       "Byte transport between processes: ucx (the default) or inproc (threads of one process, "
-       "for tests).",
-       0, 0, "ucx,inproc"},
-      {"TERSE_FAULT", "string", "",
-       "Fault injection for tests (off when empty): rules separated by ';', e.g. "
-       "kill:rank=2:after_sends=17, drop:rank=1:peer=0:phase=gather, delay:ms=50:count=0. "
-       "Actions kill (SIGKILL the process), drop (close connections) and delay (sleep before a "
-       "send); triggers after_sends=N / after_recvs=N; filters rank, peer, phase, tag. See "
-       "transport/include/terse/transport/fault.h."},
-      {"TERSE_TEST_SEED", "int", "",
-       "Tests and terse-bench soak: seed of the randomized fault-injection and soak runs. Unset: "
-       "a fresh seed per run, printed so a failure can be replayed.",
-       0, std::numeric_limits<int64_t>::max()},
-      {"TERSE_NET_IFNAME", "string", "",
-       "NCCL net plugin: interface whose address carries connection setup. When unset, the first "
-       "interface named in UCX_NET_DEVICES, else the first non-loopback interface that is up."},
-      {"TERSE_NET_SPEED_MBPS", "int", "0",
-       "NCCL net plugin: link speed in Mbit/s reported to NCCL; 0 reads it from sysfs (10000 when "
-       "the link has none, e.g. loopback).",
-       0, 100000000},
-      {"TERSE_NET_MAX_RECVS", "int", "8",
-       "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8.", 1, 8},
-      {"TERSE_NET_LOSSLESS", "bool", "0",
-       "NCCL net plugin: compress sends of at least TERSE_NET_LOSSLESS_MIN_BYTES with zstd "
-       "(lossless; incompressible messages go raw). Must be the same on every rank: connections "
-       "between ranks that differ fail. Pays only on slow links with compressible data (see "
-       "docs/nccl-plugin.md)."},
-      {"TERSE_NET_LOSSLESS_MIN_BYTES", "int", "65536",
-       "NCCL net plugin: smallest send that TERSE_NET_LOSSLESS compresses, 256..2^30 bytes.", 256,
-       int64_t{1} << 30},
-      {"TERSE_COLLNET_CODEC", "string", "none",
-       "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
-       "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec is a "
-       "WARN at init and runs uncompressed."},
-      {"TERSE_COLLNET_EF_PERIOD", "string", "auto",
-       "NCCL CollNet plugin: iallreduce + ireducescatter calls per training step; residuals of "
-       "error-feedback codecs (onebit, topk) are kept per position in that sequence. auto (or "
-       "auto:warmup=N) learns it from the calls; 0 turns error feedback off (such codecs fall "
-       "back to none)."},
-      {"TERSE_LIBRARY", "string", "",
-       "Python package (python/, docs/pytorch.md): path of the libterse.so to load. When unset: "
-       "the checkout's build/lib (when imported from the source tree), then the dynamic loader's "
-       "search path (LD_LIBRARY_PATH, ldconfig), then /usr/local/lib and /usr/lib."},
-  };
-  return kRegistry;
+namespace {
+
+bool sameText(const char* a, const char* b) {
+  return (a == nullptr || b == nullptr) ? a == b : std::strcmp(a, b) == 0;
 }
 
+bool sameDeclaration(const EnvVarInfo& a, const EnvVarInfo& b) {
+  return sameText(a.name, b.name) && sameText(a.type, b.type) &&
+         sameText(a.defaultValue, b.defaultValue) && sameText(a.doc, b.doc) && a.min == b.min &&
+         a.max == b.max && sameText(a.choices, b.choices) && a.check == b.check;
+}
+
+// The declarations linked into this program. Never destroyed: EnvSetting constants of other
+// translation units unregister from it during exit in no particular order.
+struct Registry {
+  std::mutex mu;
+  std::vector<const EnvSetting*> settings;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+}  // namespace
+
+EnvSetting::EnvSetting(const EnvVarInfo& info) : info_(info) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.settings.push_back(this);
+}
+
+EnvSetting::~EnvSetting() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.settings.erase(std::remove(r.settings.begin(), r.settings.end(), this), r.settings.end());
+}
+
+std::vector<EnvVarInfo> envRegistry() {
+  Registry& r = registry();
+  std::vector<EnvVarInfo> out;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const EnvSetting* s : r.settings) {
+      bool seen = false;
+      for (const EnvVarInfo& o : out) seen |= std::strcmp(o.name, s->name()) == 0;
+      if (!seen) out.push_back(s->info());
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const EnvVarInfo& a, const EnvVarInfo& b) {
+    return std::strcmp(a.name, b.name) < 0;
+  });
+  return out;
+}
+
+std::vector<std::string> envConflicts() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < r.settings.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (std::strcmp(r.settings[i]->name(), r.settings[j]->name()) == 0 &&
+          !sameDeclaration(r.settings[i]->info(), r.settings[j]->info()) &&
+          std::find(out.begin(), out.end(), r.settings[i]->name()) == out.end())
+        out.push_back(r.settings[i]->name());
+  return out;
+}
+
+// Settings whose readers have not moved their declarations next to them yet.
+const EnvVarInfo kLeftoverInfo[] = {
+    {"TERSE_UCX_TCP_EAGER", "int", "1",
+     "With UCX_TLS naming only tcp (and self) and no UCX_RNDV_THRESH of the user's, terse's "
+     "transport sends every message eagerly (UCX's RNDV_THRESH=inf): UCX's rendezvous waits "
+     "for a busy receiver to answer each message before data moves, which cost the compressed "
+     "collectives 10-15% of a 1 Gbit/s link. 0 leaves the threshold to UCX. Not applied with "
+     "shared memory or RDMA, where rendezvous is the faster protocol.",
+     0, 1},
+    {"TERSE_NET_IFNAME", "string", "",
+     "NCCL net plugin: interface whose address carries connection setup. When unset, the first "
+     "interface named in UCX_NET_DEVICES, else the first non-loopback interface that is up."},
+    {"TERSE_NET_SPEED_MBPS", "int", "0",
+     "NCCL net plugin: link speed in Mbit/s reported to NCCL; 0 reads it from sysfs (10000 when "
+     "the link has none, e.g. loopback).",
+     0, 100000000},
+    {"TERSE_NET_MAX_RECVS", "int", "8",
+     "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8.", 1, 8},
+    {"TERSE_NET_LOSSLESS", "bool", "0",
+     "NCCL net plugin: compress sends of at least TERSE_NET_LOSSLESS_MIN_BYTES with zstd "
+     "(lossless; incompressible messages go raw). Must be the same on every rank: connections "
+     "between ranks that differ fail. Pays only on slow links with compressible data (see "
+     "docs/nccl-plugin.md)."},
+    {"TERSE_NET_LOSSLESS_MIN_BYTES", "int", "65536",
+     "NCCL net plugin: smallest send that TERSE_NET_LOSSLESS compresses, 256..2^30 bytes.", 256,
+     int64_t{1} << 30},
+    {"TERSE_COLLNET_CODEC", "string", "none",
+     "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
+     "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec is a "
+     "WARN at init and runs uncompressed."},
+    {"TERSE_COLLNET_EF_PERIOD", "string", "auto",
+     "NCCL CollNet plugin: iallreduce + ireducescatter calls per training step; residuals of "
+     "error-feedback codecs (onebit, topk) are kept per position in that sequence. auto (or "
+     "auto:warmup=N) learns it from the calls; 0 turns error feedback off (such codecs fall "
+     "back to none)."},
+};
+
+struct LeftoverSettings {
+  std::vector<std::unique_ptr<EnvSetting>> all;
+  LeftoverSettings() {
+    for (const EnvVarInfo& info : kLeftoverInfo) all.push_back(std::make_unique<EnvSetting>(info));
+  }
+};
+const LeftoverSettings kLeftover;
+
+// The declaration of `name`, or null. The pointer stays valid while the declaring module is
+// loaded, which is as long as its code can ask.
 static const EnvVarInfo* findVar(const char* name) {
-  for (const auto& v : envRegistry())
-    if (std::strcmp(v.name, name) == 0) return &v;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const EnvSetting* s : r.settings)
+    if (std::strcmp(s->name(), name) == 0) return &s->info();
   return nullptr;
 }
 
@@ -173,6 +175,7 @@ Status checkOne(const EnvVarInfo& v) {
   if (type == "int") return envInt(v.name).status();
   if (type == "bool") return envBool(v.name).status();
   if (type == "enum") return envEnum(v.name).status();
+  if (type == "string" && v.check != nullptr) return v.check(v.name, envRaw(v.name));
   if (type == "list") {
     const std::string text = envRaw(v.name);
     size_t pos = !text.empty() && text[0] == '^' ? 1 : 0;
@@ -282,6 +285,9 @@ Result<std::string> envEnum(const char* name) {
 }
 
 Status checkEnvironment() {
+  for (const std::string& name : envConflicts())
+    return errorInternal("%s is declared twice with different types, defaults or ranges",
+                         name.c_str());
   for (const EnvVarInfo& v : envRegistry()) TERSE_RETURN_IF_ERROR(checkOne(v));
   return Status::ok();
 }

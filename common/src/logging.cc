@@ -13,6 +13,19 @@
 #include <unistd.h>
 
 namespace terse {
+
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kDebugSetting{
+    {"TERSE_DEBUG", "enum", "WARN",
+     "Log level: NONE, WARN, INFO or TRACE. Lines go to stderr (or to NCCL's logger inside the "
+     "plugin).",
+     0, 0, "NONE,WARN,INFO,TRACE"}};
+const EnvSetting kDebugSubsysSetting{
+    {"TERSE_DEBUG_SUBSYS", "list", "ALL",
+     "Comma-separated subsystems to log: INIT, COLL, NET, CODEC, BOOT, PLUGIN, ALL. A leading ^ "
+     "inverts the list.",
+     0, 0, "INIT,COLL,NET,CODEC,BOOT,PLUGIN,ALL"}};
+
 namespace {
 
 struct LogConfig {

@@ -12,6 +12,13 @@
 #include <vector>
 
 namespace terse {
+
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kCpuThreadsSetting{
+    {"TERSE_CPU_THREADS", "int", "0",
+     "Threads used by CPU codec kernels on large buffers; 0 means one per hardware thread.", 0,
+     1024}};
+
 namespace {
 
 // A fixed pool of workers fed one parallelFor at a time. Each run gets its own Job (shared with

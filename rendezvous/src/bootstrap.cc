@@ -18,23 +18,49 @@
 
 namespace terse {
 
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kRankSetting{
+    {"TERSE_RANK", "int", "",
+     "This process's rank. When unset, taken from OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID "
+     "or RANK (torchrun).",
+     0, kMaxRanks - 1}};
+const EnvSetting kWorldSizeSetting{
+    {"TERSE_WORLD_SIZE", "int", "",
+     "Number of ranks. When unset, taken from OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS or "
+     "WORLD_SIZE (torchrun).",
+     1, kMaxRanks}};
+const EnvSetting kLocalRankSetting{
+    {"TERSE_LOCAL_RANK", "int", "",
+     "Rank within this host. When unset, taken from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or "
+     "LOCAL_RANK.",
+     0, kMaxRanks - 1}};
+const EnvSetting kLocalSizeSetting{
+    {"TERSE_LOCAL_SIZE", "int", "",
+     "Ranks on this host. When unset, taken from OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or "
+     "LOCAL_WORLD_SIZE (torchrun). Only checked against the topology terse derives (TERSE_NODE).",
+     1, kMaxRanks}};
+const EnvSetting kStoreSetting{
+    {"TERSE_STORE", "string", "",
+     "Rendezvous store: host:port of the TCP store served by rank 0, or a directory path for the "
+     "file store. When unset under torchrun, MASTER_ADDR:MASTER_PORT+1 (PyTorch's own store "
+     "holds MASTER_PORT)."}};
+
 namespace {
 
 // The first of `names` that is set. terse's own variable comes first and is read through the
 // registry; the launchers' are parsed by the same strict parser with the same range (a world
 // size of 2^31 must be refused as such, not wrap to a negative int).
-Result<std::optional<int64_t>> firstInt(const char* terseName,
+Result<std::optional<int64_t>> firstInt(const EnvSetting& setting,
                                         std::initializer_list<const char*> fallbacks,
                                         std::string* source) {
+  const char* terseName = setting.name();
   const char* own = std::getenv(terseName);
   if (own != nullptr && *own != '\0') {
     TERSE_ASSIGN_OR_RETURN(int64_t v, envInt(terseName));
     *source = terseName;
     return std::optional<int64_t>(v);
   }
-  int64_t min = 0, max = 0;
-  for (const EnvVarInfo& info : envRegistry())
-    if (std::strcmp(info.name, terseName) == 0) min = info.min, max = info.max;
+  const int64_t min = setting.info().min, max = setting.info().max;
   for (const char* name : fallbacks) {
     const char* text = std::getenv(name);
     if (text == nullptr || *text == '\0') continue;
@@ -65,15 +91,15 @@ Result<BootstrapInfo> readBootstrapEnv() {
   std::string sizeSource, localSource;
   TERSE_ASSIGN_OR_RETURN(
       auto rank,
-      firstInt("TERSE_RANK", {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"},
+      firstInt(kRankSetting, {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"},
                &info.rankSource));
   TERSE_ASSIGN_OR_RETURN(
       auto size,
-      firstInt("TERSE_WORLD_SIZE",
+      firstInt(kWorldSizeSetting,
                {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}, &sizeSource));
   TERSE_ASSIGN_OR_RETURN(
       auto local,
-      firstInt("TERSE_LOCAL_RANK", {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"},
+      firstInt(kLocalRankSetting, {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"},
                &localSource));
   if (!rank && !size) {
     // Nothing launched us as part of a world: a single rank.
@@ -97,7 +123,7 @@ Result<BootstrapInfo> readBootstrapEnv() {
                                 info.rank, info.rankSource.c_str(), info.size - 1, info.size);
   info.localRank = local ? static_cast<int>(*local) : info.rank;
   std::string localSizeSource;
-  TERSE_ASSIGN_OR_RETURN(auto localSize, firstInt("TERSE_LOCAL_SIZE",
+  TERSE_ASSIGN_OR_RETURN(auto localSize, firstInt(kLocalSizeSetting,
                                                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
                                                    "LOCAL_WORLD_SIZE"},
                                                   &localSizeSource));

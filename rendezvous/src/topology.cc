@@ -9,6 +9,13 @@
 
 namespace terse {
 
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kNodeSetting{
+    {"TERSE_NODE", "string", "",
+     "This rank's node: ranks with the same value share a node (shared memory, uncompressed "
+     "steps of two-level collectives). When unset, the host's name and boot id. Set it to "
+     "emulate several hosts on one machine (terse-run --nodes, network namespaces)."}};
+
 std::vector<int> Topology::ranksOn(int which) const {
   std::vector<int> ranks;
   for (size_t r = 0; r < nodeOfRank.size(); ++r)

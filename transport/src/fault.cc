@@ -16,6 +16,20 @@
 
 namespace terse {
 
+static Status checkFaultSetting(const char* name, const std::string& value) {
+  return parseFaultRules(value).status().withContext(name);
+}
+
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kFaultSetting{
+    {"TERSE_FAULT", "string", "",
+     "Fault injection for tests (off when empty): rules separated by ';', e.g. "
+     "kill:rank=2:after_sends=17, drop:rank=1:peer=0:phase=gather, delay:ms=50:count=0. "
+     "Actions kill (SIGKILL the process), drop (close connections) and delay (sleep before a "
+     "send); triggers after_sends=N / after_recvs=N; filters rank, peer, phase, tag. See "
+     "transport/include/terse/transport/fault.h.",
+     0, 0, nullptr, checkFaultSetting}};
+
 namespace {
 
 // An unsigned number, decimal or 0x hex, with nothing before or after it. Checked by hand

@@ -1,8 +1,15 @@
-// The one registry of TERSE_* environment variables and the one strict parser of their values.
-// Every variable terse reads is declared in env.cc's table with its type, default, accepted
-// range (integers) or choices (enums, lists) and one line of documentation; docs/env.md lists
-// the same table (tests/common/env_test.cc checks that the two agree). Values are read at each
-// call so tests can setenv; callers on hot paths cache them.
+// TERSE_* environment variables: their declarations and the one strict parser of their values.
+//
+// A setting is declared once, as an EnvSetting constant in the .cc that reads it, with its type,
+// default, accepted range (integers) or choices (enums, lists) and one line of documentation
+// (NCCL_PARAM and UCX's per-component config tables are the models). Constructing the constant
+// registers it: the registry is whatever the program links, so checkEnvironment() checks exactly
+// the settings of the code present, and the documentation test (tests/api/settings_test.cc)
+// checks docs/env.md against every declaration of the library, plugin and tools. A setting read
+// by several layers is declared by the lowest of them, which offers a function to the others.
+// tests/api/settings_test.cc also scans the sources: every TERSE_* name read anywhere outside
+// tests/ is declared exactly once. Values are read at each call so tests can setenv; callers on
+// hot paths cache them.
 //
 // A variable that is set (to anything but the empty string, which counts as unset) and
 // malformed or out of range is an error naming the variable, its value and what is accepted,
@@ -37,10 +44,38 @@ struct EnvVarInfo {
   // enum: the accepted values, comma-separated (matched case-insensitively); list: the accepted
   // items of a comma-separated list that may start with '^'.
   const char* choices = nullptr;
+  // string: the parser of the value's own syntax (a fault spec, a store address, a codec spec),
+  // which checkEnvironment() runs so that a malformed value fails at start-up like any other;
+  // null where every text is acceptable (a node name, a path). Returns a kInvalidArgument
+  // naming `name` and the value.
+  Status (*check)(const char* name, const std::string& value) = nullptr;
 };
 
-// The registry, in documentation order.
-const std::vector<EnvVarInfo>& envRegistry();
+// A declaration (see the top of this file): a namespace-scope constant of the .cc that reads the
+// variable, e.g.
+//   const EnvSetting kSegmentBytes{{"TERSE_SEGMENT_BYTES", /*type*/ "int", /*default*/ "1048576",
+//                                   "Pipeline segment ...", int64_t{1} << 18, int64_t{1} << 30}};
+// The getters below take the variable's name; the declaration only has to be linked.
+class EnvSetting {
+ public:
+  explicit EnvSetting(const EnvVarInfo& info);
+  ~EnvSetting();
+  EnvSetting(const EnvSetting&) = delete;
+  EnvSetting& operator=(const EnvSetting&) = delete;
+  const EnvVarInfo& info() const { return info_; }
+  const char* name() const { return info_.name; }
+
+ private:
+  EnvVarInfo info_;
+};
+
+// Every setting declared by the code linked into this program, sorted by name.
+std::vector<EnvVarInfo> envRegistry();
+
+// Names declared twice with different declarations (a programming error; checkEnvironment()
+// reports it). The same declaration linked twice (one .cc in two static libraries of one
+// program) is not a conflict.
+std::vector<std::string> envConflicts();
 
 // What a registered variable accepts, for messages and docs: "1..8", "NONE, WARN, INFO, TRACE",
 // "1/0, true/false, yes/no, on/off", or "" for free-form strings.

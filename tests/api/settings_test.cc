@@ -1,0 +1,212 @@
+// The TERSE_* settings as a whole (terse/common/env.h): every variable read anywhere outside
+// tests/ is declared exactly once, next to its reader; docs/env.md documents exactly the declared
+// ones with the type, default and accepted values the parser enforces; the library's
+// declarations are all linked into its registry; and a malformed value of each is rejected at
+// start-up with a message naming it.
+#include "terse/common/env.h"
+
+#include <terse/communicator.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace terse {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string readFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// What the sources outside tests/ declare and read: name -> "dir/file" of each occurrence.
+struct SourceScan {
+  std::map<std::string, std::vector<std::string>> declared, read;
+};
+
+// The top-level directories that are not code of terse's (build trees, docs, tests and their
+// data, helpers' worktrees).
+bool skippedDirectory(const std::string& name) {
+  return name.rfind("build", 0) == 0 || name == "docs" || name == "tests" || name[0] == '.';
+}
+
+const SourceScan& scanSources() {
+  static const SourceScan scan = [] {
+    SourceScan out;
+    // A declaration is the start of an EnvVarInfo: the name and one of the five types.
+    const std::regex declaration(
+        R"re(\{\s*"(TERSE_[A-Z0-9_]+)"\s*,\s*"(int|bool|string|enum|list)")re");
+    // A read: C/C++ getenv or terse's getters, Python's os.environ / os.getenv.
+    const std::regex cxxRead(
+        R"re(\b(getenv|envInt|envBool|envEnum|envString|envRaw)\s*\(\s*"(TERSE_[A-Z0-9_]+)")re");
+    const std::regex pyRead(
+        R"re(\bos\.(environ\.get\s*\(|environ\s*\[|getenv\s*\()\s*["'](TERSE_[A-Z0-9_]+))re");
+    const fs::path root(TERSE_SOURCE_DIR);
+    for (const auto& top : fs::directory_iterator(root)) {
+      if (!top.is_directory() || skippedDirectory(top.path().filename().string())) continue;
+      for (const auto& entry : fs::recursive_directory_iterator(top.path())) {
+        if (!entry.is_regular_file()) continue;
+        const std::string ext = entry.path().extension().string();
+        const bool cxx = ext == ".cc" || ext == ".h" || ext == ".cu" || ext == ".c";
+        if (!cxx && ext != ".py") continue;
+        const std::string text = readFile(entry.path());
+        const std::string where = fs::relative(entry.path(), root).string();
+        if (cxx) {
+          for (std::sregex_iterator it(text.begin(), text.end(), declaration), end; it != end; ++it)
+            out.declared[(*it)[1]].push_back(where);
+          for (std::sregex_iterator it(text.begin(), text.end(), cxxRead), end; it != end; ++it)
+            out.read[(*it)[2]].push_back(where);
+        } else {
+          for (std::sregex_iterator it(text.begin(), text.end(), pyRead), end; it != end; ++it)
+            out.read[(*it)[2]].push_back(where);
+        }
+      }
+    }
+    return out;
+  }();
+  return scan;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+TEST(Settings, SourceScanFindsTheKnownDeclarationsAndReads) {
+  // Guards the scan itself: a regex that matched nothing would pass every test below.
+  const SourceScan& scan = scanSources();
+  EXPECT_EQ(scan.declared.count("TERSE_SEGMENT_BYTES"), 1u);
+  EXPECT_EQ(scan.declared.count("TERSE_FAULT"), 1u);
+  EXPECT_EQ(scan.read.count("TERSE_LIBRARY"), 1u) << "the Python package's read";
+  EXPECT_EQ(scan.read.count("TERSE_STORE"), 1u);
+  EXPECT_GE(scan.declared.size(), 20u);
+}
+
+TEST(Settings, EveryVariableReadIsDeclaredExactlyOnce) {
+  const SourceScan& scan = scanSources();
+  for (const auto& [name, files] : scan.declared)
+    EXPECT_EQ(files.size(), 1u) << name << " is declared in " << joined(files);
+  for (const auto& [name, files] : scan.read)
+    EXPECT_EQ(scan.declared.count(name), 1u)
+        << name << " is read in " << joined(files) << " but declared nowhere";
+}
+
+// Every backquoted TERSE_ name of `relPath`, and the check that the doc names each declared
+// variable starting with `prefix`.
+std::set<std::string> expectDocumented(const std::string& relPath, const std::string& prefix) {
+  const std::string doc = readFile(fs::path(TERSE_SOURCE_DIR) / relPath);
+  EXPECT_FALSE(doc.empty()) << relPath << " is missing";
+  std::set<std::string> named;
+  for (size_t pos = 0; (pos = doc.find("`TERSE_", pos)) != std::string::npos;) {
+    size_t end = doc.find('`', pos + 1);
+    named.insert(doc.substr(pos + 1, end - pos - 1));
+    pos = end + 1;
+  }
+  for (const auto& [name, files] : scanSources().declared)
+    if (name.rfind(prefix, 0) == 0)
+      EXPECT_EQ(named.count(name), 1u)
+          << name << " is declared (" << joined(files) << ") but not documented in " << relPath;
+  return named;
+}
+
+TEST(Settings, DocumentationListsExactlyTheDeclaredVariables) {
+  for (const std::string& name : expectDocumented("docs/env.md", "TERSE_"))
+    EXPECT_EQ(scanSources().declared.count(name), 1u)
+        << name << " is in docs/env.md but declared nowhere";
+}
+
+// The plugin's users find all its knobs in docs/nccl-plugin.md.
+TEST(Settings, NcclPluginDocListsEveryPluginVariable) {
+  expectDocumented("docs/nccl-plugin.md", "TERSE_NET_");
+  expectDocumented("docs/nccl-plugin.md", "TERSE_COLLNET_");
+}
+
+// The declarations of the library's own directories are all in this program's registry (the
+// test links the library as applications do), so checkEnvironment() sees each one.
+TEST(Settings, TheLibrarysDeclarationsAreAllRegistered) {
+  // What an application that creates a communicator links (its settings' files come with it).
+  volatile auto create = &Communicator::createFromEnv;
+  ASSERT_NE(create, nullptr);
+  std::set<std::string> registered;
+  for (const EnvVarInfo& v : envRegistry()) registered.insert(v.name);
+  EXPECT_TRUE(envConflicts().empty()) << joined(envConflicts());
+  for (const auto& [name, files] : scanSources().declared) {
+    const std::string dir = files[0].substr(0, files[0].find('/'));
+    if (dir == "bench" || dir == "fuzz" || dir == "plugin" || dir == "sim") continue;  // tools
+    EXPECT_EQ(registered.count(name), 1u) << name << " (" << files[0] << ") is not registered";
+  }
+}
+
+// docs/env.md's row of each variable gives its type and exactly the range or choices the
+// parser accepts (envAccepted), so the doc cannot promise a range the code does not enforce.
+TEST(Settings, DocumentationGivesEachVariablesTypeAndAcceptedValues) {
+  const std::string doc = readFile(fs::path(TERSE_SOURCE_DIR) / "docs/env.md");
+  for (const auto& v : envRegistry()) {
+    const std::string head = std::string("| `") + v.name + "` | ";
+    size_t row = doc.find(head);
+    ASSERT_NE(row, std::string::npos) << v.name;
+    std::string line = doc.substr(row, doc.find('\n', row) - row);
+    std::string want = head + v.type + " | " + v.defaultValue + " | " + envAccepted(v) + " |";
+    // An empty cell is written "| |".
+    for (std::string twice = "|  |"; want.find(twice) != std::string::npos;)
+      want.replace(want.find(twice), twice.size(), "| |");
+    EXPECT_EQ(line.substr(0, want.size()), want) << v.name;
+  }
+}
+
+// A malformed value of every registered variable fails checkEnvironment() (which communicators
+// run at creation) with kInvalidArgument naming the variable. Free-form strings without a
+// syntax of their own are listed with the reason every text is acceptable.
+TEST(Settings, AMalformedValueOfEachIsRejectedNamingIt) {
+  const std::map<std::string, std::string> badStrings = {
+      {"TERSE_FAULT", "explode:rank=1"},
+      {"TERSE_COLLNET_CODEC", "int8:block=3"},
+      {"TERSE_COLLNET_EF_PERIOD", "sometimes"},
+  };
+  const std::map<std::string, std::string> anyText = {
+      {"TERSE_NODE", "a node's name is any text"},
+      {"TERSE_STORE", "host:port, or else the path of a directory"},
+      {"TERSE_LIBRARY", "a path, which the Python package tries to load"},
+      {"TERSE_NET_IFNAME", "an interface name, looked up when the plugin starts"},
+  };
+  ASSERT_TRUE(checkEnvironment().isOk()) << checkEnvironment().message();
+  for (const EnvVarInfo& v : envRegistry()) {
+    const std::string type = v.type;
+    std::string bad;
+    if (type == "int") bad = "12x";
+    if (type == "bool") bad = "maybe";
+    if (type == "enum" || type == "list") bad = "no-such-choice";
+    if (type == "string") {
+      if (anyText.count(v.name)) {
+        EXPECT_EQ(v.check, nullptr) << v.name << " has a parser: give it a malformed example";
+        continue;
+      }
+      ASSERT_EQ(badStrings.count(v.name), 1u)
+          << v.name << ": a string setting needs a parser (EnvVarInfo::check) and a malformed "
+          << "example here, or an entry in anyText saying why every text is valid";
+      bad = badStrings.at(v.name);
+    }
+    setenv(v.name, bad.c_str(), 1);
+    Status s = checkEnvironment();
+    unsetenv(v.name);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << v.name << "=" << bad;
+    EXPECT_NE(s.message().find(v.name), std::string::npos)
+        << v.name << "=" << bad << ": " << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace terse
