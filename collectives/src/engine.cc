@@ -206,6 +206,7 @@ Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint
   setSegmentBytes(segmentElems_ * sizeof(float));
   setSmallBytes(smallBytes_);
   setPipelineDepth(depth_);
+  setWorkspaceProvider(workspaces_);
   return Status::ok();
 }
 
@@ -226,7 +227,16 @@ Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) con
   return twoLevel_ ? Algorithm::kTwoLevel : Algorithm::kFlat;
 }
 
+void CollectiveEngine::setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider) {
+  workspaces_ = std::move(provider);
+  if (twoLevel_) {
+    twoLevel_->local->setWorkspaceProvider(workspaces_);
+    twoLevel_->cross->setWorkspaceProvider(workspaces_);
+  }
+}
+
 uint8_t* CollectiveEngine::scratch(int slot, size_t bytes) {
+  if (workspaces_) return workspaces_->workspace(slot, bytes);
   if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
   auto& buf = scratch_[slot];
   if (buf.size() < bytes) buf.resize(bytes);

@@ -5,7 +5,11 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <exception>
+#include <new>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +80,42 @@ Result<SimResult> runSimulation(const PlatformSpec& platform, const SimTransport
   for (double t : result.rankSeconds) result.seconds = std::max(result.seconds, t);
   result.traffic = simTraffic(*world);
   return result;
+}
+
+namespace {
+
+class SharedWorkspaces : public CollectiveEngine::WorkspaceProvider {
+ public:
+  ~SharedWorkspaces() override {
+    for (const auto& slot : slots_)
+      for (const Mapping& m : slot) ::munmap(m.data, m.bytes);
+  }
+  uint8_t* workspace(int slot, size_t bytes) override {
+    if (slots_.size() <= static_cast<size_t>(slot)) slots_.resize(slot + 1);
+    auto& gens = slots_[slot];
+    if (!gens.empty() && gens.back().bytes >= bytes) return gens.back().data;
+    // A bigger one; the smaller ones stay mapped for whoever still holds them. Doubling keeps
+    // the generations few.
+    const size_t want = std::max({bytes, size_t{4096}, gens.empty() ? 0 : 2 * gens.back().bytes});
+    void* p = ::mmap(nullptr, want, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();  // the engine turns it into the call's status
+    gens.push_back({static_cast<uint8_t*>(p), want});
+    return gens.back().data;
+  }
+
+ private:
+  struct Mapping {
+    uint8_t* data;
+    size_t bytes;
+  };
+  std::vector<std::vector<Mapping>> slots_;
+};
+
+}  // namespace
+
+std::shared_ptr<CollectiveEngine::WorkspaceProvider> makeSharedWorkspaces() {
+  return std::make_shared<SharedWorkspaces>();
 }
 
 }  // namespace terse::sim

@@ -34,6 +34,7 @@ struct Options {
   double computeShare = 1;  // the fraction of the measured machine each rank gets
   std::string json;
   std::vector<std::string> simgridConfig;
+  bool ownWorkspaces = false;  // each rank's engine allocates its own, as a real rank does
 };
 
 void usage() {
@@ -61,6 +62,9 @@ void usage() {
       "  --compute-share F      each rank gets this fraction of the compute figures (e.g. 0.25\n"
       "                         when 4 ranks share the machine --model was measured on)\n"
       "  --json FILE            also write the result row as JSON\n"
+      "  --own-workspaces       each rank's engine allocates its own workspaces, as real ranks\n"
+      "                         do (default: one shared set, which the result does not depend\n"
+      "                         on; a few hundred ranks fit in memory this way, thousands not)\n"
       "  --simgrid-cfg NAME:VALUE  a SimGrid setting (repeatable), e.g. network/optim:Lazy\n");
 }
 
@@ -119,6 +123,8 @@ int parse(int argc, char** argv, Options* o) {
       num(&p.nicGbps);
     else if (a == "--nic-per-rank")
       p.nicPerRank = true;
+    else if (a == "--own-workspaces")
+      o->ownWorkspaces = true;
     else if (a == "--nic-lat-us")
       num(&p.nicLatencyUs);
     else if (a == "--switch-gbit")
@@ -253,11 +259,13 @@ int main(int argc, char** argv) {
   const int n = o.platform.worldSize;
   std::vector<double> started(n, 0), ended(n, 0);
   Status failed;
+  auto workspaces = o.ownWorkspaces ? nullptr : sim::makeSharedWorkspaces();
   const auto wallStart = std::chrono::steady_clock::now();
   auto result = sim::runSimulation(
       o.platform, topt,
       [&](Transport& t) {
         CollectiveEngine engine(t, std::chrono::hours(24));  // simulated time
+        engine.setWorkspaceProvider(workspaces);
         if (o.algo == "ring") engine.setSmallBytes(0);
         if (o.algo == "rd") engine.setSmallBytes(~size_t{0});
         // The platform's nodes, as the api layer gives them from the rendezvous' host names;

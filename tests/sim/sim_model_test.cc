@@ -138,6 +138,27 @@ TEST(SimCli, TwoLevelCutsTheNicBytes) {
   EXPECT_LT(time[1], time[0]);
 }
 
+// Ranks sharing one set of workspaces (terse-sim's default, what lets thousands of ranks fit)
+// simulate exactly what ranks with their own workspaces do: same time, same bytes, flat and
+// two-level, compressed and not.
+TEST(SimCli, SharedWorkspacesChangeNothingButMemory) {
+  for (const char* args : {"--codec none --algo ring", "--codec int8 --algo flat",
+                           "--codec onebit --algo twolevel", "--codec none --algo twolevel"}) {
+    std::string outs[2];
+    for (int own = 0; own < 2; ++own) {
+      int code = 0;
+      outs[own] = runCli(std::string("--world 16 --ranks-per-node 4 --bytes 4M ") + args +
+                             (own ? " --own-workspaces" : ""),
+                         &code);
+      ASSERT_EQ(code, 0) << outs[own];
+      // The result row without its last column (this run's wall time).
+      const size_t row = outs[own].rfind("\n", outs[own].size() - 2) + 1;
+      outs[own] = outs[own].substr(row, outs[own].find_last_of(' ') - row);
+    }
+    EXPECT_EQ(outs[0], outs[1]) << args;
+  }
+}
+
 }  // namespace
 }  // namespace terse::testing
 

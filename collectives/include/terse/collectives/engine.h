@@ -137,6 +137,22 @@ class CollectiveEngine {
   // settings), and the descriptor catches ranks whose settings differ.
   Result<Algorithm> resolveAlgorithm(const CollectiveOp& op) const;
 
+  // Where the engine's host workspaces come from. By default each engine keeps grow-only
+  // buffers of its own. The simulation (sim/) hands every simulated rank's engine one shared
+  // provider: its sizing codecs never read workspaces and the values `none` computes in them do
+  // not change simulated time, so thousands of ranks need one set of workspaces instead of one
+  // each. Reaches the two-level groups' engines too. Not for real ranks: concurrent calls of
+  // engines sharing a provider overwrite each other's data.
+  class WorkspaceProvider {
+   public:
+    virtual ~WorkspaceProvider() = default;
+    // At least `bytes` bytes for workspace `slot`. Unlike an engine's own buffers, the memory
+    // must stay valid and in place for the provider's life (a parent engine and its groups'
+    // engines ask for the same slots while holding earlier answers).
+    virtual uint8_t* workspace(int slot, size_t bytes) = 0;
+  };
+  void setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider);
+
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
   // (The setters reach the two-level groups' engines too.)
   void setSegmentBytes(size_t bytes);
@@ -257,8 +273,9 @@ class CollectiveEngine {
   size_t depth_ = 1;
   uint32_t seq_ = 0;
   uint64_t bytesSent_ = 0;
-  std::vector<std::vector<uint8_t>> scratch_;  // grow-only workspaces, reused across calls
-  std::vector<device::PinnedBuffer> pinned_;   // the same for device calls (CUDA builds)
+  std::vector<std::vector<uint8_t>> scratch_;      // grow-only workspaces, reused across calls
+  std::shared_ptr<WorkspaceProvider> workspaces_;  // replaces scratch_ when set (sim/)
+  std::vector<device::PinnedBuffer> pinned_;       // the same for device calls (CUDA builds)
   device::DeviceBuffer deviceAcc_;
 };
 

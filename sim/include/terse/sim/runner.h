@@ -5,10 +5,12 @@
 // (tests fork for each simulation; terse-sim simulates one call per run).
 #pragma once
 
+#include "terse/collectives/engine.h"
 #include "terse/sim/platform.h"
 #include "terse/sim/sim_transport.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,5 +34,10 @@ double simNow();
 // Charges `seconds` of compute to the calling rank's host (as flops at the host's speed, so that
 // ranks sharing a host would share its speed). From inside fn only.
 void chargeCompute(double seconds);
+
+// Workspaces for every simulated rank's engine at once (CollectiveEngine::setWorkspaceProvider):
+// one set of buffers, mapped without reserving memory so that only touched pages count, never
+// moved or freed while the provider lives. What runs thousands of ranks in one process.
+std::shared_ptr<CollectiveEngine::WorkspaceProvider> makeSharedWorkspaces();
 
 }  // namespace terse::sim
