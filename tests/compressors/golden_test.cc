@@ -1,6 +1,7 @@
 // Golden wire vectors: fixed small inputs must produce exactly the bytes checked in under
-// tests/compressors/golden/wire_v1.txt, and those bytes must keep decoding. A deliberate wire-format
-// change bumps the version and regenerates the file (see docs/wire-format.md, "Golden vectors").
+// tests/compressors/golden/wire_v1.txt, and those bytes must keep decoding. A deliberate
+// wire-format change bumps the version and regenerates the file (see docs/wire-format.md, "Golden
+// vectors").
 #include "test_util.h"
 
 #include <gtest/gtest.h>
