@@ -89,11 +89,11 @@ void writeSeeds(const std::function<void(const std::vector<uint8_t>&)>& put) {
   writeGoldenSeeds(put);
 }
 
-// The golden vectors of tests/codecs/golden/wire_v1.txt ("<spec> <type> n=.. | <hex>") as
+// The golden vectors of tests/compressors/golden/wire_v1.txt ("<spec> <type> n=.. | <hex>") as
 // seeds decoded to float32 with n from the header.
 void writeGoldenSeeds(const std::function<void(const std::vector<uint8_t>&)>& put) {
-  std::ifstream in(std::string(TERSE_SOURCE_DIR) + "/tests/codecs/golden/wire_v1.txt");
-  if (!in) terse::fuzz::fail("cannot read tests/codecs/golden/wire_v1.txt for seeds");
+  std::ifstream in(std::string(TERSE_SOURCE_DIR) + "/tests/compressors/golden/wire_v1.txt");
+  if (!in) terse::fuzz::fail("cannot read tests/compressors/golden/wire_v1.txt for seeds");
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;

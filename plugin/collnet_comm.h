@@ -1,6 +1,9 @@
 // The CollNet side of libnccl-net-terse.so: NCCL hands the plugin whole collectives (count,
 // datatype, op) and the plugin runs them as terse compressed collectives over a
-// terse::Communicator (UCX). C tables live in collnet_tables.cc; this is the C++ inside.
+// terse::Communicator (UCX). C tables live in collnet_tables.cc; this is the C++ inside: the
+// communicators and requests. Settings are collnet_config, NCCL's types collnet_types, the
+// error-feedback residuals collnet_residuals, windows and staging collnet_window, the
+// rendezvous's sockets collnet_socket, logging plugin_log (shared with the net side).
 //
 // Threads: NCCL calls listen/connect from its service thread and iallreduce/test from its proxy
 // progress thread; a CollComm serialises its own calls with a mutex, and the collectives run in
@@ -8,46 +11,13 @@
 #pragma once
 
 #include "collnet_abi.h"
-#include "ef_period.h"
+#include "collnet_config.h"
 
-#include "terse/common/logging.h"
 #include "terse/common/status.h"
 
-#include <chrono>
-#include <cstdint>
-#include <memory>
-#include <string>
+#include <cstddef>
 
 namespace terse::plugin::collnet {
-
-// What init reads from the environment (docs/nccl-plugin.md, "CollNet").
-struct Config {
-  std::string codec = "none";  // a valid makeCodec spec, after fallbacks
-  bool errorFeedback = false;  // the codec wants residuals and the period is given or learned
-  PeriodSetting efPeriod;      // TERSE_COLLNET_EF_PERIOD: reduce calls per step, or learn it
-  // What reduce calls run while no residual applies (warm-up of a learned period, or a sequence
-  // that never repeats): "none" for onebit/topk, the policy's candidates without residuals
-  // ("auto:max=int8") for an auto policy that allows them.
-  std::string warmupCodec = "none";
-  std::chrono::milliseconds timeout{300000};
-  std::string host;  // address (numeric) that other ranks use to reach our rendezvous store
-};
-
-// Reads TERSE_COLLNET_CODEC, TERSE_COLLNET_EF_PERIOD, TERSE_TIMEOUT_MS and the setup interface
-// (TERSE_NET_IFNAME / UCX_NET_DEVICES). An unknown codec spec, or an error-feedback codec with
-// TERSE_COLLNET_EF_PERIOD=0, is a WARN and falls back to "none"; a malformed period or timeout
-// and a missing interface are errors.
-Result<Config> loadConfig();
-
-// Logging through the logger NCCL passes to the CollNet init ("CollNet/terse : " prefix);
-// without one, through terse's own logging (TERSE_DEBUG, subsystem PLUGIN).
-void setLogger(ncclDebugLogger_t logger);
-void log(LogLevel level, const char* file, int line, const char* fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-// True for the (NCCL datatype, NCCL op) pairs terse reduces: float32/float16/bfloat16 with sum
-// and avg. Everything else is declined.
-bool supported(int dataType, int redOp);
 
 // Opaque objects behind NCCL's void* handles.
 class ListenComm;
@@ -76,8 +46,3 @@ void noteDeclined(CollComm* comm);
 Status test(Request* request, bool* done, size_t* bytes);
 
 }  // namespace terse::plugin::collnet
-
-#define COLLNET_WARN(...) \
-  ::terse::plugin::collnet::log(::terse::LogLevel::kWarn, __FILE__, __LINE__, __VA_ARGS__)
-#define COLLNET_INFO(...) \
-  ::terse::plugin::collnet::log(::terse::LogLevel::kInfo, __FILE__, __LINE__, __VA_ARGS__)

@@ -3,9 +3,11 @@
 // out.
 #include "collnet_comm.h"
 #include "collnet_device.h"
+#include "collnet_types.h"
 #include "entry_guard.h"
 #include "net_device.h"
 #include "net_properties.h"
+#include "plugin_log.h"
 
 #include <cstring>
 #include <exception>
@@ -28,7 +30,7 @@ struct State {
   std::optional<DeviceInfo> device;
   std::optional<Config> legacy;  // v8..v10 have one init and no context
   int liveContexts = 0;
-  ~State() { setLogger(nullptr); }
+  ~State() { releaseNcclLogger(LogSide::kCollNet); }
 };
 
 State& state() {
@@ -44,7 +46,7 @@ ncclResult_t guarded(const char* entry, Body&& body) noexcept {
 }
 
 Result<Config> initCommon(ncclDebugLogger_t logger) {
-  if (logger != nullptr) setLogger(logger);
+  holdNcclLogger(LogSide::kCollNet, logger);
   State& s = state();
   if (!s.device) {
     TERSE_ASSIGN_OR_RETURN(DeviceInfo dev, discoverDevice());
@@ -90,7 +92,7 @@ ncclResult_t finalizeV11(void* ctx) {
       --s.liveContexts;
     }
     // Nothing may call NCCL's logger once its last context is gone: NCCL may dlclose us.
-    if (s.liveContexts == 0 && !s.legacy) setLogger(nullptr);
+    if (s.liveContexts == 0 && !s.legacy) releaseNcclLogger(LogSide::kCollNet);
     return Status::ok();
   });
 }

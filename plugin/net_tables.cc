@@ -28,7 +28,7 @@ struct PluginState {
   // run then), so a later dlopen starts from nothing and no UCX thread outlives the library.
   ~PluginState() {
     delete legacy;
-    setNcclLogger(nullptr);
+    releaseNcclLogger(LogSide::kNet);
   }
 };
 
@@ -46,7 +46,7 @@ ncclResult_t guarded(const char* entry, Body&& body) noexcept {
 
 // Shared by every init: the logger, and the device discovered once per load.
 Status initCommon(ncclDebugLogger_t logger) {
-  if (logger != nullptr) setNcclLogger(logger);
+  holdNcclLogger(LogSide::kNet, logger);
   PluginState& s = state();
   if (s.device) return Status::ok();
   TERSE_ASSIGN_OR_RETURN(DeviceInfo dev, discoverDevice());
@@ -70,7 +70,7 @@ Result<NetContext*> newContext() {
 // After the last context is gone nothing may call back into NCCL's logger: NCCL may dlclose us.
 void maybeReleaseLogger() {
   PluginState& s = state();
-  if (s.liveContexts == 0 && s.legacy == nullptr) setNcclLogger(nullptr);
+  if (s.liveContexts == 0 && s.legacy == nullptr) releaseNcclLogger(LogSide::kNet);
 }
 
 ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t*,

@@ -3,8 +3,8 @@
 # with lossless compression off and on, on the same link with the same payload, the two run
 # alternately REPEATS times so the machine's load of the moment hits both alike. Links: loopback
 # over UCX tcp and sm, and (as root) a TCP link shaped to R Gbit/s between two network namespaces
-# (veth pairs on a bridge in its own namespace, tc tbf on both ends, as scripts/bench-network.sh
-# builds them), torn down on every exit path.
+# (veth pairs on a bridge in its own namespace, tc tbf on both ends: scripts/lib/netns.sh, as
+# scripts/bench-network.sh uses it), torn down on every exit path.
 #
 #   scripts/bench-netplugin-lossless.sh                 # tcp, sm, 1 Gbit/s; 1 MiB; every payload
 #   LINKS="tbf" RATES="1 10" PAYLOADS="sparse90 bf16" SIZES="512K 4M" REPEATS=5 \
@@ -17,6 +17,7 @@
 # counted them. Exit status 77: no namespaces here (the loopback rows are still printed).
 set -euo pipefail
 . "$(dirname "$0")/lib/netplugin-bench.sh"
+. "$(dirname "$0")/lib/netns.sh"
 netbench_priority "$@"
 cd "$(dirname "$0")/.."
 build_dir=${TERSE_BUILD_DIR:-build}
@@ -38,18 +39,10 @@ wire() { sed -n 's/^netplugin lossless:.*(\([0-9.]*\)x)$/\1/p'; }
 
 # ---- namespaces (tbf links) --------------------------------------------------------------------
 created=0
-delete_namespaces() {
-  local ns pids
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(br|h1|h2)\$" || true); do
-    pids=$(ip netns pids "$ns" 2>/dev/null || true)
-    [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
-    ip netns del "$ns" 2>/dev/null || echo "bench-netplugin-lossless: could not delete $ns" >&2
-  done
-}
 teardown() {
   local rc=$?
   trap - EXIT INT TERM
-  ((created)) && delete_namespaces
+  ((created)) && netns_delete "$prefix"
   [[ -n ${xdir:-} ]] && rm -rf "$xdir"
   exit $rc
 }
@@ -59,9 +52,8 @@ trap 'exit 143' TERM
 xdir=$(mktemp -d /tmp/terse-nl-XXXXXX)
 
 namespaces_ok() {
-  [ "$(id -u)" -eq 0 ] || { echo "bench-netplugin-lossless: shaped links need root (network namespaces); skipped" >&2; return 1; }
-  ip netns list >/dev/null 2>&1 || { echo "bench-netplugin-lossless: 'ip netns' does not work here; skipped" >&2; return 1; }
-  if ip netns list 2>/dev/null | awk '{print $1}' | grep -qE "^${prefix}-"; then
+  netns_usable || { echo "bench-netplugin-lossless: shaped links skipped: $NETNS_ERROR" >&2; return 1; }
+  if [[ -n $(netns_list "$prefix") ]]; then
     echo "bench-netplugin-lossless: namespaces $prefix-* exist (another run?); remove them with ip netns del" >&2
     return 1
   fi
@@ -70,36 +62,12 @@ namespaces_ok() {
 
 setup_namespaces() {
   created=1
-  ip netns add "$prefix-br"
-  ip -n "$prefix-br" link set lo up
-  ip -n "$prefix-br" link add br0 type bridge
-  ip -n "$prefix-br" link set br0 up
-  local i
-  for i in 1 2; do
-    ip netns add "$prefix-h$i"
-    ip -n "$prefix-h$i" link set lo up
-    ip -n "$prefix-br" link add "p$i" type veth peer name eth0 netns "$prefix-h$i"
-    ip -n "$prefix-br" link set "p$i" master br0 up
-    ip -n "$prefix-h$i" addr add "10.214.0.$i/24" dev eth0
-    ip -n "$prefix-h$i" link set eth0 up
-  done
-  local tries
-  for ((tries = 0; tries < 50; tries++)); do
-    err=$(ip netns exec "$prefix-h1" timeout 1 bash -c "exec 3<>/dev/tcp/10.214.0.2/9" 2>&1 || true)
-    [[ $err == *refused* ]] && return 0
-    sleep 0.1
-  done
-  echo "bench-netplugin-lossless: $prefix-h1 cannot reach 10.214.0.2: $err" >&2
-  exit 1
+  netns_setup "$prefix" 10.214.0 2 && netns_wait_reachable "$prefix" 10.214.0 2 ||
+    { echo "bench-netplugin-lossless: $NETNS_ERROR" >&2; exit 1; }
 }
 
-shape() {  # rate in Gbit/s; 1 ms bucket (at least 256 KiB), 50 ms queue
-  local rate=$1 burst i
-  burst=$(awk -v r="$rate" 'BEGIN { b = r * 1e9 / 8 / 1000; if (b < 262144) b = 262144; printf "%d", b }')
-  for i in 1 2; do
-    tc -n "$prefix-h$i" qdisc replace dev eth0 root tbf rate "${rate}gbit" burst "$burst" latency 50ms
-    tc -n "$prefix-br" qdisc replace dev "p$i" root tbf rate "${rate}gbit" burst "$burst" latency 50ms
-  done
+shape() {  # rate in Gbit/s
+  netns_shape "$prefix" 2 "$1" || { echo "bench-netplugin-lossless: $NETNS_ERROR" >&2; exit 1; }
 }
 
 # ---- one measurement ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 # error handling where the plugin uses it (tcp; UCX 1.13's shared memory has none).
 set -euo pipefail
 . "$(dirname "$0")/lib/netplugin-bench.sh"
+. "$(dirname "$0")/lib/perftest.sh"
 netbench_priority "$@"
 cd "$(dirname "$0")/.."
 build_dir=${TERSE_BUILD_DIR:-build}
@@ -32,22 +33,11 @@ bytes_of() {
   esac
 }
 
-
-perftest_once() {  # tls size iters -> MB/s (overall)
-  local tls=$1 size=$2 iters=$3 port=$((20000 + RANDOM % 20000)) flags=""
-  [ "$tls" = tcp ] && flags="-e"
-  UCX_TLS=$tls ucx_perftest -p "$port" >/dev/null 2>&1 &
-  local server=$!
-  local out=""
-  for _ in $(seq 1 50); do
-    if out=$(UCX_TLS=$tls ucx_perftest 127.0.0.1 -p "$port" -t tag_bw -s "$size" -n "$iters" \
-               -w 16 -O 32 $flags ${PERFTEST_FLAGS:-} -f 2>/dev/null); then
-      break
-    fi
-    sleep 0.1
-  done
-  wait "$server" || true
-  echo "$out" | awk 'NF >= 8 && $1 ~ /^[0-9]+$/ {print $6}' | tail -1
+perftest_once() {  # tls size iters -> MB/s (overall); "" when ucx_perftest never ran
+  local flags=(-w 16 -O 32)
+  [ "$1" = tcp ] && flags+=(-e)
+  # shellcheck disable=SC2086
+  UCX_TLS=$1 perftest_mbs "$2" "$3" "${flags[@]}" ${PERFTEST_FLAGS:-} || true
 }
 
 plugin_once() {  # tls size -> MB/s

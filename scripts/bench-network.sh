@@ -18,6 +18,7 @@ set -euo pipefail
 kSkip=77
 orig_args=("$@")
 root_dir=$(cd "$(dirname "$0")/.." && pwd)
+. "$root_dir/scripts/lib/netns.sh"
 
 usage() {
   cat <<EOF
@@ -50,8 +51,10 @@ Usage: sudo $0 [options]
   --keep             leave namespaces up at the end (debugging); remove them later with --clean
   --clean            remove namespaces a previous run left behind (then continue)
   --prefix P         namespace name prefix (default terse: terse-h1..terse-hN, terse-br)
-  --build-dir D      where terse-bench and mpi-allreduce-bench are (default build)
   -h, --help         this text
+
+terse-bench and mpi-allreduce-bench are taken from \$TERSE_BUILD_DIR/bin (default build, relative
+to the repository), the build directory of every script.
 EOF
 }
 
@@ -101,7 +104,7 @@ while [[ $# -gt 0 ]]; do
     --out) need_arg "$@"; out_dir=$2; shift 2 ;;
     --timeout) need_arg "$@"; run_timeout=$2; shift 2 ;;
     --prefix) need_arg "$@"; prefix=$2; shift 2 ;;
-    --build-dir) need_arg "$@"; build_dir=$2; shift 2 ;;
+    --build-dir) die_usage "--build-dir is gone: set TERSE_BUILD_DIR=D instead (the build directory of every script)" ;;
     --no-mpi) do_mpi=0; shift ;;
     --no-terse) do_terse=0; shift ;;
     --no-probe) do_probe=0; shift ;;
@@ -190,14 +193,10 @@ refuse() {
   exit $kSkip
 }
 
-[[ $(id -u) -eq 0 ]] ||
-  refuse "must run as root: it creates network namespaces, veth pairs, a bridge and tc qdiscs (try: sudo $0 ...)"
-command -v ip >/dev/null || refuse "'ip' (iproute2) not found; install iproute2"
-command -v tc >/dev/null || refuse "'tc' (iproute2) not found; install iproute2"
-ip netns list >/dev/null 2>&1 || refuse "'ip netns' does not work here: the kernel or container lacks network namespaces"
+netns_usable || refuse "$NETNS_ERROR (try: sudo $0 ...)"
 if ((do_terse)); then
   [[ -x $terse_bench ]] || {
-    echo "bench-network: $terse_bench not found: build first (scripts/build.sh) or pass --build-dir" >&2
+    echo "bench-network: $terse_bench not found: build first (scripts/build.sh) or set TERSE_BUILD_DIR" >&2
     exit 2
   }
 fi
@@ -215,36 +214,9 @@ if ((do_plot)); then
     { echo "bench-network: $plot_py cannot import matplotlib: apt-get install python3-matplotlib, or pass --no-plot" >&2; exit 2; }
 fi
 
-our_namespaces() {
-  # Every namespace that carries our prefix, whoever made it (a previous, interrupted run).
-  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(br|h[0-9]+)\$" || true
-}
-
-kill_namespace_processes() {
-  # Only processes living inside our own namespaces: the ranks, mpirun and orted we started.
-  local ns pids
-  for ns in "$@"; do
-    pids=$(ip netns pids "$ns" 2>/dev/null || true)
-    [[ -z $pids ]] || kill -TERM $pids 2>/dev/null || true
-  done
-  sleep 0.5
-  for ns in "$@"; do
-    pids=$(ip netns pids "$ns" 2>/dev/null || true)
-    [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
-  done
-}
-
-delete_namespaces() {
-  local names
-  names=$(our_namespaces)
-  [[ -n $names ]] || return 0
-  # shellcheck disable=SC2086
-  kill_namespace_processes $names
-  local ns
-  for ns in $names; do
-    ip netns del "$ns" 2>/dev/null || echo "bench-network: could not delete namespace $ns" >&2
-  done
-}
+our_namespaces() { netns_list "$prefix"; }
+kill_namespace_processes() { netns_kill_processes "$@"; }
+delete_namespaces() { netns_delete "$prefix"; }
 
 stale=$(our_namespaces)
 if [[ -n $stale ]]; then
@@ -277,57 +249,18 @@ trap teardown EXIT
 trap 'echo; echo "bench-network: interrupted, tearing down" >&2; exit 130' INT
 trap 'echo "bench-network: terminated, tearing down" >&2; exit 143' TERM
 
-# ---- topology ---------------------------------------------------------------------------------
+# ---- topology (scripts/lib/netns.sh) ---------------------------------------------------------
 setup_topology() {
   created=1
-  ip netns add "$bridge_ns" 2>/dev/null ||
-    refuse "cannot create network namespace $bridge_ns ('ip netns add' failed): this kernel or container does not allow network namespaces"
-  ip -n "$bridge_ns" link set lo up
-  ip -n "$bridge_ns" link add br0 type bridge 2>/dev/null ||
-    refuse "cannot create a bridge inside a namespace (kernel module 'bridge' missing?)"
-  ip -n "$bridge_ns" link set br0 up
-  local i ns
-  for ((i = 1; i <= ranks; i++)); do
-    ns=$(host_ns $i)
-    ip netns add "$ns"
-    ip -n "$ns" link set lo up
-    # The pair is born inside the bridge namespace and its far end moved straight into the host
-    # namespace: no interface of ours ever exists in the namespace this script started in.
-    ip -n "$bridge_ns" link add "p$i" type veth peer name eth0 netns "$ns" 2>/dev/null ||
-      refuse "cannot create veth pairs inside namespaces (kernel module 'veth' missing?)"
-    ip -n "$bridge_ns" link set "p$i" master br0 up
-    ip -n "$ns" addr add "$(host_addr $i)/24" dev eth0
-    ip -n "$ns" link set eth0 up
-  done
+  netns_setup "$prefix" "$net" "$ranks" || refuse "$NETNS_ERROR"
 }
 
 shape_links() {
-  # tbf on both ends: the host's eth0 shapes what it sends, the bridge port shapes what it
-  # receives. The bucket holds about 1 ms at the rate (at least 256 KiB) so high rates are not
-  # throttled by timer granularity; a 50 ms queue absorbs incast without tail drops.
-  local rate=$1 i
-  local burst
-  burst=$(awk -v r="$rate" 'BEGIN { b = r * 1e9 / 8 / 1000; if (b < 262144) b = 262144; printf "%d", b }')
-  for ((i = 1; i <= ranks; i++)); do
-    tc -n "$(host_ns $i)" qdisc replace dev eth0 root tbf rate "${rate}gbit" burst "$burst" latency 50ms 2>/dev/null ||
-      refuse "tc cannot attach a tbf qdisc (kernel module sch_tbf missing?)"
-    tc -n "$bridge_ns" qdisc replace dev "p$i" root tbf rate "${rate}gbit" burst "$burst" latency 50ms 2>/dev/null ||
-      refuse "tc cannot attach a tbf qdisc to the bridge port p$i in $bridge_ns"
-  done
+  netns_shape "$prefix" "$ranks" "$1" || refuse "$NETNS_ERROR"
 }
 
 wait_for_links() {
-  # Proves the path h1 -> every host over the bridge without any tool beyond bash: a TCP
-  # connect to a closed port is answered with a reset ("refused") only when the host is reachable.
-  local i tries err
-  for ((i = 2; i <= ranks; i++)); do
-    for ((tries = 0; tries < 50; tries++)); do
-      err=$(ip netns exec "$(host_ns 1)" timeout 1 bash -c "exec 3<>/dev/tcp/$(host_addr $i)/9" 2>&1 || true)
-      [[ $err == *refused* ]] && break
-      sleep 0.1
-    done
-    ((tries < 50)) || { echo "bench-network: $(host_ns 1) cannot reach $(host_addr $i) over the bridge: $err" >&2; exit 1; }
-  done
+  netns_wait_reachable "$prefix" "$net" "$ranks" || { echo "bench-network: $NETNS_ERROR" >&2; exit 1; }
 }
 
 # ---- running things inside the namespaces ----------------------------------------------------

@@ -2,15 +2,18 @@
 # Point-to-point bandwidth of terse's UCX transport next to `ucx_perftest -t tag_bw` on the same
 # UCX transport, in the same run, loopback only (UCX_NET_DEVICES=lo).
 #
-#   scripts/bench-p2p.sh [build-dir]          (default build-dir: build)
+#   scripts/bench-p2p.sh                      (terse from $TERSE_BUILD_DIR, default build)
 #   TLS="tcp shm" SIZES="1048576 ..." REPEATS=3 WINDOW=16 scripts/bench-p2p.sh
 #
 # Each (transport, size) point runs both programs REPEATS times, alternating, and keeps each
 # one's best: the host is shared and noisy, and the best run is the closest to what each can do.
 # Prints a markdown table with the ratio terse / ucx_perftest.
 set -euo pipefail
+. "$(dirname "$0")/lib/perftest.sh"
+cd "$(dirname "$0")/.."
 
-BUILD=${1:-build}
+[[ $# -eq 0 ]] || { echo "bench-p2p: no arguments; the build directory is \$TERSE_BUILD_DIR (default build)" >&2; exit 2; }
+BUILD=${TERSE_BUILD_DIR:-build}
 TLS=${TLS:-"tcp shm"}
 SIZES=${SIZES:-"65536 1048576 4194304 16777216 67108864"}
 REPEATS=${REPEATS:-3}
@@ -20,33 +23,11 @@ BYTES_PER_POINT=${BYTES_PER_POINT:-$((1024 * 1024 * 1024))}
 RUN="$BUILD/bin/terse-run"
 BENCH="$BUILD/bin/terse-bench"
 for tool in "$RUN" "$BENCH"; do
-  [[ -x $tool ]] || { echo "bench-p2p: $tool not built (cmake --build $BUILD)" >&2; exit 1; }
+  [[ -x $tool ]] || { echo "bench-p2p: $tool not built (cmake --build $BUILD, or set TERSE_BUILD_DIR)" >&2; exit 1; }
 done
 command -v ucx_perftest >/dev/null || { echo "bench-p2p: ucx_perftest not found (apt install ucx-utils)" >&2; exit 1; }
 
 export UCX_NET_DEVICES=lo
-
-# MB/s (2^20) of one ucx_perftest tag_bw run: server in the background, client on 127.0.0.1.
-perftest_mbs() {
-  local size=$1 iters=$2 port server out
-  for attempt in 1 2 3; do
-    port=$((20000 + RANDOM % 20000))
-    ucx_perftest -p "$port" >/dev/null 2>&1 &
-    server=$!
-    sleep 0.3
-    if out=$(timeout 300 ucx_perftest 127.0.0.1 -p "$port" -t tag_bw -s "$size" -n "$iters" \
-               -w 20 -f 2>/dev/null); then
-      wait "$server" 2>/dev/null || true
-      # Final line: iterations, latency 50%/avg/overall, bandwidth avg/overall, rate avg/overall.
-      echo "$out" | awk 'NF == 8 && $1 ~ /^[0-9]+$/ { v = $6 } END { print v }'
-      return 0
-    fi
-    kill "$server" 2>/dev/null || true
-    wait "$server" 2>/dev/null || true
-  done
-  echo "bench-p2p: ucx_perftest failed three times at $size bytes" >&2
-  return 1
-}
 
 # MB/s of one terse-bench p2p run at one size.
 terse_mbs() {
@@ -67,7 +48,7 @@ for tls in $TLS; do
     ((iters > 20000)) && iters=20000
     best_ucx="" best_terse=""
     for ((rep = 0; rep < REPEATS; ++rep)); do
-      best_ucx=$(max "$best_ucx" "$(perftest_mbs "$size" "$iters")")
+      best_ucx=$(max "$best_ucx" "$(perftest_mbs "$size" "$iters" -w 20)")
       best_terse=$(max "$best_terse" "$(terse_mbs "$size" "$iters")")
     done
     ratio=$(awk -v t="$best_terse" -v u="$best_ucx" 'BEGIN { printf "%.2f", (u > 0) ? t / u : 0 }')

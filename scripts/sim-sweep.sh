@@ -17,7 +17,7 @@ sizes="64M"
 codecs="none int8 onebit"
 rpn=8
 out="sim-results/sweep-$(date -u +%Y%m%dT%H%M%SZ)"
-bin=${TERSE_SIM:-build/bin/terse-sim}
+bin=${TERSE_SIM:-${TERSE_BUILD_DIR:-build}/bin/terse-sim}  # TERSE_SIM: another terse-sim binary
 extra=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -32,7 +32,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "sim-sweep: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
-[[ -x $bin ]] || { echo "sim-sweep: $bin not built (cmake --build build --target terse-sim)" >&2; exit 2; }
+[[ -x $bin ]] || { echo "sim-sweep: $bin not built (cmake --build ${TERSE_BUILD_DIR:-build} --target terse-sim)" >&2; exit 2; }
 mkdir -p "$out"
 failed=0
 for size in $sizes; do

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/bench-netplugin.sh and scripts/bench-netplugin-lossless.sh (sourced, after
 # `set -euo pipefail`): the priority switch, the build of the plugin and its benchmark driver,
 # and the median of a column of numbers.

@@ -9,6 +9,7 @@
 set -euo pipefail
 src=${1:?usage: e2e_test.sh SOURCE_DIR BUILD_DIR}
 build=${2:?usage: e2e_test.sh SOURCE_DIR BUILD_DIR}
+export TERSE_BUILD_DIR=$build  # where bench-network.sh finds terse-bench (every script's convention)
 
 [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create network namespaces"; exit 77; }
 command -v ip >/dev/null && command -v tc >/dev/null || { echo "SKIP: iproute2 (ip, tc) not installed"; exit 77; }
@@ -25,7 +26,7 @@ mpi=--no-mpi
 
 set +e
 bash "$src/scripts/bench-network.sh" --ranks 2 --rates 1 --sizes 4M --codecs "none int8 auto:max=onebit" \
-  --iters 3 --warmup 1 --timeout 50 --prefix "$prefix" --build-dir "$build" --out "$out" $mpi
+  --iters 3 --warmup 1 --timeout 50 --prefix "$prefix" --out "$out" $mpi
 rc=$?
 set -e
 left=$(ip netns list | awk '{print $1}' | grep "^$prefix-" || true)
@@ -77,7 +78,7 @@ out3=$(mktemp -d)
 set +e
 bash "$src/scripts/bench-network.sh" --ranks 2 --ranks-per-host 2 --algos "flat twolevel" --rates 1 \
   --node-link "$link" --sizes 4M --codecs "none int8" --iters 2 --warmup 1 --timeout 50 --no-probe --prefix "$prefix" \
-  --build-dir "$build" --out "$out3" $mpi
+  --out "$out3" $mpi
 rc3=$?
 set -e
 left=$(ip netns list | awk '{print $1}' | grep "^$prefix-" || true)
@@ -129,7 +130,7 @@ out2=$(mktemp -d)
 trap 'rm -rf "$out" "$out2" "$out3"' EXIT
 set -m
 bash "$src/scripts/bench-network.sh" --ranks 2 --rates 1 --sizes 16M --codecs none \
-  --iters 200 --warmup 1 --timeout 120 --prefix "$prefix" --build-dir "$build" --out "$out2" \
+  --iters 200 --warmup 1 --timeout 120 --prefix "$prefix" --out "$out2" \
   --no-mpi --no-probe --no-plot >"$out2/log" 2>&1 &
 pid=$!
 set +m

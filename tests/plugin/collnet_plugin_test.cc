@@ -609,6 +609,45 @@ TEST(CollNetPlugin, HostOnlyWithoutADevice) {
   expectAllPassed(codes);
 }
 
+// One logger for both families (plugin/plugin_log.cc): NCCL hands its logger to the net init and
+// to the CollNet init; CollNet's lines keep reaching it after the net side's last finalize, and
+// nothing does once neither side has a live context (NCCL may dlclose the plugin then).
+TEST(CollNetPlugin, OneLoggerServesNetAndCollNetUntilBothFinalize) {
+  std::vector<int> codes = runRanks(
+      1,
+      [&](int) {
+        useLoopback();
+        void* dl = dlopen(kPluginPath, RTLD_NOW | RTLD_LOCAL);
+        HARNESS_CHECK(dl != nullptr, "dlopen(%s): %s", kPluginPath, dlerror());
+        auto* net = static_cast<const ncclNet_v11_t*>(dlsym(dl, "ncclNetPlugin_v11"));
+        auto* coll = static_cast<const ncclCollNet_v11_t*>(dlsym(dl, "ncclCollNetPlugin_v11"));
+        HARNESS_CHECK(net != nullptr && coll != nullptr, "the v11 tables are missing");
+        void* netCtx = nullptr;
+        void* collCtx = nullptr;
+        NCCL_OK(net->init(&netCtx, 0x1, nullptr, captureLogger, nullptr));
+        HARNESS_CHECK(infos("NET/terse : Using [0]lo") == 1, "no INFO 'NET/terse : Using [0]lo'");
+        NCCL_OK(coll->init(&collCtx, 0x1, captureLogger));
+        HARNESS_CHECK(infos("CollNet/terse : CollNet over UCX via lo") == 1,
+                      "no INFO 'CollNet/terse : CollNet over UCX via lo'");
+        NCCL_OK(net->finalize(netCtx));
+        void* lc = nullptr;
+        HARNESS_CHECK(coll->listen(collCtx, 0, nullptr, &lc) == ncclInvalidArgument,
+                      "listen with a NULL handle must be ncclInvalidArgument");
+        HARNESS_CHECK(warnings("CollNet/terse : listen failed: listen: handle is NULL") == 1,
+                      "CollNet's WARN did not reach NCCL's logger after the net side finalized");
+        NCCL_OK(coll->finalize(collCtx));
+        const size_t before = warnings("") + infos("");
+        // Both sides finalized: this fails (no ctx) and must not call NCCL's logger any more.
+        HARNESS_CHECK(coll->listen(nullptr, 0, nullptr, &lc) != ncclSuccess,
+                      "listen without a ctx must fail");
+        HARNESS_CHECK(warnings("") + infos("") == before,
+                      "the plugin logged to NCCL after both sides finalized");
+        dlclose(dl);
+      },
+      60);
+  expectAllPassed(codes);
+}
+
 class CollNetSweep : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CollNetSweep, EveryTypeOpAndCountMatchesTerseBitForBit) {

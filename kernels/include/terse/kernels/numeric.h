@@ -13,7 +13,7 @@
 //    largest finite value; NaN stays NaN (E4M3: S.1111.111, E5M2: S.11111.10), Inf becomes NaN
 //    in E4M3 (no Inf code) and stays Inf in E5M2; E2M1 has neither (Inf saturates, NaN -> 0).
 //    Bit-exact against ml_dtypes' float8_e4m3fn / float8_e5m2 / float4_e2m1fn on every finite
-//    input after clamping to +-max (tests/codecs/golden/gen_lowbit.py).
+//    input after clamping to +-max (tests/compressors/golden/gen_lowbit.py).
 //  - fp8 block scale: absmax / max_finite (float32); mx scale: E8M0 2^(floor(log2 absmax) -
 //    emax_elem), the OCP MX v1.0 rule, clamped to [2^-127, 2^127]; a block holding Inf/NaN gets
 //    a NaN scale (fp8: float NaN, mx: 0xFF) so all of it decodes to NaN.

@@ -1,6 +1,7 @@
 // Golden wire vectors: fixed small inputs must produce exactly the bytes checked in under
-// tests/codecs/golden/wire_v1.txt, and those bytes must keep decoding. A deliberate wire-format
-// change bumps the version and regenerates the file (see docs/wire-format.md, "Golden vectors").
+// tests/compressors/golden/wire_v1.txt, and those bytes must keep decoding. A deliberate
+// wire-format change bumps the version and regenerates the file (see docs/wire-format.md, "Golden
+// vectors").
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -78,7 +79,7 @@ std::vector<uint8_t> encodeCase(const GoldenCase& c) {
   return std::vector<uint8_t>(w.u8(), w.u8() + (r.isOk() ? *r : 0));
 }
 
-const char* kGoldenPath = TERSE_SOURCE_DIR "/tests/codecs/golden/wire_v1.txt";
+const char* kGoldenPath = TERSE_SOURCE_DIR "/tests/compressors/golden/wire_v1.txt";
 
 TEST(Golden, HeaderLayoutIsAsDocumented) {
   auto bytes = encodeCase({"int8:block=32", DataType::kBFloat16, 40, 1.0f, 0});

@@ -13,7 +13,7 @@ NaN/Inf instead), so the expected code of a finite x is ml_dtypes' code of clip(
 non-finite inputs use ml_dtypes' own answer, except E2M1 NaN (no NaN code: terse writes 0 and
 the block's scale is NaN anyway), which is left out.
 
-Regenerate with: python3 tests/codecs/golden/gen_lowbit.py   (deterministic: fixed seed)
+Regenerate with: python3 tests/compressors/golden/gen_lowbit.py   (deterministic: fixed seed)
 """
 import os
 

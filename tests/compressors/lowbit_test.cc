@@ -1,8 +1,8 @@
 // The low-bit formats (fp8 E4M3/E5M2, OCP MXFP8/MXFP4, int4): numeric.h's element formulas and
 // the CPU kernels against golden vectors made by an independent implementation (ml_dtypes, see
-// tests/codecs/golden/gen_lowbit.py), then the kernels' own invariants: error bounds per format
-// and block size, residuals, decode = accumulate, portable = AVX2 bit for bit, and stochastic
-// rounding without bias.
+// tests/compressors/golden/gen_lowbit.py), then the kernels' own invariants: error bounds per
+// format and block size, residuals, decode = accumulate, portable = AVX2 bit for bit, and
+// stochastic rounding without bias.
 #include "terse/kernels/kernels.h"
 #include "test_util.h"
 
@@ -22,8 +22,8 @@ namespace cpu = kernels::cpu;
 using kernels::LowbitFormat;
 using kernels::Rounding;
 
-const char* kElementsPath = TERSE_SOURCE_DIR "/tests/codecs/golden/lowbit_elements.txt";
-const char* kBlocksPath = TERSE_SOURCE_DIR "/tests/codecs/golden/lowbit_blocks.txt";
+const char* kElementsPath = TERSE_SOURCE_DIR "/tests/compressors/golden/lowbit_elements.txt";
+const char* kBlocksPath = TERSE_SOURCE_DIR "/tests/compressors/golden/lowbit_blocks.txt";
 
 template <typename T>
 std::vector<T> typed(const std::vector<float>& v) {
