@@ -5,6 +5,7 @@
 #include "net_handshake.h"
 #include "plugin_log.h"
 
+#include "terse/api/internal.h"
 #include "terse/common/env.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
@@ -20,46 +21,55 @@ namespace {
 Result<bool> validateSpec(std::string* spec) {
   if (isAutoSpec(*spec)) {
     auto parsed = parseAutoSpec(*spec);
-    if (parsed.isOk()) {
-      bool feedback = false;
-      for (const std::string& candidate : parsed->candidates) {
-        TERSE_ASSIGN_OR_RETURN(std::shared_ptr<const Codec> codec, makeCodec(candidate));
-        feedback |= codec->wantsErrorFeedback();
-      }
-      *spec = parsed->canonical;
-      return feedback;
+    if (!parsed.isOk()) return parsed.status().withContext("TERSE_COLLNET_CODEC");
+    bool feedback = false;
+    for (const std::string& candidate : parsed->candidates) {
+      TERSE_ASSIGN_OR_RETURN(std::shared_ptr<const Codec> codec, makeCodec(candidate));
+      feedback |= codec->wantsErrorFeedback();
     }
-    COLLNET_WARN(
-        "TERSE_COLLNET_CODEC='%s' is not a codec terse knows (%s); CollNet runs "
-        "uncompressed (codec none)",
-        spec->c_str(), parsed.status().message().c_str());
-    *spec = "none";
-    return false;
+    *spec = parsed->canonical;
+    return feedback;
   }
   auto codec = makeCodec(*spec);
-  if (!codec.isOk()) {
-    COLLNET_WARN(
-        "TERSE_COLLNET_CODEC='%s' is not a codec terse knows (%s); CollNet runs "
-        "uncompressed (codec none)",
-        spec->c_str(), codec.status().message().c_str());
-    *spec = "none";
-    return false;
-  }
+  if (!codec.isOk()) return codec.status().withContext("TERSE_COLLNET_CODEC");
   *spec = (*codec)->spec();
   return (*codec)->wantsErrorFeedback();
 }
+
+Status checkCodecSetting(const char* name, const std::string& value) {
+  std::string spec = value;
+  return validateSpec(&spec).status();
+}
+
+Status checkPeriodSetting(const char* name, const std::string& value) {
+  return parsePeriodSetting(value).status().withContext(name);
+}
+
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kCodecSetting{
+    {"TERSE_COLLNET_CODEC", "string", "none",
+     "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
+     "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec fails "
+     "the CollNet init (NCCL then runs without CollNet) with a message naming it.",
+     0, 0, nullptr, checkCodecSetting}};
+const EnvSetting kEfPeriodSetting{
+    {"TERSE_COLLNET_EF_PERIOD", "string", "auto",
+     "NCCL CollNet plugin: iallreduce + ireducescatter calls per training step; residuals of "
+     "error-feedback codecs (onebit, topk) are kept per position in that sequence. auto (or "
+     "auto:warmup=N) learns it from the calls; 0 turns error feedback off (such codecs fall "
+     "back to none).",
+     0, 0, nullptr, checkPeriodSetting}};
 
 }  // namespace
 
 Result<Config> loadConfig() {
   Config c;
-  TERSE_ASSIGN_OR_RETURN(int64_t timeoutMs, envInt("TERSE_TIMEOUT_MS"));
-  if (timeoutMs <= 0)
-    return errorInvalidArgument("TERSE_TIMEOUT_MS=%lld must be > 0", (long long)timeoutMs);
-  c.timeout = std::chrono::milliseconds(timeoutMs);
-  TERSE_ASSIGN_OR_RETURN(std::string periodValue, envString("TERSE_COLLNET_EF_PERIOD"));
-  TERSE_ASSIGN_OR_RETURN(PeriodSetting period, parsePeriodSetting(periodValue));
-  TERSE_ASSIGN_OR_RETURN(std::string spec, envString("TERSE_COLLNET_CODEC"));
+  TERSE_ASSIGN_OR_RETURN(c.timeout, timeoutFromEnv());
+  TERSE_ASSIGN_OR_RETURN(std::string periodValue, envString(kEfPeriodSetting.name()));
+  auto parsedPeriod = parsePeriodSetting(periodValue);
+  if (!parsedPeriod.isOk()) return parsedPeriod.status().withContext(kEfPeriodSetting.name());
+  const PeriodSetting period = parsedPeriod.value();
+  TERSE_ASSIGN_OR_RETURN(std::string spec, envString(kCodecSetting.name()));
   if (spec.empty()) spec = "none";
   TERSE_ASSIGN_OR_RETURN(bool needsFeedback, validateSpec(&spec));
   const bool off = !period.learn && period.period == 0;

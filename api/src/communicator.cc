@@ -48,12 +48,12 @@ static_assert(kFaultPhases[3].value == Communicator::kReservedTagBase &&
                   (kMaxTransportTag & kFaultPhases[3].mask) == kFaultPhases[3].value,
               "transport/fault.h's barrier phase and Communicator::kReservedTagBase disagree");
 
-namespace {
-
 Result<std::chrono::milliseconds> timeoutFromEnv() {
-  TERSE_ASSIGN_OR_RETURN(int64_t ms, envInt("TERSE_TIMEOUT_MS"));  // 1 ms .. a year
+  TERSE_ASSIGN_OR_RETURN(int64_t ms, envInt(kTimeoutMsSetting.name()));  // 1 ms .. a year
   return std::chrono::milliseconds(ms);
 }
+
+namespace {
 
 // The store named by TERSE_STORE, opened once per process and kept until it exits. Rank 0 serves
 // a TCP store, and the communicators of one job meet through it one after another: if each

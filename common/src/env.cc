@@ -106,15 +106,6 @@ const EnvVarInfo kLeftoverInfo[] = {
     {"TERSE_NET_LOSSLESS_MIN_BYTES", "int", "65536",
      "NCCL net plugin: smallest send that TERSE_NET_LOSSLESS compresses, 256..2^30 bytes.", 256,
      int64_t{1} << 30},
-    {"TERSE_COLLNET_CODEC", "string", "none",
-     "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
-     "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec is a "
-     "WARN at init and runs uncompressed."},
-    {"TERSE_COLLNET_EF_PERIOD", "string", "auto",
-     "NCCL CollNet plugin: iallreduce + ireducescatter calls per training step; residuals of "
-     "error-feedback codecs (onebit, topk) are kept per position in that sequence. auto (or "
-     "auto:warmup=N) learns it from the calls; 0 turns error feedback off (such codecs fall "
-     "back to none)."},
 };
 
 struct LeftoverSettings {

@@ -674,18 +674,35 @@ TEST(CollNetPlugin, OlderTablesRunTheSameCollectives) {
   }
 }
 
-TEST(CollNetPlugin, UnknownCodecWarnsAndRunsUncompressed) {
-  std::string dir = makeTempDir();
+// A malformed CollNet setting fails init with a WARN naming it (NCCL then runs without CollNet),
+// as every malformed TERSE_* setting fails where it is read; it used to be a WARN and a silent
+// fall-back to `none`.
+TEST(CollNetPlugin, MalformedSettingsFailInitNamingThem) {
   std::vector<int> codes = runRanks(
-      2,
-      [&](int rank) {
-        sweepRank(rank, 2, dir, "zstd:level=3", 11, false);
-        HARNESS_CHECK(warned("TERSE_COLLNET_CODEC='zstd:level=3' is not a codec"),
-                      "no WARN about the unknown codec");
+      1,
+      [&](int) {
+        useLoopback();
+        const std::pair<const char*, const char*> bad[] = {
+            {"TERSE_COLLNET_CODEC", "zstd:level=3"},
+            {"TERSE_COLLNET_CODEC", "auto:max=bogus"},
+            {"TERSE_COLLNET_EF_PERIOD", "sometimes"},
+        };
+        for (const auto& [name, value] : bad) {
+          setenv(name, value, 1);
+          {
+            CollApi api(kPluginPath, 11);
+            HARNESS_CHECK(api.init() != ncclSuccess, "init accepted %s=%s", name, value);
+          }
+          unsetenv(name);
+          HARNESS_CHECK(warned(name), "no WARN naming %s (for %s)", name, value);
+        }
+        setenv("TERSE_COLLNET_CODEC", "int8", 1);
+        CollApi api(kPluginPath, 11);
+        NCCL_OK(api.init());
+        unsetenv("TERSE_COLLNET_CODEC");
       },
       240);
   expectAllPassed(codes);
-  removeTree(dir);
 }
 
 // `auto` picks a codec per call from a model calibrated on each communicator, so its bits are

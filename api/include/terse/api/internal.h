@@ -17,6 +17,9 @@ namespace terse {
 class Transport;
 struct CollectiveOp;
 
+// TERSE_TIMEOUT_MS, the one place it is read (communicators and the CollNet plugin use it).
+Result<std::chrono::milliseconds> timeoutFromEnv();
+
 // Wraps a transport built by the caller (the in-process backend in unit tests). One node.
 std::unique_ptr<Communicator> communicatorFromTransport(std::unique_ptr<Transport> transport,
                                                         std::chrono::milliseconds timeout);
