@@ -6,39 +6,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
 #include <mutex>
 #include <utility>
 
 namespace terse {
-namespace {
-
-// True when a UCX_TLS list names only transports in `allowed`; never for an exclusion list
-// ("^...") or an empty value (which allows everything).
-bool tlsListOnly(const std::string& list, std::initializer_list<const char*> allowed) {
-  if (list.empty() || list[0] == '^') return false;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string::npos) end = list.size();
-    const std::string t = list.substr(start, end - start);
-    bool known = t.empty();
-    for (const char* a : allowed) known = known || t == a;
-    if (!known) return false;
-    start = end + 1;
-  }
-  return true;
-}
-
-}  // namespace
-
-bool ucxTlsOnlySharedMemory(const std::string& tls) {
-  return tlsListOnly(tls, {"sm", "shm", "mm", "posix", "sysv", "cma", "knem", "xpmem", "self"});
-}
-
-bool ucxTlsOnlyTcp(const std::string& tls) {
-  return tls.find("tcp") != std::string::npos && tlsListOnly(tls, {"tcp", "self"});
-}
 
 std::string ucxTlsFromEnv() {
   const char* tls = std::getenv("UCX_TLS");
