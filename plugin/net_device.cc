@@ -81,21 +81,6 @@ std::vector<std::string> splitList(const std::string& text) {
 
 }  // namespace
 
-std::string sockaddrToString(const sockaddr_storage& addr) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (addr.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    port = ntohs(in->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    const auto* in = reinterpret_cast<const sockaddr_in6*>(&addr);
-    inet_ntop(AF_INET6, &in->sin6_addr, host, sizeof(host));
-    port = ntohs(in->sin6_port);
-  }
-  return std::string(host) + ":" + std::to_string(port);
-}
-
 Result<DeviceInfo> discoverDevice() {
   DeviceInfo dev;
   TERSE_ASSIGN_OR_RETURN(std::string ifname, envString("TERSE_NET_IFNAME"));

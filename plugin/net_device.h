@@ -35,7 +35,4 @@ struct DeviceInfo {
 // the interface's address, speed and PCI path. Fails with a message naming the variable to fix.
 Result<DeviceInfo> discoverDevice();
 
-// "127.0.0.1:40123" for logs.
-std::string sockaddrToString(const sockaddr_storage& addr);
-
 }  // namespace terse::plugin

@@ -6,6 +6,7 @@
 #include "plugin_log.h"
 
 #include "terse/common/logging.h"
+#include "terse/common/socket.h"
 
 #include <exception>
 #include <memory>
@@ -54,7 +55,7 @@ Status initCommon(ncclDebugLogger_t logger) {
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
   PLUGIN_INFO("Using [0]%s (setup via %s), speed %d Mbit/s%s, UCX %u.%u.%u, maxRecvs %d",
-              s.device->name.c_str(), sockaddrToString(s.device->bindAddr).c_str(),
+              s.device->name.c_str(), socketAddressText(s.device->bindAddr).c_str(),
               s.device->speedMbps, s.device->speedKnown ? "" : " (unknown link speed: default)",
               major, minor, release, s.device->maxRecvs);
   return Status::ok();

@@ -1,16 +1,16 @@
 // The net plugin's implementation: connection-oriented byte pipes over UCX tagged messages.
 // The C tables in net_tables.cc are thin shims over these classes; nothing here is exported.
 //
-// Connection setup. listen() opens a nonblocking TCP socket on the chosen interface and puts
-// its address in NCCL's 128-byte handle. connect() dials it, sends a hello, and reads back the
-// receiver's UCX worker address plus a receiver-chosen comm id; accept() answers. Both run as
-// small state machines advanced on each call, so neither ever blocks. The TCP socket then stays
-// open for the life of the comm: it carries no data, but it turns a dead peer into a
-// hang-up the other side sees at once, whatever UCX transport moves the bytes.
+// Connection setup (net_connect.{h,cc}). listen() opens a nonblocking TCP socket on the chosen
+// interface and puts its address in NCCL's 128-byte handle. connect() dials it, sends a hello,
+// and reads back the receiver's UCX worker address plus a receiver-chosen comm id; accept()
+// answers. Both run as small state machines advanced on each call, so neither ever blocks. The
+// TCP socket then stays open for the life of the comm: it carries no data, but it turns a dead
+// peer into a hang-up the other side sees at once, whatever UCX transport moves the bytes.
 //
-// Data. A send comm owns a UCX endpoint to the receiver's worker; a message travels with the UCX
-// tag (recvCommId << 32 | NCCL tag), so receives on one comm match its sends in posting order
-// per tag, and the tag picks the buffer of a grouped receive.
+// Data (net_ucx.cc). A send comm owns a UCX endpoint to the receiver's worker; a message travels
+// with the UCX tag (recvCommId << 32 | NCCL tag), so receives on one comm match its sends in
+// posting order per tag, and the tag picks the buffer of a grouped receive.
 //
 // Lossless compression (TERSE_NET_LOSSLESS=1, net_lossless.h): both ends agree at connect time.
 // A lossless receive comm does not post its receives to UCX: it waits for each message with
@@ -27,6 +27,7 @@
 #include "nccl_net_abi.h"
 #include "net_device.h"
 #include "net_lossless.h"
+#include "terse/transport/ucx_core.h"
 
 #include <ucp/api/ucp.h>
 
@@ -151,7 +152,7 @@ class SendComm : public Comm {
   SendComm(NetContext* ctx, int fd, uint32_t recvCommId, size_t poolSize, bool lossless)
       : Comm(ctx, fd, poolSize, recvCommId, lossless) {}
   ~SendComm() override;
-  Status createEndpoint(const std::vector<uint8_t>& workerAddress);
+  Status createEndpoint(const std::string& workerAddress);
   ucp_ep_h ep() const { return ep_; }
   void forgetEndpoint() { ep_ = nullptr; }  // after ucp_ep_close_nbx
   LosslessStats& stats() { return stats_; }
@@ -207,7 +208,7 @@ class NetContext {
   Status test(NetRequest* request, int* done, int* sizes);
 
   std::mutex& mutex() { return mu_; }
-  ucp_worker_h worker() const { return worker_; }
+  ucp_worker_h worker() const { return ucx_.worker; }
   const DeviceInfo& device() const { return device_; }
   // Memory types UCX can move (NCCL_PTR_* bits), from ucp_context_query.
   int ptrSupport() const { return ptrSupport_; }
@@ -228,9 +229,7 @@ class NetContext {
 
   std::mutex mu_;
   DeviceInfo device_;
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
-  std::vector<uint8_t> workerAddress_;
+  UcxWorker ucx_;  // context, worker and the worker's address (transport/ucx_core.h)
   int ptrSupport_ = NCCL_PTR_HOST;
   bool peerErrorMode_ = true;
   LosslessConfig lossless_;

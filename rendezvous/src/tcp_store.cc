@@ -2,13 +2,11 @@
 // The frames are in tcp_store_protocol.h.
 #include "tcp_store_protocol.h"
 #include "terse/common/logging.h"
+#include "terse/common/socket.h"
 #include "terse/rendezvous/store.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -32,66 +30,38 @@ using store_protocol::kOpSetIfAbsent;
 
 using Clock = std::chrono::steady_clock;
 
-// Full read/write of n bytes before `deadline`. Returns 0 on success, a negative errno, or
-// -ECONNRESET when the other side closed.
-int ioAll(int fd, void* buf, size_t n, bool writing, Clock::time_point deadline) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return -ETIMEDOUT;
-    pollfd pfd{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
-    int pr = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr < 0) return -errno;
-    if (pr == 0) continue;
-    ssize_t k = writing ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
-    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (k < 0) return -errno;
-    if (k == 0) return -ECONNRESET;
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return 0;
-}
-
-Result<addrinfo*> resolve(const std::string& host, int port, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = passive ? AI_PASSIVE : 0;
-  addrinfo* res = nullptr;
-  std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0 || res == nullptr)
-    return errorInvalidArgument("cannot resolve store host '%s': %s", host.c_str(),
-                                gai_strerror(rc));
-  return res;
+// The rendezvous store's addresses: the host as given in messages, IPv4 as always.
+Status resolve(const std::string& host, int port, bool passive, sockaddr_storage* addr,
+               socklen_t* len) {
+  return socketResolve(host, port, passive, addr, len)
+      .withContext("the rendezvous store's address");
 }
 
 class TcpStoreServer {
  public:
   ~TcpStoreServer() { stop(); }
 
+  // Serves on host:port; port 0 lets the kernel pick a free one, which port() then reports.
   Status start(const std::string& host, int port) {
-    TERSE_ASSIGN_OR_RETURN(addrinfo * res, resolve(host, port, true));
-    listenFd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    ::setsockopt(listenFd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    int rc = ::bind(listenFd_, res->ai_addr, res->ai_addrlen);
-    int e = errno;
-    ::freeaddrinfo(res);
-    if (rc != 0)
+    sockaddr_storage addr{};
+    socklen_t len = 0;
+    TERSE_RETURN_IF_ERROR(resolve(host, port, true, &addr, &len));
+    sockaddr_storage bound{};
+    auto fd = socketListen(addr, len, 0, /*reuseAddr=*/true, 1024, &bound);
+    if (!fd.isOk())
       return errorSystem(
           "rank 0 cannot serve the rendezvous store on %s:%d: %s; pick a free port "
           "in TERSE_STORE (or MASTER_PORT)",
-          host.c_str(), port, std::strerror(e));
-    if (::listen(listenFd_, 1024) != 0)
-      return errorSystem("listen on %s:%d failed: %s", host.c_str(), port, std::strerror(errno));
+          host.c_str(), port, fd.status().message().c_str());
+    listenFd_ = fd.value();
+    port_ = socketPort(bound);
     if (::pipe2(wake_, O_CLOEXEC) != 0) return errorSystem("pipe: %s", std::strerror(errno));
     acceptor_ = std::thread([this] { acceptLoop(); });
-    TERSE_INFO(kSubsysBoot, "rendezvous store serving on %s:%d", host.c_str(), port);
+    TERSE_INFO(kSubsysBoot, "rendezvous store serving on %s:%d", host.c_str(), port_);
     return Status::ok();
   }
+
+  int port() const { return port_; }
 
   void stop() {
     if (acceptor_.joinable()) {
@@ -129,8 +99,7 @@ class TcpStoreServer {
       if (pr < 0 || (pfds[1].revents & POLLIN)) return;
       int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      socketSetNoDelay(fd);
       std::lock_guard<std::mutex> lock(clientsMu_);
       clientFds_.push_back(fd);
       handlers_.emplace_back([this, fd] { serve(fd); });
@@ -169,17 +138,18 @@ class TcpStoreServer {
       }
       uint8_t answer[store_protocol::kResponseHeadBytes];
       store_protocol::encodeResponseHead(found, static_cast<uint32_t>(value.size()), answer);
-      if (ioAll(fd, answer, sizeof answer, true, forever) != 0 ||
-          ioAll(fd, value.data(), value.size(), true, forever) != 0)
+      if (socketIoAll(fd, answer, sizeof answer, true, forever) != 0 ||
+          socketIoAll(fd, value.data(), value.size(), true, forever) != 0)
         return;
     }
   }
 
   int readBlocking(int fd, void* buf, size_t n) {
-    return ioAll(fd, buf, n, false, Clock::time_point::max());
+    return socketIoAll(fd, buf, n, false, Clock::time_point::max());
   }
 
   int listenFd_ = -1;
+  int port_ = 0;  // the port served (the kernel's pick when asked for 0)
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
@@ -201,24 +171,30 @@ class TcpStore final : public Store {
     server_.reset();
   }
 
+  // Serves on the store's host and port; a port of 0 becomes the one the kernel chose, which
+  // this process and describe() then use.
   Status serve() {
     server_ = std::make_unique<TcpStoreServer>();
-    return server_->start(host_, port_);
+    TERSE_RETURN_IF_ERROR(server_->start(host_, port_));
+    port_ = server_->port();
+    return Status::ok();
   }
+
+  int port() const { return port_; }
 
   Status connect() {
     auto deadline = Clock::now() + timeout_;
     auto delay = std::chrono::milliseconds(10);
     std::string last = "no attempt";
     for (;;) {
-      TERSE_ASSIGN_OR_RETURN(addrinfo * res, resolve(host_, port_, false));
-      int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      int rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
+      sockaddr_storage addr{};
+      socklen_t len = 0;
+      TERSE_RETURN_IF_ERROR(resolve(host_, port_, false, &addr, &len));
+      int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len);
       int e = errno;
-      ::freeaddrinfo(res);
       if (rc == 0) {
-        int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        socketSetNoDelay(fd);
         fd_ = fd;
         return Status::ok();
       }
@@ -271,18 +247,18 @@ class TcpStore final : public Store {
       return errorInvalidArgument("store key or value over 64 MiB");
     auto deadline = Clock::now() + timeout_;
     uint32_t lens[2] = {static_cast<uint32_t>(key.size()), static_cast<uint32_t>(value.size())};
-    int rc = ioAll(fd_, &op, 1, true, deadline);
-    if (!rc) rc = ioAll(fd_, lens, sizeof lens, true, deadline);
-    if (!rc) rc = ioAll(fd_, const_cast<char*>(key.data()), key.size(), true, deadline);
-    if (!rc) rc = ioAll(fd_, const_cast<char*>(value.data()), value.size(), true, deadline);
+    int rc = socketIoAll(fd_, &op, 1, true, deadline);
+    if (!rc) rc = socketIoAll(fd_, lens, sizeof lens, true, deadline);
+    if (!rc) rc = socketIoAll(fd_, const_cast<char*>(key.data()), key.size(), true, deadline);
+    if (!rc) rc = socketIoAll(fd_, const_cast<char*>(value.data()), value.size(), true, deadline);
     uint8_t f = 0;
     uint32_t vlen = 0;
     uint8_t answer[store_protocol::kResponseHeadBytes];
-    if (!rc) rc = ioAll(fd_, answer, sizeof answer, false, deadline);
+    if (!rc) rc = socketIoAll(fd_, answer, sizeof answer, false, deadline);
     if (!rc && !store_protocol::parseResponseHead(answer, &f, &vlen)) rc = -EPROTO;
     if (!rc) {
       out->assign(vlen, '\0');
-      rc = ioAll(fd_, out->data(), vlen, false, deadline);
+      rc = socketIoAll(fd_, out->data(), vlen, false, deadline);
     }
     if (rc == 0) {
       *found = f != 0;
@@ -314,12 +290,15 @@ class TcpStore final : public Store {
 }  // namespace
 
 Result<std::unique_ptr<Store>> createTcpStore(const std::string& host, int port, bool serve,
-                                              std::chrono::milliseconds timeout) {
-  if (port <= 0 || port > 65535)
-    return errorInvalidArgument("store port %d is outside 1..65535", port);
+                                              std::chrono::milliseconds timeout, int* servedPort) {
+  if (port < 0 || port > 65535 || (port == 0 && !serve))
+    return errorInvalidArgument(
+        "store port %d is outside 1..65535 (0, for a port the kernel picks, only when serving)",
+        port);
   auto store = std::make_unique<TcpStore>(host, port, timeout);
   if (serve) TERSE_RETURN_IF_ERROR(store->serve());
   TERSE_RETURN_IF_ERROR(store->connect());
+  if (servedPort != nullptr) *servedPort = store->port();
   return std::unique_ptr<Store>(std::move(store));
 }
 

@@ -255,6 +255,34 @@ TEST(Store, TcpServerAndClients) {
   EXPECT_NE(second.status().message().find(std::to_string(port)), std::string::npos);
 }
 
+// Port 0: the serving store binds a port the kernel picks (no probe, so nothing can take it in
+// between) and reports it; clients reach the store there, and describe() names it. Only a serving
+// store may ask for 0.
+TEST(Store, TcpServerOnAPortTheKernelPicks) {
+  int port = -1;
+  auto server = createTcpStore("127.0.0.1", 0, true, milliseconds(5000), &port);
+  ASSERT_TRUE(server.isOk()) << server.status().toString();
+  ASSERT_GT(port, 0);
+  ASSERT_LE(port, 65535);
+  EXPECT_EQ((*server)->describe(), "tcp(127.0.0.1:" + std::to_string(port) + ")");
+  ASSERT_TRUE((*server)->set("k", "v").isOk());
+  int clientPort = -1;
+  auto client = createTcpStore("127.0.0.1", port, false, milliseconds(5000), &clientPort);
+  ASSERT_TRUE(client.isOk()) << client.status().toString();
+  EXPECT_EQ(clientPort, port);
+  auto v = (*client)->get("k", milliseconds(1000));
+  ASSERT_TRUE(v.isOk()) << v.status().toString();
+  EXPECT_EQ(*v, "v");
+  // A second server on the reported port is refused: the port really is held.
+  auto second = createTcpStore("127.0.0.1", port, true, milliseconds(200));
+  EXPECT_FALSE(second.isOk());
+  auto clientOfNothing = createTcpStore("127.0.0.1", 0, false, milliseconds(200));
+  ASSERT_FALSE(clientOfNothing.isOk());
+  EXPECT_EQ(clientOfNothing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(createTcpStore("127.0.0.1", 65536, true, milliseconds(200)).isOk());
+  EXPECT_FALSE(createTcpStore("127.0.0.1", -1, true, milliseconds(200)).isOk());
+}
+
 TEST(Store, TcpClientErrorsNameTheStore) {
   const int port = freePort();
   // Nobody serves: a timeout that names the address and rank 0.

@@ -1,7 +1,10 @@
 // The UCX backend's readers of text (transport/src/ucx_text.h): which UCX_TLS values let
 // same-node peers use shared memory, and which transports an endpoint's lanes use, read from what
-// UCX 1.13.1 printed for real endpoints on the development machine.
+// UCX 1.13.1 printed for real endpoints on the development machine. Also the UCX core's
+// (transport/ucx_core.h) UCX_TLS classes, which the transport and the net plugin both act on.
 #include "ucx_text.h"
+
+#include "terse/transport/ucx_core.h"
 
 #include <gtest/gtest.h>
 
@@ -72,6 +75,36 @@ TEST(UcxText, SharedMemoryTransportNames) {
     EXPECT_TRUE(ucxUsesSharedMemory(t)) << t;
   for (const char* t : {"", "tcp", "self", "rc_mlx5,ud_mlx5", "sm", "mixed"})
     EXPECT_FALSE(ucxUsesSharedMemory(t)) << t;
+}
+
+// Shared memory only: no endpoint can report a peer's failure in UCX 1.13, so neither the
+// transport nor the net plugin asks for PEER mode. Every alias counts, "mm" included (the net
+// plugin knew it, the transport did not, before both used the core).
+TEST(UcxCore, TlsOnlySharedMemory) {
+  for (const char* tls :
+       {"sm", "shm", "mm", "posix", "sysv,cma", "self", "sysv,self", "sm,", "xpmem,knem"})
+    EXPECT_TRUE(ucxTlsOnlySharedMemory(tls)) << tls;
+  for (const char* tls : {"", "all", "^tcp", "^sm", "tcp", "sm,tcp", "rc,sm", "posixx", "shm,ud"})
+    EXPECT_FALSE(ucxTlsOnlySharedMemory(tls)) << tls;
+}
+
+// TCP only (with self at most): the transport's eager sends apply there and nowhere else.
+TEST(UcxCore, TlsOnlyTcp) {
+  for (const char* tls : {"tcp", "tcp,self", "self,tcp", "tcp,"})
+    EXPECT_TRUE(ucxTlsOnlyTcp(tls)) << tls;
+  for (const char* tls : {"", "all", "self", "^tcp", "tcp,sm", "tcp,rc", "tcpx", "sm"})
+    EXPECT_FALSE(ucxTlsOnlyTcp(tls)) << tls;
+}
+
+// The statuses that mean "the peer is gone" (both users report those as the peer's failure).
+TEST(UcxCore, PeerFailureStatuses) {
+  for (ucs_status_t s :
+       {UCS_ERR_ENDPOINT_TIMEOUT, UCS_ERR_CONNECTION_RESET, UCS_ERR_UNREACHABLE, UCS_ERR_REJECTED,
+        UCS_ERR_NOT_CONNECTED, UCS_ERR_IO_ERROR, UCS_ERR_TIMED_OUT, UCS_ERR_SHMEM_SEGMENT})
+    EXPECT_TRUE(ucxIsPeerFailure(s)) << ucs_status_string(s);
+  for (ucs_status_t s : {UCS_OK, UCS_ERR_CANCELED, UCS_ERR_MESSAGE_TRUNCATED, UCS_ERR_NO_MEMORY,
+                         UCS_ERR_INVALID_PARAM})
+    EXPECT_FALSE(ucxIsPeerFailure(s)) << ucs_status_string(s);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "terse/transport/ucx.h"
 
 #include "terse/transport/fault.h"
+#include "terse/transport/ucx_core.h"
 
 #include "peer_input.h"
 #include "ucx_text.h"
@@ -10,7 +11,6 @@
 
 #include <ucp/api/ucp.h>
 
-#include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <initializer_list>
 #include <string>
 
 #include <atomic>
@@ -38,105 +37,6 @@ constexpr uint64_t kFullMask = ~uint64_t{0};
 
 uint64_t wireTag(int source, uint64_t tag) {
   return (static_cast<uint64_t>(source) << kTagBits) | tag;
-}
-
-// UCX statuses that mean the other side is gone or unreachable rather than a local failure.
-bool isPeerFailure(ucs_status_t s) {
-  switch (s) {
-    case UCS_ERR_ENDPOINT_TIMEOUT:
-    case UCS_ERR_CONNECTION_RESET:
-    case UCS_ERR_UNREACHABLE:
-    case UCS_ERR_REJECTED:
-    case UCS_ERR_NOT_CONNECTED:
-    case UCS_ERR_IO_ERROR:
-    case UCS_ERR_TIMED_OUT:
-    // Shared memory: the peer's segment could not be attached because it is gone with the
-    // peer (the first large message to a rank that died; found by the fault-injection tests).
-    case UCS_ERR_SHMEM_SEGMENT: return true;
-    default: return false;
-  }
-}
-
-class UcxTransport;
-
-// UCX before 1.14 asserts (and aborts the process, in builds with assertions such as Debian's)
-// when ucp_worker_destroy purges an endpoint with a wire-up reply still queued: the assertion
-// was wrong and was removed upstream (openucx/ucx#8175). Peers that connect to a rank while it
-// tears down after a failure queue exactly such replies; draining the worker first
-// (drainWorker) makes it rare but not impossible when the peers are slow to accept (the fault
-// tests still saw it in about 1 of 150 worlds on a loaded machine). So on those versions a
-// transport that saw a failure does not destroy its worker: it closes its endpoints, drains,
-// and parks the worker and context here for the life of the process. The cost is one idle
-// worker (memory, a listening socket, connections its peers opened) per failed world, only
-// when something failed.
-bool purgeAssertsOnWireup() {
-  unsigned major = 0, minor = 0, release = 0;
-  ucp_get_version(&major, &minor, &release);
-  return major < 1 || (major == 1 && minor < 14);
-}
-
-void parkWorker(ucp_context_h context, ucp_worker_h worker) {
-  static std::mutex mu;
-  static auto* parked = new std::vector<std::pair<ucp_context_h, ucp_worker_h>>();
-  std::lock_guard<std::mutex> lock(mu);
-  parked->emplace_back(context, worker);
-  // The module holding this code (libterse.so, or the NCCL net plugin, which NCCL dlcloses at
-  // finalize) must now stay loaded: the parked worker keeps UCX callbacks that point into it,
-  // and unloading would also drop the list above, leaving the worker unreachable (the leak
-  // LeakSanitizer reported once the CollNet plugin's peer-death test ran under it). A no-load
-  // dlopen with RTLD_NODELETE pins the already-loaded module; the handle is kept on purpose.
-  static bool pinned = false;
-  Dl_info self{};
-  if (!pinned && dladdr(reinterpret_cast<void*>(&parkWorker), &self) != 0 &&
-      self.dli_fname != nullptr)
-    pinned = dlopen(self.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE) != nullptr;
-}
-
-// True when a UCX_TLS list names only transports in `allowed` (an exclusion list, "^...", never).
-bool tlsListOnly(const char* tls, std::initializer_list<const char*> allowed) {
-  std::string list(tls);
-  if (!list.empty() && list[0] == '^') return false;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string::npos) end = list.size();
-    std::string t = list.substr(start, end - start);
-    bool known = t.empty();
-    for (const char* a : allowed) known = known || t == a;
-    if (!known) return false;
-    start = end + 1;
-  }
-  return true;
-}
-
-// Shared-memory transports only: none of them can report a peer's failure in UCX 1.13.
-bool onlySharedMemory(const char* tls) {
-  return tlsListOnly(tls, {"shm", "sm", "posix", "sysv", "cma", "knem", "xpmem", "self"});
-}
-
-// TCP only (UCX_TLS=tcp, as across hosts without RDMA or the emulated links of
-// scripts/bench-network.sh). There UCX's rendezvous protocol, which it picks for messages of
-// tens of KiB and up, waits for the receiver to answer each message's request before any data
-// moves, and a receiver busy compressing or reducing answers late: at 1 Gbit/s the compressed
-// collectives' half- and quarter-size segments lost 10-15% of the link to it (docs/benchmarks.md).
-// Sending eagerly lets TCP's own buffers carry the data while the receiver computes.
-bool onlyTcp(const char* tls) {
-  return std::string(tls).find("tcp") != std::string::npos && tlsListOnly(tls, {"tcp", "self"});
-}
-
-// The UCX transports an endpoint's lanes use, in lane order without repeats ("sysv,cma"). UCX 1.13
-// has no query for them (ucp_ep_query reports names and socket addresses only), so this reads the
-// lane table that ucp_ep_print_info writes: "lane[0]:  3:sysv/memory.0 md[2] -> ...".
-std::string endpointTransports(ucp_ep_h ep) {
-  char* text = nullptr;
-  size_t length = 0;
-  FILE* f = open_memstream(&text, &length);
-  if (f == nullptr) return "?";
-  ucp_ep_print_info(ep, f);
-  std::fclose(f);
-  std::string info(text, length);
-  std::free(text);
-  return ucxLaneTransports(info);
 }
 
 // What makes a pid from another rank name a process here: the same host name, the same boot of
@@ -160,6 +60,8 @@ std::string hostIdentity() {
   return id.substr(0, kMaxPeerHostBytes);
 }
 
+class UcxTransport;
+
 struct PeerErrorArg {
   UcxTransport* self;
   int peer;
@@ -178,62 +80,39 @@ class UcxTransport final : public Transport {
         errArgs_(size) {
     for (int p = 0; p < size; ++p) errArgs_[p] = {this, p};
     failedQueue_.reserve(size);
-    const char* tls = std::getenv("UCX_TLS");
-    tls_ = tls && *tls ? tls : "all";
+    const std::string tls = ucxTlsFromEnv();
+    tls_ = tls.empty() ? "all" : tls;
     describe_ = "ucx(" + tls_ + ")";
     // With only shared-memory transports allowed, asking UCX for a PEER-mode endpoint just makes
     // it log an error before we fall back; skip the question.
-    peerModeUnreachable_ = tls && *tls && onlySharedMemory(tls);
-    // TERSE_UCX_TCP_EAGER (default 1) and no UCX_RNDV_THRESH of the user's: see onlyTcp().
+    peerModeUnreachable_ = ucxTlsOnlySharedMemory(tls);
+    // TCP only: there UCX's rendezvous protocol, which it picks for messages of tens of KiB and
+    // up, waits for the receiver to answer each message's request before any data moves, and a
+    // receiver busy compressing or reducing answers late: at 1 Gbit/s the compressed collectives'
+    // half- and quarter-size segments lost 10-15% of the link to it (docs/benchmarks.md). Sending
+    // eagerly lets TCP's own buffers carry the data while the receiver computes. On with
+    // TERSE_UCX_TCP_EAGER (default 1) and no UCX_RNDV_THRESH of the user's.
     auto eager = envInt("TERSE_UCX_TCP_EAGER");
     if (!eager.isOk()) envError_ = eager.status();
-    eagerTcp_ = tls && *tls && onlyTcp(tls) && std::getenv("UCX_RNDV_THRESH") == nullptr &&
-                eager.isOk() && eager.value() != 0;
-    if (eagerTcp_) describe_ = std::string("ucx(") + tls + ", eager)";
+    eagerTcp_ =
+        ucxTlsOnlyTcp(tls) && !ucxUserSet("RNDV_THRESH") && eager.isOk() && eager.value() != 0;
+    if (eagerTcp_) describe_ = "ucx(" + tls + ", eager)";
   }
 
   ~UcxTransport() override { shutdown(); }
 
   Status init(const AddressAllGather& allgather) {
     TERSE_RETURN_IF_ERROR(envError_);
-    ucp_config_t* config = nullptr;
-    ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
-    if (s != UCS_OK)
-      return errorSystem("reading UCX configuration failed (%s); check the UCX_* variables",
-                         ucs_status_string(s));
-    if (eagerTcp_) {
-      s = ucp_config_modify(config, "RNDV_THRESH", "inf");
-      if (s != UCS_OK) {
-        ucp_config_release(config);
-        return errorSystem(
-            "setting UCX's RNDV_THRESH for TCP failed (%s); set "
-            "TERSE_UCX_TCP_EAGER=0 to leave it to UCX",
-            ucs_status_string(s));
-      }
-    }
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_TAG;
-    s = ucp_init(&params, config, &context_);
-    ucp_config_release(config);
-    if (s != UCS_OK)
-      return errorSystem("ucp_init failed (%s); check UCX_TLS and UCX_NET_DEVICES",
-                         ucs_status_string(s));
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    s = ucp_worker_create(context_, &wp, &worker_);
-    if (s != UCS_OK) return errorSystem("ucp_worker_create failed (%s)", ucs_status_string(s));
-    ucp_address_t* address = nullptr;
-    size_t length = 0;
-    s = ucp_worker_get_address(worker_, &address, &length);
-    if (s != UCS_OK) return errorSystem("ucp_worker_get_address failed (%s)", ucs_status_string(s));
+    UcxWorkerOptions options;
+    options.threadMode = UCS_THREAD_MODE_SINGLE;
+    if (eagerTcp_)
+      options.tweaks.push_back(UcxConfigTweak{"RNDV_THRESH", "inf", true,
+                                              "set TERSE_UCX_TCP_EAGER=0 to leave it to UCX"});
+    TERSE_RETURN_IF_ERROR(ucxOpenWorker(options, &ucx_));
     // What peers need: our host identity and pid (for the liveness check below) and the worker
     // address.
     const std::string myHost = hostIdentity();
-    PeerBlob self{myHost, static_cast<int>(getpid()),
-                  std::string(reinterpret_cast<const char*>(address), length)};
-    ucp_worker_release_address(worker_, address);
+    PeerBlob self{myHost, static_cast<int>(getpid()), ucx_.address};
     std::string mine = encodePeerBlob(self);
     TERSE_ASSIGN_OR_RETURN(std::vector<std::string> blobs, allgather(mine));
     if (static_cast<int>(blobs.size()) != size_)
@@ -257,7 +136,7 @@ class UcxTransport final : public Transport {
     }
     TERSE_RETURN_IF_ERROR(connectSameNode());
     TERSE_INFO(kSubsysNet, "rank %d: UCX transport %s ready (%zu-byte worker address)", rank_,
-               describe_.c_str(), length);
+               describe_.c_str(), ucx_.address.size());
     return Status::ok();
   }
 
@@ -328,7 +207,7 @@ class UcxTransport final : public Transport {
     if (!usable.isOk()) {
       // A peer that finished and left (the end of every job) or died may have sent this message
       // before it went: then it waits in UCX's unexpected queue and is still delivered.
-      if (worker_ == nullptr || aborted_.load(std::memory_order_acquire) ||
+      if (ucx_.worker == nullptr || aborted_.load(std::memory_order_acquire) ||
           !alreadyArrived(peer, tag))
         return usable;
     } else {
@@ -345,7 +224,7 @@ class UcxTransport final : public Transport {
     param.cb.recv = &UcxTransport::onRecv;
     param.user_data = r;
     ucs_status_ptr_t sp =
-        ucp_tag_recv_nbx(worker_, data, capacity, wireTag(peer, tag), kFullMask, &param);
+        ucp_tag_recv_nbx(ucx_.worker, data, capacity, wireTag(peer, tag), kFullMask, &param);
     return started(r, sp, 0, request);
   }
 
@@ -413,8 +292,8 @@ class UcxTransport final : public Transport {
     if (r == nullptr || r->state.load(std::memory_order_relaxed) == kReqFree || r->orphan) return;
     // After an abort the connections go first (whatever this thread calls last, peers learn).
     if (aborted_.load(std::memory_order_acquire) && !abortHandled_) handleAbort();
-    if (r->state.load(std::memory_order_acquire) == kReqPending && r->backend && worker_) {
-      ucp_request_cancel(worker_, r->backend);
+    if (r->state.load(std::memory_order_acquire) == kReqPending && r->backend && ucx_.worker) {
+      ucp_request_cancel(ucx_.worker, r->backend);
       if (!progressUntilDone(r, std::chrono::milliseconds(50)) && !peerFailed_[r->peer].isOk()) {
         // Its peer is gone, so nothing will touch the buffer any more; UCX keeps the request
         // until the worker goes.
@@ -440,8 +319,8 @@ class UcxTransport final : public Transport {
   }
 
   void progress() override {
-    if (worker_ == nullptr) return;  // aborted
-    ucp_worker_progress(worker_);
+    if (ucx_.worker == nullptr) return;  // aborted
+    ucp_worker_progress(ucx_.worker);
     if (!failedQueue_.empty()) closeFailedPeers();
     if (watchingPids_) {
       // Both checks at a low rate: progress() runs once per test() of every small message, and
@@ -465,7 +344,7 @@ class UcxTransport final : public Transport {
   }
 
   void disconnect(int peer, const Status& why) override {
-    if (peer < 0 || peer >= size_ || peer == rank_ || worker_ == nullptr) return;
+    if (peer < 0 || peer >= size_ || peer == rank_ || ucx_.worker == nullptr) return;
     Status reason =
         why.isOk() ? errorRemote("rank %d disconnected from rank %d", rank_, peer) : why;
     for (const auto& req : pool_.all())
@@ -514,8 +393,8 @@ class UcxTransport final : public Transport {
         r->state.store(kReqDone, std::memory_order_release);
     }
     discardNotices();
-    ucp_worker_destroy(worker_);
-    worker_ = nullptr;
+    ucp_worker_destroy(ucx_.worker);
+    ucx_.worker = nullptr;
   }
 
   // Peers whose endpoints cannot report failure (watchPid) do not see our connections drop when
@@ -537,10 +416,7 @@ class UcxTransport final : public Transport {
     // full FIFO gets a moment (the peer may be gone, so not more).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
     for (ucs_status_ptr_t sp : sending) {
-      while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
-             std::chrono::steady_clock::now() < deadline)
-        ucp_worker_progress(worker_);
-      if (ucp_request_check_status(sp) == UCS_INPROGRESS) ucp_request_cancel(worker_, sp);
+      if (!ucxWaitRequest(ucx_.worker, sp, deadline)) ucp_request_cancel(ucx_.worker, sp);
       ucp_request_free(sp);
     }
   }
@@ -554,20 +430,17 @@ class UcxTransport final : public Transport {
       ucp_tag_recv_info_t info{};
       for (int n = 0; n < 16; ++n) {
         ucp_tag_message_h m =
-            ucp_tag_probe_nb(worker_, wireTag(p, kFailureNoticeTag), kFullMask, 1, &info);
+            ucp_tag_probe_nb(ucx_.worker, wireTag(p, kFailureNoticeTag), kFullMask, 1, &info);
         if (m == nullptr) break;
         // Into a member: should UCX still hold the request when we give up on it below, the
         // buffer outlives the worker. A longer message is truncated, which is fine here.
         ucp_request_param_t param{};
         ucs_status_ptr_t sp =
-            ucp_tag_msg_recv_nbx(worker_, noticeSink_, sizeof noticeSink_, m, &param);
+            ucp_tag_msg_recv_nbx(ucx_.worker, noticeSink_, sizeof noticeSink_, m, &param);
         if (!UCS_PTR_IS_PTR(sp)) continue;
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
-               std::chrono::steady_clock::now() < deadline)
-          ucp_worker_progress(worker_);
-        if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
-          ucp_request_cancel(worker_, sp);
+        if (!ucxWaitRequest(ucx_.worker, sp, deadline)) {
+          ucp_request_cancel(ucx_.worker, sp);
           ucp_request_free(sp);
           return;  // the buffer is taken while UCX holds the request; leave the rest
         }
@@ -675,7 +548,7 @@ class UcxTransport final : public Transport {
   // True when a message from `peer` with `tag` has arrived and waits for its receive.
   bool alreadyArrived(int peer, uint64_t tag) {
     ucp_tag_recv_info_t info{};
-    return ucp_tag_probe_nb(worker_, wireTag(peer, tag), kFullMask, 0, &info) != nullptr;
+    return ucp_tag_probe_nb(ucx_.worker, wireTag(peer, tag), kFullMask, 0, &info) != nullptr;
   }
 
   Status checkUsable(int peer, const char* verb, uint64_t tag) {
@@ -691,27 +564,18 @@ class UcxTransport final : public Transport {
 
   Status endpoint(int peer, ucp_ep_h* ep) {
     if (eps_[peer] == nullptr) {
-      ucp_ep_params_t params{};
-      params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                          UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      params.address = reinterpret_cast<const ucp_address_t*>(peers_[peer].address.data());
       // Same-node peers go without peer-failure reporting so that UCX may use shared memory
       // (ucx.h).
       const bool sameNode = peers_[peer].sameNode;
-      params.err_mode = peerModeUnreachable_ || sameNode ? UCP_ERR_HANDLING_MODE_NONE
-                                                         : UCP_ERR_HANDLING_MODE_PEER;
-      params.err_handler.cb = &UcxTransport::onEndpointError;
-      params.err_handler.arg = &errArgs_[peer];
-      ucs_status_t s = ucp_ep_create(worker_, &params, &eps_[peer]);
-      if (s == UCS_ERR_UNREACHABLE && params.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
-        // UCX 1.13's shared-memory transports have no peer-failure support, so a PEER-mode
-        // endpoint cannot use them. Rather than refuse the user's UCX_TLS=shm, connect without
-        // it. The same transports serve every peer, so UCX is asked only once.
-        peerModeUnreachable_ = true;
-        params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-        s = ucp_ep_create(worker_, &params, &eps_[peer]);
-      }
-      if (s == UCS_OK && params.err_mode == UCP_ERR_HANDLING_MODE_NONE) {
+      bool peerMode = !peerModeUnreachable_ && !sameNode;
+      const bool askedPeerMode = peerMode;
+      ucs_status_t s =
+          ucxCreateEndpoint(ucx_.worker, peers_[peer].address, &peerMode,
+                            &UcxTransport::onEndpointError, &errArgs_[peer], &eps_[peer]);
+      // UCX refused PEER mode (shared memory only, UCX 1.13): the same transports serve every
+      // peer, so UCX is asked only once.
+      if (askedPeerMode && !peerMode) peerModeUnreachable_ = true;
+      if (s == UCS_OK && !peerMode) {
         if (!sameNode)
           TERSE_INFO(kSubsysNet,
                      "rank %d: the transports to rank %d (%s) cannot report peer failure; a dead "
@@ -722,18 +586,15 @@ class UcxTransport final : public Transport {
           watchingPids_ = true;
         }
       }
-      if (s != UCS_OK) {
-        eps_[peer] = nullptr;
+      if (s != UCS_OK)
         return errorRemote(
             "cannot create a UCX endpoint to rank %d (%s); check that UCX_TLS and "
             "UCX_NET_DEVICES allow a path between the two ranks",
             peer, ucs_status_string(s));
-      }
-      peers_[peer].transports = endpointTransports(eps_[peer]);
+      peers_[peer].transports = ucxEndpointTransports(eps_[peer]);
       TERSE_TRACE(kSubsysNet, "rank %d: endpoint to rank %d created over %s (%s)", rank_, peer,
                   peers_[peer].transports.c_str(),
-                  params.err_mode == UCP_ERR_HANDLING_MODE_PEER ? "UCX reports its failure"
-                                                                : "terse watches it");
+                  peerMode ? "UCX reports its failure" : "terse watches it");
     }
     *ep = eps_[peer];
     return Status::ok();
@@ -782,7 +643,7 @@ class UcxTransport final : public Transport {
     if (!peerFailed_[r->peer].isOk())
       return errorRemote("%s rank %d (tag %llu) failed: %s", requestVerb(r), r->peer, tag,
                          peerFailed_[r->peer].message().c_str());
-    if (isPeerFailure(s))
+    if (ucxIsPeerFailure(s))
       return errorRemote("%s rank %d (tag %llu) failed: UCX reported %s; rank %d probably died",
                          requestVerb(r), r->peer, tag, ucs_status_string(s), r->peer);
     if (s == UCS_ERR_CANCELED)
@@ -821,7 +682,7 @@ class UcxTransport final : public Transport {
     auto lastActivity = start;
     for (;;) {
       const auto now = std::chrono::steady_clock::now();
-      if (ucp_worker_progress(worker_) > 0) lastActivity = now;
+      if (ucp_worker_progress(ucx_.worker) > 0) lastActivity = now;
       if (now - lastActivity >= quiet || now - start >= limit) break;
     }
   }
@@ -836,7 +697,7 @@ class UcxTransport final : public Transport {
   bool progressUntilDone(TransportRequest* r, std::chrono::milliseconds limit) {
     auto deadline = std::chrono::steady_clock::now() + limit;
     while (r->state.load(std::memory_order_acquire) == kReqPending) {
-      ucp_worker_progress(worker_);
+      ucp_worker_progress(ucx_.worker);
       if (std::chrono::steady_clock::now() >= deadline) return false;
     }
     return true;
@@ -859,12 +720,9 @@ class UcxTransport final : public Transport {
       int peer = failedQueue_.back();
       failedQueue_.pop_back();
       if (eps_[peer]) {
-        ucp_request_param_t param{};
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        ucs_status_ptr_t sp = ucp_ep_close_nbx(eps_[peer], &param);
+        ucs_status_ptr_t sp = ucxCloseEndpoint(eps_[peer], /*force=*/true);
         eps_[peer] = nullptr;
-        if (UCS_PTR_IS_PTR(sp)) ucp_request_free(sp);
+        if (sp != nullptr) ucp_request_free(sp);
       }
       cancelReceivesFrom(peer);
     }
@@ -876,60 +734,54 @@ class UcxTransport final : public Transport {
       TransportRequest* r = req.get();
       if (r->state.load(std::memory_order_relaxed) == kReqPending && r->peer == peer &&
           r->kind == RequestKind::kRecv && r->backend)
-        ucp_request_cancel(worker_, r->backend);
+        ucp_request_cancel(ucx_.worker, r->backend);
     }
   }
 
   void shutdown() {
-    if (worker_) {
+    if (ucx_.worker) {
       sendLeavingNotices();
       const bool force = aborted_.load();
       std::vector<ucs_status_ptr_t> closing;
       for (int p = 0; p < size_; ++p) {
         if (!eps_[p]) continue;
-        ucp_request_param_t param{};
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        param.flags =
-            force || (!peerFailed_[p].isOk() && !droppedOnly_[p]) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-        ucs_status_ptr_t sp = ucp_ep_close_nbx(eps_[p], &param);
+        ucs_status_ptr_t sp =
+            ucxCloseEndpoint(eps_[p], force || (!peerFailed_[p].isOk() && !droppedOnly_[p]));
         eps_[p] = nullptr;
-        if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
+        if (sp != nullptr) closing.push_back(sp);
       }
       // A graceful close flushes; bound it so a vanished peer cannot hold us here.
       auto limit = std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10));
       auto deadline = std::chrono::steady_clock::now() + limit;
       for (ucs_status_ptr_t sp : closing) {
-        while (ucp_request_check_status(sp) == UCS_INPROGRESS &&
-               std::chrono::steady_clock::now() < deadline)
-          ucp_worker_progress(worker_);
+        ucxWaitRequest(ucx_.worker, sp, deadline);
         ucp_request_free(sp);
       }
       for (const auto& req : pool_.all())
         if (req->state.load() == kReqPending && req->backend) {
-          ucp_request_cancel(worker_, req->backend);
+          ucp_request_cancel(ucx_.worker, req->backend);
           req->orphan = true;
         }
       drainWorker();
       discardNotices();
-      if (troubled() && purgeAssertsOnWireup()) {
-        // See purgeAssertsOnWireup(): after a failure this UCX may abort the process in
-        // ucp_worker_destroy, so the worker and its context are kept, never progressed again.
-        parkWorker(context_, worker_);
+      if (troubled() && ucxPurgeAssertsOnWireup()) {
+        // UCX before 1.14 may abort the process in ucp_worker_destroy after a failure
+        // (openucx/ucx#8175): peers that connect to a rank while it tears down after a failure
+        // queue exactly the wire-up replies it asserts on, and drainWorker makes that rare but
+        // not impossible when the peers are slow to accept (the fault tests still saw it in about
+        // 1 of 150 worlds on a loaded machine). So the worker and its context are kept for the
+        // life of the process, never progressed again: one idle worker (memory, a listening
+        // socket, connections its peers opened) per failed world, only when something failed.
         TERSE_INFO(kSubsysNet,
                    "rank %d: UCX %s: the worker of a failed world is parked, not destroyed "
                    "(openucx/ucx#8175)",
                    rank_, ucp_get_version_string());
-        worker_ = nullptr;
-        context_ = nullptr;
+        ucxParkWorker(&ucx_);
         return;
       }
-      ucp_worker_destroy(worker_);
-      worker_ = nullptr;
     }
-    if (context_) {
-      ucp_cleanup(context_);
-      context_ = nullptr;
-    }
+    // The worker (unless handleAbort destroyed it already) and the context.
+    ucxCloseWorker(&ucx_);
   }
 
   const int rank_;
@@ -937,8 +789,7 @@ class UcxTransport final : public Transport {
   const std::chrono::milliseconds timeout_;
   const std::vector<int> nodeOfRank_;  // empty: unknown, every peer is treated as remote
   std::string tls_;                    // UCX_TLS, or "all"
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
+  UcxWorker ucx_;  // context and worker; the worker is null after handleAbort destroyed it
   struct PeerInfo {
     std::string address;  // the UCX worker address
     int pid = 0;
@@ -965,7 +816,7 @@ class UcxTransport final : public Transport {
   RequestPool pool_;
   std::string describe_;
   char noticeSink_[512];   // discardNotices() receives notices nobody asked for into it
-  bool eagerTcp_ = false;  // UCX_TLS=tcp: rendezvous threshold raised (see onlyTcp())
+  bool eagerTcp_ = false;  // UCX_TLS=tcp: rendezvous threshold raised (see the constructor)
   Status envError_;        // a malformed TERSE_UCX_TCP_EAGER, reported by init()
 };
 

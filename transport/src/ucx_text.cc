@@ -1,5 +1,9 @@
 #include "ucx_text.h"
 
+#include "terse/transport/ucx_core.h"
+
+#include <initializer_list>
+
 #include <vector>
 
 namespace terse {
@@ -17,7 +21,28 @@ std::vector<std::string> splitCommas(const std::string& list) {
   return out;
 }
 
+// True when a UCX_TLS list names only transports in `allowed`; never for an exclusion list
+// ("^...") or an empty value (which allows everything).
+bool tlsListOnly(const std::string& list, std::initializer_list<const char*> allowed) {
+  if (list.empty() || list[0] == '^') return false;
+  for (const std::string& t : splitCommas(list)) {
+    bool known = t.empty();
+    for (const char* a : allowed) known = known || t == a;
+    if (!known) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+// Declared in terse/transport/ucx_core.h (the net plugin uses them too); pure text like the rest.
+bool ucxTlsOnlySharedMemory(const std::string& tls) {
+  return tlsListOnly(tls, {"sm", "shm", "mm", "posix", "sysv", "cma", "knem", "xpmem", "self"});
+}
+
+bool ucxTlsOnlyTcp(const std::string& tls) {
+  return tls.find("tcp") != std::string::npos && tlsListOnly(tls, {"tcp", "self"});
+}
 
 bool ucxTlsAllowsSharedMemory(const std::string& tls) {
   if (tls.empty() || tls[0] == '^') return true;

@@ -47,8 +47,12 @@ Result<std::unique_ptr<Store>> createFileStore(const std::string& directory);
 
 // A TCP store. With `serve`, this process (rank 0) listens on host:port first; every process,
 // the server included, then connects as a client, retrying until `timeout` while the server is
-// not up yet. The server lives as long as the returned Store.
+// not up yet. The server lives as long as the returned Store. A serving store may be given port
+// 0: the kernel picks a free port when it binds (no probe, so no other process can take it in
+// between), and `*servedPort` (when given) receives the port served, which the other processes
+// then connect to.
 Result<std::unique_ptr<Store>> createTcpStore(const std::string& host, int port, bool serve,
-                                              std::chrono::milliseconds timeout);
+                                              std::chrono::milliseconds timeout,
+                                              int* servedPort = nullptr);
 
 }  // namespace terse
