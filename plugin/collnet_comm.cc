@@ -2,7 +2,6 @@
 
 #include "collnet_device.h"
 #include "collnet_residuals.h"
-#include "collnet_socket.h"
 #include "collnet_stats.h"
 #include "collnet_types.h"
 #include "collnet_window.h"
@@ -69,20 +68,14 @@ Result<ListenComm*> listen(const Config& config, void* handle) {
   lc->config = config;
   std::random_device rd;
   lc->handle.nonce = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-  Status last;
-  for (int attempt = 0; attempt < 16 && !lc->store; ++attempt) {
-    TERSE_ASSIGN_OR_RETURN(int port, probeFreePort(config.host));
-    auto store = createTcpStore(config.host, port, /*serve=*/true, config.timeout);
-    if (store.isOk()) {
-      lc->store = std::move(*store);
-      lc->handle.port = port;
-    } else {
-      last = store.status();
-    }
-  }
-  if (!lc->store)
+  // The kernel picks the port (port 0), so two jobs on a host never race for one.
+  int port = 0;
+  auto store = createTcpStore(config.host, 0, /*serve=*/true, config.timeout, &port);
+  if (!store.isOk())
     return errorSystem("listen: could not serve a rendezvous store on %s: %s", config.host.c_str(),
-                       last.message().c_str());
+                       store.status().message().c_str());
+  lc->store = std::move(*store);
+  lc->handle.port = port;
   lc->handle.magic = kHandleMagic;
   lc->handle.version = kHandleVersion;
   std::snprintf(lc->handle.host, sizeof(lc->handle.host), "%s", config.host.c_str());

@@ -2,8 +2,8 @@
 // datatype, op) and the plugin runs them as terse compressed collectives over a
 // terse::Communicator (UCX). C tables live in collnet_tables.cc; this is the C++ inside: the
 // communicators and requests. Settings are collnet_config, NCCL's types collnet_types, the
-// error-feedback residuals collnet_residuals, windows and staging collnet_window, the
-// rendezvous's sockets collnet_socket, logging plugin_log (shared with the net side).
+// error-feedback residuals collnet_residuals, windows and staging collnet_window, logging
+// plugin_log (shared with the net side); sockets are common's (terse/common/socket.h).
 //
 // Threads: NCCL calls listen/connect from its service thread and iallreduce/test from its proxy
 // progress thread; a CollComm serialises its own calls with a mutex, and the collectives run in

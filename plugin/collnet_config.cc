@@ -1,12 +1,12 @@
 #include "collnet_config.h"
 
-#include "collnet_socket.h"
 #include "net_device.h"
 #include "net_handshake.h"
 #include "plugin_log.h"
 
 #include "terse/api/internal.h"
 #include "terse/common/env.h"
+#include "terse/common/socket.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
 
@@ -91,7 +91,7 @@ Result<Config> loadConfig() {
     c.warmupCodec = noResidual.canonical;
   }
   TERSE_ASSIGN_OR_RETURN(DeviceInfo dev, discoverDevice());
-  c.host = numericHost(dev.bindAddr);
+  c.host = socketNumericHost(dev.bindAddr);
   if (c.host.empty() || c.host.size() >= sizeof(Handle{}.host))
     return errorSystem("cannot print the address of interface %s", dev.ifname.c_str());
   return c;

@@ -17,6 +17,21 @@
 #include <vector>
 
 namespace terse::plugin {
+
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kNetIfnameSetting{
+    {"TERSE_NET_IFNAME", "string", "",
+     "NCCL net plugin: interface whose address carries connection setup. When unset, the first "
+     "interface named in UCX_NET_DEVICES, else the first non-loopback interface that is up."}};
+const EnvSetting kNetSpeedMbpsSetting{
+    {"TERSE_NET_SPEED_MBPS", "int", "0",
+     "NCCL net plugin: link speed in Mbit/s reported to NCCL; 0 reads it from sysfs (10000 when "
+     "the link has none, e.g. loopback).",
+     0, 100000000}};
+const EnvSetting kNetMaxRecvsSetting{
+    {"TERSE_NET_MAX_RECVS", "int", "8",
+     "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8.", 1, 8}};
+
 namespace {
 
 // The first address of `ifname` (IPv4 preferred), port 0.

@@ -9,6 +9,19 @@
 #include <new>
 
 namespace terse::plugin {
+
+// Settings read in this file (terse/common/env.h: declared next to their readers).
+const EnvSetting kNetLosslessSetting{
+    {"TERSE_NET_LOSSLESS", "bool", "0",
+     "NCCL net plugin: compress sends of at least TERSE_NET_LOSSLESS_MIN_BYTES with zstd "
+     "(lossless; incompressible messages go raw). Must be the same on every rank: connections "
+     "between ranks that differ fail. Pays only on slow links with compressible data (see "
+     "docs/nccl-plugin.md)."}};
+const EnvSetting kNetLosslessMinBytesSetting{
+    {"TERSE_NET_LOSSLESS_MIN_BYTES", "int", "65536",
+     "NCCL net plugin: smallest send that TERSE_NET_LOSSLESS compresses, 256..2^30 bytes.", 256,
+     int64_t{1} << 30}};
+
 namespace {
 
 constexpr uint32_t kFrameMagic = 0x315a4c54;  // "TLZ1"

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cerrno>
 #include <limits>
-#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -79,42 +78,6 @@ std::vector<std::string> envConflicts() {
         out.push_back(r.settings[i]->name());
   return out;
 }
-
-// Settings whose readers have not moved their declarations next to them yet.
-const EnvVarInfo kLeftoverInfo[] = {
-    {"TERSE_UCX_TCP_EAGER", "int", "1",
-     "With UCX_TLS naming only tcp (and self) and no UCX_RNDV_THRESH of the user's, terse's "
-     "transport sends every message eagerly (UCX's RNDV_THRESH=inf): UCX's rendezvous waits "
-     "for a busy receiver to answer each message before data moves, which cost the compressed "
-     "collectives 10-15% of a 1 Gbit/s link. 0 leaves the threshold to UCX. Not applied with "
-     "shared memory or RDMA, where rendezvous is the faster protocol.",
-     0, 1},
-    {"TERSE_NET_IFNAME", "string", "",
-     "NCCL net plugin: interface whose address carries connection setup. When unset, the first "
-     "interface named in UCX_NET_DEVICES, else the first non-loopback interface that is up."},
-    {"TERSE_NET_SPEED_MBPS", "int", "0",
-     "NCCL net plugin: link speed in Mbit/s reported to NCCL; 0 reads it from sysfs (10000 when "
-     "the link has none, e.g. loopback).",
-     0, 100000000},
-    {"TERSE_NET_MAX_RECVS", "int", "8",
-     "NCCL net plugin: most buffers in one grouped receive (maxRecvs), 1..8.", 1, 8},
-    {"TERSE_NET_LOSSLESS", "bool", "0",
-     "NCCL net plugin: compress sends of at least TERSE_NET_LOSSLESS_MIN_BYTES with zstd "
-     "(lossless; incompressible messages go raw). Must be the same on every rank: connections "
-     "between ranks that differ fail. Pays only on slow links with compressible data (see "
-     "docs/nccl-plugin.md)."},
-    {"TERSE_NET_LOSSLESS_MIN_BYTES", "int", "65536",
-     "NCCL net plugin: smallest send that TERSE_NET_LOSSLESS compresses, 256..2^30 bytes.", 256,
-     int64_t{1} << 30},
-};
-
-struct LeftoverSettings {
-  std::vector<std::unique_ptr<EnvSetting>> all;
-  LeftoverSettings() {
-    for (const EnvVarInfo& info : kLeftoverInfo) all.push_back(std::make_unique<EnvSetting>(info));
-  }
-};
-const LeftoverSettings kLeftover;
 
 // The declaration of `name`, or null. The pointer stays valid while the declaring module is
 // loaded, which is as long as its code can ask.
