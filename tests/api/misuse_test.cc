@@ -443,7 +443,7 @@ TEST(Misuse, MalformedSettingsAreRefusedByName) {
       {"TERSE_TIMEOUT_MS", "0x10"},
       {"TERSE_TIMEOUT_MS", " 10"},
       {"TERSE_TRANSPORT", "tcp"},
-      {"TERSE_NET_LOSSLESS", "maybe"},
+      {"TERSE_UCX_TCP_EAGER", "maybe"},
       {"TERSE_WORLD_SIZE", "2147483648"},
   };
   for (const Bad& b : cases) {
