@@ -66,6 +66,12 @@ void decodeBlock(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes, size_
   }
 }
 
+// Byte offset of element s's code (s even for nibble formats).
+template <typename P>
+size_t codeOffset(size_t s) {
+  return P::kNibbles ? s / 2 : s;
+}
+
 #if TERSE_CPU_HAVE_AVX2_PATH
 // The element format behind a policy (void for int4).
 template <typename P>
@@ -216,9 +222,9 @@ TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
 
 // Every block of [b, e) in one call: with 32-element mx blocks a call per block cost as much as
 // the block's work. The block body is inlined four times, with and without a residual and
-// with the length a constant (32: mx; 64: int4's default, with its residual) or not, so the small
-// blocks' loops unroll and no residual test is left in them (the per-block bookkeeping was a third
-// of mxfp8's instructions).
+// with the length a constant (32: mx; 64: int4's default, with its residual; 256: fp8's) or not, so
+// the small blocks' loops unroll and no residual test is left in them (the per-block bookkeeping
+// was a third of mxfp8's instructions).
 template <typename P, typename In>
 TERSE_AVX2 void quantizeRangeAvx2(const In* in, size_t b, size_t e, size_t block, bool stochastic,
                                   uint64_t seed, uint64_t offset, float* residual,
@@ -227,7 +233,7 @@ TERSE_AVX2 void quantizeRangeAvx2(const In* in, size_t b, size_t e, size_t block
       __attribute__((always_inline, target("avx2,f16c"))) {
     // Small blocks walk the input (and residual) in short bursts the hardware prefetcher
     // follows poorly: ask for the lines 4 KiB ahead (a no-op hint past the end of an array).
-    for (size_t k = 0; k < len && k < 64; k += 16) {
+    for (size_t k = 0; k < len; k += 16) {
       _mm_prefetch(reinterpret_cast<const char*>(in + s + 1024 + k), _MM_HINT_T0);
       if (r) _mm_prefetch(reinterpret_cast<const char*>(r + 1024 + k), _MM_HINT_T0);
     }
@@ -246,6 +252,8 @@ TERSE_AVX2 void quantizeRangeAvx2(const In* in, size_t b, size_t e, size_t block
     } else {
       if (len == 32)
         one(s, 32, nullptr);
+      else if (len == 256)
+        one(s, 256, nullptr);
       else
         one(s, len, nullptr);
     }
@@ -378,6 +386,12 @@ TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
   // Block by block: one scale (and no division) per block.
   for (size_t s = b; s < e; s += block) {
     size_t end = std::min(s + block, e);
+    // As the encoder does: the lines 4 KiB ahead of the output (and of the codes), which the
+    // hardware prefetcher follows poorly in these short per-block bursts.
+    for (size_t k = s; k < end; k += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(out + k + 1024), _MM_HINT_T0);
+    for (size_t k = s; k < end; k += P::kNibbles ? 128 : 64)
+      _mm_prefetch(reinterpret_cast<const char*>(codes + codeOffset<P>(k) + 4096), _MM_HINT_T0);
     float sv = P::scaleValue(scales[s / block]);
     __m256 sc = _mm256_set1_ps(sv);
     size_t i = s;
@@ -426,12 +440,6 @@ TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
   }
 }
 #endif
-
-// Byte offset of element s's code (s even for nibble formats).
-template <typename P>
-size_t codeOffset(size_t s) {
-  return P::kNibbles ? s / 2 : s;
-}
 
 template <typename P, typename In>
 void quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t seed,
