@@ -116,6 +116,29 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
     q = _mm256_add_ps(q, _mm256_setzero_ps());  // -0 -> +0, as the int conversion does
     if (dec) *dec = q;
     return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
+  } else if constexpr (F::kSign == 0x8u) {
+    // E2M1 has 8 magnitudes: the code is how many of the 7 midpoints between neighbouring
+    // values |x| passes, a tie going to the even code (strictly above the midpoint after an
+    // even code, at or above it after an odd one), which is nearest-even rounding with
+    // saturation; the value comes back through a table. Both from fpMagnitudeValue.
+    x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
+    __m256 sign = _mm256_and_ps(x, floatOf(_mm256_set1_epi32(static_cast<int>(0x80000000u))));
+    __m256 a = _mm256_xor_ps(x, sign);
+    __m256i mag = _mm256_setzero_si256();
+    for (uint32_t k = 0; k < F::kMaxCode; ++k) {
+      float mid = (num::fpMagnitudeValue<F>(k) + num::fpMagnitudeValue<F>(k + 1)) * 0.5f;
+      __m256 past = (k & 1) ? _mm256_cmp_ps(a, _mm256_set1_ps(mid), _CMP_GE_OQ)
+                            : _mm256_cmp_ps(a, _mm256_set1_ps(mid), _CMP_GT_OQ);
+      mag = _mm256_sub_epi32(mag, bitsOf(past));
+    }
+    if (dec) {
+      __m256 values = _mm256_setr_ps(num::fpMagnitudeValue<F>(0), num::fpMagnitudeValue<F>(1),
+                                     num::fpMagnitudeValue<F>(2), num::fpMagnitudeValue<F>(3),
+                                     num::fpMagnitudeValue<F>(4), num::fpMagnitudeValue<F>(5),
+                                     num::fpMagnitudeValue<F>(6), num::fpMagnitudeValue<F>(7));
+      *dec = _mm256_or_ps(_mm256_permutevar8x32_ps(values, mag), sign);
+    }
+    return _mm256_or_si256(mag, _mm256_srli_epi32(bitsOf(sign), 28));
   } else {
     const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
     x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
