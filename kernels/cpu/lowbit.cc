@@ -142,15 +142,15 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
   } else {
     const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
     x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
-    x = _mm256_min_ps(x, mx);
-    x = _mm256_max_ps(x, _mm256_sub_ps(_mm256_setzero_ps(), mx));
     __m256i bits = bitsOf(x);
     __m256i sign = _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
-    __m256i a = _mm256_xor_si256(bits, sign);
-    // subnormal codes: rintf(a * 2^(mant - emin))
-    __m256i sub = _mm256_cvtps_epi32(
-        _mm256_round_ps(_mm256_mul_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kMant - F::kEmin))),
-                        _MM_FROUND_CUR_DIRECTION));
+    // clamping |x| to max clamps x to +-max (and keeps the sign of a saturated -Inf)
+    __m256i a = bitsOf(_mm256_min_ps(floatOf(_mm256_xor_si256(bits, sign)), mx));
+    // subnormal codes: rintf(a * 2^(mant - emin)), as the float addition of a to
+    // M = 2^(emin - mant + 23), whose unit in the last place is the subnormal step (rounded to
+    // nearest even like rintf), read back as the integer distance from M's bits
+    const __m256 m = _mm256_set1_ps(num::pow2(F::kEmin - F::kMant + 23));
+    __m256i sub = _mm256_sub_epi32(bitsOf(_mm256_add_ps(floatOf(a), m)), bitsOf(m));
     constexpr int kShift = 23 - F::kMant;
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, kShift), _mm256_set1_epi32(1));
     __m256i r =
