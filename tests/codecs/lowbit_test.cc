@@ -96,6 +96,11 @@ TEST(LowbitGolden, BlocksMatchReferenceBitForBit) {
   ASSERT_TRUE(f.good()) << kBlocksPath;
   std::string line;
   size_t blocks = 0;
+  struct Together {
+    std::vector<float> in;
+    std::vector<uint32_t> scales, codes;
+  };
+  std::map<std::string, Together> together;
   while (std::getline(f, line)) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream is(line);
@@ -125,8 +130,31 @@ TEST(LowbitGolden, BlocksMatchReferenceBitForBit) {
             << kind << " block " << blocks << " element " << i;
     });
     ++blocks;
+    auto& all = together[kind];
+    all.in.insert(all.in.end(), in.begin(), in.end());
+    all.scales.push_back(hexU32(scaleHex));
+    all.codes.insert(all.codes.end(), want.begin(), want.end());
   }
   EXPECT_GE(blocks, 5u * 90u);
+  // The same blocks of a format in one call: the kernels' multi-block steps (the AVX2 mx path
+  // computes eight blocks' scales at once) must give every block the same bits.
+  for (const auto& [kind, all] : together) {
+    LowbitFormat fmt = formatOf(kind);
+    size_t n = all.in.size(), nb = n / 32;
+    forEachIsa([&] {
+      std::vector<uint32_t> scales(nb, 0);
+      std::vector<uint8_t> codes(kernels::lowbitCodeBytes(fmt, n), 0);
+      cpu::lowbitQuantize(fmt, all.in.data(), n, 32, Rounding::kNearest, 0, 0, nullptr,
+                          scales.data(), codes.data());
+      for (size_t b = 0; b < nb; ++b) {
+        uint32_t got = kernels::lowbitIsMx(fmt) ? reinterpret_cast<const uint8_t*>(scales.data())[b]
+                                                : scales[b];
+        ASSERT_EQ(got, all.scales[b]) << kind << " block " << b << " of " << nb;
+      }
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(codeAt(fmt, codes, i), all.codes[i]) << kind << " element " << i;
+    });
+  }
 }
 
 // ---- kernel invariants ----------------------------------------------------------------------
