@@ -219,6 +219,14 @@ TERSE_AVX2_INLINE __m256i mxScaleCode8(__m256i key) {
   return _mm256_blendv_epi8(code, _mm256_set1_epi32(static_cast<int>(num::kE8M0Nan)), nonFinite);
 }
 
+// num::e8m0Decode for 8 codes (one per 32-bit lane): code << 23, 2^-127 for code 0, NaN for 0xFF.
+TERSE_AVX2_INLINE __m256 e8m0Value8(__m256i code) {
+  __m256i sv = _mm256_blendv_epi8(_mm256_slli_epi32(code, 23), _mm256_set1_epi32(0x00400000),
+                                  _mm256_cmpeq_epi32(code, _mm256_setzero_si256()));
+  __m256i isNan = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(static_cast<int>(num::kE8M0Nan)));
+  return avx2::floatOf(_mm256_blendv_epi8(sv, _mm256_set1_epi32(0x7fc00000), isNan));
+}
+
 // Lane j = the largest of m[j]'s 8 lanes (unsigned), for 8 vectors: three rounds of
 // interleave-and-max instead of eight separate horizontal reductions.
 TERSE_AVX2_INLINE __m256i hmax8x8(const __m256i* m) {
@@ -254,9 +262,7 @@ TERSE_AVX2_INLINE void quantizeMx8Blocks(const In* in, float* residual, uint8_t*
   // e8m0Decode: code << 23, 2^-127 for code 0, NaN for 0xFF; e8m0Inverse: (254 - code) << 23,
   // 2^-127 for code 254, 0 for 0xFF.
   __m256i isNan = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(static_cast<int>(num::kE8M0Nan)));
-  __m256i sv = _mm256_blendv_epi8(_mm256_slli_epi32(code, 23), _mm256_set1_epi32(0x00400000),
-                                  _mm256_cmpeq_epi32(code, _mm256_setzero_si256()));
-  sv = _mm256_blendv_epi8(sv, _mm256_set1_epi32(0x7fc00000), isNan);
+  __m256i sv = avx2::bitsOf(e8m0Value8(code));
   __m256i inv = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), code), 23);
   inv = _mm256_blendv_epi8(inv, _mm256_set1_epi32(0x00400000),
                            _mm256_cmpeq_epi32(code, _mm256_set1_epi32(254)));
@@ -495,6 +501,64 @@ TERSE_AVX2_INLINE void decodeNibbles32(const NibbleTables& t, const uint8_t* cod
   put8(out + 24, _mm256_mul_ps(expand(_mm256_extracti128_si256(w1, 1)), sc), accumulate);
 }
 
+// 32 fp8 codes none of which is a NaN code, times the folded scale (decodeRangeAvx2): a code
+// in the high byte of a 16-bit lane is already binary16 for E5M2; for E4M3 an arithmetic shift
+// moves the magnitude down one bit and the mask clears the sign's copy.
+template <typename F, typename Out>
+TERSE_AVX2_INLINE void fp8Numbers32(__m256i c, __m256 fsc, Out* out, bool accumulate) {
+  constexpr int kDown = 8 - HalfOfFp8<F>::kShift;
+  __m256i u0 = _mm256_unpacklo_epi8(_mm256_setzero_si256(), c);  // 0..7 | 16..23
+  __m256i u1 = _mm256_unpackhi_epi8(_mm256_setzero_si256(), c);  // 8..15 | 24..31
+  if constexpr (kDown > 0) {
+    const __m256i keep = _mm256_set1_epi16(static_cast<int16_t>(0x8000u | (0x7fffu >> kDown)));
+    u0 = _mm256_and_si256(_mm256_srai_epi16(u0, kDown), keep);
+    u1 = _mm256_and_si256(_mm256_srai_epi16(u1, kDown), keep);
+  }
+  put8(out, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(u0)), fsc), accumulate);
+  put8(out + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(u1)), fsc), accumulate);
+  put8(out + 16, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(u0, 1)), fsc), accumulate);
+  put8(out + 24, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(u1, 1)), fsc), accumulate);
+}
+
+// Lanes (bytes) of 32 fp8 codes that are NaN codes.
+template <typename F>
+TERSE_AVX2_INLINE __m256i fp8NanCodes(__m256i c) {
+  return _mm256_cmpgt_epi8(_mm256_and_si256(c, _mm256_set1_epi8(0x7f)),
+                           _mm256_set1_epi8(static_cast<char>(HalfOfFp8<F>::kLastNumber)));
+}
+
+// Eight 32-element mx blocks decoded in one step, their E8M0 values (and for E4M3 the folded
+// 2^8) computed together: false, with nothing written, when the step does not apply (a scale
+// whose folded value overflows, or a NaN code), and the per-block loop takes the blocks.
+template <typename P, typename Out>
+TERSE_AVX2_INLINE bool decodeMx8Blocks(const NibbleTables& t, const uint8_t* scales,
+                                       const uint8_t* codes, Out* out, bool accumulate) {
+  using F = typename ElemOf<P>::type;
+  __m256 sv =
+      e8m0Value8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales))));
+  alignas(32) float sc[8];
+  if constexpr (P::kNibbles) {
+    _mm256_store_ps(sc, sv);
+    for (int j = 0; j < 8; ++j)
+      decodeNibbles32(t, codes + 16 * j, _mm256_broadcast_ss(sc + j), out + 32 * j, accumulate);
+  } else {
+    __m256 folded = _mm256_mul_ps(sv, _mm256_set1_ps(HalfOfFp8<F>::factor()));
+    __m256 mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), folded);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(mag, _mm256_set1_ps(3.40282347e38f), _CMP_GT_OQ)))
+      return false;
+    __m256i c[8], nan = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      c[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * j));
+      nan = _mm256_or_si256(nan, fp8NanCodes<F>(c[j]));
+    }
+    if (_mm256_movemask_epi8(nan)) return false;
+    _mm256_store_ps(sc, folded);
+    for (int j = 0; j < 8; ++j)
+      fp8Numbers32<F>(c[j], _mm256_broadcast_ss(sc + j), out + 32 * j, accumulate);
+  }
+  return true;
+}
+
 // Elements [b, e) (b block-aligned): out = decode(code) * scale, stored or accumulated.
 template <typename P, typename Out>
 TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
@@ -503,78 +567,82 @@ TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
   using F = typename ElemOf<P>::type;
   NibbleTables tables{};
   if constexpr (P::kNibbles) tables = nibbleTables<P>();
-  // Block by block: one scale (and no division) per block.
-  for (size_t s = b; s < e; s += block) {
-    size_t end = std::min(s + block, e);
-    // As the encoder does: the lines 4 KiB ahead of the output (and of the codes), which the
-    // hardware prefetcher follows poorly in these short per-block bursts.
-    for (size_t k = s; k < end; k += 16)
-      _mm_prefetch(reinterpret_cast<const char*>(out + k + 1024), _MM_HINT_T0);
-    for (size_t k = s; k < end; k += P::kNibbles ? 128 : 64)
-      _mm_prefetch(reinterpret_cast<const char*>(codes + codeOffset<P>(k) + 4096), _MM_HINT_T0);
-    float sv = P::scaleValue(scales[s / block]);
-    __m256 sc = _mm256_set1_ps(sv);
-    size_t i = s;
-    if constexpr (P::kNibbles) {
-      for (; i + 32 <= end; i += 32)
-        decodeNibbles32(tables, codes + i / 2, sc, out + i, accumulate);
-    } else {
-      // decode(c) * sv = half(c) * (2^(15 - bias) * sv): the first product is exact, so one
-      // rounding either way, unless 2^(15 - bias) * sv overflows (mx scales near 2^127): then
-      // the two multiplications are done apart.
-      float factor = HalfOfFp8<F>::factor();
-      float folded = sv * factor;
-      bool fold = !(std::fabs(folded) > 3.40282347e38f);  // NaN scales fold too
-      __m256 fsc = _mm256_set1_ps(folded), fac = _mm256_set1_ps(factor);
-      auto scaled = [&](__m128i h) __attribute__((always_inline, target("avx2,f16c"))) {
-        __m256 d = _mm256_cvtph_ps(h);
-        return fold ? _mm256_mul_ps(d, fsc) : _mm256_mul_ps(_mm256_mul_ps(d, fac), sc);
-      };
-      // 32 codes at a time when none is a NaN code (the common case, one test per step): a
-      // code in the high byte of a 16-bit lane is already binary16 for E5M2; for E4M3 an
-      // arithmetic shift moves the magnitude down one bit and the mask clears the sign's copy.
-      using H = HalfOfFp8<F>;
-      constexpr int kDown = 8 - H::kShift;
-      const __m256i keep = _mm256_set1_epi16(static_cast<int16_t>(0x8000u | (0x7fffu >> kDown)));
-      const __m256i last = _mm256_set1_epi8(static_cast<char>(H::kLastNumber));
-      for (; i + 32 <= end; i += 32) {
-        __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
-        __m256i nan = _mm256_cmpgt_epi8(_mm256_and_si256(c, _mm256_set1_epi8(0x7f)), last);
-        if (_mm256_movemask_epi8(nan)) break;  // the 16-code steps below rewrite NaN codes
-        __m256i u0 = _mm256_unpacklo_epi8(_mm256_setzero_si256(), c);  // 0..7 | 16..23
-        __m256i u1 = _mm256_unpackhi_epi8(_mm256_setzero_si256(), c);  // 8..15 | 24..31
-        if constexpr (kDown > 0) {
-          u0 = _mm256_and_si256(_mm256_srai_epi16(u0, kDown), keep);
-          u1 = _mm256_and_si256(_mm256_srai_epi16(u1, kDown), keep);
+  // Block by block: one scale (and no division) per block; mx blocks eight at a time first.
+  auto blocks = [&](size_t from, size_t to) __attribute__((target("avx2,f16c"))) {
+    for (size_t s = from; s < to; s += block) {
+      size_t end = std::min(s + block, to);
+      // As the encoder does: the lines 4 KiB ahead of the output (and of the codes), which the
+      // hardware prefetcher follows poorly in these short per-block bursts.
+      for (size_t k = s; k < end; k += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(out + k + 1024), _MM_HINT_T0);
+      for (size_t k = s; k < end; k += P::kNibbles ? 128 : 64)
+        _mm_prefetch(reinterpret_cast<const char*>(codes + codeOffset<P>(k) + 4096), _MM_HINT_T0);
+      float sv = P::scaleValue(scales[s / block]);
+      __m256 sc = _mm256_set1_ps(sv);
+      size_t i = s;
+      if constexpr (P::kNibbles) {
+        for (; i + 32 <= end; i += 32)
+          decodeNibbles32(tables, codes + i / 2, sc, out + i, accumulate);
+      } else {
+        // decode(c) * sv = half(c) * (2^(15 - bias) * sv): the first product is exact, so one
+        // rounding either way, unless 2^(15 - bias) * sv overflows (mx scales near 2^127): then
+        // the two multiplications are done apart.
+        float factor = HalfOfFp8<F>::factor();
+        float folded = sv * factor;
+        bool fold = !(std::fabs(folded) > 3.40282347e38f);  // NaN scales fold too
+        __m256 fsc = _mm256_set1_ps(folded), fac = _mm256_set1_ps(factor);
+        auto scaled = [&](__m128i h) __attribute__((always_inline, target("avx2,f16c"))) {
+          __m256 d = _mm256_cvtph_ps(h);
+          return fold ? _mm256_mul_ps(d, fsc) : _mm256_mul_ps(_mm256_mul_ps(d, fac), sc);
+        };
+        // 32 codes at a time when none is a NaN code (the common case, one test per step)
+        if (fold) {
+          for (; i + 32 <= end; i += 32) {
+            __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
+            if (_mm256_movemask_epi8(fp8NanCodes<F>(c))) break;  // the 16-code steps rewrite them
+            fp8Numbers32<F>(c, fsc, out + i, accumulate);
+          }
         }
-        put8(out + i, scaled(_mm256_castsi256_si128(u0)), accumulate);
-        put8(out + i + 8, scaled(_mm256_castsi256_si128(u1)), accumulate);
-        put8(out + i + 16, scaled(_mm256_extracti128_si256(u0, 1)), accumulate);
-        put8(out + i + 24, scaled(_mm256_extracti128_si256(u1, 1)), accumulate);
+        for (; i + 16 <= end; i += 16) {
+          __m256i h = fp8ToHalf16<F>(codes + i);
+          put8(out + i, scaled(_mm256_castsi256_si128(h)), accumulate);
+          put8(out + i + 8, scaled(_mm256_extracti128_si256(h, 1)), accumulate);
+        }
       }
-      for (; i + 16 <= end; i += 16) {
-        __m256i h = fp8ToHalf16<F>(codes + i);
-        put8(out + i, scaled(_mm256_castsi256_si128(h)), accumulate);
-        put8(out + i + 8, scaled(_mm256_extracti128_si256(h, 1)), accumulate);
+      for (; i + 8 <= end; i += 8) {
+        __m256 d;
+        if constexpr (P::kNibbles)
+          d = _mm256_mul_ps(decodeNibbles8<P>(codes + i / 2), sc);
+        else
+          d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
+        put8(out + i, d, accumulate);
+      }
+      for (; i < end; ++i) {
+        uint32_t c = P::kNibbles ? (codes[i / 2] >> (4 * (i & 1))) & 0xfu : codes[i];
+        float d = P::decode(c) * sv;
+        if constexpr (std::is_same_v<Out, float>) {
+          if (accumulate) d = out[i] + d;
+        }
+        num::store(out, i, d);
       }
     }
-    for (; i + 8 <= end; i += 8) {
-      __m256 d;
-      if constexpr (P::kNibbles)
-        d = _mm256_mul_ps(decodeNibbles8<P>(codes + i / 2), sc);
-      else
-        d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
-      put8(out + i, d, accumulate);
-    }
-    for (; i < end; ++i) {
-      uint32_t c = P::kNibbles ? (codes[i / 2] >> (4 * (i & 1))) & 0xfu : codes[i];
-      float d = P::decode(c) * sv;
-      if constexpr (std::is_same_v<Out, float>) {
-        if (accumulate) d = out[i] + d;
+  };
+  size_t s = b;
+  if constexpr (std::is_same_v<typename P::Scale, uint8_t>) {
+    if (block == kMxBlock) {
+      for (; s + 8 * kMxBlock <= e; s += 8 * kMxBlock) {
+        for (size_t k = 0; k < 8 * kMxBlock; k += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(out + s + k + 1024), _MM_HINT_T0);
+        for (size_t k = 0; k < 8 * kMxBlock; k += P::kNibbles ? 128 : 64)
+          _mm_prefetch(reinterpret_cast<const char*>(codes + codeOffset<P>(s + k) + 4096),
+                       _MM_HINT_T0);
+        if (!decodeMx8Blocks<P>(tables, scales + s / kMxBlock, codes + codeOffset<P>(s), out + s,
+                                accumulate))
+          blocks(s, s + 8 * kMxBlock);
       }
-      num::store(out, i, d);
     }
   }
+  blocks(s, e);
 }
 #endif
 
