@@ -1,11 +1,13 @@
 // The low-bit block formats (fp8, mxfp8, mxfp4, int4): loop templates over numeric.h's format
 // policies. The portable loops call the formulas element by element; the AVX2 loops (run when
 // the CPU has them) compute the same bits lane for lane: nearest rounding and every decoder in
-// vectors, stochastic rounding through the scalar formulas.
+// vectors (decoders by tables filled from the formulas, mx scales eight blocks at a time),
+// stochastic rounding through the scalar formulas. Throughput: docs/codecs.md.
 #include "cpu_common.h"
 #include "simd_avx2.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -65,6 +67,12 @@ void decodeBlock(typename P::Scale s, const uint8_t* TERSE_RESTRICT codes, size_
   }
 }
 
+// Byte offset of element s's code (s even for nibble formats).
+template <typename P>
+size_t codeOffset(size_t s) {
+  return P::kNibbles ? s / 2 : s;
+}
+
 #if TERSE_CPU_HAVE_AVX2_PATH
 // The element format behind a policy (void for int4).
 template <typename P>
@@ -109,18 +117,41 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256* dec) {
     q = _mm256_add_ps(q, _mm256_setzero_ps());  // -0 -> +0, as the int conversion does
     if (dec) *dec = q;
     return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
+  } else if constexpr (F::kSign == 0x8u) {
+    // E2M1 has 8 magnitudes: the code is how many of the 7 midpoints between neighbouring
+    // values |x| passes, a tie going to the even code (strictly above the midpoint after an
+    // even code, at or above it after an odd one), which is nearest-even rounding with
+    // saturation; the value comes back through a table. Both from fpMagnitudeValue.
+    x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
+    __m256 sign = _mm256_and_ps(x, floatOf(_mm256_set1_epi32(static_cast<int>(0x80000000u))));
+    __m256 a = _mm256_xor_ps(x, sign);
+    __m256i mag = _mm256_setzero_si256();
+    for (uint32_t k = 0; k < F::kMaxCode; ++k) {
+      float mid = (num::fpMagnitudeValue<F>(k) + num::fpMagnitudeValue<F>(k + 1)) * 0.5f;
+      __m256 past = (k & 1) ? _mm256_cmp_ps(a, _mm256_set1_ps(mid), _CMP_GE_OQ)
+                            : _mm256_cmp_ps(a, _mm256_set1_ps(mid), _CMP_GT_OQ);
+      mag = _mm256_sub_epi32(mag, bitsOf(past));
+    }
+    if (dec) {
+      __m256 values = _mm256_setr_ps(num::fpMagnitudeValue<F>(0), num::fpMagnitudeValue<F>(1),
+                                     num::fpMagnitudeValue<F>(2), num::fpMagnitudeValue<F>(3),
+                                     num::fpMagnitudeValue<F>(4), num::fpMagnitudeValue<F>(5),
+                                     num::fpMagnitudeValue<F>(6), num::fpMagnitudeValue<F>(7));
+      *dec = _mm256_or_ps(_mm256_permutevar8x32_ps(values, mag), sign);
+    }
+    return _mm256_or_si256(mag, _mm256_srli_epi32(bitsOf(sign), 28));
   } else {
     const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
     x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
-    x = _mm256_min_ps(x, mx);
-    x = _mm256_max_ps(x, _mm256_sub_ps(_mm256_setzero_ps(), mx));
     __m256i bits = bitsOf(x);
     __m256i sign = _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
-    __m256i a = _mm256_xor_si256(bits, sign);
-    // subnormal codes: rintf(a * 2^(mant - emin))
-    __m256i sub = _mm256_cvtps_epi32(
-        _mm256_round_ps(_mm256_mul_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kMant - F::kEmin))),
-                        _MM_FROUND_CUR_DIRECTION));
+    // clamping |x| to max clamps x to +-max (and keeps the sign of a saturated -Inf)
+    __m256i a = bitsOf(_mm256_min_ps(floatOf(_mm256_xor_si256(bits, sign)), mx));
+    // subnormal codes: rintf(a * 2^(mant - emin)), as the float addition of a to
+    // M = 2^(emin - mant + 23), whose unit in the last place is the subnormal step (rounded to
+    // nearest even like rintf), read back as the integer distance from M's bits
+    const __m256 m = _mm256_set1_ps(num::pow2(F::kEmin - F::kMant + 23));
+    __m256i sub = _mm256_sub_epi32(bitsOf(_mm256_add_ps(floatOf(a), m)), bitsOf(m));
     constexpr int kShift = 23 - F::kMant;
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, kShift), _mm256_set1_epi32(1));
     __m256i r =
@@ -141,6 +172,111 @@ TERSE_AVX2_INLINE __m256i packBytes(__m256i a, __m256i b, __m256i c, __m256i d) 
   __m256i cd = _mm256_packs_epi32(c, d);
   __m256i abcd = _mm256_packus_epi16(ab, cd);
   return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Nearest rounding of 32 elements in vectors: codes (and residual) from one block's inverse
+// and scale.
+template <typename P, typename In>
+TERSE_AVX2_INLINE void encode32(const In* in, float* residual, __m256 inv, __m256 sc,
+                                uint8_t* codes) {
+  __m256i c[4];
+  for (int j = 0; j < 4; ++j) {
+    __m256 v = avx2::load8(in + 8 * j);
+    if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + 8 * j));
+    __m256 dec;
+    c[j] = encodeNearest8<P>(v, inv, residual ? &dec : nullptr);
+    if (residual) _mm256_storeu_ps(residual + 8 * j, avx2::residualOf(v, _mm256_mul_ps(dec, sc)));
+  }
+  __m256i bytes = packBytes(c[0], c[1], c[2], c[3]);
+  if constexpr (P::kNibbles) {
+    // byte pairs (even, odd) -> even | odd << 4, then 16-bit lanes -> bytes
+    __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi16(0x000f));
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00f0));
+    __m256i w = _mm256_or_si256(lo, hi);
+    __m256i p = _mm256_packus_epi16(w, w);
+    p = _mm256_permute4x64_epi64(p, 0xd8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), _mm256_castsi256_si128(p));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), bytes);
+  }
+}
+
+// num::mxScaleCode for 8 block maxima at once: floor(log2) from the exponent field, or for a
+// float32-subnormal maximum from the exponent of its exact int -> float conversion (2^hi has
+// field hi + 127, and lg = hi - 149); zero falls out as the smallest code, Inf/NaN is 0xFF.
+// (For E4M3 and E2M1 a subnormal maximum always clamps to code 0 and code 254 cannot occur;
+// both are kept so this is the formula for any element format.)
+template <typename F>
+TERSE_AVX2_INLINE __m256i mxScaleCode8(__m256i key) {
+  __m256i lgNormal = _mm256_sub_epi32(_mm256_srli_epi32(key, 23), _mm256_set1_epi32(127));
+  __m256i lgSub = _mm256_sub_epi32(_mm256_srli_epi32(avx2::bitsOf(_mm256_cvtepi32_ps(key)), 23),
+                                   _mm256_set1_epi32(127 + 149));
+  __m256i normal = _mm256_cmpgt_epi32(key, _mm256_set1_epi32(0x007fffff));
+  __m256i lg = _mm256_blendv_epi8(lgSub, lgNormal, normal);
+  __m256i code = _mm256_add_epi32(lg, _mm256_set1_epi32(127 - F::kEmax));
+  code = _mm256_max_epi32(_mm256_min_epi32(code, _mm256_set1_epi32(254)), _mm256_setzero_si256());
+  __m256i nonFinite = _mm256_cmpgt_epi32(key, _mm256_set1_epi32(0x7f7fffff));
+  return _mm256_blendv_epi8(code, _mm256_set1_epi32(static_cast<int>(num::kE8M0Nan)), nonFinite);
+}
+
+// num::e8m0Decode for 8 codes (one per 32-bit lane): code << 23, 2^-127 for code 0, NaN for 0xFF.
+TERSE_AVX2_INLINE __m256 e8m0Value8(__m256i code) {
+  __m256i sv = _mm256_blendv_epi8(_mm256_slli_epi32(code, 23), _mm256_set1_epi32(0x00400000),
+                                  _mm256_cmpeq_epi32(code, _mm256_setzero_si256()));
+  __m256i isNan = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(static_cast<int>(num::kE8M0Nan)));
+  return avx2::floatOf(_mm256_blendv_epi8(sv, _mm256_set1_epi32(0x7fc00000), isNan));
+}
+
+// Lane j = the largest of m[j]'s 8 lanes (unsigned), for 8 vectors: three rounds of
+// interleave-and-max instead of eight separate horizontal reductions.
+TERSE_AVX2_INLINE __m256i hmax8x8(const __m256i* m) {
+  __m256i s[4], q[2];
+  for (int k = 0; k < 4; ++k)
+    s[k] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * k], m[2 * k + 1]),
+                            _mm256_unpackhi_epi32(m[2 * k], m[2 * k + 1]));
+  for (int k = 0; k < 2; ++k)
+    q[k] = _mm256_max_epu32(_mm256_unpacklo_epi64(s[2 * k], s[2 * k + 1]),
+                            _mm256_unpackhi_epi64(s[2 * k], s[2 * k + 1]));
+  return _mm256_max_epu32(_mm256_permute2x128_si256(q[0], q[1], 0x20),
+                          _mm256_permute2x128_si256(q[0], q[1], 0x31));
+}
+
+// Eight 32-element mx blocks with nearest rounding: their scales computed together in vectors
+// (the scalar scale rule and its branches were a third of an mx block's instructions), then
+// each block encoded as quantizeBlockAvx2 does.
+template <typename P, typename In>
+TERSE_AVX2_INLINE void quantizeMx8Blocks(const In* in, float* residual, uint8_t* scales,
+                                         uint8_t* codes) {
+  using F = typename ElemOf<P>::type;
+  __m256i m[8];
+  for (int j = 0; j < 8; ++j) {
+    __m256i k = _mm256_setzero_si256();
+    for (int t = 0; t < 4; ++t) {
+      __m256 v = avx2::load8(in + 32 * j + 8 * t);
+      if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + 32 * j + 8 * t));
+      k = _mm256_max_epu32(k, avx2::magnitudeKey(v));
+    }
+    m[j] = k;
+  }
+  __m256i code = mxScaleCode8<F>(hmax8x8(m));
+  // e8m0Decode: code << 23, 2^-127 for code 0, NaN for 0xFF; e8m0Inverse: (254 - code) << 23,
+  // 2^-127 for code 254, 0 for 0xFF.
+  __m256i isNan = _mm256_cmpeq_epi32(code, _mm256_set1_epi32(static_cast<int>(num::kE8M0Nan)));
+  __m256i sv = avx2::bitsOf(e8m0Value8(code));
+  __m256i inv = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), code), 23);
+  inv = _mm256_blendv_epi8(inv, _mm256_set1_epi32(0x00400000),
+                           _mm256_cmpeq_epi32(code, _mm256_set1_epi32(254)));
+  inv = _mm256_andnot_si256(isNan, inv);
+  alignas(32) float svs[8], invs[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(svs), sv);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(invs), inv);
+  __m128i bytes = _mm_packus_epi16(
+      _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1)),
+      _mm_setzero_si128());
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(scales), bytes);
+  for (int j = 0; j < 8; ++j)
+    encode32<P>(in + 32 * j, residual ? residual + 32 * j : nullptr, _mm256_broadcast_ss(invs + j),
+                _mm256_broadcast_ss(svs + j), codes + (P::kNibbles ? 16 * j : 32 * j));
 }
 
 template <typename P, typename In>
@@ -177,29 +313,9 @@ TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
   size_t done = 0;
   if (!stochastic) {
     const __m256 inv = _mm256_set1_ps(invScale), sc = _mm256_set1_ps(sv);
-    for (; done + 32 <= n; done += 32) {
-      __m256i c[4];
-      for (int j = 0; j < 4; ++j) {
-        size_t i = done + 8 * j;
-        __m256 v = avx2::load8(in + i);
-        if (residual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + i));
-        __m256 dec;
-        c[j] = encodeNearest8<P>(v, inv, residual ? &dec : nullptr);
-        if (residual) _mm256_storeu_ps(residual + i, avx2::residualOf(v, _mm256_mul_ps(dec, sc)));
-      }
-      __m256i bytes = packBytes(c[0], c[1], c[2], c[3]);
-      if constexpr (P::kNibbles) {
-        // byte pairs (even, odd) -> even | odd << 4, then 16-bit lanes -> bytes
-        __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi16(0x000f));
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi16(0x00f0));
-        __m256i w = _mm256_or_si256(lo, hi);
-        __m256i p = _mm256_packus_epi16(w, w);
-        p = _mm256_permute4x64_epi64(p, 0xd8);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + done / 2), _mm256_castsi256_si128(p));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + done), bytes);
-      }
-    }
+    for (; done + 32 <= n; done += 32)
+      encode32<P>(in + done, residual ? residual + done : nullptr, inv, sc,
+                  codes + (P::kNibbles ? done / 2 : done));
   }
   if constexpr (P::kNibbles) {
     size_t pairs = n / 2;
@@ -214,22 +330,59 @@ TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
 }
 
 // Every block of [b, e) in one call: with 32-element mx blocks a call per block cost as much as
-// the block's work.
+// the block's work. The block body is inlined four times, with and without a residual and
+// with the length a constant (32: mx; 64: int4's default, with its residual; 256: fp8's) or not, so
+// the small blocks' loops unroll and no residual test is left in them (the per-block bookkeeping
+// was a third of mxfp8's instructions).
 template <typename P, typename In>
 TERSE_AVX2 void quantizeRangeAvx2(const In* in, size_t b, size_t e, size_t block, bool stochastic,
                                   uint64_t seed, uint64_t offset, float* residual,
                                   typename P::Scale* scales, uint8_t* codes) {
-  for (size_t s = b; s < e; s += block) {
+  auto one = [&](size_t s, size_t len, float* r)
+      __attribute__((always_inline, target("avx2,f16c"))) {
     // Small blocks walk the input (and residual) in short bursts the hardware prefetcher
     // follows poorly: ask for the lines 4 KiB ahead (a no-op hint past the end of an array).
-    for (size_t k = 0; k < block && k < 64; k += 16) {
+    for (size_t k = 0; k < len; k += 16) {
       _mm_prefetch(reinterpret_cast<const char*>(in + s + 1024 + k), _MM_HINT_T0);
-      if (residual)
-        _mm_prefetch(reinterpret_cast<const char*>(residual + s + 1024 + k), _MM_HINT_T0);
+      if (r) _mm_prefetch(reinterpret_cast<const char*>(r + 1024 + k), _MM_HINT_T0);
     }
-    quantizeBlockAvx2<P>(in + s, std::min(block, e - s), stochastic, seed, offset + s,
-                         residual ? residual + s : nullptr, scales + s / block,
+    quantizeBlockAvx2<P>(in + s, len, stochastic, seed, offset + s, r, scales + s / block,
                          codes + (P::kNibbles ? s / 2 : s));
+  };
+  size_t s = b;
+  if constexpr (std::is_same_v<typename P::Scale, uint8_t>) {
+    if (!stochastic && block == kMxBlock) {
+      for (; s + 8 * kMxBlock <= e; s += 8 * kMxBlock) {
+        for (size_t k = 0; k < 8 * kMxBlock; k += 16) {
+          _mm_prefetch(reinterpret_cast<const char*>(in + s + 1024 + k), _MM_HINT_T0);
+          if (residual)
+            _mm_prefetch(reinterpret_cast<const char*>(residual + s + 1024 + k), _MM_HINT_T0);
+        }
+        uint8_t* c = codes + (P::kNibbles ? s / 2 : s);
+        if (residual)  // inlined twice, so neither copy tests for the residual
+          quantizeMx8Blocks<P>(in + s, residual + s, scales + s / kMxBlock, c);
+        else
+          quantizeMx8Blocks<P>(in + s, nullptr, scales + s / kMxBlock, c);
+      }
+    }
+  }
+  for (; s < e; s += block) {
+    size_t len = std::min(block, e - s);
+    if (residual) {
+      if (len == 32)
+        one(s, 32, residual + s);
+      else if (len == 64)
+        one(s, 64, residual + s);
+      else
+        one(s, len, residual + s);
+    } else {
+      if (len == 32)
+        one(s, 32, nullptr);
+      else if (len == 256)
+        one(s, 256, nullptr);
+      else
+        one(s, len, nullptr);
+    }
   }
 }
 
@@ -270,47 +423,228 @@ TERSE_AVX2_INLINE __m256 decodeNibbles8(const uint8_t* codes) {
   }
 }
 
-// Elements [b, e) (b block-aligned) decoded 8 at a time: out = decode(code) * scale, stored or
-// accumulated.
+// Table-driven decoding, 16 or 32 codes per step (the 8-lane decoders above take what is left
+// of a block). Both tables are filled from the formulas (P::decode), so the bits are theirs:
+//  - 8-bit minifloats: an E4M3 or E5M2 code moved into binary16's bit positions is a binary16
+//    number, exactly, equal to the code's value times 2^(kBias - 15) (E5M2 is binary16's top
+//    byte; E4M3's subnormals land on binary16 subnormals, which F16C converts exactly and
+//    without a microcode assist). Only the NaN codes are rewritten (to binary16's quiet NaN, so
+//    the float32 is the formula's 0x7fc00000 with the code's sign); the 2^(15 - kBias) goes
+//    into the block scale.
+//  - nibbles: every E2M1 and int4 value is a bfloat16 number, so two 16-entry byte tables
+//    (high and low byte of the bfloat16) looked up with vpshufb give the float32's top half.
+template <typename F>
+struct HalfOfFp8 {
+  static constexpr int kShift = 10 - F::kMant;  // code magnitude -> binary16 position
+  // Magnitudes above this are NaN codes (E5M2's Inf code converts as it is).
+  static constexpr uint32_t kLastNumber = F::kInfCode != F::kNanCode ? F::kInfCode : F::kMaxCode;
+  static float factor() { return num::pow2(15 - F::kBias); }
+};
+
+// 16 byte codes -> 16 binary16 values (see above), in order.
+template <typename F>
+TERSE_AVX2_INLINE __m256i fp8ToHalf16(const uint8_t* codes) {
+  using H = HalfOfFp8<F>;
+  __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  __m256i sign = _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x80)), 8);
+  __m256i mag = _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x7f)), H::kShift);
+  __m256i nan = _mm256_cmpgt_epi16(mag, _mm256_set1_epi16(H::kLastNumber << H::kShift));
+  mag = _mm256_blendv_epi8(mag, _mm256_set1_epi16(0x7e00), nan);
+  return _mm256_or_si256(mag, sign);
+}
+
+// out[0..8) = d (or out += d), as decodeRangeAvx2's 8-lane loop does.
+template <typename Out>
+TERSE_AVX2_INLINE void put8(Out* out, __m256 d, bool accumulate) {
+  if constexpr (std::is_same_v<Out, float>) {
+    if (accumulate) d = _mm256_add_ps(_mm256_loadu_ps(out), d);
+  }
+  avx2::store8(out, d);
+}
+
+struct NibbleTables {
+  __m256i hi, lo;  // bfloat16 bytes of P::decode(nibble), in both 128-bit lanes
+};
+template <typename P>
+TERSE_AVX2_INLINE NibbleTables nibbleTables() {
+  alignas(16) uint8_t hi[16], lo[16];
+  for (uint32_t c = 0; c < 16; ++c) {
+    uint32_t bits = num::floatBits(P::decode(c));  // low 16 bits are zero (see above)
+    hi[c] = static_cast<uint8_t>(bits >> 24);
+    lo[c] = static_cast<uint8_t>(bits >> 16);
+  }
+  return {_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(hi))),
+          _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(lo)))};
+}
+
+// 8 bfloat16 -> float32.
+TERSE_AVX2_INLINE __m256 expand(__m128i w) {
+  return avx2::floatOf(_mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16));
+}
+
+// 32 nibble codes (16 bytes) -> 32 floats * sc, put in order.
+template <typename Out>
+TERSE_AVX2_INLINE void decodeNibbles32(const NibbleTables& t, const uint8_t* codes, __m256 sc,
+                                       Out* out, bool accumulate) {
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+  __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
+  // lane 0: elements 0..15, lane 1: 16..31
+  __m256i nib = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(lo, hi)),
+                                        _mm_unpackhi_epi8(lo, hi), 1);
+  __m256i th = _mm256_shuffle_epi8(t.hi, nib), tl = _mm256_shuffle_epi8(t.lo, nib);
+  __m256i w0 = _mm256_unpacklo_epi8(tl, th);  // elements 0..7 | 16..23 as bfloat16
+  __m256i w1 = _mm256_unpackhi_epi8(tl, th);  // elements 8..15 | 24..31
+  put8(out, _mm256_mul_ps(expand(_mm256_castsi256_si128(w0)), sc), accumulate);
+  put8(out + 8, _mm256_mul_ps(expand(_mm256_castsi256_si128(w1)), sc), accumulate);
+  put8(out + 16, _mm256_mul_ps(expand(_mm256_extracti128_si256(w0, 1)), sc), accumulate);
+  put8(out + 24, _mm256_mul_ps(expand(_mm256_extracti128_si256(w1, 1)), sc), accumulate);
+}
+
+// 32 fp8 codes none of which is a NaN code, times the folded scale (decodeRangeAvx2): a code
+// in the high byte of a 16-bit lane is already binary16 for E5M2; for E4M3 an arithmetic shift
+// moves the magnitude down one bit and the mask clears the sign's copy.
+template <typename F, typename Out>
+TERSE_AVX2_INLINE void fp8Numbers32(__m256i c, __m256 fsc, Out* out, bool accumulate) {
+  constexpr int kDown = 8 - HalfOfFp8<F>::kShift;
+  __m256i u0 = _mm256_unpacklo_epi8(_mm256_setzero_si256(), c);  // 0..7 | 16..23
+  __m256i u1 = _mm256_unpackhi_epi8(_mm256_setzero_si256(), c);  // 8..15 | 24..31
+  if constexpr (kDown > 0) {
+    const __m256i keep = _mm256_set1_epi16(static_cast<int16_t>(0x8000u | (0x7fffu >> kDown)));
+    u0 = _mm256_and_si256(_mm256_srai_epi16(u0, kDown), keep);
+    u1 = _mm256_and_si256(_mm256_srai_epi16(u1, kDown), keep);
+  }
+  put8(out, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(u0)), fsc), accumulate);
+  put8(out + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(u1)), fsc), accumulate);
+  put8(out + 16, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(u0, 1)), fsc), accumulate);
+  put8(out + 24, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(u1, 1)), fsc), accumulate);
+}
+
+// Lanes (bytes) of 32 fp8 codes that are NaN codes.
+template <typename F>
+TERSE_AVX2_INLINE __m256i fp8NanCodes(__m256i c) {
+  return _mm256_cmpgt_epi8(_mm256_and_si256(c, _mm256_set1_epi8(0x7f)),
+                           _mm256_set1_epi8(static_cast<char>(HalfOfFp8<F>::kLastNumber)));
+}
+
+// Eight 32-element mx blocks decoded in one step, their E8M0 values (and for E4M3 the folded
+// 2^8) computed together: false, with nothing written, when the step does not apply (a scale
+// whose folded value overflows, or a NaN code), and the per-block loop takes the blocks.
+template <typename P, typename Out>
+TERSE_AVX2_INLINE bool decodeMx8Blocks(const NibbleTables& t, const uint8_t* scales,
+                                       const uint8_t* codes, Out* out, bool accumulate) {
+  using F = typename ElemOf<P>::type;
+  __m256 sv =
+      e8m0Value8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales))));
+  alignas(32) float sc[8];
+  if constexpr (P::kNibbles) {
+    _mm256_store_ps(sc, sv);
+    for (int j = 0; j < 8; ++j)
+      decodeNibbles32(t, codes + 16 * j, _mm256_broadcast_ss(sc + j), out + 32 * j, accumulate);
+  } else {
+    __m256 folded = _mm256_mul_ps(sv, _mm256_set1_ps(HalfOfFp8<F>::factor()));
+    __m256 mag = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), folded);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(mag, _mm256_set1_ps(3.40282347e38f), _CMP_GT_OQ)))
+      return false;
+    __m256i c[8], nan = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      c[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * j));
+      nan = _mm256_or_si256(nan, fp8NanCodes<F>(c[j]));
+    }
+    if (_mm256_movemask_epi8(nan)) return false;
+    _mm256_store_ps(sc, folded);
+    for (int j = 0; j < 8; ++j)
+      fp8Numbers32<F>(c[j], _mm256_broadcast_ss(sc + j), out + 32 * j, accumulate);
+  }
+  return true;
+}
+
+// Elements [b, e) (b block-aligned): out = decode(code) * scale, stored or accumulated.
 template <typename P, typename Out>
 TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
                                 const uint8_t* TERSE_RESTRICT codes, size_t block, size_t b,
                                 size_t e, Out* TERSE_RESTRICT out, bool accumulate) {
   using F = typename ElemOf<P>::type;
-  // Block by block: one scale (and no division) per block, 8 elements per step inside it.
-  for (size_t s = b; s < e; s += block) {
-    size_t end = std::min(s + block, e);
-    float sv = P::scaleValue(scales[s / block]);
-    __m256 sc = _mm256_set1_ps(sv);
-    size_t i = s;
-    for (; i + 8 <= end; i += 8) {
-      __m256 d;
-      if constexpr (P::kNibbles)
-        d = _mm256_mul_ps(decodeNibbles8<P>(codes + i / 2), sc);
-      else
-        d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
-      if constexpr (std::is_same_v<Out, float>) {
-        if (accumulate) d = _mm256_add_ps(_mm256_loadu_ps(out + i), d);
+  NibbleTables tables{};
+  if constexpr (P::kNibbles) tables = nibbleTables<P>();
+  // Block by block: one scale (and no division) per block; mx blocks eight at a time first.
+  auto blocks = [&](size_t from, size_t to) __attribute__((target("avx2,f16c"))) {
+    for (size_t s = from; s < to; s += block) {
+      size_t end = std::min(s + block, to);
+      // As the encoder does: the lines 4 KiB ahead of the output (and of the codes), which the
+      // hardware prefetcher follows poorly in these short per-block bursts.
+      for (size_t k = s; k < end; k += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(out + k + 1024), _MM_HINT_T0);
+      for (size_t k = s; k < end; k += P::kNibbles ? 128 : 64)
+        _mm_prefetch(reinterpret_cast<const char*>(codes + codeOffset<P>(k) + 4096), _MM_HINT_T0);
+      float sv = P::scaleValue(scales[s / block]);
+      __m256 sc = _mm256_set1_ps(sv);
+      size_t i = s;
+      if constexpr (P::kNibbles) {
+        for (; i + 32 <= end; i += 32)
+          decodeNibbles32(tables, codes + i / 2, sc, out + i, accumulate);
+      } else {
+        // decode(c) * sv = half(c) * (2^(15 - bias) * sv): the first product is exact, so one
+        // rounding either way, unless 2^(15 - bias) * sv overflows (mx scales near 2^127): then
+        // the two multiplications are done apart.
+        float factor = HalfOfFp8<F>::factor();
+        float folded = sv * factor;
+        bool fold = !(std::fabs(folded) > 3.40282347e38f);  // NaN scales fold too
+        __m256 fsc = _mm256_set1_ps(folded), fac = _mm256_set1_ps(factor);
+        auto scaled = [&](__m128i h) __attribute__((always_inline, target("avx2,f16c"))) {
+          __m256 d = _mm256_cvtph_ps(h);
+          return fold ? _mm256_mul_ps(d, fsc) : _mm256_mul_ps(_mm256_mul_ps(d, fac), sc);
+        };
+        // 32 codes at a time when none is a NaN code (the common case, one test per step)
+        if (fold) {
+          for (; i + 32 <= end; i += 32) {
+            __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
+            if (_mm256_movemask_epi8(fp8NanCodes<F>(c))) break;  // the 16-code steps rewrite them
+            fp8Numbers32<F>(c, fsc, out + i, accumulate);
+          }
+        }
+        for (; i + 16 <= end; i += 16) {
+          __m256i h = fp8ToHalf16<F>(codes + i);
+          put8(out + i, scaled(_mm256_castsi256_si128(h)), accumulate);
+          put8(out + i + 8, scaled(_mm256_extracti128_si256(h, 1)), accumulate);
+        }
       }
-      avx2::store8(out + i, d);
+      for (; i + 8 <= end; i += 8) {
+        __m256 d;
+        if constexpr (P::kNibbles)
+          d = _mm256_mul_ps(decodeNibbles8<P>(codes + i / 2), sc);
+        else
+          d = _mm256_mul_ps(decodeFp8x8<F>(codes + i), sc);
+        put8(out + i, d, accumulate);
+      }
+      for (; i < end; ++i) {
+        uint32_t c = P::kNibbles ? (codes[i / 2] >> (4 * (i & 1))) & 0xfu : codes[i];
+        float d = P::decode(c) * sv;
+        if constexpr (std::is_same_v<Out, float>) {
+          if (accumulate) d = out[i] + d;
+        }
+        num::store(out, i, d);
+      }
     }
-    for (; i < end; ++i) {
-      uint32_t c = P::kNibbles ? (codes[i / 2] >> (4 * (i & 1))) & 0xfu : codes[i];
-      float d = P::decode(c) * sv;
-      if constexpr (std::is_same_v<Out, float>) {
-        if (accumulate) d = out[i] + d;
+  };
+  size_t s = b;
+  if constexpr (std::is_same_v<typename P::Scale, uint8_t>) {
+    if (block == kMxBlock) {
+      for (; s + 8 * kMxBlock <= e; s += 8 * kMxBlock) {
+        for (size_t k = 0; k < 8 * kMxBlock; k += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(out + s + k + 1024), _MM_HINT_T0);
+        for (size_t k = 0; k < 8 * kMxBlock; k += P::kNibbles ? 128 : 64)
+          _mm_prefetch(reinterpret_cast<const char*>(codes + codeOffset<P>(s + k) + 4096),
+                       _MM_HINT_T0);
+        if (!decodeMx8Blocks<P>(tables, scales + s / kMxBlock, codes + codeOffset<P>(s), out + s,
+                                accumulate))
+          blocks(s, s + 8 * kMxBlock);
       }
-      num::store(out, i, d);
     }
   }
+  blocks(s, e);
 }
 #endif
-
-// Byte offset of element s's code (s even for nibble formats).
-template <typename P>
-size_t codeOffset(size_t s) {
-  return P::kNibbles ? s / 2 : s;
-}
 
 template <typename P, typename In>
 void quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t seed,

@@ -96,6 +96,11 @@ TEST(LowbitGolden, BlocksMatchReferenceBitForBit) {
   ASSERT_TRUE(f.good()) << kBlocksPath;
   std::string line;
   size_t blocks = 0;
+  struct Together {
+    std::vector<float> in;
+    std::vector<uint32_t> scales, codes;
+  };
+  std::map<std::string, Together> together;
   while (std::getline(f, line)) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream is(line);
@@ -125,8 +130,31 @@ TEST(LowbitGolden, BlocksMatchReferenceBitForBit) {
             << kind << " block " << blocks << " element " << i;
     });
     ++blocks;
+    auto& all = together[kind];
+    all.in.insert(all.in.end(), in.begin(), in.end());
+    all.scales.push_back(hexU32(scaleHex));
+    all.codes.insert(all.codes.end(), want.begin(), want.end());
   }
   EXPECT_GE(blocks, 5u * 90u);
+  // The same blocks of a format in one call: the kernels' multi-block steps (the AVX2 mx path
+  // computes eight blocks' scales at once) must give every block the same bits.
+  for (const auto& [kind, all] : together) {
+    LowbitFormat fmt = formatOf(kind);
+    size_t n = all.in.size(), nb = n / 32;
+    forEachIsa([&] {
+      std::vector<uint32_t> scales(nb, 0);
+      std::vector<uint8_t> codes(kernels::lowbitCodeBytes(fmt, n), 0);
+      cpu::lowbitQuantize(fmt, all.in.data(), n, 32, Rounding::kNearest, 0, 0, nullptr,
+                          scales.data(), codes.data());
+      for (size_t b = 0; b < nb; ++b) {
+        uint32_t got = kernels::lowbitIsMx(fmt) ? reinterpret_cast<const uint8_t*>(scales.data())[b]
+                                                : scales[b];
+        ASSERT_EQ(got, all.scales[b]) << kind << " block " << b << " of " << nb;
+      }
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(codeAt(fmt, codes, i), all.codes[i]) << kind << " element " << i;
+    });
+  }
 }
 
 // ---- kernel invariants ----------------------------------------------------------------------
@@ -335,6 +363,89 @@ uint32_t maxCode(LowbitFormat f) {
     case LowbitFormat::kMxfp4: return num::E2M1::kMaxCode;
     case LowbitFormat::kInt4: return 7;
     default: return num::E4M3::kMaxCode;
+  }
+}
+
+// The decoders take any bytes off the wire, not only what the encoders write: every code
+// (NaN and Inf codes, -0) under scales at the edges (E8M0 0, 2^120..2^127 and NaN; float32
+// subnormal, largest, NaN), in blocks that exercise every step width and the scalar tail,
+// decoded to float32, float16 and bfloat16 and accumulated onto +-0, NaN and Inf, must give
+// the same bits on both paths and the formula's bits (decode(code) * scale [+ acc]). A NaN
+// times a NaN (a NaN code in a NaN-scaled block) returns either operand's NaN, whichever the
+// compiler put first, so NaNs compare as NaN, not by sign and payload.
+TEST(KernelLowbit, DecodersAgreeOnEveryCodeAndEdgeScale) {
+  const std::vector<uint32_t> mxScales = {0,   1,   2,   100, 119, 120, 121, 126, 127,
+                                          128, 200, 246, 247, 248, 253, 254, 255};
+  const std::vector<float> fpScales = {1.0f,    0.0f,    -0.0f,         1e-40f,  1.17549435e-38f,
+                                       7.6e35f, 3.4e38f, std::nanf(""), 2.5e-3f, -3.0f};
+  for (auto [fmt, name] : {std::pair{LowbitFormat::kFp8E4M3, "fp8-e4m3"},
+                           {LowbitFormat::kFp8E5M2, "fp8-e5m2"},
+                           {LowbitFormat::kMxfp8, "mxfp8"},
+                           {LowbitFormat::kMxfp4, "mxfp4"},
+                           {LowbitFormat::kInt4, "int4"}}) {
+    bool mx = kernels::lowbitIsMx(fmt), nib = kernels::lowbitIsNibbles(fmt);
+    for (size_t block : {size_t{32}, size_t{56}}) {
+      if (mx && block != kernels::kMxBlock) continue;
+      SCOPED_TRACE(std::string(name) + " block=" + std::to_string(block));
+      size_t nScales = mx ? mxScales.size() : fpScales.size();
+      size_t blocks = nScales * (nib ? 1 : 8);  // 8-bit codes: every scale meets every code
+      size_t n = blocks * block - 3;            // a short last block: the scalar tail
+      std::vector<uint32_t> scales(blocks);
+      for (size_t b = 0; b < blocks; ++b)
+        scales[b] = mx ? 0 : num::floatBits(fpScales[b % nScales]);
+      if (mx) {
+        auto* bytes = reinterpret_cast<uint8_t*>(scales.data());
+        for (size_t b = 0; b < blocks; ++b) bytes[b] = static_cast<uint8_t>(mxScales[b % nScales]);
+      }
+      std::vector<uint8_t> codes(kernels::lowbitCodeBytes(fmt, n));
+      // Every code in each 256 bytes, except that every other 256 bytes hold no NaN code (bits 2
+      // and 6 cleared), so steps that skip NaN codes meet every scale too.
+      for (size_t i = 0; i < codes.size(); ++i) {
+        codes[i] = static_cast<uint8_t>(i * 7 + i / 256);
+        if ((i / 256) & 1) codes[i] &= 0xbb;
+      }
+      const float accInit[] = {0.0f, -0.0f, 1.0f, -INFINITY, std::nanf(""), 3e38f, -1e-40f};
+      std::vector<std::vector<uint8_t>> runs;
+      forEachIsa([&] {
+        std::vector<float> f32(n), acc(n);
+        std::vector<Half> f16(n);
+        std::vector<BFloat16> bf16(n);
+        for (size_t i = 0; i < n; ++i) acc[i] = accInit[i % 7];
+        cpu::lowbitDequantize(fmt, scales.data(), codes.data(), n, block, f32.data());
+        cpu::lowbitDequantize(fmt, scales.data(), codes.data(), n, block, f16.data());
+        cpu::lowbitDequantize(fmt, scales.data(), codes.data(), n, block, bf16.data());
+        cpu::lowbitDequantizeAccumulate(fmt, scales.data(), codes.data(), n, block, acc.data());
+        for (size_t i = 0; i < n; ++i) {
+          float sv =
+              mx ? num::e8m0Decode(reinterpret_cast<const uint8_t*>(scales.data())[i / block])
+                 : num::bitsFloat(scales[i / block]);
+          float want = decodeCode(fmt, codeAt(fmt, codes, i)) * sv;
+          if (want == want) {  // NaN bits may come from either operand
+            ASSERT_EQ(num::floatBits(f32[i]), num::floatBits(want)) << i;
+            ASSERT_EQ(num::floatBits(acc[i]), num::floatBits(accInit[i % 7] + want)) << i;
+          } else {
+            ASSERT_TRUE(std::isnan(f32[i]) && std::isnan(acc[i])) << i;
+          }
+        }
+        for (size_t i = 0; i < n; ++i) {
+          if (std::isnan(f32[i])) f32[i] = std::nanf("");
+          if (std::isnan(acc[i])) acc[i] = std::nanf("");
+          if ((f16[i].bits & 0x7fffu) > 0x7c00u) f16[i].bits = 0x7e00u;
+          if ((bf16[i].bits & 0x7fffu) > 0x7f80u) bf16[i].bits = 0x7fc0u;
+        }
+        std::vector<uint8_t> all(n * 12);
+        std::memcpy(all.data(), f32.data(), n * 4);
+        std::memcpy(all.data() + n * 4, acc.data(), n * 4);
+        std::memcpy(all.data() + n * 8, f16.data(), n * 2);
+        std::memcpy(all.data() + n * 10, bf16.data(), n * 2);
+        runs.push_back(std::move(all));
+      });
+      for (size_t k = 1; k < runs.size(); ++k) {
+        auto diff = std::mismatch(runs[k].begin(), runs[k].end(), runs[0].begin());
+        EXPECT_TRUE(diff.first == runs[k].end())
+            << "first difference at byte " << (diff.first - runs[k].begin()) << " of 12 x " << n;
+      }
+    }
   }
 }
 
