@@ -1,11 +1,12 @@
 // Instructions per element of the CPU codec kernels, for callgrind (docs/codecs.md,
 // "Throughput"). Wall-clock figures on a shared machine swing by 2x between runs; an
-// instruction count does not. Not part of the CMake build; from the repository root:
-//   g++ -O2 -std=c++17 -Ikernels/include -Icommon/include bench/codec_instructions.cc \
-//     build/lib/libterse_kernels.a build/lib/libterse_common.a -lpthread -o /tmp/codec_instr
+// instruction count does not. Built as build/bin/codec-instructions; from the repository root:
 //   for c in int8 fp8 mxfp8 mxfp4 int4; do for op in compress decode; do
-//     for reps in 1 11; do valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-//       /tmp/codec_instr $c $op $reps 2>&1 | grep -o 'Collected : [0-9]*'; done; done; done
+//     for reps in 1 11; do
+//       valgrind --tool=callgrind --callgrind-out-file=/dev/null
+//         build/bin/codec-instructions $c $op $reps 2>&1 | grep -o 'Collected : [0-9]*'
+//     done; done; done
+// (the valgrind command is one line).
 // instructions per element = (Ir(11) - Ir(1)) / (10 * 65536). The codecs run as terse-bench
 // runs them: int8 and fp8 in blocks of 256, mx in 32, int4 in 64; mxfp4 and int4 with an
 // error-feedback residual; nearest rounding; decode means decompress-accumulate. 65,536
