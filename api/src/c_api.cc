@@ -229,12 +229,28 @@ terse_status_t terse_comm_barrier(terse_comm_t* comm) {
 
 terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_comm_t** out) {
   TERSE_REQUIRE(comm, "terse_comm_split: comm");
-  TERSE_REQUIRE(out, "terse_comm_split: out");
   return guarded([&] {
+    if (out == nullptr) {
+      // Refused, but still in the ranks' sequence in place of split's exchange (an allgather),
+      // so the peers' split fails at once instead of pairing with this rank's next call.
+      return done(terse::rejectCall(*comm->comm, terse::CollectiveKind::kAllGather, 0,
+                                    terse::errorInvalidArgument("terse_comm_split: out is NULL"))
+                      .wait());
+    }
     auto made = comm->comm->split(color, key);
     if (!made.isOk()) return fail(made.status());
     *out = made.value() ? new terse_comm{std::move(made).value()} : nullptr;
     return done(terse::Status::ok());
+  });
+}
+
+terse_status_t terse_comm_reject(terse_comm_t* comm, const char* why) {
+  TERSE_REQUIRE(comm, "terse_comm_reject: comm");
+  return guarded([&] {
+    // The text is the binding's, not terse's: escaped and bounded like any other foreign bytes.
+    std::string text = why && *why ? terse::printableBytes(why, std::strlen(why), 1024)
+                                   : std::string("the binding refused the call");
+    return done(comm->comm->reject(terse::errorInvalidArgument("%s", text.c_str())).wait());
   });
 }
 

@@ -395,6 +395,12 @@ Work submitRejected(Communicator& comm, const CollectiveOp& call, Status why) {
   return CommunicatorAccess::impl(comm).submitRejected(call, std::move(why));
 }
 
+Work Communicator::reject(const Status& why) {
+  CollectiveOp call;  // a rejected call's descriptor carries only the mark of its rejection
+  call.kind = CollectiveKind::kAllReduce;
+  return impl_->submitRejected(call, why);
+}
+
 int Communicator::rank() const { return impl_->transport_->rank(); }
 int Communicator::size() const { return impl_->transport_->size(); }
 

@@ -118,6 +118,12 @@ class Communicator {
   // See the thread-safety note above. `why` becomes this rank's error for every operation.
   void abort(const Status& why);
 
+  // For code above this class (OneBitAdam; bindings, through terse_comm_reject) that finds the
+  // arguments of its next collective invalid before making the call: the refusal takes that
+  // call's place in the ranks' sequence, so the peers fail their matching call at once, naming
+  // this rank, instead of pairing it with this rank's next call. Completes with `why`.
+  Work reject(const Status& why);
+
   // The per-operation timeout (TERSE_TIMEOUT_MS unless given): every wait on the transport and
   // every collective step is bounded by it.
   std::chrono::milliseconds timeout() const;

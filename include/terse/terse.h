@@ -52,6 +52,12 @@ terse_status_t terse_comm_barrier(terse_comm_t* comm);
  * It shares comm's connections and collective thread in a tag space of its own (at most 62
  * splits per world); destroy it with terse_comm_destroy, before or after comm. */
 terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_comm_t** out);
+/* For bindings (the Python package uses it): refuses this rank's next collective call on comm,
+ * whose arguments the binding itself found invalid before any terse_* call could see them (a
+ * non-contiguous tensor, say). The refused call still takes its place in the ranks' sequence, so
+ * the other ranks fail their matching call at once, naming this rank, instead of pairing it with
+ * this rank's next call. Returns TERSE_INVALID_ARGUMENT with `why` (may be NULL) as the message. */
+terse_status_t terse_comm_reject(terse_comm_t* comm, const char* why);
 /* Fails every pending and later operation of this rank with `reason` (may be NULL). */
 void terse_comm_abort(terse_comm_t* comm, const char* reason);
 /* Offset and length of this rank's part of a count-element tensor (reduce-scatter, allgather). */

@@ -70,6 +70,7 @@ def _declare(lib):
         "terse_comm_node_count": (i32, [vp]),
         "terse_comm_barrier": (i32, [vp]),
         "terse_comm_abort": (None, [vp, cp]),
+        "terse_comm_reject": (i32, [vp, cp]),
         "terse_comm_part": (None, [vp, sz, c.POINTER(sz), c.POINTER(sz)]),
         "terse_allreduce": (i32, [vp, vp, vp, sz, i32, i32, cp, vp]),
         "terse_reduce_scatter": (i32, [vp, vp, vp, sz, i32, i32, cp, vp]),

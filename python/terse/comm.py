@@ -169,8 +169,27 @@ class Communicator:
         _lib.lib().terse_comm_part(self._h(), count, ctypes.byref(off), ctypes.byref(length))
         return off.value, length.value
 
+    def _refused(self, error):
+        """The call that stands in for a collective whose arguments this module refused: it
+        still takes the collective's place in the ranks' sequence (terse_comm_reject), so the
+        other ranks fail their matching call at once instead of pairing it with this rank's next
+        one, which would give both a wrong result. It raises the refusal itself."""
+        def call():
+            with self._lock:
+                _lib.lib().terse_comm_reject(self._h(), str(error).encode(errors="replace"))
+            raise error
+        return call
+
     def _allreduce_call(self, tensor, codec, op, feedback, out):
-        """Checks allreduce's arguments and returns the call that runs it."""
+        """Checks allreduce's arguments and returns the call that runs it (or, when they are
+        invalid, the call that refuses it on every rank)."""
+        self._h()
+        try:
+            return self._checked_allreduce_call(tensor, codec, op, feedback, out)
+        except (TypeError, ValueError) as error:
+            return self._refused(error)
+
+    def _checked_allreduce_call(self, tensor, codec, op, feedback, out):
         if op not in _OPS:
             raise ValueError(f"terse: op must be 'avg' or 'sum', not {op!r}")
         send, count, dtype = _host_buffer(tensor, "the tensor")
@@ -202,12 +221,18 @@ class Communicator:
     def allreduce_async(self, tensor, codec="none", op="avg", feedback=None, out=None):
         """allreduce on this communicator's background thread: returns at once with a
         concurrent.futures.Future of the result tensor (its exception a TerseError when the
-        collective fails). Arguments are checked here, before queueing. The tensor, ``out`` and
-        the feedback must stay alive and untouched until the future is done; calls run one at a
-        time in the order they were made (ctypes releases the GIL while terse works, so Python
-        code such as autograd's backward goes on meanwhile)."""
-        call = self._allreduce_call(tensor, codec, op, feedback, out)
+        collective fails). Arguments are checked here, before queueing: invalid ones raise
+        TypeError or ValueError at once, and the refusal is queued in the call's place so that
+        the other ranks fail the same call. The tensor, ``out`` and the feedback must stay alive
+        and untouched until the future is done; calls run one at a time in the order they were
+        made (ctypes releases the GIL while terse works, so Python code such as autograd's
+        backward goes on meanwhile)."""
         self._h()
+        try:
+            call = self._checked_allreduce_call(tensor, codec, op, feedback, out)
+        except (TypeError, ValueError) as error:
+            self._submit(self._refused(error))
+            raise
         return self._submit(call)
 
 

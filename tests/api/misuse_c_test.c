@@ -279,6 +279,41 @@ static void case_async_null_work(void) {
   check_usable(current_case);
 }
 
+static terse_status_t timed_allreduce(size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                      const char* codec, double* seconds);
+
+/* terse_comm_split with a NULL out on the last rank: its refusal stands in for split's exchange,
+ * so the others' split fails at once instead of pairing with the last rank's next call. */
+static void case_split_null_out(void) {
+  terse_comm_t* child = NULL;
+  const double t0 = now_s();
+  terse_status_t s = terse_comm_split(comm, 0, rank, last_rank() ? NULL : &child);
+  const double dt = now_s() - t0;
+  terse_comm_destroy(child);
+  expect_split(s, dt, TERSE_INVALID_ARGUMENT, TERSE_INVALID_USAGE);
+  check_usable(current_case);
+}
+
+/* A binding that refuses its caller's arguments itself (the Python package: a non-contiguous
+ * tensor) calls terse_comm_reject in the call's place; the others' allreduce fails at once. */
+static void case_binding_reject(void) {
+  double dt;
+  terse_status_t s;
+  if (last_rank()) {
+    const double t0 = now_s();
+    s = terse_comm_reject(comm, "the tensor is not contiguous\x1b[31m");
+    dt = now_s() - t0;
+    if (strstr(terse_last_error(), "not contiguous") == NULL || strchr(terse_last_error(), 0x1b))
+      fail("terse_comm_reject's message is \"%s\": not the reason, or not escaped",
+           terse_last_error());
+  } else {
+    fill_input();
+    s = timed_allreduce(kCount, TERSE_FLOAT32, TERSE_SUM, "none", &dt);
+  }
+  expect_split(s, dt, TERSE_INVALID_ARGUMENT, TERSE_INVALID_USAGE);
+  check_usable(current_case);
+}
+
 /* The other collectives join the same agreement: a bad codec on the last rank's reduce-scatter, a
  * NULL receive buffer on the last rank's allgather. */
 static void case_reduce_scatter_bad_codec(void) {
@@ -567,6 +602,8 @@ static const struct test_case cases[] = {
     {"async_null_work", case_async_null_work},
     {"reduce_scatter_bad_codec", case_reduce_scatter_bad_codec},
     {"allgather_null_recv", case_allgather_null_recv},
+    {"split_null_out", case_split_null_out},
+    {"binding_reject", case_binding_reject},
     {"disagree_count", case_disagree_count},
     {"disagree_dtype", case_disagree_dtype},
     {"disagree_op", case_disagree_op},

@@ -155,9 +155,84 @@ def two_communicators():
     return 0
 
 
+class Odd(Tensor):
+    """A tensor comm.py must refuse: not contiguous, or of a dtype terse does not reduce."""
+    def __init__(self, values, dtype="torch.float32", contiguous=True):
+        super().__init__(values)
+        self.dtype = dtype
+        self.contiguous = contiguous
+
+    def is_contiguous(self):
+        return self.contiguous
+
+
+def refused_arguments():
+    """Under terse-run -n 2: one rank's allreduce is refused by the Python layer itself (before
+    any terse_* call), the other's is valid. The refused call must still take its place among
+    the ranks' calls, so the valid rank fails that same call at once (it once paired with the
+    refusing rank's next allreduce, and both returned ok with wrong sums), and the ranks' next
+    call is right (issue #22)."""
+    import time
+    comm = Communicator()
+    if comm.size != 2:
+        print("python_args_test: refused-arguments needs 2 ranks")
+        return 1
+    bad = [
+        ("op", lambda t: dict(tensor=t, op="max")),
+        ("dtype", lambda t: dict(tensor=Odd([1.0] * 5, dtype="torch.float64"))),
+        ("contiguity", lambda t: dict(tensor=Odd([1.0] * 5, contiguous=False))),
+        ("out", lambda t: dict(tensor=t, out=Tensor([0.0] * 4))),
+        ("NUL in codec", lambda t: dict(tensor=t, codec="int8\x00junk")),
+        ("codec type", lambda t: dict(tensor=t, codec=8)),
+    ]
+    failures = 0
+    for asynchronous in (False, True):
+        for what, args in bad:
+            t = Tensor([float(comm.rank + 1)] * 5)
+            kwargs = dict(tensor=t, codec="none", op="sum")
+            if comm.rank == 1:
+                kwargs.update(args(t))
+            start = time.monotonic()
+            got = None
+            try:
+                if asynchronous:
+                    comm.allreduce_async(**kwargs).result()
+                else:
+                    comm.allreduce(**kwargs)
+            except (TypeError, ValueError, _lib.TerseError) as error:
+                got = error
+            took = time.monotonic() - start
+            label = f"{'async ' if asynchronous else ''}{what}"
+            if comm.rank == 1 and not isinstance(got, (TypeError, ValueError)):
+                print(f"python_args_test: FAILED: {label}: rank 1 got {got!r}, not its refusal")
+                failures += 1
+            if comm.rank == 0:
+                if not isinstance(got, _lib.TerseError):
+                    print(f"python_args_test: FAILED: {label}: rank 0's call returned "
+                          f"{list(t.buf)} instead of failing with rank 1's refusal")
+                    failures += 1
+                elif "rank 1" not in str(got) or took > 5.0:
+                    print(f"python_args_test: FAILED: {label}: rank 0 got {got} after "
+                          f"{took:.3f} s (must name rank 1, well within the timeout)")
+                    failures += 1
+            # The next call pairs with the peer's next call: both right.
+            t = Tensor([float(comm.rank + 1)] * 5)
+            comm.allreduce(t, codec="none", op="sum")
+            if list(t.buf) != [3.0] * 5:
+                print(f"python_args_test: FAILED: after {label}: the next allreduce gave "
+                      f"{list(t.buf)}, expected 3.0")
+                failures += 1
+    comm.close()
+    if failures == 0:
+        print(f"python_args_test: rank {comm.rank}: every refused call failed on both ranks")
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["two-communicators"]:
         sys.exit(two_communicators())
+    if sys.argv[1:] == ["refused-arguments"]:
+        sys.exit(refused_arguments())
     for var in ("TERSE_RANK", "TERSE_WORLD_SIZE", "TERSE_STORE", "RANK", "WORLD_SIZE"):
         os.environ.pop(var, None)
     print(f"python_args_test: terse from {os.path.dirname(terse.__file__)}, "
