@@ -173,17 +173,34 @@ Status OneBitAdam::replaceFeedback(ErrorFeedback feedback) {
   return Status::ok();
 }
 
+bool OneBitAdam::nextStepCommunicates() const {
+  if (frozen() || options_.averageGradients) return true;
+  // Warm-up on gradients the caller averaged: only varianceSettled's check talks, on the steps
+  // it measures after its first measurement.
+  const OneBitAdamOptions& o = options_;
+  const int64_t t = steps_ + 1;
+  if (o.warmupSteps > 0 || t >= o.maxWarmupSteps) return false;
+  return t % o.varianceCheckInterval == 0 && !vCheck_.empty();
+}
+
 Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float lr, void* stream) {
-  if (count_ > 0 && (!params || !grads))
-    return errorInvalidArgument("OneBitAdam::step: params or grads is null for %zu elements",
-                                count_);
-  if (!std::isfinite(lr) || lr < 0.0f)
-    return errorInvalidArgument("OneBitAdam::step: learning rate %g must be a finite number >= 0",
-                                lr);
+  Status bad;
   bool devP = device::isDeviceMemory(params), devG = device::isDeviceMemory(grads);
-  if (devP != devG)
-    return errorInvalidArgument(
+  if (count_ > 0 && (!params || !grads))
+    bad = errorInvalidArgument("OneBitAdam::step: params or grads is null for %zu elements",
+                               count_);
+  else if (!std::isfinite(lr) || lr < 0.0f)
+    bad = errorInvalidArgument("OneBitAdam::step: learning rate %g must be a finite number >= 0",
+                               lr);
+  else if (devP != devG)
+    bad = errorInvalidArgument(
         "OneBitAdam::step: params and grads must both be device memory or both host memory");
+  if (!bad.isOk()) {
+    // The other ranks' step goes on to its collective: this rank's refusal stands in for it, so
+    // they fail this step at once instead of pairing it with this rank's next one.
+    if (nextStepCommunicates()) (void)comm.reject(bad).wait();
+    return bad;
+  }
   return devP ? stepDevice(comm, params, grads, lr, stream) : stepHost(comm, params, grads, lr);
 }
 

@@ -356,6 +356,49 @@ TEST(OneBitAdam, BadInputIsAnError) {
   EXPECT_EQ(a->steps(), 0);
 }
 
+TEST(OneBitAdam, AStepRefusedOnOneRankFailsThatStepOnEveryRank) {
+  // Rank 1's step is refused for its arguments before any collective. Rank 0's same step must
+  // fail at once naming rank 1 (issue #22): before, it paired its allreduce with rank 1's next
+  // step's, and both went on with wrong parameters. The ranks' next step then agrees again. In
+  // warm-up (averaged gradients) and in the compressed phase alike.
+  const size_t n = 1000;
+  OneBitAdamOptions o = baseOptions("onebit", 2);
+  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk());
+  std::vector<Vec> params(2, initialParams(n));
+  std::vector<std::vector<Status>> st(2);
+  std::vector<double> slowest(2, 0.0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto a = OneBitAdam::create(n, o);
+      ASSERT_TRUE(a.isOk());
+      for (int s = 1; s <= 6; ++s) {
+        Vec g = gradient(r, s, n);
+        bool refuse = r == 1 && (s == 2 || s == 5);  // step 2: warm-up; step 5: compressed
+        auto t0 = std::chrono::steady_clock::now();
+        st[r].push_back(a->step(*comms.value()[r], params[r].data(), g.data(),
+                                refuse ? std::nanf("") : 1e-2f));
+        slowest[r] = std::max(slowest[r], std::chrono::duration<double>(
+                                              std::chrono::steady_clock::now() - t0)
+                                              .count());
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int s : {1, 3, 4, 6}) {
+    EXPECT_TRUE(st[0][s - 1].isOk()) << "step " << s << ": " << st[0][s - 1].toString();
+    EXPECT_TRUE(st[1][s - 1].isOk()) << "step " << s << ": " << st[1][s - 1].toString();
+  }
+  for (int s : {2, 5}) {
+    EXPECT_EQ(st[1][s - 1].code(), StatusCode::kInvalidArgument) << st[1][s - 1].toString();
+    EXPECT_FALSE(st[0][s - 1].isOk()) << "step " << s << " succeeded on rank 0";
+    EXPECT_NE(st[0][s - 1].toString().find("rank 1"), std::string::npos)
+        << st[0][s - 1].toString();
+  }
+  EXPECT_LT(slowest[0], 10.0) << "a refusal must not cost the peer its timeout";
+  EXPECT_TRUE(bitEqual(params[0], params[1]));
+}
+
 TEST(OneBitAdam, DevicePathMatchesHost) {
   if (!device::available()) GTEST_SKIP() << "no CUDA device: the device path is compiled only";
   // Device buffers go through the same formulas (adam_math.h); covered on GPU machines by

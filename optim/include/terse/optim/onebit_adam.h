@@ -108,6 +108,9 @@ class OneBitAdam {
   static Result<OneBitAdam> deserialize(const void* bytes, size_t size);
 
  private:
+  // Whether the next step runs a collective (which one depends on the phase and options): a
+  // step refused for its arguments stands in for that collective on the other ranks.
+  bool nextStepCommunicates() const;
   struct Device;
   OneBitAdam();
   Status stepHost(Communicator& comm, float* params, float* grads, float lr);
