@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -63,6 +64,9 @@ class Pool {
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [&] { return job->pending == 0; });
     job_.reset();
+    // A piece's exception (bad_alloc, say) is the caller's, as if the loop had run inline: it
+    // must not end the process on a worker thread, nor leave the run waiting for that piece.
+    if (job->error) std::rethrow_exception(job->error);
   }
 
   static thread_local bool busy;  // this thread is executing a piece
@@ -72,7 +76,8 @@ class Pool {
     const std::function<void(size_t)>* body = nullptr;
     size_t pieces = 0;
     std::atomic<size_t> next{0};
-    size_t pending = 0;  // guarded by mutex_
+    size_t pending = 0;        // guarded by mutex_
+    std::exception_ptr error;  // the first piece that threw; guarded by mutex_
   };
 
   void drain(Job& job) {
@@ -80,8 +85,14 @@ class Pool {
     for (;;) {
       size_t i = job.next.fetch_add(1);
       if (i >= job.pieces) break;
-      (*job.body)(i);
+      std::exception_ptr thrown;
+      try {
+        (*job.body)(i);
+      } catch (...) {
+        thrown = std::current_exception();
+      }
       std::lock_guard<std::mutex> lock(mutex_);
+      if (thrown && !job.error) job.error = thrown;
       if (--job.pending == 0) done_.notify_all();
     }
     busy = false;

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <list>
 #include <map>
 #include <mutex>
@@ -101,14 +102,26 @@ class TcpStoreServer {
       if (fd < 0) continue;
       socketSetNoDelay(fd);
       std::lock_guard<std::mutex> lock(clientsMu_);
+      try {
+        handlers_.emplace_back([this, fd] { serve(fd); });
+      } catch (const std::exception& e) {  // no thread to be had: refuse this client, go on
+        TERSE_WARN(kSubsysBoot, "rendezvous store: cannot serve a client: %s", e.what());
+        ::close(fd);
+        continue;
+      }
       clientFds_.push_back(fd);
-      handlers_.emplace_back([this, fd] { serve(fd); });
     }
   }
 
   // One thread per client: rendezvous has a handful of requests per rank.
   void serve(int fd) {
-    serveRequests(fd);
+    // No exception may end the process from this thread (a value too large to allocate, say):
+    // the client is dropped instead, and sees end-of-stream.
+    try {
+      serveRequests(fd);
+    } catch (const std::exception& e) {
+      TERSE_WARN(kSubsysBoot, "rendezvous store: dropping a client: %s", e.what());
+    }
     // Hang up however serving ended (a malformed request, a client that left, stop()), so a
     // dropped client sees end-of-stream at once instead of waiting out its timeout. The fd itself
     // is closed in stop(), which owns clientFds_.

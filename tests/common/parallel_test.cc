@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -41,6 +43,36 @@ TEST(ParallelFor, ConcurrentAndNestedCallsComplete) {
   for (auto& c : callers) c.join();
   EXPECT_EQ(total.load(), 4u * 50u * 10000u);
   EXPECT_GE(parallelThreads(), 1u);
+}
+
+// A piece that throws (bad_alloc in a codec, say) hands its exception to parallelFor's caller,
+// on whichever thread it ran: before, one thrown on a pool worker ended the process (issue #22).
+// Many runs, so that pool workers certainly run some of the throwing pieces; the pool must go on
+// working afterwards.
+TEST(ParallelFor, APiecesExceptionReachesTheCaller) {
+  if (parallelThreads() < 2) GTEST_SKIP() << "a pool of one thread runs every piece inline";
+  std::atomic<int> onOtherThreads{0};
+  const auto caller = std::this_thread::get_id();
+  for (int run = 0; run < 50; ++run) {
+    std::atomic<int> started{0};
+    EXPECT_THROW(parallelFor(1 << 16, 1, 16,
+                             [&](size_t b, size_t) {
+                               started++;
+                               if (std::this_thread::get_id() != caller) onOtherThreads++;
+                               if (b > 0) throw std::runtime_error("piece failed");
+                               // The first piece waits (briefly) for another thread to take a
+                               // second one, so that the throwing pieces run on pool workers.
+                               auto until = std::chrono::steady_clock::now() +
+                                            std::chrono::milliseconds(200);
+                               while (started.load() < 2 && std::chrono::steady_clock::now() < until)
+                                 std::this_thread::yield();
+                             }),
+                 std::runtime_error);
+  }
+  EXPECT_GT(onOtherThreads.load(), 0) << "no piece ran on a pool worker: the test proves nothing";
+  std::atomic<size_t> total{0};
+  parallelFor(10000, 1, 100, [&](size_t b, size_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 10000u);
 }
 
 }  // namespace
