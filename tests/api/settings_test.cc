@@ -115,10 +115,12 @@ std::set<std::string> expectDocumented(const std::string& relPath, const std::st
     named.insert(doc.substr(pos + 1, end - pos - 1));
     pos = end + 1;
   }
-  for (const auto& [name, files] : scanSources().declared)
-    if (name.rfind(prefix, 0) == 0)
+  for (const auto& [name, files] : scanSources().declared) {
+    if (name.rfind(prefix, 0) == 0) {
       EXPECT_EQ(named.count(name), 1u)
           << name << " is declared (" << joined(files) << ") but not documented in " << relPath;
+    }
+  }
   return named;
 }
 
@@ -126,6 +128,34 @@ TEST(Settings, DocumentationListsExactlyTheDeclaredVariables) {
   for (const std::string& name : expectDocumented("docs/env.md", "TERSE_"))
     EXPECT_EQ(scanSources().declared.count(name), 1u)
         << name << " is in docs/env.md but declared nowhere";
+}
+
+// What the scripts read (scripts/, .ci/run) that the library does not declare is theirs: each
+// is listed in docs/env.md's "Scripts' variables" table, so no knob of the build, test or
+// benchmark drivers is undocumented.
+TEST(Settings, ScriptVariablesAreDocumented) {
+  const fs::path root(TERSE_SOURCE_DIR);
+  const std::string doc = readFile(root / "docs/env.md");
+  const size_t section = doc.find("## Scripts' variables");
+  ASSERT_NE(section, std::string::npos) << "docs/env.md has no \"Scripts' variables\" section";
+  const std::string table = doc.substr(section);
+  const std::regex read(R"(\$\{?(TERSE_[A-Z0-9_]+))");
+  std::map<std::string, std::string> scripts;  // variable -> a script that reads it
+  std::vector<fs::path> files = {root / ".ci/run"};
+  for (const auto& e : fs::recursive_directory_iterator(root / "scripts"))
+    if (e.is_regular_file() && e.path().extension() == ".sh") files.push_back(e.path());
+  for (const fs::path& f : files) {
+    const std::string text = readFile(f);
+    for (std::sregex_iterator it(text.begin(), text.end(), read), end; it != end; ++it)
+      scripts.emplace((*it)[1], fs::relative(f, root).string());
+  }
+  EXPECT_GE(scripts.size(), 10u) << "the scan found too few reads to be working";
+  for (const auto& [name, where] : scripts) {
+    if (scanSources().declared.count(name)) continue;  // a library setting the script passes on
+    const std::regex word("(^|[^A-Z0-9_])" + name + "([^A-Z0-9_]|$)");
+    EXPECT_TRUE(std::regex_search(table, word))
+        << name << " is read by " << where << " but not in docs/env.md's scripts table";
+  }
 }
 
 // The plugin's users find all its knobs in docs/nccl-plugin.md.

@@ -3,6 +3,7 @@
 // Ranks are threads over the in-process backend, each wrapped in a byte-counting transport.
 #include "../transport/byte_counting_transport.h"
 #include "terse/api/internal.h"
+#include "terse/common/logging.h"
 #include "terse/communicator.h"
 #include "terse/transport/inproc.h"
 #include "terse/transport/transport.h"
@@ -10,7 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -45,13 +48,16 @@ struct World {
 };
 
 TEST(Stats, WireBytesAreWhatTheTransportWasHandedForEveryCodec) {
+  // Each codec in a world of its own, so every figure is checked per codec: the bytes stats()
+  // attributes to the calls are exactly those the transport was handed.
   const int n = 3;
-  World w(n);
   const size_t count = 100003;
-  const char* codecs[] = {"none", "fp16", "bf16", "int8", "onebit", "topk:ratio=0.05"};
-  uint64_t expectRaw = 0;
-  int calls = 0;
+  const char* codecs[] = {"none",   "fp16",  "bf16",           "int8",
+                          "onebit", "fp8:format=e4m3", "fp8:format=e5m2,block=64",
+                          "mxfp8",  "mxfp4", "int4",           "topk:ratio=0.05"};
   for (const char* codec : codecs) {
+    SCOPED_TRACE(codec);
+    World w(n);
     w.onEachRank([&](int, Communicator& c) {
       std::vector<float> in(count, 0.5f), out(count);
       CollectiveOptions o{codec};
@@ -63,30 +69,74 @@ TEST(Stats, WireBytesAreWhatTheTransportWasHandedForEveryCodec) {
               .isOk());
       EXPECT_TRUE(c.allgather(part.data(), half.data(), count, DataType::kFloat16, o).isOk());
     });
-    expectRaw += count * 4;
-    ++calls;
+    w.onEachRank([&](int, Communicator& c) { EXPECT_TRUE(c.barrier().isOk()); });
+    for (int r = 0; r < n; ++r) {
+      const CollectiveStats st = w.comms[r]->stats();
+      const uint64_t wire = st.allreduce.wireBytes + st.reduceScatter.wireBytes +
+                            st.allgather.wireBytes + st.autoPolicy.wireBytes;
+      // Every byte the transport was handed belongs to one call's row, the barrier's
+      // descriptors aside (a barrier has no row): 2 x 96-byte descriptors per barrier on 3 ranks.
+      EXPECT_EQ(wire + st.barriers * (n - 1) * 96, w.sent[r].load()) << "rank " << r;
+      EXPECT_EQ(wire, w.comms[r]->bytesSent() - st.barriers * (n - 1) * 96);
+      EXPECT_GT(st.allreduce.wireBytes, 0u);
+      EXPECT_GT(st.reduceScatter.wireBytes, 0u);
+      EXPECT_GT(st.allgather.wireBytes, 0u);
+      EXPECT_EQ(st.allreduce.calls, 1u);
+      EXPECT_EQ(st.reduceScatter.calls, 1u);
+      EXPECT_EQ(st.allgather.calls, 1u);
+      EXPECT_EQ(st.allreduce.rawBytes, count * 4);
+      EXPECT_EQ(st.reduceScatter.rawBytes, count * 2);
+      EXPECT_EQ(st.allgather.rawBytes, count * 2);
+      EXPECT_EQ(st.allreduce.failures + st.reduceScatter.failures + st.allgather.failures, 0u);
+      EXPECT_EQ(st.barriers, 1u);
+      EXPECT_GT(st.allreduce.seconds, 0.0);
+      if (std::string(codec) != "none")
+        EXPECT_GT(st.allreduce.compressSeconds, 0.0) << "the compressed calls compress";
+      EXPECT_GT(st.allreduce.reduceSeconds, 0.0);
+      EXPECT_LE(st.allreduce.compressSeconds + st.allreduce.reduceSeconds, st.allreduce.seconds);
+    }
   }
-  w.onEachRank([&](int, Communicator& c) { EXPECT_TRUE(c.barrier().isOk()); });
-  for (int r = 0; r < n; ++r) {
-    const CollectiveStats st = w.comms[r]->stats();
-    const uint64_t wire = st.allreduce.wireBytes + st.reduceScatter.wireBytes +
-                          st.allgather.wireBytes + st.autoPolicy.wireBytes;
-    // Every byte the transport was handed belongs to one call's row, the barrier's descriptors
-    // aside (a barrier has no row): 2 x 96-byte descriptors per barrier on 3 ranks.
-    EXPECT_EQ(wire + st.barriers * (n - 1) * 96, w.sent[r].load()) << "rank " << r;
-    EXPECT_EQ(wire, w.comms[r]->bytesSent() - st.barriers * (n - 1) * 96);
-    EXPECT_EQ(st.allreduce.calls, static_cast<uint64_t>(calls));
-    EXPECT_EQ(st.reduceScatter.calls, static_cast<uint64_t>(calls));
-    EXPECT_EQ(st.allgather.calls, static_cast<uint64_t>(calls));
-    EXPECT_EQ(st.allreduce.rawBytes, expectRaw);
-    EXPECT_EQ(st.reduceScatter.rawBytes, expectRaw / 2);
-    EXPECT_EQ(st.allgather.rawBytes, expectRaw / 2);
-    EXPECT_EQ(st.allreduce.failures + st.reduceScatter.failures + st.allgather.failures, 0u);
-    EXPECT_EQ(st.barriers, 1u);
-    EXPECT_GT(st.allreduce.seconds, 0.0);
-    EXPECT_GT(st.allreduce.compressSeconds, 0.0) << "the compressed calls compress";
-    EXPECT_GT(st.allreduce.reduceSeconds, 0.0);
-    EXPECT_LE(st.allreduce.compressSeconds + st.allreduce.reduceSeconds, st.allreduce.seconds);
+}
+
+// With TERSE_DEBUG=INFO a communicator prints its figures when it is destroyed: one line per
+// kind of call that ran, and auto's picks.
+std::vector<std::string>* capturedLines = nullptr;
+void captureLine(LogLevel, uint64_t, const char*, int, const char* message) {
+  if (capturedLines) capturedLines->push_back(message);
+}
+
+TEST(Stats, DestroyPrintsTheFiguresAtInfo) {
+  std::vector<std::string> lines;
+  setenv("TERSE_DEBUG", "INFO", 1);
+  reloadLogConfig();
+  capturedLines = &lines;
+  setLogSink(captureLine);
+  {
+    World w(2);
+    w.onEachRank([&](int, Communicator& c) {
+      std::vector<float> in(4096, 1.0f), out(4096);
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
+                              ReduceOp::kSum, CollectiveOptions{"int8"})
+                      .isOk());
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
+                              ReduceOp::kSum, CollectiveOptions{"auto:max=onebit"})
+                      .isOk());
+    });
+    lines.clear();  // from here on: what the destruction prints
+  }
+  setLogSink(nullptr);
+  capturedLines = nullptr;
+  unsetenv("TERSE_DEBUG");
+  reloadLogConfig();
+  for (int r = 0; r < 2; ++r) {
+    const std::string prefix = "rank " + std::to_string(r) + " stats: ";
+    bool allreduce = false, pick = false;
+    for (const auto& l : lines) {
+      allreduce |= l.rfind(prefix + "allreduce 2 calls (0 failed), 32768 bytes -> ", 0) == 0;
+      pick |= l.rfind(prefix + "auto ran 1 calls with ", 0) == 0;
+    }
+    EXPECT_TRUE(allreduce) << "no allreduce line for rank " << r;
+    EXPECT_TRUE(pick) << "no auto pick line for rank " << r;
   }
 }
 
