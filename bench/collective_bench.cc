@@ -251,15 +251,12 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
   for (const std::string& algo : o.algos)
     for (const std::string& spec : o.codecs) {
       Plan p{spec, "", false, algo, algo};
-      // What auto resolves to (CollectiveEngine::resolveAlgorithm): two-level only for allreduce
-      // over a layout that allows it, unless TERSE_ALGO says otherwise.
+      // What auto resolves to (CollectiveEngine::resolveAlgorithm), for every kind of call:
+      // two-level over a layout that allows it, unless TERSE_ALGO=flat.
       if (algo == "auto") {
         auto env = envEnum("TERSE_ALGO");
-        std::string fromEnv = env.isOk() ? env.value() : "auto";
-        p.algoLabel = fromEnv != "auto" ? fromEnv
-                      : kind == CollectiveKind::kAllReduce && comm.twoLevelUnavailable().empty()
-                          ? "twolevel"
-                          : "flat";
+        bool flat = env.isOk() && env.value() == "flat";
+        p.algoLabel = !flat && comm.twoLevelUnavailable().empty() ? "twolevel" : "flat";
       }
       if (isAutoSpec(spec)) {
         // The auto policy's pick is logged with TERSE_DEBUG=INFO.

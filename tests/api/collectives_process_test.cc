@@ -149,5 +149,66 @@ TEST(CollectiveProcesses, KilledRankIsNamedBySurvivors) {
   }
 }
 
+// A rank that dies fails the calls of every communicator that contains it (issue #18): 4 ranks
+// split into {0, 2} and {1, 3}; rank 2 dies while rank 0 is inside their communicator's large
+// allreduce. Rank 0's call fails naming the victim, and then every survivor's call on the
+// parent fails too, all well before the timeout. The other split communicator holds no dead
+// rank: its call is reported, not judged (its ranks share connections with rank 0, which may
+// have given up on them).
+TEST(CollectiveProcesses, KilledRankFailsEverySplitCommunicatorHoldingIt) {
+  for (const char* tls : {"tcp,self", "posix,cma,self"}) {
+    const int n = 4, port = freeLoopbackPort();
+    auto outcomes = runProcesses(
+        n, {0, 1, 2, 3}, [&](int) { return env(tls, port, 20000); },
+        [&](int rank) {
+          auto made = Communicator::createFromEnv();
+          if (!made.isOk()) return 2;
+          Communicator& comm = **made;
+          auto split = comm.split(rank % 2, rank);
+          if (!split.isOk() || !split.value()) return 3;
+          Communicator& half = *split.value();
+          const size_t count = size_t{8} << 20;
+          std::vector<float> in(count, 1.0f), out(count);
+          for (Communicator* c : {&comm, &half})
+            if (!c->allreduce(in.data(), out.data(), 1000, DataType::kFloat32, ReduceOp::kSum)
+                     .isOk())
+              return 3;
+          if (rank == 2) {
+            usleep(20000);  // let rank 0 enter the big call
+            raise(SIGKILL);
+          }
+          std::string report;
+          auto timed = [&](Communicator& c, size_t elems, double* secs) {
+            auto start = std::chrono::steady_clock::now();
+            Status s = c.allreduce(in.data(), out.data(), elems, DataType::kFloat32,
+                                   ReduceOp::kSum, CollectiveOptions{"int8", nullptr});
+            *secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                        .count();
+            return s;
+          };
+          double halfSecs = 0, parentSecs = 0;
+          Status inHalf = timed(half, count, &halfSecs);
+          Status inParent = timed(comm, 4096, &parentSecs);
+          report = formatString("split: %s (after %.1f s); parent: %s (after %.1f s)",
+                                inHalf.toString().c_str(), halfSecs,
+                                inParent.toString().c_str(), parentSecs);
+          reportFromChild(report);
+          if (rank == 0) {
+            if (inHalf.isOk()) return 4;
+            if (inHalf.message().find("rank 2") == std::string::npos) return 5;
+            if (halfSecs > 25.0) return 6;
+          }
+          if (inParent.isOk()) return 7;
+          return parentSecs < 25.0 ? 0 : 8;
+        },
+        std::chrono::seconds(120));
+    ASSERT_EQ(outcomes.size(), 4u);
+    EXPECT_EQ(outcomes[2].signal, SIGKILL) << describe(outcomes[2]);
+    for (int r : {0, 1, 3})
+      EXPECT_TRUE(outcomes[r].exited && outcomes[r].code == 0)
+          << tls << ": rank " << r << ": " << describe(outcomes[r]) << ": " << outcomes[r].report;
+  }
+}
+
 }  // namespace
 }  // namespace terse::testing

@@ -130,11 +130,11 @@ class CollectiveEngine {
                         uint32_t crossSpace);
   // Why calls cannot run two-level here ("" when they can).
   const std::string& twoLevelUnavailable() const { return twoLevelWhyNot_; }
-  // The algorithm a call of `op` runs: op.algorithm, else TERSE_ALGO (which only allreduce
-  // follows), else two-level for allreduce where the layout allows it. kInvalidUsage when
-  // two-level is asked for and the layout cannot run it, kUnsupported when a reduce-scatter or
-  // allgather asks for it itself; every rank reaches the same answer (same layout, same
-  // settings), and the descriptor catches ranks whose settings differ.
+  // The algorithm a call of `op` runs, whatever its kind: op.algorithm, else TERSE_ALGO, else
+  // two-level where the layout allows it. kInvalidUsage when the call itself asks for two-level
+  // and the layout cannot run it (TERSE_ALGO=twolevel then runs flat: the communicator checked
+  // it at creation, and split children follow it where they can); every rank reaches the same
+  // answer (same layout, same settings), and the descriptor catches ranks whose settings differ.
   Result<Algorithm> resolveAlgorithm(const CollectiveOp& op) const;
 
   // Where the engine's host workspaces come from. By default each engine keeps grow-only
