@@ -49,7 +49,8 @@ Status checkPeriodSetting(const char* name, const std::string& value) {
 const EnvSetting kCodecSetting{
     {"TERSE_COLLNET_CODEC", "string", "none",
      "NCCL CollNet plugin: codec spec for iallreduce/ireducescatter (none, fp16, bf16, int8, "
-     "onebit, topk with options, see docs/codecs.md) or auto[:max=NAME]. An unknown spec fails "
+     "fp8, mxfp8, mxfp4, int4, onebit, topk with options, see docs/codecs.md) or "
+     "auto[:max=NAME]. An unknown spec fails "
      "the CollNet init (NCCL then runs without CollNet) with a message naming it.",
      0, 0, nullptr, checkCodecSetting}};
 const EnvSetting kEfPeriodSetting{

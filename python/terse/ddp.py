@@ -78,11 +78,13 @@ class TerseState:
     per gradient bucket (keyed by bucket index; re-created when DDP changes that bucket's
     layout, e.g. when it rebuilds its buckets after the first iteration).
 
-    codec: a terse codec spec (docs/codecs.md): "none", "fp16", "bf16", "int8", "onebit",
-        "topk:ratio=0.01", "auto:max=onebit", ... Validated here, on every rank.
+    codec: a terse codec spec (docs/codecs.md): "none", "fp16", "bf16", "int8", "fp8",
+        "mxfp8", "mxfp4", "int4", "onebit", "topk:ratio=0.01", "auto:max=onebit", ...
+        Validated here, on every rank.
     error_feedback: keep what compression left out and add it to the next step's gradient.
-        None (default) turns it on for onebit, topk and auto specs that allow them, off for the
-        others (their rounding error is small and unbiased enough without it).
+        None (default) turns it on for the codecs that ask for it (terse_codec_info: onebit,
+        topk, the 4-bit mxfp4 and int4, and auto specs that allow them), off for the others
+        (their rounding error is small and unbiased enough without it).
     communicator: a terse.Communicator; default: the process-wide one (default_communicator()),
         created from the launcher's environment (torchrun's RANK / WORLD_SIZE / MASTER_ADDR;
         terse's store listens on MASTER_PORT+1, or TERSE_STORE when set).

@@ -50,6 +50,9 @@ CODECS = ["none", "fp16", "bf16", "int8", "onebit", "topk"]
 # holds it to the bound of whichever of those it picks; the unit test runs both budgets.
 AUTO_INT8 = "auto:max=int8"
 AUTOS = [AUTO_INT8, "auto:max=onebit"]
+# The low-bit codecs (issue #20) in the hook's unit matrix: fp8/mxfp8 without residuals,
+# mxfp4/int4 with them (terse_codec_info decides).
+LOWBIT = ["fp8", "fp8:format=e5m2", "mxfp8", "mxfp4", "int4"]
 STEPS = 5           # training steps per codec in the ddp test
 SEGMENT_ELEMS = 65536  # TERSE_SEGMENT_BYTES below: buckets over 65536 elements take several
 CHUNK_ALIGN = 2048     # collectives/include/terse/collectives/engine.h, kChunkAlign
@@ -645,7 +648,7 @@ def unit(args):
     # Every codec, every bucket dtype, both GradBucket APIs, with and without overlap: a future
     # holding the reduced bucket, in place (completed at return without overlap); both modes
     # give the same bits and residuals.
-    for codec in CODECS + AUTOS:
+    for codec in CODECS + LOWBIT + AUTOS:
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             outcome = {}
             for overlap in (False, True):
@@ -668,7 +671,7 @@ def unit(args):
                 outcome[overlap] = (t, [f.to_bytes() if f is not None else None for f in fbs])
             assert torch.equal(outcome[False][0], outcome[True][0]) and \
                 outcome[False][1] == outcome[True][1], f"{codec} {dtype}: overlap changes results"
-    checks.append("6 codecs and 2 auto budgets x float32/float16/bfloat16 x new/old GradBucket x "
+    checks.append("11 codecs and 2 auto budgets x float32/float16/bfloat16 x new/old GradBucket x "
                   "overlap on/off: "
                   "futures of the in-place result, the same bits and residuals either way")
 
