@@ -7,9 +7,9 @@
 // intra(r) is a full-duplex link per rank at intraGBps (NVLink- or shared-memory-class: each
 // rank's own port on the node's crossbar). nic(a) is rank a's own NIC when nicPerRank, or the
 // node's NIC, shared by its L ranks, otherwise. The switch is one link shared by all inter-node
-// traffic at switchGbps (0: a non-blocking switch, modelled as a fat pipe at the sum of every
-// NIC's bandwidth). Latencies are per link, so a message off the node pays two NIC latencies
-// and the switch's. SimGrid's CM02 model is used without correction factors, so the times are
+// traffic at switchGbps (0: a non-blocking switch, which is no link at all: only the NICs
+// limit, and the switch's latency is split over the two NIC links a route crosses). Latencies
+// are per link, so a message off the node pays two NIC latencies and the switch's. SimGrid's CM02 model is used without correction factors, so the times are
 // the links' figures exactly as stated; anything else (protocol overheads, stack latency) must
 // be in those figures.
 #pragma once
