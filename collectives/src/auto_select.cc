@@ -75,7 +75,7 @@ Result<std::unique_ptr<AutoSelector>> AutoSelector::create(const std::string& sp
   return s;
 }
 
-Status AutoSelector::calibrate(CollectiveEngine& engine) {
+Status AutoSelector::calibrate(CollectiveEngine& engine, Algorithm algorithm) {
   const int n = engine.transport().size();
   const size_t k = codecs_.size();
   // Every candidate's own allreduce at two sizes on this communicator: the fit a_c + b_c * count
@@ -93,6 +93,7 @@ Status AutoSelector::calibrate(CollectiveEngine& engine) {
       op.count = sizes[s];
       op.codec = codecs_[c].get();
       op.policyWork = true;
+      op.algorithm = algorithm;
       TERSE_ASSIGN_OR_RETURN(double t, bestOf(2, [&] { return engine.run(op); }));
       mine[2 * c + s] = static_cast<float>(t);
     }
@@ -102,17 +103,20 @@ Status AutoSelector::calibrate(CollectiveEngine& engine) {
   TERSE_ASSIGN_OR_RETURN(std::vector<double> worst,
                          slowestRank(engine, codecs_.front().get(), mine));
 
-  intercept_.assign(k, 0.0);
-  slope_.assign(k, 0.0);
+  Fit fit;
+  fit.intercept.assign(k, 0.0);
+  fit.slope.assign(k, 0.0);
   const double span = static_cast<double>(sizes[1] - sizes[0]);
   for (size_t c = 0; c < k; ++c) {
-    slope_[c] = std::max(1e-15, (worst[2 * c + 1] - worst[2 * c]) / span);
-    intercept_[c] = std::max(0.0, worst[2 * c] - slope_[c] * sizes[0]);
+    fit.slope[c] = std::max(1e-15, (worst[2 * c + 1] - worst[2 * c]) / span);
+    fit.intercept[c] = std::max(0.0, worst[2 * c] - fit.slope[c] * sizes[0]);
   }
-  calibrated_ = true;
   const double factor = 2.0 * (n - 1) / n;  // bytes each rank sends per input byte (none)
-  TERSE_INFO(kSubsysColl, "auto (%s): calibrated on %d ranks: none %.1f us + %.2f GB/s on the wire",
-             spec_.canonical.c_str(), n, intercept_[0] * 1e6, factor * 4.0 / slope_[0] * 1e-9);
+  TERSE_INFO(kSubsysColl,
+             "auto (%s): calibrated %s on %d ranks: none %.1f us + %.2f GB/s on the wire",
+             spec_.canonical.c_str(), algorithmName(algorithm), n, fit.intercept[0] * 1e6,
+             factor * 4.0 / fit.slope[0] * 1e-9);
+  fits_[static_cast<int>(algorithm)] = std::move(fit);
   return Status::ok();
 }
 
@@ -122,11 +126,14 @@ std::vector<std::pair<std::string, double>> AutoSelector::predict(const Collecti
   // Calibrated on float32 allreduces. A 16-bit tensor halves what `none` sends (the codecs'
   // wire does not depend on the input type); reduce-scatter and allgather move half an
   // allreduce's bytes.
+  if (fits_.empty()) return out;
+  auto fit = fits_.find(static_cast<int>(op.algorithm));
+  if (fit == fits_.end()) fit = fits_.begin();
   double elems = static_cast<double>(op.count);
   if (op.kind != CollectiveKind::kAllReduce) elems *= 0.5;
   for (size_t c = 0; c < codecs_.size(); ++c) {
     double e = c == 0 ? elems * dataTypeSize(op.dtype) / 4.0 : elems;
-    out.emplace_back(codecs_[c]->spec(), intercept_[c] + slope_[c] * e);
+    out.emplace_back(codecs_[c]->spec(), fit->second.intercept[c] + fit->second.slope[c] * e);
   }
   return out;
 }
@@ -151,6 +158,7 @@ Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp
     trial.count = count;
     trial.dtype = op.dtype;
     trial.op = op.op;
+    trial.algorithm = op.algorithm;  // resolved by choose()
     trial.codec = codecs_[c].get();
     TERSE_ASSIGN_OR_RETURN(double t, bestOf(2, [&] { return engine.run(trial); }));
     mine.push_back(static_cast<float>(t));
@@ -170,9 +178,16 @@ Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp
   return contenders[best];
 }
 
-Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const CollectiveOp& op) {
+Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const CollectiveOp& asked) {
   const int n = engine.transport().size();
-  if (n == 1 || op.count == 0) return codecs_.front().get();  // nothing to send: no loss needed
+  if (n == 1 || asked.count == 0) return codecs_.front().get();  // nothing to send: no loss needed
+  // The algorithm the engine will run the call with: the model, the calibration and the
+  // measurements are of that one. A call whose algorithm cannot run is refused by the engine
+  // itself, on every rank, when it runs (with any codec).
+  auto algorithm = engine.resolveAlgorithm(asked);
+  if (!algorithm.isOk()) return codecs_.front().get();
+  CollectiveOp op = asked;
+  op.algorithm = algorithm.value();
   bool agreed = false;
   auto agreeOnCall = [&]() -> Status {
     if (agreed) return Status::ok();
@@ -181,9 +196,9 @@ Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const Collec
     mine.codec = nullptr;  // not chosen yet
     return engine.agree(mine);
   };
-  if (!calibrated_) {
+  if (!fits_.count(static_cast<int>(op.algorithm))) {
     TERSE_RETURN_IF_ERROR(agreeOnCall());
-    TERSE_RETURN_IF_ERROR(calibrate(engine).withContext("auto codec calibration"));
+    TERSE_RETURN_IF_ERROR(calibrate(engine, op.algorithm).withContext("auto codec calibration"));
   }
   auto predictions = predict(op, n);
   size_t best = 0;
@@ -191,7 +206,8 @@ Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const Collec
     if (predictions[c].second < predictions[best].second) best = c;
   const size_t sizeClass = sizeClassOf(op.count);
   if (op.count >= kMinRefinedElements) {
-    const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<int>(op.dtype),
+    const auto key = std::make_tuple(static_cast<int>(op.algorithm), static_cast<int>(op.kind),
+                                     static_cast<int>(op.dtype),
                                      std::min(sizeClass, sizeClassOf(kMaxMeasuredElements) + 1));
     auto it = refined_.find(key);
     if (it == refined_.end()) {

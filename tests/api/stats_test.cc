@@ -90,8 +90,9 @@ TEST(Stats, WireBytesAreWhatTheTransportWasHandedForEveryCodec) {
       EXPECT_EQ(st.allreduce.failures + st.reduceScatter.failures + st.allgather.failures, 0u);
       EXPECT_EQ(st.barriers, 1u);
       EXPECT_GT(st.allreduce.seconds, 0.0);
-      if (std::string(codec) != "none")
+      if (std::string(codec) != "none") {
         EXPECT_GT(st.allreduce.compressSeconds, 0.0) << "the compressed calls compress";
+      }
       EXPECT_GT(st.allreduce.reduceSeconds, 0.0);
       EXPECT_LE(st.allreduce.compressSeconds + st.allreduce.reduceSeconds, st.allreduce.seconds);
     }
@@ -182,6 +183,45 @@ TEST(Stats, FailuresAndAutoPicksAreCounted) {
     uint64_t picks = 0;
     for (const auto& p : st.autoPicks) picks += p.second;
     EXPECT_EQ(picks, 3u);
+  }
+}
+
+// auto models the algorithm the call runs (issue #18): on a two-level layout, a call that asks
+// for flat calibrates flat collectives, and one that runs two-level calibrates those; each
+// algorithm is calibrated once. Seen through the calls auto runs for itself (autoPolicy), all of
+// them below the size that is measured per class. Before, the first call's calibration (of the
+// default algorithm, two-level) served every later call, whatever it asked for.
+TEST(Stats, AutoCalibratesTheAlgorithmTheCallRuns) {
+  auto made = createInProcWorld({"a", "a", "b", "b"}, milliseconds(60000));
+  ASSERT_TRUE(made.isOk()) << made.status().toString();
+  auto& comms = made.value();
+  ASSERT_TRUE(comms[0]->twoLevelUnavailable().empty()) << comms[0]->twoLevelUnavailable();
+  std::vector<std::vector<uint64_t>> policyCalls(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r)
+    threads.emplace_back([&, r] {
+      Communicator& c = *comms[r];
+      std::vector<float> in(4096, 1.0f), out(4096);
+      for (const char* algo : {"flat", "flat", "twolevel", "auto", "flat"}) {
+        CollectiveOptions o{"auto:max=onebit"};
+        o.algorithm = algo;
+        EXPECT_TRUE(
+            c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum, o)
+                .isOk())
+            << algo;
+        policyCalls[r].push_back(c.stats().autoPolicy.calls);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) {
+    const auto& p = policyCalls[r];
+    ASSERT_EQ(p.size(), 5u);
+    EXPECT_GT(p[0], 0u) << "the first flat call calibrates flat";
+    EXPECT_EQ(p[1], p[0]) << "flat again: already calibrated";
+    EXPECT_GT(p[2], p[1]) << "the first two-level call calibrates two-level";
+    EXPECT_EQ(p[2] - p[1], p[0]) << "the same calibration, of the other algorithm";
+    EXPECT_EQ(p[3], p[2]) << "auto resolves to two-level here: already calibrated";
+    EXPECT_EQ(p[4], p[3]) << "flat once more: already calibrated";
   }
 }
 

@@ -6,7 +6,10 @@
 // policy is used (docs/benchmarks.md discusses it). Timing whole collectives, rather than adding
 // a link model to separately timed codec work, keeps what the pipeline overlaps, the latency of
 // each algorithm and the CPU contention of this machine in the figures. Every rank uses the
-// slowest rank's figures, so all ranks pick the same codec without talking about it.
+// slowest rank's figures, so all ranks pick the same codec without talking about it. The fit
+// is per algorithm (flat or two-level, as the engine resolves the call): a call that asks for
+// flat on a two-level communicator is predicted from flat collectives, and calibrates them the
+// first time one is asked for.
 //
 // Refinement: a straight line through two points cannot know that a codec slows down once its
 // arrays leave the caches, or how the pipeline overlaps at sizes far beyond 2^20, and under load
@@ -44,9 +47,12 @@ class AutoSelector {
   // naming the auto spec), so a rank that called something else hears of the caller's call.
   Result<const Codec*> choose(CollectiveEngine& engine, const CollectiveOp& op);
 
-  // Predicted seconds for each candidate for `op` (after calibration), for tests and logs.
+  // Predicted seconds for each candidate for `op` (after calibration), for tests and logs: from
+  // the fit of op.algorithm when one was made, else from the first fit made.
   std::vector<std::pair<std::string, double>> predict(const CollectiveOp& op, int worldSize) const;
-  bool calibrated() const { return calibrated_; }
+  bool calibrated() const { return !fits_.empty(); }
+  // Algorithms calibrated so far.
+  size_t calibratedAlgorithms() const { return fits_.size(); }
   // The canonical auto spec ("auto:max=int8").
   const std::string& spec() const { return spec_.canonical; }
   // Size classes measured at their own size so far (see Refinement above).
@@ -60,7 +66,8 @@ class AutoSelector {
   static constexpr size_t kMaxMeasuredElements = size_t{1} << 24;
 
  private:
-  Status calibrate(CollectiveEngine& engine);
+  // Fits the model for `algorithm` (a resolved one: flat or two-level).
+  Status calibrate(CollectiveEngine& engine, Algorithm algorithm);
   // Index into codecs_ of the measured-fastest contender for op's class.
   Result<size_t> refine(CollectiveEngine& engine, const CollectiveOp& op,
                         const std::vector<size_t>& contenders);
@@ -68,11 +75,13 @@ class AutoSelector {
   AutoSpec spec_;
   double contenderMargin_ = kContenderMargin;
   std::vector<std::shared_ptr<const Codec>> codecs_;
-  std::vector<double> intercept_, slope_;  // a_c (seconds), b_c (seconds per element)
-  bool calibrated_ = false;
+  struct Fit {
+    std::vector<double> intercept, slope;  // a_c (seconds), b_c (seconds per element)
+  };
+  std::map<int, Fit> fits_;  // by Algorithm
   std::map<std::pair<size_t, std::string>, bool> logged_;
-  // (kind, dtype, size class) -> index into codecs_, for refined classes.
-  std::map<std::tuple<int, int, size_t>, size_t> refined_;
+  // (algorithm, kind, dtype, size class) -> index into codecs_, for refined classes.
+  std::map<std::tuple<int, int, int, size_t>, size_t> refined_;
 };
 
 }  // namespace terse
