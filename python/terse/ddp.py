@@ -214,7 +214,9 @@ class TerseState:
         The codec must be the same (ValueError otherwise). With strict, the checkpoint must come
         from this rank: worker residuals are this rank's own gradient error, and loading rank 0's
         everywhere would add it world-size times. A checkpoint taken at another world size is
-        accepted (terse re-partitions the server residuals and keeps the worker ones)."""
+        accepted: the worker residuals are kept, and the server residuals, which belong to the
+        old world's partition of the tensor, start again from zero (a partition that does not
+        match is never applied; terse-train's checkpoints re-partition them instead)."""
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"terse: not a TerseState checkpoint (expected format {_FORMAT!r}, "
                              f"got {state.get('format') if isinstance(state, dict) else state!r})")

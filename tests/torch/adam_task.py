@@ -7,6 +7,9 @@ Runs (one torchrun of --world ranks, gloo for DDP, terse on loopback), same mode
   hook-onebit    torch.optim.AdamW, terse's DDP hook with onebit and error feedback on gradients
   onebit-adam    terse.optim.OneBitAdam(codec="onebit") attached to DDP
   topk-adam      terse.optim.OneBitAdam(codec="topk:ratio=0.01") attached to DDP (--all)
+  hook-SPEC      torch.optim.AdamW, terse's DDP hook with codec SPEC on gradients (error feedback
+                 where the codec wants it); --all runs every codec: fp16, bf16, int8, fp8,
+                 mxfp8, mxfp4, int4, topk:ratio=0.01 beside onebit
 
 Checks (exit 1 with FAIL on any): OneBitAdam with onebit ends within --tolerance (2%) of AdamW's
 held-out loss; the gradient hook's onebit with Adam ends more than that above it (so the check
@@ -14,6 +17,9 @@ can fail when the optimizer does nothing); every run's weights are bit-identical
 Prints one line per run: held-out loss, ratio to AdamW, seconds. SKIP (77) without torch.
 
     python3 tests/torch/adam_task.py drive --work /tmp/adam-task [--steps 300] [--all]
+
+With --all, the hook's codecs that keep Adam's second moments (the casts and the 8-bit formats)
+are checked to end within the tolerance of AdamW as well; the 4-bit and sparse ones are printed.
 
 The text is generated here (no download): four "topics" of sentences from small grammars, one
 per rank; the held-out text mixes all four.
@@ -113,6 +119,12 @@ def make_model(vocab, ctx, d=64, layers=2, heads=4):
 
 # ---- one rank ---------------------------------------------------------------------------------
 
+# The gradient hook's other codecs (--all), and those expected to leave Adam as it is: they keep
+# every gradient's magnitude to within a few percent, so Adam's second moments see the real ones.
+ALL_HOOK_CODECS = ["fp16", "bf16", "int8", "fp8", "mxfp8", "mxfp4", "int4", "topk:ratio=0.01"]
+CLOSE_TO_ADAMW = {"hook-fp16", "hook-bf16", "hook-int8", "hook-fp8", "hook-mxfp8"}
+
+
 def worker(args):
     import torch
     import torch.distributed as dist
@@ -137,15 +149,17 @@ def worker(args):
             logits = model(held[:, :-1])
             return F.cross_entropy(logits.reshape(-1, len(chars)), held[:, 1:].reshape(-1)).item()
 
-    runs = ["adamw", "hook-onebit", "onebit-adam"] + (["topk-adam"] if args.all else [])
+    runs = ["adamw", "hook-onebit", "onebit-adam"]
+    if args.all:
+        runs += ["topk-adam"] + ["hook-" + spec for spec in ALL_HOOK_CODECS]
     results = {}
     for name in runs:
         net = make_model(len(chars), ctx)
         model = DDP(net)
-        if name in ("adamw", "hook-onebit"):
+        if name == "adamw" or name.startswith("hook-"):
             opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-            if name == "hook-onebit":
-                terse.ddp.register(model, "onebit")
+            if name.startswith("hook-"):
+                terse.ddp.register(model, name[len("hook-"):])
         else:
             codec = "onebit" if name == "onebit-adam" else "topk:ratio=0.01"
             opt = terse.optim.OneBitAdam(model.parameters(), lr=args.lr, weight_decay=0.01,
@@ -254,6 +268,10 @@ def drive(args):
                         f"{results['hook-onebit']['held_out']:.4f}, within {args.tolerance:.0%} of "
                         f"AdamW's {base:.4f}: this task no longer shows the problem OneBitAdam "
                         f"solves, so it cannot tell whether the optimizer works")
+    for name in CLOSE_TO_ADAMW & set(results):
+        if results[name]["held_out"] > limit:
+            failures.append(f"{name} with AdamW ends at {results[name]['held_out']:.4f}, more "
+                            f"than {args.tolerance:.0%} above AdamW's {base:.4f}")
     if failures:
         sys.exit("FAIL: " + "; ".join(failures))
     print("OK: OneBitAdam with onebit within "
@@ -272,7 +290,8 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--tolerance", type=float, default=0.02)
     p.add_argument("--timeout", type=int, default=600)
-    p.add_argument("--all", action="store_true", help="also OneBitAdam with topk")
+    p.add_argument("--all", action="store_true",
+                   help="also OneBitAdam with topk and the hook with every other codec")
     args = p.parse_args()
     if args.mode == "drive":
         drive(args)
