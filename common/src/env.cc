@@ -95,16 +95,7 @@ namespace {
 std::string quoted(const std::string& text) { return printableBytes(text.data(), text.size(), 80); }
 
 std::vector<std::string> splitChoices(const char* choices) {
-  std::vector<std::string> out;
-  std::string all = choices ? choices : "";
-  size_t pos = 0;
-  while (pos <= all.size()) {
-    size_t comma = all.find(',', pos);
-    if (comma == std::string::npos) comma = all.size();
-    out.push_back(all.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
+  return splitCommas(choices ? choices : "");
 }
 
 // The choice `word` names (case-insensitively), or "" if none.
@@ -244,6 +235,18 @@ Status checkEnvironment() {
                          name.c_str());
   for (const EnvVarInfo& v : envRegistry()) TERSE_RETURN_IF_ERROR(checkOne(v));
   return Status::ok();
+}
+
+std::vector<std::string> splitCommas(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace terse

@@ -1,5 +1,6 @@
 #include "ucx_text.h"
 
+#include "terse/common/env.h"
 #include "terse/transport/ucx_core.h"
 
 #include <initializer_list>
@@ -8,18 +9,6 @@
 
 namespace terse {
 namespace {
-
-std::vector<std::string> splitCommas(const std::string& list) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t end = list.find(',', start);
-    if (end == std::string::npos) end = list.size();
-    out.push_back(list.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
 
 // True when a UCX_TLS list names only transports in `allowed`; never for an exclusion list
 // ("^...") or an empty value (which allows everything).

@@ -97,6 +97,10 @@ std::string envRaw(const char* name);
 Result<int64_t> parseIntSetting(const char* name, const std::string& text, int64_t min,
                                 int64_t max);
 
+// The comma-separated items of a list setting (ours, or another program's such as UCX_TLS),
+// empty items kept: "a,,b" is {"a", "", "b"}, "" is {""}.
+std::vector<std::string> splitCommas(const std::string& list);
+
 // Every registered variable that is set, parsed as its type says: the first malformed one is a
 // kInvalidArgument naming it. Free-form strings (TERSE_STORE, TERSE_FAULT, ...) are checked by
 // their own parsers where they are read.
