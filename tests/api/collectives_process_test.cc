@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace terse::testing {
@@ -33,12 +34,14 @@ EnvMap env(const std::string& tls, int port, int timeoutMs) {
           {"TERSE_TIMEOUT_MS", std::to_string(timeoutMs)}};
 }
 
-const char* kCodecs[] = {"none", "fp16", "bf16", "int8", "onebit", "topk:ratio=0.05"};
+const std::vector<std::string> kCodecs = {"none", "fp16", "bf16", "int8", "onebit",
+                                          "topk:ratio=0.05"};
 constexpr size_t kCount = 100003;
 
 // Each rank allreduces with every codec (two calls in flight at once per codec) and writes its
 // results to <dir>/rank<r>.bin for the parent to compare.
-int allreduceBody(int rank, const std::string& dir) {
+int allreduceBody(int rank, const std::string& dir,
+                  const std::vector<std::string>& codecs = kCodecs) {
   auto made = Communicator::createFromEnv();
   if (!made.isOk()) {
     reportFromChild(made.status().toString());
@@ -46,7 +49,8 @@ int allreduceBody(int rank, const std::string& dir) {
   }
   Communicator& comm = **made;
   std::ofstream out(dir + "/rank" + std::to_string(rank) + ".bin", std::ios::binary);
-  for (const char* spec : kCodecs) {
+  for (const std::string& codec : codecs) {
+    const char* spec = codec.c_str();
     std::vector<float> a(kCount), b(kCount), ra(kCount), rb(kCount);
     for (size_t i = 0; i < kCount; ++i) a[i] = valueAt(rank, i, 0), b[i] = valueAt(rank, i, 1);
     auto ef = ErrorFeedback::create(spec, kCount);
@@ -89,7 +93,7 @@ TEST_P(CollectiveProcesses, EveryCodecBitIdenticalAndNoneExact) {
   for (const auto& o : outcomes)
     ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
   std::string r0 = readAll(dir + "/rank0.bin");
-  ASSERT_EQ(r0.size(), std::size(kCodecs) * 2 * kCount * 4);
+  ASSERT_EQ(r0.size(), kCodecs.size() * 2 * kCount * 4);
   for (int r = 1; r < n; ++r)
     EXPECT_TRUE(readAll(dir + "/rank" + std::to_string(r) + ".bin") == r0)
         << "rank " << r << " holds different bits than rank 0";
@@ -109,6 +113,61 @@ INSTANTIATE_TEST_SUITE_P(Ucx, CollectiveProcesses,
                            std::string tl = std::get<0>(p.param)[0] == 't' ? "tcp" : "shm";
                            return tl + "_" + std::to_string(std::get<1>(p.param)) + "ranks";
                          });
+
+// Two-level as processes (issue #18): ranks laid out on nodes by TERSE_NODE, no UCX_* transport
+// list (same-node peers over shared memory, the others over the network, as users get them),
+// every codec: the ranks hold the same bits and `none` is the sum within float32's bound. A
+// 2+1 layout cannot run two-level and runs flat; the results must hold all the same.
+class TwoLevelProcesses : public ::testing::TestWithParam<std::vector<int>> {};
+
+TEST_P(TwoLevelProcesses, EveryCodecBitIdenticalAndNoneExact) {
+  const std::vector<int> nodeOf = GetParam();
+  const int n = static_cast<int>(nodeOf.size());
+  const std::vector<std::string> codecs = {"none", "fp16",  "bf16", "int8",
+                                           "fp8",  "mxfp8", "mxfp4", "int4",
+                                           "onebit", "topk:ratio=0.05"};
+  const std::string dir = makeTempDir();
+  const int port = freeLoopbackPort();
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  auto outcomes = runProcesses(
+      n, ranks,
+      [&](int r) {
+        EnvMap e = {{"UCX_NET_DEVICES", "lo"},
+                    {"TERSE_STORE", "127.0.0.1:" + std::to_string(port)},
+                    {"TERSE_TIMEOUT_MS", "60000"},
+                    {"TERSE_NODE", "node" + std::to_string(nodeOf[r])}};
+        return e;
+      },
+      [&](int r) { return allreduceBody(r, dir, codecs); }, std::chrono::seconds(240));
+  for (const auto& o : outcomes)
+    ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
+  std::string r0 = readAll(dir + "/rank0.bin");
+  ASSERT_EQ(r0.size(), codecs.size() * 2 * kCount * 4);
+  for (int r = 1; r < n; ++r)
+    EXPECT_TRUE(readAll(dir + "/rank" + std::to_string(r) + ".bin") == r0)
+        << "rank " << r << " holds different bits than rank 0";
+  const float* got = reinterpret_cast<const float*>(r0.data());
+  for (size_t i = 0; i < kCount; ++i) {
+    double ref = 0, mag = 0;
+    for (int r = 0; r < n; ++r) ref += valueAt(r, i, 0), mag += std::fabs(valueAt(r, i, 0));
+    ASSERT_NEAR(got[i], ref, n * 0x1p-23 * mag + 1e-7) << "element " << i;
+  }
+}
+
+std::string layoutName(const ::testing::TestParamInfo<std::vector<int>>& info) {
+  std::map<int, int> perNode;
+  for (int node : info.param) perNode[node]++;
+  std::string name = std::to_string(perNode.size()) + "nodes";
+  for (const auto& kv : perNode) name += "_" + std::to_string(kv.second);
+  return name + (info.param.size() == 6 ? "_interleaved" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TwoLevelProcesses,
+                         ::testing::Values(std::vector<int>{0, 0, 1, 1},
+                                           std::vector<int>{0, 1, 0, 1, 0, 1},
+                                           std::vector<int>{0, 0, 1}),
+                         layoutName);
 
 // Rank 2 dies (SIGKILL) while the others are inside a large compressed allreduce: each survivor
 // must return an error that names rank 2 well before the harness deadline.
