@@ -265,7 +265,9 @@ Status Communicator::Impl::useTopology(Topology topology, uint32_t localSpace) {
   if (rank() == 0) {
     const std::string& why = engine_->twoLevelUnavailable();
     if (why.empty())
-      TERSE_INFO(kSubsysColl, "%s: allreduce, reduce-scatter and allgather run two-level (TERSE_ALGO or a call picks otherwise)",
+      TERSE_INFO(kSubsysColl,
+                 "%s: allreduce, reduce-scatter and allgather run two-level (TERSE_ALGO or a call "
+                 "picks otherwise)",
                  topology_.describe().c_str());
     else if (topology_.nodeCount > 1)
       TERSE_INFO(kSubsysColl, "%s: allreduce runs flat, since %s", topology_.describe().c_str(),

@@ -187,11 +187,11 @@ Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float l
   Status bad;
   bool devP = device::isDeviceMemory(params), devG = device::isDeviceMemory(grads);
   if (count_ > 0 && (!params || !grads))
-    bad = errorInvalidArgument("OneBitAdam::step: params or grads is null for %zu elements",
-                               count_);
+    bad =
+        errorInvalidArgument("OneBitAdam::step: params or grads is null for %zu elements", count_);
   else if (!std::isfinite(lr) || lr < 0.0f)
-    bad = errorInvalidArgument("OneBitAdam::step: learning rate %g must be a finite number >= 0",
-                               lr);
+    bad =
+        errorInvalidArgument("OneBitAdam::step: learning rate %g must be a finite number >= 0", lr);
   else if (devP != devG)
     bad = errorInvalidArgument(
         "OneBitAdam::step: params and grads must both be device memory or both host memory");

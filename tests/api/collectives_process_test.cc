@@ -34,8 +34,8 @@ EnvMap env(const std::string& tls, int port, int timeoutMs) {
           {"TERSE_TIMEOUT_MS", std::to_string(timeoutMs)}};
 }
 
-const std::vector<std::string> kCodecs = {"none", "fp16", "bf16", "int8", "onebit",
-                                          "topk:ratio=0.05"};
+const std::vector<std::string> kCodecs = {"none", "fp16",   "bf16",
+                                          "int8", "onebit", "topk:ratio=0.05"};
 constexpr size_t kCount = 100003;
 
 // Each rank allreduces with every codec (two calls in flight at once per codec) and writes its
@@ -123,9 +123,8 @@ class TwoLevelProcesses : public ::testing::TestWithParam<std::vector<int>> {};
 TEST_P(TwoLevelProcesses, EveryCodecBitIdenticalAndNoneExact) {
   const std::vector<int> nodeOf = GetParam();
   const int n = static_cast<int>(nodeOf.size());
-  const std::vector<std::string> codecs = {"none", "fp16",  "bf16", "int8",
-                                           "fp8",  "mxfp8", "mxfp4", "int4",
-                                           "onebit", "topk:ratio=0.05"};
+  const std::vector<std::string> codecs = {"none",  "fp16",  "bf16", "int8",   "fp8",
+                                           "mxfp8", "mxfp4", "int4", "onebit", "topk:ratio=0.05"};
   const std::string dir = makeTempDir();
   const int port = freeLoopbackPort();
   std::vector<int> ranks(n);
@@ -239,18 +238,17 @@ TEST(CollectiveProcesses, KilledRankFailsEverySplitCommunicatorHoldingIt) {
           std::string report;
           auto timed = [&](Communicator& c, size_t elems, double* secs) {
             auto start = std::chrono::steady_clock::now();
-            Status s = c.allreduce(in.data(), out.data(), elems, DataType::kFloat32,
-                                   ReduceOp::kSum, CollectiveOptions{"int8", nullptr});
-            *secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                        .count();
+            Status s = c.allreduce(in.data(), out.data(), elems, DataType::kFloat32, ReduceOp::kSum,
+                                   CollectiveOptions{"int8", nullptr});
+            *secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             return s;
           };
           double halfSecs = 0, parentSecs = 0;
           Status inHalf = timed(half, count, &halfSecs);
           Status inParent = timed(comm, 4096, &parentSecs);
           report = formatString("split: %s (after %.1f s); parent: %s (after %.1f s)",
-                                inHalf.toString().c_str(), halfSecs,
-                                inParent.toString().c_str(), parentSecs);
+                                inHalf.toString().c_str(), halfSecs, inParent.toString().c_str(),
+                                parentSecs);
           reportFromChild(report);
           if (rank == 0) {
             if (inHalf.isOk()) return 4;

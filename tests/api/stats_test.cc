@@ -52,9 +52,17 @@ TEST(Stats, WireBytesAreWhatTheTransportWasHandedForEveryCodec) {
   // attributes to the calls are exactly those the transport was handed.
   const int n = 3;
   const size_t count = 100003;
-  const char* codecs[] = {"none",   "fp16",  "bf16",           "int8",
-                          "onebit", "fp8:format=e4m3", "fp8:format=e5m2,block=64",
-                          "mxfp8",  "mxfp4", "int4",           "topk:ratio=0.05"};
+  const char* codecs[] = {"none",
+                          "fp16",
+                          "bf16",
+                          "int8",
+                          "onebit",
+                          "fp8:format=e4m3",
+                          "fp8:format=e5m2,block=64",
+                          "mxfp8",
+                          "mxfp4",
+                          "int4",
+                          "topk:ratio=0.05"};
   for (const char* codec : codecs) {
     SCOPED_TRACE(codec);
     World w(n);
@@ -116,11 +124,11 @@ TEST(Stats, DestroyPrintsTheFiguresAtInfo) {
     World w(2);
     w.onEachRank([&](int, Communicator& c) {
       std::vector<float> in(4096, 1.0f), out(4096);
-      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
-                              ReduceOp::kSum, CollectiveOptions{"int8"})
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum,
+                              CollectiveOptions{"int8"})
                       .isOk());
-      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
-                              ReduceOp::kSum, CollectiveOptions{"auto:max=onebit"})
+      EXPECT_TRUE(c.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum,
+                              CollectiveOptions{"auto:max=onebit"})
                       .isOk());
     });
     lines.clear();  // from here on: what the destruction prints

@@ -227,8 +227,8 @@ TEST_P(TwoLevelCodecTest, MatchesTheModelBitForBit) {
 // int8 rounds to nearest by default, so the model replays it too (its stochastic rounding,
 // seeded from the engine's call sequence, is not modelled).
 INSTANTIATE_TEST_SUITE_P(Codecs, TwoLevelCodecTest,
-                         ::testing::Values("fp16", "bf16", "int8", "onebit", "topk", "fp8",
-                                           "mxfp8", "mxfp4", "int4"),
+                         ::testing::Values("fp16", "bf16", "int8", "onebit", "topk", "fp8", "mxfp8",
+                                           "mxfp4", "int4"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 // `none` and int8 on general inputs: within tolerance of a double reference, ranks identical,

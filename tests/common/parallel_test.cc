@@ -55,19 +55,20 @@ TEST(ParallelFor, APiecesExceptionReachesTheCaller) {
   const auto caller = std::this_thread::get_id();
   for (int run = 0; run < 50; ++run) {
     std::atomic<int> started{0};
-    EXPECT_THROW(parallelFor(1 << 16, 1, 16,
-                             [&](size_t b, size_t) {
-                               started++;
-                               if (std::this_thread::get_id() != caller) onOtherThreads++;
-                               if (b > 0) throw std::runtime_error("piece failed");
-                               // The first piece waits (briefly) for another thread to take a
-                               // second one, so that the throwing pieces run on pool workers.
-                               auto until = std::chrono::steady_clock::now() +
-                                            std::chrono::milliseconds(200);
-                               while (started.load() < 2 && std::chrono::steady_clock::now() < until)
-                                 std::this_thread::yield();
-                             }),
-                 std::runtime_error);
+    EXPECT_THROW(
+        parallelFor(1 << 16, 1, 16,
+                    [&](size_t b, size_t) {
+                      started++;
+                      if (std::this_thread::get_id() != caller) onOtherThreads++;
+                      if (b > 0) throw std::runtime_error("piece failed");
+                      // The first piece waits (briefly) for another thread to take a
+                      // second one, so that the throwing pieces run on pool workers.
+                      auto until =
+                          std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+                      while (started.load() < 2 && std::chrono::steady_clock::now() < until)
+                        std::this_thread::yield();
+                    }),
+        std::runtime_error);
   }
   EXPECT_GT(onOtherThreads.load(), 0) << "no piece ran on a pool worker: the test proves nothing";
   std::atomic<size_t> total{0};

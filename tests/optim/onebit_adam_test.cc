@@ -377,11 +377,11 @@ TEST(OneBitAdam, AStepRefusedOnOneRankFailsThatStepOnEveryRank) {
         Vec g = gradient(r, s, n);
         bool refuse = r == 1 && (s == 2 || s == 5);  // step 2: warm-up; step 5: compressed
         auto t0 = std::chrono::steady_clock::now();
-        st[r].push_back(a->step(*comms.value()[r], params[r].data(), g.data(),
-                                refuse ? std::nanf("") : 1e-2f));
-        slowest[r] = std::max(slowest[r], std::chrono::duration<double>(
-                                              std::chrono::steady_clock::now() - t0)
-                                              .count());
+        st[r].push_back(
+            a->step(*comms.value()[r], params[r].data(), g.data(), refuse ? std::nanf("") : 1e-2f));
+        slowest[r] =
+            std::max(slowest[r],
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
     });
   for (auto& t : threads) t.join();
@@ -392,8 +392,7 @@ TEST(OneBitAdam, AStepRefusedOnOneRankFailsThatStepOnEveryRank) {
   for (int s : {2, 5}) {
     EXPECT_EQ(st[1][s - 1].code(), StatusCode::kInvalidArgument) << st[1][s - 1].toString();
     EXPECT_FALSE(st[0][s - 1].isOk()) << "step " << s << " succeeded on rank 0";
-    EXPECT_NE(st[0][s - 1].toString().find("rank 1"), std::string::npos)
-        << st[0][s - 1].toString();
+    EXPECT_NE(st[0][s - 1].toString().find("rank 1"), std::string::npos) << st[0][s - 1].toString();
   }
   EXPECT_LT(slowest[0], 10.0) << "a refusal must not cost the peer its timeout";
   EXPECT_TRUE(bitEqual(params[0], params[1]));

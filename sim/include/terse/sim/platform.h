@@ -9,9 +9,9 @@
 // node's NIC, shared by its L ranks, otherwise. The switch is one link shared by all inter-node
 // traffic at switchGbps (0: a non-blocking switch, which is no link at all: only the NICs
 // limit, and the switch's latency is split over the two NIC links a route crosses). Latencies
-// are per link, so a message off the node pays two NIC latencies and the switch's. SimGrid's CM02 model is used without correction factors, so the times are
-// the links' figures exactly as stated; anything else (protocol overheads, stack latency) must
-// be in those figures.
+// are per link, so a message off the node pays two NIC latencies and the switch's. SimGrid's CM02
+// model is used without correction factors, so the times are the links' figures exactly as stated;
+// anything else (protocol overheads, stack latency) must be in those figures.
 #pragma once
 
 #include "terse/common/status.h"
