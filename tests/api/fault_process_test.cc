@@ -474,11 +474,19 @@ TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
   WorldRun run = runWorld(c, rule);
   const bool isAuto = isAutoSpec(c.codec);
   std::map<std::string, Reference> byCodec;
-  bool someoneFailed = false, victimNamed = false;
+  bool someoneFailed = false, victimNamed = false, fired = true;
   for (size_t i = 0; i < run.outcomes.size(); ++i) {
     const RankOutcome& o = run.outcomes[i];
     if (o.rank == victim) {
-      EXPECT_EQ(o.signal, SIGKILL) << what << ": the fault did not fire: " << describe(o);
+      // auto picks by timing: this run may pick a codec that sends fewer messages than the
+      // reference run's pick, so the drawn point can lie past the call. Then nobody died, and
+      // the survivors must simply hold the exact result (checked below).
+      fired = o.signal == SIGKILL;
+      if (!(isAuto && o.exited && o.code == 0))
+        EXPECT_EQ(o.signal, SIGKILL) << what << ": the fault did not fire: " << describe(o);
+      else if (!fired)
+        std::cout << "[ fault    ] auto picked a codec with fewer messages: the point was not "
+                     "reached\n";
       continue;
     }
     checkSurvivor(run, i, ref, what, isAuto ? &c : nullptr, &byCodec);
@@ -490,7 +498,7 @@ TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
   // Killed before a send: that message never left, so its receiver cannot have finished, and
   // whoever waited on the victim says so. (Killed at a receive, the victim may have sent
   // everything already and the survivors may all finish correctly.)
-  if (!pt.recv) {
+  if (!pt.recv && fired) {
     EXPECT_TRUE(someoneFailed) << what << ": every survivor reported success";
     EXPECT_TRUE(victimNamed) << what << ": no survivor's error names rank " << victim;
   }
