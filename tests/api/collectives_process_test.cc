@@ -79,6 +79,25 @@ std::string readAll(const std::string& path) {
   return ss.str();
 }
 
+// What allreduceBody's ranks wrote: every rank exited cleanly and holds rank 0's bits, and
+// `none` (the first block) is the serial sum within float32's bound.
+void checkRanksAgreeAndNoneExact(const std::vector<RankOutcome>& outcomes, const std::string& dir,
+                                 int n, size_t codecCount) {
+  for (const auto& o : outcomes)
+    ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
+  std::string r0 = readAll(dir + "/rank0.bin");
+  ASSERT_EQ(r0.size(), codecCount * 2 * kCount * 4);
+  for (int r = 1; r < n; ++r)
+    EXPECT_TRUE(readAll(dir + "/rank" + std::to_string(r) + ".bin") == r0)
+        << "rank " << r << " holds different bits than rank 0";
+  const float* got = reinterpret_cast<const float*>(r0.data());
+  for (size_t i = 0; i < kCount; ++i) {
+    double ref = 0, mag = 0;
+    for (int r = 0; r < n; ++r) ref += valueAt(r, i, 0), mag += std::fabs(valueAt(r, i, 0));
+    ASSERT_NEAR(got[i], ref, n * 0x1p-23 * mag + 1e-7) << "element " << i;
+  }
+}
+
 class CollectiveProcesses : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
 TEST_P(CollectiveProcesses, EveryCodecBitIdenticalAndNoneExact) {
@@ -90,20 +109,7 @@ TEST_P(CollectiveProcesses, EveryCodecBitIdenticalAndNoneExact) {
   auto outcomes = runProcesses(
       n, ranks, [&](int) { return env(tls, port, 60000); },
       [&](int r) { return allreduceBody(r, dir); }, std::chrono::seconds(240));
-  for (const auto& o : outcomes)
-    ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
-  std::string r0 = readAll(dir + "/rank0.bin");
-  ASSERT_EQ(r0.size(), kCodecs.size() * 2 * kCount * 4);
-  for (int r = 1; r < n; ++r)
-    EXPECT_TRUE(readAll(dir + "/rank" + std::to_string(r) + ".bin") == r0)
-        << "rank " << r << " holds different bits than rank 0";
-  // `none` (the first block) against the serial sum.
-  const float* got = reinterpret_cast<const float*>(r0.data());
-  for (size_t i = 0; i < kCount; ++i) {
-    double ref = 0, mag = 0;
-    for (int r = 0; r < n; ++r) ref += valueAt(r, i, 0), mag += std::fabs(valueAt(r, i, 0));
-    ASSERT_NEAR(got[i], ref, n * 0x1p-23 * mag + 1e-7) << "element " << i;
-  }
+  checkRanksAgreeAndNoneExact(outcomes, dir, n, kCodecs.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, CollectiveProcesses,
@@ -139,19 +145,7 @@ TEST_P(TwoLevelProcesses, EveryCodecBitIdenticalAndNoneExact) {
         return e;
       },
       [&](int r) { return allreduceBody(r, dir, codecs); }, std::chrono::seconds(240));
-  for (const auto& o : outcomes)
-    ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
-  std::string r0 = readAll(dir + "/rank0.bin");
-  ASSERT_EQ(r0.size(), codecs.size() * 2 * kCount * 4);
-  for (int r = 1; r < n; ++r)
-    EXPECT_TRUE(readAll(dir + "/rank" + std::to_string(r) + ".bin") == r0)
-        << "rank " << r << " holds different bits than rank 0";
-  const float* got = reinterpret_cast<const float*>(r0.data());
-  for (size_t i = 0; i < kCount; ++i) {
-    double ref = 0, mag = 0;
-    for (int r = 0; r < n; ++r) ref += valueAt(r, i, 0), mag += std::fabs(valueAt(r, i, 0));
-    ASSERT_NEAR(got[i], ref, n * 0x1p-23 * mag + 1e-7) << "element " << i;
-  }
+  checkRanksAgreeAndNoneExact(outcomes, dir, n, codecs.size());
 }
 
 std::string layoutName(const ::testing::TestParamInfo<std::vector<int>>& info) {
