@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,9 +109,12 @@ TEST(Stats, WireBytesAreWhatTheTransportWasHandedForEveryCodec) {
 }
 
 // With TERSE_DEBUG=INFO a communicator prints its figures when it is destroyed: one line per
-// kind of call that ran, and auto's picks.
+// kind of call that ran, and auto's picks. Ranks log from their own worker threads, so the sink
+// locks.
+std::mutex capturedMutex;
 std::vector<std::string>* capturedLines = nullptr;
 void captureLine(LogLevel, uint64_t, const char*, int, const char* message) {
+  std::lock_guard<std::mutex> lock(capturedMutex);
   if (capturedLines) capturedLines->push_back(message);
 }
 
@@ -118,7 +122,10 @@ TEST(Stats, DestroyPrintsTheFiguresAtInfo) {
   std::vector<std::string> lines;
   setenv("TERSE_DEBUG", "INFO", 1);
   reloadLogConfig();
-  capturedLines = &lines;
+  {
+    std::lock_guard<std::mutex> lock(capturedMutex);
+    capturedLines = &lines;
+  }
   setLogSink(captureLine);
   {
     World w(2);
@@ -131,10 +138,14 @@ TEST(Stats, DestroyPrintsTheFiguresAtInfo) {
                               CollectiveOptions{"auto:max=onebit"})
                       .isOk());
     });
+    std::lock_guard<std::mutex> lock(capturedMutex);
     lines.clear();  // from here on: what the destruction prints
   }
   setLogSink(nullptr);
-  capturedLines = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(capturedMutex);
+    capturedLines = nullptr;
+  }
   unsetenv("TERSE_DEBUG");
   reloadLogConfig();
   for (int r = 0; r < 2; ++r) {

@@ -20,7 +20,9 @@ enum LogSubsys : uint64_t {
 };
 
 // Where formatted lines go. The default sink writes "host:pid:tid [rank] terse LEVEL msg" to
-// stderr. A sink receives the already formatted message without a trailing newline.
+// stderr. A sink receives the already formatted message without a trailing newline. It is called
+// from whichever thread logs (callers, collective workers, progress threads) and must be
+// thread-safe.
 using LogSink = void (*)(LogLevel level, uint64_t subsys, const char* file, int line,
                          const char* message);
 void setLogSink(LogSink sink);  // nullptr restores the default
