@@ -173,14 +173,19 @@ Status OneBitAdam::replaceFeedback(ErrorFeedback feedback) {
   return Status::ok();
 }
 
+OneBitAdam::WarmupEnd OneBitAdam::warmupEndAt(int64_t t) const {
+  const OneBitAdamOptions& o = options_;
+  if (o.warmupSteps > 0) return WarmupEnd::kFixedSteps;
+  if (t >= o.maxWarmupSteps) return WarmupEnd::kCapReached;
+  if (t % o.varianceCheckInterval != 0) return WarmupEnd::kNoCheck;
+  return WarmupEnd::kMeasure;
+}
+
 bool OneBitAdam::nextStepCommunicates() const {
   if (frozen() || options_.averageGradients) return true;
-  // Warm-up on gradients the caller averaged: only varianceSettled's check talks, on the steps
-  // it measures after its first measurement.
-  const OneBitAdamOptions& o = options_;
-  const int64_t t = steps_ + 1;
-  if (o.warmupSteps > 0 || t >= o.maxWarmupSteps) return false;
-  return t % o.varianceCheckInterval == 0 && !vCheck_.empty();
+  // Warm-up on gradients the caller averaged: only varianceSettled's measurements after its
+  // first one talk.
+  return warmupEndAt(steps_ + 1) == WarmupEnd::kMeasure && !vCheck_.empty();
 }
 
 Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float lr, void* stream) {
@@ -222,29 +227,36 @@ optim::AdamStepScalars scalarsFor(const OneBitAdamOptions& o, float lr, int64_t 
 
 }  // namespace
 
-Result<bool> OneBitAdam::varianceSettled(Communicator& comm, const float* v, void* stream) {
-  (void)stream;
+Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const float* vNext) {
   const OneBitAdamOptions& o = options_;
-  if (o.warmupSteps > 0) return steps_ >= o.warmupSteps;
-  if (steps_ >= o.maxWarmupSteps) return true;
-  if (steps_ % o.varianceCheckInterval != 0) return false;
-  double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(steps_));
-  bool first = vCheck_.empty();
+  switch (warmupEndAt(t)) {
+    case WarmupEnd::kFixedSteps: return t >= o.warmupSteps;
+    case WarmupEnd::kCapReached: return true;
+    case WarmupEnd::kNoCheck: return false;
+    case WarmupEnd::kMeasure: break;
+  }
+  const double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(t));
+  auto vhatAt = [&](size_t i) { return static_cast<float>(vNext[i] / c2); };
+  if (vCheck_.empty()) {
+    // The first measurement only records: every rank has the same step count, so all skip
+    // this check alike.
+    vCheck_.resize(count_);
+    for (size_t i = 0; i < count_; ++i) vCheck_[i] = vhatAt(i);
+    return false;
+  }
   double diff = 0.0, norm = 0.0;
-  if (first) vCheck_.resize(count_);
   for (size_t i = 0; i < count_; ++i) {
-    float vhat = static_cast<float>(v[i] / c2);
+    const float vhat = vhatAt(i);
     diff += std::fabs(static_cast<double>(vhat) - vCheck_[i]);
     norm += std::fabs(static_cast<double>(vhat));
-    vCheck_[i] = vhat;
   }
-  if (first) return false;  // every rank has the same step count, so all skip this check alike
   // The gradients were averaged, so the variances should agree; averaging the figure makes the
   // decision identical on every rank even if the caller's averaging was not bit-exact.
   float rel = norm > 0.0 ? static_cast<float>(diff / norm) : 0.0f;
   Status s = comm.allreduce(&rel, &rel, 1, DataType::kFloat32, ReduceOp::kAvg);
   if (!s.isOk()) return s.withContext("OneBitAdam: deciding the end of warm-up");
-  return steps_ >= o.minWarmupSteps && rel <= o.varianceTolerance;
+  for (size_t i = 0; i < count_; ++i) vCheck_[i] = vhatAt(i);
+  return t >= o.minWarmupSteps && rel <= o.varianceTolerance;
 }
 
 Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, float lr) {
@@ -260,14 +272,18 @@ Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, flo
     optim::AdamStepScalars s = scalarsFor(o, lr, t, t);
     float* m = m_.data();
     float* v = v_.data();
+    if (warmupEndAt(t) == WarmupEnd::kMeasure) {
+      scratch_.resize(n);  // the variance this step leaves, measured before anything changes
+      for (size_t i = 0; i < n; ++i) scratch_[i] = optim::adamVariance(v[i], grads[i], s.beta2);
+    }
+    auto settled = varianceSettled(comm, t, scratch_.data());
+    if (!settled.isOk()) return settled.status();
     for (size_t i = 0; i < n; ++i) {
       m[i] = optim::adamMomentum(m[i], grads[i], s.beta1);
       v[i] = optim::adamVariance(v[i], grads[i], s.beta2);
       params[i] = optim::adamParam(params[i], m[i], v[i], s);
     }
     steps_ = t;
-    auto settled = varianceSettled(comm, v_.data(), nullptr);
-    if (!settled.isOk()) return settled.status();
     if (settled.value()) frozenAt_ = t;
     return Status::ok();
   }
@@ -316,20 +332,24 @@ Status OneBitAdam::stepDevice(Communicator& comm, float* params, float* grads, f
       Status s = comm.allreduce(grads, grads, n, DataType::kFloat32, ReduceOp::kAvg, co);
       if (!s.isOk()) return s.withContext("OneBitAdam: averaging the warm-up gradients");
     }
-    TERSE_RETURN_IF_ERROR(
-        optim::cuda::adamWarmup(params, grads, dm, dv, n, scalarsFor(o, lr, t, t), stream));
+    const optim::AdamStepScalars sc = scalarsFor(o, lr, t, t);
+    std::vector<float> vNext;
+    if (warmupEndAt(t) == WarmupEnd::kMeasure) {
+      // The variance this step leaves, computed on the host from the current one and the
+      // gradients before the kernel changes anything (the figure is averaged over the ranks, so
+      // the host's rounding of the formula decides alike everywhere).
+      vNext.resize(n);
+      std::vector<float> gHost(n);
+      TERSE_RETURN_IF_ERROR(device::copyAsync(vNext.data(), dv, 4 * n, stream));
+      TERSE_RETURN_IF_ERROR(device::copyAsync(gHost.data(), grads, 4 * n, stream));
+      TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+      for (size_t i = 0; i < n; ++i) vNext[i] = optim::adamVariance(vNext[i], gHost[i], sc.beta2);
+    }
+    auto settled = varianceSettled(comm, t, vNext.data());
+    if (!settled.isOk()) return settled.status();
+    TERSE_RETURN_IF_ERROR(optim::cuda::adamWarmup(params, grads, dm, dv, n, sc, stream));
     TERSE_RETURN_IF_ERROR(device::synchronize(stream));
     steps_ = t;
-    bool check =
-        o.warmupSteps == 0 && (steps_ >= o.maxWarmupSteps || steps_ % o.varianceCheckInterval == 0);
-    std::vector<float> vHost;
-    if (check) {
-      vHost.resize(n);
-      TERSE_RETURN_IF_ERROR(device::copyAsync(vHost.data(), dv, 4 * n, stream));
-      TERSE_RETURN_IF_ERROR(device::synchronize(stream));
-    }
-    auto settled = varianceSettled(comm, check ? vHost.data() : nullptr, stream);
-    if (!settled.isOk()) return settled.status();
     if (settled.value()) frozenAt_ = t;
     return Status::ok();
   }

@@ -398,6 +398,61 @@ TEST(OneBitAdam, AStepRefusedOnOneRankFailsThatStepOnEveryRank) {
   EXPECT_TRUE(bitEqual(params[0], params[1]));
 }
 
+TEST(OneBitAdam, ARefusedMeasuringStepOfTheAutomaticWarmupFailsOnEveryRank) {
+  // Automatic warm-up on gradients the caller averaged: the only collective is the variance
+  // check's, on every varianceCheckInterval-th step after the first measurement (step 2 here
+  // measures silently, step 4 talks). Rank 1 refuses step 4: rank 0's step 4 must fail at once
+  // naming rank 1, and the ranks go on in step. Both ranks refuse step 3, which talks on neither.
+  const size_t n = 500;
+  OneBitAdamOptions o = baseOptions("onebit", 0);
+  o.averageGradients = false;
+  o.varianceCheckInterval = 2;
+  o.minWarmupSteps = 1000;  // measure, never freeze
+  o.maxWarmupSteps = 2000;
+  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk());
+  std::vector<Vec> params(2, initialParams(n));
+  std::vector<std::vector<Status>> st(2);
+  std::vector<double> slowest(2, 0.0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto a = OneBitAdam::create(n, o);
+      ASSERT_TRUE(a.isOk());
+      int tries = 0;
+      for (int s = 1; s <= 6; ++s) {
+        Vec g = gradient(0, s, n);  // the caller averaged: every rank holds the same gradient
+        bool refuse = (r == 1 && s == 4 && tries == 0) || (s == 3 && tries == 0);
+        auto t0 = std::chrono::steady_clock::now();
+        Status got = a->step(*comms.value()[r], params[r].data(), g.data(), refuse ? -1.0f : 1e-2f);
+        slowest[r] =
+            std::max(slowest[r],
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        st[r].push_back(got);
+        if (!got.isOk() && tries++ == 0) {
+          --s;  // both ranks retry the step that failed, as a training loop would
+          continue;
+        }
+        tries = 0;
+      }
+    });
+  for (auto& t : threads) t.join();
+  // Calls: 1, 2, 3 (refused), 3, 4 (refused on 1, failed on 0), 4, 5, 6.
+  ASSERT_EQ(st[0].size(), 8u);
+  ASSERT_EQ(st[1].size(), 8u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r][2].code(), StatusCode::kInvalidArgument) << st[r][2].toString();
+    for (int call : {0, 1, 3, 5, 6, 7})
+      EXPECT_TRUE(st[r][call].isOk())
+          << "rank " << r << " call " << call << ": " << st[r][call].toString();
+  }
+  EXPECT_EQ(st[1][4].code(), StatusCode::kInvalidArgument) << st[1][4].toString();
+  EXPECT_FALSE(st[0][4].isOk()) << "the measuring step succeeded on rank 0";
+  EXPECT_NE(st[0][4].toString().find("rank 1"), std::string::npos) << st[0][4].toString();
+  EXPECT_LT(slowest[0], 10.0) << "a refusal must not cost the peer its timeout";
+  EXPECT_TRUE(bitEqual(params[0], params[1]));
+}
+
 TEST(OneBitAdam, DevicePathMatchesHost) {
   if (!device::available()) GTEST_SKIP() << "no CUDA device: the device path is compiled only";
   // Device buffers go through the same formulas (adam_math.h); covered on GPU machines by

@@ -111,12 +111,20 @@ class OneBitAdam {
   // Whether the next step runs a collective (which one depends on the phase and options): a
   // step refused for its arguments stands in for that collective on the other ranks.
   bool nextStepCommunicates() const;
+  // What the end of warm-up step t does about freezing. One answer serves varianceSettled (which
+  // acts on it), the device step (which copies v to the host only to measure) and
+  // nextStepCommunicates (a measurement after the first one talks), so they cannot disagree.
+  enum class WarmupEnd { kFixedSteps, kCapReached, kNoCheck, kMeasure };
+  WarmupEnd warmupEndAt(int64_t t) const;
   struct Device;
   OneBitAdam();
   Status stepHost(Communicator& comm, float* params, float* grads, float lr);
   Status stepDevice(Communicator& comm, float* params, float* grads, float lr, void* stream);
-  // Automatic warm-up: decides at the end of a warm-up step whether to freeze now.
-  Result<bool> varianceSettled(Communicator& comm, const float* vhostOrNull, void* stream);
+  // Whether warm-up step t ends the warm-up. vNext is the variance step t will leave, on the
+  // host, needed only when warmupEndAt(t) is kMeasure. Its collective runs before step t
+  // changes anything, and vCheck_ changes only once it succeeded, so a failure leaves the
+  // optimizer as it was and the step can be retried.
+  Result<bool> varianceSettled(Communicator& comm, int64_t t, const float* vNext);
   void pullToHost() const;
 
   size_t count_ = 0;
