@@ -22,7 +22,9 @@ void writeSeeds(const std::function<void(const std::vector<uint8_t>&)>& put) {
   const Case cases[] = {{"none", 0, 0},           {"fp16", 3, 0},
                         {"int8", 16, 2},          {"onebit", 40, 4},
                         {"topk:ratio=0.5", 9, 3}, {"auto:max=onebit", 12, 2},
-                        {"int8:block=32", 1, 1}};
+                        {"int8:block=32", 1, 1},  {"mxfp4", 33, 2},
+                        {"int4:block=32", 17, 3}, {"fp8:format=e5m2", 5, 0},
+                        {"mxfp8", 64, 4}};
   for (const Case& c : cases) {
     auto ef = terse::ErrorFeedback::create(c.spec, c.count);
     if (!ef.isOk()) terse::fuzz::fail("seed state cannot be created");
