@@ -18,6 +18,20 @@ Prints one line per run: held-out loss, ratio to AdamW, seconds. SKIP (77) witho
 
     python3 tests/torch/adam_task.py drive --work /tmp/adam-task [--steps 300] [--all]
 
+Resume at another world size (`resume` mode): OneBitAdam with onebit trains --steps steps on
+--world ranks and saves every rank's torch.save(model, optimizer) at half-way; then three runs
+resume that checkpoint and finish the steps: on --world ranks (must end exactly where the
+uninterrupted run did), on --world - 1 (each loads its own file; the old server residual
+restarts at zero) and on --world + 1 (the new rank loads rank 0's file with
+reset_residuals=True). Checked: each resumed optimizer continues at the saved step in the
+compressed phase, its ranks end bit-identical, and its held-out loss ends below the
+checkpoint's and within --tolerance of the uninterrupted run's (another world size trains on
+other batches from there, so it is not the same run). Each rank of a world of W
+trains on the topics t with t % W == rank, so every world sees all four.
+
+    python3 tests/torch/adam_task.py resume --work /tmp/adam-resume --world 3 --steps 120 \
+        --warmup 30
+
 With --all, the hook's codecs that keep Adam's second moments (the casts and the 8-bit formats)
 are checked to end within the tolerance of AdamW as well; the 4-bit and sparse ones are printed.
 
@@ -195,6 +209,78 @@ def worker(args):
     dist.destroy_process_group()
 
 
+def resume_worker(args):
+    """One rank of the resume mode: --phase save trains and checkpoints at half-way, --phase
+    load resumes that checkpoint at this world size. Rank 0 writes <phase>-<world>.json."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import terse.ddp
+    import terse.optim
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    chars = alphabet()
+    index = {c: i for i, c in enumerate(chars)}
+    ctx, batch = args.ctx, args.batch
+    topics = [t for t in range(len(TOPICS)) if t % world == rank]
+    mine = torch.tensor([index[c] for c in text(100 + rank, topics, 200_000)])
+    held = torch.tensor([index[c] for c in text(999, list(range(len(TOPICS))), 40_000)])
+    held = held[: (len(held) // (ctx + 1)) * (ctx + 1)].view(-1, ctx + 1)
+
+    def held_out_loss(model):
+        with torch.no_grad():
+            logits = model(held[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, len(chars)), held[:, 1:].reshape(-1)).item()
+
+    half = args.steps // 2
+    net = make_model(len(chars), ctx)
+    model = DDP(net)
+    opt = terse.optim.OneBitAdam(model.parameters(), lr=args.lr, weight_decay=0.01,
+                                 codec="onebit", warmup_steps=args.warmup)
+    opt.attach(model)
+    result = {"world": world}
+    first = 0
+    if args.phase == "load":
+        own = os.path.join(args.work, f"ckpt-{rank}.pt")
+        saved = torch.load(own if os.path.exists(own) else os.path.join(args.work, "ckpt-0.pt"))
+        net.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"], reset_residuals=not os.path.exists(own))
+        result.update(loaded_steps=opt.steps, loaded_frozen_at=opt.frozen_at,
+                      saved_world=saved["opt"]["terse"]["world_size"])
+        first = half
+    gen = torch.Generator().manual_seed(7 + rank)
+    dist.barrier()
+    for step in range(args.steps):
+        at = torch.randint(0, len(mine) - ctx - 1, (batch,), generator=gen)
+        if step < first:
+            continue  # the batches the checkpoint has seen: drawn, so the rest are the same
+        seq = torch.stack([mine[a:a + ctx + 1] for a in at.tolist()])
+        loss = F.cross_entropy(model(seq[:, :-1]).reshape(-1, len(chars)),
+                               seq[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if args.phase == "save" and step + 1 == half:
+            torch.save({"model": net.state_dict(), "opt": opt.state_dict()},
+                       os.path.join(args.work, f"ckpt-{rank}.pt"))
+            result["held_out_at_checkpoint"] = held_out_loss(net)
+    flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(gathered, flat)
+    result.update(held_out=held_out_loss(net), steps=opt.steps, frozen_at=opt.frozen_at,
+                  identical=all(torch.equal(g, gathered[0]) for g in gathered))
+    if rank == 0:
+        with open(os.path.join(args.work, f"{args.phase}-{world}.json"), "w") as f:
+            json.dump(result, f, indent=1)
+    dist.barrier()
+    terse.ddp.shutdown()
+    dist.destroy_process_group()
+
+
 # ---- the driver -------------------------------------------------------------------------------
 
 def free_port_pair():
@@ -214,7 +300,7 @@ def free_port_pair():
     sys.exit("FAIL: found no free pair of ports")
 
 
-def drive(args):
+def require_torch():
     try:
         import torch  # noqa: F401
         import torch.distributed as dist
@@ -225,10 +311,10 @@ def drive(args):
     if not dist.is_available() or not dist.is_gloo_available():
         print("SKIP: this torch has no torch.distributed with gloo")
         sys.exit(SKIP)
-    os.makedirs(args.work, exist_ok=True)
-    result_file = os.path.join(args.work, "results.json")
-    if os.path.exists(result_file):
-        os.remove(result_file)
+
+
+def launch(args, world, worker_args):
+    """torchrun of `world` ranks of this script with worker_args; exits with FAIL if they do."""
     env = dict(os.environ)
     env.setdefault("UCX_NET_DEVICES", "lo")
     env.setdefault("TERSE_CPU_THREADS", "1")
@@ -236,12 +322,13 @@ def drive(args):
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TERSE_STORE", None)
     port = free_port_pair()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
            "--master_addr", "127.0.0.1", "--master_port", str(port),
-           "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(args.work, "logs"),
-           os.path.abspath(__file__), "worker", "--work", args.work, "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--lr", str(args.lr), "--ctx", str(args.ctx),
-           "--batch", str(args.batch)] + (["--all"] if args.all else [])
+           "--redirects", "1", "--tee", "1",
+           "--log_dir", os.path.join(args.work, f"logs-{worker_args[0]}-{world}"),
+           os.path.abspath(__file__)] + worker_args + [
+           "--work", args.work, "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--lr", str(args.lr), "--ctx", str(args.ctx), "--batch", str(args.batch)]
     print("+", " ".join(cmd), flush=True)
     try:
         done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
@@ -249,6 +336,15 @@ def drive(args):
         sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
     if done.returncode != 0:
         sys.exit(f"FAIL: torchrun exited with {done.returncode}")
+
+
+def drive(args):
+    require_torch()
+    os.makedirs(args.work, exist_ok=True)
+    result_file = os.path.join(args.work, "results.json")
+    if os.path.exists(result_file):
+        os.remove(result_file)
+    launch(args, args.world, ["worker"] + (["--all"] if args.all else []))
     with open(result_file) as f:
         results = json.load(f)
     base = results["adamw"]["held_out"]
@@ -278,9 +374,58 @@ def drive(args):
           f"{args.tolerance:.0%} of AdamW, the gradient hook's onebit worse, ranks bit-identical")
 
 
+def resume(args):
+    require_torch()
+    os.makedirs(args.work, exist_ok=True)
+    for name in os.listdir(args.work):
+        if name.endswith(".json") or name.startswith("ckpt-"):
+            os.remove(os.path.join(args.work, name))
+    launch(args, args.world, ["resume-worker", "--phase", "save"])
+    worlds = (args.world, args.world - 1, args.world + 1)
+    for world in worlds:
+        launch(args, world, ["resume-worker", "--phase", "load"])
+
+    def read(name):
+        with open(os.path.join(args.work, name)) as f:
+            return json.load(f)
+
+    saved = read(f"save-{args.world}.json")
+    base, at_ckpt = saved["held_out"], saved["held_out_at_checkpoint"]
+    print(f"uninterrupted on {args.world} ranks: held-out {at_ckpt:.4f} at step "
+          f"{args.steps // 2}, {base:.4f} at step {args.steps} (frozen at {saved['frozen_at']})")
+    failures = [] if saved["identical"] else [f"{args.world} ranks: the weights differ"]
+    for world in worlds:
+        r = read(f"load-{world}.json")
+        print(f"resumed on {world} ranks: held-out {r['held_out']:.4f} ({r['held_out'] / base:.3f}x"
+              f" uninterrupted); loaded step {r['loaded_steps']}, frozen at "
+              f"{r['loaded_frozen_at']}, saved by {r['saved_world']} ranks")
+        if r["loaded_steps"] != args.steps // 2 or r["steps"] != args.steps:
+            failures.append(f"{world} ranks: loaded at step {r['loaded_steps']}, ended at "
+                            f"{r['steps']}")
+        if r["loaded_frozen_at"] != saved["frozen_at"] or r["saved_world"] != args.world:
+            failures.append(f"{world} ranks: the checkpoint's phase or world was not carried")
+        if not r["identical"]:
+            failures.append(f"{world} ranks: the weights differ after resuming")
+        if not r["held_out"] < at_ckpt:
+            failures.append(f"{world} ranks: held-out {r['held_out']:.4f} did not improve on "
+                            f"the checkpoint's {at_ckpt:.4f}")
+        if world == args.world and r["held_out"] != base:
+            failures.append(f"resumed on the saving world size, held-out {r['held_out']!r} is "
+                            f"not the uninterrupted run's {base!r}")
+        if r["held_out"] > base * (1 + args.tolerance):
+            failures.append(f"{world} ranks: held-out {r['held_out']:.4f} more than "
+                            f"{args.tolerance:.0%} above the uninterrupted {base:.4f}")
+    if failures:
+        sys.exit("FAIL: " + "; ".join(failures))
+    print(f"OK: OneBitAdam resumed {args.world} ranks' checkpoint on {args.world} ranks exactly, "
+          f"on {args.world - 1} and {args.world + 1} within {args.tolerance:.0%} of the "
+          f"uninterrupted run")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("mode", choices=["drive", "worker"])
+    p.add_argument("mode", choices=["drive", "worker", "resume", "resume-worker"])
+    p.add_argument("--phase", choices=["save", "load"], help="resume-worker only")
     p.add_argument("--work", required=True)
     p.add_argument("--world", type=int, default=4)
     p.add_argument("--steps", type=int, default=300)
@@ -293,10 +438,8 @@ def main():
     p.add_argument("--all", action="store_true",
                    help="also OneBitAdam with topk and the hook with every other codec")
     args = p.parse_args()
-    if args.mode == "drive":
-        drive(args)
-    else:
-        worker(args)
+    {"drive": drive, "worker": worker, "resume": resume,
+     "resume-worker": resume_worker}[args.mode](args)
 
 
 if __name__ == "__main__":
