@@ -207,6 +207,7 @@ Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint
   setSmallBytes(smallBytes_);
   setPipelineDepth(depth_);
   setWorkspaceProvider(workspaces_);
+  setArithmeticHook(arithmeticHook_);
   return Status::ok();
 }
 
@@ -232,6 +233,14 @@ void CollectiveEngine::setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> p
   if (twoLevel_) {
     twoLevel_->local->setWorkspaceProvider(workspaces_);
     twoLevel_->cross->setWorkspaceProvider(workspaces_);
+  }
+}
+
+void CollectiveEngine::setArithmeticHook(std::shared_ptr<ArithmeticHook> hook) {
+  arithmeticHook_ = std::move(hook);
+  if (twoLevel_) {
+    twoLevel_->local->setArithmeticHook(arithmeticHook_);
+    twoLevel_->cross->setArithmeticHook(arithmeticHook_);
   }
 }
 

@@ -60,7 +60,9 @@ Status CollectiveEngine::ringReduceScatterCore(float* work, size_t count, DataTy
     size_t off = c.begin + sg.begin;
     const void* src = work + off;
     if (sendStage) {
-      detail::fromFloat(work + off, 1.0f, wire, sendStage + off * es, sg.length);
+      arithmetic(Arithmetic::kConvert, sg.length, [&] {
+        detail::fromFloat(work + off, 1.0f, wire, sendStage + off * es, sg.length);
+      });
       src = sendStage + off * es;
     }
     size_t slot;
@@ -76,9 +78,8 @@ Status CollectiveEngine::ringReduceScatterCore(float* work, size_t count, DataTy
       Range sg = segmentRange(c.length, seg, g);
       size_t off = c.begin + sg.begin;
       TERSE_RETURN_IF_ERROR(reqs.wait(recvSlot[s * maxSegs + g]));
-      timed(reduceSeconds_, [&] {
+      arithmetic(Arithmetic::kReduce, sg.length, [&] {
         detail::accumulateTyped(recvStage + off * es, wire, work + off, sg.length);
-        return 0;
       });
       if (s + 1 < n - 1) TERSE_RETURN_IF_ERROR(sendSegment(s + 1, c, g));
       transport_.progress();  // keep transfers moving while this rank computes
@@ -135,24 +136,29 @@ Status CollectiveEngine::ringAllreduce(const CollectiveOp& op, uint32_t seq) {
   float* work = op.dtype == DataType::kFloat32
                     ? static_cast<float*>(op.recv)
                     : reinterpret_cast<float*>(scratch(3, op.count * sizeof(float)));
-  detail::toFloat(op.send, op.dtype, work, op.count);
+  arithmetic(Arithmetic::kConvert, op.count,
+             [&] { detail::toFloat(op.send, op.dtype, work, op.count); });
   TERSE_RETURN_IF_ERROR(ringReduceScatterCore(work, op.count, op.dtype, seq));
   Range own = chunkRange(op.count, n, r);
   float scale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
-  detail::fromFloat(work + own.begin, scale, op.dtype,
-                    static_cast<uint8_t*>(op.recv) + own.begin * dataTypeSize(op.dtype),
-                    own.length);
+  arithmetic(Arithmetic::kConvert, own.length, [&] {
+    detail::fromFloat(work + own.begin, scale, op.dtype,
+                      static_cast<uint8_t*>(op.recv) + own.begin * dataTypeSize(op.dtype),
+                      own.length);
+  });
   return ringAllgatherCore(op.recv, op.count, op.dtype, seq);
 }
 
 Status CollectiveEngine::ringReduceScatter(const CollectiveOp& op, uint32_t seq) {
   const int n = transport_.size(), r = transport_.rank();
   float* work = reinterpret_cast<float*>(scratch(3, op.count * sizeof(float)));
-  detail::toFloat(op.send, op.dtype, work, op.count);
+  arithmetic(Arithmetic::kConvert, op.count,
+             [&] { detail::toFloat(op.send, op.dtype, work, op.count); });
   TERSE_RETURN_IF_ERROR(ringReduceScatterCore(work, op.count, op.dtype, seq));
   Range own = chunkRange(op.count, n, r);
   float scale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
-  detail::fromFloat(work + own.begin, scale, op.dtype, op.recv, own.length);
+  arithmetic(Arithmetic::kConvert, own.length,
+             [&] { detail::fromFloat(work + own.begin, scale, op.dtype, op.recv, own.length); });
   return Status::ok();
 }
 
@@ -173,7 +179,13 @@ Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint
   const size_t bytes = op.count * sizeof(float);
   float* work = reinterpret_cast<float*>(scratch(3, bytes));
   float* incoming = reinterpret_cast<float*>(scratch(4, bytes));
-  detail::toFloat(op.send, op.dtype, work, op.count);
+  arithmetic(Arithmetic::kConvert, op.count,
+             [&] { detail::toFloat(op.send, op.dtype, work, op.count); });
+  auto addIncoming = [&] {
+    arithmetic(Arithmetic::kReduce, op.count, [&] {
+      for (size_t i = 0; i < op.count; ++i) work[i] = incoming[i] + work[i];
+    });
+  };
 
   int p = 1;
   while (p * 2 <= n) p *= 2;
@@ -195,7 +207,7 @@ Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint
       TERSE_RETURN_IF_ERROR(exchange(r + 1, true, false));
     } else {
       TERSE_RETURN_IF_ERROR(exchange(r - 1, false, true));
-      for (size_t i = 0; i < op.count; ++i) work[i] = incoming[i] + work[i];
+      addIncoming();
       vrank = r / 2;
     }
   } else {
@@ -206,7 +218,7 @@ Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint
   if (vrank >= 0) {
     for (int mask = 1; mask < p; mask <<= 1) {
       TERSE_RETURN_IF_ERROR(exchange(realRank(vrank ^ mask), true, true));
-      for (size_t i = 0; i < op.count; ++i) work[i] = incoming[i] + work[i];
+      addIncoming();
     }
   } else {
     for (int mask = 1; mask < p; mask <<= 1) step++;
@@ -220,7 +232,8 @@ Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint
     }
   }
   float scale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
-  detail::fromFloat(work, scale, op.dtype, op.recv, op.count);
+  arithmetic(Arithmetic::kConvert, op.count,
+             [&] { detail::fromFloat(work, scale, op.dtype, op.recv, op.count); });
   return Status::ok();
 }
 

@@ -175,7 +175,8 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       if (op.device)
         return device::convertAsync(acc, DataType::kFloat32, out, op.dtype, sg.length, avgScale,
                                     op.stream);
-      detail::fromFloat(acc, avgScale, op.dtype, out, sg.length);
+      arithmetic(Arithmetic::kConvert, sg.length,
+                 [&] { detail::fromFloat(acc, avgScale, op.dtype, out, sg.length); });
       return Status::ok();
     }
     const CodecCall call = codecCall(op, nonceFor(seq, r, r, g, 1), avgScale);

@@ -48,8 +48,10 @@ Status CollectiveEngine::nodeSum(const CollectiveOp& op, const float* wide, size
   TERSE_RETURN_IF_ERROR(runStep(*twoLevel_->local, step)
                             .withContext(std::string("two-level ") + what + ", inside the node"));
   if (op.op == ReduceOp::kAvg)
-    detail::fromFloat(sum, 1.0f / static_cast<float>(transport_.size()), DataType::kFloat32, sum,
-                      length);
+    arithmetic(Arithmetic::kConvert, length, [&] {
+      detail::fromFloat(sum, 1.0f / static_cast<float>(transport_.size()), DataType::kFloat32, sum,
+                        length);
+    });
   return Status::ok();
 }
 
@@ -68,10 +70,8 @@ Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
   const float* wide = static_cast<const float*>(op.send);
   if (op.dtype != DataType::kFloat32) {
     auto* widened = reinterpret_cast<float*>(scratch(7, op.count * sizeof(float)));
-    timed(reduceSeconds_, [&] {
-      detail::toFloat(op.send, op.dtype, widened, op.count);
-      return 0;
-    });
+    arithmetic(Arithmetic::kConvert, op.count,
+               [&] { detail::toFloat(op.send, op.dtype, widened, op.count); });
     wide = widened;
   }
   auto* sum = reinterpret_cast<float*>(scratch(8, slice.length * sizeof(float)));
@@ -94,9 +94,11 @@ Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
     step.feedbackOffset = op.feedbackOffset + slice.begin;
     TERSE_RETURN_IF_ERROR(
         runStep(*groups.cross, step).withContext("two-level allreduce, across nodes"));
-    detail::fromFloat(sum, 1.0f, op.dtype, out, slice.length);
+    arithmetic(Arithmetic::kConvert, slice.length,
+               [&] { detail::fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
   } else {
-    detail::fromFloat(sum, 1.0f, op.dtype, out, slice.length);
+    arithmetic(Arithmetic::kConvert, slice.length,
+               [&] { detail::fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
     step.send = out;
     step.recv = out;
     step.dtype = op.dtype;
@@ -182,7 +184,7 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
   };
 
   auto* packed = reinterpret_cast<float*>(scratch(7, world * m * sizeof(float)));
-  timed(reduceSeconds_, [&] {
+  arithmetic(Arithmetic::kConvert, perNode * nodes * m, [&] {
     for (size_t ci = 0; ci < perNode; ++ci)
       for (size_t k = 0; k < nodes; ++k) {
         Range part = partOf(ci, k);
@@ -191,7 +193,6 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
                         part.length);
         std::fill(block + part.length, block + m, 0.0f);
       }
-    return 0;
   });
   auto* sum = reinterpret_cast<float*>(scratch(8, nodes * m * sizeof(float)));
   TERSE_RETURN_IF_ERROR(nodeSum(op, packed, world * m, sum, nodes * m, "reduce-scatter"));
@@ -220,12 +221,14 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
     TERSE_RETURN_IF_ERROR(
         runStep(*groups.cross, step).withContext("two-level reduce-scatter, across nodes"));
     if (op.feedback) view.store(*step.feedback, *op.feedback);
-    detail::fromFloat(out, 1.0f, op.dtype, op.recv, mine.length);
+    arithmetic(Arithmetic::kConvert, mine.length,
+               [&] { detail::fromFloat(out, 1.0f, op.dtype, op.recv, mine.length); });
     return Status::ok();
   }
   uint8_t* typed = scratch(9, nodes * m * es);
   uint8_t* out = scratch(10, m * es);
-  detail::fromFloat(sum, 1.0f, op.dtype, typed, nodes * m);
+  arithmetic(Arithmetic::kConvert, nodes * m,
+             [&] { detail::fromFloat(sum, 1.0f, op.dtype, typed, nodes * m); });
   step.send = typed;
   step.recv = out;
   step.dtype = op.dtype;

@@ -112,10 +112,29 @@ class SharedWorkspaces : public CollectiveEngine::WorkspaceProvider {
   std::vector<std::vector<Mapping>> slots_;
 };
 
+class ChargedArithmetic : public CollectiveEngine::ArithmeticHook {
+ public:
+  ChargedArithmetic(double reduceGBps, double convertGBps)
+      : reduceGBps_(reduceGBps), convertGBps_(convertGBps) {}
+  bool take(CollectiveEngine::Arithmetic what, size_t elements) override {
+    const double gbps = what == CollectiveEngine::Arithmetic::kReduce ? reduceGBps_ : convertGBps_;
+    if (gbps > 0) chargeCompute(static_cast<double>(elements) * 4.0 / (gbps * 1e9));
+    return true;
+  }
+
+ private:
+  double reduceGBps_, convertGBps_;
+};
+
 }  // namespace
 
 std::shared_ptr<CollectiveEngine::WorkspaceProvider> makeSharedWorkspaces() {
   return std::make_shared<SharedWorkspaces>();
+}
+
+std::shared_ptr<CollectiveEngine::ArithmeticHook> makeChargedArithmetic(double reduceGBps,
+                                                                        double convertGBps) {
+  return std::make_shared<ChargedArithmetic>(reduceGBps, convertGBps);
 }
 
 }  // namespace terse::sim

@@ -226,9 +226,26 @@ int main(int argc, char** argv) {
     tp.compressGBps *= o.computeShare;
     tp.decompressAccumulateGBps *= o.computeShare;
     if (o.computeShare != 1) computeNote += formatString(" x %g per rank", o.computeShare);
-  } else if (o.assumeCompress > 0 || !o.model.empty()) {
-    computeNote += "; none's reduction is not charged (docs/simulation.md)";
   }
+  // The engine's own float32 sums and conversions (uncompressed steps, two-level's node steps):
+  // at `none`'s decompress-accumulate and compress rates.
+  sim::CodecThroughput own;
+  if (o.assumeCompress > 0 || !o.model.empty()) {
+    auto t = model.lookup("none");
+    if (!t.isOk()) {
+      std::fprintf(stderr,
+                   "terse-sim: %s (the engine's own float32 arithmetic is charged at "
+                   "none's rates)\n",
+                   t.status().message().c_str());
+      return 2;
+    }
+    own = *t;
+    own.compressGBps *= o.computeShare;
+    own.decompressAccumulateGBps *= o.computeShare;
+    if (!compressed && o.computeShare != 1)
+      computeNote += formatString(" x %g per rank", o.computeShare);
+  }
+  auto arithmetic = sim::makeChargedArithmetic(own.decompressAccumulateGBps, own.compressGBps);
   sim::SizingCodec sizing(*real, tp, [](double s) { sim::chargeCompute(s); });
   const Codec* codec = compressed ? static_cast<const Codec*>(&sizing) : real->get();
 
@@ -266,6 +283,7 @@ int main(int argc, char** argv) {
       [&](Transport& t) {
         CollectiveEngine engine(t, std::chrono::hours(24));  // simulated time
         engine.setWorkspaceProvider(workspaces);
+        engine.setArithmeticHook(arithmetic);
         if (o.algo == "ring") engine.setSmallBytes(0);
         if (o.algo == "rd") engine.setSmallBytes(~size_t{0});
         // The platform's nodes, as the api layer gives them from the rendezvous' host names;

@@ -159,6 +159,48 @@ TEST(SimCli, SharedWorkspacesChangeNothingButMemory) {
   }
 }
 
+// The engine's own arithmetic is charged (ArithmeticHook): an uncompressed ring allreduce on one
+// node of 4 ranks, 4 MiB of float32, at an assumed 1 GB/s for sums and conversions takes longer
+// than the compute-free prediction by each rank's passes: the conversion into float32 (the
+// whole tensor), the sums of 3 of its 4 chunks and the conversion of its own chunk back, 8 MB
+// at 1 GB/s = 8 ms, less what the links overlap. A model without `none`'s row is refused by name.
+TEST(SimCli, TheEnginesOwnArithmeticIsCharged) {
+  auto timeUs = [](const std::string& extra) {
+    const std::string json = ::testing::TempDir() + "/sim-arith.json";
+    int code = 0;
+    std::string out = runCli(
+        "--world 4 --ranks-per-node 4 --bytes 4M --codec none --algo ring "
+        "--json " +
+            json + " " + extra,
+        &code);
+    EXPECT_EQ(code, 0) << out;
+    std::ifstream f(json);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    const size_t at = text.find("\"time_us\": ");
+    EXPECT_NE(at, std::string::npos) << text;
+    return at == std::string::npos ? 0.0 : std::stod(text.substr(at + 11));
+  };
+  const double free = timeUs(""), charged = timeUs("--assume-gbps 1,1");
+  const double passes = 4.0 * (1 << 20) * (1.0 + 3.0 / 4 + 1.0 / 4) / 1e9 * 1e6;  // 8 MB, us
+  EXPECT_GT(charged - free, 0.9 * passes) << "free " << free << " us, charged " << charged;
+  EXPECT_LT(charged - free, 1.05 * passes) << "free " << free << " us, charged " << charged;
+
+  const std::string model = ::testing::TempDir() + "/no-none.json";
+  FILE* f = std::fopen(model.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fprintf(f,
+               "{\"benchmark\": \"codecs\", \"results\": [{\"codec\": "
+               "\"int8:block=256,round=nearest,seed=0\", \"wire_bytes\": 1, "
+               "\"compress_gbps\": 2.5, \"decompress_accumulate_gbps\": 4.0}]}\n");
+  std::fclose(f);
+  int code = 0;
+  std::string out = runCli("--world 4 --bytes 4M --codec int8 --model " + model, &code);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("none"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace terse::testing
 

@@ -153,6 +153,23 @@ class CollectiveEngine {
   };
   void setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider);
 
+  // Where the engine's own host arithmetic goes: the float32 sums of uncompressed data and the
+  // conversions between the caller's type and float32, which no codec call covers. By default
+  // it runs. The simulation's sizing mode hands every engine a hook that charges it to the
+  // simulated host at modelled rates and skips it (its values do not change simulated time, and
+  // thousands of simulated ranks' real float arithmetic would dominate the wall time). Reaches
+  // the two-level groups' engines too.
+  enum class Arithmetic { kReduce, kConvert };
+  class ArithmeticHook {
+   public:
+    virtual ~ArithmeticHook() = default;
+    // Before `elements` elements are summed into float32 (kReduce) or converted between the
+    // caller's type and float32 (kConvert): true when the hook has dealt with them, and the
+    // engine skips the work.
+    virtual bool take(Arithmetic what, size_t elements) = 0;
+  };
+  void setArithmeticHook(std::shared_ptr<ArithmeticHook> hook);
+
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
   // (The setters reach the two-level groups' engines too.)
   void setSegmentBytes(size_t bytes);
@@ -240,6 +257,16 @@ class CollectiveEngine {
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
+  // The engine's own arithmetic on `elements` elements (ArithmeticHook), timed as the reduce
+  // stage, unless the hook took it.
+  template <typename Work>
+  void arithmetic(Arithmetic what, size_t elements, Work&& work) {
+    if (arithmeticHook_ && arithmeticHook_->take(what, elements)) return;
+    timed(reduceSeconds_, [&] {
+      work();
+      return 0;
+    });
+  }
   // The stats row of a collective kind.
   CollectiveStats::Kind& statsOf(const CollectiveOp& op);
   // Adds one finished call to the stats: its status, wall time and transport bytes.
@@ -273,9 +300,10 @@ class CollectiveEngine {
   size_t depth_ = 1;
   uint32_t seq_ = 0;
   uint64_t bytesSent_ = 0;
-  std::vector<std::vector<uint8_t>> scratch_;      // grow-only workspaces, reused across calls
-  std::shared_ptr<WorkspaceProvider> workspaces_;  // replaces scratch_ when set (sim/)
-  std::vector<device::PinnedBuffer> pinned_;       // the same for device calls (CUDA builds)
+  std::vector<std::vector<uint8_t>> scratch_;       // grow-only workspaces, reused across calls
+  std::shared_ptr<WorkspaceProvider> workspaces_;   // replaces scratch_ when set (sim/)
+  std::shared_ptr<ArithmeticHook> arithmeticHook_;  // sim/: charges and skips own arithmetic
+  std::vector<device::PinnedBuffer> pinned_;        // the same for device calls (CUDA builds)
   device::DeviceBuffer deviceAcc_;
 };
 

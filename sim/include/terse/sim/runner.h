@@ -40,4 +40,11 @@ void chargeCompute(double seconds);
 // moved or freed while the provider lives. What runs thousands of ranks in one process.
 std::shared_ptr<CollectiveEngine::WorkspaceProvider> makeSharedWorkspaces();
 
+// The engine's own arithmetic in the sizing mode (CollectiveEngine::setArithmeticHook): charged
+// to the calling rank's host, float32 sums at reduceGBps and conversions at convertGBps (4 bytes
+// an element; 0: free), and skipped. Built from `none`'s row of a throughput model, whose
+// decompress-accumulate is exactly a float32 sum pass and whose compress a conversion pass.
+std::shared_ptr<CollectiveEngine::ArithmeticHook> makeChargedArithmetic(double reduceGBps,
+                                                                        double convertGBps);
+
 }  // namespace terse::sim
