@@ -354,6 +354,87 @@ terse_status_t terse_allgather_async(terse_comm_t* comm, const void* send, void*
                      });
 }
 
+void terse_call_options_default(terse_call_options_t* options) {
+  if (!options) return;
+  *options = terse_call_options_t{};
+  options->struct_size = sizeof(terse_call_options_t);
+}
+
+}  // extern "C"
+
+namespace {
+
+// The _ex forms: the options are read (or refused, as a rejected call every rank sees) before
+// the call is submitted; `work` NULL blocks.
+template <typename Submit>
+terse_status_t submitEx(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind,
+                        size_t count, int dtype, int op, const terse_call_options_t* options,
+                        terse_work_t** work, Submit&& submit) {
+  return guarded([&] {
+    terse::Status bad;
+    if (options == nullptr)
+      bad = terse::errorInvalidArgument(
+          "%s: options is NULL (fill them with "
+          "terse_call_options_default)",
+          fn);
+    else if (options->struct_size != sizeof(terse_call_options_t))
+      bad = terse::errorInvalidArgument(
+          "%s: options.struct_size is %zu, this library's struct has %zu bytes (fill it with "
+          "terse_call_options_default)",
+          fn, options->struct_size, sizeof(terse_call_options_t));
+    terse::Work w;
+    if (!bad.isOk()) {
+      w = terse::rejectCall(*comm->comm, kind, count, std::move(bad));
+    } else {
+      terse::CollectiveOptions o = ::options(options->codec, options->feedback);
+      if (options->algorithm) o.algorithm = options->algorithm;
+      w = collective(comm, fn, kind, count, dtype, op, [&] { return submit(o); });
+    }
+    if (work == nullptr) return done(w.wait());
+    *work = liveWork().add(new terse_work{std::move(w)});
+    return done(terse::Status::ok());
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+terse_status_t terse_allreduce_ex(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                  terse_dtype_t dtype, terse_redop_t op,
+                                  const terse_call_options_t* options, terse_work_t** work) {
+  TERSE_REQUIRE(comm, "terse_allreduce_ex: comm");
+  return submitEx(comm, "terse_allreduce_ex", terse::CollectiveKind::kAllReduce, count, dtype, op,
+                  options, work, [&](const terse::CollectiveOptions& o) {
+                    return comm->comm->allreduceAsync(send, recv, count,
+                                                      static_cast<terse::DataType>(dtype),
+                                                      static_cast<terse::ReduceOp>(op), o);
+                  });
+}
+
+terse_status_t terse_reduce_scatter_ex(terse_comm_t* comm, const void* send, void* recv,
+                                       size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                       const terse_call_options_t* options, terse_work_t** work) {
+  TERSE_REQUIRE(comm, "terse_reduce_scatter_ex: comm");
+  return submitEx(comm, "terse_reduce_scatter_ex", terse::CollectiveKind::kReduceScatter, count,
+                  dtype, op, options, work, [&](const terse::CollectiveOptions& o) {
+                    return comm->comm->reduceScatterAsync(send, recv, count,
+                                                          static_cast<terse::DataType>(dtype),
+                                                          static_cast<terse::ReduceOp>(op), o);
+                  });
+}
+
+terse_status_t terse_allgather_ex(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                  terse_dtype_t dtype, const terse_call_options_t* options,
+                                  terse_work_t** work) {
+  TERSE_REQUIRE(comm, "terse_allgather_ex: comm");
+  return submitEx(comm, "terse_allgather_ex", terse::CollectiveKind::kAllGather, count, dtype,
+                  TERSE_SUM, options, work, [&](const terse::CollectiveOptions& o) {
+                    return comm->comm->allgatherAsync(send, recv, count,
+                                                      static_cast<terse::DataType>(dtype), o);
+                  });
+}
+
 terse_status_t terse_codec_info(const char* spec, char* canonical, size_t* size,
                                 int* wants_feedback) {
   TERSE_REQUIRE(spec, "terse_codec_info: spec");

@@ -89,6 +89,31 @@ terse_status_t terse_reduce_scatter_async(terse_comm_t* comm, const void* send, 
 terse_status_t terse_allgather_async(terse_comm_t* comm, const void* send, void* recv, size_t count,
                                      terse_dtype_t dtype, const char* codec,
                                      terse_feedback_t* feedback, terse_work_t** work);
+/* The collectives with every per-call option (CollectiveOptions in C++). Fill the struct with
+ * terse_call_options_default, then set what you need; later versions may append fields, which
+ * struct_size tells apart. `work` NULL: the call blocks until the result is in recv; otherwise
+ * it is the async form and *work gets the handle. An options struct this library cannot read (NULL,
+ * a wrong struct_size) or an unknown algorithm fails the call on every rank, like any other
+ * refused argument. */
+typedef struct terse_call_options {
+  size_t struct_size;         /* sizeof(terse_call_options_t); set by ..._default */
+  const char* codec;          /* as above (NULL: "none") */
+  terse_feedback_t* feedback; /* may be NULL */
+  /* How the call crosses the ranks: "auto" or NULL (TERSE_ALGO, else two-level where the node
+   * layout allows it), "flat" or "twolevel" (docs/api.md, "Algorithms"). Every rank must pass
+   * the same; "twolevel" where it cannot run is an error on every rank. */
+  const char* algorithm;
+} terse_call_options_t;
+void terse_call_options_default(terse_call_options_t* options);
+terse_status_t terse_allreduce_ex(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                  terse_dtype_t dtype, terse_redop_t op,
+                                  const terse_call_options_t* options, terse_work_t** work);
+terse_status_t terse_reduce_scatter_ex(terse_comm_t* comm, const void* send, void* recv,
+                                       size_t count, terse_dtype_t dtype, terse_redop_t op,
+                                       const terse_call_options_t* options, terse_work_t** work);
+terse_status_t terse_allgather_ex(terse_comm_t* comm, const void* send, void* recv, size_t count,
+                                  terse_dtype_t dtype, const terse_call_options_t* options,
+                                  terse_work_t** work);
 /* What a codec spec means, without a communicator: its canonical form with every parameter
  * spelled out ("topk" -> "topk:ratio=0.01", "auto" -> "auto:max=int8"; what checkpoints and
  * error messages use) and whether the codec wants error feedback (onebit, topk, and auto specs

@@ -16,6 +16,13 @@ from ._lib import check
 _DTYPES = {"torch.float32": _lib.FLOAT32, "torch.float16": _lib.FLOAT16,
            "torch.bfloat16": _lib.BFLOAT16}
 _OPS = {"sum": _lib.SUM, "avg": _lib.AVG}
+_ALGORITHMS = ("auto", "flat", "twolevel")
+
+
+class _CallOptions(ctypes.Structure):
+    """terse_call_options_t (terse.h)."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("codec", ctypes.c_char_p),
+                ("feedback", ctypes.c_void_p), ("algorithm", ctypes.c_char_p)]
 
 
 def _codec_bytes(codec):
@@ -180,18 +187,25 @@ class Communicator:
             raise error
         return call
 
-    def _allreduce_call(self, tensor, codec, op, feedback, out):
+    def _allreduce_call(self, tensor, codec, op, feedback, out, algorithm):
         """Checks allreduce's arguments and returns the call that runs it (or, when they are
         invalid, the call that refuses it on every rank)."""
         self._h()
         try:
-            return self._checked_allreduce_call(tensor, codec, op, feedback, out)
+            return self._checked_allreduce_call(tensor, codec, op, feedback, out, algorithm)
         except (TypeError, ValueError) as error:
             return self._refused(error)
 
-    def _checked_allreduce_call(self, tensor, codec, op, feedback, out):
+    def _checked_allreduce_call(self, tensor, codec, op, feedback, out, algorithm):
         if op not in _OPS:
             raise ValueError(f"terse: op must be 'avg' or 'sum', not {op!r}")
+        if algorithm not in _ALGORITHMS:
+            raise ValueError(f"terse: algorithm must be one of {', '.join(_ALGORITHMS)}, not "
+                             f"{algorithm!r}")
+        ex = getattr(_lib.lib(), "terse_allreduce_ex", None)
+        if algorithm != "auto" and ex is None:
+            raise ValueError(f"terse: algorithm={algorithm!r} needs terse_allreduce_ex, which the "
+                             f"loaded libterse does not have (an older build)")
         send, count, dtype = _host_buffer(tensor, "the tensor")
         recv = send
         if out is not None:
@@ -204,21 +218,32 @@ class Communicator:
         def call():
             # The closure holds tensor, out and feedback, so a queued call keeps them alive.
             with self._lock:
-                check(_lib.lib().terse_allreduce(self._h(), send, recv, count, dtype, _OPS[op],
-                                                 spec, fb if feedback is not None else None))
+                if algorithm == "auto":
+                    check(_lib.lib().terse_allreduce(self._h(), send, recv, count, dtype,
+                                                     _OPS[op], spec, fb))
+                else:
+                    opts = _CallOptions()
+                    _lib.lib().terse_call_options_default(ctypes.byref(opts))
+                    opts.codec, opts.feedback, opts.algorithm = spec, fb, algorithm.encode()
+                    check(ex(self._h(), send, recv, count, dtype, _OPS[op], ctypes.byref(opts),
+                             None))
             return tensor if out is None else out
         return call
 
-    def allreduce(self, tensor, codec="none", op="avg", feedback=None, out=None):
+    def allreduce(self, tensor, codec="none", op="avg", feedback=None, out=None,
+                  algorithm="auto"):
         """Allreduces a contiguous CPU tensor in place (or into ``out``) with ``codec``.
 
         op is "avg" (divides by the world size in float32 before any narrowing) or "sum".
-        feedback is a Feedback made for this codec and element count, or None. Returns the
-        tensor that holds the result.
+        feedback is a Feedback made for this codec and element count, or None. algorithm is
+        "auto" (TERSE_ALGO, else two-level where the node layout allows it), "flat" or
+        "twolevel" (docs/api.md, "Algorithms"); every rank must pass the same, and "twolevel"
+        where it cannot run fails on every rank. Returns the tensor that holds the result.
         """
-        return self._in_order(self._allreduce_call(tensor, codec, op, feedback, out))
+        return self._in_order(self._allreduce_call(tensor, codec, op, feedback, out, algorithm))
 
-    def allreduce_async(self, tensor, codec="none", op="avg", feedback=None, out=None):
+    def allreduce_async(self, tensor, codec="none", op="avg", feedback=None, out=None,
+                        algorithm="auto"):
         """allreduce on this communicator's background thread: returns at once with a
         concurrent.futures.Future of the result tensor (its exception a TerseError when the
         collective fails). Arguments are checked here, before queueing: invalid ones raise
@@ -229,7 +254,7 @@ class Communicator:
         backward goes on meanwhile)."""
         self._h()
         try:
-            call = self._checked_allreduce_call(tensor, codec, op, feedback, out)
+            call = self._checked_allreduce_call(tensor, codec, op, feedback, out, algorithm)
         except (TypeError, ValueError) as error:
             self._submit(self._refused(error))
             raise

@@ -314,6 +314,70 @@ static void case_binding_reject(void) {
   check_usable(current_case);
 }
 
+/* terse_*_ex: the options struct is read on each rank; one the library cannot read, or an unknown
+ * algorithm, on the last rank fails the same call on every rank. Valid calls (blocking and async,
+ * algorithm "flat") give the exact sum, and "twolevel" on one node fails on every rank. */
+static void ex_case(int null_options, size_t struct_size, const char* algorithm) {
+  terse_call_options_t o;
+  terse_call_options_default(&o);
+  if (last_rank()) {
+    o.struct_size = struct_size;
+    o.algorithm = algorithm;
+  }
+  fill_input();
+  const double t0 = now_s();
+  terse_status_t s = terse_allreduce_ex(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM,
+                                        null_options && last_rank() ? NULL : &o, NULL);
+  const double dt = now_s() - t0;
+  expect_split(s, dt, TERSE_INVALID_ARGUMENT, TERSE_INVALID_USAGE);
+  check_usable(current_case);
+}
+static void case_ex_null_options(void) { ex_case(1, sizeof(terse_call_options_t), NULL); }
+static void case_ex_struct_size(void) { ex_case(0, sizeof(terse_call_options_t) - 1, NULL); }
+static void case_ex_algorithm_bogus(void) { ex_case(0, sizeof(terse_call_options_t), "ring"); }
+
+static void case_ex_forms_run(void) {
+  terse_call_options_t o;
+  terse_call_options_default(&o);
+  if (o.struct_size != sizeof o || o.codec || o.feedback || o.algorithm)
+    fail("terse_call_options_default left struct_size %zu and non-NULL fields", o.struct_size);
+  o.algorithm = "flat";
+  fill_input();
+  memset(out, 0xff, kCount * sizeof(float));
+  terse_status_t s = terse_allreduce_ex(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM, &o, NULL);
+  if (s != TERSE_OK) fail("allreduce_ex (flat) returned %s", terse_status_name(s));
+  for (int i = 0; i < kCount; ++i)
+    if (out[i] != expected_sum(i)) fail("allreduce_ex: element %d is %g", i, out[i]);
+  size_t off = 0, len = 0;
+  terse_comm_part(comm, kCount, &off, &len);
+  terse_work_t* work = NULL;
+  memset(out, 0xff, kCount * sizeof(float));
+  s = terse_reduce_scatter_ex(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM, &o, &work);
+  if (s == TERSE_OK) s = terse_work_wait(work);
+  terse_work_free(work);
+  if (s != TERSE_OK) fail("reduce_scatter_ex (async) returned %s", terse_status_name(s));
+  for (size_t i = 0; i < len; ++i)
+    if (out[i] != expected_sum((int)(off + i)))
+      fail("reduce_scatter_ex: element %zu is %g", off + i, out[i]);
+  float* gathered = (float*)malloc(kCount * sizeof(float));
+  if (!gathered) fail("out of memory");
+  s = terse_allgather_ex(comm, out, gathered, kCount, TERSE_FLOAT32, &o, NULL);
+  if (s != TERSE_OK) fail("allgather_ex returned %s", terse_status_name(s));
+  for (int i = 0; i < kCount; ++i)
+    if (gathered[i] != expected_sum(i)) fail("allgather_ex: element %d is %g", i, gathered[i]);
+  free(gathered);
+  if (world > 1 && getenv("TERSE_NODE") == NULL) {
+    o.algorithm = "twolevel"; /* one node: two-level cannot run, and every rank is told */
+    const double t0 = now_s();
+    s = terse_allreduce_ex(comm, in, out, kCount, TERSE_FLOAT32, TERSE_SUM, &o, NULL);
+    const double dt = now_s() - t0;
+    report("(twolevel on one node) got", s, dt);
+    if (s == TERSE_OK) fail("twolevel on one node succeeded");
+    expect_message_has("two-level");
+  }
+  check_usable(current_case);
+}
+
 /* The other collectives join the same agreement: a bad codec on the last rank's reduce-scatter, a
  * NULL receive buffer on the last rank's allgather. */
 static void case_reduce_scatter_bad_codec(void) {
@@ -604,6 +668,10 @@ static const struct test_case cases[] = {
     {"allgather_null_recv", case_allgather_null_recv},
     {"split_null_out", case_split_null_out},
     {"binding_reject", case_binding_reject},
+    {"ex_null_options", case_ex_null_options},
+    {"ex_struct_size", case_ex_struct_size},
+    {"ex_algorithm_bogus", case_ex_algorithm_bogus},
+    {"ex_forms_run", case_ex_forms_run},
     {"disagree_count", case_disagree_count},
     {"disagree_dtype", case_disagree_dtype},
     {"disagree_op", case_disagree_op},

@@ -123,6 +123,13 @@ class Part(unittest.TestCase):
         self.assertEqual(self.comm.part(10), (0, 10))
         self.assertEqual(self.comm.part(0), (0, 0))
 
+    def test_allreduce_algorithm(self):
+        t = Tensor([1, 2, 3, 4])
+        self.comm.allreduce(t, codec="none", op="sum", algorithm="flat")
+        self.assertEqual(list(t.buf), [1, 2, 3, 4])
+        with self.assertRaises(ValueError):
+            self.comm.allreduce(t, algorithm="hierarchical")
+
     def test_allreduce_nul_codec(self):
         with self.assertRaises(ValueError):
             self.comm.allreduce(Tensor([1, 2, 3, 4]), codec="int8\x00garbage", op="sum")
@@ -184,6 +191,9 @@ def refused_arguments():
         ("out", lambda t: dict(tensor=t, out=Tensor([0.0] * 4))),
         ("NUL in codec", lambda t: dict(tensor=t, codec="int8\x00junk")),
         ("codec type", lambda t: dict(tensor=t, codec=8)),
+        ("algorithm", lambda t: dict(tensor=t, algorithm="ring")),
+        # Valid in Python, refused by the C layer (two-level on one node): every rank is told.
+        ("twolevel on one node", lambda t: dict(tensor=t, algorithm="twolevel")),
     ]
     failures = 0
     for asynchronous in (False, True):
@@ -203,7 +213,12 @@ def refused_arguments():
                 got = error
             took = time.monotonic() - start
             label = f"{'async ' if asynchronous else ''}{what}"
-            if comm.rank == 1 and not isinstance(got, (TypeError, ValueError)):
+            if what == "twolevel on one node":
+                if comm.rank == 1 and not isinstance(got, _lib.TerseError):
+                    print(f"python_args_test: FAILED: {label}: rank 1 got {got!r}, not terse's "
+                          f"error")
+                    failures += 1
+            elif comm.rank == 1 and not isinstance(got, (TypeError, ValueError)):
                 print(f"python_args_test: FAILED: {label}: rank 1 got {got!r}, not its refusal")
                 failures += 1
             if comm.rank == 0:
