@@ -244,7 +244,8 @@ void CollectiveEngine::setArithmeticHook(std::shared_ptr<ArithmeticHook> hook) {
   }
 }
 
-uint8_t* CollectiveEngine::scratch(int slot, size_t bytes) {
+uint8_t* CollectiveEngine::scratch(Workspace name, size_t bytes) {
+  const int slot = static_cast<int>(name);
   if (workspaces_) return workspaces_->workspace(slot, bytes);
   if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
   auto& buf = scratch_[slot];
@@ -252,15 +253,18 @@ uint8_t* CollectiveEngine::scratch(int slot, size_t bytes) {
   return buf.data();
 }
 
-Result<uint8_t*> CollectiveEngine::wireScratch(const CollectiveOp& op, int slot, size_t bytes) {
-  if (!op.device) return scratch(slot, bytes);
+Result<uint8_t*> CollectiveEngine::wireScratch(const CollectiveOp& op, Workspace name,
+                                               size_t bytes) {
+  if (!op.device) return scratch(name, bytes);
+  const int slot = static_cast<int>(name);
   if (pinned_.size() <= static_cast<size_t>(slot)) pinned_.resize(slot + 1);
   TERSE_ASSIGN_OR_RETURN(void* p, pinned_[slot].reserve(bytes));
   return static_cast<uint8_t*>(p);
 }
 
 Result<float*> CollectiveEngine::accScratch(const CollectiveOp& op, size_t elems) {
-  if (!op.device) return reinterpret_cast<float*>(scratch(5, elems * sizeof(float)));
+  if (!op.device)
+    return reinterpret_cast<float*>(scratch(Workspace::kAccumulators, elems * sizeof(float)));
   TERSE_ASSIGN_OR_RETURN(void* p, deviceAcc_.reserve(elems * sizeof(float)));
   return static_cast<float*>(p);
 }
@@ -356,7 +360,8 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
   if (n == 1) return Status::ok();
   CallDescriptor mine = detail::makeDescriptor(op, seq, static_cast<uint32_t>(n));
   if (rejected) mine.kind = detail::kRejectedKind;
-  auto* theirs = reinterpret_cast<CallDescriptor*>(scratch(0, sizeof(CallDescriptor) * n));
+  auto* theirs = reinterpret_cast<CallDescriptor*>(
+      scratch(Workspace::kDescriptors, sizeof(CallDescriptor) * n));
   RequestList reqs(transport_, timeout_, &bytesSent_);
   std::vector<size_t> recvSlot(n, 0);
   const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, 0);
@@ -555,7 +560,7 @@ Status CollectiveEngine::stagedOnHost(const CollectiveOp& op, uint32_t seq) {
   }
   // One pinned buffer of the larger side: the host algorithms all work in place.
   size_t bytes = std::max(sendCount, recvCount) * es;
-  TERSE_ASSIGN_OR_RETURN(uint8_t * stage, wireScratch(op, 6, bytes));
+  TERSE_ASSIGN_OR_RETURN(uint8_t * stage, wireScratch(op, Workspace::kDeviceStage, bytes));
   CollectiveOp host = op;
   host.device = false;
   host.stream = nullptr;

@@ -39,8 +39,9 @@ Status CollectiveEngine::ringReduceScatterCore(float* work, size_t count, DataTy
   const size_t maxSegs = segmentCount(chunkRange(count, n, 0).length, seg);
   // Wire staging (full tensor in the wire type, indexed by element offset): one slot per element
   // is enough because every chunk is sent once and received once during the reduce-scatter.
-  uint8_t* sendStage = wire == DataType::kFloat32 ? nullptr : scratch(1, count * es);
-  uint8_t* recvStage = scratch(2, count * es);
+  uint8_t* sendStage =
+      wire == DataType::kFloat32 ? nullptr : scratch(Workspace::kRingSendStage, count * es);
+  uint8_t* recvStage = scratch(Workspace::kRingRecvStage, count * es);
 
   RequestList reqs(transport_, timeout_, &bytesSent_);
   reqs.reserve(2 * (n - 1) * maxSegs);
@@ -133,9 +134,10 @@ Status CollectiveEngine::ringAllgatherCore(void* buffer, size_t count, DataType 
 
 Status CollectiveEngine::ringAllreduce(const CollectiveOp& op, uint32_t seq) {
   const int n = transport_.size(), r = transport_.rank();
-  float* work = op.dtype == DataType::kFloat32
-                    ? static_cast<float*>(op.recv)
-                    : reinterpret_cast<float*>(scratch(3, op.count * sizeof(float)));
+  float* work =
+      op.dtype == DataType::kFloat32
+          ? static_cast<float*>(op.recv)
+          : reinterpret_cast<float*>(scratch(Workspace::kFloatWork, op.count * sizeof(float)));
   arithmetic(Arithmetic::kConvert, op.count,
              [&] { detail::toFloat(op.send, op.dtype, work, op.count); });
   TERSE_RETURN_IF_ERROR(ringReduceScatterCore(work, op.count, op.dtype, seq));
@@ -151,7 +153,7 @@ Status CollectiveEngine::ringAllreduce(const CollectiveOp& op, uint32_t seq) {
 
 Status CollectiveEngine::ringReduceScatter(const CollectiveOp& op, uint32_t seq) {
   const int n = transport_.size(), r = transport_.rank();
-  float* work = reinterpret_cast<float*>(scratch(3, op.count * sizeof(float)));
+  float* work = reinterpret_cast<float*>(scratch(Workspace::kFloatWork, op.count * sizeof(float)));
   arithmetic(Arithmetic::kConvert, op.count,
              [&] { detail::toFloat(op.send, op.dtype, work, op.count); });
   TERSE_RETURN_IF_ERROR(ringReduceScatterCore(work, op.count, op.dtype, seq));
@@ -177,8 +179,8 @@ Status CollectiveEngine::ringAllgather(const CollectiveOp& op, uint32_t seq) {
 Status CollectiveEngine::recursiveDoublingAllreduce(const CollectiveOp& op, uint32_t seq) {
   const int n = transport_.size(), r = transport_.rank();
   const size_t bytes = op.count * sizeof(float);
-  float* work = reinterpret_cast<float*>(scratch(3, bytes));
-  float* incoming = reinterpret_cast<float*>(scratch(4, bytes));
+  float* work = reinterpret_cast<float*>(scratch(Workspace::kFloatWork, bytes));
+  float* incoming = reinterpret_cast<float*>(scratch(Workspace::kPartnerFloats, bytes));
   arithmetic(Arithmetic::kConvert, op.count,
              [&] { detail::toFloat(op.send, op.dtype, work, op.count); });
   auto addIncoming = [&] {

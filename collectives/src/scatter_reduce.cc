@@ -87,13 +87,15 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   const float avgScale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
 
   TERSE_ASSIGN_OR_RETURN(uint8_t * sendWire,
-                         wireScratch(op, 1, n * maxSegs * stride));  // [chunk j][segment g]
+                         wireScratch(op, Workspace::kChunkWire, n * maxSegs * stride));
   TERSE_ASSIGN_OR_RETURN(uint8_t * recvWire,
-                         wireScratch(op, 2, n * maxSegs * stride));  // [contributor i][my g]
-  TERSE_ASSIGN_OR_RETURN(uint8_t * resultWire, wireScratch(op, 3, maxSegs * stride));  // [my g]
+                         wireScratch(op, Workspace::kContribWire, n * maxSegs * stride));
+  TERSE_ASSIGN_OR_RETURN(uint8_t * resultWire,
+                         wireScratch(op, Workspace::kResultWire, maxSegs * stride));
   uint8_t* gatherWire = nullptr;  // [owner i][g]
   if (allreduce) {
-    TERSE_ASSIGN_OR_RETURN(gatherWire, wireScratch(op, 4, n * maxSegs * stride));
+    TERSE_ASSIGN_OR_RETURN(gatherWire,
+                           wireScratch(op, Workspace::kGatherWire, n * maxSegs * stride));
   }
   TERSE_ASSIGN_OR_RETURN(float* acc, accScratch(op, slotElems));
   std::vector<size_t> ownBytes(maxSegs, 0);
@@ -248,7 +250,7 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
   const size_t stride = (codec.maxWireBytes(std::min(seg, maxPart)) + 7) / 8 * 8;  // as above
   const Range mine = chunkRange(op.count, n, r);
   TERSE_ASSIGN_OR_RETURN(uint8_t * wire,
-                         wireScratch(op, 1, n * maxSegs * stride));  // [owner i][segment g]
+                         wireScratch(op, Workspace::kChunkWire, n * maxSegs * stride));
   auto slotPtr = [&](int who, size_t g) { return wire + (who * maxSegs + g) * stride; };
   TERSE_ASSIGN_OR_RETURN(float* worker, workerResidual(op));
   auto* output = static_cast<uint8_t*>(op.recv);

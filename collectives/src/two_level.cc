@@ -69,12 +69,13 @@ Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
   // Step 1: the node's float32 sum of this rank's slice.
   const float* wide = static_cast<const float*>(op.send);
   if (op.dtype != DataType::kFloat32) {
-    auto* widened = reinterpret_cast<float*>(scratch(7, op.count * sizeof(float)));
+    auto* widened =
+        reinterpret_cast<float*>(scratch(Workspace::kNodeInput, op.count * sizeof(float)));
     arithmetic(Arithmetic::kConvert, op.count,
                [&] { detail::toFloat(op.send, op.dtype, widened, op.count); });
     wide = widened;
   }
-  auto* sum = reinterpret_cast<float*>(scratch(8, slice.length * sizeof(float)));
+  auto* sum = reinterpret_cast<float*>(scratch(Workspace::kNodeSum, slice.length * sizeof(float)));
   TERSE_RETURN_IF_ERROR(nodeSum(op, wide, op.count, sum, slice.length, "allreduce"));
 
   // Step 2: the slice across nodes.
@@ -183,7 +184,8 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
     return chunkRange(op.count, world, groups.nodes[node][localIndex]);
   };
 
-  auto* packed = reinterpret_cast<float*>(scratch(7, world * m * sizeof(float)));
+  auto* packed =
+      reinterpret_cast<float*>(scratch(Workspace::kNodeInput, world * m * sizeof(float)));
   arithmetic(Arithmetic::kConvert, perNode * nodes * m, [&] {
     for (size_t ci = 0; ci < perNode; ++ci)
       for (size_t k = 0; k < nodes; ++k) {
@@ -194,7 +196,7 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
         std::fill(block + part.length, block + m, 0.0f);
       }
   });
-  auto* sum = reinterpret_cast<float*>(scratch(8, nodes * m * sizeof(float)));
+  auto* sum = reinterpret_cast<float*>(scratch(Workspace::kNodeSum, nodes * m * sizeof(float)));
   TERSE_RETURN_IF_ERROR(nodeSum(op, packed, world * m, sum, nodes * m, "reduce-scatter"));
 
   const Range mine = partOf(c, groups.node);
@@ -206,7 +208,7 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
   step.algorithm = Algorithm::kFlat;
   step.policyWork = op.policyWork;
   if (compressed) {
-    auto* out = reinterpret_cast<float*>(scratch(9, m * sizeof(float)));
+    auto* out = reinterpret_cast<float*>(scratch(Workspace::kNodeStaged, m * sizeof(float)));
     step.send = sum;
     step.recv = out;
     step.dtype = DataType::kFloat32;
@@ -225,8 +227,8 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
                [&] { detail::fromFloat(out, 1.0f, op.dtype, op.recv, mine.length); });
     return Status::ok();
   }
-  uint8_t* typed = scratch(9, nodes * m * es);
-  uint8_t* out = scratch(10, m * es);
+  uint8_t* typed = scratch(Workspace::kNodeStaged, nodes * m * es);
+  uint8_t* out = scratch(Workspace::kNodeResult, m * es);
   arithmetic(Arithmetic::kConvert, nodes * m,
              [&] { detail::fromFloat(sum, 1.0f, op.dtype, typed, nodes * m); });
   step.send = typed;
@@ -254,7 +256,7 @@ Status CollectiveEngine::twoLevelAllgather(const CollectiveOp& op) {
   auto partOf = [&](size_t localIndex, size_t node) {
     return chunkRange(op.count, world, groups.nodes[node][localIndex]);
   };
-  uint8_t* packed = scratch(7, world * m * es);
+  uint8_t* packed = scratch(Workspace::kNodeInput, world * m * es);
   const Range mine = partOf(c, k);
   uint8_t* myBlock = packed + (c * nodes + k) * m * es;
   if (mine.length > 0) std::memcpy(myBlock, op.send, mine.length * es);

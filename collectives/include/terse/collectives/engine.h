@@ -242,10 +242,35 @@ class CollectiveEngine {
   Status recursiveDoublingAllreduce(const CollectiveOp& op, uint32_t seq);
   Status scatterReduce(const CollectiveOp& op, uint32_t seq);
   Status compressedAllgather(const CollectiveOp& op, uint32_t seq);
-  uint8_t* scratch(int slot, size_t bytes);
+  // The engine's workspaces, by name. One algorithm runs at a time on an engine, so the flat
+  // algorithms share slot numbers (a ring and a scatter-reduce never run in one call). The
+  // two-level slots differ from every flat one: a two-level call holds them while its groups'
+  // engines run flat steps, and with a shared WorkspaceProvider (sim/) those engines draw from
+  // the same slots.
+  enum class Workspace : int {
+    kDescriptors = 0,  // every rank's call descriptor (agreement)
+    // ring and recursive doubling
+    kRingSendStage = 1,  // outgoing segments in the wire type (not float32)
+    kRingRecvStage = 2,  // incoming segments
+    kFloatWork = 3,      // the float32 working copy of the tensor
+    kPartnerFloats = 4,  // recursive doubling: the partner's float32 copy
+    // scatter-reduce and the compressed allgather
+    kChunkWire = 1,     // this rank's compressed chunks (or parts), [chunk][segment]
+    kContribWire = 2,   // the contributions to this rank's chunk, [contributor][segment]
+    kResultWire = 3,    // this rank's reduced chunk, compressed again
+    kGatherWire = 4,    // the owners' reduced chunks, [owner][segment]
+    kAccumulators = 5,  // float32 sums of this rank's chunk
+    kDeviceStage = 6,   // device calls with `none`: pinned staging around the host ring
+    // two-level
+    kNodeInput = 7,   // the input widened to float32 (allreduce) or packed by slice (the others)
+    kNodeSum = 8,     // the node's float32 sum of this rank's slice(s)
+    kNodeStaged = 9,  // reduce-scatter: the cross step's input or result
+    kNodeResult = 10  // reduce-scatter, uncompressed: the cross step's result
+  };
+  uint8_t* scratch(Workspace slot, size_t bytes);
   // Workspace where the op's codecs can reach it: host scratch, or pinned host memory for
   // device calls (UCX sends it, kernels read and write it through UVA).
-  Result<uint8_t*> wireScratch(const CollectiveOp& op, int slot, size_t bytes);
+  Result<uint8_t*> wireScratch(const CollectiveOp& op, Workspace slot, size_t bytes);
   // float32 accumulators: host scratch, or device memory for device calls.
   Result<float*> accScratch(const CollectiveOp& op, size_t elems);
 
