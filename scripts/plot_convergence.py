@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["none", "fp16", "bf16", "int8", "onebit", "topk"]
+ORDER = ["none", "fp16", "bf16", "int8", "fp8", "mxfp8", "mxfp4", "int4", "onebit", "topk"]
 
 
 def label(cfg):
