@@ -139,6 +139,25 @@ ALL_HOOK_CODECS = ["fp16", "bf16", "int8", "fp8", "mxfp8", "mxfp4", "int4", "top
 CLOSE_TO_ADAMW = {"hook-fp16", "hook-bf16", "hook-int8", "hook-fp8", "hook-mxfp8"}
 
 
+def rank_text(rank, topics, ctx):
+    """This rank's training text on `topics` as character indices, and the held-out loss (the
+    text of every topic, in sequences of ctx + 1) of a model."""
+    import torch
+    import torch.nn.functional as F
+
+    chars = alphabet()
+    index = {c: i for i, c in enumerate(chars)}
+    mine = torch.tensor([index[c] for c in text(100 + rank, topics, 200_000)])
+    held = torch.tensor([index[c] for c in text(999, list(range(len(TOPICS))), 40_000)])
+    held = held[: (len(held) // (ctx + 1)) * (ctx + 1)].view(-1, ctx + 1)
+
+    def held_out_loss(model):
+        with torch.no_grad():
+            logits = model(held[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, len(chars)), held[:, 1:].reshape(-1)).item()
+    return mine, held_out_loss
+
+
 def worker(args):
     import torch
     import torch.distributed as dist
@@ -152,16 +171,8 @@ def worker(args):
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     chars = alphabet()
-    index = {c: i for i, c in enumerate(chars)}
     ctx, batch = args.ctx, args.batch
-    mine = torch.tensor([index[c] for c in text(100 + rank, [rank % len(TOPICS)], 200_000)])
-    held = torch.tensor([index[c] for c in text(999, list(range(len(TOPICS))), 40_000)])
-    held = held[: (len(held) // (ctx + 1)) * (ctx + 1)].view(-1, ctx + 1)
-
-    def held_out_loss(model):
-        with torch.no_grad():
-            logits = model(held[:, :-1])
-            return F.cross_entropy(logits.reshape(-1, len(chars)), held[:, 1:].reshape(-1)).item()
+    mine, held_out_loss = rank_text(rank, [rank % len(TOPICS)], ctx)
 
     runs = ["adamw", "hook-onebit", "onebit-adam"]
     if args.all:
@@ -224,17 +235,9 @@ def resume_worker(args):
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     chars = alphabet()
-    index = {c: i for i, c in enumerate(chars)}
     ctx, batch = args.ctx, args.batch
-    topics = [t for t in range(len(TOPICS)) if t % world == rank]
-    mine = torch.tensor([index[c] for c in text(100 + rank, topics, 200_000)])
-    held = torch.tensor([index[c] for c in text(999, list(range(len(TOPICS))), 40_000)])
-    held = held[: (len(held) // (ctx + 1)) * (ctx + 1)].view(-1, ctx + 1)
-
-    def held_out_loss(model):
-        with torch.no_grad():
-            logits = model(held[:, :-1])
-            return F.cross_entropy(logits.reshape(-1, len(chars)), held[:, 1:].reshape(-1)).item()
+    mine, held_out_loss = rank_text(rank, [t for t in range(len(TOPICS)) if t % world == rank],
+                                    ctx)
 
     half = args.steps // 2
     net = make_model(len(chars), ctx)
