@@ -90,8 +90,11 @@ terse_status_t terse_allgather_async(terse_comm_t* comm, const void* send, void*
                                      terse_dtype_t dtype, const char* codec,
                                      terse_feedback_t* feedback, terse_work_t** work);
 /* The collectives with every per-call option (CollectiveOptions in C++). Fill the struct with
- * terse_call_options_default, then set what you need; later versions may append fields, which
- * struct_size tells apart. `work` NULL: the call blocks until the result is in recv; otherwise
+ * terse_call_options_default, then set what you need. struct_size must equal this library's
+ * sizeof(terse_call_options_t): a caller built against another layout is refused, never
+ * misread. Bindings that declare their own copy of the struct (the Python package) set
+ * struct_size to their copy's size instead of calling _default, which writes the library's
+ * whole struct. `work` NULL: the call blocks until the result is in recv; otherwise
  * it is the async form and *work gets the handle. An options struct this library cannot read (NULL,
  * a wrong struct_size) or an unknown algorithm fails the call on every rank, like any other
  * refused argument. */

@@ -106,7 +106,6 @@ def _declare(lib):
         "terse_onebit_adam_frozen_at": (i64, [vp]),
         "terse_onebit_adam_serialize": (i32, [vp, vp, c.POINTER(sz)]),
         "terse_onebit_adam_deserialize": (i32, [vp, sz, c.POINTER(vp)]),
-        "terse_call_options_default": (None, [vp]),
         "terse_allreduce_ex": (i32, [vp, vp, vp, sz, i32, i32, vp, c.POINTER(vp)]),
     }
     for name, (restype, argtypes) in optional.items():

@@ -222,8 +222,9 @@ class Communicator:
                     check(_lib.lib().terse_allreduce(self._h(), send, recv, count, dtype,
                                                      _OPS[op], spec, fb))
                 else:
-                    opts = _CallOptions()
-                    _lib.lib().terse_call_options_default(ctypes.byref(opts))
+                    # Sized by this module's struct, never by the library's: a library with
+                    # appended fields must not write past it.
+                    opts = _CallOptions(struct_size=ctypes.sizeof(_CallOptions))
                     opts.codec, opts.feedback, opts.algorithm = spec, fb, algorithm.encode()
                     check(ex(self._h(), send, recv, count, dtype, _OPS[op], ctypes.byref(opts),
                              None))

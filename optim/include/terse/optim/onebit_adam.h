@@ -133,8 +133,10 @@ class OneBitAdam {
   int64_t frozenAt_ = 0;
   mutable std::vector<float> m_;
   mutable std::vector<float> v_;
-  std::vector<float> scratch_;  // the compressed phase's new momentum until its allreduce succeeded
-  std::vector<float> vCheck_;   // automatic warm-up: vhat at the previous check (empty before)
+  // Until the step's collective succeeded: the compressed phase's new momentum, or the variance
+  // a measuring warm-up step would leave.
+  std::vector<float> scratch_;
+  std::vector<float> vCheck_;  // automatic warm-up: vhat at the previous check (empty before)
   ErrorFeedback feedback_;
   mutable std::unique_ptr<Device> device_;
 };
