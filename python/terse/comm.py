@@ -213,10 +213,14 @@ class Communicator:
             if out_count != count or out_dtype != dtype:
                 raise ValueError("terse: out must have the tensor's element count and dtype")
         spec = _codec_bytes(codec)
-        fb = feedback._h() if feedback is not None else None
+        if feedback is not None:
+            feedback._h()  # a closed Feedback is refused here, before the call is queued
 
         def call():
-            # The closure holds tensor, out and feedback, so a queued call keeps them alive.
+            # The closure holds tensor, out and feedback, so a queued call keeps them alive: the
+            # feedback's handle is taken here, from the object, never from a copy of the handle
+            # made outside (a Feedback collected while its call is queued frees its state).
+            fb = feedback._h() if feedback is not None else None
             with self._lock:
                 if algorithm == "auto":
                     check(_lib.lib().terse_allreduce(self._h(), send, recv, count, dtype,
