@@ -316,7 +316,9 @@ def run_one(args, hook, out_json, port):
         cmd += script
         if r == 0:
             print("+", " ".join(cmd), f"(and nodes 1..{args.nproc - 1})", flush=True)
-        procs.append(subprocess.Popen(cmd, env=env))
+        # Each namespace is its own emulated host: say so, or terse's node keys (hostname and
+        # boot id, shared by the namespaces) would put every rank on one node.
+        procs.append(subprocess.Popen(cmd, env=dict(env, TERSE_NODE=f"{args.netns}-h{r + 1}")))
     deadline = time.time() + args.timeout
     rc = 0
     for p in procs:
