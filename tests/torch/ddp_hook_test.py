@@ -21,6 +21,13 @@
         step (inside the hook, between two buckets). Every survivor's backward() must raise
         terse's error well within TERSE_TIMEOUT_MS naming the dead rank, also when the rank it
         waited on was a survivor that failed first (its failure notice carries the cause).
+  multinode: --nodes torchrun launchers on this machine, one per emulated node (--nnodes,
+        --node_rank, --nproc_per_node --per-node; TERSE_NODE names each node, no UCX_TLS), as
+        a multi-node job starts: terse's topology agrees with torchrun's LOCAL_RANK and
+        LOCAL_WORLD_SIZE, no launcher warning is logged, and the hook's default algorithm is
+        two-level: every bucket equals terse's allreduce forced to "twolevel" (with a copy of the
+        error-feedback state) and, for int8, differs from the one forced to "flat"; none stays
+        within its bound of the exact average, and parameters agree on every rank.
   unit: one process (a world of one): old and new GradBucket APIs, float16/bfloat16 buckets,
         bad dtypes, codecs and checkpoints give clear errors, bucket-layout tracking, the library
         search, CUDA buckets (skipped without a GPU).
@@ -484,6 +491,158 @@ def ddp_driver(args):
 
 
 # ---------------------------------------------------------------------------------------------
+# multinode: torchrun's multi-node launch, emulated with one launcher per node on this machine
+
+MULTINODE_CODECS = ["none", "int8", "onebit", "mxfp4"]
+
+
+def multinode_driver(args):
+    """Starts one torchrun per emulated node, as a job over --nodes hosts would; exits with FAIL
+    when any fails, hangs or terse warned that the launcher and its node keys disagree."""
+    os.makedirs(args.work, exist_ok=True)
+    port = free_port_pair()
+    env = dict(os.environ, TERSE_SEGMENT_BYTES=str(SEGMENT_ELEMS * 4))
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    env.setdefault("TERSE_CPU_THREADS", "1")
+    env.pop("UCX_TLS", None)  # the two levels pick shared memory and the network themselves
+    env.pop("TERSE_STORE", None)
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    procs, logs = [], []
+    for node in range(args.nodes):
+        log_dir = os.path.join(args.work, f"node{node}")
+        shutil.rmtree(log_dir, ignore_errors=True)
+        logs.append(log_dir)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args.nodes),
+               "--node_rank", str(node), "--nproc_per_node", str(args.per_node),
+               "--master_addr", "127.0.0.1", "--master_port", str(port),
+               "--redirects", "1", "--tee", "1", "--log_dir", log_dir,
+               os.path.abspath(__file__), "multinode-worker", "--work", args.work]
+        if node == 0:
+            print("+", " ".join(cmd), f"(and node_rank 1..{args.nodes - 1})", flush=True)
+        # terse logs to stderr, which torchrun passes through: keep each node's in a file.
+        os.makedirs(log_dir)
+        err = open(os.path.join(log_dir, "stderr.txt"), "w")
+        procs.append(subprocess.Popen(cmd, env=dict(env, TERSE_NODE=f"emulated-host-{node}"),
+                                      stderr=err, start_new_session=True))
+        err.close()
+    failed = None
+    for node, proc in enumerate(procs):
+        try:
+            rc = proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            rc = "a hang"
+        if rc != 0 and failed is None:
+            failed = f"node {node}'s torchrun exited with {rc}"
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    text = ""
+    for log_dir in logs:
+        with open(os.path.join(log_dir, "stderr.txt"), errors="replace") as f:
+            text += f.read()
+    if failed:
+        print(text[-8000:])
+        sys.exit(f"FAIL: {failed}")
+    warned = [line for line in text.splitlines() if "WARN" in line and "launcher" in line]
+    if warned:
+        sys.exit("FAIL: terse's topology disagreed with torchrun's:\n" + "\n".join(warned))
+    print("PASS")
+
+
+def multinode_worker(args):
+    import torch
+    import torch.distributed as dist
+    import terse
+    import terse.ddp
+    from terse.ddp import terse_hook, _bucket_tensor, _bucket_index
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    local_size = int(os.environ["LOCAL_WORLD_SIZE"])
+    comm = terse.ddp.default_communicator()
+    mine = torch.tensor([comm.rank, comm.size, comm.local_rank, comm.local_size, comm.node,
+                         comm.node_count, int(os.environ["LOCAL_RANK"]),
+                         int(os.environ["GROUP_RANK"])])
+    every = [torch.zeros_like(mine) for _ in range(n)]
+    dist.all_gather(every, mine)
+    nodes = n // local_size
+    for r, t in enumerate(every):
+        t_rank, size, lrank, lsize, node, count, launcher_lrank, group = t.tolist()
+        assert (t_rank, size, lsize, count) == (r, n, local_size, nodes), \
+            f"rank {r}: terse says rank {t_rank} of {size}, local size {lsize}, {count} nodes"
+        assert lrank == launcher_lrank, f"rank {r}: terse's local rank {lrank}, torchrun's " \
+                                        f"{launcher_lrank}"
+        same = [o.tolist()[4] for o in every if o.tolist()[7] == group]
+        assert same == [node] * local_size, f"node_rank {group}'s ranks are on terse nodes {same}"
+    assert len({t.tolist()[4] for t in every}) == nodes
+    if rank == 0:
+        print(f"terse topology: {nodes} nodes x {local_size} ranks, as torchrun launched them",
+              flush=True)
+
+    summary = []
+    for codec in MULTINODE_CODECS:
+        model, ddp, opt = new_ddp()
+        state = terse.ddp.TerseState(codec)
+        checked = {"buckets": 0, "flat_differs": 0, "worst": 0.0}
+
+        def hook(state, bucket, codec=codec, checked=checked):
+            tensor = _bucket_tensor(bucket)
+            x = tensor.detach().clone()
+            fb = state._feedback_for(_bucket_index(bucket), bucket, tensor) \
+                if state.error_feedback else None
+            before = fb.to_bytes() if fb is not None else None
+            fut = terse_hook(state, bucket)
+            fut.wait()
+            out = fut.value().detach().clone()
+            copy_fb = terse.Feedback.from_bytes(before) if before is not None else None
+            two = state.comm.allreduce(x.clone(), state.spec, "avg", copy_fb,
+                                       algorithm="twolevel")
+            assert torch.equal(two, out), f"{codec}: the hook's bucket is not two-level's"
+            if copy_fb is not None:
+                assert copy_fb.to_bytes() == fb.to_bytes(), f"{codec}: residuals differ"
+            if codec == "int8":
+                flat = state.comm.allreduce(x.clone(), state.spec, "avg", algorithm="flat")
+                checked["flat_differs"] += int(not torch.equal(flat, out))
+            if codec == "none":
+                xs = [torch.zeros_like(x, dtype=torch.float64) for _ in range(n)]
+                dist.all_gather(xs, x.double())
+                exact = sum(xs) / n
+                allowed = Checker.bound_of("none", n, xs, exact)
+                ratio = ((out.double() - exact).abs() / allowed).max().item() if x.numel() else 0
+                checked["worst"] = max(checked["worst"], ratio)
+                assert ratio <= 1.0, f"none: error {ratio:.3f} times the bound"
+            checked["buckets"] += 1
+            return fut
+
+        ddp.register_comm_hook(state, hook)
+        losses = train(ddp, opt, STEPS, rank)
+        same_everywhere(flat_params(model), f"{codec}: parameters after {STEPS} steps")
+        assert all(math.isfinite(v) for v in losses), f"{codec}: losses {losses}"
+        assert checked["buckets"] >= STEPS
+        summary.append((codec, checked, losses[-1]))
+    int8 = next(c for name, c, _ in summary if name == "int8")
+    # Four ranks, two per node: two-level compresses each node's sum once, flat each rank's
+    # contribution, so the results differ on almost every bucket; equal on all would mean the
+    # "twolevel" replay ran flat too.
+    assert int8["flat_differs"] > 0, "int8: flat and two-level agreed on every bucket"
+    base = summary[0][2]
+    assert abs(summary[1][2] / base - 1) < 0.01, f"int8's final loss {summary[1][2]} vs {base}"
+    if rank == 0:
+        for codec, c, last in summary:
+            print(f"{codec:<8} buckets {c['buckets']:>3}  final loss {last:.4f}" +
+                  (f"  worst err/bound {c['worst']:.3f}" if codec == "none" else "") +
+                  (f"  differs from flat on {c['flat_differs']}" if codec == "int8" else ""),
+                  flush=True)
+        print("PASS", flush=True)
+    dist.barrier()
+    terse.ddp.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+# ---------------------------------------------------------------------------------------------
 # peer-death: a rank dies mid-step; the others' backward() fails naming it
 
 DEATH_TIMEOUT_MS = 30000   # TERSE_TIMEOUT_MS for the ranks: detection must come well before it
@@ -883,8 +1042,10 @@ def example(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["ddp", "ddp-worker", "peer-death", "peer-death-worker",
-                                    "unit", "pip", "example"])
+    p.add_argument("mode", choices=["ddp", "ddp-worker", "multinode", "multinode-worker",
+                                    "peer-death", "peer-death-worker", "unit", "pip", "example"])
+    p.add_argument("--nodes", type=int, default=2, help="multinode: emulated nodes")
+    p.add_argument("--per-node", type=int, default=2, help="multinode: ranks per node")
     p.add_argument("--overlap", choices=["on", "off"], default="on",
                    help="peer-death: the hook's overlap setting")
     p.add_argument("--codec", default="int8", help="peer-death: the hook's codec")
@@ -895,9 +1056,10 @@ def main():
     args = p.parse_args()
     if args.mode != "pip":
         require_torch()
-    if args.mode not in ("ddp-worker", "peer-death-worker", "pip"):
+    if args.mode not in ("ddp-worker", "multinode-worker", "peer-death-worker", "pip"):
         sys.path.insert(0, os.path.join(ROOT, "python"))
-    {"ddp": ddp_driver, "ddp-worker": ddp_worker, "peer-death": peer_death_driver,
+    {"ddp": ddp_driver, "ddp-worker": ddp_worker, "multinode": multinode_driver,
+     "multinode-worker": multinode_worker, "peer-death": peer_death_driver,
      "peer-death-worker": peer_death_worker, "unit": unit, "pip": pip,
      "example": example}[args.mode](args)
 
