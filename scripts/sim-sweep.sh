@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Sweeps terse-sim (docs/simulation.md) over world sizes, codecs, NIC rates and message sizes,
-# one simulated call per point, and writes every row as JSON plus a Markdown table of the
-# predicted time and the speedup over `none` at the same world, rate and size.
+# Sweeps terse-sim (docs/simulation.md) over world sizes, codecs, algorithms, NIC rates and
+# message sizes, one simulated call per point, and writes every row as JSON, a Markdown table of
+# the predicted time with the speedup over `none` (same algorithm) and over flat `none` at the
+# same world, rate and size, and plots of both against the world size (one panel per rate,
+# one figure per size: time-SIZE.png, speedup-SIZE.png; python3-matplotlib).
 #
 #   scripts/sim-sweep.sh --worlds "8 16 32 64" --rates "100 400" --sizes "64M" \
-#       --codecs "none int8 onebit" --ranks-per-node 8 --out sim-results
+#       --codecs "none int8 onebit" --algos "flat twolevel" --ranks-per-node 8 --out sim-results
 #
-# Extra terse-sim options (link latencies, --nic-per-rank, --model FILE, --assume-gbps C,D)
-# go after `--`. Exit status: 0 done, 1 a point failed, 2 bad arguments.
+# --algos takes terse-sim's --algo values (default auto). Extra terse-sim options (link
+# latencies, --nic-per-rank, --model FILE, --assume-gbps C,D) go after `--`. Exit status: 0
+# done, 1 a point failed, 2 bad arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +18,7 @@ worlds="8 16 32 64"
 rates="100 400"
 sizes="64M"
 codecs="none int8 onebit"
+algos="auto"
 rpn=8
 out="sim-results/sweep-$(date -u +%Y%m%dT%H%M%SZ)"
 bin=${TERSE_SIM:-${TERSE_BUILD_DIR:-build}/bin/terse-sim}  # TERSE_SIM: another terse-sim binary
@@ -25,10 +29,11 @@ while [[ $# -gt 0 ]]; do
     --rates) rates=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
     --codecs) codecs=$2; shift 2 ;;
+    --algos) algos=$2; shift 2 ;;
     --ranks-per-node) rpn=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "sim-sweep: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -39,36 +44,25 @@ for size in $sizes; do
   for rate in $rates; do
     for world in $worlds; do
       for codec in $codecs; do
-        name="w${world}-r${rate}-s${size}-${codec//[:=,]/_}"
-        if ! "$bin" --world "$world" --ranks-per-node "$rpn" --nic-gbit "$rate" --bytes "$size" \
-            --codec "$codec" --json "$out/$name.json" "${extra[@]}" >"$out/$name.txt" 2>&1; then
-          echo "sim-sweep: $name failed (see $out/$name.txt)" >&2
-          failed=1
-          continue
-        fi
-        echo "sim-sweep: $name $(tail -1 "$out/$name.txt")"
+        for algo in $algos; do
+          name="w${world}-r${rate}-s${size}-${codec//[:=,]/_}-${algo}"
+          if [[ $algo == twolevel && $world -le $rpn ]]; then
+            echo "sim-sweep: $name skipped: $world ranks are one node of $rpn, no two levels"
+            continue
+          fi
+          if ! "$bin" --world "$world" --ranks-per-node "$rpn" --nic-gbit "$rate" --bytes "$size" \
+              --codec "$codec" --algo "$algo" --json "$out/$name.json" "${extra[@]}" \
+              >"$out/$name.txt" 2>&1; then
+            echo "sim-sweep: $name failed (see $out/$name.txt)" >&2
+            failed=1
+            continue
+          fi
+          echo "sim-sweep: $name $(tail -1 "$out/$name.txt")"
+        done
       done
     done
   done
 done
 
-/usr/bin/python3 - "$out" <<'PY'
-import glob, json, re, sys
-out = sys.argv[1]
-rows = [json.load(open(f)) for f in sorted(glob.glob(out + "/*.json"))]
-def rate(r):
-    return float(re.search(r"NIC ([0-9.]+) Gbit/s", r["platform"]).group(1))
-base = {(r["world"], rate(r), r["bytes"]): r["time_us"] for r in rows if r["codec"] == "none"}
-rows.sort(key=lambda r: (r["bytes"], rate(r), r["world"], r["codec"]))
-with open(out + "/table.md", "w") as f:
-    f.write("| ranks | NIC Gbit/s | size | codec | time (us) | busbw (GB/s) | busiest NIC (MB) | vs none | wall (s) |\n")
-    f.write("|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
-    for r in rows:
-        b = base.get((r["world"], rate(r), r["bytes"]))
-        speed = "%.2fx" % (b / r["time_us"]) if b else "-"
-        f.write("| %d | %g | %d MiB | %s | %.1f | %.2f | %.1f | %s | %.1f |\n" % (
-            r["world"], rate(r), r["bytes"] >> 20, r["codec"], r["time_us"], r["busbw_gbs"],
-            r["max_nic_bytes"] / 1e6, speed, r["wall_s"]))
-print("sim-sweep: table in " + out + "/table.md")
-PY
+/usr/bin/python3 scripts/sim-sweep-report.py "$out"
 exit $failed
