@@ -227,7 +227,7 @@ optim::AdamStepScalars scalarsFor(const OneBitAdamOptions& o, float lr, int64_t 
 
 }  // namespace
 
-Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const float* vNext) {
+Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const float* vNext) const {
   const OneBitAdamOptions& o = options_;
   switch (warmupEndAt(t)) {
     case WarmupEnd::kFixedSteps: return t >= o.warmupSteps;
@@ -235,15 +235,11 @@ Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const fl
     case WarmupEnd::kNoCheck: return false;
     case WarmupEnd::kMeasure: break;
   }
+  // The first measurement only records (recordVarianceCheck): every rank has the same step
+  // count, so all skip this check alike.
+  if (vCheck_.empty()) return false;
   const double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(t));
   auto vhatAt = [&](size_t i) { return static_cast<float>(vNext[i] / c2); };
-  if (vCheck_.empty()) {
-    // The first measurement only records: every rank has the same step count, so all skip
-    // this check alike.
-    vCheck_.resize(count_);
-    for (size_t i = 0; i < count_; ++i) vCheck_[i] = vhatAt(i);
-    return false;
-  }
   double diff = 0.0, norm = 0.0;
   for (size_t i = 0; i < count_; ++i) {
     const float vhat = vhatAt(i);
@@ -255,8 +251,14 @@ Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const fl
   float rel = norm > 0.0 ? static_cast<float>(diff / norm) : 0.0f;
   Status s = comm.allreduce(&rel, &rel, 1, DataType::kFloat32, ReduceOp::kAvg);
   if (!s.isOk()) return s.withContext("OneBitAdam: deciding the end of warm-up");
-  for (size_t i = 0; i < count_; ++i) vCheck_[i] = vhatAt(i);
   return t >= o.minWarmupSteps && rel <= o.varianceTolerance;
+}
+
+void OneBitAdam::recordVarianceCheck(int64_t t, const float* vNext) {
+  if (warmupEndAt(t) != WarmupEnd::kMeasure) return;
+  const double c2 = 1.0 - std::pow(static_cast<double>(options_.beta2), static_cast<double>(t));
+  vCheck_.resize(count_);
+  for (size_t i = 0; i < count_; ++i) vCheck_[i] = static_cast<float>(vNext[i] / c2);
 }
 
 Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, float lr) {
@@ -283,6 +285,7 @@ Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, flo
       v[i] = optim::adamVariance(v[i], grads[i], s.beta2);
       params[i] = optim::adamParam(params[i], m[i], v[i], s);
     }
+    recordVarianceCheck(t, scratch_.data());
     steps_ = t;
     if (settled.value()) frozenAt_ = t;
     return Status::ok();
@@ -349,6 +352,7 @@ Status OneBitAdam::stepDevice(Communicator& comm, float* params, float* grads, f
     if (!settled.isOk()) return settled.status();
     TERSE_RETURN_IF_ERROR(optim::cuda::adamWarmup(params, grads, dm, dv, n, sc, stream));
     TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+    recordVarianceCheck(t, vNext.data());
     steps_ = t;
     if (settled.value()) frozenAt_ = t;
     return Status::ok();

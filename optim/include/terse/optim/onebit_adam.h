@@ -122,9 +122,12 @@ class OneBitAdam {
   Status stepDevice(Communicator& comm, float* params, float* grads, float lr, void* stream);
   // Whether warm-up step t ends the warm-up. vNext is the variance step t will leave, on the
   // host, needed only when warmupEndAt(t) is kMeasure. Its collective runs before step t
-  // changes anything, and vCheck_ changes only once it succeeded, so a failure leaves the
-  // optimizer as it was and the step can be retried.
-  Result<bool> varianceSettled(Communicator& comm, int64_t t, const float* vNext);
+  // changes anything and it changes nothing itself: the step calls recordVarianceCheck once
+  // its own update has succeeded too (on a device, after the kernel), so a failure anywhere
+  // leaves the optimizer as it was and the step can be retried.
+  Result<bool> varianceSettled(Communicator& comm, int64_t t, const float* vNext) const;
+  // Keeps vNext's bias-corrected variance as the next check's reference (kMeasure steps only).
+  void recordVarianceCheck(int64_t t, const float* vNext);
   void pullToHost() const;
 
   size_t count_ = 0;
