@@ -300,6 +300,19 @@ def same_everywhere(t, what):
         assert torch.equal(other, ts[0]), f"{what}: rank {r} differs from rank 0"
 
 
+def end_worker():
+    """Ends a torchrun worker that passed. Neither exiting with the gloo group alive nor
+    destroy_process_group() ends a 1.13 gloo job reliably (examples/pytorch/ddp_hooks.py,
+    finish()): wait for every rank, close terse, then skip the teardown."""
+    import torch.distributed as dist
+    import terse.ddp
+    dist.barrier()
+    terse.ddp.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def new_ddp(seed=0):
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -355,13 +368,7 @@ def ddp_worker(args):
     dist.barrier()
     if rank == 0:
         print("PASS", flush=True)
-    # Neither exiting with the gloo group alive nor destroy_process_group() ends a 1.13 gloo job
-    # reliably (examples/pytorch/ddp_hooks.py, finish()): close terse, then skip the teardown.
-    dist.barrier()
-    terse.ddp.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    end_worker()
 
 
 def overlap_run(codec, rank, checked_params, checked_losses):
@@ -635,11 +642,7 @@ def multinode_worker(args):
                   (f"  differs from flat on {c['flat_differs']}" if codec == "int8" else ""),
                   flush=True)
         print("PASS", flush=True)
-    dist.barrier()
-    terse.ddp.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    end_worker()
 
 
 # ---------------------------------------------------------------------------------------------
