@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The table and plots of a scripts/sim-sweep.sh run: reads every row JSON in DIR (terse-sim
---json) and writes DIR/table.md and, where matplotlib is importable, DIR/time-SIZE.png and
+--json, w*.json) and writes DIR/rows.json (all of them), DIR/table.md and, where matplotlib is importable, DIR/time-SIZE.png and
 DIR/speedup-SIZE.png (one panel per NIC rate, one line per codec and algorithm, against the
 world size). `vs none` compares with `none` under the same algorithm, `vs flat none` with flat
 `none` (the uncompressed baseline a user has today); `-` where that point was not run.
@@ -28,7 +28,7 @@ def size_name(nbytes):
 
 
 def load(out):
-    rows = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out, "*.json")))]
+    rows = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out, "w*.json")))]
     if not rows:
         sys.exit(f"sim-sweep-report: no row JSON in {out}")
     for r in rows:
@@ -109,6 +109,8 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     rows = load(sys.argv[1])
+    with open(os.path.join(sys.argv[1], "rows.json"), "w") as f:
+        json.dump(rows, f, indent=1)  # every point in one file, to keep with the table
     flat = table(rows, sys.argv[1])
     plots(rows, flat, sys.argv[1])
 
