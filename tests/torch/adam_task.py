@@ -42,13 +42,18 @@ import argparse
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
 
 SKIP = 77
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# The port picker of the other torch tests: it draws below the kernel's ephemeral range, where no
+# client socket of a concurrent test can take terse's store port between the check and the bind
+# (a pair drawn by binding port 0 lies inside that range; CI saw "Address already in use").
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+from ddp_hooks import free_port_pair  # noqa: E402
 
 # ---- text -------------------------------------------------------------------------------------
 
@@ -285,23 +290,6 @@ def resume_worker(args):
 
 
 # ---- the driver -------------------------------------------------------------------------------
-
-def free_port_pair():
-    """A port p with p+1 free too (terse's store listens on MASTER_PORT+1 under torchrun)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    sys.exit("FAIL: found no free pair of ports")
-
 
 def require_torch():
     try:
