@@ -211,6 +211,11 @@ Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float l
 
 namespace {
 
+// Adam's bias correction of the second moment after t updates, 1 - beta2^t.
+double varianceCorrection(float beta2, int64_t t) {
+  return 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+}
+
 optim::AdamStepScalars scalarsFor(const OneBitAdamOptions& o, float lr, int64_t t,
                                   int64_t varianceT) {
   optim::AdamStepScalars s;
@@ -219,7 +224,7 @@ optim::AdamStepScalars scalarsFor(const OneBitAdamOptions& o, float lr, int64_t 
   s.eps = o.eps;
   s.decayFactor = 1.0f - lr * o.weightDecay;
   double c1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(t));
-  double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(varianceT));
+  double c2 = varianceCorrection(o.beta2, varianceT);
   s.stepSize = static_cast<float>(lr / c1);
   s.sqrtC2 = static_cast<float>(std::sqrt(c2));
   return s;
@@ -238,7 +243,7 @@ Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const fl
   // The first measurement only records (recordVarianceCheck): every rank has the same step
   // count, so all skip this check alike.
   if (vCheck_.empty()) return false;
-  const double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(t));
+  const double c2 = varianceCorrection(o.beta2, t);
   auto vhatAt = [&](size_t i) { return static_cast<float>(vNext[i] / c2); };
   double diff = 0.0, norm = 0.0;
   for (size_t i = 0; i < count_; ++i) {
@@ -256,7 +261,7 @@ Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const fl
 
 void OneBitAdam::recordVarianceCheck(int64_t t, const float* vNext) {
   if (warmupEndAt(t) != WarmupEnd::kMeasure) return;
-  const double c2 = 1.0 - std::pow(static_cast<double>(options_.beta2), static_cast<double>(t));
+  const double c2 = varianceCorrection(options_.beta2, t);  // vhat as varianceSettled reads it
   vCheck_.resize(count_);
   for (size_t i = 0; i < count_; ++i) vCheck_[i] = static_cast<float>(vNext[i] / c2);
 }
