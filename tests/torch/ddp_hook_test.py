@@ -468,16 +468,24 @@ def save_load(args, codec, rank, n):
               f"checkpoint up after DDP's rebuild", flush=True)
 
 
+def torchrun_env(extra_env):
+    """The environment of the torchrun launchers: this checkout's python/ first, one terse
+    thread per rank, loopback for UCX, and no TERSE_STORE (the point: terse finds its store
+    from torchrun's variables)."""
+    env = dict(os.environ, **extra_env)
+    env.setdefault("UCX_NET_DEVICES", "lo")
+    env.setdefault("TERSE_CPU_THREADS", "1")
+    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TERSE_STORE", None)
+    return env
+
+
 def run_torchrun(args, worker_mode, extra_env, worker_args=()):
     """Runs this file's `worker_mode` on --world ranks under torchrun on loopback; exits with
     FAIL when the ranks fail or do not finish within --timeout (a hang)."""
     os.makedirs(args.work, exist_ok=True)
     port = free_port_pair()
-    env = dict(os.environ, **extra_env)
-    env.setdefault("UCX_NET_DEVICES", "lo")
-    env.setdefault("TERSE_CPU_THREADS", "1")
-    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("TERSE_STORE", None)  # the point: terse finds its store from torchrun's variables
+    env = torchrun_env(extra_env)
     # --redirects/--tee 1: Debian's torch 1.13 under Python 3.11 cannot parse the default "0"
     # (IntFlag iteration skips zero), so stdout is teed through a log directory instead.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
@@ -508,12 +516,8 @@ def multinode_driver(args):
     when any fails, hangs or terse warned that the launcher and its node keys disagree."""
     os.makedirs(args.work, exist_ok=True)
     port = free_port_pair()
-    env = dict(os.environ, TERSE_SEGMENT_BYTES=str(SEGMENT_ELEMS * 4))
-    env.setdefault("UCX_NET_DEVICES", "lo")
-    env.setdefault("TERSE_CPU_THREADS", "1")
+    env = torchrun_env({"TERSE_SEGMENT_BYTES": str(SEGMENT_ELEMS * 4)})
     env.pop("UCX_TLS", None)  # the two levels pick shared memory and the network themselves
-    env.pop("TERSE_STORE", None)
-    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     procs, logs = [], []
     for node in range(args.nodes):
         log_dir = os.path.join(args.work, f"node{node}")
