@@ -114,7 +114,10 @@ duplicate_rank() {
     failed+=("duplicate rank ($label): no failed terse_comm_create names \"rank 1\"")
   fi
 }
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# The torch tests' port picker: below the kernel's ephemeral range, where a client socket of a
+# concurrent test cannot take the port before the store binds it (binding port 0 draws inside it).
+examples=$(cd "$(dirname "$0")/../../examples/pytorch" && pwd)
+port=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); from ddp_hooks import free_port_pair; print(free_port_pair())' "$examples")
 duplicate_rank "127.0.0.1:$port" tcp
 next_store
 duplicate_rank "$store" file
