@@ -7,7 +7,9 @@
 #include <simgrid/s4u/Comm.hpp>
 #include <simgrid/s4u/ConditionVariable.hpp>
 #include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Mailbox.hpp>
 #include <simgrid/s4u/Mutex.hpp>
+#include <simgrid/s4u/Semaphore.hpp>
 #include <simgrid/s4u/Actor.hpp>
 
 #include <algorithm>
@@ -22,10 +24,15 @@ namespace terse::sim {
 namespace {
 
 // The simulated transfer of one matched message, shared by its two requests: both complete when
-// it does. `started` turns true once comm->start() has returned: starting is a simcall, during
-// which other actors run and may already look at the requests.
+// it does. `started` turns true once the put that carries it has returned: issuing it takes
+// simcalls, during which other actors run and may already look at the requests.
 struct Transfer {
   simgrid::s4u::CommPtr comm;
+  const simgrid::kernel::activity::ActivityImpl* impl = nullptr;  // comm's, to find it again
+  // The get that took it out of the receiver's mailbox (SimWorld::drain). It lives as long as
+  // the transfer: the communication keeps a pointer into it and writes there whenever it is
+  // finished again (each wait on it).
+  simgrid::s4u::CommPtr got;
   bool started = false;
   bool done = false;  // a wait or test saw it finish
   double doneAt = 0;  // simulated time it was seen finished
@@ -71,18 +78,34 @@ class SimWorld {
         inbox_(hosts_.size()),
         gone_(hosts_.size()),
         traffic_(hosts_.size()),
-        node_(hosts_.size()) {
+        node_(hosts_.size()),
+        mailbox_(hosts_.size(), nullptr),
+        puts_(hosts_.size()) {
     for (size_t i = 0; i < node_.size(); ++i) node_[i] = static_cast<int>(i);
   }
 
   int size() const { return static_cast<int>(hosts_.size()); }
   const SimTransportOptions& options() const { return options_; }
 
-  // Each rank's inbox synchronisation objects are made by its own actor (they need the engine).
+  // Each rank's inbox synchronisation objects and its mailbox's receiver are made by its own
+  // actor (they need the engine; the receiver is that actor, on the rank's host).
   void attach(int rank) {
     Inbox& in = inbox_[rank];
     if (!in.mutex) in.mutex = simgrid::s4u::Mutex::create();
     if (!in.changed) in.changed = simgrid::s4u::ConditionVariable::create();
+    if (!mailbox_[rank]) {
+      // The permanent receiver is an actor that stays on the rank's host and does nothing (the
+      // rank's own actor moves while it issues puts, see issue(); a suspended receiver would
+      // suspend every transfer to it): it blocks for good on a semaphore, a daemon, so the
+      // simulation ends with the ranks.
+      if (!never_) never_ = simgrid::s4u::Semaphore::create(0);
+      auto never = never_;
+      simgrid::s4u::ActorPtr anchor = simgrid::s4u::Actor::create(
+          "rank" + std::to_string(rank) + "-inbox", hosts_[rank], [never] { never->acquire(); });
+      anchor->daemonize();
+      mailbox_[rank] = simgrid::s4u::Mailbox::by_name("terse-sim-rank-" + std::to_string(rank));
+      mailbox_[rank]->set_receiver(anchor);
+    }
   }
   void wake(int rank) {
     if (inbox_[rank].changed) inbox_[rank].changed->notify_all();
@@ -161,11 +184,45 @@ class SimWorld {
         return k.use_count() == 1 && k->done && k->doneAt < now;
       };
       kept_.erase(std::remove_if(kept_.begin(), kept_.end(), over), kept_.end());
-      const size_t w = kept_.size();
-      nextSweep_ = w + 64;  // often: SimGrid slows down with every comm it still tracks
+      // Next sweep once as many again were added: a sweep walks every kept transfer, and
+      // thousands are in flight at once in a large world, so sweeping every few dozen
+      // additions cost a walk of them all per few dozen messages.
+      nextSweep_ = std::max<size_t>(2 * kept_.size(), 256);
     }
     kept_.push_back(std::move(t));
   }
+
+  // Takes the transfers into `rank` that have ended out of its mailbox's queue (from rank's
+  // actor, the mailbox's receiver). A put to a mailbox with a permanent receiver waits in the
+  // mailbox's done queue, holding its communication, until a get takes it; nothing else
+  // empties that queue (Mailbox::clear would fail communications still running), so the
+  // receiving rank gets each of its transfers once it has seen it end. Gets take the queue's
+  // front, so only a prefix of ended ones is taken: the queue holds the puts in the order they
+  // were issued, which is puts_[rank]'s order (each is appended just before its put, with no
+  // simcall between).
+  void drain(int rank) {
+    auto& q = puts_[rank];
+    while (!q.empty() && q.front()->done) {
+      static void* sink = nullptr;  // where SimGrid writes the put's payload pointer
+      simgrid::s4u::CommPtr got = mailbox_[rank]->get_async<void>(&sink);
+      // A get is a simcall: other actors ran and may have appended to q (never taken from it).
+      const auto* impl = got->get_impl();
+      if (q.front()->impl == impl) {
+        q.front()->got = std::move(got);
+        q.pop_front();
+      } else {  // not expected; keep the bookkeeping right anyway
+        ++drainedOutOfOrder_;
+        auto it = std::find_if(q.begin(), q.end(), [impl](const std::shared_ptr<Transfer>& t) {
+          return t->impl == impl;
+        });
+        if (it != q.end()) {
+          (*it)->got = std::move(got);
+          q.erase(it);
+        }
+      }
+    }
+  }
+  size_t drainedOutOfOrder() const { return drainedOutOfOrder_; }
   void setNodes(std::vector<int> nodes) { node_ = std::move(nodes); }
   Inbox& inbox(int rank) { return inbox_[rank]; }
 
@@ -242,23 +299,47 @@ class SimWorld {
         recv->state.store(kReqDone, std::memory_order_relaxed);
       } else {
         transfer = std::make_shared<Transfer>();
-        transfer->comm = simgrid::s4u::Comm::sendto_init(hosts_[from], hosts_[to]);
-        transfer->comm->set_payload_size(n);
         sop->transfer = transfer;
         rop->transfer = transfer;
         keep(transfer);
       }
     }
-    if (transfer) {
-      transfer->comm->start();
-      transfer->started = true;
-    }
+    if (transfer) issue(transfer, from, to, send->size);
     wake(from);
     if (to != from) wake(to);
   }
 
+  // Starts the transfer of a matched message: a put of its size into the receiver's mailbox,
+  // which has a permanent receiver (the receiving rank's actor), so the put starts at once
+  // without a matching get, from the host of the actor that issues it to the receiver's host.
+  //
+  // Why not Comm::sendto_init(from, to), which was used first: SimGrid 3.32 makes such a
+  // host-to-host communication a detached activity and keeps every detached activity in one
+  // std::list held by the maestro, and each one's end removes it with std::list::remove, a walk
+  // of every communication in flight in the whole world (32,000-36,000 at 192 ranks). A put's
+  // communication is kept in the list of the actor that issued it instead, and its end walks
+  // only the lists of the actors waiting on it: the transfers that actor has in flight.
+  //
+  // The route comes from the issuing actor's host, so the put must be issued from the sender's
+  // host. This runs in the actor that posted last: the sender's (its own host), or the
+  // receiver's, which moves to the sender's host for the put and back (Actor::set_host; an
+  // actor's started communications stay where they are), so the transfer still starts at the
+  // match, in the same simcall sequence as before, and the predictions are unchanged.
+  void issue(const std::shared_ptr<Transfer>& t, int from, int to, size_t bytes) {
+    simgrid::s4u::Host* home = simgrid::s4u::this_actor::get_host();
+    const bool away = home != hosts_[from];
+    if (away) simgrid::s4u::this_actor::set_host(hosts_[from]);
+    // Appended right before the put, with no simcall between: puts_[to] stays in the order of
+    // the mailbox's done queue (see drain).
+    puts_[to].push_back(t);
+    t->comm = mailbox_[to]->put_async(t.get(), bytes);
+    t->impl = t->comm->get_impl();
+    t->started = true;
+    if (away) simgrid::s4u::this_actor::set_host(home);
+  }
+
   std::vector<std::shared_ptr<Transfer>> kept_;
-  size_t nextSweep_ = 64;
+  size_t nextSweep_ = 256;
   std::vector<simgrid::s4u::Host*> hosts_;
   SimTransportOptions options_;
   std::vector<Inbox> inbox_;
@@ -266,6 +347,11 @@ class SimWorld {
   std::unordered_map<uint64_t, Broken> broken_;
   std::vector<SimTraffic> traffic_;
   std::vector<int> node_;
+  std::vector<simgrid::s4u::Mailbox*> mailbox_;  // per receiving rank
+  simgrid::s4u::SemaphorePtr never_;             // what the mailboxes' receivers wait on
+  // Per receiving rank: its transfers whose puts are still in its mailbox, in put order.
+  std::vector<std::deque<std::shared_ptr<Transfer>>> puts_;
+  size_t drainedOutOfOrder_ = 0;
 };
 
 namespace {
@@ -335,7 +421,7 @@ class SimTransport final : public Transport {
       // wait on the same communication, and SimGrid 3.32 keeps one timeout per activity: a
       // second waiter's timeout outlived the transfer and crashed the engine when it fired.)
       try {
-        op->transfer->comm->wait();
+        awaitEnd(*op->transfer);
       } catch (const simgrid::Exception& e) {
         Status why = errorRemote("%s rank %d: simulated transfer failed: %s", requestVerb(r),
                                  r->peer, e.what());
@@ -345,6 +431,7 @@ class SimTransport final : public Transport {
       op->transfer->done = true;
       op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
       r->state.store(kReqDone, std::memory_order_relaxed);
+      if (r->kind == RequestKind::kRecv) world_->drain(rank_);
       break;
     }
     bool done = false;
@@ -399,6 +486,16 @@ class SimTransport final : public Transport {
     return op->matched && (!op->transfer || op->transfer->started);
   }
 
+  // Blocks until the transfer has ended (at once if it has). Comm::wait_any, not Comm::wait:
+  // SimGrid 3.32 keeps a put in the list of the actor that issued it (the sender's or the
+  // receiver's, see SimWorld::issue) until that actor waits on it in the kernel, and its end
+  // walks the lists of the actors waiting on it. Both ranks wait on the one s4u::Comm, whose
+  // wait() returns without entering the kernel once one of them has seen it end; had the issuer
+  // been second, the put stayed in its list for good, and the lists grew by every message
+  // (to 850 entries per rank halfway through a 256-rank run). wait_any always enters the
+  // kernel, which takes the put out of the waiter's list, ended or not.
+  static void awaitEnd(Transfer& t) { simgrid::s4u::Comm::wait_any({t.comm}); }
+
   // Done or failed, with the transfer (if any) over.
   bool finished(TransportRequest* r) {
     const int s = r->state.load(std::memory_order_relaxed);
@@ -406,10 +503,12 @@ class SimTransport final : public Transport {
     auto* op = static_cast<SimOp*>(r->backend);
     if (!ready(op)) return false;
     if (!op->transfer) return true;
-    if (!op->transfer->comm->test()) return false;
+    if (simgrid::s4u::Comm::test_any({op->transfer->comm}) < 0) return false;
+    awaitEnd(*op->transfer);  // ended: returns at once, and lets SimGrid forget it (see there)
     op->transfer->done = true;
     op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
     r->state.store(kReqDone, std::memory_order_relaxed);
+    if (r->kind == RequestKind::kRecv) world_->drain(rank_);
     return true;
   }
 
