@@ -26,7 +26,12 @@ namespace {
 // The simulated transfer of one matched message, shared by its two requests: both complete when
 // it does. `started` turns true once the put that carries it has returned: issuing it takes
 // simcalls, during which other actors run and may already look at the requests.
+struct Issuer;
 struct Transfer {
+  int from = 0, to = 0;
+  size_t bytes = 0;
+  std::shared_ptr<Issuer> by;  // the actor that issues its put (SimWorld::issue)
+  bool endCounted = false;     // by->ended counts it
   simgrid::s4u::CommPtr comm;
   const simgrid::kernel::activity::ActivityImpl* impl = nullptr;  // comm's, to find it again
   // The get that took it out of the receiver's mailbox (SimWorld::drain). It lives as long as
@@ -36,6 +41,17 @@ struct Transfer {
   bool started = false;
   bool done = false;  // a wait or test saw it finish
   double doneAt = 0;  // simulated time it was seen finished
+};
+
+// One generation of a host's put issuer, an actor on that host that issues the puts of the
+// transfers sent from it (SimWorld::issue says why).
+struct Issuer {
+  std::deque<std::shared_ptr<Transfer>> todo;
+  simgrid::s4u::SemaphorePtr work = simgrid::s4u::Semaphore::create(0);  // a token per item
+  size_t issued = 0, ended = 0;
+  size_t drainsPending = 0, drained = 0;  // SimWorld::drain of its host's mailbox
+  bool retired = false;  // a successor takes the new work; this one ends with its last put
+  bool over() const { return retired && todo.empty() && drainsPending == 0 && ended == issued; }
 };
 
 // The simulation side of a request. transfer is null for a message completed at the match (to
@@ -80,7 +96,9 @@ class SimWorld {
         traffic_(hosts_.size()),
         node_(hosts_.size()),
         mailbox_(hosts_.size(), nullptr),
-        puts_(hosts_.size()) {
+        puts_(hosts_.size()),
+        issuer_(hosts_.size()),
+        draining_(hosts_.size(), 0) {
     for (size_t i = 0; i < node_.size(); ++i) node_[i] = static_cast<int>(i);
   }
 
@@ -94,10 +112,9 @@ class SimWorld {
     if (!in.mutex) in.mutex = simgrid::s4u::Mutex::create();
     if (!in.changed) in.changed = simgrid::s4u::ConditionVariable::create();
     if (!mailbox_[rank]) {
-      // The permanent receiver is an actor that stays on the rank's host and does nothing (the
-      // rank's own actor moves while it issues puts, see issue(); a suspended receiver would
-      // suspend every transfer to it): it blocks for good on a semaphore, a daemon, so the
-      // simulation ends with the ranks.
+      // The permanent receiver is an actor that stays on the rank's host and does nothing (a
+      // suspended receiver would suspend every transfer to it): it blocks for good on a
+      // semaphore, a daemon, so the simulation ends with the ranks.
       if (!never_) never_ = simgrid::s4u::Semaphore::create(0);
       auto never = never_;
       simgrid::s4u::ActorPtr anchor = simgrid::s4u::Actor::create(
@@ -105,6 +122,7 @@ class SimWorld {
       anchor->daemonize();
       mailbox_[rank] = simgrid::s4u::Mailbox::by_name("terse-sim-rank-" + std::to_string(rank));
       mailbox_[rank]->set_receiver(anchor);
+      startIssuer(rank);
     }
   }
   void wake(int rank) {
@@ -192,15 +210,28 @@ class SimWorld {
     kept_.push_back(std::move(t));
   }
 
-  // Takes the transfers into `rank` that have ended out of its mailbox's queue (from rank's
-  // actor, the mailbox's receiver). A put to a mailbox with a permanent receiver waits in the
-  // mailbox's done queue, holding its communication, until a get takes it; nothing else
-  // empties that queue (Mailbox::clear would fail communications still running), so the
-  // receiving rank gets each of its transfers once it has seen it end. Gets take the queue's
-  // front, so only a prefix of ended ones is taken: the queue holds the puts in the order they
-  // were issued, which is puts_[rank]'s order (each is appended just before its put, with no
-  // simcall between).
+  // Has the transfers into `rank` that have ended taken out of its mailbox (by its host's
+  // issuer, see drain).
+  void requestDrain(int rank) {
+    Issuer& by = *issuer_[rank];
+    ++by.drainsPending;
+    by.work->release();
+  }
+
+ private:
+  // Takes the transfers into `rank` that have ended out of its mailbox's queue. A put to a
+  // mailbox with a permanent receiver waits in the mailbox's done queue, holding its
+  // communication, until a get takes it; nothing else empties that queue (Mailbox::clear would
+  // fail communications still running), so each transfer is got once a rank has seen it end.
+  // Gets take the queue's front, so only a prefix of ended ones is taken: the queue holds the
+  // puts in the order they were issued, which is puts_[rank]'s order (each is appended just
+  // before its put, with no simcall between). The get is issued by the host's issuer, not by
+  // the rank: SimGrid 3.32 leaves a got communication in the getter's list of activities (the
+  // rank's, then, walked at every end it waits for: 3x the wall time at 256 ranks), and an
+  // issuer's list goes when it ends (runIssuer).
   void drain(int rank) {
+    if (draining_[rank]) return;  // another generation is at it (a get lets others run)
+    draining_[rank] = 1;
     auto& q = puts_[rank];
     while (!q.empty() && q.front()->done) {
       static void* sink = nullptr;  // where SimGrid writes the put's payload pointer
@@ -221,7 +252,10 @@ class SimWorld {
         }
       }
     }
+    draining_[rank] = 0;
   }
+
+ public:
   size_t drainedOutOfOrder() const { return drainedOutOfOrder_; }
   void setNodes(std::vector<int> nodes) { node_ = std::move(nodes); }
   Inbox& inbox(int rank) { return inbox_[rank]; }
@@ -304,40 +338,96 @@ class SimWorld {
         keep(transfer);
       }
     }
-    if (transfer) issue(transfer, from, to, send->size);
+    if (transfer) {
+      transfer->from = from;
+      transfer->to = to;
+      transfer->bytes = send->size;
+      issue(transfer);  // its issuer wakes both ranks once the transfer has started
+      return;
+    }
     wake(from);
     if (to != from) wake(to);
   }
 
   // Starts the transfer of a matched message: a put of its size into the receiver's mailbox,
-  // which has a permanent receiver (the receiving rank's actor), so the put starts at once
+  // which has a permanent receiver (an actor on the receiver's host), so the put starts at once
   // without a matching get, from the host of the actor that issues it to the receiver's host.
   //
-  // Why not Comm::sendto_init(from, to), which was used first: SimGrid 3.32 makes such a
-  // host-to-host communication a detached activity and keeps every detached activity in one
-  // std::list held by the maestro, and each one's end removes it with std::list::remove, a walk
-  // of every communication in flight in the whole world (32,000-36,000 at 192 ranks). A put's
-  // communication is kept in the list of the actor that issued it instead, and its end walks
-  // only the lists of the actors waiting on it: the transfers that actor has in flight.
-  //
-  // The route comes from the issuing actor's host, so the put must be issued from the sender's
-  // host. This runs in the actor that posted last: the sender's (its own host), or the
-  // receiver's, which moves to the sender's host for the put and back (Actor::set_host; an
-  // actor's started communications stay where they are), so the transfer still starts at the
-  // match, in the same simcall sequence as before, and the predictions are unchanged.
-  void issue(const std::shared_ptr<Transfer>& t, int from, int to, size_t bytes) {
-    simgrid::s4u::Host* home = simgrid::s4u::this_actor::get_host();
-    const bool away = home != hosts_[from];
-    if (away) simgrid::s4u::this_actor::set_host(hosts_[from]);
-    // Appended right before the put, with no simcall between: puts_[to] stays in the order of
-    // the mailbox's done queue (see drain).
-    puts_[to].push_back(t);
-    t->comm = mailbox_[to]->put_async(t.get(), bytes);
-    t->impl = t->comm->get_impl();
-    t->started = true;
-    if (away) simgrid::s4u::this_actor::set_host(home);
+  // Why not Comm::sendto_init(from, to), which was used first: SimGrid 3.32 keeps such a
+  // host-to-host communication in one std::list for the whole world, and each one's end
+  // removes it with std::list::remove, a walk of every communication in flight (32,000-36,000
+  // at 192 ranks). A put is kept in the list of the actor that issued it instead, and its end
+  // walks the lists of the actors waiting on it (CommImpl::finish). So neither rank issues the
+  // puts (the engine's descriptor exchange alone leaves 2n of them outstanding per rank, and
+  // every end would walk those): the ranks' lists stay empty and each end costs the same at
+  // any world size. A put is issued by its host's issuer actor, woken here: it runs at this
+  // same simulated time, so the transfer still starts at the match and the predictions are
+  // those of sendto (compared to the 0.1 us). An issuer never waits on its puts, so their list
+  // only grows; after kIssuerBatch puts it hands over to a successor and ends once its puts
+  // have all ended, which frees its list (see Issuer, awaitEnd).
+  void issue(const std::shared_ptr<Transfer>& t) {
+    std::shared_ptr<Issuer> by = issuer_[t->from];
+    t->by = by;
+    by->todo.push_back(t);
+    by->work->release();
   }
 
+ public:
+  // Called once per transfer, when a rank sees it end.
+  void ended(Transfer& t) {
+    if (t.endCounted || !t.by) return;
+    t.endCounted = true;
+    Issuer& by = *t.by;
+    ++by.ended;
+    if (by.retired && by.ended == by.issued) by.work->release();  // let it end
+  }
+
+ private:
+  static constexpr size_t kIssuerBatch = 512;
+
+  void startIssuer(int host) {
+    auto me = std::make_shared<Issuer>();
+    issuer_[host] = me;
+    simgrid::s4u::ActorPtr a =
+        simgrid::s4u::Actor::create("rank" + std::to_string(host) + "-puts", hosts_[host],
+                                    [this, host, me] { runIssuer(host, me); });
+    a->daemonize();
+  }
+
+  void runIssuer(int host, const std::shared_ptr<Issuer>& me) {
+    for (;;) {
+      if (me->over()) return;  // its list of activities goes with it
+      me->work->acquire();
+      if (me->drainsPending > 0) {
+        --me->drainsPending;
+        drain(host);
+        ++me->drained;
+        retireIfDue(host, *me);
+        continue;
+      }
+      if (me->todo.empty()) continue;
+      std::shared_ptr<Transfer> t = std::move(me->todo.front());
+      me->todo.pop_front();
+      // Appended right before the put, with no simcall between: puts_[to] stays in the order
+      // of the mailbox's done queue (see drain).
+      puts_[t->to].push_back(t);
+      t->comm = mailbox_[t->to]->put_async(t.get(), t->bytes);
+      t->impl = t->comm->get_impl();
+      t->started = true;
+      ++me->issued;
+      retireIfDue(host, *me);
+      wake(t->from);
+      wake(t->to);
+    }
+  }
+
+  void retireIfDue(int host, Issuer& me) {
+    if (me.retired || me.issued + me.drained < kIssuerBatch) return;
+    me.retired = true;
+    startIssuer(host);  // new work goes to the successor; me finishes what it holds
+  }
+
+ public:
   std::vector<std::shared_ptr<Transfer>> kept_;
   size_t nextSweep_ = 256;
   std::vector<simgrid::s4u::Host*> hosts_;
@@ -351,6 +441,8 @@ class SimWorld {
   simgrid::s4u::SemaphorePtr never_;             // what the mailboxes' receivers wait on
   // Per receiving rank: its transfers whose puts are still in its mailbox, in put order.
   std::vector<std::deque<std::shared_ptr<Transfer>>> puts_;
+  std::vector<std::shared_ptr<Issuer>> issuer_;  // per host: the generation taking new work
+  std::vector<char> draining_;                   // per rank: drain() runs
   size_t drainedOutOfOrder_ = 0;
 };
 
@@ -431,7 +523,7 @@ class SimTransport final : public Transport {
       op->transfer->done = true;
       op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
       r->state.store(kReqDone, std::memory_order_relaxed);
-      if (r->kind == RequestKind::kRecv) world_->drain(rank_);
+      if (r->kind == RequestKind::kRecv) world_->requestDrain(rank_);
       break;
     }
     bool done = false;
@@ -486,15 +578,11 @@ class SimTransport final : public Transport {
     return op->matched && (!op->transfer || op->transfer->started);
   }
 
-  // Blocks until the transfer has ended (at once if it has). Comm::wait_any, not Comm::wait:
-  // SimGrid 3.32 keeps a put in the list of the actor that issued it (the sender's or the
-  // receiver's, see SimWorld::issue) until that actor waits on it in the kernel, and its end
-  // walks the lists of the actors waiting on it. Both ranks wait on the one s4u::Comm, whose
-  // wait() returns without entering the kernel once one of them has seen it end; had the issuer
-  // been second, the put stayed in its list for good, and the lists grew by every message
-  // (to 850 entries per rank halfway through a 256-rank run). wait_any always enters the
-  // kernel, which takes the put out of the waiter's list, ended or not.
-  static void awaitEnd(Transfer& t) { simgrid::s4u::Comm::wait_any({t.comm}); }
+  // Blocks until the transfer has ended (at once if it has), and tells its issuer.
+  void awaitEnd(Transfer& t) {
+    t.comm->wait();
+    world_->ended(t);
+  }
 
   // Done or failed, with the transfer (if any) over.
   bool finished(TransportRequest* r) {
@@ -503,12 +591,12 @@ class SimTransport final : public Transport {
     auto* op = static_cast<SimOp*>(r->backend);
     if (!ready(op)) return false;
     if (!op->transfer) return true;
-    if (simgrid::s4u::Comm::test_any({op->transfer->comm}) < 0) return false;
-    awaitEnd(*op->transfer);  // ended: returns at once, and lets SimGrid forget it (see there)
+    if (!op->transfer->comm->test()) return false;
+    world_->ended(*op->transfer);
     op->transfer->done = true;
     op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
     r->state.store(kReqDone, std::memory_order_relaxed);
-    if (r->kind == RequestKind::kRecv) world_->drain(rank_);
+    if (r->kind == RequestKind::kRecv) world_->requestDrain(rank_);
     return true;
   }
 
