@@ -27,14 +27,14 @@ namespace {
 // it does. `started` turns true once the put that carries it has returned: issuing it takes
 // simcalls, during which other actors run and may already look at the requests.
 struct Issuer;
-struct Transfer {
+struct Transfer : std::enable_shared_from_this<Transfer> {
   int from = 0, to = 0;
   size_t bytes = 0;
   std::shared_ptr<Issuer> by;  // the actor that issues its put (SimWorld::issue)
   bool endCounted = false;     // by->ended counts it
   simgrid::s4u::CommPtr comm;
-  const simgrid::kernel::activity::ActivityImpl* impl = nullptr;  // comm's, to find it again
-  // The get that took it out of the receiver's mailbox (SimWorld::drain). It lives as long as
+  int slot = -1;  // the receiver's mailbox it is put into (SimWorld::issue)
+  // The get that took it out of that mailbox (SimWorld::drain). It lives as long as
   // the transfer: the communication keeps a pointer into it and writes there whenever it is
   // finished again (each wait on it).
   simgrid::s4u::CommPtr got;
@@ -49,9 +49,10 @@ struct Issuer {
   std::deque<std::shared_ptr<Transfer>> todo;
   simgrid::s4u::SemaphorePtr work = simgrid::s4u::Semaphore::create(0);  // a token per item
   size_t issued = 0, ended = 0;
-  size_t drainsPending = 0, drained = 0;  // SimWorld::drain of its host's mailbox
+  std::deque<std::shared_ptr<Transfer>> toDrain;  // ended transfers into its host (drain)
+  size_t drained = 0;
   bool retired = false;  // a successor takes the new work; this one ends with its last put
-  bool over() const { return retired && todo.empty() && drainsPending == 0 && ended == issued; }
+  bool over() const { return retired && todo.empty() && toDrain.empty() && ended == issued; }
 };
 
 // The simulation side of a request. transfer is null for a message completed at the match (to
@@ -95,10 +96,10 @@ class SimWorld {
         gone_(hosts_.size()),
         traffic_(hosts_.size()),
         node_(hosts_.size()),
-        mailbox_(hosts_.size(), nullptr),
-        puts_(hosts_.size()),
-        issuer_(hosts_.size()),
-        draining_(hosts_.size(), 0) {
+        anchor_(hosts_.size()),
+        slots_(hosts_.size()),
+        freeSlots_(hosts_.size()),
+        issuer_(hosts_.size()) {
     for (size_t i = 0; i < node_.size(); ++i) node_[i] = static_cast<int>(i);
   }
 
@@ -111,7 +112,7 @@ class SimWorld {
     Inbox& in = inbox_[rank];
     if (!in.mutex) in.mutex = simgrid::s4u::Mutex::create();
     if (!in.changed) in.changed = simgrid::s4u::ConditionVariable::create();
-    if (!mailbox_[rank]) {
+    if (!anchor_[rank]) {
       // The permanent receiver is an actor that stays on the rank's host and does nothing (a
       // suspended receiver would suspend every transfer to it): it blocks for good on a
       // semaphore, a daemon, so the simulation ends with the ranks.
@@ -120,8 +121,7 @@ class SimWorld {
       simgrid::s4u::ActorPtr anchor = simgrid::s4u::Actor::create(
           "rank" + std::to_string(rank) + "-inbox", hosts_[rank], [never] { never->acquire(); });
       anchor->daemonize();
-      mailbox_[rank] = simgrid::s4u::Mailbox::by_name("terse-sim-rank-" + std::to_string(rank));
-      mailbox_[rank]->set_receiver(anchor);
+      anchor_[rank] = anchor;
       startIssuer(rank);
     }
   }
@@ -210,53 +210,44 @@ class SimWorld {
     kept_.push_back(std::move(t));
   }
 
-  // Has the transfers into `rank` that have ended taken out of its mailbox (by its host's
-  // issuer, see drain).
-  void requestDrain(int rank) {
-    Issuer& by = *issuer_[rank];
-    ++by.drainsPending;
+  // Takes an ended transfer out of its mailbox (see drain), once.
+  void requestDrain(Transfer& t) {
+    Issuer& by = *issuer_[t.to];
+    by.toDrain.push_back(t.shared_from_this());
     by.work->release();
   }
 
  private:
-  // Takes the transfers into `rank` that have ended out of its mailbox's queue. A put to a
-  // mailbox with a permanent receiver waits in the mailbox's done queue, holding its
-  // communication, until a get takes it; nothing else empties that queue (Mailbox::clear would
-  // fail communications still running), so each transfer is got once a rank has seen it end.
-  // Gets take the queue's front, so only a prefix of ended ones is taken: the queue holds the
-  // puts in the order they were issued, which is puts_[rank]'s order (each is appended just
-  // before its put, with no simcall between). The get is issued by the host's issuer, not by
-  // the rank: SimGrid 3.32 leaves a got communication in the getter's list of activities (the
-  // rank's, then, walked at every end it waits for: 3x the wall time at 256 ranks), and an
-  // issuer's list goes when it ends (runIssuer).
-  void drain(int rank) {
-    if (draining_[rank]) return;  // another generation is at it (a get lets others run)
-    draining_[rank] = 1;
-    auto& q = puts_[rank];
-    while (!q.empty() && q.front()->done) {
-      static void* sink = nullptr;  // where SimGrid writes the put's payload pointer
-      simgrid::s4u::CommPtr got = mailbox_[rank]->get_async<void>(&sink);
-      // A get is a simcall: other actors ran and may have appended to q (never taken from it).
-      const auto* impl = got->get_impl();
-      if (q.front()->impl == impl) {
-        q.front()->got = std::move(got);
-        q.pop_front();
-      } else {  // not expected; keep the bookkeeping right anyway
-        ++drainedOutOfOrder_;
-        auto it = std::find_if(q.begin(), q.end(), [impl](const std::shared_ptr<Transfer>& t) {
-          return t->impl == impl;
-        });
-        if (it != q.end()) {
-          (*it)->got = std::move(got);
-          q.erase(it);
-        }
-      }
+  // A put to a mailbox with a permanent receiver waits in the mailbox's done queue, holding
+  // its communication, until a get takes it; nothing else empties that queue (Mailbox::clear
+  // would fail communications still running). And a get walks that queue (in SimGrid 3.32),
+  // so it must stay short: each transfer has a mailbox of its own, one of a pool per receiving
+  // rank (slots_), and once it has ended its receiving host's issuer takes it out with a get
+  // and gives the mailbox back. The get is the issuer's, not a rank's: a got communication
+  // stays in the getter's list of activities, and an issuer's list goes when it ends.
+  void drain(const std::shared_ptr<Transfer>& t) {
+    static void* sink = nullptr;  // where SimGrid writes the put's payload pointer
+    t->got = slots_[t->to][t->slot]->get_async<void>(&sink);
+    freeSlots_[t->to].push_back(t->slot);
+  }
+
+  // A mailbox into `to` with nothing in it, its receiver set.
+  int takeSlot(int to) {
+    auto& free = freeSlots_[to];
+    if (!free.empty()) {
+      const int slot = free.back();
+      free.pop_back();
+      return slot;
     }
-    draining_[rank] = 0;
+    const int slot = static_cast<int>(slots_[to].size());
+    simgrid::s4u::Mailbox* m = simgrid::s4u::Mailbox::by_name("terse-sim-" + std::to_string(to) +
+                                                              "-" + std::to_string(slot));
+    slots_[to].push_back(m);
+    m->set_receiver(anchor_[to]);  // a simcall: other actors run, the slot is ours already
+    return slot;
   }
 
  public:
-  size_t drainedOutOfOrder() const { return drainedOutOfOrder_; }
   void setNodes(std::vector<int> nodes) { node_ = std::move(nodes); }
   Inbox& inbox(int rank) { return inbox_[rank]; }
 
@@ -377,6 +368,7 @@ class SimWorld {
   void ended(Transfer& t) {
     if (t.endCounted || !t.by) return;
     t.endCounted = true;
+    requestDrain(t);
     Issuer& by = *t.by;
     ++by.ended;
     if (by.retired && by.ended == by.issued) by.work->release();  // let it end
@@ -398,9 +390,10 @@ class SimWorld {
     for (;;) {
       if (me->over()) return;  // its list of activities goes with it
       me->work->acquire();
-      if (me->drainsPending > 0) {
-        --me->drainsPending;
-        drain(host);
+      if (!me->toDrain.empty()) {
+        std::shared_ptr<Transfer> t = std::move(me->toDrain.front());
+        me->toDrain.pop_front();
+        drain(t);
         ++me->drained;
         retireIfDue(host, *me);
         continue;
@@ -408,11 +401,8 @@ class SimWorld {
       if (me->todo.empty()) continue;
       std::shared_ptr<Transfer> t = std::move(me->todo.front());
       me->todo.pop_front();
-      // Appended right before the put, with no simcall between: puts_[to] stays in the order
-      // of the mailbox's done queue (see drain).
-      puts_[t->to].push_back(t);
-      t->comm = mailbox_[t->to]->put_async(t.get(), t->bytes);
-      t->impl = t->comm->get_impl();
+      t->slot = takeSlot(t->to);
+      t->comm = slots_[t->to][t->slot]->put_async(t.get(), t->bytes);
       t->started = true;
       ++me->issued;
       retireIfDue(host, *me);
@@ -437,13 +427,11 @@ class SimWorld {
   std::unordered_map<uint64_t, Broken> broken_;
   std::vector<SimTraffic> traffic_;
   std::vector<int> node_;
-  std::vector<simgrid::s4u::Mailbox*> mailbox_;  // per receiving rank
+  std::vector<simgrid::s4u::ActorPtr> anchor_;              // per rank: its mailboxes' receiver
+  std::vector<std::vector<simgrid::s4u::Mailbox*>> slots_;  // per receiving rank (drain)
+  std::vector<std::vector<int>> freeSlots_;
   simgrid::s4u::SemaphorePtr never_;             // what the mailboxes' receivers wait on
-  // Per receiving rank: its transfers whose puts are still in its mailbox, in put order.
-  std::vector<std::deque<std::shared_ptr<Transfer>>> puts_;
   std::vector<std::shared_ptr<Issuer>> issuer_;  // per host: the generation taking new work
-  std::vector<char> draining_;                   // per rank: drain() runs
-  size_t drainedOutOfOrder_ = 0;
 };
 
 namespace {
@@ -523,7 +511,6 @@ class SimTransport final : public Transport {
       op->transfer->done = true;
       op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
       r->state.store(kReqDone, std::memory_order_relaxed);
-      if (r->kind == RequestKind::kRecv) world_->requestDrain(rank_);
       break;
     }
     bool done = false;
@@ -596,7 +583,6 @@ class SimTransport final : public Transport {
     op->transfer->done = true;
     op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
     r->state.store(kReqDone, std::memory_order_relaxed);
-    if (r->kind == RequestKind::kRecv) world_->requestDrain(rank_);
     return true;
   }
 
