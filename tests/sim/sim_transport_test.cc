@@ -196,6 +196,78 @@ TEST(SimPlatform, OneTransferTakesBandwidthAndLatency) {
   });
 }
 
+// Many ranks, many messages: two rounds of an all-to-all (as the engine's descriptor exchange
+// does at every call) among 256 ranks complete byte-exact, and the traffic counters add up.
+// Each host's put issuer hands over to a successor every 512 puts or drains (sim_transport.cc),
+// which the second round crosses.
+TEST(SimTransportScale, AllToAllOf256RanksCompletes) {
+  inChild([]() -> std::string {
+    const int n = 256;
+    auto r = runSimulation(testPlatform(n), SimTransportOptions{}, [&](Transport& t) {
+      const int me = t.rank();
+      for (uint64_t round = 0; round < 2; ++round) {
+        std::vector<uint64_t> got(n, 0), mine(n);
+        std::vector<TransportRequest*> reqs;
+        for (int p = 0; p < n; ++p) {
+          if (p == me) continue;
+          TransportRequest* q;
+          ASSERT_TRUE(t.irecv(p, round, &got[p], sizeof(uint64_t), &q).isOk());
+          reqs.push_back(q);
+        }
+        for (int k = 1; k < n; ++k) {
+          const int p = (me + k) % n;
+          mine[p] = (round << 40) | (static_cast<uint64_t>(me) << 20) | p;
+          TransportRequest* q;
+          ASSERT_TRUE(t.isend(p, round, &mine[p], sizeof(uint64_t), &q).isOk());
+          reqs.push_back(q);
+        }
+        for (TransportRequest* q : reqs) EXPECT_EQ(waitOk(t, q), sizeof(uint64_t));
+        for (int p = 0; p < n; ++p) {
+          const uint64_t want = (round << 40) | (static_cast<uint64_t>(p) << 20) | me;
+          ASSERT_EQ(got[p], p == me ? 0 : want) << p;
+        }
+      }
+    });
+    EXPECT_TRUE(r.isOk()) << r.status().toString();
+    if (!r.isOk()) return std::string();
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(r->traffic[i].messagesSent, 2u * (n - 1));
+      EXPECT_EQ(r->traffic[i].messagesReceived, 2u * (n - 1));
+      EXPECT_EQ(r->traffic[i].bytesSent, 2u * (n - 1) * sizeof(uint64_t));
+    }
+    return std::string();
+  });
+}
+
+// A long series of transfers keeps the platform's exact time for each, across the hand-overs
+// from one put issuer to the next.
+TEST(SimTransportScale, EveryTransferOfALongSeriesTakesItsTime) {
+  inChild([]() -> std::string {
+    const size_t bytes = 4096;
+    const int count = 1500;
+    auto p = testPlatform(4);
+    auto r = runSimulation(p, SimTransportOptions{}, [&](Transport& t) {
+      std::vector<uint8_t> buf(bytes);
+      TransportRequest* q;
+      for (int i = 0; i < count; ++i) {
+        if (t.rank() == 0) {
+          ASSERT_TRUE(t.isend(2, 1, buf.data(), bytes, &q).isOk());
+          EXPECT_EQ(waitOk(t, q), bytes);
+        } else if (t.rank() == 2) {
+          ASSERT_TRUE(t.irecv(0, 1, buf.data(), bytes, &q).isOk());
+          EXPECT_EQ(waitOk(t, q), bytes);
+        }
+      }
+    });
+    EXPECT_TRUE(r.isOk());
+    if (!r.isOk()) return std::string();
+    const double one =
+        bytes * 8 / (p.nicGbps * 1e9) + (2 * p.nicLatencyUs + p.switchLatencyUs) * 1e-6;
+    EXPECT_NEAR(r->seconds, count * one, count * one * 1e-6);
+    return std::string();
+  });
+}
+
 // Two ranks of one node sending off the node at once share the node's NIC (twice the time of
 // one), but not per-rank NICs.
 TEST(SimPlatform, NodeNicIsSharedRankNicsAreNot) {
