@@ -10,7 +10,8 @@
 // instructions per element = (Ir(11) - Ir(1)) / (10 * 65536). The codecs run as terse-bench
 // runs them: int8 and fp8 in blocks of 256, mx in 32, int4 in 64; mxfp4 and int4 with an
 // error-feedback residual; nearest rounding; decode means decompress-accumulate. 65,536
-// elements stay on one thread (kernels split larger buffers over the pool).
+// elements stay on one thread (kernels split larger buffers over the pool). An optional fourth
+// argument, ef or noef, gives every codec a residual or none, to compare like with like.
 #include "terse/kernels/kernels.h"
 
 #include <cmath>
@@ -22,10 +23,13 @@
 using namespace terse::kernels;
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: codec_instr int8|fp8|mxfp8|mxfp4|int4 compress|decode REPS\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr,
+                 "usage: codec_instr int8|fp8|mxfp8|mxfp4|int4 compress|decode REPS [ef|noef]\n");
     return 2;
   }
+  // -1: as terse-bench's default runs them; 0 or 1: no residual, or one for every codec
+  int efArg = argc == 5 ? (std::strcmp(argv[4], "ef") == 0 ? 1 : 0) : -1;
   const char* codec = argv[1];
   bool compress = std::strcmp(argv[2], "compress") == 0;
   int reps = std::atoi(argv[3]);
@@ -44,10 +48,11 @@ int main(int argc, char** argv) {
   }
   if (std::strcmp(codec, "int8") == 0) {
     auto* q = reinterpret_cast<int8_t*>(codes.data());
+    float* r = efArg == 1 ? residual.data() : nullptr;
     cpu::int8Quantize(in.data(), n, 256, Rounding::kNearest, 1, 0, nullptr, scales.data(), q);
     for (int k = 0; k < reps; ++k) {
       if (compress)
-        cpu::int8Quantize(in.data(), n, 256, Rounding::kNearest, 1, 0, nullptr, scales.data(), q);
+        cpu::int8Quantize(in.data(), n, 256, Rounding::kNearest, 1, 0, r, scales.data(), q);
       else
         cpu::int8DequantizeAccumulate(scales.data(), q, n, 256, acc.data());
     }
@@ -65,6 +70,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "codec_instr: unknown codec %s\n", codec);
       return 2;
     }
+    if (efArg >= 0) ef = efArg == 1;
     cpu::lowbitQuantize(f, in.data(), n, block, Rounding::kNearest, 1, 0, nullptr, scales.data(),
                         codes.data());
     for (int k = 0; k < reps; ++k) {

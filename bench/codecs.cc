@@ -26,20 +26,27 @@ struct Options {
   std::vector<std::string> codecs = {"none",  "fp16",  "bf16", "int8",   "fp8",
                                      "mxfp8", "mxfp4", "int4", "onebit", "topk"};
   std::vector<char*> benchmarkArgs;  // passed through to Google Benchmark (--benchmark_*)
+  // Which codecs compress with an error-feedback residual: "used" (those whose use wants one),
+  // "all" or "none". A residual adds a read and a write of 4 bytes per element, so codecs are
+  // compared like with like only under "all" or "none".
+  std::string residual = "used";
 };
 
 void usage(FILE* out) {
   std::fprintf(
       out,
       "usage: terse-bench codecs [--size BYTES] [--json FILE] [--codecs LIST] "
-      "[--benchmark_min_time=S ...]\n"
+      "[--residual used|all|none] [--benchmark_min_time=S ...]\n"
       "  --size BYTES   float32 input per call (default 67108864 = 64 MiB; K/M/G suffixes)\n"
       "  --json FILE    also write the results as JSON\n"
       "  --codecs LIST  comma-separated codec specs (default none,fp16,bf16,int8,fp8,mxfp8,\n"
       "                 mxfp4,int4,onebit,topk);\n"
       "                 parameters stay with their codec: int8:block=128,round=stochastic,topk\n"
-      "GB/s are of float32 input bytes. onebit, topk, mxfp4 and int4 compress with an\n"
-      "error-feedback residual (how they are used); the others without.\n");
+      "  --residual R   which codecs compress with an error-feedback residual: used (default:\n"
+      "                 onebit, topk, mxfp4 and int4, how they are used), all or none; the\n"
+      "                 residual costs a read and a write of 4 bytes per element, so compare\n"
+      "                 codecs with each other under all or none\n"
+      "GB/s are of float32 input bytes.\n");
 }
 
 bool parseSize(const char* s, size_t* out) {
@@ -165,6 +172,13 @@ int run(int argc, char** argv) {
       }
     } else if (a == "--json") {
       opt.json = value("--json");
+    } else if (a == "--residual") {
+      opt.residual = value("--residual");
+      if (opt.residual != "used" && opt.residual != "all" && opt.residual != "none") {
+        std::fprintf(stderr, "terse-bench codecs: --residual %s is not used, all or none\n",
+                     opt.residual.c_str());
+        return 2;
+      }
     } else if (a == "--codecs") {
       opt.codecs = splitCodecs(value("--codecs"));
     } else if (a.rfind("--benchmark_", 0) == 0) {
@@ -212,7 +226,7 @@ int run(int argc, char** argv) {
   for (size_t ci = 0; ci < codecs.size(); ++ci) {
     const Codec* c = codecs[ci].get();
     std::string spec = c->spec();
-    bool ef = c->wantsErrorFeedback();
+    bool ef = opt.residual == "all" || (opt.residual == "used" && c->wantsErrorFeedback());
     benchmark::RegisterBenchmark(
         ("compress/" + spec).c_str(),
         [&, c, ci, ef](benchmark::State& st) {
@@ -273,9 +287,9 @@ int run(int argc, char** argv) {
   double m1 = gbps(collector.find("memcpy/first")), m2 = gbps(collector.find("memcpy/last"));
   double memcpyGbps = std::max(m1, m2);  // the better of the two: ratios are conservative
   std::printf(
-      "\nterse-bench codecs: %.1f MiB float32 input, %zu threads; memcpy %.2f GB/s "
+      "\nterse-bench codecs: %.1f MiB float32 input, %zu threads, residual: %s; memcpy %.2f GB/s "
       "(first %.2f, last %.2f)\n",
-      bytes / 1048576.0, parallelThreads(), memcpyGbps, m1, m2);
+      bytes / 1048576.0, parallelThreads(), opt.residual.c_str(), memcpyGbps, m1, m2);
   std::printf("%-36s %10s %12s %9s %12s %9s\n", "codec", "wire ratio", "compress", "x memcpy",
               "decomp+acc", "x memcpy");
   std::string jsonRows;
@@ -312,9 +326,11 @@ int run(int argc, char** argv) {
     }
     std::fprintf(f,
                  "{\n  \"benchmark\": \"codecs\",\n  \"input_bytes\": %zu,\n  \"elements\": %zu,\n"
-                 "  \"threads\": %zu,\n  \"memcpy_gbps\": %.4f,\n  \"memcpy_first_gbps\": %.4f,\n"
+                 "  \"threads\": %zu,\n  \"residual\": \"%s\",\n  \"memcpy_gbps\": %.4f,\n  "
+                 "\"memcpy_first_gbps\": %.4f,\n"
                  "  \"memcpy_last_gbps\": %.4f,\n  \"results\": [\n%s\n  ]\n}\n",
-                 bytes, n, parallelThreads(), memcpyGbps, m1, m2, jsonRows.c_str());
+                 bytes, n, parallelThreads(), opt.residual.c_str(), memcpyGbps, m1, m2,
+                 jsonRows.c_str());
     std::fclose(f);
   }
   return failures ? 1 : 0;
