@@ -330,6 +330,76 @@ TEST(KernelLowbit, PortableAndAvx2WriteTheSameBytes) {
   }
 }
 
+// The element grid of a format at scale 1 (non-negative values, rising) and its largest value.
+std::vector<float> gridOf(LowbitFormat f) {
+  std::vector<float> grid;
+  auto minifloat = [&](auto format) {
+    using F = decltype(format);
+    for (uint32_t c = 0; c <= F::kMaxCode; ++c) grid.push_back(num::fpDecode<F>(c));
+  };
+  switch (f) {
+    case LowbitFormat::kFp8E4M3:
+    case LowbitFormat::kMxfp8: minifloat(num::E4M3{}); break;
+    case LowbitFormat::kFp8E5M2: minifloat(num::E5M2{}); break;
+    case LowbitFormat::kMxfp4: minifloat(num::E2M1{}); break;
+    case LowbitFormat::kInt4:
+      for (int k = 0; k <= 7; ++k) grid.push_back(static_cast<float>(k));
+      break;
+  }
+  return grid;
+}
+
+// Every rounding decision at its edge: blocks whose first element is the format's largest value
+// (so the scale is 1), then the grid's values, the midpoints between neighbours (ties) and the
+// floats just either side of each, the largest value's neighbours, both signs. The vector
+// encoders decide ties their own way (E2M1 by a binary search over the midpoints, fp8's
+// subnormals by a float addition, the residual's decoded value from the rounded bits), so they
+// must agree with the formulas here, code for code and residual bit for bit.
+TEST(KernelLowbit, Avx2MatchesThePortablePathAtEveryRoundingEdge) {
+  if (!(kernels::cpu::detail::setAvx2Enabled(true), kernels::cpu::detail::useAvx2()))
+    GTEST_SKIP() << "this CPU has no AVX2: only the portable path exists";
+  for (const auto& c : formatCases()) {
+    SCOPED_TRACE(std::string(c.name) + " block=" + std::to_string(c.block));
+    std::vector<float> grid = gridOf(c.fmt);
+    std::vector<float> edges;
+    for (size_t k = 0; k < grid.size(); ++k) {
+      edges.push_back(grid[k]);
+      if (k + 1 < grid.size()) {
+        float mid = (grid[k] + grid[k + 1]) * 0.5f;
+        edges.insert(edges.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)});
+      }
+    }
+    edges.push_back(std::nextafter(grid.back(), 0.0f));
+    std::vector<float> x;
+    for (float sign : {1.0f, -1.0f}) {
+      for (size_t i = 0; i < edges.size(); ++i) {
+        if (x.size() % c.block == 0) x.push_back(grid.back());
+        x.push_back(sign * edges[i]);
+      }
+    }
+    while (x.size() % c.block != 0) x.push_back(0.0f);
+    for (bool withResidual : {false, true}) {
+      std::vector<Encoded> runs;
+      std::vector<std::vector<float>> residuals;
+      forEachIsa([&] {
+        std::vector<float> res(x.size(), 0.0f);
+        runs.push_back(encode(c, x, Rounding::kNearest, 0, withResidual ? res.data() : nullptr));
+        residuals.push_back(res);
+      });
+      ASSERT_EQ(runs.size(), 2u);
+      for (size_t b = 0; b < x.size() / c.block; ++b)
+        ASSERT_EQ(scaleValue(c.fmt, runs[1].scales, b), 1.0f) << "block " << b;
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(codeAt(c.fmt, runs[1].codes, i), codeAt(c.fmt, runs[0].codes, i))
+            << "element " << i << " = " << x[i] << (withResidual ? " with" : " without")
+            << " a residual";
+        ASSERT_EQ(num::floatBits(residuals[1][i]), num::floatBits(residuals[0][i]))
+            << "element " << i << " = " << x[i];
+      }
+    }
+  }
+}
+
 TEST(KernelLowbit, NonFiniteBlocksDecodeToNanOnly) {
   for (const auto& c : formatCases()) {
     size_t n = 3 * c.block;
