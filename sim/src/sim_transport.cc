@@ -354,8 +354,8 @@ class SimWorld {
   // any world size. A put is issued by its host's issuer actor, woken here: it runs at this
   // same simulated time, so the transfer still starts at the match and the predictions are
   // those of sendto (compared to the 0.1 us). An issuer never waits on its puts, so their list
-  // only grows; after kIssuerBatch puts it hands over to a successor and ends once its puts
-  // have all ended, which frees its list (see Issuer, awaitEnd).
+  // only grows; after kIssuerBatch puts (or gets, see drain) it hands over to a successor and
+  // ends once its puts have all ended, which frees its list (see Issuer, ended).
   void issue(const std::shared_ptr<Transfer>& t) {
     std::shared_ptr<Issuer> by = issuer_[t->from];
     t->by = by;
@@ -364,7 +364,9 @@ class SimWorld {
   }
 
  public:
-  // Called once per transfer, when a rank sees it end.
+  // Called once per transfer, when a rank sees it end. (A transfer both of whose requests were
+  // cancelled after the match is never seen ending: its issuer then never ends and its
+  // mailbox is not reused, which costs only memory.)
   void ended(Transfer& t) {
     if (t.endCounted || !t.by) return;
     t.endCounted = true;
