@@ -106,8 +106,8 @@ class SimWorld {
   int size() const { return static_cast<int>(hosts_.size()); }
   const SimTransportOptions& options() const { return options_; }
 
-  // Each rank's inbox synchronisation objects and its mailbox's receiver are made by its own
-  // actor (they need the engine; the receiver is that actor, on the rank's host).
+  // Each rank's inbox synchronisation objects, its mailboxes' receiver and its host's put
+  // issuer are made by the rank's own actor (they need the engine).
   void attach(int rank) {
     Inbox& in = inbox_[rank];
     if (!in.mutex) in.mutex = simgrid::s4u::Mutex::create();
