@@ -169,6 +169,18 @@ TEST(SimTransportErrors, DisconnectFailsBothSidesOnly) {
   });
 }
 
+// Rank 0 sends buf to rank 2 (tag 1) and both wait for it; the other ranks do nothing.
+void sendZeroToTwo(Transport& t, std::vector<uint8_t>& buf) {
+  TransportRequest* q;
+  if (t.rank() == 0) {
+    ASSERT_TRUE(t.isend(2, 1, buf.data(), buf.size(), &q).isOk());
+    EXPECT_EQ(waitOk(t, q), buf.size());
+  } else if (t.rank() == 2) {
+    ASSERT_TRUE(t.irecv(0, 1, buf.data(), buf.size(), &q).isOk());
+    EXPECT_EQ(waitOk(t, q), buf.size());
+  }
+}
+
 // One message between nodes takes its size over the NIC plus the route's latencies (two NICs
 // and the switch): the platform's figures, exactly.
 TEST(SimPlatform, OneTransferTakesBandwidthAndLatency) {
@@ -178,15 +190,8 @@ TEST(SimPlatform, OneTransferTakesBandwidthAndLatency) {
     double took = 0;
     auto r = runSimulation(p, SimTransportOptions{}, [&](Transport& t) {
       std::vector<uint8_t> buf(bytes);
-      TransportRequest* q;
-      if (t.rank() == 0) {
-        ASSERT_TRUE(t.isend(2, 1, buf.data(), bytes, &q).isOk());
-        EXPECT_EQ(waitOk(t, q), bytes);
-      } else if (t.rank() == 2) {
-        ASSERT_TRUE(t.irecv(0, 1, buf.data(), bytes, &q).isOk());
-        EXPECT_EQ(waitOk(t, q), bytes);
-        took = sim::simNow();
-      }
+      sendZeroToTwo(t, buf);
+      if (t.rank() == 2) took = sim::simNow();
     });
     EXPECT_TRUE(r.isOk());
     const double expect =
@@ -248,16 +253,7 @@ TEST(SimTransportScale, EveryTransferOfALongSeriesTakesItsTime) {
     auto p = testPlatform(4);
     auto r = runSimulation(p, SimTransportOptions{}, [&](Transport& t) {
       std::vector<uint8_t> buf(bytes);
-      TransportRequest* q;
-      for (int i = 0; i < count; ++i) {
-        if (t.rank() == 0) {
-          ASSERT_TRUE(t.isend(2, 1, buf.data(), bytes, &q).isOk());
-          EXPECT_EQ(waitOk(t, q), bytes);
-        } else if (t.rank() == 2) {
-          ASSERT_TRUE(t.irecv(0, 1, buf.data(), bytes, &q).isOk());
-          EXPECT_EQ(waitOk(t, q), bytes);
-        }
-      }
+      for (int i = 0; i < count; ++i) sendZeroToTwo(t, buf);
     });
     EXPECT_TRUE(r.isOk());
     if (!r.isOk()) return std::string();
