@@ -210,6 +210,21 @@ class SimWorld {
     kept_.push_back(std::move(t));
   }
 
+  // Called once per transfer, when a rank sees it end. (A transfer both of whose requests were
+  // cancelled after the match is never seen ending: its issuer then never ends and its
+  // mailbox is not reused, which costs only memory.)
+  void ended(Transfer& t) {
+    if (t.endCounted || !t.by) return;
+    t.endCounted = true;
+    requestDrain(t);
+    Issuer& by = *t.by;
+    ++by.ended;
+    if (by.retired && by.ended == by.issued) by.work->release();  // let it end
+  }
+  void setNodes(std::vector<int> nodes) { node_ = std::move(nodes); }
+  Inbox& inbox(int rank) { return inbox_[rank]; }
+
+ private:
   // Takes an ended transfer out of its mailbox (see drain), once.
   void requestDrain(Transfer& t) {
     Issuer& by = *issuer_[t.to];
@@ -217,7 +232,6 @@ class SimWorld {
     by.work->release();
   }
 
- private:
   // A put to a mailbox with a permanent receiver waits in the mailbox's done queue, holding
   // its communication, until a get takes it; nothing else empties that queue (Mailbox::clear
   // would fail communications still running). And a get walks that queue (in SimGrid 3.32),
@@ -247,11 +261,6 @@ class SimWorld {
     return slot;
   }
 
- public:
-  void setNodes(std::vector<int> nodes) { node_ = std::move(nodes); }
-  Inbox& inbox(int rank) { return inbox_[rank]; }
-
- private:
   struct Broken {
     int by;
     Status why;
@@ -363,20 +372,6 @@ class SimWorld {
     by->work->release();
   }
 
- public:
-  // Called once per transfer, when a rank sees it end. (A transfer both of whose requests were
-  // cancelled after the match is never seen ending: its issuer then never ends and its
-  // mailbox is not reused, which costs only memory.)
-  void ended(Transfer& t) {
-    if (t.endCounted || !t.by) return;
-    t.endCounted = true;
-    requestDrain(t);
-    Issuer& by = *t.by;
-    ++by.ended;
-    if (by.retired && by.ended == by.issued) by.work->release();  // let it end
-  }
-
- private:
   static constexpr size_t kIssuerBatch = 512;
 
   void startIssuer(int host) {
@@ -419,7 +414,6 @@ class SimWorld {
     startIssuer(host);  // new work goes to the successor; me finishes what it holds
   }
 
- public:
   std::vector<std::shared_ptr<Transfer>> kept_;
   size_t nextSweep_ = 256;
   std::vector<simgrid::s4u::Host*> hosts_;

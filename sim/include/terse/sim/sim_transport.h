@@ -10,11 +10,11 @@
 //  - When a send meets its receive (whichever is posted last), the bytes move at once in memory
 //    (or not at all in sizing mode, below) and a SimGrid communication of the message's size
 //    starts from the sender's host to the receiver's: a put into the receiver's mailbox, which
-//    has a permanent receiver so that the put starts at once, issued by the rank that posted
-//    last from the sender's host (sim_transport.cc says why not Comm::sendto). Both requests
-//    complete when it ends. This is a rendezvous protocol without the handshake's own latency: a
-//    send posted before its receive starts moving when the receive is posted, as UCX's
-//    rendezvous does for large messages.
+//    has a permanent receiver so that the put starts at once, issued at the same simulated
+//    time by an actor on the sender's host (sim_transport.cc says why that actor, and why not
+//    Comm::sendto). Both requests complete when it ends. This is a rendezvous protocol without
+//    the handshake's own latency: a send posted before its receive starts moving when the
+//    receive is posted, as UCX's rendezvous does for large messages.
 //  - A message to oneself completes at the match, with no network transfer.
 //  - wait() blocks in simulated time: on the rank's condition variable while the request is
 //    unmatched (the timeout, in simulated seconds, bounds this), then on the transfer, which
