@@ -70,26 +70,84 @@ Status checkReceivedDescriptor(CollectiveKind kind, int peer, const CallDescript
   return Status::ok();
 }
 
+bool sameCall(const CallDescriptor& a, const CallDescriptor& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.codec == b.codec &&
+         a.count == b.count && a.specHash == b.specHash && a.requestedHash == b.requestedHash &&
+         a.algorithm == b.algorithm && a.worldSize == b.worldSize && a.seq == b.seq;
+}
+
+CallSummary summarizeCall(int rank, const CallDescriptor& call) {
+  CallSummary s{};
+  s.magic = kSummaryMagic;
+  s.lowest = rank;
+  s.firstOther = -1;
+  s.lowestCall = call;
+  return s;
+}
+
+void mergeSummaries(CallSummary* into, const CallSummary& from) {
+  const bool fromIsLower = from.lowest < into->lowest;
+  const CallSummary& lo = fromIsLower ? from : *into;
+  const CallSummary& hi = fromIsLower ? *into : from;
+  // hi's first rank whose call differs from lo's lowest call: hi's lowest rank if its call
+  // differs, else hi's own first other (which differs from a call equal to lo's).
+  int candidate = hi.firstOther;
+  const CallDescriptor* candidateCall = &hi.otherCall;
+  if (!sameCall(hi.lowestCall, lo.lowestCall)) {
+    candidate = hi.lowest;
+    candidateCall = &hi.lowestCall;
+  }
+  CallSummary merged = lo;
+  if (candidate >= 0 && (merged.firstOther < 0 || candidate < merged.firstOther)) {
+    merged.firstOther = candidate;
+    merged.otherCall = *candidateCall;
+  }
+  *into = merged;
+}
+
+Status checkReceivedSummary(CollectiveKind kind, int peer, int n, const CallSummary& s,
+                            size_t got) {
+  const bool whole = got == sizeof(CallSummary) && s.magic == kSummaryMagic &&
+                     s.lowestCall.magic == kDescriptorMagic && s.lowest >= 0 && s.lowest < n;
+  const bool other = s.firstOther == -1 || (s.firstOther > s.lowest && s.firstOther < n &&
+                                            s.otherCall.magic == kDescriptorMagic);
+  if (!whole || !other)
+    return errorCorrupt("%s: rank %d sent a malformed summary of call descriptors (%zu bytes)",
+                        collectiveName(kind), peer, got);
+  return Status::ok();
+}
+
+Status checkAgreement(const CallDescriptor& mine, int self, const CallSummary& world, uint32_t seq,
+                      bool rejected) {
+  // The first rank in rank order whose call differs from this rank's: the lowest rank if its
+  // call does, else the first that differs from the lowest's (and so from this rank's).
+  int named = -1;
+  const CallDescriptor* theirs = nullptr;
+  if (world.lowest != self && !sameCall(world.lowestCall, mine)) {
+    named = world.lowest;
+    theirs = &world.lowestCall;
+  } else if (world.firstOther >= 0 && world.firstOther != self) {
+    named = world.firstOther;
+    theirs = &world.otherCall;
+  }
+  if (named < 0) return Status::ok();
+  if (theirs->kind == kRejectedKind && !rejected)
+    return errorInvalidUsage(
+        "collective call #%u failed: rank %d rejected its arguments (see its error); this rank "
+        "called %s",
+        seq, named, describeDescriptor(mine).c_str());
+  return errorInvalidUsage(
+      "ranks disagree on collective call #%u: rank %d called %s but rank %d (this rank) "
+      "called %s; every rank must make the same calls in the same order",
+      seq, named, describeDescriptor(*theirs).c_str(), self, describeDescriptor(mine).c_str());
+}
+
 Status checkDescriptorsAgree(const CallDescriptor& mine, const CallDescriptor* theirs, int n,
                              int self, uint32_t seq, bool rejected) {
-  for (int i = 0; i < n; ++i) {
-    if (i == self) continue;
-    const CallDescriptor& d = theirs[i];
-    if (d.kind == kRejectedKind && !rejected)
-      return errorInvalidUsage(
-          "collective call #%u failed: rank %d rejected its arguments (see its error); this rank "
-          "called %s",
-          seq, i, describeDescriptor(mine).c_str());
-    if (d.kind != mine.kind || d.dtype != mine.dtype || d.op != mine.op || d.codec != mine.codec ||
-        d.count != mine.count || d.specHash != mine.specHash ||
-        d.requestedHash != mine.requestedHash || d.algorithm != mine.algorithm ||
-        d.worldSize != mine.worldSize || d.seq != mine.seq)
-      return errorInvalidUsage(
-          "ranks disagree on collective call #%u: rank %d called %s but rank %d (this rank) "
-          "called %s; every rank must make the same calls in the same order",
-          seq, i, describeDescriptor(d).c_str(), self, describeDescriptor(mine).c_str());
-  }
-  return Status::ok();
+  CallSummary world = summarizeCall(self, mine);
+  for (int i = 0; i < n; ++i)
+    if (i != self) mergeSummaries(&world, summarizeCall(i, theirs[i]));
+  return checkAgreement(mine, self, world, seq, rejected);
 }
 
 }  // namespace terse::detail

@@ -48,6 +48,41 @@ constexpr uint8_t kRejectedKind = 0;
 // Any field values are safe (a peer's descriptor may hold anything).
 std::string describeDescriptor(const CallDescriptor& d);
 
+// Whether two descriptors are the same call: every field but the magic and the requested
+// spec's text (its hash is compared).
+bool sameCall(const CallDescriptor& a, const CallDescriptor& b);
+
+// What a rank knows of the calls of a set of ranks: the call of the lowest rank in the set and
+// the lowest rank whose call differs from it. That is enough to name, for any rank of the set,
+// the first rank in rank order whose call differs from its own (the lowest rank, unless its call
+// is the same; then the first that differs from it), and it stays 208 bytes whatever the set.
+// Merging is a minimum, so merging overlapping sets, or one set twice, is harmless: worlds too
+// large for an all-to-all of descriptors agree by a dissemination of these summaries
+// (CollectiveEngine::exchangeDescriptors), which covers every rank in ceil(log2 n) rounds.
+struct CallSummary {
+  uint32_t magic;      // kSummaryMagic
+  int32_t lowest;      // the lowest rank of the set
+  int32_t firstOther;  // the lowest rank of the set whose call is not lowestCall; -1: none
+  uint32_t reserved;   // zero
+  CallDescriptor lowestCall;
+  CallDescriptor otherCall;  // firstOther's call (zero when there is none)
+};
+static_assert(sizeof(CallSummary) == 208, "sent as raw bytes: no padding");
+constexpr uint32_t kSummaryMagic = 0x53435355;  // "UCSS"
+
+// The summary of one rank's call.
+CallSummary summarizeCall(int rank, const CallDescriptor& call);
+// `into` becomes the summary of its set and `from`'s together. For equal lowest ranks `into`'s
+// copy of that call is kept (a rank's own call over a relayed one).
+void mergeSummaries(CallSummary* into, const CallSummary& from);
+// `got` bytes from rank `peer` during the agreement of a call of `kind` in a world of n ranks.
+// kCorrupt unless it is a whole summary with the magics, ranks in [0, n), firstOther above
+// lowest.
+Status checkReceivedSummary(CollectiveKind kind, int peer, int n, const CallSummary& s, size_t got);
+// Step 2 from a summary of the whole world (world.lowest is rank 0): as checkDescriptorsAgree.
+Status checkAgreement(const CallDescriptor& mine, int self, const CallSummary& world, uint32_t seq,
+                      bool rejected);
+
 // Step 1, as each peer's descriptor arrives: `got` bytes from rank `peer` for a call of `kind`
 // (this rank's). kCorrupt unless it is a whole descriptor with the magic.
 Status checkReceivedDescriptor(CollectiveKind kind, int peer, const CallDescriptor& d, size_t got);

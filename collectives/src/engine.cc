@@ -27,6 +27,13 @@ const EnvSetting kSmallBytesSetting{
      "Uncompressed allreduces of at most this many float32 bytes use recursive doubling "
      "(latency-bound) instead of the ring (bandwidth-bound).",
      0, int64_t{1} << 30}};
+const EnvSetting kAgreementDirectRanksSetting{
+    {"TERSE_AGREEMENT_DIRECT_RANKS", "int", "32",
+     "Worlds of at most this many ranks agree on each call by an all-to-all of call "
+     "descriptors (one message time, n-1 messages per rank); larger worlds by a dissemination "
+     "of 208-byte summaries in ceil(log2 n) rounds (one message per rank per round). Every rank "
+     "must set the same: ranks that differ fail their first call.",
+     1, int64_t{1} << 30}};
 const EnvSetting kPipelineDepthSetting{
     {"TERSE_PIPELINE_DEPTH", "int", "1",
      "Compressed collectives: how many segment rounds a rank compresses and sends ahead of "
@@ -96,6 +103,7 @@ CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::millisecon
     : transport_(transport), timeout_(timeout) {
   setSegmentBytes(tunable(kSegmentBytesSetting));
   smallBytes_ = tunable(kSmallBytesSetting);
+  directAgreementRanks_ = tunable(kAgreementDirectRanksSetting);
   setPipelineDepth(tunable(kPipelineDepthSetting));
   // Like the tunables: a malformed value failed at communicator creation; here it means auto.
   auto algo = envEnum(kAlgoSetting.name());
@@ -360,6 +368,8 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
   if (n == 1) return Status::ok();
   CallDescriptor mine = detail::makeDescriptor(op, seq, static_cast<uint32_t>(n));
   if (rejected) mine.kind = detail::kRejectedKind;
+  if (static_cast<size_t>(n) > directAgreementRanks_)
+    return disseminateDescriptor(op.kind, mine, seq, rejected);
   auto* theirs = reinterpret_cast<CallDescriptor*>(
       scratch(Workspace::kDescriptors, sizeof(CallDescriptor) * n));
   RequestList reqs(transport_, timeout_, &bytesSent_);
@@ -380,6 +390,31 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
   }
   TERSE_RETURN_IF_ERROR(reqs.waitAll());
   return detail::checkDescriptorsAgree(mine, theirs, n, r, seq, rejected);
+}
+
+Status CollectiveEngine::disseminateDescriptor(CollectiveKind kind, const CallDescriptor& mine,
+                                               uint32_t seq, bool rejected) {
+  // Round k: send what this rank knows to rank r + 2^k and merge what rank r - 2^k knows. After
+  // it, this rank knows the calls of ranks r - 2^(k+1) + 1 .. r (mod n); the rounds wrap round
+  // the world, and merging a rank twice is harmless (detail::CallSummary). Every rank's verdict
+  // thus depends on every rank having entered: this is also the barrier's dissemination.
+  const int n = transport_.size(), r = transport_.rank();
+  detail::CallSummary known = detail::summarizeCall(r, mine), outgoing{}, heard{};
+  int round = 0;
+  for (int distance = 1; distance < n; distance *= 2, ++round) {
+    const int to = (r + distance) % n, from = (r - distance % n + n) % n;
+    const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, static_cast<size_t>(round));
+    RequestList reqs(transport_, timeout_, &bytesSent_);
+    size_t recvSlot = 0, sendSlot = 0, got = 0;
+    outgoing = known;  // `known` changes below while the send may still read its buffer
+    TERSE_RETURN_IF_ERROR(reqs.recv(from, tag, &heard, sizeof heard, &recvSlot));
+    TERSE_RETURN_IF_ERROR(reqs.send(to, tag, &outgoing, sizeof outgoing, &sendSlot));
+    TERSE_RETURN_IF_ERROR(reqs.wait(recvSlot, &got));
+    TERSE_RETURN_IF_ERROR(detail::checkReceivedSummary(kind, from, n, heard, got));
+    TERSE_RETURN_IF_ERROR(reqs.waitAll());
+    detail::mergeSummaries(&known, heard);
+  }
+  return detail::checkAgreement(mine, r, known, seq, rejected);
 }
 
 Status CollectiveEngine::reject(const CollectiveOp& op, Status why) {

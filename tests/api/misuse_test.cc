@@ -439,6 +439,7 @@ TEST(Misuse, MalformedSettingsAreRefusedByName) {
       {"TERSE_PIPELINE_DEPTH", "0"},
       {"TERSE_PIPELINE_DEPTH", "9999"},
       {"TERSE_SMALL_BYTES", "-1"},
+      {"TERSE_AGREEMENT_DIRECT_RANKS", "0"},
       {"TERSE_TIMEOUT_MS", "9223372036854775807"},
       {"TERSE_TIMEOUT_MS", "0x10"},
       {"TERSE_TIMEOUT_MS", " 10"},

@@ -382,6 +382,73 @@ TEST(Collectives, DisagreeingRanksAllFail) {
   }
 }
 
+// Worlds above TERSE_AGREEMENT_DIRECT_RANKS agree by a dissemination of call summaries in
+// ceil(log2 n) rounds instead of an all-to-all. Forced here on small worlds (5, 8 and 13 ranks:
+// odd, a power of two, and one whose last round wraps far round): a disagreement, a rank that
+// rejects its arguments and a barrier against a collective fail every rank with kInvalidUsage
+// naming the first rank in rank order whose call differs from its own; agreeing calls run, and
+// every rank sent exactly ceil(log2 n) summaries of 208 bytes per agreement.
+TEST(Collectives, DisseminatedAgreementFailsEveryRankAndStaysInStep) {
+  auto none = codecOf("none"), int8 = codecOf("int8");
+  for (int n : {5, 8, 13}) {
+    SCOPED_TRACE("world of " + std::to_string(n));
+    int rounds = 0;
+    while ((1 << rounds) < n) ++rounds;
+    const int odd = n - 2;  // the one rank whose call differs
+    std::vector<uint64_t> agreementBytes(n);
+    auto st = runWorld(n, [&](int r, CollectiveEngine& e) -> Status {
+      e.setDirectAgreementRanks(1);
+      e.setTimeout(std::chrono::milliseconds(60000));
+      std::vector<float> in(1000, static_cast<float>(r)), out(1000, 0.0f);
+      CollectiveOp op;
+      op.send = in.data();
+      op.recv = out.data();
+      op.count = 1000;
+      op.codec = none.get();
+      auto expectNames = [&](const Status& s, int named, const char* what) {
+        EXPECT_EQ(s.code(), StatusCode::kInvalidUsage) << what << ": " << s.toString();
+        EXPECT_NE(s.message().find("rank " + std::to_string(named) + " "), std::string::npos)
+            << what << " on rank " << r << ": " << s.message();
+      };
+      // The first rank whose call differs: `odd` for the others, rank 0 for `odd`.
+      const int differs = r == odd ? 0 : odd;
+      // 1. One rank's count differs.
+      op.count = r == odd ? 999 : 1000;
+      expectNames(e.run(op), differs, "count");
+      op.count = 1000;
+      // 2. One rank rejects its arguments (a null send buffer).
+      op.send = r == odd ? nullptr : in.data();
+      Status rejected = e.run(op);
+      if (r == odd) {
+        EXPECT_EQ(rejected.code(), StatusCode::kInvalidArgument) << rejected.toString();
+      } else {
+        expectNames(rejected, odd, "rejected");
+        EXPECT_NE(rejected.message().find("rejected its arguments"), std::string::npos);
+      }
+      op.send = in.data();
+      // 3. One rank's codec differs (so does its wire format: no data may move).
+      op.codec = r == odd ? int8.get() : none.get();
+      expectNames(e.run(op), differs, "codec");
+      op.codec = none.get();
+      // 4. A barrier against an allreduce.
+      expectNames(r == odd ? e.barrier() : e.run(op), differs, "barrier");
+      // Still in step: an agreed call and a barrier work, and the sum is right.
+      const uint64_t before = e.bytesSent();
+      TERSE_RETURN_IF_ERROR(e.barrier());
+      agreementBytes[r] = e.bytesSent() - before;
+      TERSE_RETURN_IF_ERROR(e.run(op));
+      const float expected = static_cast<float>(n * (n - 1) / 2);
+      for (float v : out)
+        if (v != expected) return errorInternal("rank %d got %g, not %g", r, v, expected);
+      return Status::ok();
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(st[r].isOk()) << "rank " << r << ": " << st[r].toString();
+      EXPECT_EQ(agreementBytes[r], static_cast<uint64_t>(rounds) * 208) << "rank " << r;
+    }
+  }
+}
+
 TEST(Collectives, InvalidArgumentsAreErrors) {
   auto onebit = codecOf("onebit");
   auto st = runWorld(2, [&](int r, CollectiveEngine& e) {

@@ -141,5 +141,129 @@ TEST(CallDescriptor, APeersSpecTextIsEscapedAndBounded) {
   EXPECT_LT(text.size(), 4 * sizeof d.requested + 100);
 }
 
+// Large worlds agree by a dissemination of summaries (CollectiveEngine::exchangeDescriptors):
+// in round k rank r merges what rank r - 2^k knew. Played here without a transport, over worlds
+// of every size up to 40 and calls that differ in count on a few ranks, each rank's verdict
+// must name the first rank in rank order whose call differs from its own, exactly as the
+// all-to-all's check over every descriptor, worked out here by a plain loop.
+TEST(CallSummary, DisseminationNamesTheFirstRankThatDiffers) {
+  uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 33;
+  };
+  for (int n = 2; n <= 40; ++n) {
+    for (int trial = 0; trial < 12; ++trial) {
+      std::vector<CallDescriptor> calls(n, call());
+      const int odd = trial == 0 ? 0 : static_cast<int>(next() % 4);  // ranks with other calls
+      for (int k = 0; k < odd; ++k) calls[next() % n].count = 1000 + 1 + next() % 2;
+      if (trial % 3 == 2) calls[next() % n].kind = kRejectedKind;
+      std::vector<CallSummary> known(n);
+      for (int r = 0; r < n; ++r) known[r] = summarizeCall(r, calls[r]);
+      for (int d = 1; d < n; d *= 2) {
+        std::vector<CallSummary> sent = known;
+        for (int r = 0; r < n; ++r) {
+          const int from = (r - d % n + n) % n;
+          ASSERT_TRUE(checkReceivedSummary(CollectiveKind::kAllReduce, from, n, sent[from],
+                                           sizeof(CallSummary))
+                          .isOk());
+          mergeSummaries(&known[r], sent[from]);
+        }
+      }
+      for (int r = 0; r < n; ++r) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " trial " + std::to_string(trial) + " rank " +
+                     std::to_string(r));
+        EXPECT_EQ(known[r].lowest, 0);
+        int first = -1;
+        for (int i = 0; i < n && first < 0; ++i)
+          if (i != r && (calls[i].count != calls[r].count || calls[i].kind != calls[r].kind))
+            first = i;
+        const bool rejected = calls[r].kind == kRejectedKind;
+        Status viaSummary = checkAgreement(calls[r], r, known[r], 7, rejected);
+        Status direct = checkDescriptorsAgree(calls[r], calls.data(), n, r, 7, rejected);
+        EXPECT_EQ(viaSummary.message(), direct.message());
+        if (first < 0) {
+          EXPECT_TRUE(viaSummary.isOk()) << viaSummary.toString();
+          continue;
+        }
+        ASSERT_EQ(viaSummary.code(), StatusCode::kInvalidUsage);
+        const std::string rank = "rank " + std::to_string(first) + " ";
+        EXPECT_NE(viaSummary.message().find(rank), std::string::npos) << viaSummary.message();
+        if (calls[first].kind == kRejectedKind && !rejected) {
+          EXPECT_NE(viaSummary.message().find("rejected its arguments"), std::string::npos);
+        }
+      }
+    }
+  }
+}
+
+// Merging is a minimum: any order, any overlap, gives the same summary.
+TEST(CallSummary, MergeIsOrderFreeAndIdempotent) {
+  std::vector<CallDescriptor> calls(6, call());
+  calls[2].count = 5;
+  calls[4].dtype = 0;
+  auto fold = [&](const std::vector<int>& order) {
+    CallSummary s = summarizeCall(order[0], calls[order[0]]);
+    for (size_t i = 1; i < order.size(); ++i)
+      mergeSummaries(&s, summarizeCall(order[i], calls[order[i]]));
+    return s;
+  };
+  const CallSummary a = fold({0, 1, 2, 3, 4, 5});
+  EXPECT_EQ(a.lowest, 0);
+  EXPECT_EQ(a.firstOther, 2);
+  EXPECT_EQ(a.otherCall.count, 5u);
+  for (const auto& order : std::vector<std::vector<int>>{
+           {5, 4, 3, 2, 1, 0}, {3, 5, 0, 4, 2, 1, 3, 0}, {4, 4, 2, 5, 1, 0, 2}}) {
+    const CallSummary b = fold(order);
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0);
+  }
+  // Two summaries of overlapping sets: {3,4,5} has rank 4 other than rank 3's call; with
+  // {0,1,2,3} rank 2 comes first.
+  CallSummary high = fold({3, 4, 5}), low = fold({0, 1, 2, 3});
+  EXPECT_EQ(high.firstOther, 4);
+  mergeSummaries(&high, low);
+  EXPECT_EQ(std::memcmp(&high, &a, sizeof a), 0);
+  // Only rank 4 differs once rank 2 agrees.
+  calls[2].count = 1000;
+  EXPECT_EQ(fold({5, 0, 4, 1}).firstOther, 4);
+  EXPECT_EQ(fold({5, 0, 1, 2, 3}).firstOther, -1);
+}
+
+TEST(CallSummary, ReceivedMustBeWholeWithRanksOfTheWorld) {
+  std::vector<CallDescriptor> calls(4, call());
+  calls[3].count = 1;
+  CallSummary s = summarizeCall(1, calls[1]);
+  mergeSummaries(&s, summarizeCall(3, calls[3]));
+  ASSERT_EQ(s.firstOther, 3);
+  EXPECT_TRUE(checkReceivedSummary(CollectiveKind::kAllReduce, 2, 4, s, sizeof s).isOk());
+  auto refused = [&](CallSummary bad, size_t got, int n = 4) {
+    Status st = checkReceivedSummary(CollectiveKind::kReduceScatter, 2, n, bad, got);
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+    EXPECT_EQ(st.message(), "reducescatter: rank 2 sent a malformed summary of call descriptors (" +
+                                std::to_string(got) + " bytes)");
+  };
+  refused(s, sizeof s - 1);
+  refused(s, 0);
+  refused(s, sizeof s, /*n=*/3);  // firstOther 3 is outside a world of 3
+  CallSummary bad = s;
+  bad.magic ^= 1;
+  refused(bad, sizeof bad);
+  bad = s;
+  bad.lowestCall.magic ^= 1;
+  refused(bad, sizeof bad);
+  bad = s;
+  bad.otherCall.magic ^= 1;
+  refused(bad, sizeof bad);
+  bad = s;
+  bad.lowest = -1;
+  refused(bad, sizeof bad);
+  bad = s;
+  bad.firstOther = 1;  // not above lowest
+  refused(bad, sizeof bad);
+  bad = s;
+  bad.firstOther = -2;
+  refused(bad, sizeof bad);
+}
+
 }  // namespace
 }  // namespace terse::detail

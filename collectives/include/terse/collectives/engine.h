@@ -35,6 +35,9 @@
 #include <vector>
 
 namespace terse {
+namespace detail {
+struct CallDescriptor;  // collectives/src/descriptor.h
+}
 
 // kBarrier is never a CollectiveOp's kind: it names the barrier in descriptors and messages.
 enum class CollectiveKind : uint8_t {
@@ -175,6 +178,10 @@ class CollectiveEngine {
   void setSegmentBytes(size_t bytes);
   // Messages up to this many bytes use recursive doubling (default TERSE_SMALL_BYTES).
   void setSmallBytes(size_t bytes);
+  // Worlds of at most this many ranks agree on a call by an all-to-all of descriptors, larger
+  // ones by a dissemination in ceil(log2 n) rounds (default TERSE_AGREEMENT_DIRECT_RANKS).
+  // Every rank of the world must set the same.
+  void setDirectAgreementRanks(size_t ranks) { directAgreementRanks_ = ranks; }
   // Segment rounds compressed ahead of the one being reduced (1-8, TERSE_PIPELINE_DEPTH).
   void setPipelineDepth(size_t depth);
   size_t pipelineDepth() const { return depth_; }
@@ -215,7 +222,12 @@ class CollectiveEngine {
   // host algorithms.
   Status stagedOnHost(const CollectiveOp& op, uint32_t seq);
   // rejected: this rank found its own arguments invalid and tells the others so.
+  // Every rank learns whether all made the same call: an all-to-all of descriptors in worlds of
+  // up to directAgreementRanks_ ranks, a dissemination of summaries (disseminateDescriptor) in
+  // larger ones, so that the messages per call grow as n log n, not n^2.
   Status exchangeDescriptors(const CollectiveOp& op, uint32_t seq, bool rejected = false);
+  Status disseminateDescriptor(CollectiveKind kind, const detail::CallDescriptor& mine,
+                               uint32_t seq, bool rejected);
   // The run of an agreed call, with anything thrown below (std::bad_alloc for a workspace)
   // turned into a status, since the peers must hear of it like any other failure.
   Status runAgreedGuarded(const CollectiveOp& op, uint32_t seq);
@@ -322,6 +334,7 @@ class CollectiveEngine {
   double compressSeconds_ = 0, reduceSeconds_ = 0;
   size_t segmentElems_;
   size_t smallBytes_;
+  size_t directAgreementRanks_;  // TERSE_AGREEMENT_DIRECT_RANKS
   size_t depth_ = 1;
   uint32_t seq_ = 0;
   uint64_t bytesSent_ = 0;
