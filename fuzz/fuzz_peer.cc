@@ -13,7 +13,8 @@
 // the bound plus "...", and unescapes to exactly the peer's bytes it used (nothing lost or
 // forged); descriptors are refused exactly when one is short or lacks the magic (kCorrupt naming
 // the first such rank) or, once all are whole, when one rejected its call or differs from this
-// rank's (kInvalidUsage naming the first such rank); a published failure keeps only an error
+// rank's (kInvalidUsage naming the first such rank), and so are the summaries large worlds
+// disseminate instead (fuzzSummaries); a published failure keeps only an error
 // code (never kOk or kInProgress) and comes out as printable ASCII, bounded; a published value is
 // accepted exactly when it starts with the header, and header + payload is the value again.
 #include "descriptor.h"
@@ -102,7 +103,8 @@ void fuzzNotice(size_t maxBytes, const uint8_t* p, size_t n) {
 
 // --- call descriptors ----------------------------------------------------------------------
 
-bool sameCall(const CallDescriptor& a, const CallDescriptor& b) {
+// The fields the engine compares, written out again so the check is not its own reference.
+bool sameCallIndependently(const CallDescriptor& a, const CallDescriptor& b) {
   return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.codec == b.codec &&
          a.count == b.count && a.specHash == b.specHash && a.seq == b.seq &&
          a.worldSize == b.worldSize && a.requestedHash == b.requestedHash &&
@@ -126,10 +128,14 @@ CallDescriptor validCall(uint8_t kind, uint64_t count, uint32_t seq, uint32_t wo
 }
 
 // Shape byte: world size 2..9 (bits 0-2), this rank's place (bits 3-5), whether this rank
-// rejected its own call (bit 6). The rest: this rank's descriptor as 32 bytes XORed into a valid
-// one, then per peer a size byte (below 0xc0: a whole descriptor; else 0..63 bytes) and 32
-// bytes XORed into this rank's descriptor, so sparse mutations keep the ranks mostly in step.
+// rejected its own call (bit 6), summaries instead of descriptors (bit 7, fuzzSummaries). The rest:
+// this rank's descriptor as 32 bytes XORed into a valid one, then per peer a size byte (below 0xc0:
+// a whole descriptor; else 0..63 bytes) and 32 bytes XORed into this rank's descriptor, so sparse
+// mutations keep the ranks mostly in step.
+void fuzzSummaries(uint8_t shape, const uint8_t* p, size_t n);
+
 void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
+  if (shape & 0x80) return fuzzSummaries(shape, p, n);
   const int world = 2 + (shape & 7);
   const int self = ((shape >> 3) & 7) % world;
   const bool rejected = (shape & 0x40) != 0;
@@ -169,11 +175,13 @@ void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
       return;  // the engine stops here
     }
   }
-  // Step 2: agreement.
+  // Step 2: agreement. A descriptor of the rejected kind is this rank's rejection, whatever the
+  // flag says (the engine sets both together).
+  const bool rejectedHere = rejected || mine.kind == terse::detail::kRejectedKind;
   int firstOdd = -1;
   for (int i = 0; i < world && firstOdd < 0; ++i)
-    if (i != self && ((theirs[i].kind == terse::detail::kRejectedKind && !rejected) ||
-                      !sameCall(theirs[i], mine)))
+    if (i != self && ((theirs[i].kind == terse::detail::kRejectedKind && !rejectedHere) ||
+                      !sameCallIndependently(theirs[i], mine)))
       firstOdd = i;
   Status st =
       terse::detail::checkDescriptorsAgree(mine, theirs.data(), world, self, mine.seq, rejected);
@@ -184,6 +192,90 @@ void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
   if (st.isOk()) fail("ranks that made different calls were found to agree");
   if (st.code() != StatusCode::kInvalidUsage || !names(st, firstOdd))
     fail("a disagreement is not kInvalidUsage naming the first rank that differs");
+}
+
+// Shape bit 7 set: large worlds' agreement by a dissemination of summaries. The world's calls
+// are valid ones with 32 bytes each XORed in (most stay equal), this rank's rejected when bit 6
+// says so; the dissemination is played out for every rank, then the summary this rank receives
+// in its last round gets a size byte and 24 bytes of its header and lowest call XORed in.
+// Checked: the summary is refused exactly when it is short, lacks a magic or holds ranks outside
+// the world or a firstOther not above lowest (kCorrupt naming the sender); an untouched one
+// yields the verdict of the plain loop over all calls (kInvalidUsage naming the first rank whose
+// call differs from this rank's, or agreement); a touched but accepted one still yields
+// agreement or kInvalidUsage naming a rank of the world other than this one.
+void fuzzSummaries(uint8_t shape, const uint8_t* p, size_t n) {
+  using terse::detail::CallSummary;
+  const int world = 2 + (shape & 7);
+  const int self = ((shape >> 3) & 7) % world;
+  const bool rejected = (shape & 0x40) != 0;
+  size_t at = 0;
+  auto take = [&](void* dst, size_t bytes) {
+    auto* d = static_cast<uint8_t*>(dst);
+    for (size_t i = 0; i < bytes; ++i) d[i] ^= at < n ? p[at++] : 0;
+  };
+  std::vector<CallDescriptor> calls(world, validCall(1, 1000, 5, static_cast<uint32_t>(world)));
+  if (rejected) calls[self].kind = terse::detail::kRejectedKind;
+  for (auto& c : calls) {
+    take(&c, 32);
+    c.magic = terse::detail::kDescriptorMagic;  // the magic is the received check's business
+  }
+  std::vector<CallSummary> known(world);
+  for (int r = 0; r < world; ++r) known[r] = terse::detail::summarizeCall(r, calls[r]);
+  CallSummary last{};
+  int lastFrom = -1;
+  for (int d = 1; d < world; d *= 2) {
+    const std::vector<CallSummary> sent = known;
+    for (int r = 0; r < world; ++r) {
+      const int from = (r - d + world) % world;
+      if (r == self && 2 * d >= world) {
+        last = sent[from];  // this rank's last round: the one the input tampers with
+        lastFrom = from;
+        continue;
+      }
+      terse::detail::mergeSummaries(&known[r], sent[from]);
+    }
+  }
+  const CallSummary honest = last;
+  uint8_t size = 0;
+  take(&size, 1);
+  const size_t got = size >= 0xc0 ? size - 0xc0u : sizeof(CallSummary);
+  take(&last, 24);
+  const bool whole =
+      got == sizeof(CallSummary) && last.magic == terse::detail::kSummaryMagic &&
+      last.lowestCall.magic == terse::detail::kDescriptorMagic && last.lowest >= 0 &&
+      last.lowest < world &&
+      (last.firstOther == -1 || (last.firstOther > last.lowest && last.firstOther < world &&
+                                 last.otherCall.magic == terse::detail::kDescriptorMagic));
+  Status st = terse::detail::checkReceivedSummary(terse::CollectiveKind::kAllReduce, lastFrom,
+                                                  world, last, got);
+  if (!whole) {
+    if (st.isOk()) fail("a short or malformed summary was accepted");
+    if (st.code() != StatusCode::kCorrupt || !names(st, lastFrom))
+      fail("a malformed summary's error is not kCorrupt naming its sender");
+    return;
+  }
+  if (!st.isOk()) fail("a whole summary with the magics and ranks of the world was refused");
+  terse::detail::mergeSummaries(&known[self], last);
+  Status verdict =
+      terse::detail::checkAgreement(calls[self], self, known[self], calls[self].seq, rejected);
+  if (std::memcmp(&last, &honest, sizeof last) != 0) {
+    if (verdict.isOk()) return;
+    bool namesAnother = false;
+    for (int i = 0; i < world; ++i) namesAnother |= i != self && names(verdict, i);
+    if (verdict.code() != StatusCode::kInvalidUsage || !namesAnother)
+      fail("a forged summary's verdict is not agreement or kInvalidUsage naming another rank");
+    return;
+  }
+  int firstOdd = -1;
+  for (int i = 0; i < world && firstOdd < 0; ++i)
+    if (i != self && !sameCallIndependently(calls[i], calls[self])) firstOdd = i;
+  if (firstOdd < 0) {
+    if (!verdict.isOk()) fail("a dissemination of the same calls found a disagreement");
+    return;
+  }
+  if (verdict.isOk()) fail("a dissemination of different calls found agreement");
+  if (verdict.code() != StatusCode::kInvalidUsage || !names(verdict, firstOdd))
+    fail("a disseminated disagreement is not kInvalidUsage naming the first rank that differs");
 }
 
 // --- rendezvous store values --------------------------------------------------------------
@@ -261,6 +353,16 @@ void writeSeeds(const std::function<void(const std::vector<uint8_t>&)>& put) {
   std::vector<uint8_t> odd = zeros;
   odd[32 + 1 + 8] = 1;  // the first peer's count
   put(withHead(kDescriptors, 0x02, odd.data(), odd.size()));
+  // Summaries (shape bit 7): worlds of 9 and 5 in step, one with a differing count, one whose
+  // last summary is cut short.
+  put(withHead(kDescriptors, 0x80 | 0x07, zeros.data(), zeros.size()));
+  put(withHead(kDescriptors, 0x80 | 0x03 | (4 << 3), zeros.data(), zeros.size()));
+  std::vector<uint8_t> oddSummary = zeros;
+  oddSummary[32 * 2 + 8] = 1;  // rank 2's count
+  put(withHead(kDescriptors, 0x80 | 0x03, oddSummary.data(), oddSummary.size()));
+  std::vector<uint8_t> cut = zeros;
+  cut[32 * 5] = 0xc0 + 60;  // the size byte after a world of 5's calls
+  put(withHead(kDescriptors, 0x80 | 0x03, cut.data(), cut.size()));
   // Store values: failures as failRendezvous publishes them, a rank's value with the header.
   for (int c = 1; c <= 8; ++c) {
     const std::string f = terse::rendezvous_detail::encodePublishedFailure(

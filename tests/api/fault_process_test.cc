@@ -147,13 +147,16 @@ struct Call {
   // Emulated nodes (TERSE_NODE), ranks in contiguous blocks: with more than one, allreduce runs
   // two-level.
   int nodes = 1;
+  // Agreement on each call by the dissemination of large worlds (TERSE_AGREEMENT_DIRECT_RANKS=1)
+  // instead of the all-to-all: a victim that dies there is known directly to only some ranks.
+  bool disseminate = false;
 
   std::string describe() const {
     return formatString(
-        "%s codec %s, %d ranks%s, %zu x %s, %s%s, UCX_TLS=%s%s", kindName(kind), codec.c_str(), n,
+        "%s codec %s, %d ranks%s, %zu x %s, %s%s, UCX_TLS=%s%s%s", kindName(kind), codec.c_str(), n,
         nodes > 1 ? formatString(" on %d nodes", nodes).c_str() : "", count, dataTypeName(dtype),
         reduceOpName(op), feedback ? ", with error feedback" : "", tls.c_str(),
-        warm ? ", after a first call" : "");
+        warm ? ", after a first call" : "", disseminate ? ", TERSE_AGREEMENT_DIRECT_RANKS=1" : "");
   }
   std::vector<std::string> nodeKeys() const {
     std::vector<std::string> keys;
@@ -261,6 +264,11 @@ Reference referenceRun(const Call& c) {
   // fork is undefined for the pool's locks, and ThreadSanitizer refuses it). One CPU thread per
   // process is also what the forked ranks then use.
   setenv("TERSE_CPU_THREADS", "1", 1);
+  // The forked ranks inherit it too.
+  if (c.disseminate)
+    setenv("TERSE_AGREEMENT_DIRECT_RANKS", "1", 1);
+  else
+    unsetenv("TERSE_AGREEMENT_DIRECT_RANKS");
   Reference ref;
   ref.out.resize(c.n);
   ref.before.resize(c.n);
@@ -438,14 +446,15 @@ void checkSurvivor(const WorldRun& run, size_t i, const Reference& ref, const st
       << what << ": rank " << o.rank << " took too long to fail: " << res.text;
 }
 
-// (kind, codec, two-level: the ranks on emulated nodes)
-using KillCase = std::tuple<Kind, const char*, bool>;
+// (kind, codec, two-level: the ranks on emulated nodes, agreement by dissemination)
+using KillCase = std::tuple<Kind, const char*, bool, bool>;
 class FaultKill : public ::testing::TestWithParam<KillCase> {};
 
 TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
   auto rng = caseRng();
-  const auto [kind, codec, twoLevel] = GetParam();
-  const Call c = drawCall(rng, kind, codec, twoLevel);
+  const auto [kind, codec, twoLevel, disseminate] = GetParam();
+  Call c = drawCall(rng, kind, codec, twoLevel);
+  c.disseminate = disseminate;
   const Reference ref = referenceRun(c);
   if (::testing::Test::HasFatalFailure()) return;
   // The fault point: a random rank, one of its operation classes (send/receive x phase) that
@@ -507,26 +516,32 @@ TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
 std::vector<KillCase> killCases() {
   std::vector<KillCase> out;
   for (Kind k : {Kind::kAllReduce, Kind::kReduceScatter, Kind::kAllGather}) {
-    for (const char* codec : kCodecSpecs) out.emplace_back(k, codec, false);
-    out.emplace_back(k, kAutoSpec, false);
+    for (const char* codec : kCodecSpecs) out.emplace_back(k, codec, false, false);
+    out.emplace_back(k, kAutoSpec, false, false);
   }
-  out.emplace_back(Kind::kBarrier, "none", false);  // the barrier has no codec
+  out.emplace_back(Kind::kBarrier, "none", false, false);  // the barrier has no codec
   // Two-level: a victim in any step, on any node.
   // (Not auto: its pick depends on timings, so a fault point drawn from the in-process
   // reference's counts may never be reached over UCX when it picks another codec.)
   for (const char* codec : {"none", "int8", "onebit", "fp16"})
-    out.emplace_back(Kind::kAllReduce, codec, true);
-  out.emplace_back(Kind::kReduceScatter, "topk:ratio=0.05", true);
-  out.emplace_back(Kind::kAllGather, "bf16", true);
+    out.emplace_back(Kind::kAllReduce, codec, true, false);
+  out.emplace_back(Kind::kReduceScatter, "topk:ratio=0.05", true, false);
+  out.emplace_back(Kind::kAllGather, "bf16", true, false);
+  // The agreement of large worlds, forced on these small ones: flat and two-level.
+  out.emplace_back(Kind::kBarrier, "none", false, true);
+  out.emplace_back(Kind::kAllReduce, "int8", false, true);
+  out.emplace_back(Kind::kAllGather, "none", false, true);
+  out.emplace_back(Kind::kAllReduce, "fp16", true, true);
   return out;
 }
 
 std::string caseName(const ::testing::TestParamInfo<KillCase>& p) {
   std::string codec = std::get<1>(p.param);
   codec = codec.substr(0, codec.find(':'));
-  if (std::get<0>(p.param) == Kind::kBarrier) return "barrier";
+  const std::string agreement = std::get<3>(p.param) ? "_disseminated" : "";
+  if (std::get<0>(p.param) == Kind::kBarrier) return "barrier" + agreement;
   return std::string(kindName(std::get<0>(p.param))) + "_" + codec +
-         (std::get<2>(p.param) ? "_twolevel" : "");
+         (std::get<2>(p.param) ? "_twolevel" : "") + agreement;
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, FaultKill, ::testing::ValuesIn(killCases()), caseName);
