@@ -134,16 +134,33 @@ CallDescriptor validCall(uint8_t kind, uint64_t count, uint32_t seq, uint32_t wo
 // mutations keep the ranks mostly in step.
 void fuzzSummaries(uint8_t shape, const uint8_t* p, size_t n);
 
+// The shape byte's fields, and the rest of the input read as XOR masks (past its end: zeros).
+struct Shape {
+  Shape(uint8_t shape, const uint8_t* p, size_t n)
+      : world(2 + (shape & 7)),
+        self(((shape >> 3) & 7) % world),
+        rejected((shape & 0x40) != 0),
+        p_(p),
+        n_(n) {}
+  void take(void* dst, size_t bytes) {
+    auto* d = static_cast<uint8_t*>(dst);
+    for (size_t i = 0; i < bytes; ++i) d[i] ^= at_ < n_ ? p_[at_++] : 0;
+  }
+  const int world, self;
+  const bool rejected;
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+  size_t at_ = 0;
+};
+
 void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
   if (shape & 0x80) return fuzzSummaries(shape, p, n);
-  const int world = 2 + (shape & 7);
-  const int self = ((shape >> 3) & 7) % world;
-  const bool rejected = (shape & 0x40) != 0;
-  size_t at = 0;
-  auto take = [&](void* dst, size_t bytes) {
-    auto* d = static_cast<uint8_t*>(dst);
-    for (size_t i = 0; i < bytes; ++i) d[i] ^= at < n ? p[at++] : 0;
-  };
+  Shape in(shape, p, n);
+  const int world = in.world, self = in.self;
+  const bool rejected = in.rejected;
+  auto take = [&in](void* dst, size_t bytes) { in.take(dst, bytes); };
   CallDescriptor mine = validCall(1, 1000, 5, static_cast<uint32_t>(world));
   if (rejected) mine.kind = terse::detail::kRejectedKind;
   take(&mine, sizeof mine);
@@ -205,14 +222,10 @@ void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
 // agreement or kInvalidUsage naming a rank of the world other than this one.
 void fuzzSummaries(uint8_t shape, const uint8_t* p, size_t n) {
   using terse::detail::CallSummary;
-  const int world = 2 + (shape & 7);
-  const int self = ((shape >> 3) & 7) % world;
-  const bool rejected = (shape & 0x40) != 0;
-  size_t at = 0;
-  auto take = [&](void* dst, size_t bytes) {
-    auto* d = static_cast<uint8_t*>(dst);
-    for (size_t i = 0; i < bytes; ++i) d[i] ^= at < n ? p[at++] : 0;
-  };
+  Shape in(shape, p, n);
+  const int world = in.world, self = in.self;
+  const bool rejected = in.rejected;
+  auto take = [&in](void* dst, size_t bytes) { in.take(dst, bytes); };
   std::vector<CallDescriptor> calls(world, validCall(1, 1000, 5, static_cast<uint32_t>(world)));
   if (rejected) calls[self].kind = terse::detail::kRejectedKind;
   for (auto& c : calls) {
