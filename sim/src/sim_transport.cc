@@ -451,6 +451,7 @@ class SimTransport final : public Transport {
                TransportRequest** request) override {
     TERSE_RETURN_IF_ERROR(
         checkTransferArgs("isend", rank_, size(), peer, tag, data, bytes, request));
+    chargePost();
     *request = start(RequestKind::kSend, peer, tag, const_cast<void*>(data), bytes);
     return Status::ok();
   }
@@ -458,8 +459,15 @@ class SimTransport final : public Transport {
                TransportRequest** request) override {
     TERSE_RETURN_IF_ERROR(
         checkTransferArgs("irecv", rank_, size(), peer, tag, data, capacity, request));
+    chargePost();
     *request = start(RequestKind::kRecv, peer, tag, data, capacity);
     return Status::ok();
+  }
+
+  // SimTransportOptions::postSeconds of this rank's time.
+  void chargePost() {
+    const double seconds = world_->options().postSeconds;
+    if (seconds > 0) simgrid::s4u::this_actor::sleep_for(seconds);
   }
 
   Status test(TransportRequest* r, bool* done, size_t* bytes) override {

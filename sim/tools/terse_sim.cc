@@ -35,6 +35,7 @@ struct Options {
   std::string json;
   std::vector<std::string> simgridConfig;
   bool ownWorkspaces = false;  // each rank's engine allocates its own, as a real rank does
+  double postUs = 0;           // host time of each send and receive posted
 };
 
 void usage() {
@@ -61,6 +62,8 @@ void usage() {
       "                         (an assumption, e.g. for a GPU; default: compute not charged)\n"
       "  --compute-share F      each rank gets this fraction of the compute figures (e.g. 0.25\n"
       "                         when 4 ranks share the machine --model was measured on)\n"
+      "  --post-us U            each send and receive costs the posting rank U us of host time\n"
+      "                         (software overhead; default 0: not modelled)\n"
       "  --json FILE            also write the result row as JSON\n"
       "  --own-workspaces       each rank's engine allocates its own workspaces, as real ranks\n"
       "                         do (default: one shared set, which the result does not depend\n"
@@ -160,6 +163,12 @@ int parse(int argc, char** argv, Options* o) {
       }
     } else if (a == "--simgrid-cfg") {
       o->simgridConfig.push_back(value());
+    } else if (a == "--post-us") {
+      num(&o->postUs);
+      if (!(o->postUs >= 0) || o->postUs > 1e6) {
+        std::fprintf(stderr, "terse-sim: --post-us must be between 0 and 1e6\n");
+        return 2;
+      }
     } else if (a == "--json") {
       o->json = value();
     } else {
@@ -273,6 +282,7 @@ int main(int argc, char** argv) {
 
   sim::SimTransportOptions topt;
   topt.copyPayload = false;
+  topt.postSeconds = o.postUs * 1e-6;
   const int n = o.platform.worldSize;
   std::vector<double> started(n, 0), ended(n, 0);
   Status failed;
@@ -327,9 +337,11 @@ int main(int argc, char** argv) {
   const double busFactor = o.op == "allreduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
   const double algbw = seconds > 0 ? o.bytes / seconds / 1e9 : 0;
   const double timeUs = seconds * 1e6;
-  std::printf("# terse-sim: %s\n# %d ranks, %s %s, codec %s, algo %s; %s\n",
+  const std::string postNote =
+      o.postUs > 0 ? formatString("; %g us of host time per send and receive", o.postUs) : "";
+  std::printf("# terse-sim: %s\n# %d ranks, %s %s, codec %s, algo %s; %s%s\n",
               sim::describePlatform(o.platform).c_str(), n, o.op.c_str(), "float32",
-              (*real)->spec().c_str(), o.algo.c_str(), computeNote.c_str());
+              (*real)->spec().c_str(), o.algo.c_str(), computeNote.c_str(), postNote.c_str());
   std::printf("%12s %12s %6s %6s %12s %8s %8s %14s %12s %10s\n", "size", "count", "type", "redop",
               "time(us)", "algbw", "busbw", "nic_bytes", "wire_bytes", "wall(s)");
   std::printf("%12zu %12zu %6s %6s %12.1f %8.2f %8.2f %14llu %12llu %10.2f\n", o.bytes, count,
@@ -347,11 +359,11 @@ int main(int argc, char** argv) {
                  "\"ranks_per_node\": %d, \"op\": \"%s\", \"codec\": \"%s\", \"algo\": \"%s\", "
                  "\"compute\": \"%s\", \"bytes\": %zu, \"time_us\": %.3f, \"algbw_gbs\": %.6f, "
                  "\"busbw_gbs\": %.6f, \"max_nic_bytes\": %llu, \"wire_bytes\": %llu, "
-                 "\"wall_s\": %.3f}\n",
+                 "\"post_us\": %.3f, \"wall_s\": %.3f}\n",
                  sim::describePlatform(o.platform).c_str(), n, o.platform.ranksPerNode,
                  o.op.c_str(), (*real)->spec().c_str(), o.algo.c_str(), computeNote.c_str(),
                  o.bytes, timeUs, algbw, algbw * busFactor, static_cast<unsigned long long>(maxNic),
-                 static_cast<unsigned long long>(totalOut), wall);
+                 static_cast<unsigned long long>(totalOut), o.postUs, wall);
     std::fclose(f);
   }
   return 0;

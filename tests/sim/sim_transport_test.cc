@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 namespace terse::testing {
@@ -262,6 +263,39 @@ TEST(SimTransportScale, EveryTransferOfALongSeriesTakesItsTime) {
     EXPECT_NEAR(r->seconds, count * one, count * one * 1e-6);
     return std::string();
   });
+}
+
+// A per-message host cost (SimTransportOptions::postSeconds) delays each message by the posts
+// made before it on both ends: of 20 eight-byte messages from rank 0 to rank 2, all posted
+// before any is waited on, the last leaves after the sender's 20th post and is matched after
+// the receiver's 20th, so the series ends 20 posts after the start plus one message's time.
+// Without the cost the series takes longer than one message (they queue on the link).
+TEST(SimTransportScale, EachPostCostsItsRankTheHostTime) {
+  // One simulation per child (one SimGrid engine per process): its time comes back as text.
+  auto run = [&](double postSeconds, int count) {
+    const std::string seconds = inChild([&]() -> std::string {
+      SimTransportOptions options;
+      options.postSeconds = postSeconds;
+      auto r = runSimulation(testPlatform(4), options, [&](Transport& t) {
+        std::vector<uint64_t> words(count, 7);
+        std::vector<TransportRequest*> q(count, nullptr);
+        if (t.rank() != 0 && t.rank() != 2) return;
+        for (int i = 0; i < count; ++i) {
+          Status s = t.rank() == 0 ? t.isend(2, 5, &words[i], sizeof(uint64_t), &q[i])
+                                   : t.irecv(0, 5, &words[i], sizeof(uint64_t), &q[i]);
+          ASSERT_TRUE(s.isOk()) << s.toString();
+        }
+        for (TransportRequest* one : q) waitOk(t, one);
+      });
+      EXPECT_TRUE(r.isOk()) << r.status().toString();
+      return r.isOk() ? formatString("%.17g", r->seconds) : std::string("0");
+    });
+    return std::strtod(seconds.c_str(), nullptr);
+  };
+  const double one = run(0, 1), series = run(0, 20), costed = run(3e-6, 20);
+  EXPECT_GT(one, 0);
+  EXPECT_GT(series, one);
+  EXPECT_NEAR(costed, 20 * 3e-6 + one, 1e-9) << one << " s for one message";
 }
 
 // Two ranks of one node sending off the node at once share the node's NIC (twice the time of
