@@ -111,9 +111,14 @@ Status checkReceivedSummary(CollectiveKind kind, int peer, int n, const CallSumm
                      s.lowestCall.magic == kDescriptorMagic && s.lowest >= 0 && s.lowest < n;
   const bool other = s.firstOther == -1 || (s.firstOther > s.lowest && s.firstOther < n &&
                                             s.otherCall.magic == kDescriptorMagic);
+  // A descriptor's size: that peer agrees by the all-to-all of smaller worlds.
+  const char* hint = got == sizeof(CallDescriptor)
+                         ? ", the size of a call descriptor: do all ranks set the same "
+                           "TERSE_AGREEMENT_DIRECT_RANKS?"
+                         : "";
   if (!whole || !other)
-    return errorCorrupt("%s: rank %d sent a malformed summary of call descriptors (%zu bytes)",
-                        collectiveName(kind), peer, got);
+    return errorCorrupt("%s: rank %d sent a malformed summary of call descriptors (%zu bytes%s)",
+                        collectiveName(kind), peer, got, hint);
   return Status::ok();
 }
 

@@ -449,6 +449,34 @@ TEST(Collectives, DisseminatedAgreementFailsEveryRankAndStaysInStep) {
   }
 }
 
+// TERSE_AGREEMENT_DIRECT_RANKS must be the same on every rank. Where one rank disseminates and
+// the others send descriptors to all, the messages differ in size and tag: every rank fails its
+// first call at once (a wrong-sized message, then the aborts of the ranks that saw one), none
+// waits for its timeout or returns a result.
+TEST(Collectives, RanksThatAgreeDifferentlyAllFailAtOnce) {
+  auto none = codecOf("none");
+  const auto timeout = std::chrono::milliseconds(60000);
+  auto st = runWorld(4, [&](int r, CollectiveEngine& e) -> Status {
+    e.setTimeout(timeout);
+    if (r == 2) e.setDirectAgreementRanks(1);
+    std::vector<float> in(100, 1.0f), out(100, 0.0f);
+    CollectiveOp op;
+    op.send = in.data();
+    op.recv = out.data();
+    op.count = in.size();
+    op.codec = none.get();
+    const auto start = std::chrono::steady_clock::now();
+    Status s = e.run(op);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, timeout / 4) << "rank " << r;
+    return s;
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_FALSE(st[r].isOk()) << "rank " << r;
+  // The disseminating rank got a descriptor where it expected a summary, and says why.
+  EXPECT_NE(st[2].message().find("do all ranks set the same TERSE_AGREEMENT_DIRECT_RANKS?"),
+            std::string::npos)
+      << st[2].message();
+}
+
 TEST(Collectives, InvalidArgumentsAreErrors) {
   auto onebit = codecOf("onebit");
   auto st = runWorld(2, [&](int r, CollectiveEngine& e) {

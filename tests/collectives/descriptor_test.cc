@@ -244,6 +244,12 @@ TEST(CallSummary, ReceivedMustBeWholeWithRanksOfTheWorld) {
   };
   refused(s, sizeof s - 1);
   refused(s, 0);
+  // A descriptor's size is named as such (a peer that agrees by the all-to-all).
+  Status descriptorSized =
+      checkReceivedSummary(CollectiveKind::kAllReduce, 1, 4, s, sizeof(CallDescriptor));
+  EXPECT_EQ(descriptorSized.message(),
+            "allreduce: rank 1 sent a malformed summary of call descriptors (96 bytes, the size "
+            "of a call descriptor: do all ranks set the same TERSE_AGREEMENT_DIRECT_RANKS?)");
   refused(s, sizeof s, /*n=*/3);  // firstOther 3 is outside a world of 3
   CallSummary bad = s;
   bad.magic ^= 1;
