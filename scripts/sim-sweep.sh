@@ -9,7 +9,7 @@
 #       --codecs "none int8 onebit" --algos "flat twolevel" --ranks-per-node 8 --out sim-results
 #
 # --algos takes terse-sim's --algo values (default auto). Extra terse-sim options (link
-# latencies, --nic-per-rank, --model FILE, --assume-gbps C,D) go after `--`. Exit status: 0
+# latencies, --nic-per-rank, --model FILE, --assume-gbps C,D, --post-us U) go after `--`. Exit status: 0
 # done, 1 a point failed, 2 bad arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,6 @@
 #include "terse/collectives/engine.h"
 
+#include "algorithm.h"
 #include "descriptor.h"
 #include "requests.h"
 
@@ -566,18 +567,21 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
       case CollectiveKind::kBarrier: break;
     }
   }
+  // The flat units (algorithm.h): compressed calls scatter-reduce, uncompressed ones ring or,
+  // when small, recursive doubling.
+  const detail::AlgorithmContext ctx(*this);
   switch (op.kind) {
     case CollectiveKind::kAllReduce:
-      if (!uncompressed) return scatterReduce(op, seq);
+      if (!uncompressed) return detail::scatterReduce(ctx, op, seq);
       if (op.count * sizeof(float) <= smallBytes_ || transport_.size() == 1)
-        return recursiveDoublingAllreduce(op, seq);
-      return ringAllreduce(op, seq);
+        return detail::recursiveDoublingAllreduce(ctx, op, seq);
+      return detail::ringAllreduce(ctx, op, seq);
     case CollectiveKind::kReduceScatter:
-      if (!uncompressed) return scatterReduce(op, seq);
-      return ringReduceScatter(op, seq);
+      if (!uncompressed) return detail::scatterReduce(ctx, op, seq);
+      return detail::ringReduceScatter(ctx, op, seq);
     case CollectiveKind::kAllGather:
-      if (!uncompressed) return compressedAllgather(op, seq);
-      return ringAllgather(op, seq);
+      if (!uncompressed) return detail::compressedAllgather(ctx, op, seq);
+      return detail::ringAllgather(ctx, op, seq);
     case CollectiveKind::kBarrier: break;  // validate() refuses it before this point
   }
   return errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));

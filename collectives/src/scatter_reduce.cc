@@ -9,8 +9,7 @@
 //   3. two rounds later, decode the peers' results for round g into recv.
 // The lags let transfers of one round overlap compression of the next. Reduce-scatter stops after
 // step 2 and writes the float32 sum (scaled for avg) of its own chunk instead of recompressing.
-#include "terse/collectives/engine.h"
-
+#include "algorithm.h"
 #include "requests.h"
 #include "typed.h"
 
@@ -19,10 +18,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace terse {
-
-using detail::makeTag;
-using detail::RequestList;
+namespace terse::detail {
 
 namespace {
 
@@ -60,20 +56,21 @@ Result<float*> serverResidual(const CollectiveOp& op, int n, Range mine) {
 
 }  // namespace
 
-Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
-  const int n = transport_.size(), r = transport_.rank();
+Status scatterReduce(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq) {
+  const int n = ctx.transport().size(), r = ctx.transport().rank();
   const bool allreduce = op.kind == CollectiveKind::kAllReduce;
   const Codec& codec = *op.codec;
   const size_t es = dataTypeSize(op.dtype);
   auto chunkOf = [&](int j) {
-    return allreduce ? alignedChunkRange(op.count, n, j, kChunkAlign) : chunkRange(op.count, n, j);
+    return allreduce ? alignedChunkRange(op.count, n, j, CollectiveEngine::kChunkAlign)
+                     : chunkRange(op.count, n, j);
   };
-  size_t seg = segmentElems_, maxSegs = 0, maxChunk = 0;
+  size_t seg = ctx.segmentElements(), maxSegs = 0, maxChunk = 0;
   for (int j = 0; j < n; ++j) {
     maxSegs = std::max(maxSegs, segmentCount(chunkOf(j).length, seg));
     maxChunk = std::max(maxChunk, chunkOf(j).length);
   }
-  while (maxSegs > detail::kMaxTagIndex) {
+  while (maxSegs > kMaxTagIndex) {
     seg *= 2;
     maxSegs = (maxSegs + 1) / 2;
   }
@@ -87,17 +84,17 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   const float avgScale = op.op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
 
   TERSE_ASSIGN_OR_RETURN(uint8_t * sendWire,
-                         wireScratch(op, Workspace::kChunkWire, n * maxSegs * stride));
+                         ctx.wireScratch(op, Workspace::kChunkWire, n * maxSegs * stride));
   TERSE_ASSIGN_OR_RETURN(uint8_t * recvWire,
-                         wireScratch(op, Workspace::kContribWire, n * maxSegs * stride));
+                         ctx.wireScratch(op, Workspace::kContribWire, n * maxSegs * stride));
   TERSE_ASSIGN_OR_RETURN(uint8_t * resultWire,
-                         wireScratch(op, Workspace::kResultWire, maxSegs * stride));
+                         ctx.wireScratch(op, Workspace::kResultWire, maxSegs * stride));
   uint8_t* gatherWire = nullptr;  // [owner i][g]
   if (allreduce) {
     TERSE_ASSIGN_OR_RETURN(gatherWire,
-                           wireScratch(op, Workspace::kGatherWire, n * maxSegs * stride));
+                           ctx.wireScratch(op, Workspace::kGatherWire, n * maxSegs * stride));
   }
-  TERSE_ASSIGN_OR_RETURN(float* acc, accScratch(op, slotElems));
+  TERSE_ASSIGN_OR_RETURN(float* acc, ctx.accScratch(op, slotElems));
   std::vector<size_t> ownBytes(maxSegs, 0);
   auto slotPtr = [&](uint8_t* base, int who, size_t g) {
     return base + (who * maxSegs + g) * stride;
@@ -111,19 +108,17 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   const auto* input = static_cast<const uint8_t*>(op.send);
   auto* output = static_cast<uint8_t*>(op.recv);
 
-  RequestList reqs(transport_, timeout_, &bytesSent_);
+  RequestList reqs(ctx.transport(), ctx.timeout(), ctx.bytesSent());
   std::vector<size_t> contribSlot(n * maxSegs, 0), gatherSlot(n * maxSegs, 0);
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;
     for (size_t g = 0; g < mySegs; ++g)
-      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, detail::kPhaseReduce, g),
-                                      slotPtr(recvWire, i, g), stride,
-                                      &contribSlot[i * maxSegs + g]));
+      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, kPhaseReduce, g), slotPtr(recvWire, i, g),
+                                      stride, &contribSlot[i * maxSegs + g]));
     if (!allreduce) continue;
     for (size_t g = 0; g < segmentCount(chunkOf(i).length, seg); ++g)
-      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, detail::kPhaseGather, g),
-                                      slotPtr(gatherWire, i, g), stride,
-                                      &gatherSlot[i * maxSegs + g]));
+      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, kPhaseGather, g), slotPtr(gatherWire, i, g),
+                                      stride, &gatherSlot[i * maxSegs + g]));
   }
 
   // Step 1 for round g.
@@ -134,22 +129,21 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       if (g >= segmentCount(c.length, seg)) continue;
       Range sg = segmentRange(c.length, seg, g);
       size_t off = c.begin + sg.begin;
-      TERSE_ASSIGN_OR_RETURN(size_t bytes, timed(compressSeconds_, [&] {
-                               return codec.compress(input + off * es, op.dtype, sg.length,
-                                                     worker ? worker + off : nullptr,
-                                                     slotPtr(sendWire, j, g), stride,
-                                                     codecCall(op, nonceFor(seq, r, j, g, 0)));
-                             }));
+      TERSE_ASSIGN_OR_RETURN(size_t bytes, ctx.compressing([&] {
+        return codec.compress(input + off * es, op.dtype, sg.length,
+                              worker ? worker + off : nullptr, slotPtr(sendWire, j, g), stride,
+                              codecCall(op, nonceFor(seq, r, j, g, 0)));
+      }));
       if (j == r) {
         ownBytes[g] = bytes;
       } else {
         size_t slot;
-        TERSE_RETURN_IF_ERROR(reqs.send(j, makeTag(seq, detail::kPhaseReduce, g),
-                                        slotPtr(sendWire, j, g), bytes, &slot));
+        TERSE_RETURN_IF_ERROR(
+            reqs.send(j, makeTag(seq, kPhaseReduce, g), slotPtr(sendWire, j, g), bytes, &slot));
       }
       // Transports such as UCX over TCP move bytes only while progressed: keep the link busy
       // between compressions instead of leaving it idle for a whole round.
-      transport_.progress();
+      ctx.transport().progress();
     }
     return Status::ok();
   };
@@ -167,36 +161,35 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(contribSlot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          timed(reduceSeconds_, [&] {
-            return codec.decompressAccumulate(wire, bytes, acc, sg.length, codecCall(op));
-          }).withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
-      transport_.progress();
+          ctx.reducing([&] {
+               return codec.decompressAccumulate(wire, bytes, acc, sg.length, codecCall(op));
+             })
+              .withContext(formatString("chunk %d segment %zu from rank %d", r, g, i)));
+      ctx.transport().progress();
     }
     uint8_t* out = output + (allreduce ? mine.begin + sg.begin : sg.begin) * es;
     if (!allreduce) {
       if (op.device)
         return device::convertAsync(acc, DataType::kFloat32, out, op.dtype, sg.length, avgScale,
                                     op.stream);
-      arithmetic(Arithmetic::kConvert, sg.length,
-                 [&] { detail::fromFloat(acc, avgScale, op.dtype, out, sg.length); });
+      ctx.arithmetic(Arithmetic::kConvert, sg.length,
+                     [&] { fromFloat(acc, avgScale, op.dtype, out, sg.length); });
       return Status::ok();
     }
     const CodecCall call = codecCall(op, nonceFor(seq, r, r, g, 1), avgScale);
     uint8_t* result = resultWire + g * stride;
-    TERSE_ASSIGN_OR_RETURN(size_t bytes, timed(compressSeconds_, [&] {
-                             return codec.compress(acc, DataType::kFloat32, sg.length,
-                                                   server ? server + sg.begin : nullptr, result,
-                                                   stride, call);
-                           }));
+    TERSE_ASSIGN_OR_RETURN(size_t bytes, ctx.compressing([&] {
+      return codec.compress(acc, DataType::kFloat32, sg.length,
+                            server ? server + sg.begin : nullptr, result, stride, call);
+    }));
     for (int k = 1; k < n; ++k) {
       size_t slot;
       TERSE_RETURN_IF_ERROR(
-          reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g), result, bytes, &slot));
+          reqs.send((r + k) % n, makeTag(seq, kPhaseGather, g), result, bytes, &slot));
     }
     // The owner keeps what it broadcast, not its exact sum: all ranks end bit-identical.
-    return timed(reduceSeconds_, [&] {
-      return codec.decompress(result, bytes, out, op.dtype, sg.length, codecCall(op));
-    });
+    return ctx.reducing(
+        [&] { return codec.decompress(result, bytes, out, op.dtype, sg.length, codecCall(op)); });
   };
 
   // Step 3 for round g: decode what the other owners broadcast.
@@ -210,12 +203,13 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
       size_t bytes = 0;
       TERSE_RETURN_IF_ERROR(reqs.wait(gatherSlot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          timed(reduceSeconds_, [&] {
-            return codec.decompress(slotPtr(gatherWire, i, g), bytes,
-                                    output + (c.begin + sg.begin) * es, op.dtype, sg.length,
-                                    codecCall(op));
-          }).withContext(formatString("result of chunk %d segment %zu from rank %d", i, g, i)));
-      transport_.progress();
+          ctx.reducing([&] {
+               return codec.decompress(slotPtr(gatherWire, i, g), bytes,
+                                       output + (c.begin + sg.begin) * es, op.dtype, sg.length,
+                                       codecCall(op));
+             })
+              .withContext(formatString("result of chunk %d segment %zu from rank %d", i, g, i)));
+      ctx.transport().progress();
     }
     return Status::ok();
   };
@@ -223,7 +217,7 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
   // Round g compresses segment g, reduces segment g - D and decodes the results of segment
   // g - D - 1 (D = pipeline depth): one round of slack between an owner's reduction and its
   // peers' decoding of it.
-  const size_t D = depth_;
+  const size_t D = ctx.pipelineDepth();
   for (size_t g = 0; g < maxSegs + D + 1; ++g) {
     if (g < maxSegs) TERSE_RETURN_IF_ERROR(compressRound(g));
     if (g >= D) TERSE_RETURN_IF_ERROR(reduceRound(g - D));
@@ -234,50 +228,49 @@ Status CollectiveEngine::scatterReduce(const CollectiveOp& op, uint32_t seq) {
 
 // Each rank compresses its part once (worker residual over its part) and sends it to everyone;
 // every rank decodes all parts, its own included, so all hold identical bytes.
-Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t seq) {
-  const int n = transport_.size(), r = transport_.rank();
+Status compressedAllgather(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq) {
+  const int n = ctx.transport().size(), r = ctx.transport().rank();
   const Codec& codec = *op.codec;
   const size_t es = dataTypeSize(op.dtype);
-  size_t seg = segmentElems_, maxSegs = 0, maxPart = 0;
+  size_t seg = ctx.segmentElements(), maxSegs = 0, maxPart = 0;
   for (int j = 0; j < n; ++j) {
     maxSegs = std::max(maxSegs, segmentCount(chunkRange(op.count, n, j).length, seg));
     maxPart = std::max(maxPart, chunkRange(op.count, n, j).length);
   }
-  while (maxSegs > detail::kMaxTagIndex) {
+  while (maxSegs > kMaxTagIndex) {
     seg *= 2;
     maxSegs = (maxSegs + 1) / 2;
   }
   const size_t stride = (codec.maxWireBytes(std::min(seg, maxPart)) + 7) / 8 * 8;  // as above
   const Range mine = chunkRange(op.count, n, r);
   TERSE_ASSIGN_OR_RETURN(uint8_t * wire,
-                         wireScratch(op, Workspace::kChunkWire, n * maxSegs * stride));
+                         ctx.wireScratch(op, Workspace::kChunkWire, n * maxSegs * stride));
   auto slotPtr = [&](int who, size_t g) { return wire + (who * maxSegs + g) * stride; };
   TERSE_ASSIGN_OR_RETURN(float* worker, workerResidual(op));
   auto* output = static_cast<uint8_t*>(op.recv);
   const auto* input = static_cast<const uint8_t*>(op.send);
 
-  RequestList reqs(transport_, timeout_, &bytesSent_);
+  RequestList reqs(ctx.transport(), ctx.timeout(), ctx.bytesSent());
   std::vector<size_t> slot(n * maxSegs, 0);
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;
     for (size_t g = 0; g < segmentCount(chunkRange(op.count, n, i).length, seg); ++g)
-      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, detail::kPhaseGather, g), slotPtr(i, g),
-                                      stride, &slot[i * maxSegs + g]));
+      TERSE_RETURN_IF_ERROR(reqs.recv(i, makeTag(seq, kPhaseGather, g), slotPtr(i, g), stride,
+                                      &slot[i * maxSegs + g]));
   }
   // If recv aliases send (in place), our part must be compressed before anything is decoded.
   std::vector<size_t> ownBytes(maxSegs, 0);
   for (size_t g = 0; g < segmentCount(mine.length, seg); ++g) {
     Range sg = segmentRange(mine.length, seg, g);
-    TERSE_ASSIGN_OR_RETURN(ownBytes[g], timed(compressSeconds_, [&] {
-                             return codec.compress(input + sg.begin * es, op.dtype, sg.length,
-                                                   worker ? worker + sg.begin : nullptr,
-                                                   slotPtr(r, g), stride,
-                                                   codecCall(op, nonceFor(seq, r, r, g, 2)));
-                           }));
+    TERSE_ASSIGN_OR_RETURN(ownBytes[g], ctx.compressing([&] {
+      return codec.compress(input + sg.begin * es, op.dtype, sg.length,
+                            worker ? worker + sg.begin : nullptr, slotPtr(r, g), stride,
+                            codecCall(op, nonceFor(seq, r, r, g, 2)));
+    }));
     for (int k = 1; k < n; ++k) {
       size_t s;
-      TERSE_RETURN_IF_ERROR(reqs.send((r + k) % n, makeTag(seq, detail::kPhaseGather, g),
-                                      slotPtr(r, g), ownBytes[g], &s));
+      TERSE_RETURN_IF_ERROR(
+          reqs.send((r + k) % n, makeTag(seq, kPhaseGather, g), slotPtr(r, g), ownBytes[g], &s));
     }
   }
   for (int i = 0; i < n; ++i) {
@@ -287,13 +280,14 @@ Status CollectiveEngine::compressedAllgather(const CollectiveOp& op, uint32_t se
       size_t bytes = ownBytes[g];
       if (i != r) TERSE_RETURN_IF_ERROR(reqs.wait(slot[i * maxSegs + g], &bytes));
       TERSE_RETURN_IF_ERROR(
-          timed(reduceSeconds_, [&] {
-            return codec.decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es,
-                                    op.dtype, sg.length, codecCall(op));
-          }).withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
+          ctx.reducing([&] {
+               return codec.decompress(slotPtr(i, g), bytes, output + (c.begin + sg.begin) * es,
+                                       op.dtype, sg.length, codecCall(op));
+             })
+              .withContext(formatString("part %d segment %zu from rank %d", i, g, i)));
     }
   }
   return reqs.waitAll();
 }
 
-}  // namespace terse
+}  // namespace terse::detail

@@ -14,7 +14,7 @@
 // The cross-node allreduce gives the ranks of one local index bit-identical slices, and the
 // node's allgather copies bytes, so every rank of the world ends bit-identical. Each step is an
 // existing algorithm run by the group's own engine over a group transport (transport/group.h).
-#include "terse/collectives/engine.h"
+#include "algorithm.h"
 
 #include "typed.h"
 

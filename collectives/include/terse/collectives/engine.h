@@ -36,8 +36,10 @@
 
 namespace terse {
 namespace detail {
-struct CallDescriptor;  // collectives/src/descriptor.h
-}
+struct CallDescriptor;       // collectives/src/descriptor.h
+class AlgorithmContext;      // collectives/src/algorithm.h: what the algorithm units see
+enum class Workspace : int;  // the same header: the workspaces by name
+}  // namespace detail
 
 // kBarrier is never a CollectiveOp's kind: it names the barrier in descriptors and messages.
 enum class CollectiveKind : uint8_t {
@@ -243,42 +245,9 @@ class CollectiveEngine {
   Status twoLevelAllreduce(const CollectiveOp& op);
   Status twoLevelReduceScatter(const CollectiveOp& op);
   Status twoLevelAllgather(const CollectiveOp& op);
-  Status ringAllreduce(const CollectiveOp& op, uint32_t seq);
-  Status ringReduceScatter(const CollectiveOp& op, uint32_t seq);
-  Status ringAllgather(const CollectiveOp& op, uint32_t seq);
-  // After it, chunk `rank` of `work` (float32, the whole tensor) holds the sum over ranks.
-  Status ringReduceScatterCore(float* work, size_t count, DataType wire, uint32_t seq);
-  // Before it, chunk `rank` of `buffer` (count elements of `dtype`) holds this rank's part.
-  Status ringAllgatherCore(void* buffer, size_t count, DataType dtype, uint32_t seq);
-  size_t ringSegment(size_t count) const;
-  Status recursiveDoublingAllreduce(const CollectiveOp& op, uint32_t seq);
-  Status scatterReduce(const CollectiveOp& op, uint32_t seq);
-  Status compressedAllgather(const CollectiveOp& op, uint32_t seq);
-  // The engine's workspaces, by name. One algorithm runs at a time on an engine, so the flat
-  // algorithms share slot numbers (a ring and a scatter-reduce never run in one call). The
-  // two-level slots differ from every flat one: a two-level call holds them while its groups'
-  // engines run flat steps, and with a shared WorkspaceProvider (sim/) those engines draw from
-  // the same slots.
-  enum class Workspace : int {
-    kDescriptors = 0,  // every rank's call descriptor (agreement)
-    // ring and recursive doubling
-    kRingSendStage = 1,  // outgoing segments in the wire type (not float32)
-    kRingRecvStage = 2,  // incoming segments
-    kFloatWork = 3,      // the float32 working copy of the tensor
-    kPartnerFloats = 4,  // recursive doubling: the partner's float32 copy
-    // scatter-reduce and the compressed allgather
-    kChunkWire = 1,     // this rank's compressed chunks (or parts), [chunk][segment]
-    kContribWire = 2,   // the contributions to this rank's chunk, [contributor][segment]
-    kResultWire = 3,    // this rank's reduced chunk, compressed again
-    kGatherWire = 4,    // the owners' reduced chunks, [owner][segment]
-    kAccumulators = 5,  // float32 sums of this rank's chunk
-    kDeviceStage = 6,   // device calls with `none`: pinned staging around the host ring
-    // two-level
-    kNodeInput = 7,   // the input widened to float32 (allreduce) or packed by slice (the others)
-    kNodeSum = 8,     // the node's float32 sum of this rank's slice(s)
-    kNodeStaged = 9,  // reduce-scatter: the cross step's input or result
-    kNodeResult = 10  // reduce-scatter, uncompressed: the cross step's result
-  };
+  // The algorithm units (collectives/src/algorithm.h) reach the engine through their context.
+  friend class detail::AlgorithmContext;
+  using Workspace = detail::Workspace;
   uint8_t* scratch(Workspace slot, size_t bytes);
   // Workspace where the op's codecs can reach it: host scratch, or pinned host memory for
   // device calls (UCX sends it, kernels read and write it through UVA).
