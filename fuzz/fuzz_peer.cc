@@ -193,7 +193,8 @@ void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
     }
   }
   // Step 2: agreement. A descriptor of the rejected kind is this rank's rejection, whatever the
-  // flag says (the engine sets both together).
+  // flag says: the engine sets both together, and the check compares calls, so it accepts a
+  // peer's identical rejected call in that state (the all-to-all check once refused it).
   const bool rejectedHere = rejected || mine.kind == terse::detail::kRejectedKind;
   int firstOdd = -1;
   for (int i = 0; i < world && firstOdd < 0; ++i)
@@ -214,9 +215,10 @@ void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
 // Shape bit 7 set: large worlds' agreement by a dissemination of summaries. The world's calls
 // are valid ones with 32 bytes each XORed in (most stay equal), this rank's rejected when bit 6
 // says so; the dissemination is played out for every rank, then the summary this rank receives
-// in its last round gets a size byte and 24 bytes of its header and lowest call XORed in.
-// Checked: the summary is refused exactly when it is short, lacks a magic or holds ranks outside
-// the world or a firstOther not above lowest (kCorrupt naming the sender); an untouched one
+// in its last round gets a size byte, 24 bytes of its header and lowest call and 16 of its other
+// call XORed in. Checked: the summary is refused exactly when it is short, lacks a magic, has a
+// non-zero reserved word or holds ranks outside the world or a firstOther not above lowest
+// (kCorrupt naming the sender); an untouched one
 // yields the verdict of the plain loop over all calls (kInvalidUsage naming the first rank whose
 // call differs from this rank's, or agreement); a touched but accepted one still yields
 // agreement or kInvalidUsage naming a rank of the world other than this one.
@@ -253,10 +255,11 @@ void fuzzSummaries(uint8_t shape, const uint8_t* p, size_t n) {
   take(&size, 1);
   const size_t got = size >= 0xc0 ? size - 0xc0u : sizeof(CallSummary);
   take(&last, 24);
+  take(&last.otherCall, 16);  // a forged first other rank's call (its magic and kind included)
   const bool whole =
       got == sizeof(CallSummary) && last.magic == terse::detail::kSummaryMagic &&
-      last.lowestCall.magic == terse::detail::kDescriptorMagic && last.lowest >= 0 &&
-      last.lowest < world &&
+      last.reserved == 0 && last.lowestCall.magic == terse::detail::kDescriptorMagic &&
+      last.lowest >= 0 && last.lowest < world &&
       (last.firstOther == -1 || (last.firstOther > last.lowest && last.firstOther < world &&
                                  last.otherCall.magic == terse::detail::kDescriptorMagic));
   Status st = terse::detail::checkReceivedSummary(terse::CollectiveKind::kAllReduce, lastFrom,

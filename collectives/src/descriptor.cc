@@ -107,7 +107,7 @@ void mergeSummaries(CallSummary* into, const CallSummary& from) {
 
 Status checkReceivedSummary(CollectiveKind kind, int peer, int n, const CallSummary& s,
                             size_t got) {
-  const bool whole = got == sizeof(CallSummary) && s.magic == kSummaryMagic &&
+  const bool whole = got == sizeof(CallSummary) && s.magic == kSummaryMagic && s.reserved == 0 &&
                      s.lowestCall.magic == kDescriptorMagic && s.lowest >= 0 && s.lowest < n;
   const bool other = s.firstOther == -1 || (s.firstOther > s.lowest && s.firstOther < n &&
                                             s.otherCall.magic == kDescriptorMagic);

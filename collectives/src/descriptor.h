@@ -1,5 +1,7 @@
-// The call descriptor every rank sends every other at the start of a collective
-// (CollectiveEngine::exchangeDescriptors), and the checks of what the peers sent.
+// The call descriptor each rank makes at the start of a collective, the summary of several that
+// large worlds disseminate instead of sending every descriptor to every rank
+// (CollectiveEngine::exchangeDescriptors, disseminateDescriptor), and the checks of what the
+// peers sent.
 //
 // The checks are pure functions of the descriptors and received sizes, without a transport, so
 // that fuzz/fuzz_peer.cc and the unit tests drive exactly what the engine runs.
@@ -58,7 +60,7 @@ bool sameCall(const CallDescriptor& a, const CallDescriptor& b);
 // is the same; then the first that differs from it), and it stays 208 bytes whatever the set.
 // Merging is a minimum, so merging overlapping sets, or one set twice, is harmless: worlds too
 // large for an all-to-all of descriptors agree by a dissemination of these summaries
-// (CollectiveEngine::exchangeDescriptors), which covers every rank in ceil(log2 n) rounds.
+// (CollectiveEngine::disseminateDescriptor), which covers every rank in ceil(log2 n) rounds.
 struct CallSummary {
   uint32_t magic;      // kSummaryMagic
   int32_t lowest;      // the lowest rank of the set
@@ -77,7 +79,7 @@ CallSummary summarizeCall(int rank, const CallDescriptor& call);
 void mergeSummaries(CallSummary* into, const CallSummary& from);
 // `got` bytes from rank `peer` during the agreement of a call of `kind` in a world of n ranks.
 // kCorrupt unless it is a whole summary with the magics, ranks in [0, n), firstOther above
-// lowest.
+// lowest and a zero `reserved`.
 Status checkReceivedSummary(CollectiveKind kind, int peer, int n, const CallSummary& s, size_t got);
 // Step 2 from a summary of the whole world (world.lowest is rank 0): as checkDescriptorsAgree.
 Status checkAgreement(const CallDescriptor& mine, int self, const CallSummary& world, uint32_t seq,

@@ -402,8 +402,10 @@ Status CollectiveEngine::disseminateDescriptor(CollectiveKind kind, const CallDe
   const int n = transport_.size(), r = transport_.rank();
   detail::CallSummary known = detail::summarizeCall(r, mine), outgoing{}, heard{};
   int round = 0;
-  for (int distance = 1; distance < n; distance *= 2, ++round) {
-    const int to = (r + distance) % n, from = (r - distance % n + n) % n;
+  // 64-bit: doubling an int past 2^30 ranks would overflow.
+  for (int64_t distance = 1; distance < n; distance *= 2, ++round) {
+    const int to = static_cast<int>((r + distance) % n);
+    const int from = static_cast<int>((r - distance % n + n) % n);
     const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, static_cast<size_t>(round));
     RequestList reqs(transport_, timeout_, &bytesSent_);
     size_t recvSlot = 0, sendSlot = 0, got = 0;
@@ -457,8 +459,9 @@ Status CollectiveEngine::agree(const CollectiveOp& requested) {
 
 Status CollectiveEngine::barrier() {
   // The barrier is an agreement with nothing to agree on but itself: every rank hears from
-  // every other (so none returns before all entered), and a rank that called a collective at
-  // this point in its sequence disagrees visibly instead of waiting on tags nobody sends.
+  // every other, directly or by dissemination (so none returns before all entered), and a rank that
+  // called a collective at this point in its sequence disagrees visibly instead of waiting on tags
+  // nobody sends.
   CollectiveOp op;
   op.kind = CollectiveKind::kBarrier;
   const uint32_t seq = seq_++;

@@ -455,6 +455,11 @@ TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
   const auto [kind, codec, twoLevel, disseminate] = GetParam();
   Call c = drawCall(rng, kind, codec, twoLevel);
   c.disseminate = disseminate;
+  // referenceRun sets TERSE_AGREEMENT_DIRECT_RANKS for the ranks it forks; later tests of this
+  // process that make communicators without it must not inherit it.
+  struct UnsetAgreement {
+    ~UnsetAgreement() { unsetenv("TERSE_AGREEMENT_DIRECT_RANKS"); }
+  } unsetAfter;
   const Reference ref = referenceRun(c);
   if (::testing::Test::HasFatalFailure()) return;
   // The fault point: a random rank, one of its operation classes (send/receive x phase) that

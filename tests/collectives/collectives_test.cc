@@ -432,6 +432,11 @@ TEST(Collectives, DisseminatedAgreementFailsEveryRankAndStaysInStep) {
       op.codec = none.get();
       // 4. A barrier against an allreduce.
       expectNames(r == odd ? e.barrier() : e.run(op), differs, "barrier");
+      // 5. Rank 0 is the one that differs (the summaries' lowest call is then the odd one),
+      // and so does rank `odd`: rank 0 names rank 1, rank `odd` rank 0, the others rank 0.
+      op.count = r == 0 ? 998 : r == odd ? 997 : 1000;
+      expectNames(e.run(op), r == 0 ? 1 : 0, "rank 0's count");
+      op.count = 1000;
       // Still in step: an agreed call and a barrier work, and the sum is right.
       const uint64_t before = e.bytesSent();
       TERSE_RETURN_IF_ERROR(e.barrier());

@@ -61,8 +61,10 @@ for r in rows:
     if r["codec"] == "none":
         assert r["maxrelerr"] < 1e-5, r
     if r["codec"] == "auto":
-        # What auto ran the call with: one of the codecs auto:max=onebit allows.
-        assert r.get("chosen", "").split(":")[0] in ("none", "fp16", "bf16", "int8", "onebit", "topk"), r
+        # What auto ran the call with: one of the codecs auto:max=onebit allows (every codec:
+        # the low-bit ones sit between int8 and onebit, compressors/src/auto_spec.cc).
+        assert r.get("chosen", "").split(":")[0] in ("none", "fp16", "bf16", "int8", "fp8",
+            "mxfp8", "mxfp4", "int4", "onebit", "topk"), r
 PY
 grep -q '| 1 | 4M | int8 |' "$out/results.md" || { echo "FAIL: no int8 row in results.md"; fails=1; }
 grep -q '| 1 | 4M | auto (picked [a-z0-9]*) |' "$out/results.md" ||

@@ -43,8 +43,8 @@ namespace terse::sim {
 struct SimTransportOptions {
   // Copy message bytes from the send buffer to the receive buffer. Off in the sizing mode of
   // the simulation (codecs sized, not computed): then only messages of at most copyBelow bytes
-  // are copied, which keeps the collectives' call descriptors (96 bytes per rank) real while
-  // payloads are never touched.
+  // are copied, which keeps the collectives' call descriptors (96 bytes per rank, or 208-byte
+  // summaries of them) real while payloads are never touched.
   bool copyPayload = true;
   size_t copyBelow = 4096;
   // Simulated time an unsuccessful test() lets pass.
