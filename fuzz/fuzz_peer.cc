@@ -127,6 +127,18 @@ CallDescriptor validCall(uint8_t kind, uint64_t count, uint32_t seq, uint32_t wo
   return d;
 }
 
+// An agreement's verdict where the first rank whose call differs from this rank's is firstOdd
+// (-1: none): agreement exactly when there is none, else kInvalidUsage naming that rank.
+void expectVerdict(const Status& verdict, int firstOdd) {
+  if (firstOdd < 0) {
+    if (!verdict.isOk()) fail("ranks that made the same call were found to disagree");
+    return;
+  }
+  if (verdict.isOk()) fail("ranks that made different calls were found to agree");
+  if (verdict.code() != StatusCode::kInvalidUsage || !names(verdict, firstOdd))
+    fail("a disagreement is not kInvalidUsage naming the first rank that differs");
+}
+
 // Shape byte: world size 2..9 (bits 0-2), this rank's place (bits 3-5), whether this rank
 // rejected its own call (bit 6), summaries instead of descriptors (bit 7, fuzzSummaries). The rest:
 // this rank's descriptor as 32 bytes XORed into a valid one, then per peer a size byte (below 0xc0:
@@ -201,15 +213,9 @@ void fuzzDescriptors(uint8_t shape, const uint8_t* p, size_t n) {
     if (i != self && ((theirs[i].kind == terse::detail::kRejectedKind && !rejectedHere) ||
                       !sameCallIndependently(theirs[i], mine)))
       firstOdd = i;
-  Status st =
-      terse::detail::checkDescriptorsAgree(mine, theirs.data(), world, self, mine.seq, rejected);
-  if (firstOdd < 0) {
-    if (!st.isOk()) fail("ranks that made the same call were found to disagree");
-    return;
-  }
-  if (st.isOk()) fail("ranks that made different calls were found to agree");
-  if (st.code() != StatusCode::kInvalidUsage || !names(st, firstOdd))
-    fail("a disagreement is not kInvalidUsage naming the first rank that differs");
+  expectVerdict(
+      terse::detail::checkDescriptorsAgree(mine, theirs.data(), world, self, mine.seq, rejected),
+      firstOdd);
 }
 
 // Shape bit 7 set: large worlds' agreement by a dissemination of summaries. The world's calls
@@ -285,13 +291,7 @@ void fuzzSummaries(uint8_t shape, const uint8_t* p, size_t n) {
   int firstOdd = -1;
   for (int i = 0; i < world && firstOdd < 0; ++i)
     if (i != self && !sameCallIndependently(calls[i], calls[self])) firstOdd = i;
-  if (firstOdd < 0) {
-    if (!verdict.isOk()) fail("a dissemination of the same calls found a disagreement");
-    return;
-  }
-  if (verdict.isOk()) fail("a dissemination of different calls found agreement");
-  if (verdict.code() != StatusCode::kInvalidUsage || !names(verdict, firstOdd))
-    fail("a disseminated disagreement is not kInvalidUsage naming the first rank that differs");
+  expectVerdict(verdict, firstOdd);
 }
 
 // --- rendezvous store values --------------------------------------------------------------

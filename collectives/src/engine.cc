@@ -402,12 +402,13 @@ Status CollectiveEngine::disseminateDescriptor(CollectiveKind kind, const CallDe
   const int n = transport_.size(), r = transport_.rank();
   detail::CallSummary known = detail::summarizeCall(r, mine), outgoing{}, heard{};
   int round = 0;
+  // One request list for all rounds: each round ends with waitAll, which empties it.
+  RequestList reqs(transport_, timeout_, &bytesSent_);
   // 64-bit: doubling an int past 2^30 ranks would overflow.
   for (int64_t distance = 1; distance < n; distance *= 2, ++round) {
     const int to = static_cast<int>((r + distance) % n);
     const int from = static_cast<int>((r - distance % n + n) % n);
     const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, static_cast<size_t>(round));
-    RequestList reqs(transport_, timeout_, &bytesSent_);
     size_t recvSlot = 0, sendSlot = 0, got = 0;
     outgoing = known;  // `known` changes below while the send may still read its buffer
     TERSE_RETURN_IF_ERROR(reqs.recv(from, tag, &heard, sizeof heard, &recvSlot));
@@ -459,9 +460,9 @@ Status CollectiveEngine::agree(const CollectiveOp& requested) {
 
 Status CollectiveEngine::barrier() {
   // The barrier is an agreement with nothing to agree on but itself: every rank hears from
-  // every other, directly or by dissemination (so none returns before all entered), and a rank that
-  // called a collective at this point in its sequence disagrees visibly instead of waiting on tags
-  // nobody sends.
+  // every other, directly or by dissemination (so none returns before all entered), and a rank
+  // that called a collective at this point in its sequence disagrees visibly instead of waiting
+  // on tags nobody sends.
   CollectiveOp op;
   op.kind = CollectiveKind::kBarrier;
   const uint32_t seq = seq_++;
