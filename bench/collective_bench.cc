@@ -7,7 +7,10 @@
 // nccl-tests' factor (2(n-1)/n for allreduce, (n-1)/n for the others), so `none` is comparable with
 // nccl-tests and MPI. wire is the bytes this rank sent per call (descriptor included), ratio the
 // uncompressed algorithm's bytes over that, and maxrelerr max|got - exact| / max|exact| (-c 1),
-// the exact result recomputed from every rank's deterministic input.
+// the exact result recomputed from every rank's deterministic input (--seed picks another one).
+// The JSON rows also carry rmsrelerr, the root mean square of got - exact over max|exact|: the
+// maximum is one element's, the RMS what the codec does on average, and algorithms can differ in
+// one and not the other (docs/benchmarks.md, "Two-level against flat").
 #include "subcommand.h"
 
 #include "terse/api/internal.h"
@@ -31,6 +34,25 @@
 namespace terse::bench {
 namespace {
 
+// The deterministic input every rank draws (and every rank can recompute).
+struct Input {
+  // uniform: signed, magnitude up to 0.5-1.5 (light tails, what every earlier figure used);
+  // normal and laplace: unit scale, the second heavy-tailed as gradients often are. Which one
+  // matters for comparing algorithms: a block-scaled codec's error follows its block's largest
+  // value, and how that grows when values are summed before compression depends on the tails.
+  enum class Shape { kUniform, kNormal, kLaplace } shape = Shape::kUniform;
+  uint64_t seed = 0;  // 0 is the input every earlier figure was made with
+};
+
+const char* shapeName(Input::Shape s) {
+  switch (s) {
+    case Input::Shape::kNormal: return "normal";
+    case Input::Shape::kLaplace: return "laplace";
+    case Input::Shape::kUniform: break;
+  }
+  return "uniform";
+}
+
 struct Options {
   size_t minBytes = 32 << 20, maxBytes = 32 << 20;
   double factor = 2;
@@ -42,6 +64,7 @@ struct Options {
   std::vector<std::string> algos;  // allreduce's algorithm (--algo), each with every codec
   std::string json;
   bool interleave = false;
+  Input input;
 };
 
 bool parseSize(const char* text, size_t* out) {
@@ -83,6 +106,8 @@ void usage(const char* name) {
       "  -n, --iters N         timed calls per size [20]\n"
       "  -w, --warmup_iters N  untimed calls first [5]\n"
       "  -c, --check 0|1       compute maxrelerr against the exact result [1]\n"
+      "      --input SHAPE     uniform | normal | laplace: the values' distribution [uniform]\n"
+      "      --seed S          another deterministic input (each rank's values drawn anew) [0]\n"
       "  -d, --datatype T      float | half | bfloat16 [float]\n"
       "  -o, --op OP           sum | avg [sum]\n"
       "  -J, --json FILE       also write the rows as JSON\n"
@@ -128,6 +153,21 @@ int parse(int argc, char** argv, Options* o) {
       if (o->warmup < 0) return bad(argv[i]);
     } else if (a == "-c" || a == "--check") {
       o->check = std::atoi(value()) != 0;
+    } else if (a == "--seed") {
+      const char* v = value();
+      char* end = nullptr;
+      o->input.seed = std::strtoull(v, &end, 0);
+      if (end == v || *end != '\0' || *v == '-') return bad(v);
+    } else if (a == "--input") {
+      std::string v = value();
+      if (v == "uniform")
+        o->input.shape = Input::Shape::kUniform;
+      else if (v == "normal")
+        o->input.shape = Input::Shape::kNormal;
+      else if (v == "laplace")
+        o->input.shape = Input::Shape::kLaplace;
+      else
+        return bad(v.c_str());
     } else if (a == "-d" || a == "--datatype") {
       std::string v = value();
       if (v == "float" || v == "float32")
@@ -172,29 +212,46 @@ int parse(int argc, char** argv, Options* o) {
 }
 
 // Deterministic gradient-like input of `rank`, so every rank can recompute the exact result.
-float inputValue(int rank, size_t i) {
-  uint64_t h = num::mix64((uint64_t(rank + 1) << 40) ^ (i * 0x9e3779b97f4a7c15ull));
-  float u = static_cast<float>(h >> 40) / 16777216.0f;
+// Seed 0 leaves the hash's argument as it always was, so earlier figures stay reproducible.
+float inputValue(const Input& in, int rank, size_t i) {
+  uint64_t h = num::mix64((uint64_t(rank + 1) << 40) ^ (i * 0x9e3779b97f4a7c15ull) ^
+                          (in.seed ? num::mix64(in.seed) : 0));
+  float u = static_cast<float>(h >> 40) / 16777216.0f;  // [0, 1), 24 bits
+  switch (in.shape) {
+    case Input::Shape::kUniform: break;
+    case Input::Shape::kNormal: {
+      // Box-Muller from two 24-bit uniforms, the first kept off zero.
+      double u1 = (static_cast<double>(h >> 40) + 0.5) / 16777216.0;
+      double u2 = static_cast<double>((h >> 16) & 0xffffff) / 16777216.0;
+      return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    }
+    case Input::Shape::kLaplace: {
+      // Inverse CDF: an exponential magnitude with a random sign.
+      double u1 = (static_cast<double>(h >> 40) + 0.5) / 16777216.0;
+      return static_cast<float>(((h >> 16) & 1 ? -1.0 : 1.0) * -std::log(u1));
+    }
+  }
   return (2.0f * u - 1.0f) * (0.5f + static_cast<float>((h >> 8) & 0xff) / 256.0f);
 }
 
-void fill(std::vector<uint8_t>& buf, DataType dt, int rank, size_t begin, size_t n) {
+void fill(std::vector<uint8_t>& buf, DataType dt, const Input& in, int rank, size_t begin,
+          size_t n) {
   buf.resize(n * dataTypeSize(dt));
-  for (size_t i = 0; i < n; ++i) storeElement(dt, buf.data(), i, inputValue(rank, begin + i));
+  for (size_t i = 0; i < n; ++i) storeElement(dt, buf.data(), i, inputValue(in, rank, begin + i));
 }
 
 float loadAt(const uint8_t* p, DataType dt, size_t i) { return loadElement(dt, p, i); }
 
 // The exact result this rank should hold (double), recomputed from every rank's input.
-std::vector<double> exactResult(CollectiveKind kind, DataType dt, ReduceOp op, int n, size_t count,
-                                Range mine) {
+std::vector<double> exactResult(CollectiveKind kind, DataType dt, ReduceOp op, const Input& in,
+                                int n, size_t count, Range mine) {
   std::vector<uint8_t> tmp;
   std::vector<double> ref;
   if (kind == CollectiveKind::kAllGather) {
     ref.resize(count);
     for (int owner = 0; owner < n; ++owner) {
       Range c = chunkRange(count, n, owner);
-      fill(tmp, dt, owner, c.begin, c.length);
+      fill(tmp, dt, in, owner, c.begin, c.length);
       for (size_t i = 0; i < c.length; ++i) ref[c.begin + i] = loadAt(tmp.data(), dt, i);
     }
     return ref;
@@ -202,7 +259,7 @@ std::vector<double> exactResult(CollectiveKind kind, DataType dt, ReduceOp op, i
   Range out = kind == CollectiveKind::kReduceScatter ? mine : Range{0, count};
   ref.assign(out.length, 0.0);
   for (int r = 0; r < n; ++r) {
-    fill(tmp, dt, r, out.begin, out.length);
+    fill(tmp, dt, in, r, out.begin, out.length);
     for (size_t i = 0; i < out.length; ++i) ref[i] += loadAt(tmp.data(), dt, i);
   }
   if (op == ReduceOp::kAvg)
@@ -229,6 +286,9 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     std::printf("# terse-bench %s: %d ranks over %s, %s, %s, %d warmup + %d timed calls\n",
                 collectiveName(kind), n, transportOf(comm).describe().c_str(),
                 dataTypeName(o.dtype), reduceOpName(o.op), o.warmup, o.iters);
+    if (o.input.shape != Input::Shape::kUniform || o.input.seed != 0)
+      std::printf("# input: %s, seed %llu\n", shapeName(o.input.shape),
+                  static_cast<unsigned long long>(o.input.seed));
     std::printf(
         "# nodes: %s; two-level: %s\n", comm.topology().describe().c_str(),
         comm.twoLevelUnavailable().empty() ? "available" : comm.twoLevelUnavailable().c_str());
@@ -290,7 +350,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     size_t sendCount = kind == CollectiveKind::kAllGather ? mine.length : count;
     size_t recvCount = kind == CollectiveKind::kReduceScatter ? mine.length : count;
     std::vector<uint8_t> send;
-    fill(send, o.dtype, rank, kind == CollectiveKind::kAllGather ? mine.begin : 0, sendCount);
+    fill(send, o.dtype, o.input, rank, kind == CollectiveKind::kAllGather ? mine.begin : 0,
+         sendCount);
     // Per codec: output, residuals, options, and what its timed calls took and sent.
     struct Run {
       std::vector<uint8_t> recv;
@@ -369,25 +430,37 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       if (o.check) st = call(c);
       if (!st.isOk()) return fail(st);
       // Slowest rank's time, and the largest error anywhere, via an uncompressed allgather.
-      double err = 0, maxRef = 0;
+      double err = 0, maxRef = 0, squares = 0;
       if (o.check && count > 0) {
-        auto ref = exactResult(kind, o.dtype, o.op, n, count, mine);
+        auto ref = exactResult(kind, o.dtype, o.op, o.input, n, count, mine);
         for (size_t i = 0; i < recvCount; ++i) {
-          err = std::max(err, std::fabs(loadAt(run.recv.data(), o.dtype, i) - ref[i]));
+          double e = std::fabs(loadAt(run.recv.data(), o.dtype, i) - ref[i]);
+          err = std::max(err, e);
+          squares += e * e;
           maxRef = std::max(maxRef, std::fabs(ref[i]));
         }
       }
-      std::vector<float> stats(3 * n, 0.0f), mineStats = {float(us), float(err), float(maxRef)};
-      // Every rank sends exactly 3 values: the balanced split of 3n gives each rank 3.
-      st = comm.allgather(mineStats.data(), stats.data(), 3 * n, DataType::kFloat32);
+      // Time, largest error, largest |exact| and mean squared error of this rank's elements.
+      constexpr int kStats = 4;
+      std::vector<float> stats(kStats * n, 0.0f),
+          mineStats = {float(us), float(err), float(maxRef),
+                       float(recvCount ? squares / double(recvCount) : 0.0)};
+      // Every rank sends exactly kStats values: the balanced split of kStats * n gives each that.
+      st = comm.allgather(mineStats.data(), stats.data(), kStats * n, DataType::kFloat32);
       if (!st.isOk()) return fail(st);
-      double tmax = 0, emax = 0, rmax = 0;
+      double tmax = 0, emax = 0, rmax = 0, meanSquares = 0;
       for (int r = 0; r < n; ++r) {
-        tmax = std::max<double>(tmax, stats[3 * r]);
-        emax = std::max<double>(emax, stats[3 * r + 1]);
-        rmax = std::max<double>(rmax, stats[3 * r + 2]);
+        tmax = std::max<double>(tmax, stats[kStats * r]);
+        emax = std::max<double>(emax, stats[kStats * r + 1]);
+        rmax = std::max<double>(rmax, stats[kStats * r + 2]);
+        // Weighted by how many elements rank r holds (reduce-scatter's parts differ by one).
+        size_t held =
+            kind == CollectiveKind::kReduceScatter ? chunkRange(count, n, r).length : count;
+        size_t total = kind == CollectiveKind::kReduceScatter ? count : count * n;
+        if (total > 0) meanSquares += stats[kStats * r + 3] * (double(held) / double(total));
       }
       double rel = rmax > 0 ? emax / rmax : 0;
+      double rms = rmax > 0 ? std::sqrt(meanSquares) / rmax : 0;
       double algbw = double(count * es) / tmax / 1e3;  // bytes/us -> GB/s
       double plain = busFactor * double(count * es);
       const char* label = plans[c].label.c_str();
@@ -402,18 +475,21 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
           std::printf("# %s picked %s at %zu bytes\n", label, run.chosen.c_str(), count * es);
         std::fflush(stdout);
         if (json)
-          std::fprintf(json,
-                       "%s  {\"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
-                       "\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
-                       "\"codec\": \"%s\", \"algorithm\": \"%s\", \"time_us\": %.3f, "
-                       "\"algbw_gbs\": %.6f, "
-                       "\"busbw_gbs\": %.6f, \"wire_bytes\": %.0f, \"ratio\": %.4f, "
-                       "\"maxrelerr\": %.6e, \"chosen\": \"%s\"}",
-                       firstRow ? "" : ",\n", collectiveName(kind), n,
-                       transportOf(comm).describe().c_str(), count * es, count,
-                       dataTypeName(o.dtype), reduceOpName(o.op), label, plans[c].algoLabel.c_str(),
-                       tmax, algbw, algbw * busFactor, wire, wire > 0 ? plain / wire : 0.0,
-                       o.check ? rel : 0.0, run.chosen.c_str());
+          std::fprintf(
+              json,
+              "%s  {\"collective\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", "
+              "\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+              "\"codec\": \"%s\", \"algorithm\": \"%s\", \"time_us\": %.3f, "
+              "\"algbw_gbs\": %.6f, "
+              "\"busbw_gbs\": %.6f, \"wire_bytes\": %.0f, \"ratio\": %.4f, "
+              "\"maxrelerr\": %.6e, \"rmsrelerr\": %.6e, \"input\": \"%s\", \"seed\": %llu, "
+              "\"chosen\": \"%s\"}",
+              firstRow ? "" : ",\n", collectiveName(kind), n, transportOf(comm).describe().c_str(),
+              count * es, count, dataTypeName(o.dtype), reduceOpName(o.op), label,
+              plans[c].algoLabel.c_str(), tmax, algbw, algbw * busFactor, wire,
+              wire > 0 ? plain / wire : 0.0, o.check ? rel : 0.0, o.check ? rms : 0.0,
+              shapeName(o.input.shape), static_cast<unsigned long long>(o.input.seed),
+              run.chosen.c_str());
       }
       firstRow = false;
     }

@@ -5,7 +5,10 @@
 
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace {
@@ -74,6 +77,61 @@ TEST(TerseRun, RunsACommunicatorEndToEnd) {
   EXPECT_NE(r.output.find("[1] # every received message matched its pattern"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[0]         262144"), std::string::npos) << r.output;
+}
+
+// terse-bench's accuracy figures: --input and --seed change the input every rank draws (and
+// recomputes), the JSON rows say which input they were made with and carry the RMS error next to
+// the maximum, and a malformed value is refused before any rank starts communicating.
+double jsonNumber(const std::string& json, const std::string& key) {
+  size_t at = json.find("\"" + key + "\": ");
+  if (at == std::string::npos) return -1;
+  return std::strtod(json.c_str() + at + key.size() + 4, nullptr);
+}
+
+std::string benchJson(const std::string& extra) {
+  char path[] = "/tmp/terse-bench-json-XXXXXX";
+  int fd = ::mkstemp(path);
+  if (fd < 0) return "";
+  ::close(fd);
+  Outcome r = run("env UCX_TLS=tcp UCX_NET_DEVICES=lo " + kRun + " -n 2 " + TERSE_BENCH_PATH +
+                  " allreduce -b 256K -e 256K -n 1 -w 0 --codec int8 -J " + path + " " + extra);
+  std::string json;
+  if (r.code == 0) {
+    FILE* f = std::fopen(path, "r");
+    char buf[4096];
+    size_t n;
+    while (f && (n = std::fread(buf, 1, sizeof buf, f)) > 0) json.append(buf, n);
+    if (f) std::fclose(f);
+  } else {
+    ADD_FAILURE() << extra << ": " << r.output;
+  }
+  std::remove(path);
+  return json;
+}
+
+TEST(TerseBench, InputShapeAndSeedPickTheInputAndRowsCarryTheRms) {
+  std::string plain = benchJson("");
+  std::string laplace = benchJson("--input laplace --seed 3");
+  std::string again = benchJson("--seed 3 --input laplace");
+  ASSERT_FALSE(plain.empty());
+  ASSERT_FALSE(laplace.empty());
+  EXPECT_NE(plain.find("\"input\": \"uniform\", \"seed\": 0"), std::string::npos) << plain;
+  EXPECT_NE(laplace.find("\"input\": \"laplace\", \"seed\": 3"), std::string::npos) << laplace;
+  for (const std::string* j : {&plain, &laplace}) {
+    double maxErr = jsonNumber(*j, "maxrelerr"), rms = jsonNumber(*j, "rmsrelerr");
+    EXPECT_GT(rms, 0) << *j;
+    EXPECT_LT(rms, maxErr) << *j;  // a mean cannot exceed the maximum, and int8 is not exact
+  }
+  // Another input gives another error; the same input the same one, bit for bit.
+  EXPECT_NE(jsonNumber(plain, "maxrelerr"), jsonNumber(laplace, "maxrelerr"));
+  EXPECT_EQ(jsonNumber(laplace, "maxrelerr"), jsonNumber(again, "maxrelerr"));
+  EXPECT_EQ(jsonNumber(laplace, "rmsrelerr"), jsonNumber(again, "rmsrelerr"));
+  std::string otherSeed = benchJson("--input laplace --seed 4");
+  EXPECT_NE(jsonNumber(laplace, "rmsrelerr"), jsonNumber(otherSeed, "rmsrelerr"));
+  for (const char* bad : {"--input cauchy", "--seed -1", "--seed 12x", "--seed"}) {
+    Outcome r = run(kRun + " -n 1 " + TERSE_BENCH_PATH + " allreduce " + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+  }
 }
 
 }  // namespace
