@@ -30,6 +30,12 @@ struct DatasetConfig {
   double centerScale = 0.5;  // spread of the blob centres
   double noise = 1.1;        // std-dev of the samples around their centre
   double labelNoise = 0.05;  // fraction of labels replaced by a random class (a loss floor)
+  // Feature d is multiplied by spread^(-d/(features-1)): 1 (the default) leaves every feature on
+  // one scale; above 1 the features span [1/spread, 1], as unnormalized inputs do. Each
+  // feature's information is unchanged, but its weights' gradients shrink with its scale, and
+  // a codec that rounds small values within a block to zero loses them unless error feedback
+  // carries them (tests/train/convergence_test.py).
+  double featureSpread = 1.0;
   size_t trainSize = 32768;
   size_t testSize = 2048;
   uint64_t seed = 1;

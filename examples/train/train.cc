@@ -77,6 +77,7 @@ void usage(FILE* out) {
       "  --seed S                  data, initialisation and shuffling seed\n"
       "  --train-size N --test-size N --features D --classes K\n"
       "  --center-scale S --noise S --label-noise P   shape of the synthetic mixture\n"
+      "  --feature-spread S        features scaled from 1 down to 1/S (default 1: all alike)\n"
       "  --log FILE                JSON log (written by rank 0)\n"
       "  --checkpoint DIR          save model and error feedback into DIR ...\n"
       "  --checkpoint-at STEP      ... after this many steps (default: at the end)\n"
@@ -177,6 +178,13 @@ bool parseOptions(int argc, char** argv, Options* o) {
       if (!number(&o->data.noise)) return false;
     } else if (a == "--label-noise") {
       if (!number(&o->data.labelNoise)) return false;
+    } else if (a == "--feature-spread") {
+      if (!number(&o->data.featureSpread)) return false;
+      if (o->data.featureSpread < 1) {
+        std::fprintf(stderr, "terse-train: --feature-spread wants a number >= 1, got %g\n",
+                     o->data.featureSpread);
+        return false;
+      }
     } else if (a == "--log") {
       if (!value(&v)) return false;
       o->log = v;

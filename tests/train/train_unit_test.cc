@@ -79,6 +79,32 @@ TEST(TrainData, DatasetIsDeterministicAndLabelsInRange) {
   EXPECT_NE(a.x, c.x);
 }
 
+// --feature-spread scales feature d by spread^(-d/(D-1)) and changes nothing else: the same
+// labels, the first feature as it was, the last one 1/spread of it, the ones between in order.
+TEST(TrainData, FeatureSpreadScalesEachFeatureAndNothingElse) {
+  Dataset plain, plainTest, spread, spreadTest;
+  DatasetConfig config = tinyData();
+  makeDatasets(config, &plain, &plainTest);
+  config.featureSpread = 1000;
+  makeDatasets(config, &spread, &spreadTest);
+  ASSERT_EQ(spread.label, plain.label);
+  ASSERT_EQ(spread.x.size(), plain.x.size());
+  const size_t d = plain.features;
+  ASSERT_GE(d, 3u);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(spread.row(i)[0], plain.row(i)[0]) << "row " << i;
+    EXPECT_NEAR(spread.row(i)[d - 1], plain.row(i)[d - 1] / 1000.0,
+                1e-6 * std::fabs(plain.row(i)[d - 1]))
+        << "row " << i;
+    for (size_t f = 1; f + 1 < d; ++f) {
+      const double want = plain.row(i)[f] * std::pow(1000.0, -double(f) / double(d - 1));
+      EXPECT_NEAR(spread.row(i)[f], want, 1e-6 * std::fabs(want))
+          << "row " << i << " feature " << f;
+    }
+  }
+  EXPECT_EQ(spreadTest.label, plainTest.label);
+}
+
 TEST(TrainData, IidGlobalBatchDoesNotDependOnWorldSize) {
   Dataset train, test;
   makeDatasets(tinyData(), &train, &test);
