@@ -10,7 +10,7 @@
 // the exact result recomputed from every rank's deterministic input (--seed picks another one).
 // The JSON rows also carry rmsrelerr, the root mean square of got - exact over max|exact|: the
 // maximum is one element's, the RMS what the codec does on average, and algorithms can differ in
-// one and not the other (docs/benchmarks.md, "Two-level against flat").
+// one and not the other (docs/benchmarks.md, "Accuracy: two-level against flat").
 #include "subcommand.h"
 
 #include "terse/api/internal.h"
