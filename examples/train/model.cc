@@ -30,14 +30,16 @@ void drawSet(const DatasetConfig& c, const std::vector<double>& centers, size_t 
   out->classes = c.classes;
   out->x.resize(n * c.features);
   out->label.resize(n);
+  // Each feature's factor (all 1 without a spread), computed once for every row.
+  std::vector<double> scale(c.features, 1.0);
+  for (size_t d = 0; c.features > 1 && d < c.features; ++d)
+    scale[d] = std::pow(c.featureSpread, -double(d) / double(c.features - 1));
   for (size_t i = 0; i < n; ++i) {
     size_t cls = rng.below(c.classes), mode = rng.below(c.modesPerClass);
     const double* centre = centers.data() + (cls * c.modesPerClass + mode) * c.features;
-    for (size_t d = 0; d < c.features; ++d) {
-      const double scale =
-          c.features > 1 ? std::pow(c.featureSpread, -double(d) / double(c.features - 1)) : 1.0;
-      out->x[i * c.features + d] = static_cast<float>(scale * (centre[d] + c.noise * rng.normal()));
-    }
+    for (size_t d = 0; d < c.features; ++d)
+      out->x[i * c.features + d] =
+          static_cast<float>(scale[d] * (centre[d] + c.noise * rng.normal()));
     if (labelNoise > 0 && rng.uniform() < labelNoise) cls = rng.below(c.classes);
     out->label[i] = static_cast<int>(cls);
   }
