@@ -216,21 +216,20 @@ int parse(int argc, char** argv, Options* o) {
 float inputValue(const Input& in, int rank, size_t i) {
   uint64_t h = num::mix64((uint64_t(rank + 1) << 40) ^ (i * 0x9e3779b97f4a7c15ull) ^
                           (in.seed ? num::mix64(in.seed) : 0));
-  float u = static_cast<float>(h >> 40) / 16777216.0f;  // [0, 1), 24 bits
+  // The top 24 bits as a uniform in (0, 1), kept off zero for the logarithms below.
+  const double open = (static_cast<double>(h >> 40) + 0.5) / 16777216.0;
   switch (in.shape) {
     case Input::Shape::kUniform: break;
     case Input::Shape::kNormal: {
-      // Box-Muller from two 24-bit uniforms, the first kept off zero.
-      double u1 = (static_cast<double>(h >> 40) + 0.5) / 16777216.0;
+      // Box-Muller with a second 24-bit uniform from the next bits.
       double u2 = static_cast<double>((h >> 16) & 0xffffff) / 16777216.0;
-      return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      return static_cast<float>(std::sqrt(-2.0 * std::log(open)) *
+                                std::cos(6.283185307179586 * u2));
     }
-    case Input::Shape::kLaplace: {
-      // Inverse CDF: an exponential magnitude with a random sign.
-      double u1 = (static_cast<double>(h >> 40) + 0.5) / 16777216.0;
-      return static_cast<float>(((h >> 16) & 1 ? -1.0 : 1.0) * -std::log(u1));
-    }
+    case Input::Shape::kLaplace:  // inverse CDF: an exponential magnitude with a random sign
+      return static_cast<float>(((h >> 16) & 1 ? -1.0 : 1.0) * -std::log(open));
   }
+  const float u = static_cast<float>(h >> 40) / 16777216.0f;  // [0, 1): the original formula
   return (2.0f * u - 1.0f) * (0.5f + static_cast<float>((h >> 8) & 0xff) / 256.0f);
 }
 
