@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace {
@@ -97,11 +99,8 @@ std::string benchJson(const std::string& extra) {
                   " allreduce -b 256K -e 256K -n 1 -w 0 --codec int8 -J " + path + " " + extra);
   std::string json;
   if (r.code == 0) {
-    FILE* f = std::fopen(path, "r");
-    char buf[4096];
-    size_t n;
-    while (f && (n = std::fread(buf, 1, sizeof buf, f)) > 0) json.append(buf, n);
-    if (f) std::fclose(f);
+    std::ifstream f(path);
+    json.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   } else {
     ADD_FAILURE() << extra << ": " << r.output;
   }
