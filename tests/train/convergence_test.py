@@ -64,8 +64,8 @@ CODECS = [
 # feedback +0.17% / +0.10% and +0.04% / +0.02%), so there is nothing honest to assert.
 INFO_ONLY = {"mxfp4-noef", "int4-noef"}
 # The 4-bit codecs round the values of a block below 1/14 (int4) or 1/32 to 1/16 (mxfp4, whose
-# scale is a power of two) of its largest to zero. With every feature on one scale a gradient block holds no such values for
-# long; with features spanning three decades (--feature-spread 1000, as unnormalized inputs do)
+# scale is a power of two) of its largest to zero. With every feature on one scale a gradient
+# block holds no such values for long; with features spanning three decades (--feature-spread 1000, as unnormalized inputs do)
 # the small features' weight gradients sit next to the large ones' in every block, and without
 # error feedback they are lost at every step (2026-11-26, 4 ranks: mxfp4 +2.79% and int4 +8.6%
 # over none's loss without error feedback, +0.01% and +0.02% with it).
