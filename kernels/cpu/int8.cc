@@ -3,6 +3,7 @@
 #include "simd_avx2.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace terse::kernels::cpu {
 namespace {
@@ -153,18 +154,31 @@ TERSE_AVX2 void quantizeBlockAvx2(const In* TERSE_RESTRICT in, size_t n, Roundin
   const __m256 inv = _mm256_set1_ps(invScale), sc = _mm256_set1_ps(scale);
   size_t full32 = n / 32 * 32;
   bool stochastic = rounding == Rounding::kStochastic;
-  for (size_t i = 0; i < full32; i += 32) {
-    __m256 v[4], qf[4];
-    for (int j = 0; j < 4; ++j) {
-      v[j] = load8(in + i + 8 * j);
-      if (residual) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(residual + i + 8 * j));
-      qf[j] = stochastic ? quantizeStochastic8(v[j], inv, uniform8(seed, offset + i + 8 * j))
-                         : quantizeNearest8(v[j], inv);
-      if (residual)
-        _mm256_storeu_ps(residual + i + 8 * j, avx2::residualOf(v[j], _mm256_mul_ps(qf[j], sc)));
+  // Inlined once per case, so no copy tests for a residual per element; a block below
+  // kResidualAlwaysFiniteKey needs no finiteness test on its residual (simd_avx2.h).
+  auto encode = [&](auto withResidual, auto checked)
+      __attribute__((always_inline, target("avx2,f16c"))) {
+    constexpr bool kResidual = decltype(withResidual)::value;
+    for (size_t i = 0; i < full32; i += 32) {
+      __m256 v[4], qf[4];
+      for (int j = 0; j < 4; ++j) {
+        v[j] = load8(in + i + 8 * j);
+        if constexpr (kResidual) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(residual + i + 8 * j));
+        qf[j] = stochastic ? quantizeStochastic8(v[j], inv, uniform8(seed, offset + i + 8 * j))
+                           : quantizeNearest8(v[j], inv);
+        if constexpr (kResidual)
+          _mm256_storeu_ps(residual + i + 8 * j, avx2::blockResidual<decltype(checked)::value>(
+                                                     v[j], _mm256_mul_ps(qf[j], sc)));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), packInt8(qf[0], qf[1], qf[2], qf[3]));
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), packInt8(qf[0], qf[1], qf[2], qf[3]));
-  }
+  };
+  if (!residual)
+    encode(std::false_type{}, std::true_type{});
+  else if (maxKey < avx2::kResidualAlwaysFiniteKey)
+    encode(std::true_type{}, std::false_type{});
+  else
+    encode(std::true_type{}, std::true_type{});
   for (size_t i = full32; i < n; ++i) {
     float v = valueAt(in, residual, i);
     int8_t c = stochastic

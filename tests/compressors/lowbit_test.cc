@@ -401,6 +401,68 @@ TEST(KernelLowbit, Avx2MatchesThePortablePathAtEveryRoundingEdge) {
   }
 }
 
+// The AVX2 encoders take eight whole blocks at a time at block lengths 32, 64 and 256, their
+// scales computed together in vectors. Blocks that stress each lane's scale rule (zero, float32
+// subnormal maxima, FLT_MAX, Inf, NaN, a lone large value among small ones) placed so that
+// every lane of a batch meets each, with and without a residual, give the portable path's bits.
+TEST(KernelLowbit, EightBlockBatchesMatchThePortablePath) {
+  kernels::cpu::detail::setAvx2Enabled(true);
+  if (!kernels::cpu::detail::useAvx2())
+    GTEST_SKIP() << "this CPU has no AVX2: only the portable path exists";
+  const float kHostile[] = {0.0f,          1e-40f, 1.2e-38f, 3.4028235e38f, INFINITY,
+                            std::nanf(""), 448.0f, 6.0f,     7.0f,          1.0f};
+  const FormatCase kFormats[] = {{LowbitFormat::kFp8E4M3, "fp8-e4m3", 0},
+                                 {LowbitFormat::kFp8E5M2, "fp8-e5m2", 0},
+                                 {LowbitFormat::kMxfp8, "mxfp8", 0},
+                                 {LowbitFormat::kMxfp4, "mxfp4", 0},
+                                 {LowbitFormat::kInt4, "int4", 0}};
+  for (const auto& c : kFormats) {
+    for (size_t block : {size_t{32}, size_t{64}, size_t{256}}) {
+      if (kernels::lowbitIsMx(c.fmt) && block != kernels::kMxBlock) continue;
+      SCOPED_TRACE(std::string(c.name) + " block=" + std::to_string(block));
+      // 3 batches and a tail of 3 blocks, then a partial block
+      size_t n = (3 * 8 + 3) * block + 5;
+      auto x = randomValues(n, 41 + block, 2.0f);
+      for (size_t b = 0; b * block < n; ++b) {
+        float* blk = x.data() + b * block;
+        size_t len = std::min(block, n - b * block);
+        switch (b % 11) {
+          case 0: std::fill(blk, blk + len, 0.0f); break;
+          case 1:
+            for (size_t i = 0; i < len; ++i) blk[i] *= 1e-40f;
+            break;  // subnormal maxima
+          case 2: blk[len / 2] = kHostile[b % 10]; break;
+          case 3: blk[0] = -3.4028235e38f; break;
+          case 4: blk[len - 1] = -INFINITY; break;
+          case 5: blk[1 % len] = std::nanf(""); break;
+          case 6:
+            for (size_t i = 0; i < len; ++i) blk[i] *= 1e-30f;
+            blk[2 % len] = 1e30f;
+            break;
+          default: break;
+        }
+      }
+      for (bool withResidual : {false, true}) {
+        std::vector<Encoded> runs;
+        std::vector<std::vector<float>> residuals;
+        forEachIsa([&] {
+          std::vector<float> res =
+              withResidual ? randomValues(n, 7, 0.25f) : std::vector<float>(n, 0.0f);
+          runs.push_back(encode({c.fmt, c.name, block}, x, Rounding::kNearest, 0,
+                                withResidual ? res.data() : nullptr));
+          residuals.push_back(res);
+        });
+        ASSERT_EQ(runs.size(), 2u);
+        EXPECT_EQ(runs[1].scales, runs[0].scales) << (withResidual ? "with" : "without");
+        EXPECT_EQ(runs[1].codes, runs[0].codes) << (withResidual ? "with" : "without");
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(num::floatBits(residuals[1][i]), num::floatBits(residuals[0][i]))
+              << "element " << i << " = " << x[i];
+      }
+    }
+  }
+}
+
 TEST(KernelLowbit, NonFiniteBlocksDecodeToNanOnly) {
   for (const auto& c : formatCases()) {
     size_t n = 3 * c.block;
