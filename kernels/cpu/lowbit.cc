@@ -152,36 +152,32 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
     }
     return _mm256_or_si256(mag, _mm256_srli_epi32(bitsOf(sign), 28));
   } else {
+    // One float addition rounds |x| to the element grid, normal and subnormal alike: adding
+    // M = 2^(E + 23 - mant), E = max(exponent of |x|, emin), leaves M's unit in the last place
+    // at the grid step 2^(E - mant), so the sum is rounded to nearest even exactly as rintf
+    // rounds |x| / step (the scalar formula). Then (sum - M) is the value, exact, and
+    // bits(sum) - bits(M) is it in steps, n; the code is n + ((E - emin) << mant), with E read
+    // off M's exponent field. A carry into the next binade (n = 2^(mant+1)) and a subnormal
+    // rounding up to the smallest normal (n = 2^mant) land on the right codes by the same sum.
+    // Eight integer and float operations where rounding the bits and blending a separate
+    // subnormal path took thirteen.
+    constexpr int kShift = 23 - F::kMant;
     const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
     x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
     __m256i bits = bitsOf(x);
     __m256i sign = _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
     // clamping |x| to max clamps x to +-max (and keeps the sign of a saturated -Inf)
-    __m256i a = bitsOf(_mm256_min_ps(floatOf(_mm256_xor_si256(bits, sign)), mx));
-    // subnormal codes: rintf(a * 2^(mant - emin)), as the float addition of a to
-    // M = 2^(emin - mant + 23), whose unit in the last place is the subnormal step (rounded to
-    // nearest even like rintf), read back as the integer distance from M's bits
-    const __m256 m = _mm256_set1_ps(num::pow2(F::kEmin - F::kMant + 23));
-    __m256 am = _mm256_add_ps(floatOf(a), m);
-    __m256i sub = _mm256_sub_epi32(bitsOf(am), bitsOf(m));
-    constexpr int kShift = 23 - F::kMant;
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(a, kShift), _mm256_set1_epi32(1));
-    __m256i r =
-        _mm256_add_epi32(_mm256_add_epi32(a, _mm256_set1_epi32((1 << (kShift - 1)) - 1)), lsb);
-    __m256i normal = _mm256_sub_epi32(_mm256_srli_epi32(r, kShift),
-                                      _mm256_set1_epi32((127 - F::kBias) << F::kMant));
-    __m256 isSub = _mm256_cmp_ps(floatOf(a), _mm256_set1_ps(num::pow2(F::kEmin)), _CMP_LT_OQ);
-    __m256i mag = _mm256_blendv_epi8(normal, sub, bitsOf(isSub));
+    __m256 a = _mm256_min_ps(floatOf(_mm256_xor_si256(bits, sign)), mx);
+    __m256i magic = _mm256_add_epi32(_mm256_and_si256(bitsOf(a), _mm256_set1_epi32(0x7f800000)),
+                                     _mm256_set1_epi32(kShift << 23));
+    magic = _mm256_max_epi32(magic, _mm256_set1_epi32((127 + F::kEmin + kShift) << 23));
+    __m256 sum = _mm256_add_ps(a, floatOf(magic));
+    __m256i mag = _mm256_add_epi32(
+        _mm256_sub_epi32(bitsOf(sum), magic),
+        _mm256_sub_epi32(_mm256_srli_epi32(magic, kShift),
+                         _mm256_set1_epi32((127 + F::kEmin + kShift) << F::kMant)));
     constexpr int kSignShift = F::kSign == 0x80u ? 24 : 28;
-    // The value of the code without decoding it: a subnormal code's is (a + M) - M (exact:
-    // both are in M's binade), a normal one's is r with the bits below the element's mantissa
-    // cleared (r is a rounded, carried into the exponent where it rounded up). Three
-    // operations where magnitudeValue8 takes six; it shows in the residual path.
-    if constexpr (kDec) {
-      __m256 normalValue = floatOf(_mm256_andnot_si256(_mm256_set1_epi32((1 << kShift) - 1), r));
-      __m256 value = _mm256_blendv_ps(normalValue, _mm256_sub_ps(am, m), isSub);
-      dec = _mm256_or_ps(value, floatOf(sign));
-    }
+    if constexpr (kDec) dec = _mm256_or_ps(_mm256_sub_ps(sum, floatOf(magic)), floatOf(sign));
     return _mm256_or_si256(mag, _mm256_srli_epi32(sign, kSignShift));
   }
 }
