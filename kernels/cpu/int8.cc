@@ -71,9 +71,12 @@ void dequantizeAccBlock(float scale, const int8_t* TERSE_RESTRICT q, size_t n,
 
 #if TERSE_CPU_HAVE_AVX2_PATH
 // num::int8QuantizeNearest for 8 lanes, as float (an integer in [-127, 127]).
+template <bool kGuarded = true>
 TERSE_AVX2_INLINE __m256 clampQ8(__m256 q);
+template <bool kGuarded>
 TERSE_AVX2_INLINE __m256 quantizeNearest8(__m256 v, __m256 inv) {
-  return clampQ8(_mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_CUR_DIRECTION));  // rintf
+  return clampQ8<kGuarded>(
+      _mm256_round_ps(_mm256_mul_ps(v, inv), _MM_FROUND_CUR_DIRECTION));  // rintf
 }
 // num::int8QuantizeStochastic: floorf(v * inv + u).
 TERSE_AVX2_INLINE __m256 quantizeStochastic8(__m256 v, __m256 inv, __m256 u) {
@@ -112,8 +115,10 @@ TERSE_AVX2_INLINE __m256 uniform8(uint64_t seed, uint64_t index) {
 }
 
 // num::clampInt8 after the NaN check, kept in float.
+// kGuarded false: a tame block (simd_avx2.h), where q is never NaN.
+template <bool kGuarded>
 TERSE_AVX2_INLINE __m256 clampQ8(__m256 q) {
-  q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);  // NaN -> 0
+  if constexpr (kGuarded) q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);  // NaN -> 0
   q = _mm256_min_ps(q, _mm256_set1_ps(127.0f));
   q = _mm256_max_ps(q, _mm256_set1_ps(-127.0f));
   // -0 + 0 = +0: the scalar path goes through int8_t, which has no negative zero.
@@ -154,28 +159,32 @@ TERSE_AVX2 void quantizeBlockAvx2(const In* TERSE_RESTRICT in, size_t n, Roundin
   const __m256 inv = _mm256_set1_ps(invScale), sc = _mm256_set1_ps(scale);
   size_t full32 = n / 32 * 32;
   bool stochastic = rounding == Rounding::kStochastic;
-  // Inlined once per case, so no copy tests for a residual per element; a block below
-  // kResidualAlwaysFiniteKey needs no finiteness test on its residual (simd_avx2.h).
-  auto encode = [&](auto withResidual, auto checked)
+  // Inlined once per case, so no copy tests for a residual per element; a tame block
+  // (simd_avx2.h) needs no NaN mapping and no finiteness test on its residual.
+  auto encode = [&](auto withResidual, auto guarded)
       __attribute__((always_inline, target("avx2,f16c"))) {
     constexpr bool kResidual = decltype(withResidual)::value;
+    constexpr bool kGuarded = decltype(guarded)::value;
     for (size_t i = 0; i < full32; i += 32) {
       __m256 v[4], qf[4];
       for (int j = 0; j < 4; ++j) {
         v[j] = load8(in + i + 8 * j);
         if constexpr (kResidual) v[j] = _mm256_add_ps(v[j], _mm256_loadu_ps(residual + i + 8 * j));
         qf[j] = stochastic ? quantizeStochastic8(v[j], inv, uniform8(seed, offset + i + 8 * j))
-                           : quantizeNearest8(v[j], inv);
+                           : quantizeNearest8<kGuarded>(v[j], inv);
         if constexpr (kResidual)
-          _mm256_storeu_ps(residual + i + 8 * j, avx2::blockResidual<decltype(checked)::value>(
-                                                     v[j], _mm256_mul_ps(qf[j], sc)));
+          _mm256_storeu_ps(residual + i + 8 * j,
+                           avx2::blockResidual<kGuarded>(v[j], _mm256_mul_ps(qf[j], sc)));
       }
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), packInt8(qf[0], qf[1], qf[2], qf[3]));
     }
   };
-  if (!residual)
+  bool tame = avx2::tameBlock(maxKey);
+  if (!residual && tame)
+    encode(std::false_type{}, std::false_type{});
+  else if (!residual)
     encode(std::false_type{}, std::true_type{});
-  else if (maxKey < avx2::kResidualAlwaysFiniteKey)
+  else if (tame)
     encode(std::true_type{}, std::false_type{});
   else
     encode(std::true_type{}, std::true_type{});

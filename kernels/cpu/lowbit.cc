@@ -103,17 +103,18 @@ TERSE_AVX2_INLINE __m256 magnitudeValue8(__m256i mag) {
 // the scale). Lane for lane what the scalar formulas compute: the minifloat path follows
 // fpEncodeScaled + fpMagnitudeNearest (the scaled value is finite and within +-max, so
 // decoding needs no NaN/Inf codes); int4 follows int4Quantize.
-// kDec: also the value (for a residual); without it the decode is skipped. A template flag, not
+// kDec: also the value (for a residual); without it the decode is skipped. kGuarded false: a
+// tame block (simd_avx2.h), where x is never NaN. A template flag, not
 // a pointer that may be null: through a pointer GCC kept the value in memory, a store and a
 // reload per 8 elements that made the residual path cost twice int8's.
-template <typename P, bool kDec>
+template <typename P, bool kDec, bool kGuarded>
 TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
   using F = typename ElemOf<P>::type;
   using namespace avx2;
   __m256 x = _mm256_mul_ps(v, inv);
   if constexpr (std::is_void_v<F>) {
     __m256 q = _mm256_round_ps(x, _MM_FROUND_CUR_DIRECTION);  // rintf
-    q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);
+    if constexpr (kGuarded) q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);
     q = _mm256_min_ps(q, _mm256_set1_ps(7.0f));
     q = _mm256_max_ps(q, _mm256_set1_ps(-7.0f));
     q = _mm256_add_ps(q, _mm256_setzero_ps());  // -0 -> +0, as the int conversion does
@@ -132,7 +133,7 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
     auto mid = [](uint32_t k) {
       return (num::fpMagnitudeValue<F>(k) + num::fpMagnitudeValue<F>(k + 1)) * 0.5f;
     };
-    x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
+    if constexpr (kGuarded) x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN->+0
     __m256 sign = _mm256_and_ps(x, floatOf(_mm256_set1_epi32(static_cast<int>(0x80000000u))));
     __m256 a = _mm256_xor_ps(x, sign);
     __m256 upper = _mm256_cmp_ps(a, _mm256_set1_ps(mid(3)), _CMP_GE_OQ);
@@ -163,7 +164,7 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
     // subnormal path took thirteen.
     constexpr int kShift = 23 - F::kMant;
     const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
-    x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN -> +0
+    if constexpr (kGuarded) x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN->+0
     __m256i bits = bitsOf(x);
     __m256i sign = _mm256_and_si256(bits, _mm256_set1_epi32(static_cast<int>(0x80000000u)));
     // clamping |x| to max clamps x to +-max (and keeps the sign of a saturated -Inf)
@@ -191,18 +192,17 @@ TERSE_AVX2_INLINE __m256i packBytes(__m256i a, __m256i b, __m256i c, __m256i d) 
 }
 
 // Nearest rounding of 32 elements in vectors: codes (and, with kResidual, the residual) from
-// one block's inverse and scale. kChecked false: the block's largest magnitude is below
-// kResidualAlwaysFiniteKey, so the residual needs no finiteness test.
-template <typename P, bool kResidual, bool kChecked, typename In>
+// one block's inverse and scale. kGuarded false: a tame block (simd_avx2.h).
+template <typename P, bool kResidual, bool kGuarded, typename In>
 TERSE_AVX2_INLINE void encode32(const In* in, float* residual, __m256 inv, __m256 sc,
                                 uint8_t* codes) {
   auto code8 = [&](int j) __attribute__((always_inline, target("avx2,f16c"))) {
     __m256 v = avx2::load8(in + 8 * j);
     if constexpr (kResidual) v = _mm256_add_ps(v, _mm256_loadu_ps(residual + 8 * j));
     __m256 dec;
-    __m256i c = encodeNearest8<P, kResidual>(v, inv, dec);
+    __m256i c = encodeNearest8<P, kResidual, kGuarded>(v, inv, dec);
     if constexpr (kResidual)
-      _mm256_storeu_ps(residual + 8 * j, avx2::blockResidual<kChecked>(v, _mm256_mul_ps(dec, sc)));
+      _mm256_storeu_ps(residual + 8 * j, avx2::blockResidual<kGuarded>(v, _mm256_mul_ps(dec, sc)));
     return c;
   };
   // Packed pair by pair as they come, so two vectors of codes are live rather than four.
@@ -325,19 +325,17 @@ TERSE_AVX2_INLINE void quantize8Blocks(const In* in, float* residual, typename P
   alignas(32) float svs[8], invs[8];
   _mm256_store_ps(svs, sv);
   _mm256_store_ps(invs, inv);
-  auto encodeAll = [&](auto checked) __attribute__((always_inline, target("avx2,f16c"))) {
+  auto encodeAll = [&](auto guarded) __attribute__((always_inline, target("avx2,f16c"))) {
     for (size_t j = 0; j < 8; ++j) {
       __m256 bi = _mm256_broadcast_ss(invs + j), bs = _mm256_broadcast_ss(svs + j);
       for (size_t t = 0; t < kLen; t += 32) {
         size_t at = kLen * j + t;
-        encode32<P, kResidual, decltype(checked)::value>(in + at, residual + at, bi, bs,
+        encode32<P, kResidual, decltype(guarded)::value>(in + at, residual + at, bi, bs,
                                                          codes + (P::kNibbles ? at / 2 : at));
       }
     }
   };
-  bool large = _mm256_movemask_epi8(_mm256_cmpgt_epi32(
-                   keys, _mm256_set1_epi32(avx2::kResidualAlwaysFiniteKey - 1))) != 0;
-  if (kResidual && !large)
+  if (avx2::tameBlocks8(keys))
     encodeAll(std::false_type{});
   else
     encodeAll(std::true_type{});
@@ -377,19 +375,24 @@ TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
   size_t done = 0;
   if (!stochastic) {
     const __m256 inv = _mm256_set1_ps(invScale), sc = _mm256_set1_ps(sv);
-    if (residual && maxKey < avx2::kResidualAlwaysFiniteKey) {
+    // one loop per case (with or without a residual, tame or guarded: simd_avx2.h)
+    auto loop = [&](auto withResidual, auto guarded)
+        __attribute__((always_inline, target("avx2,f16c"))) {
+      constexpr bool kResidual = decltype(withResidual)::value;
       for (; done + 32 <= n; done += 32)
-        encode32<P, true, false>(in + done, residual + done, inv, sc,
-                                 codes + (P::kNibbles ? done / 2 : done));
-    } else if (residual) {
-      for (; done + 32 <= n; done += 32)
-        encode32<P, true, true>(in + done, residual + done, inv, sc,
-                                codes + (P::kNibbles ? done / 2 : done));
-    } else {
-      for (; done + 32 <= n; done += 32)
-        encode32<P, false, true>(in + done, nullptr, inv, sc,
-                                 codes + (P::kNibbles ? done / 2 : done));
-    }
+        encode32<P, kResidual, decltype(guarded)::value>(
+            in + done, kResidual ? residual + done : nullptr, inv, sc,
+            codes + (P::kNibbles ? done / 2 : done));
+    };
+    bool tame = avx2::tameBlock(maxKey);
+    if (residual && tame)
+      loop(std::true_type{}, std::false_type{});
+    else if (residual)
+      loop(std::true_type{}, std::true_type{});
+    else if (tame)
+      loop(std::false_type{}, std::false_type{});
+    else
+      loop(std::false_type{}, std::true_type{});
   }
   if constexpr (P::kNibbles) {
     size_t pairs = n / 2;

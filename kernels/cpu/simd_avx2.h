@@ -35,17 +35,33 @@ TERSE_AVX2_INLINE __m256 residualOf(__m256 v, __m256 d) {
   return _mm256_and_ps(e, _mm256_cmp_ps(z, z, _CMP_ORD_Q));
 }
 
-// Blocks whose largest |v| (magnitude key) is below 2^121 cannot make a non-finite residual in
-// the block codecs (int8, fp8, mx, int4): each decoded value is at most twice the block's
-// largest magnitude (a scale of absmax / max times a code of at most max, or mx's power of two
-// times at most 448), so |v - d| < 2^123. Their residual is v - d as it stands, residualOf's
-// test skipped: the same bits, three operations fewer on the residual path's longest chain.
-constexpr uint32_t kResidualAlwaysFiniteKey = 0x7c000000u;
+// A block of the block codecs (int8, fp8, mx, int4) is tame when its largest |v| (magnitude
+// key) is below 2^121 and either at least 2^-64 or zero. Then the block's inverse scale is
+// finite (a float32 scale of a subnormal maximum, absmax / 448, has an inverse past FLT_MAX,
+// and 0 * Inf is NaN) or 0 for an all-zero block, so every scaled value v * inverse is finite
+// and its NaN mapping can be skipped; and no residual can be non-finite:
+// each decoded value is at most twice the block's largest magnitude (a scale of absmax / max
+// times a code of at most max, or mx's power of two times at most 448), so |v - d| < 2^123 and
+// residualOf's test can be skipped too. Same bits; in the low-bit encoders with a residual
+// those steps were a fifth of the operations. Encoders instantiate a guarded body (kGuarded)
+// for the other blocks.
+constexpr uint32_t kTameBlockMinKey = 0x1f800000u, kTameBlockMaxKey = 0x7c000000u;
+inline bool tameBlock(uint32_t maxKey) {
+  return maxKey < kTameBlockMaxKey && (maxKey >= kTameBlockMinKey || maxKey == 0);
+}
+// Whether all eight blocks whose maximum keys these are are tame.
+TERSE_AVX2_INLINE bool tameBlocks8(__m256i keys) {
+  __m256i large = _mm256_cmpgt_epi32(keys, _mm256_set1_epi32(kTameBlockMaxKey - 1));
+  __m256i small =
+      _mm256_andnot_si256(_mm256_cmpeq_epi32(keys, _mm256_setzero_si256()),
+                          _mm256_cmpgt_epi32(_mm256_set1_epi32(kTameBlockMinKey), keys));
+  return _mm256_testz_si256(_mm256_or_si256(large, small), _mm256_set1_epi32(-1)) != 0;
+}
 
-// residualOf where the caller knows v - d is finite (kChecked false) or does not.
-template <bool kChecked>
+// residualOf, or v - d in a tame block (kGuarded false).
+template <bool kGuarded>
 TERSE_AVX2_INLINE __m256 blockResidual(__m256 v, __m256 d) {
-  if constexpr (kChecked)
+  if constexpr (kGuarded)
     return residualOf(v, d);
   else
     return _mm256_sub_ps(v, d);

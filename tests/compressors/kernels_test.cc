@@ -489,19 +489,31 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
         return b;
       });
     // float32 blocks at the top of the range, where a decoded value can round past FLT_MAX and
-    // the residual must become 0, next to blocks just under and over kResidualAlwaysFiniteKey
-    // (2^121), where the AVX2 path stops testing the residual for finiteness.
+    // the residual must become 0, next to blocks just under and over kTameBlockMaxKey
+    // (2^121), where the AVX2 path stops testing the residual for finiteness, and blocks of
+    // subnormals, whose inverse scale is Inf (0 * Inf must still encode as 0).
     std::vector<float> big = raw;
     for (size_t i = 0; i < n; ++i) {
       size_t b = i / block;
       if (b % 5 == 1) big[i] *= 3.4028235e38f / 4;
       if (b % 5 == 2) big[i] *= 1.0e36f;  // randomValues reach a few units: both sides of 2^121
       if (b % 5 == 3 && i % block == 0) big[i] = -3.4028235e38f;
+      if (b % 5 == 4) big[i] *= 1e-42f;  // subnormal maxima: inverse scales past FLT_MAX
     }
     runBoth([&](float* res) {
       std::vector<float> scales((n + block - 1) / block);
       std::vector<int8_t> q(n);
       cpu::int8Quantize(big.data(), n, block, Rounding::kNearest, 77, 5, res, scales.data(),
+                        q.data());
+      auto b = asBytes(scales);
+      auto c = asBytes(q);
+      b.insert(b.end(), c.begin(), c.end());
+      return b;
+    });
+    runBoth([&](float*) {  // no residual, which would lift the subnormal blocks out of range
+      std::vector<float> scales((n + block - 1) / block);
+      std::vector<int8_t> q(n);
+      cpu::int8Quantize(big.data(), n, block, Rounding::kNearest, 77, 5, nullptr, scales.data(),
                         q.data());
       auto b = asBytes(scales);
       auto c = asBytes(q);
