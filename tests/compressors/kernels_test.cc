@@ -500,26 +500,18 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
       if (b % 5 == 3 && i % block == 0) big[i] = -3.4028235e38f;
       if (b % 5 == 4) big[i] *= 1e-42f;  // subnormal maxima: inverse scales past FLT_MAX
     }
-    runBoth([&](float* res) {
-      std::vector<float> scales((n + block - 1) / block);
-      std::vector<int8_t> q(n);
-      cpu::int8Quantize(big.data(), n, block, Rounding::kNearest, 77, 5, res, scales.data(),
-                        q.data());
-      auto b = asBytes(scales);
-      auto c = asBytes(q);
-      b.insert(b.end(), c.begin(), c.end());
-      return b;
-    });
-    runBoth([&](float*) {  // no residual, which would lift the subnormal blocks out of range
-      std::vector<float> scales((n + block - 1) / block);
-      std::vector<int8_t> q(n);
-      cpu::int8Quantize(big.data(), n, block, Rounding::kNearest, 77, 5, nullptr, scales.data(),
-                        q.data());
-      auto b = asBytes(scales);
-      auto c = asBytes(q);
-      b.insert(b.end(), c.begin(), c.end());
-      return b;
-    });
+    // with a residual, and without one, which would lift the subnormal blocks out of range
+    for (bool withResidual : {true, false})
+      runBoth([&](float* res) {
+        std::vector<float> scales((n + block - 1) / block);
+        std::vector<int8_t> q(n);
+        cpu::int8Quantize(big.data(), n, block, Rounding::kNearest, 77, 5,
+                          withResidual ? res : nullptr, scales.data(), q.data());
+        auto b = asBytes(scales);
+        auto c = asBytes(q);
+        b.insert(b.end(), c.begin(), c.end());
+        return b;
+      });
     runBoth([&](float* res) {
       std::vector<float> scales((n + block - 1) / block);
       std::vector<uint32_t> bits((n + 31) / 32);
