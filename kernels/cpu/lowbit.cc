@@ -162,6 +162,9 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
     // rounding up to the smallest normal (n = 2^mant) land on the right codes by the same sum.
     // Eight integer and float operations where rounding the bits and blending a separate
     // subnormal path took thirteen.
+    // The addition rounds in the current rounding mode, so this matches the scalar formula
+    // (integer rounding, always to nearest even) under the default mode only, which terse
+    // never changes; under FE_TOWARDZERO a value just under a grid point would round down.
     constexpr int kShift = 23 - F::kMant;
     const __m256 mx = _mm256_set1_ps(num::fpMax<F>());
     if constexpr (kGuarded) x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN->+0

@@ -401,10 +401,13 @@ TEST(KernelLowbit, Avx2MatchesThePortablePathAtEveryRoundingEdge) {
   }
 }
 
-// The AVX2 encoders take eight whole blocks at a time at block lengths 32, 64 and 256, their
-// scales computed together in vectors. Blocks that stress each lane's scale rule (zero, float32
-// subnormal maxima, FLT_MAX, Inf, NaN, a lone large value among small ones) placed so that
-// every lane of a batch meets each, with and without a residual, give the portable path's bits.
+// The AVX2 encoders take eight whole blocks at a time at block lengths 32 and 64 (256 runs the
+// per-block path), their scales computed together in vectors, and a batch of tame blocks
+// (simd_avx2.h) without the NaN and residual guards. Two layouts, with and without a residual:
+// blocks that stress each lane's scale rule (zero, float32 subnormal maxima, FLT_MAX, Inf, NaN,
+// a lone large value among small ones) mixed so that every lane meets each; and batches of
+// ordinary blocks with exactly one bad block, in every lane and of every kind, so that both the
+// tame body and the one lane that must switch it off are exercised.
 TEST(KernelLowbit, EightBlockBatchesMatchThePortablePath) {
   kernels::cpu::detail::setAvx2Enabled(true);
   if (!kernels::cpu::detail::useAvx2())
@@ -420,44 +423,60 @@ TEST(KernelLowbit, EightBlockBatchesMatchThePortablePath) {
     for (size_t block : {size_t{32}, size_t{64}, size_t{256}}) {
       if (kernels::lowbitIsMx(c.fmt) && block != kernels::kMxBlock) continue;
       SCOPED_TRACE(std::string(c.name) + " block=" + std::to_string(block));
-      // 3 batches and a tail of 3 blocks, then a partial block
-      size_t n = (3 * 8 + 3) * block + 5;
-      auto x = randomValues(n, 41 + block, 2.0f);
-      for (size_t b = 0; b * block < n; ++b) {
-        float* blk = x.data() + b * block;
-        size_t len = std::min(block, n - b * block);
-        switch (b % 11) {
-          case 0: std::fill(blk, blk + len, 0.0f); break;
-          case 1:
-            for (size_t i = 0; i < len; ++i) blk[i] *= 1e-40f;
-            break;  // subnormal maxima
-          case 2: blk[len / 2] = kHostile[b % 10]; break;
-          case 3: blk[0] = -3.4028235e38f; break;
-          case 4: blk[len - 1] = -INFINITY; break;
-          case 5: blk[1 % len] = std::nanf(""); break;
-          case 6:
-            for (size_t i = 0; i < len; ++i) blk[i] *= 1e-30f;
-            blk[2 % len] = 1e30f;
-            break;
-          default: break;
+      for (int layout : {0, 1}) {
+        SCOPED_TRACE(layout == 0 ? "mixed blocks" : "one bad block per batch");
+        // mixed: 3 batches and a tail of 3 blocks, then a partial block; one bad block: a batch
+        // per lane and kind (4 kinds) and a tame one, then the same tail
+        size_t n = ((layout == 0 ? 3 : 8 * 4 + 1) * 8 + 3) * block + 5;
+        auto x = randomValues(n, 41 + block, 2.0f);
+        for (size_t b = 0; layout == 1 && b < 8 * 8 * 4; b += 8) {
+          size_t t = b / 8, lane = t % 8, kind = t / 8;
+          float* blk = x.data() + (b + lane) * block;
+          switch (kind) {
+            case 0:  // subnormal maximum with zeros: the inverse overflows, 0 * Inf must be 0
+              for (size_t i = 0; i < block; ++i) blk[i] = i % 2 ? 1e-40f : 0.0f;
+              break;
+            case 1: blk[block / 3] = INFINITY; break;
+            case 2: blk[block / 2] = std::nanf(""); break;
+            default: blk[block - 1] = -3.4028235e38f; break;
+          }
         }
-      }
-      for (bool withResidual : {false, true}) {
-        std::vector<Encoded> runs;
-        std::vector<std::vector<float>> residuals;
-        forEachIsa([&] {
-          std::vector<float> res =
-              withResidual ? randomValues(n, 7, 0.25f) : std::vector<float>(n, 0.0f);
-          runs.push_back(encode({c.fmt, c.name, block}, x, Rounding::kNearest, 0,
-                                withResidual ? res.data() : nullptr));
-          residuals.push_back(res);
-        });
-        ASSERT_EQ(runs.size(), 2u);
-        EXPECT_EQ(runs[1].scales, runs[0].scales) << (withResidual ? "with" : "without");
-        EXPECT_EQ(runs[1].codes, runs[0].codes) << (withResidual ? "with" : "without");
-        for (size_t i = 0; i < n; ++i)
-          ASSERT_EQ(num::floatBits(residuals[1][i]), num::floatBits(residuals[0][i]))
-              << "element " << i << " = " << x[i];
+        for (size_t b = 0; layout == 0 && b * block < n; ++b) {
+          float* blk = x.data() + b * block;
+          size_t len = std::min(block, n - b * block);
+          switch (b % 11) {
+            case 0: std::fill(blk, blk + len, 0.0f); break;
+            case 1:
+              for (size_t i = 0; i < len; ++i) blk[i] *= 1e-40f;
+              break;  // subnormal maxima
+            case 2: blk[len / 2] = kHostile[b % 10]; break;
+            case 3: blk[0] = -3.4028235e38f; break;
+            case 4: blk[len - 1] = -INFINITY; break;
+            case 5: blk[1 % len] = std::nanf(""); break;
+            case 6:
+              for (size_t i = 0; i < len; ++i) blk[i] *= 1e-30f;
+              blk[2 % len] = 1e30f;
+              break;
+            default: break;
+          }
+        }
+        for (bool withResidual : {false, true}) {
+          std::vector<Encoded> runs;
+          std::vector<std::vector<float>> residuals;
+          forEachIsa([&] {
+            std::vector<float> res =
+                withResidual ? randomValues(n, 7, 0.25f) : std::vector<float>(n, 0.0f);
+            runs.push_back(encode({c.fmt, c.name, block}, x, Rounding::kNearest, 0,
+                                  withResidual ? res.data() : nullptr));
+            residuals.push_back(res);
+          });
+          ASSERT_EQ(runs.size(), 2u);
+          EXPECT_EQ(runs[1].scales, runs[0].scales) << (withResidual ? "with" : "without");
+          EXPECT_EQ(runs[1].codes, runs[0].codes) << (withResidual ? "with" : "without");
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_EQ(num::floatBits(residuals[1][i]), num::floatBits(residuals[0][i]))
+                << "element " << i << " = " << x[i];
+        }
       }
     }
   }
