@@ -333,8 +333,9 @@ TERSE_AVX2_INLINE void quantize8Blocks(const In* in, float* residual, typename P
       __m256 bi = _mm256_broadcast_ss(invs + j), bs = _mm256_broadcast_ss(svs + j);
       for (size_t t = 0; t < kLen; t += 32) {
         size_t at = kLen * j + t;
-        encode32<P, kResidual, decltype(guarded)::value>(in + at, residual + at, bi, bs,
-                                                         codes + (P::kNibbles ? at / 2 : at));
+        encode32<P, kResidual, decltype(guarded)::value>(in + at,
+                                                         kResidual ? residual + at : nullptr, bi,
+                                                         bs, codes + (P::kNibbles ? at / 2 : at));
       }
     }
   };
