@@ -186,10 +186,9 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
   }
 }
 
-// Four vectors of codes (< 256) -> 32 bytes in order.
-TERSE_AVX2_INLINE __m256i packBytes(__m256i a, __m256i b, __m256i c, __m256i d) {
-  __m256i ab = _mm256_packs_epi32(a, b);
-  __m256i cd = _mm256_packs_epi32(c, d);
+// Two vectors of codes (< 256) packed pairwise to 16 bits (_mm256_packs_epi32 of four vectors
+// of 32-bit codes, two by two) -> 32 bytes in order.
+TERSE_AVX2_INLINE __m256i packBytes(__m256i ab, __m256i cd) {
   __m256i abcd = _mm256_packus_epi16(ab, cd);
   return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
@@ -211,8 +210,7 @@ TERSE_AVX2_INLINE void encode32(const In* in, float* residual, __m256 inv, __m25
   // Packed pair by pair as they come, so two vectors of codes are live rather than four.
   __m256i c01 = _mm256_packs_epi32(code8(0), code8(1));
   __m256i c23 = _mm256_packs_epi32(code8(2), code8(3));
-  __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(c01, c23),
-                                              _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  __m256i bytes = packBytes(c01, c23);
   if constexpr (P::kNibbles) {
     // byte pairs (even, odd) -> even | odd << 4, then 16-bit lanes -> bytes
     __m256i lo = _mm256_and_si256(bytes, _mm256_set1_epi16(0x000f));
@@ -434,7 +432,7 @@ TERSE_AVX2 void quantizeRangeAvx2(const In* in, size_t b, size_t e, size_t block
   // time, inlined with and without a residual so neither copy tests for it.
   auto batches = [&](auto len) __attribute__((always_inline, target("avx2,f16c"))) {
     constexpr size_t kLen = decltype(len)::value, kBatch = 8 * kLen;
-    constexpr size_t kAhead = kBatch > 1024 ? kBatch : 1024;  // at least 4 KiB, as above
+    constexpr size_t kAhead = 1024;  // 4 KiB ahead, as above (a batch is at most 2 KiB)
     for (; s + kBatch <= e; s += kBatch) {
       for (size_t k = 0; k < kBatch; k += 16) {
         _mm_prefetch(reinterpret_cast<const char*>(in + s + kAhead + k), _MM_HINT_T0);
