@@ -120,38 +120,6 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
     q = _mm256_add_ps(q, _mm256_setzero_ps());  // -0 -> +0, as the int conversion does
     if constexpr (kDec) dec = q;
     return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
-  } else if constexpr (F::kSign == 0x8u) {
-    // E2M1 has 8 magnitudes: the code is how many of the 7 midpoints mid_k between neighbouring
-    // values |x| passes, a tie going to the even code (passing means strictly above mid_k for
-    // even k, at or above it for odd k), which is nearest-even rounding with saturation. The
-    // midpoints rise, so the count is found bit by bit, as a binary search: bit 2 is whether
-    // |x| passes mid_3; bit 1 whether it passes mid_1 or mid_5 (by bit 2); bit 0 whether it
-    // passes mid_0, mid_2, mid_4 or mid_6 (by bits 2 and 1, through a permute): three compares
-    // where counting took seven. The value comes back through a table. Both from
-    // fpMagnitudeValue.
-    static_assert(F::kMaxCode == 7, "the search below has three levels");
-    auto mid = [](uint32_t k) {
-      return (num::fpMagnitudeValue<F>(k) + num::fpMagnitudeValue<F>(k + 1)) * 0.5f;
-    };
-    if constexpr (kGuarded) x = _mm256_andnot_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);  // NaN->+0
-    __m256 sign = _mm256_and_ps(x, floatOf(_mm256_set1_epi32(static_cast<int>(0x80000000u))));
-    __m256 a = _mm256_xor_ps(x, sign);
-    __m256 upper = _mm256_cmp_ps(a, _mm256_set1_ps(mid(3)), _CMP_GE_OQ);
-    __m256 second = _mm256_blendv_ps(_mm256_set1_ps(mid(1)), _mm256_set1_ps(mid(5)), upper);
-    __m256 middle = _mm256_cmp_ps(a, second, _CMP_GE_OQ);
-    __m256i pair = _mm256_sub_epi32(_mm256_and_si256(bitsOf(upper), _mm256_set1_epi32(2)),
-                                    bitsOf(middle));  // bits 2 and 1, as 0..3
-    const __m256 evenMids = _mm256_setr_ps(mid(0), mid(2), mid(4), mid(6), 0, 0, 0, 0);
-    __m256 low = _mm256_cmp_ps(a, _mm256_permutevar8x32_ps(evenMids, pair), _CMP_GT_OQ);
-    __m256i mag = _mm256_sub_epi32(_mm256_slli_epi32(pair, 1), bitsOf(low));
-    if constexpr (kDec) {
-      __m256 values = _mm256_setr_ps(num::fpMagnitudeValue<F>(0), num::fpMagnitudeValue<F>(1),
-                                     num::fpMagnitudeValue<F>(2), num::fpMagnitudeValue<F>(3),
-                                     num::fpMagnitudeValue<F>(4), num::fpMagnitudeValue<F>(5),
-                                     num::fpMagnitudeValue<F>(6), num::fpMagnitudeValue<F>(7));
-      dec = _mm256_or_ps(_mm256_permutevar8x32_ps(values, mag), sign);
-    }
-    return _mm256_or_si256(mag, _mm256_srli_epi32(bitsOf(sign), 28));
   } else {
     // One float addition rounds |x| to the element grid, normal and subnormal alike: adding
     // M = 2^(E + 23 - mant), E = max(exponent of |x|, emin), leaves M's unit in the last place
@@ -161,7 +129,10 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
     // off M's exponent field. A carry into the next binade (n = 2^(mant+1)) and a subnormal
     // rounding up to the smallest normal (n = 2^mant) land on the right codes by the same sum.
     // Eight integer and float operations where rounding the bits and blending a separate
-    // subnormal path took thirteen.
+    // subnormal path took thirteen. E2M1 (mxfp4) takes this path too: on Zen 4 it compressed
+    // 5% faster with a residual than a binary search over the midpoints (three compares, a
+    // blend, two permutes in one dependency chain), and equal without; every float32 up to 8
+    // of either sign was checked against the formula, with and without a residual.
     // The addition rounds in the current rounding mode, so this matches the scalar formula
     // (integer rounding, always to nearest even) under the default mode only, which terse
     // never changes; under FE_TOWARDZERO a value just under a grid point would round down.
@@ -660,12 +631,20 @@ TERSE_AVX2 void decodeRangeAvx2(const typename P::Scale* TERSE_RESTRICT scales,
   NibbleTables tables{};
   if constexpr (P::kNibbles) tables = nibbleTables<P>();
   // Block by block: one scale (and no division) per block; mx blocks eight at a time first.
-  // No software prefetch (unlike the encoder): the decoder's reads and writes run forward in
-  // long enough bursts, and the hints cost in-cache speed (fp8 37 -> 43 GB/s, mxfp8 34 -> 40 on
-  // one Zen 4 thread without them, 2026-11-27) and bought nothing at 64 MiB.
   auto blocks = [&](size_t from, size_t to) __attribute__((target("avx2,f16c"))) {
     for (size_t s = from; s < to; s += block) {
       size_t end = std::min(s + block, to);
+      // int4's 64-element blocks: as the encoder does, the lines 4 KiB ahead of the output and
+      // of the codes. Measured on Zen 4 (2026-11-27, docs/codecs.md), these hints lift int4
+      // from memory (1.08-1.11x int8 against 0.93-1.07x at 64 MiB) and cost the byte formats:
+      // fp8 in cache 0.85x against 0.99-1.05x, mxfp8's batches 0.77-0.87x against 0.93-1.06x
+      // from memory, so those go without.
+      if constexpr (P::kNibbles) {
+        for (size_t k = s; k < end; k += 16)
+          _mm_prefetch(reinterpret_cast<const char*>(out + k + 1024), _MM_HINT_T0);
+        for (size_t k = s; k < end; k += 128)
+          _mm_prefetch(reinterpret_cast<const char*>(codes + codeOffset<P>(k) + 4096), _MM_HINT_T0);
+      }
       float sv = P::scaleValue(scales[s / block]);
       __m256 sc = _mm256_set1_ps(sv);
       size_t i = s;

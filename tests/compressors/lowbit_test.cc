@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -352,8 +353,8 @@ std::vector<float> gridOf(LowbitFormat f) {
 // Every rounding decision at its edge: blocks whose first element is the format's largest value
 // (so the scale is 1), then the grid's values, the midpoints between neighbours (ties) and the
 // floats just either side of each, the largest value's neighbours, both signs. The vector
-// encoders decide ties their own way (E2M1 by a binary search over the midpoints, fp8's
-// subnormals by a float addition, the residual's decoded value from the rounded bits), so they
+// encoders decide ties their own way (the minifloats by a float addition that rounds to the
+// element grid, the residual's decoded value from the rounded bits), so they
 // must agree with the formulas here, code for code and residual bit for bit.
 TEST(KernelLowbit, Avx2MatchesThePortablePathAtEveryRoundingEdge) {
   kernels::cpu::detail::setAvx2Enabled(true);
@@ -396,6 +397,59 @@ TEST(KernelLowbit, Avx2MatchesThePortablePathAtEveryRoundingEdge) {
             << " a residual";
         ASSERT_EQ(num::floatBits(residuals[1][i]), num::floatBits(residuals[0][i]))
             << "element " << i << " = " << x[i];
+      }
+    }
+  }
+}
+
+// Every float32 of magnitude below twice the format's largest value (a stride through them by
+// default, every one with TERSE_EXHAUSTIVE=1: 6 min for the four), both signs, each in a block
+// whose first element is the largest value (scale 1): the vector encoders' codes and residuals
+// against the formulas'. The edge test above picks the decisions it knows; this one also
+// covers those nobody thought of (subnormal float32 inputs, the underflow to code 0, every
+// binade's carry). 2026-11-27: exhaustive for every minifloat format, no difference.
+TEST(KernelLowbit, Avx2MatchesThePortablePathOverEveryFloatInRange) {
+  kernels::cpu::detail::setAvx2Enabled(true);
+  if (!kernels::cpu::detail::useAvx2())
+    GTEST_SKIP() << "this CPU has no AVX2: only the portable path exists";
+  const char* all = std::getenv("TERSE_EXHAUSTIVE");
+  const uint32_t stride = all && std::string(all) == "1" ? 1 : 4099;  // a prime: every mantissa
+  for (const auto& c : formatCases()) {
+    if (c.fmt == LowbitFormat::kInt4 || c.block != 32) continue;  // int4 is rintf: KernelPaths
+    SCOPED_TRACE(c.name);
+    const float top = gridOf(c.fmt).back();
+    const uint32_t end = num::floatBits(2.0f * top);
+    const size_t kBlocks = 1 << 16, n = kBlocks * 32;
+    std::vector<float> x(n);
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      uint64_t next = 0;
+      while (next < end) {
+        for (size_t b = 0; b < kBlocks; ++b) {
+          x[b * 32] = top;
+          for (size_t k = 1; k < 32; ++k) {
+            x[b * 32 + k] = num::bitsFloat(static_cast<uint32_t>(next < end ? next : 0) | sign);
+            next += stride;
+          }
+        }
+        for (bool withResidual : {false, true}) {
+          std::vector<Encoded> runs;
+          std::vector<std::vector<float>> residuals;
+          forEachIsa([&] {
+            std::vector<float> res(n, 0.0f);
+            runs.push_back(
+                encode(c, x, Rounding::kNearest, 0, withResidual ? res.data() : nullptr));
+            residuals.push_back(std::move(res));
+          });
+          ASSERT_EQ(runs.size(), 2u);
+          ASSERT_EQ(runs[1].scales, runs[0].scales);
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(codeAt(c.fmt, runs[1].codes, i), codeAt(c.fmt, runs[0].codes, i))
+                << "x = " << x[i] << " (0x" << std::hex << num::floatBits(x[i]) << ")"
+                << (withResidual ? " with" : " without") << " a residual";
+            ASSERT_EQ(num::floatBits(residuals[1][i]), num::floatBits(residuals[0][i]))
+                << "x = " << x[i];
+          }
+        }
       }
     }
   }
