@@ -41,6 +41,7 @@ struct Transfer : std::enable_shared_from_this<Transfer> {
   bool started = false;
   bool done = false;  // a wait or test saw it finish
   double doneAt = 0;  // simulated time it was seen finished
+  double gotAt = -1;  // simulated time of the get (drain); -1 before it
 };
 
 // One generation of a host's put issuer, an actor on that host that issues the puts of the
@@ -64,16 +65,22 @@ struct SimOp {
 
 uint64_t queueKey(int src, uint64_t tag) { return (static_cast<uint64_t>(src) << 40) | tag; }
 
+// The unmatched requests of one (src, tag), oldest first. Nearly every key holds one request
+// (the engine's tags carry the call and the step), so a vector: a std::deque allocates about
+// 600 bytes for its first element, which at 4096 ranks and a ring's n - 1 receives posted ahead
+// per rank was most of the simulation's memory.
+using RequestFifo = std::vector<TransportRequest*>;
+using RequestQueues = std::unordered_map<uint64_t, RequestFifo>;
+
 // Per receiving rank: unmatched sends to it and its unmatched receives, FIFO per (src, tag).
 struct Inbox {
-  std::unordered_map<uint64_t, std::deque<TransportRequest*>> sends;
-  std::unordered_map<uint64_t, std::deque<TransportRequest*>> recvs;
+  RequestQueues sends;
+  RequestQueues recvs;
   simgrid::s4u::MutexPtr mutex;
   simgrid::s4u::ConditionVariablePtr changed;  // a request of this rank matched or failed
 };
 
-bool removeFrom(std::unordered_map<uint64_t, std::deque<TransportRequest*>>& queues, uint64_t key,
-                TransportRequest* r) {
+bool removeFrom(RequestQueues& queues, uint64_t key, TransportRequest* r) {
   auto it = queues.find(key);
   if (it == queues.end()) return false;
   for (auto q = it->second.begin(); q != it->second.end(); ++q)
@@ -161,7 +168,7 @@ class SimWorld {
       return;
     }
     TransportRequest* other = it->second.front();
-    it->second.pop_front();
+    it->second.erase(it->second.begin());
     if (it->second.empty()) others.erase(it);
     match(send ? r : other, send ? other : r);
   }
@@ -192,14 +199,22 @@ class SimWorld {
   std::vector<SimTraffic>& traffic() { return traffic_; }
   // SimGrid 3.32 must not lose the last reference to a communication while its kernel may
   // still call back into it (it crashed in EngineImpl::handle_ended_actions when the requests
-  // dropped theirs as soon as they saw it finish). So the world frees transfers only here,
-  // inside an actor: once both requests have let go, the transfer was seen finished, and the
-  // clock has moved past that moment. One given up half-way stays until the simulation ends.
+  // dropped theirs as soon as they saw it finish). So the world lets go of a transfer's
+  // communications only here, inside an actor: once it was seen finished and taken out of
+  // its mailbox, and the clock has moved past both moments. Its requests may still hold the
+  // rest of it (a ring's sends are waited on only at the end of a phase, n^2 of them in a
+  // world of n), but once done a request never looks at the communications again (finished,
+  // awaitEnd), so what they hold is a few words, not SimGrid's objects (about 600 bytes a
+  // message, which made a ring's memory grow as n^2: 11.3 GB at 2048 ranks). One given up
+  // half-way stays until the simulation ends.
   void keep(std::shared_ptr<Transfer> t) {
     if (kept_.size() >= nextSweep_) {
       const double now = simgrid::s4u::Engine::get_clock();
       auto over = [now](const std::shared_ptr<Transfer>& k) {
-        return k.use_count() == 1 && k->done && k->doneAt < now;
+        if (!k->done || k->doneAt >= now || k->gotAt < 0 || k->gotAt >= now) return false;
+        k->comm = nullptr;
+        k->got = nullptr;
+        return true;
       };
       kept_.erase(std::remove_if(kept_.begin(), kept_.end(), over), kept_.end());
       // Next sweep once as many again were added: a sweep walks every kept transfer, and
@@ -242,6 +257,7 @@ class SimWorld {
   void drain(const std::shared_ptr<Transfer>& t) {
     static void* sink = nullptr;  // where SimGrid writes the put's payload pointer
     t->got = slots_[t->to][t->slot]->get_async<void>(&sink);
+    t->gotAt = simgrid::s4u::Engine::get_clock();
     freeSlots_[t->to].push_back(t->slot);
   }
 
@@ -571,7 +587,7 @@ class SimTransport final : public Transport {
 
   // Blocks until the transfer has ended (at once if it has), and tells its issuer.
   void awaitEnd(Transfer& t) {
-    t.comm->wait();
+    if (!t.done) t.comm->wait();  // once done, keep() may have let go of the communication
     world_->ended(t);
   }
 
@@ -582,7 +598,7 @@ class SimTransport final : public Transport {
     auto* op = static_cast<SimOp*>(r->backend);
     if (!ready(op)) return false;
     if (!op->transfer) return true;
-    if (!op->transfer->comm->test()) return false;
+    if (!op->transfer->done && !op->transfer->comm->test()) return false;  // see awaitEnd
     world_->ended(*op->transfer);
     op->transfer->done = true;
     op->transfer->doneAt = simgrid::s4u::Engine::get_clock();
