@@ -131,8 +131,8 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
     // Eight integer and float operations where rounding the bits and blending a separate
     // subnormal path took thirteen. E2M1 (mxfp4) takes this path too: on Zen 4 it compressed
     // 5% faster with a residual than a binary search over the midpoints (three compares, a
-    // blend, two permutes in one dependency chain), and equal without; every float32 up to 8
-    // of either sign was checked against the formula, with and without a residual.
+    // blend, two permutes in one dependency chain), and equal without
+    // (KernelLowbit.Avx2MatchesThePortablePathOverEveryFloatInRange checks every float32).
     // The addition rounds in the current rounding mode, so this matches the scalar formula
     // (integer rounding, always to nearest even) under the default mode only, which terse
     // never changes; under FE_TOWARDZERO a value just under a grid point would round down.
