@@ -43,7 +43,17 @@ def size_label(n):
 
 
 def rate_label(r):
-    return f"{r:g}"
+    """A rate as the tables show it; 0 is bench-network.sh --rates unshaped (no tc limit)."""
+    return "unshaped" if r == 0 else f"{r:g}"
+
+
+def rate_text(r):
+    return "an unshaped link" if r == 0 else f"{r:g} Gbit/s"
+
+
+def rate_order(rates):
+    """Shaped rates in increasing order, the unshaped run last."""
+    return sorted(rates, key=lambda r: (r == 0, r))
 
 
 def load(results_dir):
@@ -195,7 +205,7 @@ def title_setup(setup, rows):
 
 
 def write_markdown(path, setup, rows):
-    rates = sorted({r["rate_gbit"] for r in rows})
+    rates = rate_order({r["rate_gbit"] for r in rows})
     order = codec_order(rows)
     lines = ["# Allreduce on emulated links", ""]
     lines.append(f"Setup: {setup_line(setup, rows)}.")
@@ -210,8 +220,8 @@ def write_markdown(path, setup, rows):
             probes[r["rate_gbit"]] = r["probe_gbit"]
     if probes:
         lines.append(
-            "One TCP stream measured on a shaped link: "
-            + ", ".join(f"{probes[k]:.2f} Gbit/s at {rate_label(k)} Gbit/s" for k in sorted(probes))
+            "One TCP stream measured on each link: "
+            + ", ".join(f"{probes[k]:.2f} Gbit/s at {rate_text(k)}" for k in rate_order(probes))
             + "."
         )
         lines.append("")
@@ -279,7 +289,7 @@ def algorithm_table(rows, algos):
     lines = ["Algorithms side by side:", "", head, rule]
     terse = [r for r in rows if r["impl"] == "terse"]
     specs = codec_order(terse, key="codec_spec")
-    for rate in sorted({r["rate_gbit"] for r in terse}):
+    for rate in rate_order({r["rate_gbit"] for r in terse}):
         for size in sorted({r["bytes"] for r in terse if r["rate_gbit"] == rate}):
             for spec in specs:
                 by_algo = {
@@ -332,7 +342,7 @@ def plot_busbw_lines(results_dir, setup, rows, order):
     import matplotlib.pyplot as plt
 
     written = []
-    for rate in sorted({r["rate_gbit"] for r in rows}):
+    for rate in rate_order({r["rate_gbit"] for r in rows}):
         fig, ax = plt.subplots(figsize=(10, 5))
         for codec in order:
             pts = sorted(
@@ -345,18 +355,19 @@ def plot_busbw_lines(results_dir, setup, rows, order):
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, color=st["color"],
                     linestyle=st["linestyle"], marker=st["marker"])
         # In the ring model busbw equals the link bandwidth, so the line rate is the uncompressed ceiling.
-        ax.axhline(rate / 8, color="grey", linewidth=1, linestyle=":", label=f"line rate ({rate_label(rate)} Gbit/s)")
+        if rate > 0:
+            ax.axhline(rate / 8, color="grey", linewidth=1, linestyle=":", label=f"line rate ({rate_text(rate)})")
         ax.set_xscale("log", base=2)
         sizes = sorted({r["bytes"] for r in rows if r["rate_gbit"] == rate})
         ax.set_xticks(sizes)
         ax.set_xticklabels([size_label(s) for s in sizes])
         ax.set_xlabel("message size (bytes of float32, uncompressed)")
         ax.set_ylabel("bus bandwidth (GB/s, uncompressed-equivalent)")
-        ax.set_title(f"Allreduce at {rate_label(rate)} Gbit/s\n{title_setup(setup, rows)}", fontsize=10)
+        ax.set_title(f"Allreduce at {rate_text(rate)}\n{title_setup(setup, rows)}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
-        name = f"busbw-{rate_label(rate)}gbit.png"
+        name = f"busbw-{rate_label(rate)}gbit.png" if rate > 0 else "busbw-unshaped.png"
         fig.savefig(os.path.join(results_dir, name), dpi=110)
         plt.close(fig)
         written.append(name)
@@ -387,7 +398,7 @@ def grouped_bars(ax, rates, series, order, value_fmt):
                         fontsize=7, xytext=(0, 2), textcoords="offset points", rotation=rotation)
     ax.margins(y=0.12)  # room above the tallest bar for its value
     ax.set_xticks(range(len(rates)))
-    ax.set_xticklabels([f"{rate_label(r)} Gbit/s" for r in rates])
+    ax.set_xticklabels([rate_text(r) if r > 0 else "unshaped" for r in rates])
     ax.set_xlabel("emulated link rate")
     ax.grid(True, axis="y", alpha=0.3)
 
@@ -395,11 +406,13 @@ def grouped_bars(ax, rates, series, order, value_fmt):
 def plot_busbw_bars(results_dir, setup, rows, order, size):
     import matplotlib.pyplot as plt
 
-    rates = sorted({r["rate_gbit"] for r in rows})
+    rates = rate_order({r["rate_gbit"] for r in rows})
     series = {(r["series"], r["rate_gbit"]): r["busbw_gbs"] for r in rows if r["bytes"] == size}
     fig, ax = plt.subplots(figsize=(max(9, 4 + 0.2 * len(order) * len(rates)), 5))
     grouped_bars(ax, rates, series, order, lambda v: f"{v:.2f}")
     for j, rate in enumerate(rates):
+        if rate == 0:
+            continue
         ax.hlines(rate / 8, j - 0.45, j + 0.45, colors="grey", linestyles=":",
                   label="line rate" if j == 0 else None)
     # Log scale: line rates differ 25x between settings and the bars must stay readable at each.
@@ -416,7 +429,7 @@ def plot_busbw_bars(results_dir, setup, rows, order, size):
 def plot_speedup(results_dir, setup, rows, order, size):
     import matplotlib.pyplot as plt
 
-    rates = sorted({r["rate_gbit"] for r in rows})
+    rates = rate_order({r["rate_gbit"] for r in rows})
     series = {
         (r["series"], r["rate_gbit"]): r["speedup_vs_none"]
         for r in rows
@@ -441,7 +454,7 @@ def plot_algo_speedup(results_dir, setup, rows, size):
     """Speedup of each non-flat algorithm over flat, one bar per codec (and algorithm) per rate."""
     import matplotlib.pyplot as plt
 
-    rates = sorted({r["rate_gbit"] for r in rows})
+    rates = rate_order({r["rate_gbit"] for r in rows})
     sel = [r for r in rows if r["bytes"] == size and r.get("speedup_vs_flat") is not None]
     if not sel:
         return []

@@ -33,7 +33,10 @@ Usage: sudo $0 [options]
                      over their shaped links. shm needs --ranks-per-host 2 or more
   --algos "A ..."    allreduce algorithms, each timed with every codec: auto, flat, twolevel
                      (default "auto": two-level when K > 1, else flat); e.g. "flat twolevel"
-  --rates "R ..."    link rates in Gbit/s (default "1 10 25")
+  --rates "R ..."    link rates in Gbit/s (default "1 10 25"); "unshaped" runs the same hosts
+                     with no tc limit (recorded as rate 0): the call's time when the link is as
+                     fast as this machine's CPUs make a veth, i.e. the floor that everything but
+                     the link sets (scripts/sim-validate.py uses it to tell link-bound rows)
   --sizes "S ..."    message sizes, K/M/G suffixes allowed (default "64M"; e.g. "1M 4M 16M 64M")
   --codecs "C ..."   terse codec specs (default "all auto": the ten codecs and auto; e.g.
                      "none int8 topk:ratio=0.001 auto:max=onebit")
@@ -158,8 +161,9 @@ done
   die_usage "--prefix must be lower-case letters, digits and '-', starting with a letter, at most 24 characters; got '$prefix'"
 [[ -n ${rates// /} ]] || die_usage "--rates is empty"
 for r in $rates; do
+  [[ $r == unshaped ]] && continue
   [[ $r =~ ^[0-9]+(\.[0-9]+)?$ ]] && [[ $r != 0 && ! $r =~ ^0+(\.0+)?$ ]] ||
-    die_usage "--rates takes positive numbers of Gbit/s such as \"1 10 25\", got '$r'"
+    die_usage "--rates takes positive numbers of Gbit/s such as \"1 10 25\" or unshaped, got '$r'"
 done
 [[ -n ${sizes// /} ]] || die_usage "--sizes is empty"
 for s in $sizes; do
@@ -256,7 +260,24 @@ setup_topology() {
 }
 
 shape_links() {
-  netns_shape "$prefix" "$ranks" "$1" || refuse "$NETNS_ERROR"
+  if [[ $1 == unshaped ]]; then
+    # A limit that cannot be taken off again is a fault, not a machine that cannot emulate links.
+    netns_unshape "$prefix" "$ranks" || { echo "bench-network: $NETNS_ERROR" >&2; exit 1; }
+  else
+    netns_shape "$prefix" "$ranks" "$1" || refuse "$NETNS_ERROR"
+  fi
+}
+
+# The rate as runs.jsonl and setup.json record it: a number, 0 for an unshaped link; as file
+# names and messages show it.
+rate_number() {
+  if [[ $1 == unshaped ]]; then echo 0; else echo "$1"; fi
+}
+rate_tag() {
+  if [[ $1 == unshaped ]]; then echo unshaped; else echo "${1}gbit"; fi
+}
+rate_text() {
+  if [[ $1 == unshaped ]]; then echo "an unshaped link"; else echo "$1 Gbit/s"; fi
 }
 
 wait_for_links() {
@@ -327,7 +348,7 @@ show_logs() {
 record_run() {
   # One JSON line per run for plot_network.py: what ran, at which rate, and where its rows are.
   printf '{"impl": "%s", "rate_gbit": %s, "size": "%s", "file": "%s", "probe_gbit": %s, "seconds": %s}\n' \
-    "$1" "$2" "$3" "$4" "$5" "$6" >>"$out_dir/runs.jsonl"
+    "$1" "$(rate_number "$2")" "$3" "$4" "$5" "$6" >>"$out_dir/runs.jsonl"
 }
 
 # What UCX may use. tcp only: nothing can bypass the shaping (UCX alone would put ranks of
@@ -349,7 +370,7 @@ for a in $algos; do codec_args+=(--algo "$a"); done
 ((interleave)) && codec_args+=(--interleave)
 
 run_terse() {
-  local rate=$1 size=$2 probe=$3 tag="terse-${1}gbit-$2"
+  local rate=$1 size=$2 probe=$3 tag="terse-$(rate_tag "$1")-$2"
   local rc_dir="$out_dir/rc/$tag" r pids=()
   rm -rf "$rc_dir"
   mkdir -p "$rc_dir"
@@ -376,7 +397,7 @@ run_terse() {
       echo $rc >"$rc_dir/rank$r.rc"
     ) &
   done
-  if ! wait_ranks "[$run_index/$run_total] terse $size at $rate Gbit/s" "$rc_dir" "$total_ranks"; then
+  if ! wait_ranks "[$run_index/$run_total] terse $size at $(rate_text "$rate")" "$rc_dir" "$total_ranks"; then
     wait
     show_logs "$out_dir/logs/$tag"-rank*.log
     exit 1
@@ -416,7 +437,7 @@ EOF
 }
 
 run_mpi() {
-  local rate=$1 size=$2 probe=$3 tag="mpi-${1}gbit-$2"
+  local rate=$1 size=$2 probe=$3 tag="mpi-$(rate_tag "$1")-$2"
   local rc_dir="$out_dir/rc/$tag" t0
   rm -rf "$rc_dir"
   mkdir -p "$rc_dir"
@@ -434,7 +455,7 @@ run_mpi() {
       "$mpi_bench" -b "$size" -e "$size" -n "$iters" -w "$warmup" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
     echo $rc >"$rc_dir/mpirun.rc"
   ) &
-  if ! wait_ranks "[$run_index/$run_total] OpenMPI $size at $rate Gbit/s" "$rc_dir" 1; then
+  if ! wait_ranks "[$run_index/$run_total] OpenMPI $size at $(rate_text "$rate")" "$rc_dir" 1; then
     wait
     show_logs "$log"
     exit 1
@@ -447,7 +468,7 @@ run_mpi() {
 probe_link() {
   # Raw TCP from host 2 to host 1 for 2 s: the rate one stream really gets on this link.
   local rate=$1 port=29518 result
-  local log="$out_dir/logs/probe-${rate}gbit.log"
+  local log="$out_dir/logs/probe-$(rate_tag "$rate").log"
   ip netns exec "$(host_ns 1)" "$plot_py" "$root_dir/bench/link_probe.py" recv "$(host_addr 1)" $port >"$log" 2>&1 &
   local recv_pid=$!
   ip netns exec "$(host_ns 2)" "$plot_py" "$root_dir/bench/link_probe.py" send "$(host_addr 1)" $port 2 2>>"$log" || true
@@ -483,7 +504,7 @@ cat >"$out_dir/setup.json" <<EOF
   "hosts": $ranks,
   "ranks_per_host": $ranks_per_host,
   "algos": "$(echo $algos)",
-  "rates_gbit": [$(echo $rates | sed 's/ /, /g')],
+  "rates_gbit": [$(for r in $rates; do printf '%s,' "$(rate_number "$r")"; done | sed 's/,$//; s/,/, /g')],
   "sizes": [$(for s in $sizes; do printf '"%s",' "$s"; done | sed 's/,$//')],
   "codecs": "$(echo $codecs)",
   "iters": $iters,
@@ -499,7 +520,7 @@ cat >"$out_dir/setup.json" <<EOF
 }
 EOF
 
-echo "bench-network: $ranks emulated hosts x $ranks_per_host rank(s) ($(host_ns 1)..$(host_ns $ranks), bridge in $bridge_ns), node link: $node_link, algorithms: $algos, rates: $rates Gbit/s, sizes: $sizes, results in $out_dir"
+echo "bench-network: $ranks emulated hosts x $ranks_per_host rank(s) ($(host_ns 1)..$(host_ns $ranks), bridge in $bridge_ns), node link: $node_link, algorithms: $algos, rates (Gbit/s): $rates, sizes: $sizes, results in $out_dir"
 setup_topology
 ((do_mpi)) && write_mpi_launcher
 
@@ -509,7 +530,7 @@ for rate in $rates; do
   probe=null
   if ((do_probe)); then
     probe=$(probe_link "$rate")
-    echo "link at $rate Gbit/s: one TCP stream measured $probe Gbit/s"
+    echo "link at $(rate_text "$rate"): one TCP stream measured $probe Gbit/s"
   fi
   for size in $sizes; do
     if ((do_terse)); then

@@ -16,11 +16,53 @@ A run with several ranks per host (--ranks-per-host K) is predicted with `--rank
 and one NIC per node (each emulated host has one shaped link), and each row with the algorithm
 terse-bench ran it with (`--algo`); --intra-gbps sets the node link's speed (terse-sim's
 default, 100 GB/s, is an NVLink-class figure; emulated hosts' ranks share memory or loopback).
+
+Which rows the link bounds. When the run also measured an unshaped link (bench-network.sh
+--rates "... unshaped", recorded as rate 0), each shaped row gets two more columns: the link's
+time alone (the same terse-sim command with compute free: what the link needs for the call's
+real messages) and the same call's measured time on the unshaped link (what everything but the
+link costs on this machine: the codecs, the engine's arithmetic, the transport's CPU time, ranks
+sharing cores). A row is link-bound when the link alone needs at least that floor, CPU-bound
+otherwise. --tolerance P (default 20) then summarises the link-bound rows' errors, and --check
+makes the exit status 1 when one of them is off by more than P percent.
 """
 import argparse
 import json
 import subprocess
 import sys
+
+
+def load(prefix):
+    try:
+        with open(prefix + "-setup.json") as f:
+            setup = json.load(f)
+        with open(prefix + "-runs.jsonl") as f:
+            runs = [json.loads(line) for line in f if line.strip()]
+        with open(prefix + "-terse.json") as f:
+            rows = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"sim-validate: cannot read the measured run {prefix}-*: {e}")
+    return setup, runs, rows
+
+
+def predict(args, setup, per_host, rate, row, algo, with_compute):
+    """terse-sim's time in us for one measured row, with the model's compute or without."""
+    cmd = [args.sim, "--world", str(setup["ranks"]), "--ranks-per-node", str(per_host)]
+    cmd += ["--nic-per-rank"] if per_host == 1 else []
+    cmd += ["--nic-gbit", str(rate), "--nic-lat-us", "0", "--switch-lat-us", "0",
+            "--bytes", str(row["bytes"]), "--codec", row["codec"], "--algo", algo]
+    if with_compute:
+        cmd += ["--model", args.model, "--compute-share", args.compute_share]
+    if args.intra_gbps:
+        cmd += ["--intra-gbps", args.intra_gbps]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if done.returncode != 0:
+        sys.exit(f"sim-validate: {' '.join(cmd)} failed:\n{done.stdout}")
+    try:
+        return float(done.stdout.strip().splitlines()[-1].split()[4])
+    except (IndexError, ValueError):
+        sys.exit(f"sim-validate: cannot read a time in the output of {' '.join(cmd)}:\n"
+                 f"{done.stdout}")
 
 
 def main():
@@ -30,16 +72,12 @@ def main():
     p.add_argument("--model", required=True, help="terse-bench codecs --json output")
     p.add_argument("--compute-share", default="1")
     p.add_argument("--intra-gbps", default=None, help="node link GB/s (terse-sim --intra-gbps)")
+    p.add_argument("--tolerance", type=float, default=20.0,
+                   help="percent a link-bound row's prediction may be off (default 20)")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 when a link-bound row is off by more than --tolerance")
     args = p.parse_args()
-    try:
-        with open(args.measured + "-setup.json") as f:
-            setup = json.load(f)
-        with open(args.measured + "-runs.jsonl") as f:
-            runs = [json.loads(line) for line in f if line.strip()]
-        with open(args.measured + "-terse.json") as f:
-            rows = json.load(f)
-    except (OSError, ValueError) as e:
-        sys.exit(f"sim-validate: cannot read the measured run {args.measured}-*: {e}")
+    setup, runs, rows = load(args.measured)
     runs = [r for r in runs if r.get("impl") == "terse"]
     per_host = int(setup.get("ranks_per_host", 1))
     algos = setup.get("algos", "auto").split()
@@ -47,35 +85,67 @@ def main():
     if len(rows) != per_run * len(runs):
         sys.exit(f"sim-validate: {len(rows)} measured rows, expected {per_run} codecs x algos x "
                  f"{len(runs)} runs")
-    print(f"measured: `{setup['command']}` (commit {setup['git_commit']}, "
-          f"{setup['date_utc']})")
-    print(f"predicted: {args.sim} ... --model {args.model} --compute-share {args.compute_share}\n")
-    print("| link | size | codec | algo | measured (ms) | predicted (ms) | error |")
-    print("|---|---:|---|---|---:|---:|---:|")
+    sizes = {"16M": 16 << 20, "64M": 64 << 20}
+    shaped, floor = [], {}
     for i, run in enumerate(runs):
         for row in rows[i * per_run:(i + 1) * per_run]:
-            if row["bytes"] != {"16M": 16 << 20, "64M": 64 << 20}.get(run["size"], row["bytes"]):
+            if row["bytes"] != sizes.get(run["size"], row["bytes"]):
                 sys.exit(f"sim-validate: row {row['codec']} of {row['bytes']} bytes does not "
                          f"belong to the run of size {run['size']}")
             algo = row.get("algorithm", "auto")
-            cmd = [args.sim, "--world", str(setup["ranks"]), "--ranks-per-node", str(per_host)]
-            cmd += ["--nic-per-rank"] if per_host == 1 else []
-            cmd += ["--nic-gbit", str(run["probe_gbit"]), "--nic-lat-us", "0",
-                    "--switch-lat-us", "0", "--bytes", str(row["bytes"]), "--codec", row["codec"],
-                    "--algo", algo, "--model", args.model, "--compute-share", args.compute_share]
-            if args.intra_gbps:
-                cmd += ["--intra-gbps", args.intra_gbps]
-            done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
-            if done.returncode != 0:
-                sys.exit(f"sim-validate: {' '.join(cmd)} failed:\n{done.stdout}")
-            predicted_us = float(done.stdout.strip().splitlines()[-1].split()[4])
-            measured_us = row["time_us"]
-            link = f"{run['rate_gbit']} Gbit/s ({run['probe_gbit']} probed)"
-            print(f"| {link} | {row['bytes'] >> 20} MiB | {row['codec'].split(':')[0]} | {algo} | "
-                  f"{measured_us / 1e3:.1f} | {predicted_us / 1e3:.1f} | "
-                  f"{(predicted_us / measured_us - 1) * 100:+.0f}% |")
+            if float(run["rate_gbit"]) == 0:
+                floor[(row["bytes"], row["codec"], algo)] = row["time_us"]
+            else:
+                shaped.append((run, row, algo))
+    if not shaped:
+        sys.exit("sim-validate: the run has no shaped link to predict")
+
+    print(f"measured: `{setup['command']}` (commit {setup['git_commit']}, "
+          f"{setup['date_utc']})")
+    print(f"predicted: {args.sim} ... --model {args.model} --compute-share {args.compute_share}\n")
+    head = "| link | size | codec | algo | measured (ms) | predicted (ms) | error |"
+    rule = "|---|---:|---|---|---:|---:|---:|"
+    if floor:
+        head += " link alone (ms) | unshaped (ms) | bound by |"
+        rule += "---:|---:|---|"
+    print(head)
+    print(rule)
+    link_bound = []
+    for run, row, algo in shaped:
+        rate = run["probe_gbit"] if run.get("probe_gbit") else run["rate_gbit"]
+        predicted_us = predict(args, setup, per_host, rate, row, algo, True)
+        measured_us = row["time_us"]
+        error = (predicted_us / measured_us - 1) * 100
+        link = f"{run['rate_gbit']} Gbit/s ({run.get('probe_gbit')} probed)"
+        codec = row["codec"].split(":")[0]
+        line = (f"| {link} | {row['bytes'] >> 20} MiB | {codec} | {algo} | "
+                f"{measured_us / 1e3:.1f} | {predicted_us / 1e3:.1f} | {error:+.0f}% |")
+        if floor:
+            unshaped_us = floor.get((row["bytes"], row["codec"], algo))
+            if unshaped_us is None:
+                line += " | - | - |"
+            else:
+                alone_us = predict(args, setup, per_host, rate, row, algo, False)
+                bound = "link" if alone_us >= unshaped_us else "CPU"
+                line += f" {alone_us / 1e3:.1f} | {unshaped_us / 1e3:.1f} | {bound} |"
+                if bound == "link":
+                    link_bound.append((f"{run['rate_gbit']} Gbit/s {row['bytes'] >> 20} MiB "
+                                       f"{codec} {algo}", error))
+        print(line)
+    if not floor:
+        print("\n(no unshaped run measured: which rows the link bounds is not known)")
+        if args.check:
+            print("sim-validate: --check needs an unshaped run (bench-network.sh --rates "
+                  "\"... unshaped\") to know which rows to hold to the tolerance", file=sys.stderr)
+            return 2
+        return 0
+    outside = [(name, e) for name, e in link_bound if abs(e) > args.tolerance]
+    worst = max((abs(e) for _, e in link_bound), default=0)
+    print(f"\n{len(link_bound)} of {len(shaped)} rows link-bound; "
+          f"{len(link_bound) - len(outside)} within {args.tolerance:g}% (largest error "
+          f"{worst:.0f}%)" + "".join(f"\n  outside: {n} ({e:+.0f}%)" for n, e in outside))
+    return 1 if args.check and outside else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -99,6 +99,23 @@ netns_shape() {
   return 0
 }
 
+# netns_unshape PREFIX HOSTS: every link back to no limit (a previous rate's tbf removed), so a
+# run measures what the veth pairs carry at this machine's CPU speed.
+netns_unshape() {
+  local prefix=$1 hosts=$2 i
+  for ((i = 1; i <= hosts; i++)); do
+    # del fails when there is nothing to delete; what matters is that no tbf is left.
+    tc -n "$prefix-h$i" qdisc del dev eth0 root 2>/dev/null || true
+    tc -n "$prefix-br" qdisc del dev "p$i" root 2>/dev/null || true
+    if tc -n "$prefix-h$i" qdisc show dev eth0 | grep -q tbf ||
+      tc -n "$prefix-br" qdisc show dev "p$i" | grep -q tbf; then
+      NETNS_ERROR="cannot remove the tbf qdisc of host $i's link"
+      return 1
+    fi
+  done
+  return 0
+}
+
 # netns_wait_reachable PREFIX NET HOSTS: proves the path host 1 -> every other host over the
 # bridge (up to 5 s each) without any tool beyond bash: a TCP connect to a closed port is
 # answered with a reset ("refused") only when the host is reachable.

@@ -146,5 +146,31 @@ assert by[(1048576, "int8", "flat")]["speedup_vs_flat"] is None
 assert by[(1048576, "int8", "twolevel")]["series"] == "int8 twolevel"
 assert abs(by[(4194304, "none", "twolevel")]["speedup_vs_none"] - 1.0) < 1e-9
 PY
+
+# bench-network.sh --rates "1 unshaped": the unshaped run is recorded as rate 0 and reported as
+# "unshaped", after the shaped rates, with speedups within it, and plotted beside them (no line
+# rate to draw).
+dir3="$dir/unshaped"
+mkdir -p "$dir3/raw"
+echo '{"ranks": 2, "iters": 3, "warmup": 1, "cpus": 2, "command": "fixture"}' >"$dir3/setup.json"
+printf '1048576 none 16000 1 0\n1048576 int8 4000 3.9 1.5e-3\n' | terse_rows >"$dir3/raw/t1.json"
+printf '1048576 none 3000 1 0\n1048576 int8 1200 3.9 1.5e-3\n' | terse_rows >"$dir3/raw/t0.json"
+{
+  echo '{"impl": "terse", "rate_gbit": 0, "size": "1M", "file": "raw/t0.json", "probe_gbit": 20.5, "seconds": 1}'
+  echo '{"impl": "terse", "rate_gbit": 1, "size": "1M", "file": "raw/t1.json", "probe_gbit": 0.95, "seconds": 1}'
+} >"$dir3/runs.jsonl"
+"$py" "$src/bench/plot_network.py" "$dir3"
+if ! grep -Eq "^\| unshaped \| 1M \| int8 \| 1.2 \| [0-9.]+ \| $(ratio 3000 1200) \|" "$dir3/results.md"; then
+  echo "FAIL: no unshaped int8 row with speedup $(ratio 3000 1200) in results.md"
+  fails=1
+fi
+order=$(grep -Eo '^\| (1|unshaped) \| 1M \| none' "$dir3/results.md" | awk '{ print $2 }' | tr '\n' ' ')
+[[ $order == "1 unshaped " ]] || { echo "FAIL: rates in the order '$order', expected the unshaped run last"; fails=1; }
+grep -q "20.50 Gbit/s at an unshaped link" "$dir3/results.md" ||
+  { echo "FAIL: results.md does not give the unshaped link's probe"; fails=1; }
+for png in busbw.png speedup.png; do
+  [[ -s $dir3/$png ]] || { echo "FAIL: $png missing (unshaped run)"; fails=1; }
+done
+
 ((fails == 0)) && echo "plot_network.py: all checks passed"
 exit $fails
