@@ -14,13 +14,14 @@ Each prediction runs `terse-sim --world R --ranks-per-node 1 --nic-per-rank` at 
 with latencies left out (microseconds against milliseconds), the given model and compute share.
 A run with several ranks per host (--ranks-per-host K) is predicted with `--ranks-per-node K`
 and one NIC per node (each emulated host has one shaped link), and each row with the algorithm
-terse-bench ran it with (`--algo`); --intra-gbps sets the node link's speed (terse-sim's
-default, 100 GB/s, is an NVLink-class figure; emulated hosts' ranks share memory or loopback).
+terse-bench ran it with (`--algo`); --intra-gbps sets the node link's speed for the prediction
+(terse-sim's default, 100 GB/s, is an NVLink-class figure; emulated hosts' ranks share memory or
+loopback and this machine's cores: docs/benchmarks.md, "Simulated against measured", measures it).
 
 Which rows the link bounds. When the run also measured an unshaped link (bench-network.sh
 --rates "... unshaped", recorded as rate 0), each shaped row gets two more columns: the link's
-time alone (the same terse-sim command with compute free: what the link needs for the call's
-real messages) and the same call's measured time on the unshaped link (what everything but the
+time alone (the same terse-sim command with compute free and the node link at its default: what
+the shaped link needs for the call's real messages) and the same call's measured time on the unshaped link (what everything but the
 link costs on this machine: the codecs, the engine's arithmetic, the transport's CPU time, ranks
 sharing cores). A row is link-bound when the link alone needs at least that floor, CPU-bound
 otherwise. --tolerance P (default 20) then summarises the link-bound rows' errors, and --check
@@ -51,10 +52,13 @@ def predict(args, setup, per_host, rate, row, algo, with_compute):
     cmd += ["--nic-per-rank"] if per_host == 1 else []
     cmd += ["--nic-gbit", str(rate), "--nic-lat-us", "0", "--switch-lat-us", "0",
             "--bytes", str(row["bytes"]), "--codec", row["codec"], "--algo", algo]
+    # The link alone: no compute, and the node link at terse-sim's default speed, so the time is
+    # the shaped links' (a slow --intra-gbps stands for this machine's CPU copying inside a host,
+    # which the unshaped run measures).
     if with_compute:
         cmd += ["--model", args.model, "--compute-share", args.compute_share]
-    if args.intra_gbps:
-        cmd += ["--intra-gbps", args.intra_gbps]
+        if args.intra_gbps:
+            cmd += ["--intra-gbps", args.intra_gbps]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         sys.exit(f"sim-validate: {' '.join(cmd)} failed:\n{done.stdout}")
