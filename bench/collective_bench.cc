@@ -351,9 +351,12 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     std::vector<uint8_t> send;
     fill(send, o.dtype, o.input, rank, kind == CollectiveKind::kAllGather ? mine.begin : 0,
          sendCount);
-    // Per codec: output, residuals, options, and what its timed calls took and sent.
+    // One output for every codec: each call overwrites it, and the accuracy check below makes a
+    // fresh call before it reads it. One per codec cost 64 MiB a plan at 64 MiB (1.2 GB a rank
+    // for bench-network.sh's ten codecs and two algorithms, 8 ranks of which filled this machine).
+    std::vector<uint8_t> recv(recvCount * es, 0);
+    // Per codec: residuals, options, and what its timed calls took and sent.
     struct Run {
-      std::vector<uint8_t> recv;
       std::unique_ptr<ErrorFeedback> ef;
       CollectiveOptions opts;
       double seconds = 0;
@@ -362,7 +365,6 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     };
     std::vector<Run> runs(plans.size());
     for (size_t c = 0; c < plans.size(); ++c) {
-      runs[c].recv.assign(recvCount * es, 0);
       if (plans[c].wantsFeedback)
         runs[c].ef = std::make_unique<ErrorFeedback>(
             ErrorFeedback::create(plans[c].label, sendCount).value());
@@ -375,11 +377,11 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       Run& run = runs[c];
       switch (kind) {
         case CollectiveKind::kAllReduce:
-          return comm.allreduce(send.data(), run.recv.data(), count, o.dtype, o.op, run.opts);
+          return comm.allreduce(send.data(), recv.data(), count, o.dtype, o.op, run.opts);
         case CollectiveKind::kReduceScatter:
-          return comm.reduceScatter(send.data(), run.recv.data(), count, o.dtype, o.op, run.opts);
+          return comm.reduceScatter(send.data(), recv.data(), count, o.dtype, o.op, run.opts);
         case CollectiveKind::kAllGather:
-          return comm.allgather(send.data(), run.recv.data(), count, o.dtype, run.opts);
+          return comm.allgather(send.data(), recv.data(), count, o.dtype, run.opts);
         case CollectiveKind::kBarrier: break;  // not a benchmarked collective
       }
       return Status::ok();
@@ -433,7 +435,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       if (o.check && count > 0) {
         auto ref = exactResult(kind, o.dtype, o.op, o.input, n, count, mine);
         for (size_t i = 0; i < recvCount; ++i) {
-          double e = std::fabs(loadAt(run.recv.data(), o.dtype, i) - ref[i]);
+          double e = std::fabs(loadAt(recv.data(), o.dtype, i) - ref[i]);
           err = std::max(err, e);
           squares += e * e;
           maxRef = std::max(maxRef, std::fabs(ref[i]));
