@@ -271,13 +271,14 @@ shape_links() {
 # The rate as runs.jsonl and setup.json record it: a number, 0 for an unshaped link; as file
 # names and messages show it.
 rate_number() {
-  if [[ $1 == unshaped ]]; then echo 0; else echo "$1"; fi
+  # awk normalises what the option check lets through ("01", "1.50") into a JSON number.
+  if [[ $1 == unshaped ]]; then echo 0; else awk -v r="$1" 'BEGIN { print r + 0 }'; fi
 }
 rate_tag() {
   if [[ $1 == unshaped ]]; then echo unshaped; else echo "${1}gbit"; fi
 }
 rate_text() {
-  if [[ $1 == unshaped ]]; then echo "an unshaped link"; else echo "$1 Gbit/s"; fi
+  if [[ $1 == unshaped ]]; then echo "the unshaped link"; else echo "$1 Gbit/s"; fi
 }
 
 wait_for_links() {
@@ -370,7 +371,8 @@ for a in $algos; do codec_args+=(--algo "$a"); done
 ((interleave)) && codec_args+=(--interleave)
 
 run_terse() {
-  local rate=$1 size=$2 probe=$3 tag="terse-$(rate_tag "$1")-$2"
+  local rate=$1 size=$2 probe=$3 tag
+  tag="terse-$(rate_tag "$1")-$2"
   local rc_dir="$out_dir/rc/$tag" r pids=()
   rm -rf "$rc_dir"
   mkdir -p "$rc_dir"
@@ -437,7 +439,8 @@ EOF
 }
 
 run_mpi() {
-  local rate=$1 size=$2 probe=$3 tag="mpi-$(rate_tag "$1")-$2"
+  local rate=$1 size=$2 probe=$3 tag
+  tag="mpi-$(rate_tag "$1")-$2"
   local rc_dir="$out_dir/rc/$tag" t0
   rm -rf "$rc_dir"
   mkdir -p "$rc_dir"
@@ -468,7 +471,8 @@ run_mpi() {
 probe_link() {
   # Raw TCP from host 2 to host 1 for 2 s: the rate one stream really gets on this link.
   local rate=$1 port=29518 result
-  local log="$out_dir/logs/probe-$(rate_tag "$rate").log"
+  local log
+  log="$out_dir/logs/probe-$(rate_tag "$rate").log"
   ip netns exec "$(host_ns 1)" "$plot_py" "$root_dir/bench/link_probe.py" recv "$(host_addr 1)" $port >"$log" 2>&1 &
   local recv_pid=$!
   ip netns exec "$(host_ns 2)" "$plot_py" "$root_dir/bench/link_probe.py" send "$(host_addr 1)" $port 2 2>>"$log" || true
@@ -495,6 +499,17 @@ command_line() {
   echo "$line"
 }
 
+caller_environment() {
+  # The UCX_* and TERSE_* variables the ranks inherit (e.g. UCX_RNDV_THRESH=inf), as JSON members.
+  local name value first=1
+  while IFS= read -r name; do
+    value=$(printenv "$name" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr -d '\n')
+    ((first)) || printf ', '
+    first=0
+    printf '"%s": "%s"' "$name" "$value"
+  done < <(env | sed -n 's/^\(\(UCX\|TERSE\)_[A-Za-z0-9_]*\)=.*/\1/p' | sort)
+}
+
 cat >"$out_dir/setup.json" <<EOF
 {
   "command": "$(command_line | sed 's/\\/\\\\/g; s/"/\\"/g')",
@@ -512,7 +527,8 @@ cat >"$out_dir/setup.json" <<EOF
   "cpus": $(nproc),
   "kernel": "$(uname -r)",
   "cpu_model": "$(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo | sed 's/"/\\"/g')",
-  "shaping": "tc tbf on both ends of each veth (host eth0 and bridge port), burst max(256 KiB, 1 ms at rate), latency 50ms",
+  "shaping": "tc tbf on both ends of each veth (host eth0 and bridge port), burst max(256 KiB, 1 ms at rate), latency 50ms; none at rate 0 (unshaped)",
+  "environment": {$(caller_environment)},
   "node_link": "$node_link",
   "terse_transport": "UCX_TLS=$ucx_tls UCX_NET_DEVICES=eth0, TERSE_NODE=<host namespace>",
   "openmpi": "$(mpirun --version 2>/dev/null | head -n1 | sed 's/"/\\"/g')",
@@ -530,7 +546,11 @@ for rate in $rates; do
   probe=null
   if ((do_probe)); then
     probe=$(probe_link "$rate")
-    echo "link at $(rate_text "$rate"): one TCP stream measured $probe Gbit/s"
+    if [[ $rate == unshaped ]]; then
+      echo "unshaped link: one TCP stream measured $probe Gbit/s"
+    else
+      echo "link at $rate Gbit/s: one TCP stream measured $probe Gbit/s"
+    fi
   fi
   for size in $sizes; do
     if ((do_terse)); then

@@ -107,8 +107,13 @@ netns_unshape() {
     # del fails when there is nothing to delete; what matters is that no tbf is left.
     tc -n "$prefix-h$i" qdisc del dev eth0 root 2>/dev/null || true
     tc -n "$prefix-br" qdisc del dev "p$i" root 2>/dev/null || true
-    if tc -n "$prefix-h$i" qdisc show dev eth0 | grep -q tbf ||
-      tc -n "$prefix-br" qdisc show dev "p$i" | grep -q tbf; then
+    local host_q bridge_q
+    if ! host_q=$(tc -n "$prefix-h$i" qdisc show dev eth0 2>&1) ||
+      ! bridge_q=$(tc -n "$prefix-br" qdisc show dev "p$i" 2>&1); then
+      NETNS_ERROR="cannot read the qdiscs of host $i's link: $host_q $bridge_q"
+      return 1
+    fi
+    if [[ $host_q == *tbf* || $bridge_q == *tbf* ]]; then
       NETNS_ERROR="cannot remove the tbf qdisc of host $i's link"
       return 1
     fi

@@ -25,7 +25,7 @@ mpi=--no-mpi
 [[ -x $build/bin/mpi-allreduce-bench ]] && command -v mpirun >/dev/null && mpi=""
 
 set +e
-bash "$src/scripts/bench-network.sh" --ranks 2 --rates "1 unshaped" --sizes 4M --codecs "none int8 auto:max=onebit" \
+UCX_LOG_LEVEL=warn bash "$src/scripts/bench-network.sh" --ranks 2 --rates "1 unshaped" --sizes 4M --codecs "none int8 auto:max=onebit" \
   --iters 3 --warmup 1 --timeout 50 --prefix "$prefix" --out "$out" $mpi
 rc=$?
 set -e
@@ -74,6 +74,9 @@ for r in rows:
 PY
 grep -q '| 1 | 4M | int8 |' "$out/results.md" || { echo "FAIL: no int8 row in results.md"; fails=1; }
 grep -q '| unshaped | 4M | int8 |' "$out/results.md" || { echo "FAIL: no unshaped int8 row in results.md"; fails=1; }
+# The UCX_* variables the ranks ran with (UCX's default log level, set here) are on record.
+/usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["environment"].get("UCX_LOG_LEVEL") == "warn", d.get("environment"); assert d["rates_gbit"] == [1, 0], d["rates_gbit"]' \
+  "$out/setup.json" || { echo "FAIL: setup.json lacks the caller's UCX_* environment or the rates"; fails=1; }
 grep -q '| 1 | 4M | auto (picked [a-z0-9]*) |' "$out/results.md" ||
   { echo "FAIL: no auto row naming its pick in results.md"; fails=1; }
 
