@@ -48,7 +48,8 @@ def rate_label(r):
 
 
 def rate_text(r):
-    return "an unshaped link" if r == 0 else f"{r:g} Gbit/s"
+    """A rate as titles and axis labels show it."""
+    return "unshaped" if r == 0 else f"{r:g} Gbit/s"
 
 
 def rate_order(rates):
@@ -221,7 +222,7 @@ def write_markdown(path, setup, rows):
     if probes:
         lines.append(
             "One TCP stream measured on each link: "
-            + ", ".join(f"{probes[k]:.2f} Gbit/s at {rate_text(k)}" for k in rate_order(probes))
+            + ", ".join(f"{rate_text(k)}: {probes[k]:.2f} Gbit/s" for k in rate_order(probes))
             + "."
         )
         lines.append("")
@@ -363,7 +364,7 @@ def plot_busbw_lines(results_dir, setup, rows, order):
         ax.set_xticklabels([size_label(s) for s in sizes])
         ax.set_xlabel("message size (bytes of float32, uncompressed)")
         ax.set_ylabel("bus bandwidth (GB/s, uncompressed-equivalent)")
-        ax.set_title(f"Allreduce at {rate_text(rate)}\n{title_setup(setup, rows)}", fontsize=10)
+        ax.set_title(f"Allreduce, link {rate_text(rate)}\n{title_setup(setup, rows)}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
@@ -398,7 +399,7 @@ def grouped_bars(ax, rates, series, order, value_fmt):
                         fontsize=7, xytext=(0, 2), textcoords="offset points", rotation=rotation)
     ax.margins(y=0.12)  # room above the tallest bar for its value
     ax.set_xticks(range(len(rates)))
-    ax.set_xticklabels([rate_text(r) if r > 0 else "unshaped" for r in rates])
+    ax.set_xticklabels([rate_text(r) for r in rates])
     ax.set_xlabel("emulated link rate")
     ax.grid(True, axis="y", alpha=0.3)
 

@@ -278,7 +278,7 @@ rate_tag() {
   if [[ $1 == unshaped ]]; then echo unshaped; else echo "${1}gbit"; fi
 }
 rate_text() {
-  if [[ $1 == unshaped ]]; then echo "the unshaped link"; else echo "$1 Gbit/s"; fi
+  if [[ $1 == unshaped ]]; then echo "the unshaped link"; else echo "the $1 Gbit/s link"; fi
 }
 
 wait_for_links() {
@@ -399,7 +399,7 @@ run_terse() {
       echo $rc >"$rc_dir/rank$r.rc"
     ) &
   done
-  if ! wait_ranks "[$run_index/$run_total] terse $size at $(rate_text "$rate")" "$rc_dir" "$total_ranks"; then
+  if ! wait_ranks "[$run_index/$run_total] terse $size over $(rate_text "$rate")" "$rc_dir" "$total_ranks"; then
     wait
     show_logs "$out_dir/logs/$tag"-rank*.log
     exit 1
@@ -458,7 +458,7 @@ run_mpi() {
       "$mpi_bench" -b "$size" -e "$size" -n "$iters" -w "$warmup" -J "$json" >"$log" 2>&1 && rc=0 || rc=$?
     echo $rc >"$rc_dir/mpirun.rc"
   ) &
-  if ! wait_ranks "[$run_index/$run_total] OpenMPI $size at $(rate_text "$rate")" "$rc_dir" 1; then
+  if ! wait_ranks "[$run_index/$run_total] OpenMPI $size over $(rate_text "$rate")" "$rc_dir" 1; then
     wait
     show_logs "$log"
     exit 1
@@ -546,11 +546,7 @@ for rate in $rates; do
   probe=null
   if ((do_probe)); then
     probe=$(probe_link "$rate")
-    if [[ $rate == unshaped ]]; then
-      echo "unshaped link: one TCP stream measured $probe Gbit/s"
-    else
-      echo "link at $rate Gbit/s: one TCP stream measured $probe Gbit/s"
-    fi
+    echo "$(rate_text "$rate"): one TCP stream measured $probe Gbit/s"
   fi
   for size in $sizes; do
     if ((do_terse)); then
