@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git   # toolchain
+  ccache                                              # rebuilds in other checkouts hit the cache
   libgtest-dev libgmock-dev libbenchmark-dev          # tests and micro-benchmarks
   libucx-dev ucx-utils                                # transport (ucx_perftest is the p2p baseline)
   libzstd-dev                                         # the net plugin's optional lossless mode
