@@ -16,7 +16,7 @@ namespace {
 
 template <typename In>
 inline float valueAt(const In* in, const float* residual, size_t i) {
-  return residual ? num::load(in, i) + residual[i] : num::load(in, i);
+  return residual ? num::feedbackSum(num::load(in, i), residual[i]) : num::load(in, i);
 }
 
 // One block: scale from the largest magnitude, then every element's code (and residual).
@@ -307,6 +307,17 @@ TERSE_AVX2_INLINE void quantize8Blocks(const In* in, float* residual, typename P
     m[j] = k;
   }
   __m256i keys = hmax8x8(m);
+  if constexpr (kResidual) {
+    // As in quantizeBlockAvx2: a non-finite block may hold a sum that overflowed; the portable
+    // loop encodes such a batch block by block (nearest rounding: no seed is drawn).
+    if (!_mm256_testz_si256(_mm256_cmpgt_epi32(keys, _mm256_set1_epi32(0x7f7fffff)),
+                            _mm256_set1_epi32(-1))) {
+      for (size_t j = 0; j < 8; ++j)
+        quantizeBlock<P>(in + kLen * j, kLen, false, 0, 0, residual + kLen * j, scales + j,
+                         codes + (P::kNibbles ? kLen * j / 2 : kLen * j));
+      return;
+    }
+  }
   __m256 sv, inv;
   scales8<P>(keys, scales, &sv, &inv);
   alignas(32) float svs[8], invs[8];
@@ -348,6 +359,10 @@ TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
   uint32_t maxKey = static_cast<uint32_t>(_mm_cvtsi128_si32(k4));
   for (size_t i = full8; i < n; ++i)
     maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
+  // A non-finite block with a residual: input plus residual may have overflowed (the vector
+  // sums above do not saturate), so the portable loop, which does, encodes it (rare).
+  if (residual && maxKey >= 0x7f800000u)
+    return quantizeBlock<P>(in, n, stochastic, seed, offset, residual, scaleOut, codes);
   typename P::Scale s = P::scaleFromKey(maxKey);
   *scaleOut = s;
   float invScale = P::factor(s), sv = P::scaleValue(s);

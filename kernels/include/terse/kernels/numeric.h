@@ -126,6 +126,17 @@ TERSE_HD float residualOf(float v, float decoded) {
   return isFinite(e) ? e : 0.0f;
 }
 
+// The value error feedback compresses: input (times the call's scale) plus residual. Both are
+// finite, yet their sum can pass FLT_MAX (2e38 fed twice through onebit, FLT_MAX through mxfp4):
+// it then saturates to +-FLT_MAX, so finite input stays finite through every codec, and what
+// could not be sent stays in the next residual (v - decoded, finite). Non-finite input is left
+// to propagate; a sum that is finite is returned as it is, bit for bit.
+TERSE_HD float feedbackSum(float x, float r) {
+  float v = x + r;
+  if (isFinite(v) || !isFinite(x) || !isFinite(r)) return v;
+  return v > 0.0f ? 3.40282347e38f : -3.40282347e38f;
+}
+
 // Loads and stores of the three element types, in float32.
 TERSE_HD float load(const float* p, size_t i) { return p[i]; }
 TERSE_HD float load(const Half* p, size_t i) { return halfBitsToFloat(p[i].bits); }
