@@ -50,9 +50,9 @@ TERSE_AVX2_INLINE __m256 feedbackSum8(__m256 x, __m256 r) {
 
 // A block of the block codecs (int8, fp8, mx, int4) is tame when its largest |v| (magnitude
 // key) is below 2^121 and either at least 2^-64 or zero. Then the block's inverse scale is
-// finite (a float32 scale of a subnormal maximum, absmax / 448, has an inverse past FLT_MAX,
-// and 0 * Inf is NaN) or 0 for an all-zero block, so every scaled value v * inverse is finite
-// and its NaN mapping can be skipped; and no residual can be non-finite:
+// finite (smaller maxima have one too since numeric.h's blockScale floors scales at 2^-126;
+// the bound keeps its margin) or 0 for an all-zero block (int4's divisor is then 1), so every
+// scaled value is finite and its NaN mapping can be skipped; and no residual can be non-finite:
 // each decoded value is at most twice the block's largest magnitude (a scale of absmax / max
 // times a code of at most max, or mx's power of two times at most 448), so |v - d| < 2^123 and
 // residualOf's test can be skipped too. Same bits; in the low-bit encoders with a residual
