@@ -270,7 +270,8 @@ TERSE_AVX2_INLINE void scales8(__m256i keys, typename P::Scale* scales, __m256* 
     __m256 s = _mm256_div_ps(avx2::floatOf(keys), lv);
     __m256i zero = _mm256_cmpeq_epi32(keys, _mm256_setzero_si256());
     // the floor, for nonzero blocks (a zero block's lane stays 0; keys are finite or NaN-bound)
-    s = _mm256_max_ps(s, _mm256_andnot_ps(avx2::floatOf(zero), _mm256_set1_ps(num::kMinBlockScale)));
+    s = _mm256_max_ps(s,
+                      _mm256_andnot_ps(avx2::floatOf(zero), _mm256_set1_ps(num::kMinBlockScale)));
     // one ulp down where levels * s rounds to Inf (an integer decrement of the bits)
     __m256i over = avx2::nonFiniteMask(_mm256_mul_ps(s, lv));
     s = avx2::floatOf(_mm256_add_epi32(avx2::bitsOf(s), over));

@@ -69,8 +69,8 @@ void compressBlock(const In* TERSE_RESTRICT in, size_t n, float* TERSE_RESTRICT 
   size_t full = n / kLanes * kLanes;
   for (size_t i = 0; i < full; i += kLanes) {
     for (size_t l = 0; l < kLanes; ++l) {
-      float v = residual ? num::feedbackSum(num::load(in, i + l), residual[i + l])
-                         : num::load(in, i + l);
+      float v =
+          residual ? num::feedbackSum(num::load(in, i + l), residual[i + l]) : num::load(in, i + l);
       part[l] += num::bitsFloat(num::magnitudeKey(v));
       maxKey = std::max(maxKey, num::magnitudeKey(v));
     }

@@ -41,8 +41,8 @@ TERSE_AVX2_INLINE __m256 residualOf(__m256 v, __m256 d) {
 // (which calls num::feedbackSum), so the vector bodies keep a plain addition.
 TERSE_AVX2_INLINE __m256 feedbackSum8(__m256 x, __m256 r) {
   __m256 v = _mm256_add_ps(x, r);
-  __m256i over = _mm256_andnot_si256(_mm256_or_si256(nonFiniteMask(x), nonFiniteMask(r)),
-                                     nonFiniteMask(v));
+  __m256i over =
+      _mm256_andnot_si256(_mm256_or_si256(nonFiniteMask(x), nonFiniteMask(r)), nonFiniteMask(v));
   __m256 sat = _mm256_or_ps(_mm256_set1_ps(3.40282347e38f),
                             _mm256_and_ps(v, floatOf(_mm256_set1_epi32(int(0x80000000u)))));
   return _mm256_blendv_ps(v, sat, floatOf(over));

@@ -80,7 +80,7 @@ TEST(EdgeValues, Int8BlockHoldingFltMaxDecodesFinite) {
   }
 }
 
-// ---- finding 4: error feedback near the top of the range -------------------------------------------
+// ---- finding 4: error feedback near the top of the range ----------------------------------------
 
 std::vector<std::string> allCodecSpecs() {
   return {"none",
@@ -163,14 +163,14 @@ TEST(EdgeValues, SaturatedSumKeepsTheSign) {
   }
 }
 
-// ---- finding 8: blocks of tiny values ---------------------------------------------------------------
+// ---- finding 8: blocks of tiny values -----------------------------------------------------------
 
 // The documented bound of docs/codecs.md for a low-bit block (nearest rounding), in double.
 struct LowbitFormat {
   std::string spec;
   size_t block;
-  bool mx, intGrid;    // mx: E8M0 scale; intGrid: int4 / int8 (uniform grid)
-  double divisor;      // absmax / divisor (fp8, int4, int8); the element format's max for mx
+  bool mx, intGrid;  // mx: E8M0 scale; intGrid: int4 / int8 (uniform grid)
+  double divisor;    // absmax / divisor (fp8, int4, int8); the element format's max for mx
   int mant, emin, emax;
 };
 
@@ -253,7 +253,7 @@ TEST(EdgeValues, TinyBlocksDecodeWithinTheDocumentedBound) {
   }
 }
 
-// ---- finding 8: int4 rounds x / s -------------------------------------------------------------------
+// ---- finding 8: int4 rounds x / s ---------------------------------------------------------------
 
 TEST(EdgeValues, Int4RoundsTheQuotientToNearestEven) {
   // Block max 2.875: s = 2.875 / 7, and x = -1.4375 is -3.5 s. docs/codecs.md says

@@ -15,8 +15,9 @@
 //    in E4M3 (no Inf code) and stays Inf in E5M2; E2M1 has neither (Inf saturates, NaN -> 0).
 //    Bit-exact against ml_dtypes' float8_e4m3fn / float8_e5m2 / float4_e2m1fn on every finite
 //    input after clamping to +-max (tests/compressors/golden/gen_lowbit.py).
-//  - fp8 block scale: absmax / max_finite (float32, at least 2^-126); mx scale: E8M0 2^(floor(log2 absmax) -
-//    emax_elem), the OCP MX v1.0 rule, clamped to [2^-127, 2^127]; a block holding Inf/NaN gets
+//  - fp8 block scale: absmax / max_finite (float32, at least 2^-126); mx scale: E8M0
+//    2^(floor(log2 absmax) - emax_elem), the OCP MX v1.0 rule, clamped to [2^-127, 2^127]
+//    (E8M0's floor enters docs/codecs.md's bounds); a block holding Inf/NaN gets
 //    a NaN scale (fp8: float NaN, mx: 0xFF) so all of it decodes to NaN.
 //  - int4: scale = absmax / 7 per block (at least 2^-126); q = rint(v / scale) in [-7, 7], the
 //    float32 quotient rounded to nearest even.
