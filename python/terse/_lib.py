@@ -173,3 +173,35 @@ def check(status):
 
 def version():
     return lib().terse_version().decode()
+
+
+# ---- ShardedOneBitAdam (terse.sharded_optim): declared where the library has them ------------
+def _declare_sharded_onebit_adam(lib):
+    c = ctypes
+    vp, sz, i32, i64 = c.c_void_p, c.c_size_t, c.c_int, c.c_int64
+    sigs = {
+        "terse_sharded_onebit_adam_options_default": (None, [vp]),
+        "terse_sharded_onebit_adam_create": (i32, [sz, i32, i32, vp, c.POINTER(vp)]),
+        "terse_sharded_onebit_adam_destroy": (None, [vp]),
+        "terse_sharded_onebit_adam_step": (i32, [vp, vp, vp, vp, c.c_float]),
+        "terse_sharded_onebit_adam_steps": (i64, [vp]),
+        "terse_sharded_onebit_adam_frozen_at": (i64, [vp]),
+        "terse_sharded_onebit_adam_shard": (i32, [vp, c.POINTER(sz), c.POINTER(sz)]),
+        "terse_sharded_onebit_adam_state_bytes": (sz, [vp]),
+        "terse_sharded_onebit_adam_serialize": (i32, [vp, vp, c.POINTER(sz)]),
+        "terse_sharded_onebit_adam_deserialize":
+            (i32, [c.POINTER(vp), c.POINTER(sz), sz, i32, i32, c.POINTER(vp)]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
+
+
+_declare_plain = _declare
+
+
+def _declare(lib):  # noqa: F811 -- extends the declarations above with this block's functions
+    _declare_plain(lib)
+    _declare_sharded_onebit_adam(lib)
