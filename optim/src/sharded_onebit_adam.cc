@@ -1,6 +1,7 @@
 // ShardedOneBitAdam's state, step and checkpoint (design: sharded_onebit_adam.h, docs/optim.md).
 #include "terse/optim/sharded_onebit_adam.h"
 
+#include "kernels.h"
 #include "terse/collectives/partition.h"
 #include "terse/kernels/device.h"
 #include "terse/optim/adam_math.h"
@@ -160,6 +161,10 @@ Result<Part> parsePart(const void* bytes, size_t size) {
     ok = r.bytes(a.exps.data(), nExp) && r.get(&nFb) && nFb == r.left();
   }
   if (!ok) return errorCorrupt("%s: moments, scales or residual section truncated", what);
+  for (int8_t e : a.exps)
+    if (e != optim::kAdamNoGradientExp &&
+        (e < -optim::kAdamMaxScaleExp || e > optim::kAdamMaxScaleExp))
+      return errorCorrupt("%s: scale exponent %d out of range", what, e);
   a.feedback.resize(nFb);
   r.bytes(a.feedback.data(), nFb);
   return a;
@@ -185,6 +190,12 @@ Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& o) {
                                 kMaxSpecBytes);
   return Status::ok();
 }
+
+// The state's device copy (CUDA builds, device buffers): `current` says it is the state.
+struct ShardedOneBitAdam::Device {
+  device::DeviceBuffer m, v, exps, x, shard;
+  bool current = false;
+};
 
 ShardedOneBitAdam::ShardedOneBitAdam() = default;
 ShardedOneBitAdam::ShardedOneBitAdam(ShardedOneBitAdam&&) noexcept = default;
@@ -215,6 +226,37 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::create(size_t count, int worldSize,
   return a;
 }
 
+void ShardedOneBitAdam::pullToHost() const {
+  if (!device_ || !device_->current) return;
+  // Current only after a device step, which synchronized its stream before returning.
+  (void)device::copyAsync(m_.data(), device_->m.data(), 4 * m_.size(), nullptr);
+  (void)device::copyAsync(v_.data(), device_->v.data(), 4 * v_.size(), nullptr);
+  (void)device::synchronize(nullptr);
+  device_->current = false;
+}
+
+const std::vector<float>& ShardedOneBitAdam::momentum() const {
+  pullToHost();
+  return m_;
+}
+const std::vector<float>& ShardedOneBitAdam::variance() const {
+  pullToHost();
+  return v_;
+}
+
+Status ShardedOneBitAdam::gatherExponents(Communicator& comm, const float* v, float lr,
+                                          int64_t t) {
+  const size_t len = m_.size();
+  const optim::AdamStepScalars sc = scalarsFor(options_, lr, t, t);
+  std::vector<float> mine(len);
+  for (size_t i = 0; i < len; ++i)
+    mine[i] = static_cast<float>(optim::adamScaleExponent(v[i], sc));
+  scratch_.resize(count_);
+  Status g = comm.allgather(mine.data(), scratch_.data(), count_, DataType::kFloat32);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the frozen scales");
+  return Status::ok();
+}
+
 size_t ShardedOneBitAdam::stateBytes() const {
   return 4 * (m_.size() + v_.size()) + scaleExp_.size() +
          (hasFeedback_ ? 4 * (feedback_.count() + feedback_.serverLength()) : 0);
@@ -224,8 +266,10 @@ size_t ShardedOneBitAdam::scratchBytes() const {
   return 4 * (scratch_.capacity() + shardScratch_.capacity());
 }
 
-Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* grads, float lr) {
+Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* grads, float lr,
+                               void* stream) {
   Status bad;
+  const bool devP = device::isDeviceMemory(params), devG = device::isDeviceMemory(grads);
   if (count_ > 0 && (!params || !grads))
     bad = errorInvalidArgument("ShardedOneBitAdam::step: params or grads is null for %zu elements",
                                count_);
@@ -237,18 +281,21 @@ Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* g
         "ShardedOneBitAdam::step: state is for rank %d of %d, the communicator is rank %d of %d "
         "(load the checkpoint at the new world size)",
         rank_, world_, comm.rank(), comm.size());
-  else if (device::isDeviceMemory(params) || device::isDeviceMemory(grads))
-    bad = errorUnsupported("ShardedOneBitAdam::step: device buffers are not supported yet");
+  else if (devP != devG)
+    bad = errorInvalidArgument(
+        "ShardedOneBitAdam::step: params and grads must both be device memory or both host "
+        "memory");
   if (!bad.isOk()) {
     // Every step talks: the refusal stands in for this rank's reduce-scatter on the others.
     (void)comm.reject(bad).wait();
     return bad;
   }
-  return stepHost(comm, params, grads, lr);
+  return devP ? stepDevice(comm, params, grads, lr, stream) : stepHost(comm, params, grads, lr);
 }
 
 Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const float* grads,
                                    float lr) {
+  pullToHost();
   const ShardedOneBitAdamOptions& o = options_;
   const int64_t t = steps_ + 1;
   const size_t n = count_, len = m_.size(), off = offset_;
@@ -269,16 +316,9 @@ Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const floa
       gAvg[i] = m;
     }
     const bool freeze = t >= o.warmupSteps;
-    if (freeze) {
-      // The exponents of the denominator the compressed phase uses (v frozen at step t), as
-      // floats through the exact all-gather: once per training run.
-      scratch_.resize(n);
-      std::vector<float> mine(len);
-      for (size_t i = 0; i < len; ++i)
-        mine[i] = static_cast<float>(optim::adamScaleExponent(vNew[i], scalarsFor(o, lr, t, t)));
-      Status g = comm.allgather(mine.data(), scratch_.data(), n, DataType::kFloat32);
-      if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the frozen scales");
-    }
+    // The exponents of the denominator the compressed phase uses (v frozen at step t), as
+    // floats through the exact all-gather: once per training run.
+    if (freeze) TERSE_RETURN_IF_ERROR(gatherExponents(comm, vNew, lr, t));
     // The parameters: the shard goes to everyone, including this rank's own copy.
     Status g = comm.allgather(pNew, params, n, DataType::kFloat32);
     if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
@@ -298,7 +338,7 @@ Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const floa
   scratch_.resize(n);
   float* x = scratch_.data();
   const int8_t* e = scaleExp_.data();
-  for (size_t i = 0; i < n; ++i) x[i] = grads[i] * tab.down[e[i] + 128];
+  for (size_t i = 0; i < n; ++i) x[i] = grads[i] * tab.down[e[i] + 128];  // adamScaleDown
   CollectiveOptions co;
   co.codec = o.codec;
   co.feedback = hasFeedback_ ? &feedback_ : nullptr;
@@ -307,7 +347,7 @@ Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const floa
   const optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
   for (size_t i = 0; i < len; ++i) {
     const float v = v_[i];
-    const float g = gAvg[i] * tab.up[e[off + i] + 128];
+    const float g = gAvg[i] * tab.up[e[off + i] + 128];  // adamScaleUp
     const float m = optim::adamNoGradientYet(v) ? 0.0f : optim::adamMomentum(m_[i], g, sc.beta1);
     pNew[i] = optim::adamParam(params[off + i], m, v, sc);
     gAvg[i] = m;
@@ -319,7 +359,82 @@ Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const floa
   return Status::ok();
 }
 
+// The device path: the same steps with the state in device memory. The moments change in place
+// on the device before the parameter all-gather (a failed all-gather leaves them advanced).
+Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const float* grads,
+                                     float lr, void* stream) {
+  const ShardedOneBitAdamOptions& o = options_;
+  const int64_t t = steps_ + 1;
+  const size_t n = count_, len = m_.size(), off = offset_;
+  if (!device_) device_ = std::make_unique<Device>();
+  Device& d = *device_;
+  if (!d.current) {
+    TERSE_RETURN_IF_ERROR(d.m.reserve(4 * len).status());
+    TERSE_RETURN_IF_ERROR(d.v.reserve(4 * len).status());
+    TERSE_RETURN_IF_ERROR(device::copyAsync(d.m.data(), m_.data(), 4 * len, stream));
+    TERSE_RETURN_IF_ERROR(device::copyAsync(d.v.data(), v_.data(), 4 * len, stream));
+    if (!scaleExp_.empty()) {
+      TERSE_RETURN_IF_ERROR(d.exps.reserve(n).status());
+      TERSE_RETURN_IF_ERROR(device::copyAsync(d.exps.data(), scaleExp_.data(), n, stream));
+    }
+    d.current = true;
+  }
+  TERSE_RETURN_IF_ERROR(d.shard.reserve(4 * 2 * len).status());
+  auto* dm = static_cast<float*>(d.m.data());
+  auto* dv = static_cast<float*>(d.v.data());
+  auto* gAvg = static_cast<float*>(d.shard.data());
+  float* pNew = gAvg + len;
+  CollectiveOptions co;
+  co.stream = stream;
+  if (!frozen()) {
+    Status s = comm.reduceScatter(grads, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
+    if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
+    const optim::AdamStepScalars sc = scalarsFor(o, lr, t, t);
+    TERSE_RETURN_IF_ERROR(device::copyAsync(pNew, params + off, 4 * len, stream));
+    TERSE_RETURN_IF_ERROR(optim::cuda::adamWarmup(pNew, gAvg, dm, dv, len, sc, stream));
+    const bool freeze = t >= o.warmupSteps;
+    if (freeze) {
+      std::vector<float> vHost(len);
+      TERSE_RETURN_IF_ERROR(device::copyAsync(vHost.data(), dv, 4 * len, stream));
+      TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+      TERSE_RETURN_IF_ERROR(gatherExponents(comm, vHost.data(), lr, t));
+    }
+    Status g = comm.allgather(pNew, params, n, DataType::kFloat32, co);
+    if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
+    TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+    if (freeze) {
+      scaleExp_.resize(n);
+      for (size_t i = 0; i < n; ++i) scaleExp_[i] = static_cast<int8_t>(scratch_[i]);
+      TERSE_RETURN_IF_ERROR(d.exps.reserve(n).status());
+      TERSE_RETURN_IF_ERROR(device::copyAsync(d.exps.data(), scaleExp_.data(), n, nullptr));
+      TERSE_RETURN_IF_ERROR(device::synchronize(nullptr));
+      frozenAt_ = t;
+    }
+    steps_ = t;
+    return Status::ok();
+  }
+  TERSE_RETURN_IF_ERROR(d.x.reserve(4 * n).status());
+  auto* x = static_cast<float*>(d.x.data());
+  const auto* e = static_cast<const int8_t*>(d.exps.data());
+  TERSE_RETURN_IF_ERROR(optim::cuda::scaleGradient(x, grads, e, n, stream));
+  co.codec = o.codec;
+  co.feedback = hasFeedback_ ? &feedback_ : nullptr;
+  Status s = comm.reduceScatter(x, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
+  if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
+  const optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  TERSE_RETURN_IF_ERROR(
+      optim::cuda::shardUpdate(pNew, dm, gAvg, params + off, dv, e + off, len, sc, stream));
+  CollectiveOptions ag;
+  ag.stream = stream;
+  Status g = comm.allgather(pNew, params, n, DataType::kFloat32, ag);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
+  TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+  steps_ = t;
+  return Status::ok();
+}
+
 std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
+  pullToHost();
   const ShardedOneBitAdamOptions& o = options_;
   Writer w;
   w.put<uint32_t>(kMagic);

@@ -6,6 +6,7 @@
 // re-shard to another world size. Ranks are threads over the in-process transport.
 #include "terse/api/internal.h"
 #include "terse/collectives/partition.h"
+#include "terse/kernels/device.h"
 #include "terse/optim/onebit_adam.h"
 #include "terse/optim/sharded_onebit_adam.h"
 
@@ -451,6 +452,49 @@ TEST(ShardedOneBitAdam, BadInputIsAnError) {
   ASSERT_FALSE(bad.isOk());
   EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
   EXPECT_FALSE(ShardedOneBitAdam::deserialize(views, 2, 5).isOk());
+}
+
+TEST(ShardedOneBitAdam, DevicePathMatchesHost) {
+  if (!device::available()) GTEST_SKIP() << "no CUDA device: the device path is compiled only";
+  // Two ranks, onebit, across the freeze: device buffers must give the host path's bytes (the
+  // kernels run adam_math.h's formulas; codec kernels match the CPU's bitwise).
+  const size_t n = 9001;
+  const int world = 2, steps = 6;
+  auto o = baseOptions("onebit", 3);
+  auto hostOpts = makeSharded(world, n, o);
+  auto host = runSharded(world, std::vector<Vec>(world, initialParams(n)), steps, 1, 1e-3f,
+                         hostOpts, noiseGrads(n));
+  auto devOpts = makeSharded(world, n, o);
+  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk());
+  std::vector<Vec> back(world, Vec(n));
+  std::vector<Status> st(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      device::DeviceBuffer dp, dg;
+      if (!dp.reserve(4 * n).isOk() || !dg.reserve(4 * n).isOk()) {
+        st[r] = errorSystem("device allocation failed");
+        return;
+      }
+      Vec p = initialParams(n);
+      (void)device::copyAsync(dp.data(), p.data(), 4 * n, nullptr);
+      for (int s = 1; s <= steps && st[r].isOk(); ++s) {
+        Vec g = noiseGradient(r, s, n);
+        (void)device::copyAsync(dg.data(), g.data(), 4 * n, nullptr);
+        (void)device::synchronize(nullptr);
+        st[r] = devOpts[r].step(*comms.value()[r], static_cast<float*>(dp.data()),
+                                static_cast<const float*>(dg.data()), 1e-3f);
+      }
+      (void)device::copyAsync(back[r].data(), dp.data(), 4 * n, nullptr);
+      (void)device::synchronize(nullptr);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(st[r].isOk()) << st[r].toString();
+    EXPECT_TRUE(bitEqual(back[r], host.params[r])) << "rank " << r;
+    EXPECT_TRUE(bitEqual(devOpts[r].momentum(), hostOpts[r].momentum())) << "rank " << r;
+  }
 }
 
 }  // namespace

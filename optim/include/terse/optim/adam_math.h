@@ -126,4 +126,13 @@ TERSE_HD float adamPow2(int e) {
 #endif
 }
 
+// The sender's scaled gradient g * 2^-e (0 for the no-gradient sentinel), and the owner's
+// unscaling of the averaged value.
+TERSE_HD float adamScaleDown(float g, int e) {
+  return g * (e == kAdamNoGradientExp ? 0.0f : adamPow2(-e));
+}
+TERSE_HD float adamScaleUp(float x, int e) {
+  return x * (e == kAdamNoGradientExp ? 0.0f : adamPow2(e));
+}
+
 }  // namespace terse::optim

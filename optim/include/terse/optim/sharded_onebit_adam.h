@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,9 +72,11 @@ class ShardedOneBitAdam {
   // rank; grads: this rank's own gradient (count floats, left unchanged). comm must have the
   // world size and rank the state was made for. A failed gradient reduce-scatter leaves the
   // parameters and the moments untouched; a failed parameter all-gather may leave params partly
-  // written (the moments are kept as they were). Host memory only (device memory is
-  // kUnsupported for now; see docs/optim.md).
-  Status step(Communicator& comm, float* params, const float* grads, float lr);
+  // written (the moments are kept as they were on the host path). params and grads are both host
+  // memory, or (CUDA builds) both device memory: the state then moves to the device on the first
+  // step and the kernels and collectives run on `stream`.
+  Status step(Communicator& comm, float* params, const float* grads, float lr,
+              void* stream = nullptr);
 
   size_t count() const { return count_; }
   int worldSize() const { return world_; }
@@ -84,8 +87,9 @@ class ShardedOneBitAdam {
   int64_t steps() const { return steps_; }
   bool frozen() const { return frozenAt_ > 0; }
   int64_t frozenAt() const { return frozenAt_; }
-  const std::vector<float>& momentum() const { return m_; }  // this rank's shard
-  const std::vector<float>& variance() const { return v_; }  // this rank's shard
+  // This rank's shard of the moments (host copies, pulled from the device first if there).
+  const std::vector<float>& momentum() const;
+  const std::vector<float>& variance() const;
   // Bytes of persistent optimizer state on this rank (moments, exponents, residuals), and of the
   // scratch buffers the step keeps between calls.
   size_t stateBytes() const;
@@ -103,8 +107,15 @@ class ShardedOneBitAdam {
       const std::vector<std::pair<const void*, size_t>>& parts, int worldSize, int rank);
 
  private:
+  struct Device;
   ShardedOneBitAdam();
   Status stepHost(Communicator& comm, float* params, const float* grads, float lr);
+  Status stepDevice(Communicator& comm, float* params, const float* grads, float lr,
+                    void* stream);
+  // Computes the frozen exponents of this rank's shard from `v` (host copy) and all-gathers
+  // them into scratch_ (as floats); the caller commits them once the step succeeded.
+  Status gatherExponents(Communicator& comm, const float* v, float lr, int64_t t);
+  void pullToHost() const;
 
   size_t count_ = 0;
   int world_ = 1;
@@ -113,8 +124,8 @@ class ShardedOneBitAdam {
   ShardedOneBitAdamOptions options_;
   int64_t steps_ = 0;
   int64_t frozenAt_ = 0;
-  std::vector<float> m_;        // shard
-  std::vector<float> v_;        // shard (frozen after warm-up)
+  mutable std::vector<float> m_;  // shard
+  mutable std::vector<float> v_;  // shard (frozen after warm-up)
   std::vector<int8_t> scaleExp_;  // whole tensor, set at the freeze (empty before)
   ErrorFeedback feedback_;      // whole tensor's worker residual (compressed phase)
   bool hasFeedback_ = false;
@@ -122,6 +133,7 @@ class ShardedOneBitAdam {
   // succeeded).
   std::vector<float> scratch_;
   std::vector<float> shardScratch_;
+  mutable std::unique_ptr<Device> device_;
 };
 
 }  // namespace terse
