@@ -737,9 +737,8 @@ terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, in
 
 void terse_sharded_onebit_adam_destroy(terse_sharded_onebit_adam_t* adam) { delete adam; }
 
-terse_status_t terse_sharded_onebit_adam_step(terse_sharded_onebit_adam_t* adam,
-                                              terse_comm_t* comm, float* params,
-                                              const float* grads, float lr) {
+terse_status_t terse_sharded_onebit_adam_step(terse_sharded_onebit_adam_t* adam, terse_comm_t* comm,
+                                              float* params, const float* grads, float lr) {
   TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_step: adam");
   TERSE_REQUIRE(comm, "terse_sharded_onebit_adam_step: comm");
   return guarded([&] { return done(adam->state.step(*comm->comm, params, grads, lr)); });
@@ -771,14 +770,12 @@ terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_ad
   TERSE_REQUIRE(size, "terse_sharded_onebit_adam_serialize: size");
   return guarded([&] {
     std::vector<uint8_t> bytes = adam->state.serialize();
-    return copyOut("terse_sharded_onebit_adam_serialize", bytes.data(), bytes.size(), buffer,
-                   size);
+    return copyOut("terse_sharded_onebit_adam_serialize", bytes.data(), bytes.size(), buffer, size);
   });
 }
 
-terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts,
-                                                     const size_t* sizes, size_t num_parts,
-                                                     int world_size, int rank,
+terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts, const size_t* sizes,
+                                                     size_t num_parts, int world_size, int rank,
                                                      terse_sharded_onebit_adam_t** adam) {
   TERSE_REQUIRE(parts, "terse_sharded_onebit_adam_deserialize: parts");
   TERSE_REQUIRE(sizes, "terse_sharded_onebit_adam_deserialize: sizes");

@@ -233,9 +233,8 @@ terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, in
                                                 terse_sharded_onebit_adam_t** adam);
 void terse_sharded_onebit_adam_destroy(terse_sharded_onebit_adam_t* adam);
 /* params: the full replica (count floats, updated on every rank); grads: this rank's gradient. */
-terse_status_t terse_sharded_onebit_adam_step(terse_sharded_onebit_adam_t* adam,
-                                              terse_comm_t* comm, float* params,
-                                              const float* grads, float lr);
+terse_status_t terse_sharded_onebit_adam_step(terse_sharded_onebit_adam_t* adam, terse_comm_t* comm,
+                                              float* params, const float* grads, float lr);
 int64_t terse_sharded_onebit_adam_steps(const terse_sharded_onebit_adam_t* adam);
 int64_t terse_sharded_onebit_adam_frozen_at(const terse_sharded_onebit_adam_t* adam);
 /* This rank's shard [offset, offset + length) of the parameters. */
@@ -248,9 +247,8 @@ terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_ad
                                                    void* buffer, size_t* size);
 /* Builds rank `rank` of a world of `world_size` from the parts of every rank that saved (any
  * world size, any order): the state re-shards. */
-terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts,
-                                                     const size_t* sizes, size_t num_parts,
-                                                     int world_size, int rank,
+terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts, const size_t* sizes,
+                                                     size_t num_parts, int world_size, int rank,
                                                      terse_sharded_onebit_adam_t** adam);
 
 #ifdef __cplusplus

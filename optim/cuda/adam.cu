@@ -84,8 +84,8 @@ Status scaleGradient(float* x, const float* g, const int8_t* e, size_t n, void* 
 Status shardUpdate(float* pNew, float* m, const float* xAvg, const float* p, const float* v,
                    const int8_t* e, size_t n, const AdamStepScalars& s, void* stream) {
   if (n == 0) return Status::ok();
-  shardUpdateKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      pNew, m, xAvg, p, v, e, n, s);
+  shardUpdateKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(pNew, m, xAvg,
+                                                                                    p, v, e, n, s);
   return launched("shard update");
 }
 

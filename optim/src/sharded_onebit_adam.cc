@@ -63,7 +63,6 @@ const Pow2Table& pow2() {
   return t;
 }
 
-
 // Little-endian writer/reader of the checkpoint (as OneBitAdam's: terse runs on little-endian
 // hosts only; memcpy keeps it free of alignment assumptions).
 struct Writer {
@@ -115,8 +114,7 @@ Result<Part> parsePart(const void* bytes, size_t size) {
   uint32_t magic = 0, version = 0;
   std::memcpy(&magic, p, 4);
   std::memcpy(&version, p + 4, 4);
-  if (magic != kMagic)
-    return errorCorrupt("%s: bad magic 0x%08x (expected \"TSOA\")", what, magic);
+  if (magic != kMagic) return errorCorrupt("%s: bad magic 0x%08x (expected \"TSOA\")", what, magic);
   if (version != kVersion)
     return errorCorrupt("%s has format version %u; this build reads version %u", what, version,
                         kVersion);
@@ -244,13 +242,11 @@ const std::vector<float>& ShardedOneBitAdam::variance() const {
   return v_;
 }
 
-Status ShardedOneBitAdam::gatherExponents(Communicator& comm, const float* v, float lr,
-                                          int64_t t) {
+Status ShardedOneBitAdam::gatherExponents(Communicator& comm, const float* v, float lr, int64_t t) {
   const size_t len = m_.size();
   const optim::AdamStepScalars sc = scalarsFor(options_, lr, t, t);
   std::vector<float> mine(len);
-  for (size_t i = 0; i < len; ++i)
-    mine[i] = static_cast<float>(optim::adamScaleExponent(v[i], sc));
+  for (size_t i = 0; i < len; ++i) mine[i] = static_cast<float>(optim::adamScaleExponent(v[i], sc));
   scratch_.resize(count_);
   Status g = comm.allgather(mine.data(), scratch_.data(), count_, DataType::kFloat32);
   if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the frozen scales");
@@ -491,8 +487,7 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
                 a.codec == b.codec && p.exps == first.exps;
     if (!same)
       return errorInvalidArgument("%s: the parts disagree (not one run's checkpoint)", what);
-    if (byRank[p.rank])
-      return errorInvalidArgument("%s: rank %d's part given twice", what, p.rank);
+    if (byRank[p.rank]) return errorInvalidArgument("%s: rank %d's part given twice", what, p.rank);
     byRank[p.rank] = &p;
   }
   auto made = create(first.count, worldSize, rank, first.o);

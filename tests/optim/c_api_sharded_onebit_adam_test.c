@@ -48,8 +48,7 @@ int main(void) {
 
   /* A state for rank 0 of 2 refuses this world of one. */
   CHECK(terse_sharded_onebit_adam_create(N, 2, 0, &o, &adam) == TERSE_OK);
-  CHECK(terse_sharded_onebit_adam_step(adam, comm, params, grads, 1e-2f) ==
-        TERSE_INVALID_ARGUMENT);
+  CHECK(terse_sharded_onebit_adam_step(adam, comm, params, grads, 1e-2f) == TERSE_INVALID_ARGUMENT);
   terse_sharded_onebit_adam_destroy(adam);
 
   CHECK(terse_sharded_onebit_adam_create(N, 1, 0, &o, &adam) == TERSE_OK);
@@ -66,8 +65,7 @@ int main(void) {
   /* m, v (4 bytes each), the exponents (1) and the worker residual (4) per element. */
   CHECK(terse_sharded_onebit_adam_state_bytes(adam) == (size_t)13 * N);
   CHECK(terse_sharded_onebit_adam_step(adam, comm, NULL, grads, 1e-2f) == TERSE_INVALID_ARGUMENT);
-  CHECK(terse_sharded_onebit_adam_step(adam, NULL, params, grads, 1e-2f) ==
-        TERSE_INVALID_ARGUMENT);
+  CHECK(terse_sharded_onebit_adam_step(adam, NULL, params, grads, 1e-2f) == TERSE_INVALID_ARGUMENT);
 
   size_t size = 0;
   CHECK(terse_sharded_onebit_adam_serialize(adam, NULL, &size) == TERSE_OK && size > 8 * N);
@@ -79,7 +77,8 @@ int main(void) {
   size_t sizes[1] = {size};
   terse_sharded_onebit_adam_t* copy = NULL;
   CHECK(terse_sharded_onebit_adam_deserialize(parts, sizes, 1, 1, 0, &copy) == TERSE_OK);
-  CHECK(terse_sharded_onebit_adam_steps(copy) == 4 && terse_sharded_onebit_adam_frozen_at(copy) == 2);
+  CHECK(terse_sharded_onebit_adam_steps(copy) == 4 &&
+        terse_sharded_onebit_adam_frozen_at(copy) == 2);
   memcpy(again, params, sizeof params);
   CHECK(terse_sharded_onebit_adam_step(adam, comm, params, grads, 1e-2f) == TERSE_OK);
   CHECK(terse_sharded_onebit_adam_step(copy, comm, again, grads, 1e-2f) == TERSE_OK);

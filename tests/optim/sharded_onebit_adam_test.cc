@@ -77,8 +77,7 @@ RunResult runSharded(int world, std::vector<Vec> start, int steps, int firstStep
   return out;
 }
 
-std::vector<ShardedOneBitAdam> makeSharded(int world, size_t n,
-                                           const ShardedOneBitAdamOptions& o) {
+std::vector<ShardedOneBitAdam> makeSharded(int world, size_t n, const ShardedOneBitAdamOptions& o) {
   std::vector<ShardedOneBitAdam> v;
   for (int r = 0; r < world; ++r) {
     auto made = ShardedOneBitAdam::create(n, world, r, o);
@@ -141,8 +140,8 @@ TEST(ShardedOneBitAdam, WarmupIsAdamWOnTheFullTensor) {
   const size_t n = 5003;  // not a multiple of the world size: uneven shards
   auto o = baseOptions("onebit", 1000);
   auto opts = makeSharded(4, n, o);
-  auto got = runSharded(4, std::vector<Vec>(4, initialParams(n)), 30, 1, 1e-2f, opts,
-                        noiseGrads(n));
+  auto got =
+      runSharded(4, std::vector<Vec>(4, initialParams(n)), 30, 1, 1e-2f, opts, noiseGrads(n));
   Vec want = referenceAdamW(4, n, 30, o, 1e-2, 0);
   for (int r = 0; r < 4; ++r) {
     EXPECT_LT(maxAbsDiff(got.params[r], want), 2e-5) << "rank " << r;
@@ -156,8 +155,8 @@ TEST(ShardedOneBitAdam, NoneCodecIsAdamWWithFrozenVariance) {
   const size_t n = 5003;
   auto o = baseOptions("none", 10);
   auto opts = makeSharded(4, n, o);
-  auto got = runSharded(4, std::vector<Vec>(4, initialParams(n)), 40, 1, 1e-2f, opts,
-                        noiseGrads(n));
+  auto got =
+      runSharded(4, std::vector<Vec>(4, initialParams(n)), 40, 1, 1e-2f, opts, noiseGrads(n));
   EXPECT_EQ(opts[0].frozenAt(), 10);
   Vec frozen = referenceAdamW(4, n, 40, o, 1e-2, 10);
   Vec live = referenceAdamW(4, n, 40, o, 1e-2, 0);
@@ -240,8 +239,8 @@ RunResult taskRunSharded(const Task& task, const std::string& codec, bool errorF
   o.weightDecay = 0.0f;
   o.errorFeedback = errorFeedback;
   auto opts = makeSharded(task.world, task.n, o);
-  auto out = runSharded(task.world, std::vector<Vec>(task.world, Vec(task.n, 0.0f)), kTaskSteps,
-                        1, kTaskLr, opts, task.grads());
+  auto out = runSharded(task.world, std::vector<Vec>(task.world, Vec(task.n, 0.0f)), kTaskSteps, 1,
+                        kTaskLr, opts, task.grads());
   if (keep) *keep = std::move(opts);
   return out;
 }
@@ -264,10 +263,10 @@ TEST(ShardedOneBitAdam, OnebitTrainsWithin2PercentOfOneBitAdamAndFailsWithoutFee
   const double shardedLoss = task.loss(sharded.params[0]);
   const double brokenLoss = task.loss(noFeedback.params[0]);
   const double int8Loss = task.loss(taskRunSharded(task, "int8", false).params[0]);
-  std::printf("excess over the minimum: AdamW %.6f, OneBitAdam %.6f, sharded onebit %.6f, "
-              "sharded int8 without feedback %.6f (loss %.6f)\n",
-              adamw - floor, onebitAdam - floor, shardedLoss - floor, int8Loss - floor,
-              int8Loss);
+  std::printf(
+      "excess over the minimum: AdamW %.6f, OneBitAdam %.6f, sharded onebit %.6f, "
+      "sharded int8 without feedback %.6f (loss %.6f)\n",
+      adamw - floor, onebitAdam - floor, shardedLoss - floor, int8Loss - floor, int8Loss);
   std::printf(
       "task loss (minimum %.6f): AdamW %.6f, OneBitAdam onebit %.6f, ShardedOneBitAdam onebit "
       "%.6f (%+.2f%% vs OneBitAdam), without error feedback %.6f (%+.2f%%)\n",
@@ -289,8 +288,8 @@ TEST(ShardedOneBitAdam, CompressedPhaseSendsCompressedBytes) {
   const size_t n = 65536;
   auto run = [&](const std::string& codec) {
     auto opts = makeSharded(4, n, baseOptions(codec, 1));
-    auto out = runSharded(4, std::vector<Vec>(4, initialParams(n)), 40, 1, 1e-3f, opts,
-                          noiseGrads(n));
+    auto out =
+        runSharded(4, std::vector<Vec>(4, initialParams(n)), 40, 1, 1e-3f, opts, noiseGrads(n));
     return out.bytesSent[0];
   };
   uint64_t none = run("none"), onebit = run("onebit");
@@ -355,8 +354,7 @@ std::vector<std::vector<uint8_t>> saveAll(const std::vector<ShardedOneBitAdam>& 
   return parts;
 }
 
-std::vector<ShardedOneBitAdam> loadAll(const std::vector<std::vector<uint8_t>>& parts,
-                                       int world) {
+std::vector<ShardedOneBitAdam> loadAll(const std::vector<std::vector<uint8_t>>& parts, int world) {
   std::vector<std::pair<const void*, size_t>> views;
   for (const auto& p : parts) views.emplace_back(p.data(), p.size());
   std::vector<ShardedOneBitAdam> out;
@@ -372,8 +370,8 @@ TEST(ShardedOneBitAdam, CheckpointAtTheSameWorldSizeResumesBitIdentically) {
   const size_t n = 9001;
   auto o = baseOptions("onebit", 5);
   auto opts = makeSharded(4, n, o);
-  auto first = runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts,
-                          noiseGrads(n));
+  auto first =
+      runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
   auto parts = saveAll(opts);
   auto resumed = loadAll(parts, 4);
   auto a = runSharded(4, first.params, 10, 13, 1e-3f, opts, noiseGrads(n));
@@ -389,8 +387,8 @@ TEST(ShardedOneBitAdam, CheckpointAtFourRanksResumesAtTwo) {
   const size_t n = 9001;
   auto o = baseOptions("none", 5);
   auto opts = makeSharded(4, n, o);
-  auto first = runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts,
-                          noiseGrads(n));
+  auto first =
+      runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
   auto parts = saveAll(opts);
   auto at2 = loadAll(parts, 2);
   EXPECT_EQ(at2[0].steps(), 12);

@@ -110,8 +110,7 @@ class ShardedOneBitAdam {
   struct Device;
   ShardedOneBitAdam();
   Status stepHost(Communicator& comm, float* params, const float* grads, float lr);
-  Status stepDevice(Communicator& comm, float* params, const float* grads, float lr,
-                    void* stream);
+  Status stepDevice(Communicator& comm, float* params, const float* grads, float lr, void* stream);
   // Computes the frozen exponents of this rank's shard from `v` (host copy) and all-gathers
   // them into scratch_ (as floats); the caller commits them once the step succeeded.
   Status gatherExponents(Communicator& comm, const float* v, float lr, int64_t t);
@@ -127,7 +126,7 @@ class ShardedOneBitAdam {
   mutable std::vector<float> m_;  // shard
   mutable std::vector<float> v_;  // shard (frozen after warm-up)
   std::vector<int8_t> scaleExp_;  // whole tensor, set at the freeze (empty before)
-  ErrorFeedback feedback_;      // whole tensor's worker residual (compressed phase)
+  ErrorFeedback feedback_;        // whole tensor's worker residual (compressed phase)
   bool hasFeedback_ = false;
   // Scratch: the scaled gradient (count), and the shard's new m and p (until the collectives
   // succeeded).
