@@ -707,6 +707,7 @@ void terse_sharded_onebit_adam_options_default(terse_sharded_onebit_adam_options
   options->codec = nullptr;
   options->warmup_steps = d.warmupSteps;
   options->error_feedback = d.errorFeedback ? 1 : 0;
+  options->param_codec = nullptr;
 }
 
 terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, int rank,
@@ -728,6 +729,7 @@ terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, in
     o.codec = options->codec ? options->codec : "onebit";
     o.warmupSteps = options->warmup_steps;
     o.errorFeedback = options->error_feedback != 0;
+    o.paramCodec = options->param_codec ? options->param_codec : "none";
     auto made = terse::ShardedOneBitAdam::create(count, world_size, rank, o);
     if (!made.isOk()) return fail(made.status());
     *adam = new terse_sharded_onebit_adam{std::move(made).value()};

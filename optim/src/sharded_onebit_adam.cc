@@ -101,7 +101,7 @@ struct Part {
   uint64_t count = 0, offset = 0, length = 0;
   int64_t steps = 0, frozenAt = 0;
   int32_t world = 0, rank = 0;
-  std::vector<float> m, v;
+  std::vector<float> m, v, master;
   std::vector<int8_t> exps;
   std::vector<uint8_t> feedback;
 };
@@ -132,8 +132,14 @@ Result<Part> parsePart(const void* bytes, size_t size) {
   if (ok) {
     a.o.errorFeedback = ef == 1;
     a.o.codec.resize(specLen);
-    ok = r.bytes(a.o.codec.data(), specLen) && r.get(&a.world) && r.get(&a.rank) &&
-         r.get(&a.offset) && r.get(&a.length);
+    uint32_t paramLen = 0;
+    ok = r.bytes(a.o.codec.data(), specLen) && r.get(&paramLen) && paramLen > 0 &&
+         paramLen <= kMaxSpecBytes;
+    if (ok) {
+      a.o.paramCodec.resize(paramLen);
+      ok = r.bytes(a.o.paramCodec.data(), paramLen) && r.get(&a.world) && r.get(&a.rank) &&
+           r.get(&a.offset) && r.get(&a.length);
+    }
   }
   if (!ok) return errorCorrupt("%s: its header is truncated or invalid", what);
   Status valid = validateShardedOneBitAdamOptions(a.o);
@@ -151,9 +157,14 @@ Result<Part> parsePart(const void* bytes, size_t size) {
                         static_cast<unsigned long long>(a.count), a.world);
   a.m.resize(a.length);
   a.v.resize(a.length);
-  uint64_t nExp = 0, nFb = 0;
-  ok = r.bytes(a.m.data(), 4 * a.length) && r.bytes(a.v.data(), 4 * a.length) && r.get(&nExp) &&
-       (nExp == 0 || nExp == a.count) && nExp <= r.left() && (nExp > 0) == (a.frozenAt > 0);
+  uint64_t nExp = 0, nFb = 0, nMaster = 0;
+  ok = r.bytes(a.m.data(), 4 * a.length) && r.bytes(a.v.data(), 4 * a.length) && r.get(&nMaster) &&
+       (nMaster == 0 || nMaster == a.length) && nMaster <= r.left() / 4;
+  if (ok) {
+    a.master.resize(nMaster);
+    ok = r.bytes(a.master.data(), 4 * nMaster) && r.get(&nExp) && (nExp == 0 || nExp == a.count) &&
+         nExp <= r.left() && (nExp > 0) == (a.frozenAt > 0);
+  }
   if (ok) {
     a.exps.resize(nExp);
     ok = r.bytes(a.exps.data(), nExp) && r.get(&nFb) && nFb == r.left();
@@ -183,16 +194,19 @@ Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& o) {
         "ShardedOneBitAdam: warmup steps %lld must be >= 1 (the automatic warm-up is "
         "OneBitAdam's only)",
         static_cast<long long>(o.warmupSteps));
-  if (o.codec.empty() || o.codec.size() > kMaxSpecBytes)
-    return errorInvalidArgument("ShardedOneBitAdam: codec spec must have 1..%zu characters",
-                                kMaxSpecBytes);
+  if (o.codec.empty() || o.codec.size() > kMaxSpecBytes || o.paramCodec.empty() ||
+      o.paramCodec.size() > kMaxSpecBytes)
+    return errorInvalidArgument(
+        "ShardedOneBitAdam: codec and parameter codec specs must have 1..%zu characters",
+        kMaxSpecBytes);
   return Status::ok();
 }
 
 // The state's device copy (CUDA builds, device buffers): `current` says it is the state.
 struct ShardedOneBitAdam::Device {
-  device::DeviceBuffer m, v, exps, x, shard;
+  device::DeviceBuffer m, v, exps, x, shard, master;
   bool current = false;
+  bool masterCurrent = false;  // the device master shard is the master (lossy all-gather)
 };
 
 ShardedOneBitAdam::ShardedOneBitAdam() = default;
@@ -209,12 +223,15 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::create(size_t count, int worldSize,
   // Made even without error feedback: it validates the spec and gives the canonical name.
   auto fb = ErrorFeedback::create(options.codec, options.errorFeedback ? count : 0);
   if (!fb.isOk()) return fb.status().withContext("ShardedOneBitAdam: codec");
+  auto pc = ErrorFeedback::create(options.paramCodec, 0);
+  if (!pc.isOk()) return pc.status().withContext("ShardedOneBitAdam: parameter codec");
   ShardedOneBitAdam a;
   a.count_ = count;
   a.world_ = worldSize;
   a.rank_ = rank;
   a.options_ = options;
   a.options_.codec = fb->codecSpec();
+  a.options_.paramCodec = pc->codecSpec();
   Range r = chunkRange(count, worldSize, rank);
   a.offset_ = r.begin;
   a.m_.assign(r.length, 0.0f);
@@ -229,8 +246,11 @@ void ShardedOneBitAdam::pullToHost() const {
   // Current only after a device step, which synchronized its stream before returning.
   (void)device::copyAsync(m_.data(), device_->m.data(), 4 * m_.size(), nullptr);
   (void)device::copyAsync(v_.data(), device_->v.data(), 4 * v_.size(), nullptr);
+  if (device_->masterCurrent)
+    (void)device::copyAsync(master_.data(), device_->master.data(), 4 * master_.size(), nullptr);
   (void)device::synchronize(nullptr);
   device_->current = false;
+  device_->masterCurrent = false;
 }
 
 const std::vector<float>& ShardedOneBitAdam::momentum() const {
@@ -254,7 +274,7 @@ Status ShardedOneBitAdam::gatherExponents(Communicator& comm, const float* v, fl
 }
 
 size_t ShardedOneBitAdam::stateBytes() const {
-  return 4 * (m_.size() + v_.size()) + scaleExp_.size() +
+  return 4 * (m_.size() + v_.size() + master_.size()) + scaleExp_.size() +
          (hasFeedback_ ? 4 * (feedback_.count() + feedback_.serverLength()) : 0);
 }
 
@@ -341,16 +361,24 @@ Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const floa
   Status s = comm.reduceScatter(x, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
   if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
   const optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  // The exact shard the step starts from: the master copy when the all-gather is lossy (the
+  // replica in params holds decoded values), else params itself.
+  const bool lossyGather = o.paramCodec != "none";
+  if (lossyGather && master_.empty()) master_.assign(params + off, params + off + len);
+  const float* pOld = lossyGather ? master_.data() : params + off;
   for (size_t i = 0; i < len; ++i) {
     const float v = v_[i];
     const float g = gAvg[i] * tab.up[e[off + i] + 128];  // adamScaleUp
     const float m = optim::adamNoGradientYet(v) ? 0.0f : optim::adamMomentum(m_[i], g, sc.beta1);
-    pNew[i] = optim::adamParam(params[off + i], m, v, sc);
+    pNew[i] = optim::adamParam(pOld[i], m, v, sc);
     gAvg[i] = m;
   }
-  Status g = comm.allgather(pNew, params, n, DataType::kFloat32);
+  CollectiveOptions ag;
+  ag.codec = o.paramCodec;
+  Status g = comm.allgather(pNew, params, n, DataType::kFloat32, ag);
   if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
   std::copy(gAvg, gAvg + len, m_.begin());
+  if (lossyGather) std::copy(pNew, pNew + len, master_.begin());
   steps_ = t;
   return Status::ok();
 }
@@ -418,10 +446,23 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
   Status s = comm.reduceScatter(x, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
   if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
   const optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  const bool lossyGather = o.paramCodec != "none";
+  if (lossyGather && !d.masterCurrent) {
+    TERSE_RETURN_IF_ERROR(d.master.reserve(4 * len).status());
+    const float* from = master_.empty() ? params + off : master_.data();
+    TERSE_RETURN_IF_ERROR(device::copyAsync(d.master.data(), from, 4 * len, stream));
+    master_.resize(len);  // the host copy is filled by pullToHost
+    d.masterCurrent = true;
+  }
+  // With a lossy all-gather the update runs in place on the device master shard.
+  float* pOut = lossyGather ? static_cast<float*>(d.master.data()) : pNew;
+  const float* pIn = lossyGather ? pOut : params + off;
   TERSE_RETURN_IF_ERROR(
-      optim::cuda::shardUpdate(pNew, dm, gAvg, params + off, dv, e + off, len, sc, stream));
+      optim::cuda::shardUpdate(pOut, dm, gAvg, pIn, dv, e + off, len, sc, stream));
   CollectiveOptions ag;
   ag.stream = stream;
+  ag.codec = o.paramCodec;
+  pNew = pOut;
   Status g = comm.allgather(pNew, params, n, DataType::kFloat32, ag);
   if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
   TERSE_RETURN_IF_ERROR(device::synchronize(stream));
@@ -446,12 +487,16 @@ std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   w.put<uint32_t>(hasFeedback_ ? 1 : 0);
   w.put<uint32_t>(static_cast<uint32_t>(o.codec.size()));
   w.bytes(o.codec.data(), o.codec.size());
+  w.put<uint32_t>(static_cast<uint32_t>(o.paramCodec.size()));
+  w.bytes(o.paramCodec.data(), o.paramCodec.size());
   w.put<int32_t>(world_);
   w.put<int32_t>(rank_);
   w.put<uint64_t>(offset_);
   w.put<uint64_t>(m_.size());
   w.bytes(m_.data(), 4 * m_.size());
   w.bytes(v_.data(), 4 * v_.size());
+  w.put<uint64_t>(master_.size());
+  w.bytes(master_.data(), 4 * master_.size());
   w.put<uint64_t>(scaleExp_.size());
   w.bytes(scaleExp_.data(), scaleExp_.size());
   std::vector<uint8_t> fb;
@@ -484,7 +529,8 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
                 p.frozenAt == first.frozenAt && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
                 a.eps == b.eps && a.weightDecay == b.weightDecay &&
                 a.warmupSteps == b.warmupSteps && a.errorFeedback == b.errorFeedback &&
-                a.codec == b.codec && p.exps == first.exps;
+                a.codec == b.codec && a.paramCodec == b.paramCodec && p.exps == first.exps &&
+                p.master.empty() == first.master.empty();
     if (!same)
       return errorInvalidArgument("%s: the parts disagree (not one run's checkpoint)", what);
     if (byRank[p.rank]) return errorInvalidArgument("%s: rank %d's part given twice", what, p.rank);
@@ -496,13 +542,15 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
   a.steps_ = first.steps;
   a.frozenAt_ = first.frozenAt;
   a.scaleExp_ = first.exps;
-  // Moments: copy the new shard's elements from whichever old shards hold them.
+  // Moments (and the master shard): the new shard's elements from whichever old shards hold them.
+  if (!first.master.empty()) a.master_.assign(a.m_.size(), 0.0f);
   for (const Part* p : byRank) {
     size_t lo = std::max<size_t>(p->offset, a.offset_);
     size_t hi = std::min<size_t>(p->offset + p->length, a.offset_ + a.m_.size());
     for (size_t i = lo; i < hi; ++i) {
       a.m_[i - a.offset_] = p->m[i - p->offset];
       a.v_[i - a.offset_] = p->v[i - p->offset];
+      if (!a.master_.empty()) a.master_[i - a.offset_] = p->master[i - p->offset];
     }
   }
   if (a.hasFeedback_) {

@@ -42,7 +42,8 @@ class _Options(ctypes.Structure):
                 ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
                 ("codec", ctypes.c_char_p),
                 ("warmup_steps", ctypes.c_int64),
-                ("error_feedback", ctypes.c_int)]
+                ("error_feedback", ctypes.c_int),
+                ("param_codec", ctypes.c_char_p)]
 
 
 def _require_api():
@@ -69,7 +70,9 @@ def combine(state_dicts):
 class ShardedOneBitAdam(torch.optim.Optimizer):
     """AdamW for data-parallel training with sharded optimizer state: after ``warmup_steps`` each
     step is a compressed reduce-scatter of the gradients (``codec``, "onebit" default, with error
-    feedback unless ``error_feedback=False``) and an exact all-gather of the parameters.
+    feedback unless ``error_feedback=False``) and an all-gather of the parameters, exact unless
+    ``param_codec`` names a codec (e.g. "int8": the owner then keeps an fp32 master shard and
+    every rank's parameters are the decoded, identical values).
 
     One parameter group of float32 CPU parameters; every rank must build it with the same
     parameters in the same order and the same options. ``communicator``: a terse.comm
@@ -77,10 +80,11 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                 codec="onebit", warmup_steps=100, error_feedback=True, communicator=None):
+                 codec="onebit", warmup_steps=100, error_feedback=True, param_codec="none",
+                 communicator=None):
         if not isinstance(lr, (int, float)) or lr < 0:
             raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
-        if not isinstance(codec, str):
+        if not isinstance(codec, str) or not isinstance(param_codec, str):
             raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
                             f"{type(codec).__name__}")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
@@ -97,6 +101,7 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
         self.codec = codec
         self._warmup = int(warmup_steps)
         self._feedback = bool(error_feedback)
+        self.param_codec = param_codec
         self._comm = communicator
         self._handle = None
         self._flat_p = torch.empty(self.count, dtype=torch.float32)
@@ -115,6 +120,7 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
         o.codec = self.codec.encode()
         o.warmup_steps = self._warmup
         o.error_feedback = 1 if self._feedback else 0
+        o.param_codec = self.param_codec.encode()
         return o
 
     def _create(self):

@@ -54,6 +54,12 @@ struct ShardedOneBitAdamOptions {
   // Keep a worker residual for the compressed reduce-scatter. Needed for biased codecs (onebit,
   // topk); without it the state is only the shard's (about 1/world of OneBitAdam's).
   bool errorFeedback = true;
+  // The codec of the parameter all-gather after warm-up (qwZ-style): "none" (exact, default) or
+  // any terse spec, e.g. "int8" or "bf16". Not "none": the owner keeps an fp32 master copy of
+  // its shard (4 bytes x count / world more state), steps on it, and every rank (the owner
+  // included) takes the all-gather's decoded values as its replica, so the replicas stay
+  // bit-identical and the compression error never accumulates in the master.
+  std::string paramCodec = "none";
 };
 
 Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& options);
@@ -123,10 +129,11 @@ class ShardedOneBitAdam {
   ShardedOneBitAdamOptions options_;
   int64_t steps_ = 0;
   int64_t frozenAt_ = 0;
-  mutable std::vector<float> m_;  // shard
-  mutable std::vector<float> v_;  // shard (frozen after warm-up)
-  std::vector<int8_t> scaleExp_;  // whole tensor, set at the freeze (empty before)
-  ErrorFeedback feedback_;        // whole tensor's worker residual (compressed phase)
+  mutable std::vector<float> m_;       // shard
+  mutable std::vector<float> v_;       // shard (frozen after warm-up)
+  std::vector<int8_t> scaleExp_;       // whole tensor, set at the freeze (empty before)
+  mutable std::vector<float> master_;  // fp32 shard of the parameters (compressed all-gather only)
+  ErrorFeedback feedback_;             // whole tensor's worker residual (compressed phase)
   bool hasFeedback_ = false;
   // Scratch: the scaled gradient (count), and the shard's new m and p (until the collectives
   // succeeded).
