@@ -349,7 +349,8 @@ Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const floa
     return Status::ok();
   }
   // Compressed phase: x = g / 2^e through the compressed reduce-scatter, the owner's update,
-  // the parameters' all-gather. m, v and p change only after both collectives succeeded.
+  // the parameters' all-gather. m and the master change only after both collectives
+  // succeeded (the codec's residual does advance with a successful reduce-scatter).
   const Pow2Table& tab = pow2();
   scratch_.resize(n);
   float* x = scratch_.data();

@@ -16,14 +16,16 @@
 //  - compressed (steps > W): each rank sends x_i = g_i / 2^e (exact: a power of two) through a
 //    compressed reduce-scatter (avg) with error feedback; the owner gets avg(x), multiplies by
 //    2^e (exact again), updates m = b1 m + (1 - b1) avg(g) and takes the AdamW step with the
-//    frozen v, and the parameters are all-gathered uncompressed. The codec so works in units
+//    frozen v, and the parameters are all-gathered, exactly or with `paramCodec` (the owner
+//    then steps on an fp32 master shard and every rank keeps the decoded values). The codec so works in units
 //    within a factor 2 of Adam's own (every coordinate O(1)), the property OneBitAdam's `u`
 //    gives it, while m and d never leave their owner.
 // Every rank's parameters come from the same all-gather, so the replicas stay bit-identical.
 //
 // Memory per rank: m and v for the shard (2 x 4 bytes x count / world), the exponents (count
 // bytes), the codec's worker residual when error feedback is on (4 bytes x count: the error of
-// what this rank sent, which only the sender can know) and a 4-byte x count scratch buffer.
+// what this rank sent, which only the sender can know), the master shard with a lossy
+// parameter all-gather (4 bytes x count / world), and a 4-byte x count scratch buffer.
 //
 // Not thread-safe; every rank steps with the same options and learning rate.
 #pragma once
