@@ -726,7 +726,7 @@ terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, in
     o.beta2 = options->beta2;
     o.eps = options->eps;
     o.weightDecay = options->weight_decay;
-    o.codec = options->codec ? options->codec : "onebit";
+    o.codec = options->codec ? options->codec : terse::ShardedOneBitAdamOptions{}.codec;
     o.warmupSteps = options->warmup_steps;
     o.errorFeedback = options->error_feedback != 0;
     o.paramCodec = options->param_codec ? options->param_codec : "none";

@@ -222,9 +222,9 @@ typedef struct terse_sharded_onebit_adam terse_sharded_onebit_adam_t;
 typedef struct terse_sharded_onebit_adam_options {
   size_t struct_size; /* sizeof(terse_sharded_onebit_adam_options_t); set by ..._default */
   float beta1, beta2, eps, weight_decay;
-  const char* codec;       /* the reduce-scatter's codec after warm-up (NULL: "onebit") */
+  const char* codec;       /* the reduce-scatter's codec after warm-up (NULL: "int8") */
   int64_t warmup_steps;    /* >= 1 */
-  int error_feedback;      /* nonzero: keep the worker residual (needed by onebit/topk) */
+  int error_feedback;      /* nonzero: keep the worker residual (onebit/topk); default 0 */
   const char* param_codec; /* the parameter all-gather's codec after warm-up (NULL: "none") */
 } terse_sharded_onebit_adam_options_t;
 

@@ -3,14 +3,15 @@ run by terse's C++ core (optim/, libterse.so's terse_sharded_onebit_adam_* funct
 docs/optim.md, "Sharded OneBitAdam".
 
     from terse.sharded_optim import ShardedOneBitAdam
-    opt = ShardedOneBitAdam(model.parameters(), lr=3e-3, codec="onebit", warmup_steps=100)
+    opt = ShardedOneBitAdam(model.parameters(), lr=3e-3, codec="int8", warmup_steps=100)
     for batch in data:                       # no DDP: each rank's own gradients reach step()
         loss = ...; loss.backward(); opt.step(); opt.zero_grad()
 
 Every rank keeps all parameters (one flat float32 buffer the parameters become views of) but
 the moments only for its shard. Warm-up steps reduce-scatter the gradients uncompressed, run
 AdamW on the shard and all-gather the parameters; afterwards the reduce-scatter is compressed
-with ``codec`` (error feedback on) and the all-gather stays exact. Ranks end bit-identical.
+with ``codec`` and the all-gather stays exact (or uses ``param_codec``). Ranks end
+bit-identical.
 
 Checkpoints: ``state_dict()`` holds this rank's part; to load, at the same or another world
 size, every rank passes ``combine([sd_rank0, sd_rank1, ...])`` (all saving ranks' dicts) to
@@ -69,8 +70,9 @@ def combine(state_dicts):
 
 class ShardedOneBitAdam(torch.optim.Optimizer):
     """AdamW for data-parallel training with sharded optimizer state: after ``warmup_steps`` each
-    step is a compressed reduce-scatter of the gradients (``codec``, "onebit" default, with error
-    feedback unless ``error_feedback=False``) and an all-gather of the parameters, exact unless
+    step is a compressed reduce-scatter of the gradients (``codec``, "int8" by default; pass
+    ``error_feedback=True`` for biased codecs such as onebit, docs/optim.md says why int8 is the
+    default) and an all-gather of the parameters, exact unless
     ``param_codec`` names a codec (e.g. "int8": the owner then keeps an fp32 master shard and
     every rank's parameters are the decoded, identical values).
 
@@ -80,7 +82,7 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                 codec="onebit", warmup_steps=100, error_feedback=True, param_codec="none",
+                 codec="int8", warmup_steps=100, error_feedback=False, param_codec="none",
                  communicator=None):
         if not isinstance(lr, (int, float)) or lr < 0:
             raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")

@@ -29,9 +29,10 @@ int main(void) {
   terse_sharded_onebit_adam_options_t o;
   terse_sharded_onebit_adam_options_default(&o);
   CHECK(o.struct_size == sizeof o && o.beta1 == 0.9f && o.warmup_steps == 100 &&
-        o.error_feedback == 1);
+        o.error_feedback == 0 && o.codec == NULL);
   o.warmup_steps = 2;
   o.codec = "onebit";
+  o.error_feedback = 1;
   terse_sharded_onebit_adam_t* adam = NULL;
 
   terse_sharded_onebit_adam_options_t wrong = o;

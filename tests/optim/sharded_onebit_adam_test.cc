@@ -127,6 +127,7 @@ bool bitEqual(const Vec& a, const Vec& b) {
 ShardedOneBitAdamOptions baseOptions(const std::string& codec, int warmup) {
   ShardedOneBitAdamOptions o;
   o.codec = codec;
+  o.errorFeedback = codec == "onebit";  // the biased codec needs it (not the default)
   o.warmupSteps = warmup;
   o.weightDecay = 0.1f;
   return o;
@@ -459,6 +460,7 @@ TEST(ShardedOneBitAdam, CompressedParameterAllGatherKeepsRanksIdenticalAndTrains
   const Task task(16384, 4);
   ShardedOneBitAdamOptions o;
   o.codec = "onebit";
+  o.errorFeedback = true;
   o.paramCodec = "int8";
   o.warmupSteps = kTaskWarmup;
   o.weightDecay = 0.0f;

@@ -83,6 +83,7 @@ def compare(args):
                                                     communicator=comm)),
             ("sharded_onebit", lambda p: ShardedOneBitAdam(p, lr=LR, weight_decay=0.01,
                                                            codec="onebit", warmup_steps=40,
+                                                           error_feedback=True,
                                                            communicator=comm)),
             ("sharded_no_feedback",
              lambda p: ShardedOneBitAdam(p, lr=LR, weight_decay=0.01, codec="onebit",
@@ -114,7 +115,7 @@ def worker(args):
     out = {"rank": rank, "world": world}
     model = net(torch)
     opt = ShardedOneBitAdam(model.parameters(), lr=LR, weight_decay=0.01, codec="onebit",
-                            warmup_steps=WARMUP, communicator=comm)
+                            warmup_steps=WARMUP, error_feedback=True, communicator=comm)
 
     def loss_all(m, step, ranks):
         return sum(torch.nn.functional.mse_loss(m(x), y)
