@@ -16,10 +16,10 @@
 //  - compressed (steps > W): each rank sends x_i = g_i / 2^e (exact: a power of two) through a
 //    compressed reduce-scatter (avg; int8 by default, error feedback optional); the owner gets
 //    avg(x), multiplies by 2^e (exact again), updates m = b1 m + (1 - b1) avg(g) and takes the
-//    AdamW step with the frozen v, and the parameters are all-gathered, exactly or with `paramCodec` (the owner
-//    then steps on an fp32 master shard and every rank keeps the decoded values). The codec so
-//    works in units within a factor 2 of Adam's own (every coordinate O(1)), the property
-//    OneBitAdam's `u` gives it, while m and d never leave their owner.
+//    AdamW step with the frozen v, and the parameters are all-gathered, exactly or with
+//    `paramCodec` (the owner then steps on an fp32 master shard and every rank keeps the decoded
+//    values). The codec so works in units within a factor 2 of Adam's own (every coordinate O(1)),
+//    the property OneBitAdam's `u` gives it, while m and d never leave their owner.
 // Every rank's parameters come from the same all-gather, so the replicas stay bit-identical.
 //
 // Memory per rank: m and v for the shard (2 x 4 bytes x count / world), the exponents (count
