@@ -120,7 +120,7 @@ nvcc_bin=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/loc
   echo "glibc=$(ldd --version 2>/dev/null | head -1 | awk '{print $NF}')"
   echo "cores=$jobs"
   echo "python=$py $("$py" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null)"
-  echo "torch=$("$py" -c 'import torch, torch.distributed as d; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "nccl", ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() and d.is_nccl_available() else "-")' 2>/dev/null || echo none)"
+  echo "torch=$("$py" -c 'import torch, torch.distributed as d; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "nccl", (lambda v: ".".join(map(str, v)) if isinstance(v, tuple) else v)(torch.cuda.nccl.version()) if torch.cuda.is_available() and d.is_nccl_available() else "-")' 2>/dev/null || echo none)"
   echo "compute_sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo none)"
   echo "kit=$( [ -f "$kit/MANIFEST" ] && sed -n 's/^made: //p' "$kit/MANIFEST" || echo none)"
 } >"$logs/machine.txt"
@@ -183,7 +183,7 @@ int main(void) {
   return 0;
 }
 EOF
-  cc -o "$logs/probe" "$logs/probe.c" $($pc --cflags --libs ucx libzstd) || return 1
+  ${CC:-cc} -o "$logs/probe" "$logs/probe.c" $($pc --cflags --libs ucx libzstd) || return 1
   ldd "$logs/probe" | grep -E 'libucp|libzstd'
   ldd "$logs/probe" | grep -q "$prefix.*libucp" || { echo "FAIL: libucp did not resolve into the kit"; return 1; }
   "$logs/probe"

@@ -23,6 +23,7 @@ import torch
 
 from . import _lib
 from ._lib import check
+from .comm import canonical_spec
 
 __all__ = ["OneBitAdam", "skip_after_warmup_hook"]
 
@@ -134,7 +135,12 @@ class OneBitAdam(torch.optim.Optimizer):
         float32, and a sum with zeros leaves them exact."""
         shapes = repr([tuple(p.shape) for p in self._params]).encode()
         group = self.param_groups[0]
-        options = repr((self.codec, tuple(float(b) for b in group["betas"]), float(group["eps"]),
+        codec = self.codec
+        try:   # "onebit" and "onebit:block=2048" are the same codec
+            codec = canonical_spec(codec)
+        except Exception:  # noqa: BLE001 -- an invalid spec fails in _create, with its message
+            pass
+        options = repr((codec, tuple(float(b) for b in group["betas"]), float(group["eps"]),
                         float(group["weight_decay"]), sorted(self._config.items()))).encode()
         words = []
         for text in (shapes, options):

@@ -149,7 +149,8 @@ def worker(args):
     dist.init_process_group("nccl", rank=rank, world_size=2)
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
-    nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
+    v = torch.cuda.nccl.version()   # a tuple in torch 2.x, an int before
+    nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     try:
         for count in (1, 1000, (1 << 20) + 3):
             # Small integers: every order of summation gives the exact sum.
