@@ -59,6 +59,8 @@ def driver(args):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), NCCL_HOSTID=f"terse-host-{rank}",
                    NCCL_NET_PLUGIN=plugin, NCCL_NET="terse", NCCL_DEBUG="INFO",
+                   # Different hosts already rule these out; said explicitly all the same.
+                   NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_NVLS_ENABLE="0",
                    NCCL_DEBUG_SUBSYS="INIT,NET,TUNING,COLL,ENV",
                    UCX_NET_DEVICES="lo", TERSE_NET_IFNAME="lo", CUDA_VISIBLE_DEVICES="0",
                    TERSE_TIMEOUT_MS="60000")
