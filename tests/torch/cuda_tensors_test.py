@@ -130,6 +130,77 @@ def dispatch(args):
         assert terse.optim.OneBitAdam._check_params(Probe()) == cuda0
     finally:
         _lib.cuda_info = real
+
+    # The hook's device path with the C call and torch's streams recorded instead of run: the
+    # bucket's own pointer goes to terse_allreduce (in place, avg, the codec), after the legacy
+    # stream was made to wait for the current one when they differ; nothing is staged.
+    import terse.ddp
+    from terse.ddp import TerseState, terse_hook
+
+    class Bucket:
+        def __init__(self, t):
+            self.t = t
+
+        def buffer(self):
+            return self.t
+
+        def index(self):
+            return 0
+
+        def parameters(self):
+            return []
+
+    class Stream:
+        def __init__(self, name):
+            self.name, self.waited = name, []
+
+        def wait_stream(self, other):
+            self.waited.append(other.name)
+
+    calls = []
+
+    class FakeLib:
+        def terse_allreduce(self, comm, send, recv, count, dtype, op, codec, fb):
+            calls.append((send.value, recv.value, count, dtype, op, codec, fb))
+            return 0
+    state = TerseState("int8", overlap=False)
+    legacy, side = Stream("legacy"), Stream("side")
+    saved = (_lib.cuda_info, _lib.lib, torch.cuda.current_stream, torch.cuda.default_stream)
+    try:
+        _lib.cuda_info = lambda: (True, True)
+        _lib.lib = lambda: FakeLib()
+        torch.cuda.default_stream = lambda device=None: legacy
+        for current, waits in ((legacy, []), (side, ["side"])):
+            torch.cuda.current_stream = lambda device=None, s=current: s
+            legacy.waited.clear()
+            calls.clear()
+            t = torch.randn(300).as_subclass(FakeCuda)
+            before = t.clone()
+            try:
+                terse_hook(state, Bucket(t))
+            except RuntimeError as e:   # torch.futures.Future(devices=[cuda:0]), CPU torch
+                assert "cuda" in str(e), e
+            want = (t.data_ptr(), t.data_ptr(), 300, _lib.FLOAT32, _lib.AVG, state.spec.encode(),
+                    None)
+            assert calls == [want], calls
+            assert legacy.waited == waits, (current.name, legacy.waited)
+            assert torch.equal(torch.Tensor(t), torch.Tensor(before)) and state.staged_why == ""
+    finally:
+        _lib.cuda_info, _lib.lib, torch.cuda.current_stream, torch.cuda.default_stream = saved
+    # And the staged path when the library cannot take the pointer: the reason is kept.
+    _lib.cuda_info = lambda: (False, False)
+    try:
+        t = torch.randn(300).as_subclass(FakeCuda)
+        try:
+            terse_hook(state, Bucket(t))
+        except RuntimeError as e:
+            assert "cuda" in str(e), e
+        assert "built without CUDA" in state.staged_why, state.staged_why
+    finally:
+        _lib.cuda_info = saved[0]
+    print("ok: the hook hands a cuda:0 bucket's own pointer to terse_allreduce after the legacy "
+          "stream waited for torch's current one; a library without CUDA stages it and says why")
+
     if not real()[1]:
         # The real library: a CUDA build without a device, or a CPU build.
         expect_raises(ValueError, lambda: opt([fake(10)]), "cuda:0")
