@@ -7,6 +7,7 @@
 #include "terse/common/logging.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
+#include "terse/kernels/device.h"
 #include "terse/optim/onebit_adam.h"
 #include "terse/optim/sharded_onebit_adam.h"
 
@@ -192,6 +193,11 @@ const char* terse_status_name(terse_status_t status) {
 }
 
 const char* terse_version(void) { return TERSE_VERSION_STRING; }
+
+void terse_cuda_info(int* built, int* usable) {
+  if (built) *built = terse::device::built() ? 1 : 0;
+  if (usable) *usable = terse::device::available() ? 1 : 0;
+}
 
 terse_status_t terse_comm_create(terse_comm_t** comm) {
   TERSE_REQUIRE(comm, "terse_comm_create: comm");

@@ -31,6 +31,12 @@ const char* terse_last_error(void);
 const char* terse_status_name(terse_status_t status);
 /* Version of the library as "major.minor.patch". */
 const char* terse_version(void);
+/* What this library does with CUDA device memory. *built: 1 when it was compiled with CUDA, so
+ * the collectives and terse_onebit_adam_step take device pointers (docs/cuda.md); 0 otherwise, and
+ * then a device pointer passed to them would be read as host memory. *usable: 1 when it was built
+ * with CUDA and a CUDA device is usable in this process. Either may be NULL. Bindings ask this
+ * before handing terse a device pointer. */
+void terse_cuda_info(int* built, int* usable);
 
 /* Creates this process's communicator from the launcher's environment (terse-run, mpirun, srun,
  * torchrun; see docs/env.md). Blocks until every rank arrived or TERSE_TIMEOUT_MS passed. */

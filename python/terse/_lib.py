@@ -113,6 +113,11 @@ def _declare(lib):
         if fn is not None:
             fn.restype = restype
             fn.argtypes = argtypes
+    # CUDA device pointers (terse.ddp and terse.optim's device path): optional like the above.
+    cuda_info = getattr(lib, "terse_cuda_info", None)
+    if cuda_info is not None:
+        cuda_info.restype = None
+        cuda_info.argtypes = [c.POINTER(i32), c.POINTER(i32)]
 
 
 def lib():
@@ -159,6 +164,17 @@ def library_path():
     except OSError:
         pass
     return l._name
+
+
+def cuda_info():
+    """(built, usable) of the loaded library's CUDA path (terse_cuda_info): built with CUDA, and a
+    device usable in this process. None for a library older than terse_cuda_info."""
+    fn = getattr(lib(), "terse_cuda_info", None)
+    if fn is None:
+        return None
+    built, usable = ctypes.c_int(0), ctypes.c_int(0)
+    fn(ctypes.byref(built), ctypes.byref(usable))
+    return bool(built.value), bool(usable.value)
 
 
 def check(status):
