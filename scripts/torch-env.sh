@@ -3,8 +3,8 @@
 # "Current PyTorch in CI") and prints its interpreter's path on the last line of stdout.
 #
 # The environment lives outside the checkout, so a fresh clone on the same machine (CI's) reuses
-# it: ${TERSE_TORCH_VENV:-$HOME/.cache/terse/torch-$kTorchVersion-py$PY}. It is built once (about
-# 2 minutes and 5.4 GB: PyPI's torch wheel is the CUDA 13 build, which also runs on CPU) and
+# it: ${TERSE_TORCH_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/terse/torch-VERSION-pyXY}. Built once (about
+# 2-4 minutes and 5.4 GB: PyPI's torch wheel is the CUDA 13 build, which also runs on CPU) and
 # marked complete by a stamp file written last, so an interrupted install is redone, not trusted.
 # Pinned versions: a new torch is a deliberate change here, not whatever PyPI serves that day.
 #
@@ -27,7 +27,8 @@ fi
 
 base_python=/usr/bin/python3
 py=$("$base_python" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
-venv=${TERSE_TORCH_VENV:-$HOME/.cache/terse/torch-$kTorchVersion-py$py}
+cache=${XDG_CACHE_HOME:-${HOME:-/root}/.cache}
+venv=${TERSE_TORCH_VENV:-$cache/terse/torch-$kTorchVersion-py$py}
 stamp="$venv/.terse-complete"
 want="torch==$kTorchVersion numpy==$kNumpyVersion scikit-build-core==$kSkbuildVersion"
 
