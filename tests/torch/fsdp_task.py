@@ -13,7 +13,9 @@ Runs (one torchrun of --world ranks; same model, data, seeds and steps for each)
                 well on onebit gradients, docs/pytorch.md)
   broken        int8 with the reduce-scatter's result negated: compression broken on purpose
 
-Checks (exit 1 with FAIL on any): none, int8, mxfp8 and bf16-int8 end within --tolerance (1%)
+Checks (exit 1 with FAIL on any): first the comms alone, as FSDP2 calls them (comm_checks:
+AVG, SUM and PREMUL_SUM exact, the in-place all-gather exact, bad groups, dtypes and weight
+codecs refused with terse.fsdp's message); then none, int8, mxfp8 and bf16-int8 end within --tolerance (1%)
 of fsdp's held-out loss, int8-w8 within --weight-tolerance (5%), and broken does not (so the
 bound can fail); every
 terse run used terse's comms on every unit; int8's weights differ from none's (the codec ran);
@@ -85,7 +87,7 @@ def worker(args):
     ctx, batch = args.ctx, args.batch
     mine, held_out_loss = adam_task.rank_text(rank, [rank % len(adam_task.TOPICS)], ctx)
 
-    results = {}
+    results = {"comm": {"failures": comm_checks(rank, world)}}
     for name in args.runs.split(","):
         model = adam_task.make_model(len(chars), ctx)
         reference = adam_task.make_model(len(chars), ctx)   # evaluated with the full weights
@@ -183,6 +185,60 @@ def worker(args):
     dist.destroy_process_group()
 
 
+def comm_checks(rank, world):
+    """The comms called as FSDP2 calls them, with each reduce op FSDP2 can ask for, on values
+    whose sums float32 holds exactly: AVG, SUM and PREMUL_SUM(1/8) give exactly the expected
+    part; a group that is not terse's world and a dtype terse does not move are refused.
+    Returns every rank's failures (empty when all hold)."""
+    import torch
+    import torch.distributed as dist
+
+    import terse.ddp
+    import terse.fsdp
+    comm = terse.ddp.default_communicator()
+    failures = []
+    n = 6
+    base = torch.arange(world * n, dtype=torch.float32)
+    total = sum(range(1, world + 1))
+    mine = slice(rank * n, (rank + 1) * n)
+    for label, op, expected in (("AVG", dist.ReduceOp.AVG, base * total / world),
+                                ("SUM", dist.ReduceOp.SUM, base * total),
+                                ("PREMUL_SUM(1/8)", dist.ReduceOp.PREMUL_SUM(0.125),
+                                 base * total * 0.125)):
+        rs = terse.fsdp.TerseReduceScatter(comm, "none")
+        out = rs.allocate((n,), dtype=torch.float32, device=torch.device("cpu"))
+        rs(out, base * (rank + 1), dist.group.WORLD, op)
+        if not torch.equal(out, expected[mine]):
+            failures.append(f"rank {rank}: reduce-scatter with {label} gave {out.tolist()}, not "
+                            f"{expected[mine].tolist()}")
+    ag = terse.fsdp.TerseAllGather(comm, "none")
+    out = torch.full((world * n,), -1.0)
+    ag(out, out[mine].copy_(base[mine]), dist.group.WORLD)   # in place, as FSDP2 calls it
+    if not torch.equal(out, base):
+        failures.append(f"rank {rank}: exact all-gather gave {out.tolist()}")
+    pair = dist.new_group([0, 1])   # every rank takes part in making it
+    for what, call, error in (
+            ("a group other than terse's world",
+             lambda: rs(torch.empty(n), torch.zeros(2 * n), pair, dist.ReduceOp.AVG),
+             ValueError),
+            ("a uint8 all-gather",
+             lambda: ag(torch.empty(world * n, dtype=torch.uint8),
+                        torch.zeros(n, dtype=torch.uint8), dist.group.WORLD), TypeError),
+            ("onebit for weights", lambda: terse.fsdp.TerseAllGather(comm, "onebit"),
+             ValueError)):
+        if what.startswith("a group") and rank > 1:
+            continue
+        try:
+            call()
+            failures.append(f"rank {rank}: {what} was not refused")
+        except error as e:
+            if "terse.fsdp" not in str(e):
+                failures.append(f"rank {rank}: {what} was refused without terse's message: {e}")
+    gathered = [None] * world
+    dist.all_gather_object(gathered, failures)
+    return [f for fs in gathered for f in fs]
+
+
 def launch(args, worker_args):
     """torchrun of --world ranks of this script (adam_task.launch's settings); FAIL if they do."""
     import subprocess
@@ -238,9 +294,10 @@ def drive(args):
     launch(args, ["worker", "--runs", args.runs])
     with open(result_file) as f:
         results = json.load(f)
+    comm_failures = results.pop("comm")["failures"]
     base = results["fsdp"]["held_out"]
     limit = base * (1 + args.tolerance)
-    failures = []
+    failures = list(comm_failures)
     print(f"{'run':<10} {'held-out':>9} {'vs fsdp':>8} {'train':>7} {'seconds':>8}  residual B")
     for name, r in results.items():
         print(f"{name:<10} {r['held_out']:9.4f} {r['held_out'] / base:8.4f} "
@@ -284,6 +341,9 @@ def drive(args):
             failures.append("onebit-ef: a unit kept no residual")
     if failures:
         sys.exit("FAIL: " + "; ".join(failures))
+    if set(results) != set(RUNS):
+        print(f"OK: the comms alone and the runs {', '.join(results)}")
+        return
     print(f"OK: terse.fsdp int8/mxfp8 gradients (bf16 mixed precision too) within "
           f"{args.tolerance:.0%} of FSDP2's own collectives, int8 weights within "
           f"{args.weight_tolerance:.0%}, the broken one outside, ranks bit-identical, the "
