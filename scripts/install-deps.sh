@@ -17,6 +17,7 @@ packages=(
   libsimgrid-dev                                      # the simulated cluster (sim/, terse-sim)
   python3 python3-matplotlib                          # benchmark plots
   python3-torch python3-pip                           # the PyTorch DDP hook (python/), CPU-only torch 1.13
+  python3-venv                                        # scripts/torch-env.sh: current torch from PyPI
   libopenblas0-pthread                                # a fast BLAS for torch (~12x the reference one)
 )
 

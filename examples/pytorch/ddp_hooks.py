@@ -98,10 +98,31 @@ def worker(args):
     if args.first_bucket_mb is not None:
         # PyTorch's documented knob for the size of DDP's first bucket (1 MiB by default).
         dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.first_bucket_mb * 1024 * 1024)
-    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
     hook = args.hook
     state = None
-    if hook == "fp16":
+    codec = None
+    if hook == "fsdp" or hook.startswith("fsdp-terse:"):
+        # FSDP2 instead of DDP (torch 2.8 or later): every Linear layer and the root a unit.
+        # fsdp: FSDP2's own gloo collectives; fsdp-terse:GRAD[/WEIGHT]: terse.fsdp with GRAD for
+        # the gradients' reduce-scatter and WEIGHT (default none) for the weights' all-gather.
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (world,))
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                fully_shard(m, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        ddp = model
+        if hook != "fsdp":
+            import terse.fsdp
+            grad, _, weight = hook.partition(":")[2].partition("/")
+            state = terse.fsdp.apply(model, grad_codec=grad, weight_codec=weight or "none")
+            codec = f"{state.units[0][1].codec} / {state.units[0][2].codec}"
+    else:
+        ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+    if hook in ("fsdp",) or hook.startswith("fsdp-terse:"):
+        pass
+    elif hook == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif hook == "powersgd":
@@ -153,7 +174,7 @@ def worker(args):
     dist.all_reduce(tail)
     result = {
         "hook": hook,
-        "codec": getattr(state, "spec", getattr(state, "codec", None)),
+        "codec": codec or getattr(state, "spec", getattr(state, "codec", None)),
         "world": world,
         "params": params,
         "steps": args.steps,
@@ -334,17 +355,18 @@ def run_one(args, hook, out_json, port):
 
 
 def table(results, args):
-    base = next((r for r in results if r["hook"] in ("ddp", "adamw")), results[0])
+    base = next((r for r in results if r["hook"] in ("ddp", "adamw", "fsdp")), results[0])
     lines = [f"| hook | codec | steps/s (best of {args.repeat}) | vs DDP allreduce | all runs "
              f"(steps/s) | median step (ms) | train loss (last 10) | held-out loss |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     names = {"ddp": "DDP allreduce (gloo), no hook", "fp16": "PyTorch fp16_compress_hook (gloo)",
              "powersgd": f"PyTorch powerSGD_hook rank {args.psgd_rank} (gloo)",
-             "adamw": "AdamW, DDP allreduce (gloo)"}
+             "adamw": "AdamW, DDP allreduce (gloo)", "fsdp": "FSDP2 (gloo)"}
     for r in results:
         name = names.get(r["hook"], "terse_hook, overlap=False" if r["hook"].startswith(
             "terse-sync:") else "terse.optim.OneBitAdam" if r["hook"].startswith(
-            "onebit-adam:") else "terse_hook")
+            "onebit-adam:") else "terse.fsdp (grads / weights)" if r["hook"].startswith(
+            "fsdp-terse:") else "terse_hook")
         lines.append(f"| {name} | {r['codec'] or '-'} | {r['steps_per_s']:.2f} | "
                      f"{r['steps_per_s'] / base['steps_per_s']:.2f}x | "
                      f"{' '.join(f'{v:.2f}' for v in r['steps_per_s_all'])} | "

@@ -4,7 +4,11 @@
 # which also measures one TCP stream over the link), runs every hook with each rank in its own
 # namespace (one-process torchrun "nodes"), and deletes the namespaces on every exit path.
 #
-#   sudo examples/pytorch/ddp_hooks_network.sh [--rate GBIT] [--ranks N] [--out DIR] [-- compare options]
+#   sudo examples/pytorch/ddp_hooks_network.sh [--rate GBIT] [--ranks N] [--out DIR] [--python PY]
+#        [-- compare options]
+#
+# --python: the interpreter with torch (default /usr/bin/python3, Debian's torch 1.13; FSDP2's
+# hooks, fsdp and fsdp-terse:GRAD/WEIGHT, need torch 2.8 or later, e.g. scripts/torch-env.sh's).
 #
 # Exit status: ddp_hooks.py's; 77 when this machine cannot build namespaces (bench-network.sh's).
 set -euo pipefail
@@ -13,13 +17,15 @@ rate=1
 ranks=4
 prefix=tersepy
 out="$root/bench-results/pytorch-network-$(date -u +%Y%m%d-%H%M%S)"
+python=/usr/bin/python3
 while (($#)); do
   case $1 in
     --rate) rate=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --python) python=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) echo "ddp_hooks_network: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,5 +69,5 @@ created=1
   tee "$out/probe.log"
 grep -q "one TCP stream measured" "$out/probe.log" ||
   { echo "ddp_hooks_network: the namespaces were not built (see above)" >&2; exit 77; }
-/usr/bin/python3 "$root/examples/pytorch/ddp_hooks.py" compare --netns "$prefix" --nproc "$ranks" \
+"$python" "$root/examples/pytorch/ddp_hooks.py" compare --netns "$prefix" --nproc "$ranks" \
   --out "$out" "$@"

@@ -38,6 +38,11 @@ def _candidates():
         # a typo and test the wrong library.
         return [explicit]
     found = []
+    # Installed with pip (python/pyproject.toml): the package carries its own build.
+    here = os.path.dirname(os.path.abspath(__file__))
+    packaged = os.path.join(here, "libterse.so")
+    if os.path.exists(packaged):
+        found.append(packaged)
     # Imported from the source tree (PYTHONPATH=python): the checkout's default build directory.
     checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     in_tree = os.path.join(checkout, "build", "lib", "libterse.so")

@@ -265,6 +265,59 @@ class Communicator:
             raise
         return self._submit(call)
 
+    # ---- reduce-scatter and allgather (terse.fsdp's comms) ------------------------------------
+
+    def _sharded_call(self, kind, send, recv, codec, op, feedback):
+        """Checks a reduce-scatter's or allgather's arguments and returns the call that runs it
+        (or the call that refuses it on every rank). The full tensor is ``send`` for
+        reduce-scatter and ``recv`` for allgather; the other holds this rank's part
+        (``part(count)``: the first count % size ranks get one element more)."""
+        self._h()
+        try:
+            if op not in _OPS:
+                raise ValueError(f"terse: op must be 'avg' or 'sum', not {op!r}")
+            full, shard = (send, recv) if kind == "reduce_scatter" else (recv, send)
+            full_ptr, count, dtype = _host_buffer(full, "the full tensor")
+            shard_ptr, shard_count, shard_dtype = _host_buffer(shard, "this rank's part")
+            if shard_dtype != dtype:
+                raise ValueError("terse: the full tensor and this rank's part differ in dtype")
+            _, length = self.part(count)
+            if shard_count != length:
+                raise ValueError(f"terse: this rank's part of {count} elements has {length}, "
+                                 f"not {shard_count}")
+            spec = _codec_bytes(codec)
+            if feedback is not None:
+                feedback._h()
+        except (TypeError, ValueError) as error:
+            return self._refused(error)
+
+        def call():
+            fb = feedback._h() if feedback is not None else None
+            with self._lock:
+                if kind == "reduce_scatter":
+                    check(_lib.lib().terse_reduce_scatter(self._h(), full_ptr, shard_ptr, count,
+                                                          dtype, _OPS[op], spec, fb))
+                else:
+                    check(_lib.lib().terse_allgather(self._h(), shard_ptr, full_ptr, count, dtype,
+                                                     spec, fb))
+            return recv
+        return call
+
+    def reduce_scatter(self, tensor, out, codec="none", op="avg", feedback=None):
+        """Reduces the contiguous CPU ``tensor`` (count elements, every rank alike) over the
+        ranks with ``codec`` and writes this rank's part (``part(count)``) into ``out``.
+        feedback: a Feedback made for this codec and the whole count, or None. Returns out."""
+        return self._in_order(self._sharded_call("reduce_scatter", tensor, out, codec, op,
+                                                 feedback))
+
+    def allgather(self, part, out, codec="none", feedback=None):
+        """Gathers every rank's ``part`` into ``out`` (count elements, rank r's part at
+        ``part(count)`` of r), compressed with ``codec``: with a lossy codec every rank's copy,
+        this rank's own part included, holds the decoded values, so all ranks end alike.
+        ``part`` may be the view of ``out`` at this rank's offset (in place). Returns out."""
+        return self._in_order(self._sharded_call("allgather", part, out, codec, "avg",
+                                                 feedback))
+
 
 _HEADER = struct.Struct("<IIIiQQQ")  # docs/wire-format.md, "Error-feedback checkpoint"
 _MAGIC = 0x46455254

@@ -989,6 +989,10 @@ def pip(args):
     if importlib.util.find_spec("pip") is None:
         print(f"SKIP: pip is not installed for {sys.executable} (python3-pip)")
         sys.exit(SKIP)
+    if importlib.util.find_spec("scikit_build_core") is None:
+        print(f"SKIP: scikit-build-core (python/pyproject.toml's build backend) is not installed "
+              f"for {sys.executable}; scripts/torch-env.sh installs it")
+        sys.exit(SKIP)
     lib = os.path.abspath(args.library)
     assert os.path.exists(lib), f"{lib} is missing (build the terse_c target)"
     work = os.path.abspath(args.work)
@@ -1000,7 +1004,11 @@ def pip(args):
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation",
            "--no-deps", "--no-index", "--root-user-action=ignore", "--target", target, src]
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    # The copy has no CMake project above it: package the library built already.
+    subprocess.run(cmd, check=True, env=dict(os.environ, TERSE_PREBUILT_LIBRARY=lib))
+    # The package's own copy is found first (Torch.PipPackage checks that); without it the
+    # package must still find a library through TERSE_LIBRARY and the dynamic loader.
+    os.remove(os.path.join(target, "terse", "libterse.so"))
     probe = ("import terse, sys; assert terse.__file__.startswith(sys.argv[1]), terse.__file__; "
              "c = terse.Communicator(); print(terse.version(), terse.library_path(), c)")
     base = {k: v for k, v in os.environ.items()

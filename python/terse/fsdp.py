@@ -1,0 +1,249 @@
+"""terse's compressed reduce-scatter and allgather inside PyTorch's FSDP2 (``fully_shard``).
+
+FSDP2 shards every parameter over the ranks, reduce-scatters the gradients after backward and
+all-gathers the weights before forward and backward. Both collectives can be replaced per FSDP
+unit (``FSDPModule.set_custom_reduce_scatter`` / ``set_custom_all_gather``, torch 2.8 and later);
+this module supplies comms that run them over terse's communicator with terse's codecs
+(docs/pytorch.md, "FSDP2"):
+
+    from torch.distributed.fsdp import fully_shard
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    state = terse.fsdp.apply(model, grad_codec="int8", weight_codec="none")
+
+- Gradients: any codec. Codecs that want error feedback (onebit, topk, mxfp4, int4; or
+  ``error_feedback=True``) keep one residual state per FSDP unit: the worker residual over the
+  unit's whole (unsharded, padded) gradient and the server residual over this rank's shard, both
+  float32, so ``(1 + 1/N) x 4 bytes`` per parameter of the unit: the residual of a sharded
+  model is not sharded (``TerseFSDP.residual_bytes()`` says what it holds).
+- Weights: ``none`` (exact) or a codec without error feedback (int8, fp8, mxfp8, fp16, bf16):
+  each rank's shard is compressed once and every rank, the owner included, computes with the
+  decoded values, so all ranks hold the same unsharded weights; the sharded weights the
+  optimizer updates stay exact (DeepSpeed ZeRO++'s qwZ).
+- Mixed precision: FSDP2's MixedPrecisionPolicy (bf16 parameters, float32 reduction) hands the
+  comms bf16 weights and float32 gradients; both are terse dtypes.
+- The reduction FSDP2 asks for: AVG by default, SUM under ``set_force_sum_reduction_for_comms``,
+  PREMUL_SUM(f) under ``set_gradient_divide_factor`` (the input is scaled by f, then summed).
+
+The comms are blocking: each returns once the result is in FSDP's output buffer (on CPU FSDP2
+ignores what a reduce-scatter comm returns, so it must be complete by then), and terse's own
+thread pool overlaps compression, transfers and reduction inside each call. Tensors must be in
+host memory; CUDA tensors are refused with a clear error for now (the C API takes device
+pointers in CUDA builds, docs/cuda.md, but this path has not run on a GPU).
+
+Every rank of the FSDP mesh must be a rank of terse's communicator, in the same order (one
+dimension of data parallelism; HSDP's replicate dimension is FSDP2's own all-reduce, untouched).
+"""
+import torch
+import torch.distributed as dist
+
+from .comm import Feedback, codec_info
+
+try:
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+except ImportError as _e:  # torch before 2.8: no custom comms
+    raise ImportError(f"terse.fsdp needs FSDP2's custom comms (torch 2.8 or later; this is "
+                      f"torch {torch.__version__}): {_e}") from _e
+
+__all__ = ["TerseReduceScatter", "TerseAllGather", "TerseFSDP", "apply"]
+
+
+def _check_tensor(tensor, what):
+    if tensor.device.type != "cpu":
+        raise ValueError(f"terse.fsdp: {what} is on {tensor.device}; terse.fsdp takes host "
+                         f"tensors only so far (FSDP2 on CPU, init_device_mesh('cpu', ...))")
+    if tensor.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"terse.fsdp: {what} has dtype {tensor.dtype}; terse moves float32, "
+                        f"float16 and bfloat16 (an FSDP unit whose parameters mix dtypes is "
+                        f"all-gathered as bytes, which terse does not take)")
+
+
+def _check_group(group, comm):
+    if group.size() != comm.size or group.rank() != comm.rank:
+        raise ValueError(f"terse.fsdp: FSDP's shard group (rank {group.rank()} of "
+                         f"{group.size()}) is not terse's world (rank {comm.rank} of "
+                         f"{comm.size}); the comms need the shard dimension to span every "
+                         f"terse rank in the same order")
+
+
+def _terse_op(op):
+    """(terse op, factor to scale the input by first) for FSDP2's reduce op."""
+    kind = getattr(op, "op", op)   # PREMUL_SUM comes as a ReduceOp carrying its factor
+    if kind == dist.ReduceOp.AVG:
+        return "avg", None
+    if kind == dist.ReduceOp.SUM:
+        return "sum", None
+    if kind == dist.ReduceOp.PREMUL_SUM:
+        factor = getattr(op, "factor", None)
+        if not isinstance(factor, float):
+            raise ValueError("terse.fsdp: PREMUL_SUM without a float factor (a tensor factor "
+                             "is not supported)")
+        return "sum", factor
+    raise ValueError(f"terse.fsdp: FSDP asked for reduce op {kind}; terse reduce-scatters "
+                     f"with AVG, SUM or PREMUL_SUM")
+
+
+class _Alloc:
+    def allocate(self, size, *, dtype, device):
+        # Plain tensors: terse copies into its own message buffers, so nothing needs a special
+        # memory pool.
+        return torch.empty(*size, dtype=dtype, device=device)
+
+
+class TerseReduceScatter(_Alloc, ReduceScatter):
+    """FSDP2's gradient reduce-scatter over terse with ``codec``; one per FSDP unit, since it
+    holds that unit's error-feedback residuals (when the codec wants them, or
+    ``error_feedback=True``)."""
+
+    def __init__(self, communicator, codec="int8", error_feedback=None, name=""):
+        spec, wants = codec_info(codec)
+        self.communicator = communicator
+        self.codec = spec
+        self.error_feedback = wants if error_feedback is None else bool(error_feedback)
+        self.name = name
+        self.feedback = None   # a terse.Feedback for the unit's reduce-scatter count
+        self.calls = 0
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        comm = self.communicator
+        _check_group(group, comm)
+        _check_tensor(input_tensor, "the gradient reduce-scatter's input")
+        _check_tensor(output_tensor, "the gradient reduce-scatter's output")
+        terse_op, factor = _terse_op(op)
+        if factor is not None and factor != 1.0:
+            input_tensor.mul_(factor)   # FSDP's own staging buffer, discarded after this call
+        count = input_tensor.numel()
+        feedback = None
+        if self.error_feedback:
+            if self.feedback is None or self.feedback.count != count:
+                # FSDP2 hands a unit the same padded size every step; a new size means another
+                # layout, where an old residual would be noise.
+                self.feedback = Feedback(self.codec, count)
+            feedback = self.feedback
+        comm.reduce_scatter(input_tensor, output_tensor, codec=self.codec, op=terse_op,
+                            feedback=feedback)
+        self.calls += 1
+        return None   # complete: the result is in output_tensor
+
+    def residual_bytes(self):
+        """Bytes of error-feedback residuals held for this unit (float32 worker residual over
+        the whole gradient plus the server residual over this rank's part)."""
+        if self.feedback is None:
+            return 0
+        _, part = self.communicator.part(self.feedback.count)
+        return 4 * (self.feedback.count + part)
+
+
+class TerseAllGather(_Alloc, AllGather):
+    """FSDP2's weight all-gather over terse with ``codec`` (none: exact)."""
+
+    def __init__(self, communicator, codec="none", name=""):
+        spec, wants = codec_info(codec)
+        if wants:
+            raise ValueError(f"terse.fsdp: weight codec {spec} needs error feedback, which has "
+                             f"nothing to accumulate on weights; use none, fp16, bf16, int8, "
+                             f"fp8 or mxfp8")
+        self.communicator = communicator
+        self.codec = spec
+        self.name = name
+        self.calls = 0
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        comm = self.communicator
+        _check_group(group, comm)
+        _check_tensor(input_tensor, "the weight all-gather's input")
+        _check_tensor(output_tensor, "the weight all-gather's output")
+        # FSDP2 passes its input as the view of the output at this rank's offset (in place),
+        # which terse's allgather takes as such.
+        comm.allgather(input_tensor, output_tensor, codec=self.codec)
+        self.calls += 1
+        return None
+
+
+class TerseFSDP:
+    """What ``apply`` installed: one (unit name, reduce-scatter comm, all-gather comm) per FSDP
+    unit of the model."""
+
+    def __init__(self, communicator, units):
+        self.communicator = communicator
+        self.units = units
+
+    def residual_bytes(self):
+        """Error-feedback residual bytes this rank holds, over every unit."""
+        return sum(rs.residual_bytes() for _, rs, _ in self.units)
+
+    def reset(self):
+        """Zeroes every residual (e.g. after a step a loss scaler skipped)."""
+        for _, rs, _ in self.units:
+            if rs.feedback is not None:
+                rs.feedback.reset()
+
+    def state_dict(self):
+        """Every unit's residuals (``terse_feedback_serialize`` bytes as a uint8 tensor, so
+        ``torch.load(weights_only=True)`` reads it) with the codec, this rank and the world
+        size. Residuals are per rank: save one per rank, beside FSDP's own checkpoint."""
+        units = {}
+        for name, rs, _ in self.units:
+            if rs.feedback is not None:
+                data = rs.feedback.to_bytes()
+                units[name] = {"count": rs.feedback.count,
+                               "feedback": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
+        return {"codecs": {name: rs.codec for name, rs, _ in self.units}, "units": units,
+                "rank": self.communicator.rank, "world": self.communicator.size}
+
+    def load_state_dict(self, state, strict=True):
+        """Restores the residuals ``state_dict()`` saved. A unit saved with another codec, or
+        (with ``strict``) another rank's state is refused with ValueError. At another world size
+        FSDP2 pads each unit's gradient to another length, so the saved residuals do not fit:
+        they are dropped with a warning and the units start with fresh ones (the codec's
+        compression error of one step, which error feedback then corrects again)."""
+        import warnings
+        mine = {name: rs for name, rs, _ in self.units}
+        for name, spec in state.get("codecs", {}).items():
+            if name in mine and mine[name].codec != spec:
+                raise ValueError(f"terse.fsdp: unit '{name}' was saved with codec {spec}, this "
+                                 f"state uses {mine[name].codec}")
+        if state.get("world") != self.communicator.size:
+            if state.get("units"):
+                warnings.warn(f"terse.fsdp: residuals saved at world size {state.get('world')} "
+                              f"do not fit this world of {self.communicator.size} (FSDP pads "
+                              f"each unit's gradient to its world size); starting fresh")
+            return
+        if strict and state.get("rank") != self.communicator.rank:
+            raise ValueError(f"terse.fsdp: this state is rank {state.get('rank')}'s, not rank "
+                             f"{self.communicator.rank}'s (strict=False to load it anyway)")
+        for name, saved in state.get("units", {}).items():
+            if name not in mine:
+                raise ValueError(f"terse.fsdp: the state has unit '{name}', which this model "
+                                 f"has not")
+            data = bytes(saved["feedback"].numpy().tobytes())
+            mine[name].feedback = Feedback.from_bytes(data)
+
+
+def apply(model, grad_codec="int8", weight_codec="none", error_feedback=None,
+          communicator=None):
+    """Installs terse's comms on every FSDP unit of ``model`` (every submodule that
+    ``fully_shard`` was applied to, the root included): gradients reduce-scatter with
+    ``grad_codec`` (error feedback per unit where the codec wants it, or as
+    ``error_feedback`` says), weights all-gather with ``weight_codec``. ``communicator``
+    defaults to the process's terse communicator (``terse.ddp.default_communicator()``; creating
+    it is collective). Returns a TerseFSDP. Call it after ``fully_shard`` and before the first
+    forward, on every rank alike."""
+    if communicator is None:
+        from .ddp import default_communicator
+        communicator = default_communicator()
+    units = []
+    for name, module in model.named_modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        rs = TerseReduceScatter(communicator, grad_codec, error_feedback, name=name)
+        ag = TerseAllGather(communicator, weight_codec, name=name)
+        module.set_custom_reduce_scatter(rs)
+        module.set_custom_all_gather(ag)
+        units.append((name, rs, ag))
+    if not units:
+        raise ValueError("terse.fsdp.apply: the model has no FSDP units; call "
+                         "torch.distributed.fsdp.fully_shard on its layers and on itself first")
+    return TerseFSDP(communicator, units)
