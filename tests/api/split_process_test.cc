@@ -90,8 +90,8 @@ void expectNamesVictim(const std::string& text, int victim, int rank) {
       << "rank " << rank << " does not name the victim, rank " << victim << ": " << text;
 }
 
-// Finding 6: world ranks split into children by parity (and, with 6 ranks, over 2 emulated
-// nodes so the children run two-level); the victim is killed inside its child's call. Every
+// Finding 6: world ranks split into children by parity (and, with 8 ranks, over 2 emulated
+// nodes of 4, so that each child holds 2 ranks on each node and runs two-level); the victim is killed inside its child's call. Every
 // survivor's failure (in its child's call, then in a call on the parent) names the victim by its
 // world rank, and a "had given up first" names the rank that gave up by its world rank, with
 // its rank in the split alongside.
@@ -175,7 +175,7 @@ TEST(SplitProcesses, KilledRankInsideASplitIsNamedInWorldRanks) {
 }
 
 TEST(SplitProcesses, KilledRankInsideATwoLevelSplitIsNamedInWorldRanks) {
-  killInsideSplit(6, 5, 2, "posix,cma,self");
+  killInsideSplit(8, 7, 2, "posix,cma,self");
 }
 
 // Finding 7: TERSE_ALGO=twolevel on nodes of different sizes is refused with the same
