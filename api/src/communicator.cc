@@ -209,8 +209,9 @@ std::unique_ptr<Communicator> communicatorFromTransport(std::unique_ptr<Transpor
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
-  // Everything runs on this communicator's thread, in order with its calls: an allgather of (color, key, next free tag space) over this communicator, so every rank
-  // derives the same groups and the same space.
+  // Everything runs on this communicator's thread, in order with its calls: an allgather of
+  // (color, key, next free tag space) over this communicator, so every rank derives the same
+  // groups and the same space.
   std::unique_ptr<Communicator> child;
   Status s = impl_->worker_->run([&]() -> Status {
     TERSE_RETURN_IF_ERROR(impl_->abortStatus());
@@ -248,7 +249,8 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     }
     {
       std::lock_guard<std::mutex> lock(impl_->shared_->spaceMutex);
-      impl_->shared_->nextSpace = std::max(impl_->shared_->nextSpace, space + (twoLevelChild ? 3 : 1));
+      impl_->shared_->nextSpace =
+          std::max(impl_->shared_->nextSpace, space + (twoLevelChild ? 3 : 1));
     }
     if (space > kMaxGroupSpace)
       return errorUnsupported("split: this world has used all %u of its communicator tag spaces",
@@ -324,7 +326,8 @@ Status twoLevelSettingHonoured(const Communicator& comm) {
   auto algo = envEnum("TERSE_ALGO");
   if (algo.isOk() && algo.value() == "twolevel" && !comm.twoLevelUnavailable().empty())
     return errorInvalidUsage("TERSE_ALGO=twolevel, but %s (%s); unset it or set auto or flat",
-                             comm.twoLevelUnavailable().c_str(), comm.topology().describe().c_str());
+                             comm.twoLevelUnavailable().c_str(),
+                             comm.topology().describe().c_str());
   return Status::ok();
 }
 

@@ -372,9 +372,9 @@ int childBody(const Call& c, int rank, const std::string& dir) {
   std::string parent;
   if (c.split) {
     std::vector<float> in(4096, 1.0f), sum(4096);
-    parent = "\n" + comm->allreduce(in.data(), sum.data(), in.size(), DataType::kFloat32,
-                                     ReduceOp::kSum)
-                         .toString();
+    parent =
+        "\n" + comm->allreduce(in.data(), sum.data(), in.size(), DataType::kFloat32, ReduceOp::kSum)
+                   .toString();
   }
   long long ms =
       std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start).count();
@@ -552,10 +552,8 @@ TEST_P(FaultKill, SurvivorsFailInTimeOrHoldTheExactResult) {
     // of its child, and ranks of the other child that fail because a member gave up and
     // aborted the shared connections (issue #35: they named only the rank that gave up).
     if (c.split && fired && res.code != StatusCode::kOk) {
-      EXPECT_TRUE(names) << what << ": rank " << o.rank << " does not name rank " << victim
-                         << ": " << res.text;
-    }
-    if (c.split && fired && res.code != StatusCode::kOk) {
+      EXPECT_TRUE(names) << what << ": rank " << o.rank << " does not name rank " << victim << ": "
+                         << res.text;
       // The rank whose notice this survivor read first (the first such clause is its own; later
       // ones are inside that notice) is named by its world rank, with its rank in the split
       // when it is a member of this survivor's child: world rank w is rank w / 2 of the child

@@ -75,7 +75,8 @@ TEST(SplitProcesses, ParentAndChildFromTwoThreadsInOppositeOrders) {
                                          : std::function<void()>(driveParent));
         first.join();
         second.join();
-        reportFromChild("parent: " + parentStatus.toString() + "; child: " + childStatus.toString());
+        reportFromChild("parent: " + parentStatus.toString() +
+                        "; child: " + childStatus.toString());
         if (!parentStatus.isOk() || !childStatus.isOk()) return 4;
         return parentRight && childRight ? 0 : 5;
       },
@@ -91,10 +92,10 @@ void expectNamesVictim(const std::string& text, int victim, int rank) {
 }
 
 // Finding 6: world ranks split into children by parity (and, with 8 ranks, over 2 emulated
-// nodes of 4, so that each child holds 2 ranks on each node and runs two-level); the victim is killed inside its child's call. Every
-// survivor's failure (in its child's call, then in a call on the parent) names the victim by its
-// world rank, and a "had given up first" names the rank that gave up by its world rank, with
-// its rank in the split alongside.
+// nodes of 4, so that each child holds 2 ranks on each node and runs two-level); the victim is
+// killed inside its child's call. Every survivor's failure (in its child's call, then in a call on
+// the parent) names the victim by its world rank, and a "had given up first" names the rank that
+// gave up by its world rank, with its rank in the split alongside.
 void killInsideSplit(int n, int victim, int nodes, const char* tls) {
   const int port = freeLoopbackPort();
   std::vector<int> ranks(n);

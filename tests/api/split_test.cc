@@ -80,7 +80,8 @@ TEST(Split, ParentAndChildDrivenFromTwoThreadsInOppositeOrders) {
     second.join();
   });
   for (int r = 0; r < n; ++r) {
-    EXPECT_TRUE(parentStatus[r].isOk()) << "rank " << r << " parent: " << parentStatus[r].toString();
+    EXPECT_TRUE(parentStatus[r].isOk())
+        << "rank " << r << " parent: " << parentStatus[r].toString();
     EXPECT_TRUE(childStatus[r].isOk()) << "rank " << r << " child: " << childStatus[r].toString();
   }
 }

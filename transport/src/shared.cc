@@ -6,8 +6,7 @@
 
 namespace terse {
 
-SharedTransport::SharedTransport(std::unique_ptr<Transport> inner)
-    : inner_(std::move(inner)) {}
+SharedTransport::SharedTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
 
 Status SharedTransport::isend(int peer, uint64_t tag, const void* data, size_t bytes,
                               TransportRequest** request) {
