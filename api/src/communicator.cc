@@ -12,6 +12,7 @@
 #include "terse/transport/give_up.h"
 #include "terse/transport/group.h"
 #include "terse/transport/inproc.h"
+#include "terse/transport/shared.h"
 #include "terse/transport/transport.h"
 #include "terse/transport/ucx.h"
 
@@ -85,14 +86,16 @@ std::string nextStorePrefix() {
 }  // namespace
 
 struct Communicator::Impl {
-  // What a communicator and the communicators split from it share: the connections and the one
-  // thread that drives them.
+  // What a communicator and the communicators split from it share: the connections. Each
+  // communicator drives them from a collective thread of its own (transport/shared.h), so calls
+  // on different communicators never wait for each other's turn (issue #35).
   struct Shared {
-    std::unique_ptr<Transport> transport;
-    // The next free group tag space (transport/group.h), agreed on by every split.
+    std::unique_ptr<SharedTransport> transport;
+    // The next free group tag space (transport/group.h), agreed on by every split. Splits of
+    // different communicators run on different threads: the mutex keeps the counter whole
+    // (the order of splits is the caller's rule, docs/api.md).
+    std::mutex spaceMutex;
     uint32_t nextSpace = 1;
-    // Declared last so it is destroyed first: queued calls finish before the transport goes.
-    std::unique_ptr<CollectiveWorker> worker = std::make_unique<CollectiveWorker>();
   };
 
   Impl(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group, std::vector<int> rootRanks,
@@ -100,11 +103,20 @@ struct Communicator::Impl {
       : shared_(std::move(shared)),
         group_(std::move(group)),
         transport_(group_ ? group_.get() : shared_->transport.get()),
-        worker_(shared_->worker.get()),
         rootRanks_(std::move(rootRanks)),
         timeout_(timeout),
         topology_(Topology::singleNode(transport_->size(), transport_->rank())),
-        engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)) {}
+        engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)),
+        ownWorker_(std::make_unique<CollectiveWorker>()),
+        worker_(ownWorker_.get()) {
+    shared_->transport->addDriver();
+  }
+  ~Impl() {
+    // The thread goes first (it finishes what is queued), then the engine that it ran.
+    ownWorker_.reset();
+    engine_.reset();
+    shared_->transport->removeDriver();
+  }
 
   int rank() const { return transport_->rank(); }
   Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
@@ -124,7 +136,6 @@ struct Communicator::Impl {
   // Split communicators: the group view of the shared transport (transport/group.h).
   std::unique_ptr<Transport> group_;
   Transport* transport_;        // group_, or the shared transport itself
-  CollectiveWorker* worker_;    // the shared thread
   std::vector<int> rootRanks_;  // this communicator's ranks as ranks of the shared transport
   std::chrono::milliseconds timeout_;
   Topology topology_;
@@ -136,6 +147,9 @@ struct Communicator::Impl {
   // Destroyed before the transports it runs on; the communicator's destructor first waits for
   // its queued calls.
   std::unique_ptr<CollectiveEngine> engine_;
+  // This communicator's collective thread (~Impl stops it before the engine goes).
+  std::unique_ptr<CollectiveWorker> ownWorker_;
+  CollectiveWorker* worker_;
 };
 
 // The internal entry points (terse/api/internal.h) reach the private constructor through this.
@@ -150,8 +164,7 @@ struct CommunicatorAccess {
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Communicator::~Communicator() {
-  // This communicator's queued calls finish first (the thread may be shared with the
-  // communicators split from the same world); then its figures are final.
+  // This communicator's queued calls finish first; then its figures are final.
   (void)impl_->worker_->run([] { return Status::ok(); });
   if (!logEnabled(LogLevel::kInfo, kSubsysColl)) return;
   const CollectiveStats& st = impl_->engine_->stats();
@@ -190,15 +203,15 @@ std::unique_ptr<Communicator> communicatorFromTransport(std::unique_ptr<Transpor
   auto shared = std::make_shared<CommunicatorAccess::Impl::Shared>();
   std::vector<int> ranks(transport->size());
   for (int r = 0; r < transport->size(); ++r) ranks[r] = r;
-  shared->transport = std::move(transport);
+  shared->transport = std::make_unique<SharedTransport>(std::move(transport));
   return CommunicatorAccess::make(std::make_unique<CommunicatorAccess::Impl>(
       std::move(shared), nullptr, std::move(ranks), timeout));
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
-  // Everything runs on the shared thread, in order with this communicator's calls: an
-  // allgather of (color, key, next free tag space) over this communicator, so every rank
-  // derives the same groups and the same space.
+  // Everything runs on this communicator's thread, in order with its calls: an allgather of
+  // (color, key, next free tag space) over this communicator, so every rank derives the same
+  // groups and the same space.
   std::unique_ptr<Communicator> child;
   Status s = impl_->worker_->run([&]() -> Status {
     TERSE_RETURN_IF_ERROR(impl_->abortStatus());
@@ -206,7 +219,12 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     auto none = impl_->codec("none");
     if (!none.isOk()) return none.status();
     // int32 values carried bit for bit in float32 slots (allgather with `none` copies bytes).
-    std::vector<int32_t> mine = {color, key, static_cast<int32_t>(impl_->shared_->nextSpace), 0};
+    uint32_t nextSpace = 0;
+    {
+      std::lock_guard<std::mutex> lock(impl_->shared_->spaceMutex);
+      nextSpace = impl_->shared_->nextSpace;
+    }
+    std::vector<int32_t> mine = {color, key, static_cast<int32_t>(nextSpace), 0};
     std::vector<int32_t> all(4 * static_cast<size_t>(n));
     CollectiveOp op;
     op.kind = CollectiveKind::kAllGather;
@@ -229,7 +247,11 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
       Topology t = Topology::fromNodeKeys(kv.second, 0);
       twoLevelChild |= t.nodeCount > 1 && t.uniform() && t.localSize > 1;
     }
-    impl_->shared_->nextSpace = space + (twoLevelChild ? 3 : 1);
+    {
+      std::lock_guard<std::mutex> lock(impl_->shared_->spaceMutex);
+      impl_->shared_->nextSpace =
+          std::max(impl_->shared_->nextSpace, space + (twoLevelChild ? 3 : 1));
+    }
     if (space > kMaxGroupSpace)
       return errorUnsupported("split: this world has used all %u of its communicator tag spaces",
                               kMaxGroupSpace);
@@ -242,7 +264,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     std::vector<int> roots;
     for (int r : members) roots.push_back(impl_->rootRanks_[r]);
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> group,
-                           createGroupTransport(*impl_->shared_->transport, roots, space));
+                           createGroupTransport(*impl_->shared_->transport, roots, space, "split"));
     child.reset(new Communicator(
         std::make_unique<Impl>(impl_->shared_, std::move(group), roots, impl_->timeout_)));
     // The child's topology is this one's restricted to its members.
@@ -280,7 +302,10 @@ std::string Communicator::twoLevelUnavailable() const {
   return impl_->engine_->twoLevelUnavailable();  // set once at creation, before any call
 }
 
-Result<std::unique_ptr<Communicator>> communicatorFromTransport(
+namespace {
+
+// communicatorFromTransport with a node layout, less the check of TERSE_ALGO against it.
+Result<std::unique_ptr<Communicator>> communicatorWithLayout(
     std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
     const std::vector<std::string>& nodeKeys) {
   if (static_cast<int>(nodeKeys.size()) != transport->size())
@@ -292,13 +317,28 @@ Result<std::unique_ptr<Communicator>> communicatorFromTransport(
   const uint32_t space = impl.shared_->nextSpace;  // a new world: the same on every rank
   impl.shared_->nextSpace += 2;
   TERSE_RETURN_IF_ERROR(impl.useTopology(Topology::fromNodeKeys(nodeKeys, rank), space));
-  // TERSE_ALGO=twolevel on a world that cannot run it is a setting that cannot be honoured:
-  // say so now, on every rank alike (they all see the same layout), not at each allreduce.
+  return comm;
+}
+
+// TERSE_ALGO=twolevel on a world that cannot run it is a setting that cannot be honoured: say
+// so now, on every rank alike (they all see the same layout), not at each allreduce.
+Status twoLevelSettingHonoured(const Communicator& comm) {
   auto algo = envEnum("TERSE_ALGO");
-  if (algo.isOk() && algo.value() == "twolevel" && !comm->twoLevelUnavailable().empty())
+  if (algo.isOk() && algo.value() == "twolevel" && !comm.twoLevelUnavailable().empty())
     return errorInvalidUsage("TERSE_ALGO=twolevel, but %s (%s); unset it or set auto or flat",
-                             comm->twoLevelUnavailable().c_str(),
-                             comm->topology().describe().c_str());
+                             comm.twoLevelUnavailable().c_str(),
+                             comm.topology().describe().c_str());
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> communicatorFromTransport(
+    std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
+    const std::vector<std::string>& nodeKeys) {
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                         communicatorWithLayout(std::move(transport), timeout, nodeKeys));
+  TERSE_RETURN_IF_ERROR(twoLevelSettingHonoured(*comm));
   return comm;
 }
 
@@ -349,7 +389,18 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
              topology.localRank, topology.localSize, topology.node);
   std::vector<std::string> keys;
   for (int node : topology.nodeOfRank) keys.push_back(std::to_string(node));
-  return communicatorFromTransport(std::move(transport), timeout, keys);
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                         communicatorWithLayout(std::move(transport), timeout, keys));
+  Status honoured = twoLevelSettingHonoured(*comm);
+  if (!honoured.isOk()) {
+    // Every rank refuses alike, but not at the same moment: a rank that closed its connections
+    // at once failed the peers still making theirs with a UCX error instead of this reason
+    // (issue #35). A barrier first: past it, every rank has its connections, and closing them
+    // is an ordinary teardown. Its own failure changes nothing about the reason.
+    (void)comm->barrier();
+    return honoured;
+  }
+  return comm;
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {

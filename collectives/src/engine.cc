@@ -541,8 +541,9 @@ Status CollectiveEngine::giveUp(const CollectiveOp& op, uint32_t seq, Status why
   // neighbour that waits for them): without the abort they would learn only at their timeout.
   why = giveUpOnWorld(transport_, std::move(why));
   // WARN: the peers' errors only say that this rank went away; this line says why.
-  TERSE_WARN(kSubsysColl, "rank %d: %s #%u failed, aborted the transport so the peers fail now: %s",
-             transport_.rank(), collectiveName(op.kind), seq, why.message().c_str());
+  TERSE_WARN(kSubsysColl, "%s: %s #%u failed, aborted the transport so the peers fail now: %s",
+             rankName(transport_, transport_.rank()).c_str(), collectiveName(op.kind), seq,
+             why.message().c_str());
   return why;
 }
 

@@ -4,6 +4,8 @@
 #include "terse/api/internal.h"
 #include "terse/communicator.h"
 #include "terse/transport/group.h"
+#include "terse/transport/inproc.h"
+#include "terse/transport/shared.h"
 
 #include <gtest/gtest.h>
 
@@ -41,6 +43,47 @@ Status expectSum(Communicator& c, const std::vector<int>& parentRanks, int paren
     if (out[i] != want)
       return errorInternal("element %zu is %g, expected %g (%s)", i, out[i], want, codec);
   return Status::ok();
+}
+
+// Issue #35, finding 5, over the in-process backend: each rank drives the parent and its child
+// (children {0, 1} and {2, 3}) from two threads, even ranks starting with the parent and odd
+// ranks with the child, each thread several calls. Every call is exact; before each
+// communicator had its own collective thread, every call here ran into the 3 s timeout.
+TEST(Split, ParentAndChildDrivenFromTwoThreadsInOppositeOrders) {
+  const int n = 4;
+  auto made = createInProcWorld(n, milliseconds(3000));
+  ASSERT_TRUE(made.isOk()) << made.status().toString();
+  auto world = std::move(made).value();
+  std::vector<std::unique_ptr<Communicator>> pairs(n);
+  onEachRank(n, [&](int r) {
+    auto pair = world[r]->split(r / 2, r);
+    ASSERT_TRUE(pair.isOk()) << pair.status().toString();
+    pairs[r] = std::move(pair).value();
+  });
+  std::vector<Status> parentStatus(n), childStatus(n);
+  onEachRank(n, [&](int r) {
+    const std::vector<int> all = {0, 1, 2, 3}, mine = {r / 2 * 2, r / 2 * 2 + 1};
+    auto parent = [&] {
+      for (int i = 0; i < 4 && parentStatus[r].isOk(); ++i)
+        parentStatus[r] = expectSum(*world[r], all, r, i % 2 ? "int8" : "none", 1.0f);
+    };
+    auto child = [&] {
+      for (int i = 0; i < 4 && childStatus[r].isOk(); ++i)
+        childStatus[r] = expectSum(*pairs[r], mine, r, i % 2 ? "none" : "int8", 2.0f);
+    };
+    std::thread first(r % 2 == 0 ? std::function<void()>(parent) : std::function<void()>(child));
+    // The first thread's call is queued before the second's starts (an ordering, not a timing
+    // assertion: once the orders cannot cross, the test passes however the threads interleave).
+    std::this_thread::sleep_for(milliseconds(50));
+    std::thread second(r % 2 == 0 ? std::function<void()>(child) : std::function<void()>(parent));
+    first.join();
+    second.join();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(parentStatus[r].isOk())
+        << "rank " << r << " parent: " << parentStatus[r].toString();
+    EXPECT_TRUE(childStatus[r].isOk()) << "rank " << r << " child: " << childStatus[r].toString();
+  }
 }
 
 TEST(Split, ColorsFormCommunicatorsOrderedByKeyThatRunBesideTheParent) {
@@ -229,6 +272,52 @@ TEST(GroupTransport, RefusesWhatIsNotAGroup) {
   char byte = 0;
   EXPECT_EQ((*g)->isend(2, 0, &byte, 1, &req).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ((*g)->isend(0, kMaxGroupTag + 1, &byte, 1, &req).code(), StatusCode::kInvalidArgument);
+}
+
+// How a group names its ranks in errors (issue #35): world rank first, then its rank in the
+// group, so a victim inside a split is named as the caller knows it.
+TEST(GroupTransport, NamesRanksByWorldRankAndGroupRank) {
+  auto world = makeWorld(4);
+  Transport& t = transportOf(*world[1]);
+  EXPECT_EQ(rankName(t, 2), "rank 2");
+  auto g = createGroupTransport(t, {3, 1}, 7, "split");
+  ASSERT_TRUE(g.isOk());
+  EXPECT_EQ(rankName(**g, 0), "rank 3 (rank 0 of this split)");
+  std::vector<int> members;
+  std::string kind;
+  EXPECT_EQ(groupWorld(**g, &members, &kind), &t);
+  EXPECT_EQ(members, (std::vector<int>{3, 1}));
+  EXPECT_EQ(kind, "split");
+  EXPECT_EQ(groupWorld(t), nullptr);
+}
+
+// A SharedTransport driven by several threads waits by polling (transport/shared.h): a receive
+// that completes is reported with its size, and one nobody matches times out naming the peer
+// and tag as the backends' own wait does.
+TEST(SharedTransport, PollingWaitCompletesAndTimesOutLikeTheBackends) {
+  auto fabric = makeInProcFabric(2);
+  ASSERT_TRUE(fabric.isOk());
+  auto zero = createInProcTransport(*fabric, 0), one = createInProcTransport(*fabric, 1);
+  ASSERT_TRUE(zero.isOk() && one.isOk());
+  SharedTransport shared(std::move(zero).value());
+  shared.addDriver();
+  shared.addDriver();  // two drivers: wait() polls
+  char got[8] = {}, sent[5] = {'h', 'e', 'l', 'l', 'o'};
+  TransportRequest *recv = nullptr, *send = nullptr;
+  ASSERT_TRUE(shared.irecv(1, 9, got, sizeof got, &recv).isOk());
+  ASSERT_TRUE((*one)->isend(0, 9, sent, sizeof sent, &send).isOk());
+  size_t bytes = 0;
+  ASSERT_TRUE(shared.wait(recv, &bytes, milliseconds(5000)).isOk());
+  EXPECT_EQ(bytes, sizeof sent);
+  EXPECT_EQ(std::string(got, bytes), "hello");
+  ASSERT_TRUE((*one)->wait(send, nullptr, milliseconds(5000)).isOk());
+  ASSERT_TRUE(shared.irecv(1, 10, got, sizeof got, &recv).isOk());
+  Status late = shared.wait(recv, nullptr, milliseconds(20));
+  EXPECT_EQ(late.code(), StatusCode::kTimeout) << late.toString();
+  EXPECT_NE(late.message().find("receive from rank 1 (tag 10)"), std::string::npos)
+      << late.toString();
+  shared.removeDriver();
+  shared.removeDriver();
 }
 
 }  // namespace

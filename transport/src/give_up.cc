@@ -1,7 +1,10 @@
 #include "terse/transport/give_up.h"
 
+#include "terse/transport/group.h"
+
 #include "peer_input.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <string>
@@ -10,8 +13,11 @@
 namespace terse {
 namespace {
 
-// Appends the first notice that a peer sent this rank (see give_up.h).
-Status withPeersNotice(Transport& t, Status why) {
+// Appends the first notice that a peer sent this rank (see give_up.h). `t` is the whole world;
+// when the call that failed ran on a group, `members` are its ranks there (group rank -> world
+// rank), and a sender that is one of them is also named by its rank in the group.
+Status withPeersNotice(Transport& t, Status why, const std::vector<int>& members,
+                       const std::string& groupKind) {
   const int n = t.size(), me = t.rank();
   std::vector<std::array<char, kFailureNoticeBytes>> text(n);
   std::vector<TransportRequest*> reqs(n, nullptr);
@@ -49,8 +55,11 @@ Status withPeersNotice(Transport& t, Status why) {
   // The peer's bytes, whatever they are: escaped so NULs or control bytes never reach a log.
   const std::string notice = formatFailureNotice(
       reinterpret_cast<const uint8_t*>(text[from].data()), length, kFailureNoticeBytes);
-  return Status(why.code(), why.message() + "; rank " + std::to_string(from) +
-                                " had given up first: " + notice);
+  std::string sender = "rank " + std::to_string(from);
+  auto at = std::find(members.begin(), members.end(), from);
+  if (at != members.end())
+    sender += " (rank " + std::to_string(at - members.begin()) + " of this " + groupKind + ")";
+  return Status(why.code(), why.message() + "; " + sender + " had given up first: " + notice);
 }
 
 void sendNotices(Transport& t, const Status& why) {
@@ -81,9 +90,17 @@ void sendNotices(Transport& t, const Status& why) {
 }  // namespace
 
 Status giveUpOnWorld(Transport& transport, Status why) {
-  if (transport.size() > 1) {
-    why = withPeersNotice(transport, std::move(why));
-    sendNotices(transport, why);
+  // A group's abort ends the connections of the whole world under it (group.h), so every rank
+  // of that world hears why, not only the group's members, and the notices name world ranks
+  // (issue #35: ranks of a sibling split learned only "rank 1 aborted or closed its transport",
+  // and members were told of "rank 1" in the group's numbering).
+  std::vector<int> members;
+  std::string kind;
+  Transport* world = groupWorld(transport, &members, &kind);
+  Transport& everyone = world ? *world : transport;
+  if (everyone.size() > 1) {
+    why = withPeersNotice(everyone, std::move(why), members, kind);
+    sendNotices(everyone, why);
   }
   transport.abort(why);
   // A transport acts on an abort on its driving thread, which is this one; this rank may make

@@ -8,8 +8,13 @@ namespace {
 
 class GroupTransport final : public Transport {
  public:
-  GroupTransport(Transport& parent, std::vector<int> members, uint32_t space, int rank)
-      : parent_(parent), members_(std::move(members)), space_(space), rank_(rank) {}
+  GroupTransport(Transport& parent, std::vector<int> members, uint32_t space, int rank,
+                 std::string kind)
+      : parent_(parent),
+        members_(std::move(members)),
+        space_(space),
+        rank_(rank),
+        kind_(std::move(kind)) {}
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
@@ -22,6 +27,8 @@ class GroupTransport final : public Transport {
   // are the parent's, so nesting never stacks them).
   Transport& parent() const { return parent_; }
   int parentRank(int member) const { return members_[member]; }
+  const std::vector<int>& members() const { return members_; }
+  const std::string& kind() const { return kind_; }
 
   Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
                TransportRequest** request) override {
@@ -70,12 +77,13 @@ class GroupTransport final : public Transport {
   const std::vector<int> members_;
   const uint32_t space_;
   const int rank_;
+  const std::string kind_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent, std::vector<int> members,
-                                                        uint32_t space) {
+                                                        uint32_t space, const std::string& kind) {
   if (space < 1 || space > kMaxGroupSpace)
     return errorInvalidArgument("group tag space %u is outside 1..%u", space, kMaxGroupSpace);
   if (members.empty()) return errorInvalidArgument("a group needs at least one member");
@@ -92,9 +100,25 @@ Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent, std::
   if (auto* group = dynamic_cast<GroupTransport*>(&parent)) {
     for (int& m : members) m = group->parentRank(m);
     return std::unique_ptr<Transport>(
-        new GroupTransport(group->parent(), std::move(members), space, rank));
+        new GroupTransport(group->parent(), std::move(members), space, rank, kind));
   }
-  return std::unique_ptr<Transport>(new GroupTransport(parent, std::move(members), space, rank));
+  return std::unique_ptr<Transport>(
+      new GroupTransport(parent, std::move(members), space, rank, kind));
+}
+
+Transport* groupWorld(Transport& t, std::vector<int>* members, std::string* kind) {
+  auto* group = dynamic_cast<GroupTransport*>(&t);
+  if (group == nullptr) return nullptr;
+  if (members) *members = group->members();
+  if (kind) *kind = group->kind();
+  return &group->parent();
+}
+
+std::string rankName(Transport& t, int rank) {
+  auto* group = dynamic_cast<GroupTransport*>(&t);
+  if (group == nullptr || rank < 0 || rank >= group->size()) return "rank " + std::to_string(rank);
+  return "rank " + std::to_string(group->parentRank(rank)) + " (rank " + std::to_string(rank) +
+         " of this " + group->kind() + ")";
 }
 
 }  // namespace terse

@@ -10,8 +10,9 @@
 //
 // Requests, progress and failures are the parent's: a dead member fails the calls of every
 // group that contains it, and aborting a group aborts the parent (the connections are shared;
-// a group that gave up cannot leave the others in step). The parent must outlive its groups and
-// be driven by the same thread.
+// a group that gave up cannot leave the others in step). The parent must outlive its groups.
+// A group is driven by the parent's thread, or by a thread of its own when the parent is a
+// SharedTransport (transport/shared.h), as split communicators are.
 #pragma once
 
 #include "terse/common/status.h"
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace terse {
@@ -34,7 +36,19 @@ constexpr uint32_t kMaxGroupSpace = 62;
 // `members` are distinct parent ranks, this rank among them, in the group's rank order. When
 // `parent` is itself a group, the new group is made directly on that group's parent (members
 // mapped to its ranks), so `space` is a space of the underlying transport like every other.
+// `kind` names the group in errors ("rank 5 (rank 2 of this split)").
 Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent, std::vector<int> members,
-                                                        uint32_t space);
+                                                        uint32_t space,
+                                                        const std::string& kind = "group");
+
+// When `t` is a group: the transport underneath (never itself a group), with the group's
+// members as its ranks in *members and the group's `kind` in *kind. Null when `t` is not a group.
+Transport* groupWorld(Transport& t, std::vector<int>* members = nullptr,
+                      std::string* kind = nullptr);
+
+// How errors name rank `rank` of `t`: "rank 3" in a world; in a group, its rank in the world
+// underneath and then its rank in the group, "rank 5 (rank 2 of this split)", since the ranks a
+// caller knows (and the transports' own errors) are those of the world.
+std::string rankName(Transport& t, int rank);
 
 }  // namespace terse

@@ -13,7 +13,8 @@
 //  - Requests are recycled by the transport (no allocation per message in steady state).
 //
 // Thread-safety: one thread drives a Transport at a time (collectives run on the caller's
-// thread). abort() may be called from any thread.
+// thread). abort() may be called from any thread. SharedTransport (shared.h) wraps one for
+// several threads at once.
 #pragma once
 
 #include "terse/common/status.h"
