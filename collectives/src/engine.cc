@@ -376,7 +376,10 @@ void CollectiveEngine::setArithmeticHook(std::shared_ptr<ArithmeticHook> hook) {
 
 uint8_t* CollectiveEngine::scratch(Workspace name, size_t bytes) {
   const int slot = static_cast<int>(name);
-  if (workspaces_) return workspaces_->workspace(slot, bytes);
+  // Descriptors are read back, unlike what the provider's sharers write (values that do not
+  // change simulated time): once ranks make several calls (auto's agreement, trials and
+  // barriers) they are at different calls at once, and a shared slot would mix their views.
+  if (workspaces_ && name != Workspace::kDescriptors) return workspaces_->workspace(slot, bytes);
   if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
   auto& buf = scratch_[slot];
   if (buf.size() < bytes) buf.resize(bytes);
