@@ -474,7 +474,10 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       double algbw = double(count * es) / tmax / 1e3;  // bytes/us -> GB/s
       double plain = busFactor * double(count * es);
       const char* label = plans[c].label.c_str();
-      if (!run.ran.empty()) plans[c].algoLabel = run.ran;
+      // auto's rows name what ran; next to forced algorithms as "auto-<that>", so that they stay
+      // rows of their own (bench-network.sh --algos "flat twolevel auto").
+      if (!run.ran.empty())
+        plans[c].algoLabel = o.algos.size() > 1 ? "auto-" + run.ran : run.ran;
       if (rank == 0) {
         char relText[32] = "-";
         if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);

@@ -108,6 +108,10 @@ Status ringAllgatherCore(const AlgorithmContext& ctx, void* buffer, size_t count
                          uint32_t seq);
 Status recursiveDoublingAllreduce(const AlgorithmContext& ctx, const CollectiveOp& op,
                                   uint32_t seq);
+// The ring's segment for a call of `count` elements over `n` ranks: about a quarter of a chunk,
+// at least 64 Ki elements, at most `configured` (the engine's segment), and coarse enough for
+// the tag space.
+size_t ringSegmentElements(size_t configured, int n, size_t count);
 
 // scatter_reduce.cc: op.codec compresses; op.kind is allreduce or reduce-scatter for the first.
 Status scatterReduce(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq);
