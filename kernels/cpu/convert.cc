@@ -10,7 +10,7 @@ void convertRange(const In* TERSE_RESTRICT in, Out* TERSE_RESTRICT out, size_t n
                   float* TERSE_RESTRICT residual) {
   if (residual) {
     for (size_t i = 0; i < n; ++i) {
-      float v = num::load(in, i) * scale + residual[i];
+      float v = num::feedbackSum(num::load(in, i) * scale, residual[i]);
       num::store(out, i, v);
       residual[i] = num::residualOf(v, num::load(out, i));
     }
@@ -35,7 +35,7 @@ TERSE_AVX2 void convertRangeAvx2(const In* TERSE_RESTRICT in, Out* TERSE_RESTRIC
   const __m256 s = _mm256_set1_ps(scale);
   if (residual) {
     for (; i + 8 <= n; i += 8) {
-      __m256 v = _mm256_add_ps(_mm256_mul_ps(load8(in + i), s), _mm256_loadu_ps(residual + i));
+      __m256 v = feedbackSum8(_mm256_mul_ps(load8(in + i), s), _mm256_loadu_ps(residual + i));
       __m256 d = store8(out + i, v);
       _mm256_storeu_ps(residual + i, avx2::residualOf(v, d));
     }

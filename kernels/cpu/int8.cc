@@ -11,7 +11,7 @@ namespace {
 // Value the codec compresses: input plus residual, in float32.
 template <typename In>
 inline float valueAt(const In* in, const float* residual, size_t i) {
-  return residual ? num::load(in, i) + residual[i] : num::load(in, i);
+  return residual ? num::feedbackSum(num::load(in, i), residual[i]) : num::load(in, i);
 }
 
 // Largest magnitude of a block as the integer key (order-preserving for finite values);
@@ -21,7 +21,7 @@ uint32_t blockMaxKey(const In* TERSE_RESTRICT in, const float* TERSE_RESTRICT re
   uint32_t m = 0;
   if (residual) {
     for (size_t i = 0; i < n; ++i)
-      m = std::max(m, num::magnitudeKey(num::load(in, i) + residual[i]));
+      m = std::max(m, num::magnitudeKey(num::feedbackSum(num::load(in, i), residual[i])));
   } else {
     for (size_t i = 0; i < n; ++i) m = std::max(m, num::magnitudeKey(num::load(in, i)));
   }
@@ -40,7 +40,7 @@ void quantizeBlock(const In* TERSE_RESTRICT in, size_t n, Rounding rounding, uin
   if (rounding == Rounding::kNearest) {
     if (residual) {
       for (size_t i = 0; i < n; ++i) {
-        float v = num::load(in, i) + residual[i];
+        float v = num::feedbackSum(num::load(in, i), residual[i]);
         int8_t c = num::int8QuantizeNearest(v, inv);
         q[i] = c;
         residual[i] = num::residualOf(v, num::int8Dequantize(c, scale));
@@ -151,6 +151,10 @@ TERSE_AVX2 void quantizeBlockAvx2(const In* TERSE_RESTRICT in, size_t n, Roundin
   for (uint32_t k : keys) maxKey = std::max(maxKey, k);
   for (size_t i = full8; i < n; ++i)
     maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
+  // A non-finite block with a residual: input plus residual may have overflowed (the vector
+  // sums above do not saturate), so the portable loop, which does, encodes it (rare).
+  if (residual && maxKey >= 0x7f800000u)
+    return quantizeBlock(in, n, rounding, seed, offset, residual, scaleOut, q);
   bool finite = maxKey < 0x7f800000u;
   float scale = num::int8Scale(num::bitsFloat(maxKey), finite);
   float invScale = num::int8InvScale(scale);

@@ -16,7 +16,7 @@ namespace {
 
 template <typename In>
 inline float valueAt(const In* in, const float* residual, size_t i) {
-  return residual ? num::load(in, i) + residual[i] : num::load(in, i);
+  return residual ? num::feedbackSum(num::load(in, i), residual[i]) : num::load(in, i);
 }
 
 // One block: scale from the largest magnitude, then every element's code (and residual).
@@ -30,7 +30,7 @@ void quantizeBlock(const In* TERSE_RESTRICT in, size_t n, bool stochastic, uint6
     maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
   typename P::Scale s = P::scaleFromKey(maxKey);
   *scaleOut = s;
-  float inv = P::inverse(s), sv = P::scaleValue(s);
+  float inv = P::factor(s), sv = P::scaleValue(s);
   bool st = stochastic;
   auto codeAt = [&](size_t i) {
     float v = valueAt(in, residual, i);
@@ -102,7 +102,8 @@ TERSE_AVX2_INLINE __m256 magnitudeValue8(__m256i mag) {
 // P::encode(v, inv, nearest) for 8 lanes as 32-bit codes, and P::decode(code) in *dec (before
 // the scale). Lane for lane what the scalar formulas compute: the minifloat path follows
 // fpEncodeScaled + fpMagnitudeNearest (the scaled value is finite and within +-max, so
-// decoding needs no NaN/Inf codes); int4 follows int4Quantize.
+// decoding needs no NaN/Inf codes); int4 follows Int4Policy::encode (inv is then the policy's
+// factor, the divisor: int4 rounds the quotient v / s, numeric.h says why).
 // kDec: also the value (for a residual); without it the decode is skipped. kGuarded false: a
 // tame block (simd_avx2.h), where x is never NaN. A template flag, not
 // a pointer that may be null: through a pointer GCC kept the value in memory, a store and a
@@ -111,8 +112,8 @@ template <typename P, bool kDec, bool kGuarded>
 TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
   using F = typename ElemOf<P>::type;
   using namespace avx2;
-  __m256 x = _mm256_mul_ps(v, inv);
   if constexpr (std::is_void_v<F>) {
+    __m256 x = _mm256_div_ps(v, inv);
     __m256 q = _mm256_round_ps(x, _MM_FROUND_CUR_DIRECTION);  // rintf
     if constexpr (kGuarded) q = _mm256_andnot_ps(_mm256_cmp_ps(q, q, _CMP_UNORD_Q), q);
     q = _mm256_min_ps(q, _mm256_set1_ps(7.0f));
@@ -121,6 +122,7 @@ TERSE_AVX2_INLINE __m256i encodeNearest8(__m256 v, __m256 inv, __m256& dec) {
     if constexpr (kDec) dec = q;
     return _mm256_and_si256(_mm256_cvtps_epi32(q), _mm256_set1_epi32(0xf));
   } else {
+    __m256 x = _mm256_mul_ps(v, inv);
     // One float addition rounds |x| to the element grid, normal and subnormal alike: adding
     // M = 2^(E + 23 - mant), E = max(exponent of |x|, emin), leaves M's unit in the last place
     // at the grid step 2^(E - mant), so the sum is rounded to nearest even exactly as rintf
@@ -236,10 +238,11 @@ TERSE_AVX2_INLINE __m256i hmax8x8(const __m256i* m) {
 }
 
 // The scales of eight blocks from their largest magnitude keys, in vectors: the Scale values
-// stored to scales[0..7], and each scale's value and inverse (lane j: block j). The mx rule
-// (num::mxScaleCode, e8m0Decode, e8m0Inverse) for E8M0 scales; num's float-scale rule
-// (fpBlockScale, int4Scale: absmax / divisor, NaN for a non-finite block; int8InvScale) for the
-// others, whose vector divisions round as the scalar ones do.
+// stored to scales[0..7], and each scale's value and encoding factor (lane j: block j). The mx
+// rule (num::mxScaleCode, e8m0Decode, e8m0Inverse) for E8M0 scales; num::blockScale for the
+// others (absmax / levels, at least 2^-126, one ulp down where levels times it would be Inf,
+// NaN for a non-finite block, 0 for a zero one), whose vector divisions round as the scalar
+// ones do, and their factor (fp8: int8InvScale; int4: int4Divisor).
 template <typename P>
 TERSE_AVX2_INLINE void scales8(__m256i keys, typename P::Scale* scales, __m256* value,
                                __m256* inverse) {
@@ -258,16 +261,29 @@ TERSE_AVX2_INLINE void scales8(__m256i keys, typename P::Scale* scales, __m256* 
         _mm_setzero_si128());
     _mm_storel_epi64(reinterpret_cast<__m128i*>(scales), bytes);
   } else {
-    float divisor;
+    float levels;
     if constexpr (std::is_void_v<F>)
-      divisor = 7.0f;  // int4Scale
+      levels = 7.0f;  // int4Scale
     else
-      divisor = num::fpMax<F>();  // fpBlockScale
-    __m256 s = _mm256_div_ps(avx2::floatOf(keys), _mm256_set1_ps(divisor));
+      levels = num::fpMax<F>();  // fpBlockScale
+    const __m256 lv = _mm256_set1_ps(levels);
+    __m256 s = _mm256_div_ps(avx2::floatOf(keys), lv);
+    __m256i zero = _mm256_cmpeq_epi32(keys, _mm256_setzero_si256());
+    // the floor, for nonzero blocks (a zero block's lane stays 0; keys are finite or NaN-bound)
+    s = _mm256_max_ps(s,
+                      _mm256_andnot_ps(avx2::floatOf(zero), _mm256_set1_ps(num::kMinBlockScale)));
+    // one ulp down where levels * s rounds to Inf (an integer decrement of the bits)
+    __m256i over = avx2::nonFiniteMask(_mm256_mul_ps(s, lv));
+    s = avx2::floatOf(_mm256_add_epi32(avx2::bitsOf(s), over));
     __m256i nonFinite = _mm256_cmpgt_epi32(keys, _mm256_set1_epi32(0x7f7fffff));
     s = _mm256_blendv_ps(s, avx2::floatOf(_mm256_set1_epi32(0x7fc00000)), avx2::floatOf(nonFinite));
-    __m256 positive = _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ);
-    *inverse = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), s), positive);
+    if constexpr (std::is_void_v<F>) {
+      // int4Divisor: 1 for a zero block, the scale otherwise (NaN included)
+      *inverse = _mm256_blendv_ps(s, _mm256_set1_ps(1.0f), avx2::floatOf(zero));
+    } else {
+      __m256 positive = _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ);
+      *inverse = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), s), positive);
+    }
     *value = s;
     _mm256_storeu_ps(scales, s);
   }
@@ -292,6 +308,17 @@ TERSE_AVX2_INLINE void quantize8Blocks(const In* in, float* residual, typename P
     m[j] = k;
   }
   __m256i keys = hmax8x8(m);
+  if constexpr (kResidual) {
+    // As in quantizeBlockAvx2: a non-finite block may hold a sum that overflowed; the portable
+    // loop encodes such a batch block by block (nearest rounding: no seed is drawn).
+    if (!_mm256_testz_si256(_mm256_cmpgt_epi32(keys, _mm256_set1_epi32(0x7f7fffff)),
+                            _mm256_set1_epi32(-1))) {
+      for (size_t j = 0; j < 8; ++j)
+        quantizeBlock<P>(in + kLen * j, kLen, false, 0, 0, residual + kLen * j, scales + j,
+                         codes + (P::kNibbles ? kLen * j / 2 : kLen * j));
+      return;
+    }
+  }
   __m256 sv, inv;
   scales8<P>(keys, scales, &sv, &inv);
   alignas(32) float svs[8], invs[8];
@@ -333,9 +360,13 @@ TERSE_AVX2 inline __attribute__((always_inline)) void quantizeBlockAvx2(
   uint32_t maxKey = static_cast<uint32_t>(_mm_cvtsi128_si32(k4));
   for (size_t i = full8; i < n; ++i)
     maxKey = std::max(maxKey, num::magnitudeKey(valueAt(in, residual, i)));
+  // A non-finite block with a residual: input plus residual may have overflowed (the vector
+  // sums above do not saturate), so the portable loop, which does, encodes it (rare).
+  if (residual && maxKey >= 0x7f800000u)
+    return quantizeBlock<P>(in, n, stochastic, seed, offset, residual, scaleOut, codes);
   typename P::Scale s = P::scaleFromKey(maxKey);
   *scaleOut = s;
-  float invScale = P::inverse(s), sv = P::scaleValue(s);
+  float invScale = P::factor(s), sv = P::scaleValue(s);
   auto codeAt = [&](size_t i) {
     float v = valueAt(in, residual, i);
     uint32_t c =

@@ -19,7 +19,7 @@ void signPass(const In* TERSE_RESTRICT in, size_t n, float scale, float* TERSE_R
     uint32_t word = 0;
     if (residual) {
       for (size_t j = 0; j < m; ++j) {
-        float v = num::load(in, base + j) + residual[base + j];
+        float v = num::feedbackSum(num::load(in, base + j), residual[base + j]);
         bool bit = num::onebitBit(v);
         word |= static_cast<uint32_t>(bit) << j;
         residual[base + j] = num::residualOf(v, num::onebitDecode(bit, scale));
@@ -38,7 +38,7 @@ template <typename In>
 void magnitudeTail(const In* in, const float* residual, size_t from, size_t n, float* part,
                    uint32_t* maxKey) {
   for (size_t i = from; i < n; ++i) {
-    float v = residual ? num::load(in, i) + residual[i] : num::load(in, i);
+    float v = residual ? num::feedbackSum(num::load(in, i), residual[i]) : num::load(in, i);
     part[i % kLanes] += num::bitsFloat(num::magnitudeKey(v));
     *maxKey = std::max(*maxKey, num::magnitudeKey(v));
   }
@@ -50,7 +50,7 @@ template <typename In>
 float wideScale(const In* in, const float* residual, size_t n) {
   float sum = 0.0f;
   for (size_t i = 0; i < n; ++i) {
-    float v = residual ? num::load(in, i) + residual[i] : num::load(in, i);
+    float v = residual ? num::feedbackSum(num::load(in, i), residual[i]) : num::load(in, i);
     sum += num::bitsFloat(num::magnitudeKey(v)) * num::kOnebitWideSumScale;
   }
   return num::onebitScaleFromScaledSum(sum, static_cast<uint32_t>(n));
@@ -69,7 +69,8 @@ void compressBlock(const In* TERSE_RESTRICT in, size_t n, float* TERSE_RESTRICT 
   size_t full = n / kLanes * kLanes;
   for (size_t i = 0; i < full; i += kLanes) {
     for (size_t l = 0; l < kLanes; ++l) {
-      float v = residual ? num::load(in, i + l) + residual[i + l] : num::load(in, i + l);
+      float v =
+          residual ? num::feedbackSum(num::load(in, i + l), residual[i + l]) : num::load(in, i + l);
       part[l] += num::bitsFloat(num::magnitudeKey(v));
       maxKey = std::max(maxKey, num::magnitudeKey(v));
     }
@@ -104,6 +105,9 @@ TERSE_AVX2 void compressBlockAvx2(const In* TERSE_RESTRICT in, size_t n,
   uint32_t maxKey = 0;
   for (uint32_t k : keys) maxKey = std::max(maxKey, k);
   magnitudeTail(in, residual, full, n, part, &maxKey);
+  // A non-finite block with a residual: input plus residual may have overflowed (the vector
+  // sums above do not saturate), so the portable loop, which does, compresses it (rare).
+  if (residual && maxKey >= 0x7f800000u) return compressBlock(in, n, residual, scaleOut, bits);
   float scale = num::onebitScale(laneSum(part), static_cast<uint32_t>(n), maxKey < 0x7f800000u);
   if (num::onebitSumOverflowed(scale, maxKey < 0x7f800000u)) scale = wideScale(in, residual, n);
   *scaleOut = scale;

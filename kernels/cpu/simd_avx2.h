@@ -35,11 +35,24 @@ TERSE_AVX2_INLINE __m256 residualOf(__m256 v, __m256 d) {
   return _mm256_and_ps(e, _mm256_cmp_ps(z, z, _CMP_ORD_Q));
 }
 
+// num::feedbackSum for 8 lanes: x + r, or +-FLT_MAX where x and r are finite and the sum is
+// not. The block codecs do not call it per element: a sum that overflowed makes their block's
+// largest key non-finite, and such a block with a residual is encoded by the portable loop
+// (which calls num::feedbackSum), so the vector bodies keep a plain addition.
+TERSE_AVX2_INLINE __m256 feedbackSum8(__m256 x, __m256 r) {
+  __m256 v = _mm256_add_ps(x, r);
+  __m256i over =
+      _mm256_andnot_si256(_mm256_or_si256(nonFiniteMask(x), nonFiniteMask(r)), nonFiniteMask(v));
+  __m256 sat = _mm256_or_ps(_mm256_set1_ps(3.40282347e38f),
+                            _mm256_and_ps(v, floatOf(_mm256_set1_epi32(int(0x80000000u)))));
+  return _mm256_blendv_ps(v, sat, floatOf(over));
+}
+
 // A block of the block codecs (int8, fp8, mx, int4) is tame when its largest |v| (magnitude
 // key) is below 2^121 and either at least 2^-64 or zero. Then the block's inverse scale is
-// finite (a float32 scale of a subnormal maximum, absmax / 448, has an inverse past FLT_MAX,
-// and 0 * Inf is NaN) or 0 for an all-zero block, so every scaled value v * inverse is finite
-// and its NaN mapping can be skipped; and no residual can be non-finite:
+// finite (smaller maxima have one too since numeric.h's blockScale floors scales at 2^-126;
+// the bound keeps its margin) or 0 for an all-zero block (int4's divisor is then 1), so every
+// scaled value is finite and its NaN mapping can be skipped; and no residual can be non-finite:
 // each decoded value is at most twice the block's largest magnitude (a scale of absmax / max
 // times a code of at most max, or mx's power of two times at most 448), so |v - d| < 2^123 and
 // residualOf's test can be skipped too. Same bits; in the low-bit encoders with a residual

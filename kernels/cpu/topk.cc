@@ -36,7 +36,7 @@ size_t maxPieces() { return std::max<size_t>(1, parallelThreads()); }
 
 template <typename In>
 inline float valueAt(const In* in, const float* residual, size_t i) {
-  return residual ? num::load(in, i) + residual[i] : num::load(in, i);
+  return residual ? num::feedbackSum(num::load(in, i), residual[i]) : num::load(in, i);
 }
 
 template <typename In>
@@ -160,10 +160,10 @@ struct TopkJob {
   }
 
 #if TERSE_CPU_HAVE_AVX2_PATH
-  // v = in (+ residual) for 8 elements.
+  // v = in (+ residual, num::feedbackSum) for 8 elements.
   TERSE_AVX2 __m256 value8(size_t i) const {
     __m256 v = avx2::load8(in + i);
-    return residual ? _mm256_add_ps(v, _mm256_loadu_ps(residual + i)) : v;
+    return residual ? avx2::feedbackSum8(v, _mm256_loadu_ps(residual + i)) : v;
   }
 
   TERSE_AVX2 void histogramAvx2(size_t p) {

@@ -35,7 +35,7 @@ constexpr uint32_t kNonFiniteKey = 0x7f800000u;
 template <typename In>
 __device__ __forceinline__ float inputValue(const In* in, const float* residual, size_t i) {
   float v = num::load(in, i);
-  return residual ? v + residual[i] : v;
+  return residual ? num::feedbackSum(v, residual[i]) : v;
 }
 
 __host__ __device__ inline size_t blockCount(size_t n, size_t block) {

@@ -20,7 +20,7 @@ using detail::Vec4;
 // narrowed value is known.
 __device__ __forceinline__ float convertValue(float x, float scale, float* residual, size_t i) {
   if (residual) {
-    float v = x * scale + residual[i];
+    float v = num::feedbackSum(x * scale, residual[i]);
     residual[i] = v;
     return v;
   }

@@ -27,7 +27,7 @@ using BlockReduceU = cub::BlockReduce<uint32_t, kThreads>;
 template <typename In>
 __device__ __forceinline__ float inputValue(const In* in, const float* residual, size_t i) {
   float v = num::load(in, i);
-  return residual ? v + residual[i] : v;
+  return residual ? num::feedbackSum(v, residual[i]) : v;
 }
 
 __host__ __device__ inline size_t blockCount(size_t n, size_t block) {
@@ -59,7 +59,7 @@ __global__ void quantizeWarpKernel(const In* in, size_t n, bool st, uint64_t see
     for (int d = 16; d > 0; d >>= 1) key = MaxKeyOp{}(key, __shfl_xor_sync(0xffffffffu, key, d));
     typename P::Scale s = P::scaleFromKey(key);
     if (lane == 0) scales[b] = s;
-    float inv = P::inverse(s), sv = P::scaleValue(s);
+    float inv = P::factor(s), sv = P::scaleValue(s);
     uint32_t c = inRange ? encodeOne<P>(in, i, residual, inv, sv, st, seed, offset) : 0u;
     if constexpr (P::kNibbles) {
       uint32_t hi = __shfl_down_sync(0xffffffffu, c, 1);
@@ -89,7 +89,7 @@ __global__ void quantizeBlockKernel(const In* in, size_t n, size_t block, bool s
     __syncthreads();
     typename P::Scale s = P::scaleFromKey(blockKey);
     if (threadIdx.x == 0) scales[b] = s;
-    float inv = P::inverse(s), sv = P::scaleValue(s);
+    float inv = P::factor(s), sv = P::scaleValue(s);
     for (size_t i = begin + 2 * size_t{threadIdx.x}; i < end; i += 2 * size_t{kThreads}) {
       uint32_t lo = encodeOne<P>(in, i, residual, inv, sv, st, seed, offset);
       uint32_t hi = i + 1 < end ? encodeOne<P>(in, i + 1, residual, inv, sv, st, seed, offset) : 0u;

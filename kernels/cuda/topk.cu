@@ -59,7 +59,7 @@ __global__ void topkKeysKernel(const In* in, size_t n, float* residual, uint32_t
        i += size_t{gridDim.x} * kThreads) {
     float v = num::load(in, i);
     if (residual) {
-      v = v + residual[i];
+      v = num::feedbackSum(v, residual[i]);
       residual[i] = v;  // unselected elements keep all of v; selected ones are zeroed later
     }
     if (keys) {

@@ -203,6 +203,62 @@ TEST(OneBitAdam, CoordinatesWithoutGradientsOnlyDecay) {
   EXPECT_TRUE(bitEqual(params[0], params[1]));
 }
 
+// Issue #35: a NaN in one rank's gradient during warm-up. The averaged gradient of that
+// coordinate is NaN on every rank, and AdamW (which the warm-up is) makes its m, v and p NaN.
+// A test of the form !(v > 0) once took the NaN variance for a zero one: the coordinate kept
+// p = p * decay forever with m = 0 and no error. Also run across the freeze: after it the NaN
+// coordinate's block of the onebit momentum decodes to NaN (the codecs' non-finite rule), and
+// the ranks stay bit-identical.
+TEST(OneBitAdam, NanGradientOnOneRankPropagatesAsInAdamW) {
+  const size_t n = 4096;  // two onebit blocks of 2048
+  const size_t kBad = 100;
+  for (int warmup : {100, 5}) {
+    SCOPED_TRACE("warm-up " + std::to_string(warmup));
+    OneBitAdamOptions o = baseOptions("onebit", warmup);
+    auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
+    ASSERT_TRUE(comms.isOk());
+    std::vector<Vec> params(2, initialParams(n));
+    std::vector<Status> st(2);
+    std::vector<Vec> m(2), v(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        auto a = OneBitAdam::create(n, o);
+        if (!a.isOk()) {
+          st[r] = a.status();
+          return;
+        }
+        for (int s = 1; s <= 12; ++s) {
+          Vec g = gradient(r, s, n);
+          if (r == 1 && s == 2) g[kBad] = NAN;
+          st[r] = a->step(*comms.value()[r], params[r].data(), g.data(), 1e-2f);
+          if (!st[r].isOk()) return;
+        }
+        m[r] = a->momentum();
+        v[r] = a->variance();
+      });
+    for (auto& t : threads) t.join();
+    // The documented choice (docs/optim.md): the NaN propagates, no step fails.
+    ASSERT_TRUE(st[0].isOk()) << st[0].toString();
+    ASSERT_TRUE(st[1].isOk()) << st[1].toString();
+    for (int r = 0; r < 2; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      EXPECT_TRUE(std::isnan(params[r][kBad])) << "p = " << params[r][kBad];
+      EXPECT_TRUE(std::isnan(m[r][kBad])) << "m = " << m[r][kBad];
+      EXPECT_TRUE(std::isnan(v[r][kBad])) << "v = " << v[r][kBad];
+      // The other block never saw the NaN and trained normally.
+      for (size_t i = 2048; i < n; ++i) ASSERT_TRUE(std::isfinite(params[r][i])) << i;
+      EXPECT_GT(std::fabs(params[r][3000] - initialParams(n)[3000]), 1e-3);
+    }
+    if (warmup == 100) {
+      // In warm-up only the coordinate itself is hit, as in AdamW.
+      for (size_t i = 0; i < n; ++i)
+        if (i != kBad) ASSERT_TRUE(std::isfinite(params[0][i])) << i;
+    }
+    EXPECT_TRUE(bitEqual(params[0], params[1]));  // NaNs included: the same bits
+  }
+}
+
 TEST(OneBitAdam, CheckpointResumesExactly) {
   const size_t n = 9000;
   auto o = baseOptions("onebit", 5);

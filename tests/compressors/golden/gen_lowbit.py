@@ -139,28 +139,36 @@ def mx_block(block, name):
     return "%02x" % sc, element_codes(scaled, name)
 
 
-def fp8_block(block, name):
-    mx = F32(FORMATS[name][1])
+def block_scale(block, levels):
+    """terse's float32 block scale (docs/codecs.md): amax / levels in float32, at least 2^-126
+    (a subnormal scale's inverse overflows), one ulp down where levels times it would round to
+    Inf; 0 for a zero block, NaN for a non-finite one."""
     if not np.all(np.isfinite(block)):
-        scale = F32(np.nan)
-    else:
-        scale = F32(np.max(np.abs(block))) / mx
-    with np.errstate(over="ignore"):  # a float32-subnormal scale: 1/scale is Inf, as in C
-        inv = F32(1) / scale if scale > 0 else F32(0)
+        return F32(np.nan)
+    amax = F32(np.max(np.abs(block)))
+    if amax == 0:
+        return F32(0)
+    levels = F32(levels)
+    scale = max(amax / levels, F32(2.0 ** -126))
+    with np.errstate(over="ignore"):
+        if not np.isfinite(scale * levels):
+            scale = np.nextafter(scale, F32(0))
+    return F32(scale)
+
+
+def fp8_block(block, name):
+    scale = block_scale(block, FORMATS[name][1])
+    inv = F32(1) / scale if scale > 0 else F32(0)
     with np.errstate(invalid="ignore"):
         scaled = (block * inv).astype(F32)
     return "%08x" % bits(scale), element_codes(scaled, name)
 
 
 def int4_block(block):
-    if not np.all(np.isfinite(block)):
-        scale = F32(np.nan)
-    else:
-        scale = F32(np.max(np.abs(block))) / F32(7)
-    with np.errstate(over="ignore"):  # a float32-subnormal scale: 1/scale is Inf, as in C
-        inv = F32(1) / scale if scale > 0 else F32(0)
+    scale = block_scale(block, 7)
+    divisor = scale if scale != 0 else F32(1)  # q = rint(x / s), the float32 quotient
     with np.errstate(invalid="ignore"):
-        q = np.rint((block * inv).astype(F32))
+        q = np.rint((block / divisor).astype(F32))
     q = np.where(np.isnan(q), 0, np.clip(q, -7, 7)).astype(np.int64)
     return "%08x" % bits(scale), (q & 0xF).astype(np.uint32)
 
@@ -184,6 +192,16 @@ def block_inputs():
     b = RNG.standard_normal(32).astype(F32); b[5] = np.nan; blocks.append(b)
     b = RNG.standard_normal(32).astype(F32); b[9] = -np.inf; blocks.append(b)
     b = RNG.standard_normal(32).astype(F32); b[1] = 480.0; b[2] = 1.0; blocks.append(b)
+    # Issue #35 (no random draws, so the blocks above keep their values): tiny maxima, where
+    # absmax / max is a float32 subnormal (the 2^-126 floor), +-FLT_MAX, and int4's tie
+    # (-1.4375 is -3.5 scales in a block of max 2.875).
+    spread = np.array([(-1) ** i * 10.0 ** (-3.0 * ((i * 37) % 32) / 31.0) for i in range(32)])
+    for amax in (1.3034e-36, 2.5e-37, 1.7e-34, 2.05e-38, 1e-38, 1e-40):
+        b = (spread * amax).astype(F32); b[3] = F32(amax); blocks.append(b)
+    b = (spread * 3e38).astype(F32); b[0] = F32(3.4028235e38); b[1] = -F32(3.4028235e38)
+    blocks.append(b)
+    b = np.full(32, 0.25, dtype=F32); b[0] = 2.875; b[1] = -1.4375; b[2] = 1.4375
+    blocks.append(b)
     return blocks
 
 

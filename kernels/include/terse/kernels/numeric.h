@@ -7,17 +7,20 @@
 //    +-65504 instead of becoming infinite; +-Inf stays +-Inf; NaN stays NaN (quiet).
 //  - bfloat16: the top 16 bits of binary32, round to nearest even; NaN stays NaN (quiet),
 //    Inf stays Inf, overflow on rounding becomes Inf as in every bfloat16 implementation.
-//  - int8: scale = absmax / 127 per block; q = round(v / scale) in [-127, 127].
+//  - int8: scale = absmax / 127 per block (at least 2^-126, blockScale); q = rint(v * (1/scale))
+//    in [-127, 127].
 //  - onebit: scale = mean(|v|) per block; bit 1 means v >= 0 (zero maps to +scale).
 //  - fp8 (E4M3/E5M2), E2M1 elements: round to nearest even, finite overflow saturates to the
 //    largest finite value; NaN stays NaN (E4M3: S.1111.111, E5M2: S.11111.10), Inf becomes NaN
 //    in E4M3 (no Inf code) and stays Inf in E5M2; E2M1 has neither (Inf saturates, NaN -> 0).
 //    Bit-exact against ml_dtypes' float8_e4m3fn / float8_e5m2 / float4_e2m1fn on every finite
 //    input after clamping to +-max (tests/compressors/golden/gen_lowbit.py).
-//  - fp8 block scale: absmax / max_finite (float32); mx scale: E8M0 2^(floor(log2 absmax) -
-//    emax_elem), the OCP MX v1.0 rule, clamped to [2^-127, 2^127]; a block holding Inf/NaN gets
+//  - fp8 block scale: absmax / max_finite (float32, at least 2^-126); mx scale: E8M0
+//    2^(floor(log2 absmax) - emax_elem), the OCP MX v1.0 rule, clamped to [2^-127, 2^127]
+//    (E8M0's floor enters docs/codecs.md's bounds); a block holding Inf/NaN gets
 //    a NaN scale (fp8: float NaN, mx: 0xFF) so all of it decodes to NaN.
-//  - int4: scale = absmax / 7 per block; q = round(v / scale) in [-7, 7].
+//  - int4: scale = absmax / 7 per block (at least 2^-126); q = rint(v / scale) in [-7, 7], the
+//    float32 quotient rounded to nearest even.
 #pragma once
 
 #include "terse/common/hd.h"
@@ -124,6 +127,17 @@ TERSE_HD float residualOf(float v, float decoded) {
   return isFinite(e) ? e : 0.0f;
 }
 
+// The value error feedback compresses: input (times the call's scale) plus residual. Both are
+// finite, yet their sum can pass FLT_MAX (2e38 fed twice through onebit, FLT_MAX through mxfp4):
+// it then saturates to +-FLT_MAX, so finite input stays finite through every codec, and what
+// could not be sent stays in the next residual (v - decoded, finite). Non-finite input is left
+// to propagate; a sum that is finite is returned as it is, bit for bit.
+TERSE_HD float feedbackSum(float x, float r) {
+  float v = x + r;
+  if (isFinite(v) || !isFinite(x) || !isFinite(r)) return v;
+  return v > 0.0f ? 3.40282347e38f : -3.40282347e38f;
+}
+
 // Loads and stores of the three element types, in float32.
 TERSE_HD float load(const float* p, size_t i) { return p[i]; }
 TERSE_HD float load(const Half* p, size_t i) { return halfBitsToFloat(p[i].bits); }
@@ -132,11 +146,31 @@ TERSE_HD void store(float* p, size_t i, float v) { p[i] = v; }
 TERSE_HD void store(Half* p, size_t i, float v) { p[i].bits = floatToHalfBits(v); }
 TERSE_HD void store(BFloat16* p, size_t i, float v) { p[i].bits = floatToBf16Bits(v); }
 
+// ---- float32 block scales (int8, fp8, int4) ---------------------------------------------------
+// scale = absmax / levels, where levels is the largest code's value (127, 7, the format's max),
+// so the block's largest element lands on the largest code. Two edges (issue #35):
+//  - a scale below float32's smallest normal 2^-126 is raised to it. A subnormal scale has
+//    few significant bits, and its inverse passes FLT_MAX below 2^-128: every nonzero element
+//    of the block then encoded as the largest code (decoding to about +-absmax). With the
+//    floor the inverse is at most 2^126 and the block's elements sit on a grid of steps of
+//    2^-126 (times the format's own step), which docs/codecs.md's bounds state;
+//  - levels * scale must not round past FLT_MAX, or the largest code decodes to Inf (absmax =
+//    FLT_MAX over 127 rounds up, and 127 times it is Inf): the scale then steps down one ulp.
+// A block with a non-finite value gets a NaN scale so every element of it decodes to NaN:
+// overflow checks downstream still fire. An all-zero block keeps the scale 0.
+constexpr float kMinBlockScale = 1.17549435e-38f;  // 2^-126
+TERSE_HD float blockScale(float absmax, float levels, bool allFinite) {
+  if (!allFinite) return bitsFloat(0x7fc00000u);
+  if (absmax == 0.0f) return 0.0f;
+  float s = absmax / levels;
+  s = s < kMinBlockScale ? kMinBlockScale : s;
+  if (!isFinite(s * levels)) s = bitsFloat(floatBits(s) - 1u);
+  return s;
+}
+
 // ---- int8 -----------------------------------------------------------------------------------
-// Scale of a block from its largest magnitude. A block with a non-finite value gets a NaN
-// scale so every element of it decodes to NaN: overflow checks downstream still fire.
 TERSE_HD float int8Scale(float absmax, bool allFinite) {
-  return allFinite ? absmax / 127.0f : bitsFloat(0x7fc00000u);
+  return blockScale(absmax, 127.0f, allFinite);
 }
 // Multiplier applied before rounding; zero for an all-zero (or NaN-scaled) block.
 TERSE_HD float int8InvScale(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
@@ -296,7 +330,7 @@ TERSE_HD uint32_t fpEncodeScaled(float v, float inv, bool stochastic, float u) {
 // format's largest; NaN scale for a non-finite block.
 template <typename F>
 TERSE_HD float fpBlockScale(float absmax, bool allFinite) {
-  return allFinite ? absmax / fpMax<F>() : bitsFloat(0x7fc00000u);
+  return blockScale(absmax, fpMax<F>(), allFinite);
 }
 
 // ---- OCP MX v1.0: E8M0 shared scale per 32 elements -----------------------------------------
@@ -339,10 +373,15 @@ TERSE_HD float e8m0Inverse(uint32_t code) {
 
 // ---- int4 -----------------------------------------------------------------------------------
 // int8's scheme with 7 levels each side: scale = absmax / 7, q in [-7, 7], two's complement
-// nibbles (element 2i in the low nibble of byte i).
+// nibbles (element 2i in the low nibble of byte i). q = rint(v / scale), the quotient and not
+// v * (1/scale), as docs/codecs.md states: the two differ where v / scale is a tie (v = -1.4375
+// in a block of max 2.875 is -3.5 scales: -4 by the quotient, -3 by the product -3.4999998).
 TERSE_HD float int4Scale(float absmax, bool allFinite) {
-  return allFinite ? absmax / 7.0f : bitsFloat(0x7fc00000u);
+  return blockScale(absmax, 7.0f, allFinite);
 }
+// The divisor an int4 element is encoded with: the scale, or 1 for an all-zero block (0 / 1 is
+// 0, where 0 / 0 would be NaN); NaN for a non-finite block (every code is then 0).
+TERSE_HD float int4Divisor(float scale) { return scale == 0.0f ? 1.0f : scale; }
 TERSE_HD uint32_t int4Quantize(float x, bool stochastic, float u) {
   float q = stochastic ? floorf(x + u) : rintf(x);
   q = q != q ? 0.0f : q;
@@ -355,8 +394,10 @@ TERSE_HD float int4Dequantize(uint32_t nibble) {
 
 // ---- the low-bit block formats as policies -----------------------------------------------------
 // What the CPU and CUDA kernels need from a format, all from the formulas above: the scale of a
-// block from its largest magnitude key, the scale's value and inverse, an element's code and
-// value. decoded = decode(code) * scaleValue(scale), on both sides of the wire.
+// block from its largest magnitude key, the scale's value and encoding factor (the inverse
+// scale, which elements are multiplied by; int4's divisor, which they are divided by), an
+// element's code and value. decoded = decode(code) * scaleValue(scale), on both sides of the
+// wire.
 template <typename F>
 struct FpBlockPolicy {  // fp8: F elements, float32 scale per block
   using Scale = float;
@@ -365,7 +406,7 @@ struct FpBlockPolicy {  // fp8: F elements, float32 scale per block
     return fpBlockScale<F>(bitsFloat(key), key < 0x7f800000u);
   }
   static TERSE_HD float scaleValue(float s) { return s; }
-  static TERSE_HD float inverse(float s) { return int8InvScale(s); }
+  static TERSE_HD float factor(float s) { return int8InvScale(s); }
   static TERSE_HD uint32_t encode(float v, float inv, bool stochastic, float u) {
     return fpEncodeScaled<F>(v, inv, stochastic, u);
   }
@@ -380,7 +421,7 @@ struct MxPolicy {  // OCP MX: F elements, E8M0 scale per 32
     return static_cast<uint8_t>(mxScaleCode<F>(key));
   }
   static TERSE_HD float scaleValue(uint8_t s) { return e8m0Decode(s); }
-  static TERSE_HD float inverse(uint8_t s) { return e8m0Inverse(s); }
+  static TERSE_HD float factor(uint8_t s) { return e8m0Inverse(s); }
   static TERSE_HD uint32_t encode(float v, float inv, bool stochastic, float u) {
     return fpEncodeScaled<F>(v, inv, stochastic, u);
   }
@@ -394,9 +435,9 @@ struct Int4Policy {  // int4: float32 scale per block, nibbles
     return int4Scale(bitsFloat(key), key < 0x7f800000u);
   }
   static TERSE_HD float scaleValue(float s) { return s; }
-  static TERSE_HD float inverse(float s) { return int8InvScale(s); }
-  static TERSE_HD uint32_t encode(float v, float inv, bool stochastic, float u) {
-    return int4Quantize(v * inv, stochastic, u);
+  static TERSE_HD float factor(float s) { return int4Divisor(s); }
+  static TERSE_HD uint32_t encode(float v, float divisor, bool stochastic, float u) {
+    return int4Quantize(v / divisor, stochastic, u);
   }
   static TERSE_HD float decode(uint32_t c) { return int4Dequantize(c); }
 };

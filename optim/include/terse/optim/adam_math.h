@@ -56,9 +56,15 @@ TERSE_HD float adamDenom(float v, const AdamStepScalars& s) {
 // element of a block +-scale) and m / eps would throw it 1e8 steps away. So such coordinates
 // take no momentum step anywhere: identical to AdamW while m is zero, and the automatic form of
 // DeepSpeed's user-supplied momentum mask for parameters that must not move.
+//
+// The test is v == 0 exactly, not "v is not positive": a NaN variance (a NaN gradient reached
+// the coordinate) is not a zero one, and must leave m, v and p NaN as in AdamW rather than
+// freeze the coordinate silently at p * decay (issue #35). v cannot be negative.
+TERSE_HD bool adamNoGradientYet(float v) { return v == 0.0f; }
+
 TERSE_HD float adamParam(float p, float m, float v, const AdamStepScalars& s) {
   float decayed = p * s.decayFactor;
-  if (!(v > 0.0f)) return decayed;
+  if (adamNoGradientYet(v)) return decayed;
   return decayed - s.stepSize * (m / adamDenom(v, s));
 }
 
@@ -67,22 +73,23 @@ TERSE_HD float adamParam(float p, float m, float v, const AdamStepScalars& s) {
 // avg(m_i) / d. The codec then works in the update's own units, where every coordinate is O(1)
 // as in Adam: a coordinate with a tiny variance cannot receive a block-mate's magnitude divided
 // by its tiny denominator (onebit's per-block mean would do exactly that to raw momenta).
-// Zero-variance coordinates send 0 (see adamParam).
+// Zero-variance coordinates send 0 (see adamParam); a NaN variance sends NaN, which makes the
+// coordinate's codec block NaN on every rank (the codecs' rule for non-finite input).
 TERSE_HD float adamPreconditioned(float m, float v, const AdamStepScalars& s) {
-  if (!(v > 0.0f)) return 0.0f;
+  if (adamNoGradientYet(v)) return 0.0f;
   return m / adamDenom(v, s);
 }
 
 // After the allreduce: the averaged u gives back the momentum (m = u * denom) ...
 TERSE_HD float adamMomentumFrom(float u, float v, const AdamStepScalars& s) {
-  if (!(v > 0.0f)) return 0.0f;
+  if (adamNoGradientYet(v)) return 0.0f;
   return u * adamDenom(v, s);
 }
 
 // ... and the AdamW update p (1 - lr wd) - lr / c1 * u.
 TERSE_HD float adamParamFrom(float p, float u, float v, const AdamStepScalars& s) {
   float decayed = p * s.decayFactor;
-  if (!(v > 0.0f)) return decayed;
+  if (adamNoGradientYet(v)) return decayed;
   return decayed - s.stepSize * u;
 }
 
