@@ -327,10 +327,15 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
   // hits both alike), each after a barrier so that no call pays for the ranks' skew from the
   // one before; the best of each.
   std::vector<float> best(2, std::numeric_limits<float>::infinity());
+  // The trials' barriers are auto's, not the caller's: CollectiveStats::barriers counts the
+  // caller's (their bytes count nowhere, as every barrier's).
+  const uint64_t callersBarriers = stats_.barriers;
   for (int round = 0; round < 3; ++round)
     for (int c = 0; c < 2; ++c) {
       trial.algorithm = candidates[c];
-      TERSE_RETURN_IF_ERROR(barrier().withContext("auto algorithm choice"));
+      Status entered = barrier();
+      stats_.barriers = callersBarriers;
+      TERSE_RETURN_IF_ERROR(entered.withContext("auto algorithm choice"));
       const double t0 = now();
       TERSE_RETURN_IF_ERROR(run(trial).withContext(std::string("auto algorithm choice, trial of ") +
                                                    algorithmName(candidates[c])));

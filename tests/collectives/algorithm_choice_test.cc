@@ -152,6 +152,8 @@ TEST(AlgorithmChoice, EveryRankAdoptsAndReportsTheSameChoiceAndKeepsIt) {
     for (const auto& [algo, k] : s.algorithmCalls) calls += k;
     EXPECT_EQ(calls, 5u) << "rank " << r;
     EXPECT_EQ(s.allreduce.calls, 4u) << "rank " << r;
+    // The trials' barriers are auto's: the caller made none.
+    EXPECT_EQ(s.barriers, 0u) << "rank " << r;
     // Every rank holds bit-identical results, whichever algorithm ran.
     for (size_t c : {0u, 1u, 2u, 4u})
       EXPECT_EQ(std::memcmp(outcome[r].outputs[c].data(), outcome[0].outputs[c].data(),
