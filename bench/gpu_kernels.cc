@@ -130,6 +130,8 @@ int gpuKernelsMain(int argc, char** argv) {
   float* residual = mem.alloc<float>(n, &err);
   float* acc = mem.alloc<float>(n, &err);
   Half* half = mem.alloc<Half>(n, &err);
+  BFloat16* bf16 = mem.alloc<BFloat16>(n, &err);
+  uint8_t* codes = mem.alloc<uint8_t>(n, &err);  // low-bit codes (one byte or a nibble each)
   int8_t* q = mem.alloc<int8_t>(n, &err);
   float* scales = mem.alloc<float>(n / 32 + 1, &err);
   uint32_t* bits = mem.alloc<uint32_t>(n / 32 + 1, &err);
@@ -158,6 +160,7 @@ int gpuKernelsMain(int argc, char** argv) {
     return 1;
   }
   kc::convert(in, half, n, 1.0f, nullptr, stream);  // a valid fp16 input for the decoders
+  kc::convert(in, bf16, n, 1.0f, nullptr, stream);  // and bf16
 
   struct Case {
     const char* name;
@@ -195,6 +198,53 @@ int gpuKernelsMain(int argc, char** argv) {
        [&] { return kc::onebitDecompress(scales, bits, n, onebitBlock, out, stream); }},
       {"onebitDecompressAccumulate", 8.125,
        [&] { return kc::onebitDecompressAccumulate(scales, bits, n, onebitBlock, acc, stream); }},
+      {"convert f32->bf16", 6, [&] { return kc::convert(in, bf16, n, 1.0f, nullptr, stream); }},
+      {"convert f32->bf16 +residual", 14,
+       [&] { return kc::convert(in, bf16, n, 0.5f, residual, stream); }},
+      {"convert bf16->f32", 6, [&] { return kc::convert(bf16, out, n, 1.0f, nullptr, stream); }},
+      {"accumulate bf16", 10, [&] { return kc::accumulate(bf16, acc, n, stream); }},
+  };
+  // The low-bit formats at their codecs' default blocks (fp8 256, int4 64, mx 32): quantize with
+  // a residual (as the error-feedback codecs call it) and without, dequantize, and the
+  // accumulating decoder. Bytes: 4 in (+8 residual), the codes, one scale per block.
+  struct LowbitCase {
+    const char* name;
+    kc::LowbitFormat format;
+    size_t block;
+  };
+  const LowbitCase lowbits[] = {{"fp8", kc::LowbitFormat::kFp8E4M3, 256},
+                                {"mxfp8", kc::LowbitFormat::kMxfp8, kernels::kMxBlock},
+                                {"mxfp4", kc::LowbitFormat::kMxfp4, kernels::kMxBlock},
+                                {"int4", kc::LowbitFormat::kInt4, 64}};
+  std::vector<std::string> names;  // the cases keep pointers to these
+  names.reserve(4 * 4);
+  for (const LowbitCase& l : lowbits) {
+    const double code = kernels::lowbitIsNibbles(l.format) ? 0.5 : 1.0;
+    const double scale = static_cast<double>(kernels::lowbitScaleBytes(l.format)) / l.block;
+    const kc::LowbitFormat f = l.format;
+    const size_t block = l.block;
+    names.push_back(std::string(l.name) + "Quantize f32");
+    cases.push_back({names.back().c_str(), 4 + code + scale, [&, f, block] {
+                       return kc::lowbitQuantize(f, in, n, block, kernels::Rounding::kNearest, 0, 0,
+                                                 nullptr, scales, codes, stream);
+                     }});
+    names.push_back(std::string(l.name) + "Quantize f32 +residual");
+    cases.push_back({names.back().c_str(), 12 + code + scale, [&, f, block] {
+                       return kc::lowbitQuantize(f, in, n, block, kernels::Rounding::kNearest, 0, 0,
+                                                 residual, scales, codes, stream);
+                     }});
+    names.push_back(std::string(l.name) + "Dequantize f32");
+    cases.push_back({names.back().c_str(), 4 + code + scale, [&, f, block] {
+                       return kc::lowbitDequantize(f, scales, codes, n, block, out, stream);
+                     }});
+    names.push_back(std::string(l.name) + "DequantizeAccumulate");
+    cases.push_back({names.back().c_str(), 8 + code + scale, [&, f, block] {
+                       return kc::lowbitDequantizeAccumulate(f, scales, codes, n, block, acc,
+                                                             stream);
+                     }});
+  }
+  // Last: top-k synchronizes inside (its k is read on the host).
+  const std::vector<Case> topk = {
       {"topkCompress f32 1% +residual", 12,
        [&] {
          return kc::topkCompress(in, n, k, residual, scratch, scratchBytes, indices, values, &kOut,
@@ -205,6 +255,7 @@ int gpuKernelsMain(int argc, char** argv) {
       {"topkDecompressAccumulate 1%", 0.16,
        [&] { return kc::topkDecompressAccumulate(indices, values, kOut, n, acc, &valid, stream); }},
   };
+  cases.insert(cases.end(), topk.begin(), topk.end());
 
   cudaDeviceProp prop{};
   int device = 0;

@@ -7,7 +7,9 @@
 #include "terse/common/logging.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
+#include "terse/kernels/device.h"
 #include "terse/optim/onebit_adam.h"
+#include "terse/optim/sharded_onebit_adam.h"
 
 #include <cstring>
 #include <exception>
@@ -191,6 +193,11 @@ const char* terse_status_name(terse_status_t status) {
 }
 
 const char* terse_version(void) { return TERSE_VERSION_STRING; }
+
+void terse_cuda_info(int* built, int* usable) {
+  if (built) *built = terse::device::built() ? 1 : 0;
+  if (usable) *usable = terse::device::available() ? 1 : 0;
+}
 
 terse_status_t terse_comm_create(terse_comm_t** comm) {
   TERSE_REQUIRE(comm, "terse_comm_create: comm");
@@ -684,6 +691,109 @@ terse_status_t terse_onebit_adam_deserialize(const void* buffer, size_t size,
     auto made = terse::OneBitAdam::deserialize(buffer, size);
     if (!made.isOk()) return fail(made.status());
     *adam = new terse_onebit_adam{std::move(made).value()};
+    return done(terse::Status::ok());
+  });
+}
+
+// ---- ShardedOneBitAdam -----------------------------------------------------------------------
+
+struct terse_sharded_onebit_adam {
+  terse::ShardedOneBitAdam state;
+};
+
+void terse_sharded_onebit_adam_options_default(terse_sharded_onebit_adam_options_t* options) {
+  if (!options) return;
+  terse::ShardedOneBitAdamOptions d;
+  *options = terse_sharded_onebit_adam_options_t{};
+  options->struct_size = sizeof(terse_sharded_onebit_adam_options_t);
+  options->beta1 = d.beta1;
+  options->beta2 = d.beta2;
+  options->eps = d.eps;
+  options->weight_decay = d.weightDecay;
+  options->codec = nullptr;
+  options->warmup_steps = d.warmupSteps;
+  options->error_feedback = d.errorFeedback ? 1 : 0;
+  options->param_codec = nullptr;
+}
+
+terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, int rank,
+                                                const terse_sharded_onebit_adam_options_t* options,
+                                                terse_sharded_onebit_adam_t** adam) {
+  TERSE_REQUIRE(options, "terse_sharded_onebit_adam_create: options");
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_create: adam");
+  if (options->struct_size != sizeof(terse_sharded_onebit_adam_options_t))
+    return fail(terse::errorInvalidArgument(
+        "terse_sharded_onebit_adam_create: options.struct_size is %zu, this library's struct has "
+        "%zu bytes (fill it with terse_sharded_onebit_adam_options_default)",
+        options->struct_size, sizeof(terse_sharded_onebit_adam_options_t)));
+  return guarded([&] {
+    terse::ShardedOneBitAdamOptions o;
+    o.beta1 = options->beta1;
+    o.beta2 = options->beta2;
+    o.eps = options->eps;
+    o.weightDecay = options->weight_decay;
+    o.codec = options->codec ? options->codec : terse::ShardedOneBitAdamOptions{}.codec;
+    o.warmupSteps = options->warmup_steps;
+    o.errorFeedback = options->error_feedback != 0;
+    o.paramCodec = options->param_codec ? options->param_codec : "none";
+    auto made = terse::ShardedOneBitAdam::create(count, world_size, rank, o);
+    if (!made.isOk()) return fail(made.status());
+    *adam = new terse_sharded_onebit_adam{std::move(made).value()};
+    return done(terse::Status::ok());
+  });
+}
+
+void terse_sharded_onebit_adam_destroy(terse_sharded_onebit_adam_t* adam) { delete adam; }
+
+terse_status_t terse_sharded_onebit_adam_step(terse_sharded_onebit_adam_t* adam, terse_comm_t* comm,
+                                              float* params, const float* grads, float lr) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_step: adam");
+  TERSE_REQUIRE(comm, "terse_sharded_onebit_adam_step: comm");
+  return guarded([&] { return done(adam->state.step(*comm->comm, params, grads, lr)); });
+}
+
+int64_t terse_sharded_onebit_adam_steps(const terse_sharded_onebit_adam_t* adam) {
+  return adam ? adam->state.steps() : -1;
+}
+
+int64_t terse_sharded_onebit_adam_frozen_at(const terse_sharded_onebit_adam_t* adam) {
+  return adam ? adam->state.frozenAt() : -1;
+}
+
+terse_status_t terse_sharded_onebit_adam_shard(const terse_sharded_onebit_adam_t* adam,
+                                               size_t* offset, size_t* length) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_shard: adam");
+  if (offset) *offset = adam->state.shardOffset();
+  if (length) *length = adam->state.shardLength();
+  return done(terse::Status::ok());
+}
+
+size_t terse_sharded_onebit_adam_state_bytes(const terse_sharded_onebit_adam_t* adam) {
+  return adam ? adam->state.stateBytes() : 0;
+}
+
+terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_adam_t* adam,
+                                                   void* buffer, size_t* size) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_serialize: adam");
+  TERSE_REQUIRE(size, "terse_sharded_onebit_adam_serialize: size");
+  return guarded([&] {
+    std::vector<uint8_t> bytes = adam->state.serialize();
+    return copyOut("terse_sharded_onebit_adam_serialize", bytes.data(), bytes.size(), buffer, size);
+  });
+}
+
+terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts, const size_t* sizes,
+                                                     size_t num_parts, int world_size, int rank,
+                                                     terse_sharded_onebit_adam_t** adam) {
+  TERSE_REQUIRE(parts, "terse_sharded_onebit_adam_deserialize: parts");
+  TERSE_REQUIRE(sizes, "terse_sharded_onebit_adam_deserialize: sizes");
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_deserialize: adam");
+  return guarded([&] {
+    std::vector<std::pair<const void*, size_t>> views;
+    for (size_t i = 0; i < num_parts; ++i) views.emplace_back(parts[i], sizes[i]);
+    auto made = terse::ShardedOneBitAdam::deserialize(views, world_size, rank);
+    if (!made.isOk()) return fail(made.status());
+    *adam = new terse_sharded_onebit_adam{std::move(made).value()};
     return done(terse::Status::ok());
   });
 }

@@ -31,6 +31,12 @@ const char* terse_last_error(void);
 const char* terse_status_name(terse_status_t status);
 /* Version of the library as "major.minor.patch". */
 const char* terse_version(void);
+/* What this library does with CUDA device memory. *built: 1 when it was compiled with CUDA, so
+ * the collectives and terse_onebit_adam_step take device pointers (docs/cuda.md); 0 otherwise, and
+ * then a device pointer passed to them would be read as host memory. *usable: 1 when it was built
+ * with CUDA and a CUDA device is usable in this process. Either may be NULL. Bindings ask this
+ * before handing terse a device pointer. */
+void terse_cuda_info(int* built, int* usable);
 
 /* Creates this process's communicator from the launcher's environment (terse-run, mpirun, srun,
  * torchrun; see docs/env.md). Blocks until every rank arrived or TERSE_TIMEOUT_MS passed. */
@@ -210,6 +216,47 @@ terse_status_t terse_onebit_adam_serialize(const terse_onebit_adam_t* adam, void
                                            size_t* size);
 terse_status_t terse_onebit_adam_deserialize(const void* buffer, size_t size,
                                              terse_onebit_adam_t** adam);
+
+/* ---- ShardedOneBitAdam (optim/, docs/optim.md "Sharded OneBitAdam") ---------------------------
+ * OneBitAdam with ZeRO-1/2 sharded state: each rank keeps the full parameters but the moments
+ * only for its shard (the reduce-scatter's part). Warm-up: reduce-scatter of the gradients, AdamW
+ * on the shard, all-gather of the parameters; after it the gradients (scaled by the frozen
+ * denominator's power of two) go through a compressed reduce-scatter with `codec`. Host memory
+ * only for now. Every rank makes the same calls with the same options. */
+typedef struct terse_sharded_onebit_adam terse_sharded_onebit_adam_t;
+
+typedef struct terse_sharded_onebit_adam_options {
+  size_t struct_size; /* sizeof(terse_sharded_onebit_adam_options_t); set by ..._default */
+  float beta1, beta2, eps, weight_decay;
+  const char* codec;       /* the reduce-scatter's codec after warm-up (NULL: "int8") */
+  int64_t warmup_steps;    /* >= 1 */
+  int error_feedback;      /* nonzero: keep the worker residual (onebit/topk); default 0 */
+  const char* param_codec; /* the parameter all-gather's codec after warm-up (NULL: "none") */
+} terse_sharded_onebit_adam_options_t;
+
+void terse_sharded_onebit_adam_options_default(terse_sharded_onebit_adam_options_t* options);
+terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, int rank,
+                                                const terse_sharded_onebit_adam_options_t* options,
+                                                terse_sharded_onebit_adam_t** adam);
+void terse_sharded_onebit_adam_destroy(terse_sharded_onebit_adam_t* adam);
+/* params: the full replica (count floats, updated on every rank); grads: this rank's gradient. */
+terse_status_t terse_sharded_onebit_adam_step(terse_sharded_onebit_adam_t* adam, terse_comm_t* comm,
+                                              float* params, const float* grads, float lr);
+int64_t terse_sharded_onebit_adam_steps(const terse_sharded_onebit_adam_t* adam);
+int64_t terse_sharded_onebit_adam_frozen_at(const terse_sharded_onebit_adam_t* adam);
+/* This rank's shard [offset, offset + length) of the parameters. */
+terse_status_t terse_sharded_onebit_adam_shard(const terse_sharded_onebit_adam_t* adam,
+                                               size_t* offset, size_t* length);
+/* Bytes of optimizer state this rank keeps (moments, scales, residuals). 0 for NULL. */
+size_t terse_sharded_onebit_adam_state_bytes(const terse_sharded_onebit_adam_t* adam);
+/* This rank's checkpoint part, sized like terse_feedback_serialize. */
+terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_adam_t* adam,
+                                                   void* buffer, size_t* size);
+/* Builds rank `rank` of a world of `world_size` from the parts of every rank that saved (any
+ * world size, any order): the state re-shards. */
+terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts, const size_t* sizes,
+                                                     size_t num_parts, int world_size, int rank,
+                                                     terse_sharded_onebit_adam_t** adam);
 
 #ifdef __cplusplus
 } /* extern "C" */

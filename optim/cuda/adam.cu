@@ -55,7 +55,39 @@ __global__ void updateKernel(float* p, float* m, const float* u, const float* v,
   }
 }
 
+__global__ void scaleKernel(float* x, const float* g, const int8_t* e, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x)
+    x[i] = adamScaleDown(g[i], e[i]);
+}
+
+__global__ void shardUpdateKernel(float* pNew, float* m, const float* xAvg, const float* p,
+                                  const float* v, const int8_t* e, size_t n, AdamStepScalars s) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const float vi = v[i];
+    const float mi =
+        adamNoGradientYet(vi) ? 0.0f : adamMomentum(m[i], adamScaleUp(xAvg[i], e[i]), s.beta1);
+    m[i] = mi;
+    pNew[i] = adamParam(p[i], mi, vi, s);
+  }
+}
+
 }  // namespace
+
+Status scaleGradient(float* x, const float* g, const int8_t* e, size_t n, void* stream) {
+  if (n == 0) return Status::ok();
+  scaleKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, g, e, n);
+  return launched("gradient scale");
+}
+
+Status shardUpdate(float* pNew, float* m, const float* xAvg, const float* p, const float* v,
+                   const int8_t* e, size_t n, const AdamStepScalars& s, void* stream) {
+  if (n == 0) return Status::ok();
+  shardUpdateKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(pNew, m, xAvg,
+                                                                                    p, v, e, n, s);
+  return launched("shard update");
+}
 
 Status adamWarmup(float* p, const float* g, float* m, float* v, size_t n, const AdamStepScalars& s,
                   void* stream) {

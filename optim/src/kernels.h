@@ -7,6 +7,7 @@
 #include "terse/optim/adam_math.h"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace terse::optim::cuda {
 
@@ -19,5 +20,12 @@ Status preconditioned(float* u, const float* m, const float* g, const float* v, 
 // Compressed phase, after the allreduce: m from the averaged u, and the AdamW update of p.
 Status update(float* p, float* m, const float* u, const float* v, size_t n,
               const AdamStepScalars& s, void* stream);
+
+// ShardedOneBitAdam, compressed phase: x = adamScaleDown(g, e) over the whole tensor ...
+Status scaleGradient(float* x, const float* g, const int8_t* e, size_t n, void* stream);
+// ... and the owner's step on its shard: the averaged x unscaled, m updated in place (0 where
+// v == 0), the new parameters written to pNew (p is read only).
+Status shardUpdate(float* pNew, float* m, const float* xAvg, const float* p, const float* v,
+                   const int8_t* e, size_t n, const AdamStepScalars& s, void* stream);
 
 }  // namespace terse::optim::cuda

@@ -22,4 +22,10 @@ Status update(float*, float*, const float*, const float*, size_t, const AdamStep
   return notBuilt();
 }
 
+Status scaleGradient(float*, const float*, const int8_t*, size_t, void*) { return notBuilt(); }
+Status shardUpdate(float*, float*, const float*, const float*, const float*, const int8_t*, size_t,
+                   const AdamStepScalars&, void*) {
+  return notBuilt();
+}
+
 }  // namespace terse::optim::cuda

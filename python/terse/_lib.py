@@ -113,6 +113,11 @@ def _declare(lib):
         if fn is not None:
             fn.restype = restype
             fn.argtypes = argtypes
+    # CUDA device pointers (terse.ddp and terse.optim's device path): optional like the above.
+    cuda_info = getattr(lib, "terse_cuda_info", None)
+    if cuda_info is not None:
+        cuda_info.restype = None
+        cuda_info.argtypes = [c.POINTER(i32), c.POINTER(i32)]
 
 
 def lib():
@@ -161,6 +166,17 @@ def library_path():
     return l._name
 
 
+def cuda_info():
+    """(built, usable) of the loaded library's CUDA path (terse_cuda_info): built with CUDA, and a
+    device usable in this process. None for a library older than terse_cuda_info."""
+    fn = getattr(lib(), "terse_cuda_info", None)
+    if fn is None:
+        return None
+    built, usable = ctypes.c_int(0), ctypes.c_int(0)
+    fn(ctypes.byref(built), ctypes.byref(usable))
+    return bool(built.value), bool(usable.value)
+
+
 def check(status):
     """Raises TerseError for a failed status, with the calling thread's message."""
     if status == OK:
@@ -173,3 +189,35 @@ def check(status):
 
 def version():
     return lib().terse_version().decode()
+
+
+# ---- ShardedOneBitAdam (terse.sharded_optim): declared where the library has them ------------
+def _declare_sharded_onebit_adam(lib):
+    c = ctypes
+    vp, sz, i32, i64 = c.c_void_p, c.c_size_t, c.c_int, c.c_int64
+    sigs = {
+        "terse_sharded_onebit_adam_options_default": (None, [vp]),
+        "terse_sharded_onebit_adam_create": (i32, [sz, i32, i32, vp, c.POINTER(vp)]),
+        "terse_sharded_onebit_adam_destroy": (None, [vp]),
+        "terse_sharded_onebit_adam_step": (i32, [vp, vp, vp, vp, c.c_float]),
+        "terse_sharded_onebit_adam_steps": (i64, [vp]),
+        "terse_sharded_onebit_adam_frozen_at": (i64, [vp]),
+        "terse_sharded_onebit_adam_shard": (i32, [vp, c.POINTER(sz), c.POINTER(sz)]),
+        "terse_sharded_onebit_adam_state_bytes": (sz, [vp]),
+        "terse_sharded_onebit_adam_serialize": (i32, [vp, vp, c.POINTER(sz)]),
+        "terse_sharded_onebit_adam_deserialize":
+            (i32, [c.POINTER(vp), c.POINTER(sz), sz, i32, i32, c.POINTER(vp)]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
+
+
+_declare_plain = _declare
+
+
+def _declare(lib):  # noqa: F811 -- extends the declarations above with this block's functions
+    _declare_plain(lib)
+    _declare_sharded_onebit_adam(lib)

@@ -9,14 +9,17 @@
 
 See docs/pytorch.md for what the hook does, its costs and the measurements.
 """
+import ctypes
 import threading
 import warnings
 
 import torch
 
-from .comm import Communicator, Feedback, canonical_spec, codec_info
+from . import _lib
+from .comm import _DTYPES, Communicator, Feedback, canonical_spec, codec_info
 
-__all__ = ["TerseState", "terse_hook", "register", "default_communicator", "shutdown"]
+__all__ = ["TerseState", "terse_hook", "register", "default_communicator", "shutdown",
+           "cuda_path"]
 
 _FORMAT = "terse.ddp/1"
 _default = None
@@ -44,6 +47,85 @@ def shutdown():
         if _default is not None:
             _default.close()
             _default = None
+
+
+# ---- CUDA tensors ------------------------------------------------------------------------------
+# terse's C API takes CUDA device pointers in CUDA builds (docs/cuda.md): the codecs then run on
+# the GPU on the legacy default stream and only compressed bytes cross PCIe. Two limits decide
+# whether a CUDA tensor can take that path: the loaded libterse.so must have been built with CUDA
+# (terse_cuda_info; a CPU build would read a device pointer as host memory), and the tensor must
+# be on the process's first visible device, because terse's collective thread launches its
+# kernels on that thread's current device, which is device 0 (docs/cuda.md, "From Python").
+
+
+def _device_index(device):
+    index = getattr(device, "index", None)
+    if index is None:
+        # torch.device("cuda") means the current device.
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return index
+
+
+def cuda_path(device, info="library"):
+    """How terse reduces a tensor on `device`: (path, why). path is "host" for CPU tensors,
+    "device" when terse's CUDA path takes it, "staged" when a CUDA tensor must go through a host
+    copy instead (why says the reason), "unsupported" for other devices. `info` is the library's
+    (built, usable) (terse_cuda_info; None for a library that predates it); by default the loaded
+    library's."""
+    kind = getattr(device, "type", "cpu")
+    if kind == "cpu":
+        return "host", ""
+    if kind != "cuda":
+        return "unsupported", (f"terse takes CPU and CUDA tensors, and this one is on {device}")
+    if info == "library":
+        info = _lib.cuda_info()
+    if info is None:
+        return "staged", (f"{_lib.library_path()} predates terse_cuda_info (an older build): "
+                          f"rebuild it to reduce CUDA tensors on the GPU")
+    built, usable = info
+    if not built:
+        return "staged", (f"{_lib.library_path()} was built without CUDA (configure terse with "
+                          f"nvcc on PATH, docs/cuda.md, to reduce CUDA tensors on the GPU)")
+    if not usable:
+        return "staged", ("libterse.so was built with CUDA but finds no usable CUDA device in "
+                          "this process (driver older than its CUDA runtime?)")
+    index = _device_index(device)
+    if index != 0:
+        return "staged", (f"the tensor is on cuda:{index}, and terse's collective thread runs "
+                          f"its kernels on cuda:0; start each rank with CUDA_VISIBLE_DEVICES set "
+                          f"to its GPU, so that its GPU is cuda:0")
+    return "device", ""
+
+
+def _handoff_to_terse(device):
+    """terse works on the legacy default stream; make it wait for the work torch queued on the
+    current stream (which may be another, non-blocking one), so terse reads finished values. terse
+    returns only after its own work on that stream finished, so nothing is needed afterwards."""
+    current = torch.cuda.current_stream(device)
+    legacy = torch.cuda.default_stream(device)
+    if current != legacy:
+        legacy.wait_stream(current)
+
+
+def _device_allreduce(comm, tensor, spec, feedback):
+    """Averages a CUDA tensor in place through terse's device path (codecs on the GPU)."""
+    name = str(tensor.dtype)
+    if name not in _DTYPES:
+        raise TypeError(f"terse: the bucket has dtype {name}; terse reduces float32, float16 and "
+                        f"bfloat16 tensors")
+    if not tensor.is_contiguous():
+        raise ValueError("terse: the bucket is not contiguous")
+    _handoff_to_terse(tensor.device)
+    ptr = ctypes.c_void_p(tensor.data_ptr())
+    codec = spec.encode()
+
+    def call():
+        fb = feedback._h() if feedback is not None else None
+        with comm._lock:
+            _lib.check(_lib.lib().terse_allreduce(comm._h(), ptr, ptr, tensor.numel(),
+                                                  _DTYPES[name], _lib.AVG, codec, fb))
+    comm._in_order(call)
+    return tensor
 
 
 def _wants_feedback(spec):
@@ -128,6 +210,7 @@ class TerseState:
         self.calls = 0       # hook invocations (buckets reduced)
         self.created = 0     # error-feedback objects created (new buckets or new layouts)
         self.claimed = 0     # checkpointed error-feedback objects taken into use
+        self.staged_why = ""  # why CUDA buckets went through host copies, when they did
 
     def __repr__(self):
         return (f"TerseState(codec={self.spec!r}, error_feedback={self.error_feedback}, "
@@ -293,11 +376,18 @@ class TerseState:
         with self._lock:
             self.calls += 1
             spec, fb = self._codec_now(bucket, index, tensor)
-            if tensor.device.type == "cpu":
+            path, why = cuda_path(tensor.device)
+            if path == "host":
                 self.comm.allreduce(tensor, spec, "avg", fb)
+            elif path == "device":
+                # The codecs run on the GPU; only compressed bytes cross PCIe (docs/cuda.md).
+                _device_allreduce(self.comm, tensor, spec, fb)
+            elif path == "unsupported":
+                raise ValueError(f"terse: {why}")
             else:
-                # terse's C API reads and writes host memory: stage CUDA buckets through a pinned
-                # host copy (two PCIe copies per bucket; docs/pytorch.md).
+                # This libterse.so cannot take the device pointer (why): stage the bucket through
+                # a pinned host copy (two PCIe copies per bucket; docs/pytorch.md).
+                self.staged_why = why
                 host = self._host(index, tensor)
                 host.copy_(tensor.reshape(-1))
                 self.comm.allreduce(host, spec, "avg", fb)

@@ -17,11 +17,13 @@ Without attach(), the optimizer averages the warm-up gradients itself with terse
 allreduce, so it also works with no DDP at all (each rank computing its own gradients).
 """
 import ctypes
+import hashlib
 
 import torch
 
 from . import _lib
 from ._lib import check
+from .comm import canonical_spec
 
 __all__ = ["OneBitAdam", "skip_after_warmup_hook"]
 
@@ -63,39 +65,129 @@ class OneBitAdam(torch.optim.Optimizer):
     check is compared with ``variance_tolerance``, never before ``min_warmup_steps``, always by
     ``max_warmup_steps`` (docs/optim.md).
 
-    One parameter group of float32 CPU parameters (the state is one flat buffer); every rank
-    must build it with the same parameters in the same order and the same options.
+    One parameter group of float32 parameters, all on the CPU or all on one CUDA device (the
+    state is one flat buffer there; CUDA needs a libterse.so built with CUDA, and the process's
+    first visible GPU, docs/cuda.md). Every rank must build it with the same parameters in the
+    same order and the same options: construction checks this with one small allreduce and
+    raises ValueError on every rank when a rank differs.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="onebit", warmup_steps=100, variance_check_interval=20,
                  variance_tolerance=0.1, min_warmup_steps=40, max_warmup_steps=2000,
                  communicator=None):
-        if not isinstance(lr, (int, float)) or lr < 0:
-            raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-        super().__init__(params, defaults)
-        if len(self.param_groups) != 1:
-            raise ValueError("terse: OneBitAdam takes one parameter group (its state is one flat "
-                             "buffer); give every parameter the same options")
-        self._params = list(self.param_groups[0]["params"])
-        for i, p in enumerate(self._params):
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(f"terse: parameter {i} is {p.dtype} on {p.device}; OneBitAdam "
-                                 f"takes float32 CPU parameters")
-        self.count = sum(p.numel() for p in self._params)
+        self._comm = communicator
+        self._handle = None
         self.codec = codec
         self._config = dict(warmup_steps=warmup_steps,
                             variance_check_interval=variance_check_interval,
                             variance_tolerance=variance_tolerance,
                             min_warmup_steps=min_warmup_steps, max_warmup_steps=max_warmup_steps)
         self._average = True   # attach() hands the warm-up averaging to DDP
-        self._comm = communicator
-        self._handle = None
-        self._flat_p = torch.empty(self.count, dtype=torch.float32)
-        self._flat_g = torch.empty(self.count, dtype=torch.float32)
+        # Every rank checks its own arguments, then all ranks agree on what they passed: a rank
+        # whose arguments are refused, or differ from rank 0's, fails construction everywhere.
+        try:
+            if not isinstance(lr, (int, float)) or lr < 0:
+                raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
+            defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+            super().__init__(params, defaults)
+            if len(self.param_groups) != 1:
+                raise ValueError("terse: OneBitAdam takes one parameter group (its state is one "
+                                 "flat buffer); give every parameter the same options")
+            self._params = list(self.param_groups[0]["params"])
+            self.count = sum(p.numel() for p in self._params)
+            self.device = self._check_params()
+        except (TypeError, ValueError) as error:
+            self._refuse(error)
+            raise
+        self._agree()
+        self._flat_p = torch.empty(self.count, dtype=torch.float32, device=self.device)
+        self._flat_g = torch.empty(self.count, dtype=torch.float32, device=self.device)
         self._alias_params()
         self._handle = self._create()
+
+    # -- what every rank must pass alike ---------------------------------------------------------
+
+    def _check_params(self):
+        """The one device all parameters are on (CPU, or a CUDA device terse's device path
+        takes), or ValueError saying what is wrong."""
+        from .ddp import cuda_path
+        devices = []
+        for i, p in enumerate(self._params):
+            if p.dtype != torch.float32:
+                raise ValueError(f"terse: parameter {i} is {p.dtype} on {p.device}; OneBitAdam "
+                                 f"takes float32 CPU parameters, or float32 parameters on one "
+                                 f"CUDA device")
+            if p.device not in devices:
+                devices.append(p.device)
+        if len(devices) > 1:
+            raise ValueError(f"terse: the parameters are on {', '.join(map(str, devices))}; "
+                             f"OneBitAdam keeps them in one flat buffer on one device")
+        device = devices[0] if devices else torch.device("cpu")
+        path, why = cuda_path(device)
+        if path not in ("host", "device"):
+            raise ValueError(f"terse: OneBitAdam cannot take parameters on {device}: {why}")
+        return device
+
+    def _layout_words(self):
+        """This rank's construction as 8 small integers: a hash of the parameters' shapes in
+        order (4 x 16 bits) and one of the options (4 x 16 bits). Small integers are exact in
+        float32, and a sum with zeros leaves them exact."""
+        shapes = repr([tuple(p.shape) for p in self._params]).encode()
+        group = self.param_groups[0]
+        codec = self.codec
+        try:   # "onebit" and "onebit:block=2048" are the same codec
+            codec = canonical_spec(codec)
+        except Exception:  # noqa: BLE001 -- an invalid spec fails in _create, with its message
+            pass
+        options = repr((codec, tuple(float(b) for b in group["betas"]), float(group["eps"]),
+                        float(group["weight_decay"]), sorted(self._config.items()))).encode()
+        words = []
+        for text in (shapes, options):
+            digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+            words += [(digest >> (16 * k)) & 0xFFFF for k in range(4)]
+        return words
+
+    def _agree(self):
+        """One small allreduce at construction: every rank contributes its _layout_words in its
+        own slot, so each rank sees every rank's, and all reach the same verdict. Parameters in
+        another order on one rank would otherwise be averaged position by position with other
+        ranks' parameters, silently (issue #35)."""
+        comm = self.communicator
+        if comm.size == 1:
+            return
+        words = self._layout_words()
+        k = len(words)
+        table = torch.zeros(comm.size * k, dtype=torch.float32)
+        table[comm.rank * k:(comm.rank + 1) * k] = torch.tensor(words, dtype=torch.float32)
+        comm.allreduce(table, "none", "sum")
+        rows = [table[r * k:(r + 1) * k].tolist() for r in range(comm.size)]
+        shapes = [r for r in range(1, comm.size) if rows[r][:4] != rows[0][:4]]
+        options = [r for r in range(1, comm.size) if rows[r][4:] != rows[0][4:]]
+        if shapes:
+            mine = ", ".join(str(tuple(p.shape)) for p in self._params[:8])
+            more = ", ..." if len(self._params) > 8 else ""
+            raise ValueError(
+                f"terse: OneBitAdam's parameters differ between ranks: rank(s) "
+                f"{', '.join(map(str, shapes))} passed other shapes, or the same in another "
+                f"order, than rank 0; every rank must pass the same parameters in the same order "
+                f"(its momentum is averaged position by position). Rank {comm.rank} passed "
+                f"{len(self._params)} tensors: {mine}{more}")
+        if options:
+            raise ValueError(
+                f"terse: OneBitAdam's options differ between ranks: rank(s) "
+                f"{', '.join(map(str, options))} passed other codec, betas, eps, weight_decay "
+                f"or warm-up settings than rank 0; every rank must pass the same")
+
+    def _refuse(self, error):
+        """This rank refused its own parameters: the other ranks are in _agree's allreduce, and
+        fail it at once naming this rank instead of waiting for TERSE_TIMEOUT_MS."""
+        try:
+            comm = self.communicator
+            if comm.size > 1:
+                comm._in_order(comm._refused(error))
+        except Exception:
+            pass   # the refusal itself, raised back by _refused (or no communicator at all)
 
     # -- the C object ---------------------------------------------------------------------------
 
@@ -206,6 +298,11 @@ class OneBitAdam(torch.optim.Optimizer):
             at += n
         lr = float(self.param_groups[0]["lr"])
         comm = self.communicator
+        if self.device.type == "cuda":
+            # The gradients were copied on torch's current stream; terse's kernels run on the
+            # legacy default stream and return when they are done (docs/cuda.md).
+            from .ddp import _handoff_to_terse
+            _handoff_to_terse(self.device)
         pp = ctypes.c_void_p(self._flat_p.data_ptr())
         gp = ctypes.c_void_p(self._flat_g.data_ptr())
 

@@ -93,4 +93,46 @@ TERSE_HD float adamParamFrom(float p, float u, float v, const AdamStepScalars& s
   return decayed - s.stepSize * u;
 }
 
+// Sharded OneBitAdam (sharded_onebit_adam.h). After the freeze every rank scales its gradient by
+// 2^-e per element, e the exponent of the frozen denominator d (2^e <= d < 2^(e+1)), so the
+// codec works in Adam's units without every rank holding d: one int8 per parameter. Powers of
+// two make the scaling and the owner's unscaling exact. Clamped to +-kAdamMaxScaleExp so that
+// neither direction overflows a normal gradient (outside, the scale is only approximate, which
+// costs nothing: the owner unscales by the same power). kAdamNoGradientExp marks coordinates
+// that never had a gradient: they send 0 (their owner takes no momentum step, see adamParam).
+constexpr int kAdamMaxScaleExp = 60;
+constexpr int kAdamNoGradientExp = -128;
+
+TERSE_HD int adamScaleExponent(float v, const AdamStepScalars& s) {
+  if (adamNoGradientYet(v)) return kAdamNoGradientExp;
+  float d = adamDenom(v, s);
+  if (!(d >= 0.0f && d < 3.0e38f)) return 0;  // NaN: the owner's NaN variance makes p NaN anyway
+  int e = 0;
+#if defined(__CUDA_ARCH__)
+  (void)frexpf(d, &e);
+#else
+  (void)std::frexp(d, &e);
+#endif
+  e -= 1;  // frexp: d = f 2^e with f in [0.5, 1)
+  return e < -kAdamMaxScaleExp ? -kAdamMaxScaleExp : (e > kAdamMaxScaleExp ? kAdamMaxScaleExp : e);
+}
+
+// 2^e as a float (|e| <= kAdamMaxScaleExp, so always a normal number).
+TERSE_HD float adamPow2(int e) {
+#if defined(__CUDA_ARCH__)
+  return ldexpf(1.0f, e);
+#else
+  return std::ldexp(1.0f, e);
+#endif
+}
+
+// The sender's scaled gradient g * 2^-e (0 for the no-gradient sentinel), and the owner's
+// unscaling of the averaged value.
+TERSE_HD float adamScaleDown(float g, int e) {
+  return g * (e == kAdamNoGradientExp ? 0.0f : adamPow2(-e));
+}
+TERSE_HD float adamScaleUp(float x, int e) {
+  return x * (e == kAdamNoGradientExp ? 0.0f : adamPow2(e));
+}
+
 }  // namespace terse::optim

@@ -1,0 +1,150 @@
+// ShardedOneBitAdam: OneBitAdam with ZeRO stage 1/2 sharded optimizer state. Every rank keeps a
+// full replica of the (flat float32) parameters, but the moments, the frozen variance and the
+// update exist only for this rank's shard, chunkRange(count, world, rank), the part terse's
+// reduce-scatter hands it. docs/optim.md ("Sharded OneBitAdam") has the design and measurements.
+//
+// Why not plain 1-bit Adam on a shard: it compresses the preconditioned momentum
+// u_i = (b1 m + (1 - b1) g_i) / d of the whole tensor on every rank, which needs m and the
+// frozen denominator d for every element on every rank. Here the shard owner keeps m exactly
+// and only the gradient-side term is compressed:
+//  - warm-up (steps 1..W): reduce-scatter (avg) of the gradients, uncompressed; AdamW on the
+//    shard; all-gather of the updated parameters. Exactly AdamW on the averaged gradient.
+//  - at the end of step W the variance freezes; each owner computes, per element of its shard,
+//    the power-of-two scale 2^e nearest below d = sqrt(v / c2) + eps (an int8 exponent, with a
+//    sentinel for coordinates that never had a gradient), and the exponents are all-gathered
+//    once: every rank then holds 1 byte per parameter instead of d's 4.
+//  - compressed (steps > W): each rank sends x_i = g_i / 2^e (exact: a power of two) through a
+//    compressed reduce-scatter (avg; int8 by default, error feedback optional); the owner gets
+//    avg(x), multiplies by 2^e (exact again), updates m = b1 m + (1 - b1) avg(g) and takes the
+//    AdamW step with the frozen v, and the parameters are all-gathered, exactly or with
+//    `paramCodec` (the owner then steps on an fp32 master shard and every rank keeps the decoded
+//    values). The codec so works in units within a factor 2 of Adam's own (every coordinate O(1)),
+//    the property OneBitAdam's `u` gives it, while m and d never leave their owner.
+// Every rank's parameters come from the same all-gather, so the replicas stay bit-identical.
+//
+// Memory per rank: m and v for the shard (2 x 4 bytes x count / world), the exponents (count
+// bytes), the codec's worker residual when error feedback is on (4 bytes x count: the error of
+// what this rank sent, which only the sender can know), the master shard with a lossy
+// parameter all-gather (4 bytes x count / world), and a 4-byte x count scratch buffer.
+//
+// Not thread-safe; every rank steps with the same options and learning rate.
+#pragma once
+
+#include "terse/common/status.h"
+#include "terse/compressors/error_feedback.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace terse {
+
+class Communicator;
+
+struct ShardedOneBitAdamOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weightDecay = 0.01f;  // decoupled (AdamW)
+  // The codec of the reduce-scatter after warm-up (any terse spec). int8 by default: without
+  // error feedback it trains as well as AdamW on the tests' tasks and keeps the state at about
+  // 1/world of OneBitAdam's; onebit needs error feedback and diverged on the PyTorch MLP task
+  // (docs/optim.md, "Sharded OneBitAdam").
+  std::string codec = "int8";
+  // Steps of uncompressed AdamW before the variance freezes (>= 1).
+  int64_t warmupSteps = 100;
+  // Keep a worker residual for the compressed reduce-scatter. Needed for biased codecs (onebit,
+  // topk); without it the state is only the shard's (about 1/world of OneBitAdam's).
+  bool errorFeedback = false;
+  // The codec of the parameter all-gather after warm-up (qwZ-style): "none" (exact, default) or
+  // any terse spec, e.g. "int8" or "bf16". Not "none": the owner keeps an fp32 master copy of
+  // its shard (4 bytes x count / world more state), steps on it, and every rank (the owner
+  // included) takes the all-gather's decoded values as its replica, so the replicas stay
+  // bit-identical and the compression error never accumulates in the master.
+  std::string paramCodec = "none";
+};
+
+Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& options);
+
+class ShardedOneBitAdam {
+ public:
+  // State for this rank's shard of a `count`-element parameter buffer at `worldSize` ranks.
+  static Result<ShardedOneBitAdam> create(size_t count, int worldSize, int rank,
+                                          const ShardedOneBitAdamOptions& options);
+
+  ShardedOneBitAdam(ShardedOneBitAdam&&) noexcept;
+  ShardedOneBitAdam& operator=(ShardedOneBitAdam&&) noexcept;
+  ~ShardedOneBitAdam();
+
+  // One step at learning rate lr. params: the full replica (count floats), updated on every
+  // rank; grads: this rank's own gradient (count floats, left unchanged). comm must have the
+  // world size and rank the state was made for. A failed gradient reduce-scatter leaves the
+  // parameters and the moments untouched; a failed parameter all-gather may leave params partly
+  // written (the moments are kept as they were on the host path). params and grads are both host
+  // memory, or (CUDA builds) both device memory: the state then moves to the device on the first
+  // step and the kernels and collectives run on `stream`.
+  Status step(Communicator& comm, float* params, const float* grads, float lr,
+              void* stream = nullptr);
+
+  size_t count() const { return count_; }
+  int worldSize() const { return world_; }
+  int rank() const { return rank_; }
+  size_t shardOffset() const { return offset_; }
+  size_t shardLength() const { return m_.size(); }
+  const ShardedOneBitAdamOptions& options() const { return options_; }
+  int64_t steps() const { return steps_; }
+  bool frozen() const { return frozenAt_ > 0; }
+  int64_t frozenAt() const { return frozenAt_; }
+  // This rank's shard of the moments (host copies, pulled from the device first if there).
+  const std::vector<float>& momentum() const;
+  const std::vector<float>& variance() const;
+  // Bytes of persistent optimizer state on this rank (moments, exponents, residuals), and of the
+  // scratch buffers the step keeps between calls.
+  size_t stateBytes() const;
+  size_t scratchBytes() const;
+
+  // This rank's part of a world-size-independent checkpoint (versioned, checksummed): options,
+  // step, its shard's offset and moments, the exponents, its residual. deserialize() takes the
+  // parts of every rank of the saving world (any order) and builds the state of `rank` in a
+  // world of `worldSize` ranks, re-partitioning the moments by offset. Residuals are folded so
+  // that what the ranks still owe the average is kept: new rank j takes
+  // (newWorld / oldWorld) * sum of old ranks i with i % newWorld == j (i.e. unchanged at the
+  // same world size).
+  std::vector<uint8_t> serialize() const;
+  static Result<ShardedOneBitAdam> deserialize(
+      const std::vector<std::pair<const void*, size_t>>& parts, int worldSize, int rank);
+
+ private:
+  struct Device;
+  ShardedOneBitAdam();
+  Status stepHost(Communicator& comm, float* params, const float* grads, float lr);
+  Status stepDevice(Communicator& comm, float* params, const float* grads, float lr, void* stream);
+  // Computes the frozen exponents of this rank's shard from `v` (host copy) and all-gathers
+  // them into scratch_ (as floats); the caller commits them once the step succeeded.
+  Status gatherExponents(Communicator& comm, const float* v, float lr, int64_t t);
+  void pullToHost() const;
+
+  size_t count_ = 0;
+  int world_ = 1;
+  int rank_ = 0;
+  size_t offset_ = 0;
+  ShardedOneBitAdamOptions options_;
+  int64_t steps_ = 0;
+  int64_t frozenAt_ = 0;
+  mutable std::vector<float> m_;       // shard
+  mutable std::vector<float> v_;       // shard (frozen after warm-up)
+  std::vector<int8_t> scaleExp_;       // whole tensor, set at the freeze (empty before)
+  mutable std::vector<float> master_;  // fp32 shard of the parameters (compressed all-gather only)
+  ErrorFeedback feedback_;             // whole tensor's worker residual (compressed phase)
+  bool hasFeedback_ = false;
+  // Scratch: the scaled gradient (count), and the shard's new m and p (until the collectives
+  // succeeded).
+  std::vector<float> scratch_;
+  std::vector<float> shardScratch_;
+  mutable std::unique_ptr<Device> device_;
+};
+
+}  // namespace terse

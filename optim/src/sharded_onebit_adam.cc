@@ -1,0 +1,581 @@
+// ShardedOneBitAdam's state, step and checkpoint (design: sharded_onebit_adam.h, docs/optim.md).
+#include "terse/optim/sharded_onebit_adam.h"
+
+#include "kernels.h"
+#include "terse/collectives/partition.h"
+#include "terse/kernels/device.h"
+#include "terse/optim/adam_math.h"
+
+#include <terse/communicator.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace terse {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x414f5354;  // "TSOA" little-endian
+constexpr uint32_t kVersion = 1;
+constexpr size_t kMaxSpecBytes = 256;
+
+uint64_t fnv1a64(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool inUnit(float b) { return std::isfinite(b) && b >= 0.0f && b < 1.0f; }
+
+optim::AdamStepScalars scalarsFor(const ShardedOneBitAdamOptions& o, float lr, int64_t t,
+                                  int64_t varianceT) {
+  optim::AdamStepScalars s;
+  s.beta1 = o.beta1;
+  s.beta2 = o.beta2;
+  s.eps = o.eps;
+  s.decayFactor = 1.0f - lr * o.weightDecay;
+  double c1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(t));
+  double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(varianceT));
+  s.stepSize = static_cast<float>(lr / c1);
+  s.sqrtC2 = static_cast<float>(std::sqrt(c2));
+  return s;
+}
+
+// 2^e and 2^-e for every exponent the state can hold (index e + 128), so the loops multiply.
+struct Pow2Table {
+  float up[256];
+  float down[256];
+  Pow2Table() {
+    for (int i = 0; i < 256; ++i) {
+      int e = i - 128;
+      bool live = e >= -optim::kAdamMaxScaleExp && e <= optim::kAdamMaxScaleExp;
+      up[i] = live ? optim::adamPow2(e) : 0.0f;  // the no-gradient sentinel sends and gets 0
+      down[i] = live ? optim::adamPow2(-e) : 0.0f;
+    }
+  }
+};
+const Pow2Table& pow2() {
+  static const Pow2Table t;
+  return t;
+}
+
+// Little-endian writer/reader of the checkpoint (as OneBitAdam's: terse runs on little-endian
+// hosts only; memcpy keeps it free of alignment assumptions).
+struct Writer {
+  template <typename T>
+  void put(T v) {
+    bytes(&v, sizeof(T));
+  }
+  void bytes(const void* p, size_t n) {
+    size_t at = out.size();
+    out.resize(at + n);
+    if (n) std::memcpy(out.data() + at, p, n);
+  }
+  std::vector<uint8_t> out;
+};
+
+struct Reader {
+  const uint8_t* p;
+  size_t n;
+  size_t at = 0;
+  template <typename T>
+  bool get(T* v) {
+    return bytes(v, sizeof(T));
+  }
+  bool bytes(void* dst, size_t k) {
+    if (n - at < k) return false;
+    if (k) std::memcpy(dst, p + at, k);
+    at += k;
+    return true;
+  }
+  size_t left() const { return n - at; }
+};
+
+// One rank's checkpoint part, parsed.
+struct Part {
+  ShardedOneBitAdamOptions o;
+  uint64_t count = 0, offset = 0, length = 0;
+  int64_t steps = 0, frozenAt = 0;
+  int32_t world = 0, rank = 0;
+  std::vector<float> m, v, master;
+  std::vector<int8_t> exps;
+  std::vector<uint8_t> feedback;
+};
+
+Result<Part> parsePart(const void* bytes, size_t size) {
+  const char* what = "ShardedOneBitAdam checkpoint";
+  if (!bytes) return errorInvalidArgument("%s: null buffer", what);
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  if (size < 16) return errorCorrupt("%s of %zu bytes is truncated", what, size);
+  uint32_t magic = 0, version = 0;
+  std::memcpy(&magic, p, 4);
+  std::memcpy(&version, p + 4, 4);
+  if (magic != kMagic) return errorCorrupt("%s: bad magic 0x%08x (expected \"TSOA\")", what, magic);
+  if (version != kVersion)
+    return errorCorrupt("%s has format version %u; this build reads version %u", what, version,
+                        kVersion);
+  uint64_t sum = 0;
+  std::memcpy(&sum, p + size - 8, 8);
+  if (sum != fnv1a64(p, size - 8))
+    return errorCorrupt("%s checksum mismatch: the data is corrupt or truncated", what);
+  Reader r{p + 8, size - 16};
+  Part a;
+  uint32_t ef = 0, specLen = 0;
+  bool ok = r.get(&a.count) && r.get(&a.steps) && r.get(&a.frozenAt) && r.get(&a.o.beta1) &&
+            r.get(&a.o.beta2) && r.get(&a.o.eps) && r.get(&a.o.weightDecay) &&
+            r.get(&a.o.warmupSteps) && r.get(&ef) && r.get(&specLen) && specLen > 0 &&
+            specLen <= kMaxSpecBytes && ef <= 1;
+  if (ok) {
+    a.o.errorFeedback = ef == 1;
+    a.o.codec.resize(specLen);
+    uint32_t paramLen = 0;
+    ok = r.bytes(a.o.codec.data(), specLen) && r.get(&paramLen) && paramLen > 0 &&
+         paramLen <= kMaxSpecBytes;
+    if (ok) {
+      a.o.paramCodec.resize(paramLen);
+      ok = r.bytes(a.o.paramCodec.data(), paramLen) && r.get(&a.world) && r.get(&a.rank) &&
+           r.get(&a.offset) && r.get(&a.length);
+    }
+  }
+  if (!ok) return errorCorrupt("%s: its header is truncated or invalid", what);
+  Status valid = validateShardedOneBitAdamOptions(a.o);
+  if (!valid.isOk()) return errorCorrupt("%s: %s", what, valid.message().c_str());
+  if (a.world < 1 || a.rank < 0 || a.rank >= a.world || a.steps < 0 || a.frozenAt < 0 ||
+      a.frozenAt > a.steps)
+    return errorCorrupt("%s: rank %d of %d, step %lld, frozen at %lld are inconsistent", what,
+                        a.rank, a.world, static_cast<long long>(a.steps),
+                        static_cast<long long>(a.frozenAt));
+  Range want = chunkRange(a.count, a.world, a.rank);
+  if (a.offset != want.begin || a.length != want.length || a.length > r.left() / 8)
+    return errorCorrupt("%s: shard [%llu, +%llu) is not rank %d's of %llu elements at %d ranks",
+                        what, static_cast<unsigned long long>(a.offset),
+                        static_cast<unsigned long long>(a.length), a.rank,
+                        static_cast<unsigned long long>(a.count), a.world);
+  a.m.resize(a.length);
+  a.v.resize(a.length);
+  uint64_t nExp = 0, nFb = 0, nMaster = 0;
+  ok = r.bytes(a.m.data(), 4 * a.length) && r.bytes(a.v.data(), 4 * a.length) && r.get(&nMaster) &&
+       (nMaster == 0 || nMaster == a.length) && nMaster <= r.left() / 4;
+  if (ok) {
+    a.master.resize(nMaster);
+    ok = r.bytes(a.master.data(), 4 * nMaster) && r.get(&nExp) && (nExp == 0 || nExp == a.count) &&
+         nExp <= r.left() && (nExp > 0) == (a.frozenAt > 0);
+  }
+  if (ok) {
+    a.exps.resize(nExp);
+    ok = r.bytes(a.exps.data(), nExp) && r.get(&nFb) && nFb == r.left();
+  }
+  if (!ok) return errorCorrupt("%s: moments, scales or residual section truncated", what);
+  for (int8_t e : a.exps)
+    if (e != optim::kAdamNoGradientExp &&
+        (e < -optim::kAdamMaxScaleExp || e > optim::kAdamMaxScaleExp))
+      return errorCorrupt("%s: scale exponent %d out of range", what, e);
+  a.feedback.resize(nFb);
+  r.bytes(a.feedback.data(), nFb);
+  return a;
+}
+
+}  // namespace
+
+Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& o) {
+  if (!inUnit(o.beta1) || !inUnit(o.beta2))
+    return errorInvalidArgument("ShardedOneBitAdam: betas (%g, %g) must lie in [0, 1)", o.beta1,
+                                o.beta2);
+  if (!(std::isfinite(o.eps) && o.eps > 0.0f))
+    return errorInvalidArgument("ShardedOneBitAdam: eps %g must be a positive number", o.eps);
+  if (!(std::isfinite(o.weightDecay) && o.weightDecay >= 0.0f))
+    return errorInvalidArgument("ShardedOneBitAdam: weight decay %g must be >= 0", o.weightDecay);
+  if (o.warmupSteps < 1)
+    return errorInvalidArgument(
+        "ShardedOneBitAdam: warmup steps %lld must be >= 1 (the automatic warm-up is "
+        "OneBitAdam's only)",
+        static_cast<long long>(o.warmupSteps));
+  if (o.codec.empty() || o.codec.size() > kMaxSpecBytes || o.paramCodec.empty() ||
+      o.paramCodec.size() > kMaxSpecBytes)
+    return errorInvalidArgument(
+        "ShardedOneBitAdam: codec and parameter codec specs must have 1..%zu characters",
+        kMaxSpecBytes);
+  return Status::ok();
+}
+
+// The state's device copy (CUDA builds, device buffers): `current` says it is the state.
+struct ShardedOneBitAdam::Device {
+  device::DeviceBuffer m, v, exps, x, shard, master;
+  bool current = false;
+  bool masterCurrent = false;  // the device master shard is the master (lossy all-gather)
+};
+
+ShardedOneBitAdam::ShardedOneBitAdam() = default;
+ShardedOneBitAdam::ShardedOneBitAdam(ShardedOneBitAdam&&) noexcept = default;
+ShardedOneBitAdam& ShardedOneBitAdam::operator=(ShardedOneBitAdam&&) noexcept = default;
+ShardedOneBitAdam::~ShardedOneBitAdam() = default;
+
+Result<ShardedOneBitAdam> ShardedOneBitAdam::create(size_t count, int worldSize, int rank,
+                                                    const ShardedOneBitAdamOptions& options) {
+  TERSE_RETURN_IF_ERROR(validateShardedOneBitAdamOptions(options));
+  if (worldSize < 1 || rank < 0 || rank >= worldSize)
+    return errorInvalidArgument("ShardedOneBitAdam: rank %d of world size %d is impossible", rank,
+                                worldSize);
+  // Made even without error feedback: it validates the spec and gives the canonical name.
+  auto fb = ErrorFeedback::create(options.codec, options.errorFeedback ? count : 0);
+  if (!fb.isOk()) return fb.status().withContext("ShardedOneBitAdam: codec");
+  auto pc = ErrorFeedback::create(options.paramCodec, 0);
+  if (!pc.isOk()) return pc.status().withContext("ShardedOneBitAdam: parameter codec");
+  ShardedOneBitAdam a;
+  a.count_ = count;
+  a.world_ = worldSize;
+  a.rank_ = rank;
+  a.options_ = options;
+  a.options_.codec = fb->codecSpec();
+  a.options_.paramCodec = pc->codecSpec();
+  Range r = chunkRange(count, worldSize, rank);
+  a.offset_ = r.begin;
+  a.m_.assign(r.length, 0.0f);
+  a.v_.assign(r.length, 0.0f);
+  a.hasFeedback_ = options.errorFeedback;
+  a.feedback_ = std::move(fb).value();
+  return a;
+}
+
+void ShardedOneBitAdam::pullToHost() const {
+  if (!device_ || !device_->current) return;
+  // Current only after a device step, which synchronized its stream before returning.
+  (void)device::copyAsync(m_.data(), device_->m.data(), 4 * m_.size(), nullptr);
+  (void)device::copyAsync(v_.data(), device_->v.data(), 4 * v_.size(), nullptr);
+  if (device_->masterCurrent)
+    (void)device::copyAsync(master_.data(), device_->master.data(), 4 * master_.size(), nullptr);
+  (void)device::synchronize(nullptr);
+  device_->current = false;
+  device_->masterCurrent = false;
+}
+
+const std::vector<float>& ShardedOneBitAdam::momentum() const {
+  pullToHost();
+  return m_;
+}
+const std::vector<float>& ShardedOneBitAdam::variance() const {
+  pullToHost();
+  return v_;
+}
+
+Status ShardedOneBitAdam::gatherExponents(Communicator& comm, const float* v, float lr, int64_t t) {
+  const size_t len = m_.size();
+  const optim::AdamStepScalars sc = scalarsFor(options_, lr, t, t);
+  std::vector<float> mine(len);
+  for (size_t i = 0; i < len; ++i) mine[i] = static_cast<float>(optim::adamScaleExponent(v[i], sc));
+  scratch_.resize(count_);
+  Status g = comm.allgather(mine.data(), scratch_.data(), count_, DataType::kFloat32);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the frozen scales");
+  return Status::ok();
+}
+
+size_t ShardedOneBitAdam::stateBytes() const {
+  return 4 * (m_.size() + v_.size() + master_.size()) + scaleExp_.size() +
+         (hasFeedback_ ? 4 * (feedback_.count() + feedback_.serverLength()) : 0);
+}
+
+size_t ShardedOneBitAdam::scratchBytes() const {
+  return 4 * (scratch_.capacity() + shardScratch_.capacity());
+}
+
+Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* grads, float lr,
+                               void* stream) {
+  Status bad;
+  const bool devP = device::isDeviceMemory(params), devG = device::isDeviceMemory(grads);
+  if (count_ > 0 && (!params || !grads))
+    bad = errorInvalidArgument("ShardedOneBitAdam::step: params or grads is null for %zu elements",
+                               count_);
+  else if (!std::isfinite(lr) || lr < 0.0f)
+    bad = errorInvalidArgument(
+        "ShardedOneBitAdam::step: learning rate %g must be a finite number >= 0", lr);
+  else if (comm.size() != world_ || comm.rank() != rank_)
+    bad = errorInvalidArgument(
+        "ShardedOneBitAdam::step: state is for rank %d of %d, the communicator is rank %d of %d "
+        "(load the checkpoint at the new world size)",
+        rank_, world_, comm.rank(), comm.size());
+  else if (devP != devG)
+    bad = errorInvalidArgument(
+        "ShardedOneBitAdam::step: params and grads must both be device memory or both host "
+        "memory");
+  if (!bad.isOk()) {
+    // Every step talks: the refusal stands in for this rank's reduce-scatter on the others.
+    (void)comm.reject(bad).wait();
+    return bad;
+  }
+  return devP ? stepDevice(comm, params, grads, lr, stream) : stepHost(comm, params, grads, lr);
+}
+
+Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const float* grads,
+                                   float lr) {
+  pullToHost();
+  const ShardedOneBitAdamOptions& o = options_;
+  const int64_t t = steps_ + 1;
+  const size_t n = count_, len = m_.size(), off = offset_;
+  // shardScratch_: [0, len) the averaged gradient / new m, [len, 2 len) the new shard of p,
+  // [2 len, 3 len) the new v (warm-up).
+  shardScratch_.resize(3 * len);
+  float* gAvg = shardScratch_.data();
+  float* pNew = gAvg + len;
+  float* vNew = pNew + len;
+  if (!frozen()) {
+    Status s = comm.reduceScatter(grads, gAvg, n, DataType::kFloat32, ReduceOp::kAvg);
+    if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
+    const optim::AdamStepScalars sc = scalarsFor(o, lr, t, t);
+    for (size_t i = 0; i < len; ++i) {
+      float m = optim::adamMomentum(m_[i], gAvg[i], sc.beta1);
+      vNew[i] = optim::adamVariance(v_[i], gAvg[i], sc.beta2);
+      pNew[i] = optim::adamParam(params[off + i], m, vNew[i], sc);
+      gAvg[i] = m;
+    }
+    const bool freeze = t >= o.warmupSteps;
+    // The exponents of the denominator the compressed phase uses (v frozen at step t), as
+    // floats through the exact all-gather: once per training run.
+    if (freeze) TERSE_RETURN_IF_ERROR(gatherExponents(comm, vNew, lr, t));
+    // The parameters: the shard goes to everyone, including this rank's own copy.
+    Status g = comm.allgather(pNew, params, n, DataType::kFloat32);
+    if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
+    std::copy(gAvg, gAvg + len, m_.begin());
+    std::copy(vNew, vNew + len, v_.begin());
+    if (freeze) {
+      scaleExp_.resize(n);
+      for (size_t i = 0; i < n; ++i) scaleExp_[i] = static_cast<int8_t>(scratch_[i]);
+      frozenAt_ = t;
+    }
+    steps_ = t;
+    return Status::ok();
+  }
+  // Compressed phase: x = g / 2^e through the compressed reduce-scatter, the owner's update,
+  // the parameters' all-gather. m and the master change only after both collectives
+  // succeeded (the codec's residual does advance with a successful reduce-scatter).
+  const Pow2Table& tab = pow2();
+  scratch_.resize(n);
+  float* x = scratch_.data();
+  const int8_t* e = scaleExp_.data();
+  for (size_t i = 0; i < n; ++i) x[i] = grads[i] * tab.down[e[i] + 128];  // adamScaleDown
+  CollectiveOptions co;
+  co.codec = o.codec;
+  co.feedback = hasFeedback_ ? &feedback_ : nullptr;
+  Status s = comm.reduceScatter(x, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
+  if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
+  const optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  // The exact shard the step starts from: the master copy when the all-gather is lossy (the
+  // replica in params holds decoded values), else params itself.
+  const bool lossyGather = o.paramCodec != "none";
+  if (lossyGather && master_.empty()) master_.assign(params + off, params + off + len);
+  const float* pOld = lossyGather ? master_.data() : params + off;
+  for (size_t i = 0; i < len; ++i) {
+    const float v = v_[i];
+    const float g = gAvg[i] * tab.up[e[off + i] + 128];  // adamScaleUp
+    const float m = optim::adamNoGradientYet(v) ? 0.0f : optim::adamMomentum(m_[i], g, sc.beta1);
+    pNew[i] = optim::adamParam(pOld[i], m, v, sc);
+    gAvg[i] = m;
+  }
+  CollectiveOptions ag;
+  ag.codec = o.paramCodec;
+  Status g = comm.allgather(pNew, params, n, DataType::kFloat32, ag);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
+  std::copy(gAvg, gAvg + len, m_.begin());
+  if (lossyGather) std::copy(pNew, pNew + len, master_.begin());
+  steps_ = t;
+  return Status::ok();
+}
+
+// The device path: the same steps with the state in device memory. The moments change in place
+// on the device before the parameter all-gather (a failed all-gather leaves them advanced).
+Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const float* grads,
+                                     float lr, void* stream) {
+  const ShardedOneBitAdamOptions& o = options_;
+  const int64_t t = steps_ + 1;
+  const size_t n = count_, len = m_.size(), off = offset_;
+  if (!device_) device_ = std::make_unique<Device>();
+  Device& d = *device_;
+  if (!d.current) {
+    TERSE_RETURN_IF_ERROR(d.m.reserve(4 * len).status());
+    TERSE_RETURN_IF_ERROR(d.v.reserve(4 * len).status());
+    TERSE_RETURN_IF_ERROR(device::copyAsync(d.m.data(), m_.data(), 4 * len, stream));
+    TERSE_RETURN_IF_ERROR(device::copyAsync(d.v.data(), v_.data(), 4 * len, stream));
+    if (!scaleExp_.empty()) {
+      TERSE_RETURN_IF_ERROR(d.exps.reserve(n).status());
+      TERSE_RETURN_IF_ERROR(device::copyAsync(d.exps.data(), scaleExp_.data(), n, stream));
+    }
+    d.current = true;
+  }
+  TERSE_RETURN_IF_ERROR(d.shard.reserve(4 * 2 * len).status());
+  auto* dm = static_cast<float*>(d.m.data());
+  auto* dv = static_cast<float*>(d.v.data());
+  auto* gAvg = static_cast<float*>(d.shard.data());
+  float* pNew = gAvg + len;
+  CollectiveOptions co;
+  co.stream = stream;
+  if (!frozen()) {
+    Status s = comm.reduceScatter(grads, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
+    if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
+    const optim::AdamStepScalars sc = scalarsFor(o, lr, t, t);
+    TERSE_RETURN_IF_ERROR(device::copyAsync(pNew, params + off, 4 * len, stream));
+    TERSE_RETURN_IF_ERROR(optim::cuda::adamWarmup(pNew, gAvg, dm, dv, len, sc, stream));
+    const bool freeze = t >= o.warmupSteps;
+    if (freeze) {
+      std::vector<float> vHost(len);
+      TERSE_RETURN_IF_ERROR(device::copyAsync(vHost.data(), dv, 4 * len, stream));
+      TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+      TERSE_RETURN_IF_ERROR(gatherExponents(comm, vHost.data(), lr, t));
+    }
+    Status g = comm.allgather(pNew, params, n, DataType::kFloat32, co);
+    if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
+    TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+    if (freeze) {
+      scaleExp_.resize(n);
+      for (size_t i = 0; i < n; ++i) scaleExp_[i] = static_cast<int8_t>(scratch_[i]);
+      TERSE_RETURN_IF_ERROR(d.exps.reserve(n).status());
+      TERSE_RETURN_IF_ERROR(device::copyAsync(d.exps.data(), scaleExp_.data(), n, nullptr));
+      TERSE_RETURN_IF_ERROR(device::synchronize(nullptr));
+      frozenAt_ = t;
+    }
+    steps_ = t;
+    return Status::ok();
+  }
+  TERSE_RETURN_IF_ERROR(d.x.reserve(4 * n).status());
+  auto* x = static_cast<float*>(d.x.data());
+  const auto* e = static_cast<const int8_t*>(d.exps.data());
+  TERSE_RETURN_IF_ERROR(optim::cuda::scaleGradient(x, grads, e, n, stream));
+  co.codec = o.codec;
+  co.feedback = hasFeedback_ ? &feedback_ : nullptr;
+  Status s = comm.reduceScatter(x, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
+  if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
+  const optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  const bool lossyGather = o.paramCodec != "none";
+  if (lossyGather && !d.masterCurrent) {
+    TERSE_RETURN_IF_ERROR(d.master.reserve(4 * len).status());
+    const float* from = master_.empty() ? params + off : master_.data();
+    TERSE_RETURN_IF_ERROR(device::copyAsync(d.master.data(), from, 4 * len, stream));
+    master_.resize(len);  // the host copy is filled by pullToHost
+    d.masterCurrent = true;
+  }
+  // With a lossy all-gather the update runs in place on the device master shard.
+  float* pOut = lossyGather ? static_cast<float*>(d.master.data()) : pNew;
+  const float* pIn = lossyGather ? pOut : params + off;
+  TERSE_RETURN_IF_ERROR(
+      optim::cuda::shardUpdate(pOut, dm, gAvg, pIn, dv, e + off, len, sc, stream));
+  CollectiveOptions ag;
+  ag.stream = stream;
+  ag.codec = o.paramCodec;
+  pNew = pOut;
+  Status g = comm.allgather(pNew, params, n, DataType::kFloat32, ag);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
+  TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+  steps_ = t;
+  return Status::ok();
+}
+
+std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
+  pullToHost();
+  const ShardedOneBitAdamOptions& o = options_;
+  Writer w;
+  w.put<uint32_t>(kMagic);
+  w.put<uint32_t>(kVersion);
+  w.put<uint64_t>(count_);
+  w.put<int64_t>(steps_);
+  w.put<int64_t>(frozenAt_);
+  w.put<float>(o.beta1);
+  w.put<float>(o.beta2);
+  w.put<float>(o.eps);
+  w.put<float>(o.weightDecay);
+  w.put<int64_t>(o.warmupSteps);
+  w.put<uint32_t>(hasFeedback_ ? 1 : 0);
+  w.put<uint32_t>(static_cast<uint32_t>(o.codec.size()));
+  w.bytes(o.codec.data(), o.codec.size());
+  w.put<uint32_t>(static_cast<uint32_t>(o.paramCodec.size()));
+  w.bytes(o.paramCodec.data(), o.paramCodec.size());
+  w.put<int32_t>(world_);
+  w.put<int32_t>(rank_);
+  w.put<uint64_t>(offset_);
+  w.put<uint64_t>(m_.size());
+  w.bytes(m_.data(), 4 * m_.size());
+  w.bytes(v_.data(), 4 * v_.size());
+  w.put<uint64_t>(master_.size());
+  w.bytes(master_.data(), 4 * master_.size());
+  w.put<uint64_t>(scaleExp_.size());
+  w.bytes(scaleExp_.data(), scaleExp_.size());
+  std::vector<uint8_t> fb;
+  if (hasFeedback_) fb = feedback_.serialize();
+  w.put<uint64_t>(fb.size());
+  w.bytes(fb.data(), fb.size());
+  w.put<uint64_t>(fnv1a64(w.out.data(), w.out.size()));
+  return std::move(w.out);
+}
+
+Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
+    const std::vector<std::pair<const void*, size_t>>& parts, int worldSize, int rank) {
+  const char* what = "ShardedOneBitAdam checkpoint";
+  if (parts.empty()) return errorInvalidArgument("%s: no parts given", what);
+  std::vector<Part> old;
+  for (const auto& [bytes, size] : parts) {
+    auto p = parsePart(bytes, size);
+    if (!p.isOk()) return p.status();
+    old.push_back(std::move(p).value());
+  }
+  const Part& first = old[0];
+  const int oldWorld = first.world;
+  if (static_cast<size_t>(oldWorld) != old.size())
+    return errorInvalidArgument("%s: saved by %d ranks, %zu parts given (pass every rank's)", what,
+                                oldWorld, old.size());
+  std::vector<const Part*> byRank(oldWorld, nullptr);
+  for (const Part& p : old) {
+    const ShardedOneBitAdamOptions &a = p.o, &b = first.o;
+    bool same = p.world == oldWorld && p.count == first.count && p.steps == first.steps &&
+                p.frozenAt == first.frozenAt && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
+                a.eps == b.eps && a.weightDecay == b.weightDecay &&
+                a.warmupSteps == b.warmupSteps && a.errorFeedback == b.errorFeedback &&
+                a.codec == b.codec && a.paramCodec == b.paramCodec && p.exps == first.exps &&
+                p.master.empty() == first.master.empty();
+    if (!same)
+      return errorInvalidArgument("%s: the parts disagree (not one run's checkpoint)", what);
+    if (byRank[p.rank]) return errorInvalidArgument("%s: rank %d's part given twice", what, p.rank);
+    byRank[p.rank] = &p;
+  }
+  auto made = create(first.count, worldSize, rank, first.o);
+  if (!made.isOk()) return made.status().withContext(what);
+  ShardedOneBitAdam a = std::move(made).value();
+  a.steps_ = first.steps;
+  a.frozenAt_ = first.frozenAt;
+  a.scaleExp_ = first.exps;
+  // Moments (and the master shard): the new shard's elements from whichever old shards hold them.
+  if (!first.master.empty()) a.master_.assign(a.m_.size(), 0.0f);
+  for (const Part* p : byRank) {
+    size_t lo = std::max<size_t>(p->offset, a.offset_);
+    size_t hi = std::min<size_t>(p->offset + p->length, a.offset_ + a.m_.size());
+    for (size_t i = lo; i < hi; ++i) {
+      a.m_[i - a.offset_] = p->m[i - p->offset];
+      a.v_[i - a.offset_] = p->v[i - p->offset];
+      if (!a.master_.empty()) a.master_[i - a.offset_] = p->master[i - p->offset];
+    }
+  }
+  if (a.hasFeedback_) {
+    // Worker residuals: what each old rank still owes the average. New rank j takes
+    // (new / old world) * sum of old ranks i = j (mod new world), which keeps the owed average.
+    std::vector<ErrorFeedback> fbs;
+    for (const Part* p : byRank) {
+      auto fb = ErrorFeedback::deserialize(p->feedback.data(), p->feedback.size());
+      if (!fb.isOk()) return fb.status().withContext(what);
+      TERSE_RETURN_IF_ERROR(fb->checkCompatible(first.o.codec, first.count).withContext(what));
+      fbs.push_back(std::move(fb).value());
+    }
+    float* dst = a.feedback_.worker();
+    bool any = false;
+    const float scale = static_cast<float>(worldSize) / static_cast<float>(oldWorld);
+    for (int i = rank; i < oldWorld; i += worldSize) {
+      const float* src = fbs[i].worker();
+      for (size_t k = 0; k < a.count_; ++k) dst[k] = any ? dst[k] + src[k] : src[k];
+      any = true;
+    }
+    if (any && scale != 1.0f)
+      for (size_t k = 0; k < a.count_; ++k) dst[k] *= scale;
+  }
+  return a;
+}
+
+}  // namespace terse
