@@ -23,6 +23,7 @@
 #include <terse/communicator.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -310,8 +311,8 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
   for (const std::string& algo : o.algos)
     for (const std::string& spec : o.codecs) {
       Plan p{spec, "", false, algo, algo};
-      // What auto resolves to (CollectiveEngine::resolveAlgorithm), for every kind of call:
-      // two-level over a layout that allows it, unless TERSE_ALGO=flat.
+      // What auto can run: flat without a two-level layout or with TERSE_ALGO=flat; otherwise
+      // the engine measures both and the row names what its timed calls ran (Run::ran).
       if (algo == "auto") {
         auto env = envEnum("TERSE_ALGO");
         bool flat = env.isOk() && env.value() == "flat";
@@ -362,6 +363,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       double seconds = 0;
       uint64_t wire = 0;
       std::string chosen;  // the codec that ran the last call (auto's pick)
+      std::string ran;     // the algorithm that ran the last timed call (auto's choice)
     };
     std::vector<Run> runs(plans.size());
     for (size_t c = 0; c < plans.size(); ++c) {
@@ -387,12 +389,19 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       return Status::ok();
     };
     auto timed = [&](size_t c) {
+      // Which algorithm the call ran, from the statistics' count per algorithm (read outside
+      // the timed span).
+      std::map<std::string, uint64_t> algoCalls;
+      if (plans[c].algo == "auto") algoCalls = comm.stats().algorithmCalls;
       uint64_t sentBefore = comm.bytesSent();
       auto t0 = std::chrono::steady_clock::now();
       Status st = call(c);
       runs[c].seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       runs[c].wire += comm.bytesSent() - sentBefore;
+      if (plans[c].algo == "auto" && st.isOk())
+        for (const auto& [name, calls] : comm.stats().algorithmCalls)
+          if (calls > algoCalls[name]) runs[c].ran = name;
       return st;
     };
     auto fail = [&](const Status& st) {
@@ -465,6 +474,10 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       double algbw = double(count * es) / tmax / 1e3;  // bytes/us -> GB/s
       double plain = busFactor * double(count * es);
       const char* label = plans[c].label.c_str();
+      // auto's rows name what ran; next to forced algorithms as "auto-<that>", so that they stay
+      // rows of their own (bench-network.sh --algos "flat twolevel auto").
+      if (!run.ran.empty())
+        plans[c].algoLabel = o.algos.size() > 1 ? "auto-" + run.ran : run.ran;
       if (rank == 0) {
         char relText[32] = "-";
         if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);
@@ -495,6 +508,10 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       firstRow = false;
     }
   }
+  // auto's algorithm choices with what was measured (every rank holds the same).
+  if (rank == 0)
+    for (const auto& [key, choice] : comm.stats().algorithmChoices)
+      std::printf("# auto algorithm for %s: %s\n", key.c_str(), choice.c_str());
   if (json) {
     std::fprintf(json, "\n]\n");
     std::fclose(json);

@@ -26,6 +26,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ -x "$build_dir/bin/terse-bench" ] || { echo "bench-allreduce: build first (scripts/build.sh)" >&2; exit 1; }
+# A terse-bench built without the API layer (no UCX at configure time) has no allreduce.
+"$build_dir/bin/terse-bench" --help 2>&1 | grep -qw allreduce ||
+  { echo "bench-allreduce: $build_dir/bin/terse-bench has no allreduce subcommand (API layer not built: is UCX installed?)" >&2; exit 1; }
 [ -n "$out" ] && mkdir -p "$out"
 
 mpi_flags=(--allow-run-as-root --oversubscribe --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
@@ -60,6 +63,10 @@ for ((round = 1; round <= rounds; round++)); do
   echo "== terse: $ranks ranks, $size float32, codec $codecs, $label"
   "$build_dir/bin/terse-run" -n "$ranks" -- "$build_dir/bin/terse-bench" allreduce -b "$size" -e "$size" \
     -n "$iters" -w "$warmup" --codec "$codecs" ${out:+-J "$out/terse.json"} "${extra[@]}" | tee "$tmp/terse"
+  # Each step's output is checked, not only its exit status: a step that printed no table once
+  # let the script go on to OpenMPI and end without a word about terse.
+  grep -q '^\[[0-9]*\] *[0-9]' "$tmp/terse" ||
+    { echo "bench-allreduce: FAILED: terse-bench printed no result rows (output above)" >&2; exit 1; }
   if [ "$have_mpi" = 0 ]; then
     echo "== OpenMPI baseline skipped: mpirun or mpi-allreduce-bench missing"
     continue
@@ -67,15 +74,12 @@ for ((round = 1; round <= rounds; round++)); do
   echo "== OpenMPI MPI_Allreduce: $ranks ranks, $size float32, $label"
   mpirun "${mpi_flags[@]}" -np "$ranks" "$build_dir/bin/mpi-allreduce-bench" -b "$size" -e "$size" \
     -n "$iters" -w "$warmup" ${out:+-J "$out/openmpi.json"} | tee "$tmp/mpi"
-  # The slowest rank's time per call: terse's column 7 after terse-run's "[0]" (size count type
-  # redop codec time), OpenMPI's column 3 (size count time).
-  t_none=$(awk '$1 == "[0]" && $6 == "none" { print $7; exit }' "$tmp/terse")
-  t_mpi=$(awk '$1 !~ /^#/ && NF >= 3 { print $3; exit }' "$tmp/mpi")
-  if [ -n "$t_none" ] && [ -n "$t_mpi" ]; then
-    ratio=$(awk -v a="$t_none" -v b="$t_mpi" 'BEGIN { printf "%.2f", b / a }')
-    ratios+=("$ratio")
-    awk -v a="$t_none" -v b="$t_mpi" -v r="$ratio" 'BEGIN { printf "== terse none %.1f ms, OpenMPI %.1f ms per call: terse speed-up %sx\n", a / 1000, b / 1000, r }'
-  fi
+  # The slowest rank's time per call of terse's `none` row and OpenMPI's, each table's columns
+  # found by their header names (scripts/lib/allreduce-headline.awk).
+  headline=$(awk -f scripts/lib/allreduce-headline.awk "$tmp/terse" "$tmp/mpi") ||
+    { echo "bench-allreduce: FAILED: no headline from the tables above" >&2; exit 1; }
+  echo "$headline"
+  ratios+=("$(echo "$headline" | sed -n 's/.*speed-up \([0-9.]*\)x$/\1/p')")
 done
 if [ "${#ratios[@]}" -gt 1 ]; then
   printf '%s\n' "${ratios[@]}" | sort -g | awk '{ r[NR] = $1 } END {

@@ -44,7 +44,11 @@ enum class Workspace : int {
   kNodeInput = 7,   // the input widened to float32 (allreduce) or packed by slice (the others)
   kNodeSum = 8,     // the node's float32 sum of this rank's slice(s)
   kNodeStaged = 9,  // reduce-scatter: the cross step's input or result
-  kNodeResult = 10  // reduce-scatter, uncompressed: the cross step's result
+  kNodeResult = 10,  // reduce-scatter, uncompressed: the cross step's result
+  // auto's algorithm trials with a shared provider (CollectiveEngine::chooseAlgorithm): held
+  // while the trial calls run, so distinct from every slot above
+  kTrialSend = 11,
+  kTrialRecv = 12
 };
 
 using Arithmetic = CollectiveEngine::Arithmetic;
@@ -104,6 +108,10 @@ Status ringAllgatherCore(const AlgorithmContext& ctx, void* buffer, size_t count
                          uint32_t seq);
 Status recursiveDoublingAllreduce(const AlgorithmContext& ctx, const CollectiveOp& op,
                                   uint32_t seq);
+// The ring's segment for a call of `count` elements over `n` ranks: about a quarter of a chunk,
+// at least 64 Ki elements, at most `configured` (the engine's segment), and coarse enough for
+// the tag space.
+size_t ringSegmentElements(size_t configured, int n, size_t count);
 
 // scatter_reduce.cc: op.codec compresses; op.kind is allreduce or reduce-scatter for the first.
 Status scatterReduce(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq);

@@ -1,17 +1,21 @@
 #include "terse/collectives/engine.h"
 
 #include "algorithm.h"
+#include "algorithm_choice.h"
 #include "descriptor.h"
 #include "requests.h"
 
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
+#include "terse/kernels/element_type.h"
 #include "terse/transport/give_up.h"
 #include "terse/transport/group.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -45,8 +49,9 @@ const EnvSetting kAlgoSetting{
     {"TERSE_ALGO", "enum", "auto",
      "How allreduce, reduce-scatter and allgather cross the ranks: twolevel (exact reduction "
      "inside each node, the codec across nodes on each local rank's slice, allgather inside the "
-     "node), flat (every rank a peer of every other) or auto (two-level when there are "
-     "several nodes with the same number of ranks, more than one each; else flat). twolevel "
+     "node), flat (every rank a peer of every other) or auto (where there are several nodes "
+     "with the same number of ranks, more than one each, the faster of the two as timed at the "
+     "call's size once per collective, codec, type and size class; else flat). twolevel "
      "on a world whose nodes cannot run it fails communicator creation; split communicators "
      "follow it where they can. Every rank must resolve the same.",
      0, 0, "auto,flat,twolevel"}};
@@ -234,7 +239,128 @@ Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) con
                                twoLevelWhyNot_.c_str());
     return Algorithm::kTwoLevel;
   }
-  return twoLevel_ ? Algorithm::kTwoLevel : Algorithm::kFlat;
+  if (!twoLevel_) return Algorithm::kFlat;
+  if (op.codec) {
+    auto it = chosen_.find(detail::algorithmChoiceKey(
+        op.kind, op.codec->spec(), op.dtype,
+        detail::sizeClassOfBytes(op.count * dataTypeSize(op.dtype))));
+    if (it != chosen_.end()) return it->second;
+  }
+  return Algorithm::kTwoLevel;
+}
+
+bool CollectiveEngine::choosesByMeasurement(const CollectiveOp& requested) const {
+  return requested.algorithm == Algorithm::kAuto && defaultAlgorithm_ == Algorithm::kAuto &&
+         twoLevel_ && !requested.device && !requested.policyWork && requested.codec &&
+         requested.count > 0;
+}
+
+Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
+  const size_t es = dataTypeSize(op->dtype);
+  const std::string key = detail::algorithmChoiceKey(
+      op->kind, op->codec->spec(), op->dtype, detail::sizeClassOfBytes(op->count * es));
+  auto known = chosen_.find(key);
+  if (known != chosen_.end()) {
+    op->algorithm = known->second;
+    return Status::ok();
+  }
+  // The ranks agree on the call first: ranks that disagree on it (another size, say) must hear
+  // of it from this call, not find themselves timing different trials.
+  {
+    CollectiveOp asked = *op;
+    asked.algorithm = Algorithm::kAuto;
+    const uint32_t seq = seq_++;
+    Status agreed = exchangeDescriptors(asked, seq);
+    if (agreed.code() == StatusCode::kInvalidUsage) return agreed;
+    if (!agreed.isOk()) return giveUp(asked, seq, std::move(agreed));
+  }
+  // Trials at the call's own size (capped: past 2^24 elements both algorithms are well into
+  // their bandwidth-bound regime) on scratch buffers, since the caller's may be in place and its
+  // residuals must not see trial calls. Smooth varied values, which no codec takes a shortcut on.
+  constexpr size_t kMaxTrialElements = size_t{1} << 24;
+  const int n = transport_.size(), r = transport_.rank();
+  const size_t count = std::min(op->count, kMaxTrialElements);
+  const Range mine = chunkRange(count, n, r);
+  const size_t sendCount = op->kind == CollectiveKind::kAllGather ? mine.length : count;
+  const size_t recvCount = op->kind == CollectiveKind::kReduceScatter ? mine.length : count;
+  // With a shared workspace provider (the simulation, whose thousands of ranks cannot each hold
+  // the tensor twice more and whose times do not depend on the values) the trials use two of its
+  // workspaces as they are; real ranks, buffers of their own for the trials only.
+  std::vector<uint8_t> ownSend, ownRecv;
+  uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+  if (workspaces_) {
+    send = scratch(Workspace::kTrialSend, std::max<size_t>(1, sendCount) * es);
+    recv = scratch(Workspace::kTrialRecv, std::max<size_t>(1, recvCount) * es);
+  } else {
+    ownSend.resize(std::max<size_t>(1, sendCount) * es);
+    ownRecv.resize(std::max<size_t>(1, recvCount) * es);
+    send = ownSend.data();
+    recv = ownRecv.data();
+    for (size_t i = 0; i < sendCount; ++i)
+      storeElement(op->dtype, send, i,
+                   std::sin(0.001f * static_cast<float>(i + mine.begin) + static_cast<float>(r)));
+  }
+  std::unique_ptr<ErrorFeedback> feedback;
+  if (op->feedback) {
+    TERSE_ASSIGN_OR_RETURN(ErrorFeedback made, ErrorFeedback::create(op->codec->spec(), sendCount));
+    feedback = std::make_unique<ErrorFeedback>(std::move(made));
+  }
+  CollectiveOp trial;
+  trial.kind = op->kind;
+  trial.send = send;
+  trial.recv = recv;
+  trial.count = count;
+  trial.dtype = op->dtype;
+  trial.op = op->op;
+  trial.codec = op->codec;
+  trial.requested = op->requested;
+  trial.feedback = feedback.get();
+  trial.policyWork = true;
+  auto now = [&] {
+    if (clock_) return clock_();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const Algorithm candidates[2] = {Algorithm::kFlat, Algorithm::kTwoLevel};
+  // One untimed call of each, then two timed rounds alternating the two (a load that drifts
+  // hits both alike), each after a barrier so that no call pays for the ranks' skew from the
+  // one before; the best of each.
+  std::vector<float> best(2, std::numeric_limits<float>::infinity());
+  // The trials' barriers are auto's, not the caller's: CollectiveStats::barriers counts the
+  // caller's (their bytes count nowhere, as every barrier's).
+  const uint64_t callersBarriers = stats_.barriers;
+  for (int round = 0; round < 3; ++round)
+    for (int c = 0; c < 2; ++c) {
+      trial.algorithm = candidates[c];
+      Status entered = barrier();
+      stats_.barriers = callersBarriers;
+      TERSE_RETURN_IF_ERROR(entered.withContext("auto algorithm choice"));
+      const double t0 = now();
+      TERSE_RETURN_IF_ERROR(run(trial).withContext(std::string("auto algorithm choice, trial of ") +
+                                                   algorithmName(candidates[c])));
+      if (round > 0) best[c] = std::min(best[c], static_cast<float>(now() - t0));
+    }
+  // Every rank's figures to every rank (a small allgather), so all adopt the same choice.
+  std::vector<float> all(2 * static_cast<size_t>(n));
+  std::copy(best.begin(), best.end(), all.begin() + 2 * r);
+  CollectiveOp gather;
+  gather.kind = CollectiveKind::kAllGather;
+  gather.send = all.data() + 2 * r;
+  gather.recv = all.data();
+  gather.count = all.size();
+  gather.codec = twoLevel_->none.get();
+  gather.algorithm = Algorithm::kFlat;
+  gather.policyWork = true;
+  TERSE_RETURN_IF_ERROR(run(gather).withContext("auto algorithm choice, gathering the times"));
+  const std::vector<double> worst = detail::slowestOfRanks(all, 2);
+  const detail::AlgorithmChoice choice = detail::chooseByTime(worst[0], worst[1], count);
+  chosen_[key] = choice.algorithm;
+  stats_.algorithmChoices[key] = std::string(algorithmName(choice.algorithm)) + ": " + choice.reason;
+  TERSE_INFO(kSubsysColl, "auto algorithm for %s: %s (%s)", key.c_str(),
+             algorithmName(choice.algorithm), choice.reason.c_str());
+  op->algorithm = choice.algorithm;
+  return Status::ok();
 }
 
 void CollectiveEngine::setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider) {
@@ -255,7 +381,10 @@ void CollectiveEngine::setArithmeticHook(std::shared_ptr<ArithmeticHook> hook) {
 
 uint8_t* CollectiveEngine::scratch(Workspace name, size_t bytes) {
   const int slot = static_cast<int>(name);
-  if (workspaces_) return workspaces_->workspace(slot, bytes);
+  // Descriptors are read back, unlike what the provider's sharers write (values that do not
+  // change simulated time): once ranks make several calls (auto's agreement, trials and
+  // barriers) they are at different calls at once, and a shared slot would mix their views.
+  if (workspaces_ && name != Workspace::kDescriptors) return workspaces_->workspace(slot, bytes);
   if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
   auto& buf = scratch_[slot];
   if (buf.size() < bytes) buf.resize(bytes);
@@ -515,6 +644,7 @@ Status CollectiveEngine::runCounted(const CollectiveOp& requested) {
   if (!algorithm.isOk()) return rejectNow(requested, algorithm.status());
   CollectiveOp op = requested;
   op.algorithm = algorithm.value();
+  if (choosesByMeasurement(requested)) TERSE_RETURN_IF_ERROR(chooseAlgorithm(&op));
   if (op.feedback) op.feedback->prepareFor(op.codec->spec());
   const uint32_t seq = seq_++;
   Status agreed = exchangeDescriptors(op, seq);
@@ -522,6 +652,7 @@ Status CollectiveEngine::runCounted(const CollectiveOp& requested) {
   if (agreed.code() == StatusCode::kInvalidUsage) return agreed;
   if (!agreed.isOk()) return giveUp(op, seq, std::move(agreed));
   Status s = runAgreedGuarded(op, seq);
+  if (s.isOk() && !op.policyWork) ++stats_.algorithmCalls[algorithmName(op.algorithm)];
   return s.isOk() ? s : giveUp(op, seq, std::move(s));
 }
 

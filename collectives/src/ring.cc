@@ -14,13 +14,28 @@ namespace {
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
 size_t ringSegment(const AlgorithmContext& ctx, size_t count) {
-  const int n = ctx.transport().size();
-  size_t maxChunk = chunkRange(count, n, 0).length;
-  size_t seg = ctx.segmentElements();
+  return ringSegmentElements(ctx.segmentElements(), ctx.transport().size(), count);
+}
+}  // namespace
+
+size_t ringSegmentElements(size_t configured, int n, size_t count) {
+  // A ring step overlaps its hops only as far as a chunk has segments: each hop forwards a
+  // segment once it has reduced it. With one or two segments a chunk, each hop waits for most
+  // of the previous hop's chunk (the simulation's jump at 512 ranks, 1 GiB: 2 MiB chunks of
+  // 1 MiB segments took 80 ms, 512 KiB segments 47 ms; docs/simulation.md). So the segment is
+  // cut to about a quarter of a chunk, never below 64 Ki elements (more, smaller messages cost
+  // more than they overlap) nor above the configured segment (TERSE_SEGMENT_BYTES).
+  constexpr size_t kSegmentsPerChunk = 4, kMinSegment = size_t{1} << 16, kRound = 4096;
+  const size_t maxChunk = chunkRange(count, n, 0).length;
+  size_t seg = configured;
+  if (maxChunk > 0) {
+    const size_t quarter = (maxChunk + kSegmentsPerChunk - 1) / kSegmentsPerChunk;
+    const size_t rounded = (quarter + kRound - 1) / kRound * kRound;
+    seg = std::min(configured, std::max(kMinSegment, rounded));
+  }
   while (static_cast<size_t>(n) * segmentCount(maxChunk, seg) > kMaxTagIndex) seg *= 2;
   return seg;
 }
-}  // namespace
 
 // Rank r at step s sends chunk r-s-1 to the right and receives chunk r-s-2 from the left, adding
 // it to its own; after n-1 steps chunk r holds everyone's sum. Segments of a step are forwarded

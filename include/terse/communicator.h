@@ -60,7 +60,8 @@ struct CollectiveOptions {
   // "auto" spec, the codec itself otherwise. Written on the worker thread before the call
   // completes, so read it after wait() (benchmarks report auto's picks with it).
   std::string* chosen = nullptr;
-  // "auto" (TERSE_ALGO, else two-level where the node layout allows it), "flat" or "twolevel":
+  // "auto" (TERSE_ALGO, else where the node layout allows two-level the faster of it and flat
+  // as measured at the call's size, stats().algorithmChoices), "flat" or "twolevel":
   // how the collective crosses the ranks (docs/design.md, "Two-level collectives"). Every rank
   // must end up with the same; asking for twolevel where it cannot run is an error on every rank.
   std::string algorithm = "auto";

@@ -30,6 +30,11 @@ struct CollectiveStats {
   uint64_t barriers = 0;
   // `auto` specs: the codec each call ran with, by canonical spec, and how many calls.
   std::map<std::string, uint64_t> autoPicks;
+  // The algorithm auto chose where the node layout allows two-level, with its reason (the
+  // measured times), by "collective codec type 2^c B" size class; its trials count in
+  // autoPolicy. And how many callers' calls each algorithm ran ("flat", "twolevel").
+  std::map<std::string, std::string> algorithmChoices;
+  std::map<std::string, uint64_t> algorithmCalls;
 };
 
 }  // namespace terse

@@ -241,7 +241,8 @@ class Communicator:
 
         op is "avg" (divides by the world size in float32 before any narrowing) or "sum".
         feedback is a Feedback made for this codec and element count, or None. algorithm is
-        "auto" (TERSE_ALGO, else two-level where the node layout allows it), "flat" or
+        "auto" (TERSE_ALGO, else the faster of two-level and flat as measured, where the
+        node layout allows two-level), "flat" or
         "twolevel" (docs/api.md, "Algorithms"); every rank must pass the same, and "twolevel"
         where it cannot run fails on every rank. Returns the tensor that holds the result.
         """

@@ -54,7 +54,8 @@ void usage() {
       "  --bytes SIZE           float32 tensor bytes, e.g. 64M, 1G (default 64M)\n"
       "  --codec SPEC           codec spec (default none)\n"
       "  --op allreduce|reducescatter|allgather   (default allreduce)\n"
-      "  --algo A               auto (the engine's choice: two-level where nodes allow it),\n"
+      "  --algo A               auto (the engine's choice: flat and two-level timed on the\n"
+      "                         simulated clock, the faster kept; an untimed first call),\n"
       "                         flat, twolevel, or ring | rd: flat with none's ring or recursive\n"
       "                         doubling forced (flat compressed calls scatter-reduce)\n"
       "  --model FILE           codec compute throughput from terse-bench codecs --json FILE\n"
@@ -286,6 +287,8 @@ int main(int argc, char** argv) {
   const int n = o.platform.worldSize;
   std::vector<double> started(n, 0), ended(n, 0);
   Status failed;
+  // auto: what the engine chose and why (rank 0's; every rank adopts the same).
+  std::string autoChoice;
   auto workspaces = o.ownWorkspaces ? nullptr : sim::makeSharedWorkspaces();
   const auto wallStart = std::chrono::steady_clock::now();
   auto result = sim::runSimulation(
@@ -305,6 +308,20 @@ int main(int argc, char** argv) {
         mine.algorithm = o.algo == "twolevel" ? Algorithm::kTwoLevel
                          : o.algo == "auto"   ? Algorithm::kAuto
                                               : Algorithm::kFlat;
+        if (o.algo == "auto" && s.isOk()) {
+          // The engine times flat and two-level on the simulated clock and adopts the faster
+          // (CollectiveEngine::chooseAlgorithm); the choice and its trials run in an untimed
+          // first call, as a training job's first step pays them.
+          engine.setClock(sim::simNow);
+          s = engine.run(mine);
+          if (s.isOk() && t.rank() == 0) {
+            auto chosen = engine.resolveAlgorithm(op);
+            const auto& choices = engine.stats().algorithmChoices;
+            autoChoice = std::string(algorithmName(chosen.isOk() ? chosen.value() : Algorithm::kAuto)) +
+                         (choices.empty() ? std::string(" (no choice to make: flat)")
+                                          : " (" + choices.begin()->second + ")");
+          }
+        }
         started[t.rank()] = sim::simNow();
         if (s.isOk()) s = engine.run(mine);
         ended[t.rank()] = sim::simNow();
@@ -342,6 +359,10 @@ int main(int argc, char** argv) {
   std::printf("# terse-sim: %s\n# %d ranks, %s %s, codec %s, algo %s; %s%s\n",
               sim::describePlatform(o.platform).c_str(), n, o.op.c_str(), "float32",
               (*real)->spec().c_str(), o.algo.c_str(), computeNote.c_str(), postNote.c_str());
+  // The byte columns count the whole simulation: with auto, its trials and first call too.
+  if (o.algo == "auto")
+    std::printf("# auto chose %s; nic_bytes and wire_bytes include the trials\n",
+                autoChoice.c_str());
   std::printf("%12s %12s %6s %6s %12s %8s %8s %14s %12s %10s\n", "size", "count", "type", "redop",
               "time(us)", "algbw", "busbw", "nic_bytes", "wire_bytes", "wall(s)");
   std::printf("%12zu %12zu %6s %6s %12.1f %8.2f %8.2f %14llu %12llu %10.2f\n", o.bytes, count,
@@ -359,11 +380,11 @@ int main(int argc, char** argv) {
                  "\"ranks_per_node\": %d, \"op\": \"%s\", \"codec\": \"%s\", \"algo\": \"%s\", "
                  "\"compute\": \"%s\", \"bytes\": %zu, \"time_us\": %.3f, \"algbw_gbs\": %.6f, "
                  "\"busbw_gbs\": %.6f, \"max_nic_bytes\": %llu, \"wire_bytes\": %llu, "
-                 "\"post_us\": %.3f, \"wall_s\": %.3f}\n",
+                 "\"post_us\": %.3f, \"wall_s\": %.3f, \"auto_choice\": \"%s\"}\n",
                  sim::describePlatform(o.platform).c_str(), n, o.platform.ranksPerNode,
                  o.op.c_str(), (*real)->spec().c_str(), o.algo.c_str(), computeNote.c_str(),
                  o.bytes, timeUs, algbw, algbw * busFactor, static_cast<unsigned long long>(maxNic),
-                 static_cast<unsigned long long>(totalOut), o.postUs, wall);
+                 static_cast<unsigned long long>(totalOut), o.postUs, wall, autoChoice.c_str());
     std::fclose(f);
   }
   return 0;

@@ -247,6 +247,9 @@ Status runCall(Communicator& comm, const Call& call, std::vector<uint8_t>* out,
   }
   CollectiveOptions opts{c.codec, ef ? &*ef : nullptr};
   opts.chosen = chosen;
+  // On several nodes, two-level by name: auto would time flat and two-level and could pick
+  // differently here and in the in-process reference, whose results then differ in the bits.
+  if (c.nodes > 1) opts.algorithm = "twolevel";
   switch (c.kind) {
     case Kind::kAllReduce:
       return comm.allreduce(in.data(), out->data(), c.count, c.dtype, c.op, opts);

@@ -239,7 +239,10 @@ TEST(Stats, AutoCalibratesTheAlgorithmTheCallRuns) {
     EXPECT_EQ(p[1], p[0]) << "flat again: already calibrated";
     EXPECT_GT(p[2], p[1]) << "the first two-level call calibrates two-level";
     EXPECT_EQ(p[2] - p[1], p[0]) << "the same calibration, of the other algorithm";
-    EXPECT_EQ(p[3], p[2]) << "auto resolves to two-level here: already calibrated";
+    // auto: the codec's calibration is two-level's (already made); the engine then chooses the
+    // algorithm for the picked codec by its own trials: 3 rounds of flat and two-level and one
+    // gather of the times (collectives' AlgorithmChoice tests).
+    EXPECT_EQ(p[3] - p[2], 7u) << "auto: only the algorithm choice's trials are new";
     EXPECT_EQ(p[4], p[3]) << "flat once more: already calibrated";
   }
 }

@@ -29,6 +29,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -53,8 +55,10 @@ const char* collectiveName(CollectiveKind kind);
 // How a call crosses the ranks. Flat: one world of peers (the algorithms above). Two-level: the
 // ranks of each node reduce-scatter uncompressed (float32) among themselves, each local rank runs
 // the call's codec across nodes with the ranks of its local index on its 1/L slice, and each
-// node allgathers the results (docs/design.md, "Two-level collectives"). Auto: two-level where
-// the engine has a node layout for it (enableTwoLevel), else flat.
+// node allgathers the results (docs/design.md, "Two-level collectives"). Auto: flat where the
+// engine has no node layout for two-level (enableTwoLevel); where it has one, the faster of the
+// two as measured at the call's size, once per (collective, codec, type, size class), on every
+// rank alike (docs/design.md, "Choosing the algorithm").
 enum class Algorithm : uint8_t { kAuto = 0, kFlat = 1, kTwoLevel = 2 };
 const char* algorithmName(Algorithm algorithm);
 // "auto", "flat" or "twolevel" (TERSE_ALGO's spellings); kInvalidArgument otherwise.
@@ -135,8 +139,10 @@ class CollectiveEngine {
                         uint32_t crossSpace);
   // Why calls cannot run two-level here ("" when they can).
   const std::string& twoLevelUnavailable() const { return twoLevelWhyNot_; }
-  // The algorithm a call of `op` runs, whatever its kind: op.algorithm, else TERSE_ALGO, else
-  // two-level where the layout allows it. kInvalidUsage when the call itself asks for two-level
+  // The algorithm a call of `op` runs, whatever its kind: op.algorithm, else TERSE_ALGO, else,
+  // where the layout allows two-level, auto's measured choice for the call's (kind, codec, type,
+  // size class) once made (run() makes it), and two-level until then (what the `auto` codec
+  // calibrates with), else flat. kInvalidUsage when the call itself asks for two-level
   // and the layout cannot run it (TERSE_ALGO=twolevel then runs flat: the communicator checked
   // it at creation, and split children follow it where they can); every rank reaches the same
   // answer (same layout, same settings), and the descriptor catches ranks whose settings differ.
@@ -174,6 +180,10 @@ class CollectiveEngine {
     virtual bool take(Arithmetic what, size_t elements) = 0;
   };
   void setArithmeticHook(std::shared_ptr<ArithmeticHook> hook);
+
+  // The clock auto's algorithm trials are timed with, in seconds (default: steady_clock). The
+  // simulation gives its simulated clock, so its `auto` picks what is faster in simulated time.
+  void setClock(std::function<double()> clock) { clock_ = std::move(clock); }
 
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
   // (The setters reach the two-level groups' engines too.)
@@ -219,6 +229,14 @@ class CollectiveEngine {
   Status validate(const CollectiveOp& op, bool needCodec = true) const;
   Status dispatch(const CollectiveOp& op, uint32_t seq);
   Status runAgreed(const CollectiveOp& op, uint32_t seq);
+  // Whether run() picks the algorithm of `requested` by measurement: auto asked for and not
+  // overridden by TERSE_ALGO, a two-level layout, host buffers, a caller's call.
+  bool choosesByMeasurement(const CollectiveOp& requested) const;
+  // Sets op->algorithm to auto's choice for its key, measuring first if there is none yet: the
+  // ranks agree on the call (descriptor with algorithm auto), time flat and two-level on scratch
+  // buffers at the call's size, and adopt the faster by the slowest rank's figures. Errors are
+  // the call's (already given up on where the ranks fell out of step).
+  Status chooseAlgorithm(CollectiveOp* op);
   Status giveUp(const CollectiveOp& op, uint32_t seq, Status why);
   // `none` and two-level calls on device buffers: stage through pinned host memory around the
   // host algorithms.
@@ -297,6 +315,8 @@ class CollectiveEngine {
   std::unique_ptr<TwoLevel> twoLevel_;
   std::string twoLevelWhyNot_ = "no node layout was given (one node)";
   Algorithm defaultAlgorithm_ = Algorithm::kAuto;  // TERSE_ALGO
+  std::map<std::string, Algorithm> chosen_;        // auto's choices, by algorithmChoiceKey
+  std::function<double()> clock_;                  // setClock; null: steady_clock
   CollectiveStats stats_;
   // The codec stages of the call in flight (scatter_reduce.cc, ring.cc), moved into stats_ by
   // countCall.

@@ -1,0 +1,37 @@
+// How `auto` picks flat or two-level for a call: by timing both at the call's own size once per
+// (collective, codec, element type, size class) and adopting the faster by the slowest rank's
+// figures, which every rank holds alike (docs/design.md, "Choosing the algorithm"). The pure
+// parts live here so tests can check them without ranks; CollectiveEngine::chooseAlgorithm runs
+// the trials.
+#pragma once
+
+#include "terse/collectives/engine.h"
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace terse::detail {
+
+// Calls of (2^(c-1), 2^c] bytes share size class c (a call of 0 or 1 byte is class 0).
+size_t sizeClassOfBytes(size_t bytes);
+
+// The key a choice is kept and reported under, e.g. "allreduce int8 float32 2^26 B".
+std::string algorithmChoiceKey(CollectiveKind kind, const std::string& codecSpec, DataType dtype,
+                               size_t sizeClass);
+
+// Each rank's candidate timings, rank after rank (`all[r * candidates + i]`), in; each
+// candidate's slowest rank out. Every rank computes the same from the same gathered figures.
+std::vector<double> slowestOfRanks(const std::vector<float>& all, size_t candidates);
+
+struct AlgorithmChoice {
+  Algorithm algorithm = Algorithm::kFlat;
+  std::string reason;  // what was measured, for the statistics and the INFO log
+};
+
+// Flat or two-level from the slowest rank's best time of each at `elements` elements. A tie
+// goes to flat (one step, no node staging); a time that is not a finite positive number (a
+// clock that did not move, a broken trial) loses to one that is.
+AlgorithmChoice chooseByTime(double flatSeconds, double twoLevelSeconds, size_t elements);
+
+}  // namespace terse::detail
