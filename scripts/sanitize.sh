@@ -32,7 +32,7 @@ declare -A label_targets=(
   [process]="transport_process_test api_process_test fault_process_test misuse_c_test terse-run
     terse-bench"
   [collectives]="collectives_test"
-  [api]="c_api_test c_api_onebit_adam_test misuse_test settings_test stats_test split_test terse-run
+  [api]="c_api_test c_api_onebit_adam_test c_api_sharded_onebit_adam_test misuse_test settings_test stats_test split_test terse-run
     allreduce-example"
   [plugin]="plugin_net_test plugin_dlopen_c plugin_collnet_test plugin_parsers_test
     plugin_ef_period_test plugin_abi_layout_test nccl-net-terse"
