@@ -476,8 +476,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       const char* label = plans[c].label.c_str();
       // auto's rows name what ran; next to forced algorithms as "auto-<that>", so that they stay
       // rows of their own (bench-network.sh --algos "flat twolevel auto").
-      if (!run.ran.empty())
-        plans[c].algoLabel = o.algos.size() > 1 ? "auto-" + run.ran : run.ran;
+      if (!run.ran.empty()) plans[c].algoLabel = o.algos.size() > 1 ? "auto-" + run.ran : run.ran;
       if (rank == 0) {
         char relText[32] = "-";
         if (o.check) std::snprintf(relText, sizeof relText, "%.2e", rel);

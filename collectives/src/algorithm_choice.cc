@@ -49,8 +49,10 @@ AlgorithmChoice chooseByTime(double flatSeconds, double twoLevelSeconds, size_t 
     c.reason += " (flat's figure unusable)";
   } else {
     c.algorithm = Algorithm::kFlat;
-    if (!usable(flatSeconds)) c.reason += " (neither figure usable: flat, the simpler)";
-    else c.reason += " (twolevel's figure unusable)";
+    if (!usable(flatSeconds))
+      c.reason += " (neither figure usable: flat, the simpler)";
+    else
+      c.reason += " (twolevel's figure unusable)";
   }
   return c;
 }

@@ -241,9 +241,9 @@ Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) con
   }
   if (!twoLevel_) return Algorithm::kFlat;
   if (op.codec) {
-    auto it = chosen_.find(detail::algorithmChoiceKey(
-        op.kind, op.codec->spec(), op.dtype,
-        detail::sizeClassOfBytes(op.count * dataTypeSize(op.dtype))));
+    auto it = chosen_.find(
+        detail::algorithmChoiceKey(op.kind, op.codec->spec(), op.dtype,
+                                   detail::sizeClassOfBytes(op.count * dataTypeSize(op.dtype))));
     if (it != chosen_.end()) return it->second;
   }
   return Algorithm::kTwoLevel;
@@ -257,8 +257,8 @@ bool CollectiveEngine::choosesByMeasurement(const CollectiveOp& requested) const
 
 Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
   const size_t es = dataTypeSize(op->dtype);
-  const std::string key = detail::algorithmChoiceKey(
-      op->kind, op->codec->spec(), op->dtype, detail::sizeClassOfBytes(op->count * es));
+  const std::string key = detail::algorithmChoiceKey(op->kind, op->codec->spec(), op->dtype,
+                                                     detail::sizeClassOfBytes(op->count * es));
   auto known = chosen_.find(key);
   if (known != chosen_.end()) {
     op->algorithm = known->second;
@@ -356,7 +356,8 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
   const std::vector<double> worst = detail::slowestOfRanks(all, 2);
   const detail::AlgorithmChoice choice = detail::chooseByTime(worst[0], worst[1], count);
   chosen_[key] = choice.algorithm;
-  stats_.algorithmChoices[key] = std::string(algorithmName(choice.algorithm)) + ": " + choice.reason;
+  stats_.algorithmChoices[key] =
+      std::string(algorithmName(choice.algorithm)) + ": " + choice.reason;
   TERSE_INFO(kSubsysColl, "auto algorithm for %s: %s (%s)", key.c_str(),
              algorithmName(choice.algorithm), choice.reason.c_str());
   op->algorithm = choice.algorithm;

@@ -109,8 +109,9 @@ typedef struct terse_call_options {
   const char* codec;          /* as above (NULL: "none") */
   terse_feedback_t* feedback; /* may be NULL */
   /* How the call crosses the ranks: "auto" or NULL (TERSE_ALGO, else, where the node layout
-   * allows two-level, the faster of it and flat as measured), "flat" or "twolevel" (docs/api.md, "Algorithms"). Every rank must pass
-   * the same; "twolevel" where it cannot run is an error on every rank. */
+   * allows two-level, the faster of it and flat as measured), "flat" or "twolevel" (docs/api.md,
+   * "Algorithms"). Every rank must pass the same; "twolevel" where it cannot run is an error on
+   * every rank. */
   const char* algorithm;
 } terse_call_options_t;
 void terse_call_options_default(terse_call_options_t* options);

@@ -317,9 +317,10 @@ int main(int argc, char** argv) {
           if (s.isOk() && t.rank() == 0) {
             auto chosen = engine.resolveAlgorithm(op);
             const auto& choices = engine.stats().algorithmChoices;
-            autoChoice = std::string(algorithmName(chosen.isOk() ? chosen.value() : Algorithm::kAuto)) +
-                         (choices.empty() ? std::string(" (no choice to make: flat)")
-                                          : " (" + choices.begin()->second + ")");
+            autoChoice =
+                std::string(algorithmName(chosen.isOk() ? chosen.value() : Algorithm::kAuto)) +
+                (choices.empty() ? std::string(" (no choice to make: flat)")
+                                 : " (" + choices.begin()->second + ")");
           }
         }
         started[t.rank()] = sim::simNow();

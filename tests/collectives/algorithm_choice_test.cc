@@ -35,9 +35,9 @@ TEST(AlgorithmChoice, SizeClassesArePowersOfTwo) {
 TEST(AlgorithmChoice, KeyNamesCollectiveCodecTypeAndClass) {
   EXPECT_EQ(detail::algorithmChoiceKey(CollectiveKind::kAllReduce, "int8", DataType::kFloat32, 26),
             "allreduce int8 float32 2^26 B");
-  EXPECT_NE(detail::algorithmChoiceKey(CollectiveKind::kReduceScatter, "int8", DataType::kFloat32,
-                                       26),
-            detail::algorithmChoiceKey(CollectiveKind::kAllReduce, "int8", DataType::kFloat32, 26));
+  EXPECT_NE(
+      detail::algorithmChoiceKey(CollectiveKind::kReduceScatter, "int8", DataType::kFloat32, 26),
+      detail::algorithmChoiceKey(CollectiveKind::kAllReduce, "int8", DataType::kFloat32, 26));
 }
 
 TEST(AlgorithmChoice, SlowestRankOfEachCandidate) {
@@ -98,9 +98,9 @@ std::vector<RankOutcome> runCalls(const std::vector<Call>& calls,
           TERSE_RETURN_IF_ERROR(codec.status());
           const Range mine = chunkRange(c.count, n, r);
           const size_t sendCount = c.kind == CollectiveKind::kAllGather ? mine.length : c.count;
-          const size_t recvCount =
-              c.kind == CollectiveKind::kReduceScatter ? mine.length : c.count;
-          std::vector<float> in(std::max<size_t>(1, sendCount)), out(std::max<size_t>(1, recvCount));
+          const size_t recvCount = c.kind == CollectiveKind::kReduceScatter ? mine.length : c.count;
+          std::vector<float> in(std::max<size_t>(1, sendCount)),
+              out(std::max<size_t>(1, recvCount));
           for (size_t i = 0; i < sendCount; ++i)
             in[i] = std::cos(0.01f * static_cast<float>(i) + static_cast<float>(r));
           CollectiveOp op;
