@@ -92,7 +92,11 @@ stage() {
   elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
     record "$name" fail "$secs" "timed out after ${limit} s"
   else
-    record "$name" fail "$secs" "exit $rc: $(grep -E 'FAIL|Error|error|Failed' "$logs/$name.log" | head -1 | cut -c1-200)"
+    # A stage's own verdict ("FAIL: ...") first; else the first line that looks like an error.
+    local why
+    why=$(grep -E '^FAIL' "$logs/$name.log" | tail -1)
+    [ -n "$why" ] || why=$(grep -E 'FAIL|Error|error|Failed' "$logs/$name.log" | head -1)
+    record "$name" fail "$secs" "exit $rc: $(echo "$why" | cut -c1-200)"
   fi
 }
 
@@ -284,15 +288,21 @@ gpu_tests() {
       "$bdir/bin/$b" --gtest_brief=1 || rc=1
       ran=$((ran + 1))
     done
-    "$bdir/bin/optim_test" --gtest_filter='OneBitAdam.DevicePath*' --gtest_brief=1 || rc=1
+    "$bdir/bin/optim_test" --gtest_filter='OneBitAdam.DevicePath*:ShardedOneBitAdam.DevicePath*' --gtest_brief=1 || rc=1
     [ $rc = 0 ] || return 1
     echo "SKIP: no CUDA device: the $ran gpu test binaries and OneBitAdam.DevicePathMatchesHost ran and skipped themselves"
     return 77
   fi
+  local failed=$bdir/Testing/Temporary/LastTestsFailed.log names=""
   ctest --test-dir "$bdir" -L gpu --output-on-failure -j 8 --timeout 200 || rc=1
-  ctest --test-dir "$bdir" -R 'OneBitAdam\.DevicePath' --output-on-failure --timeout 120 || rc=1
+  [ -f "$failed" ] && names=$(cut -d: -f2- "$failed" | tr '\n' ' ')
+  ctest --test-dir "$bdir" -R '(Sharded)?OneBitAdam\.DevicePath' --output-on-failure --timeout 120 || rc=1
+  [ $rc = 0 ] || [ ! -f "$failed" ] || names+=$(cut -d: -f2- "$failed" | tr '\n' ' ')
   ran=$(ctest --test-dir "$bdir" -L gpu -N | grep -c 'Test *#')
-  [ $rc = 0 ] || return 1
+  if [ $rc != 0 ]; then
+    echo "FAIL: ${names:-see the log}"
+    return 1
+  fi
   if [ $gpu = 0 ]; then
     echo "SKIP: no CUDA device: the $ran gpu tests and OneBitAdam.DevicePathMatchesHost ran and skipped themselves"
     return 77
@@ -334,6 +344,11 @@ for f in "$logs"/*.log "$logs"/nccl/*.log; do
   echo "===== $(basename "$f") (last 400 lines)"
   tail -n 400 "$f"
 done >"$out/check.log"
+# A failed stage's whole log comes back too (check.log keeps the last 400 lines of each), at
+# most five of them, each its last 4 MiB: the device tool returns 8 files at most.
+cut -f1,2 "$results" | awk -F'\t' '$2 == "fail" {print $1}' | head -5 | while read -r name; do
+  [ -f "$logs/$name.log" ] && tail -c 4194304 "$logs/$name.log" >"$out/failed-$name.log"
+done
 python3 "$root/scripts/device-summary.py" --logs "$logs" --out "$out" --dry-run "$dry" \
   --elapsed $(($(date +%s) - start)) --budget "$budget"
 status=$?

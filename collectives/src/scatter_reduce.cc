@@ -51,7 +51,7 @@ Result<float*> serverResidual(const CollectiveOp& op, int n, Range mine) {
   if (!op.feedback) return static_cast<float*>(nullptr);
   const size_t begin = op.feedbackOffset + mine.begin;
   if (op.device) return op.feedback->deviceServer(n, begin, mine.length, op.stream);
-  return op.feedback->server(n, begin, mine.length);
+  return op.feedback->serverChecked(n, begin, mine.length);
 }
 
 }  // namespace

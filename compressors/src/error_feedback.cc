@@ -135,10 +135,8 @@ Result<float*> ErrorFeedback::deviceServer(int worldSize, size_t offset, size_t 
                                            void* stream) {
   if (worldSize != serverWorld_ || offset != serverOffset_ || length != server_.size()) {
     // A new partition is rare (world or tensor changed): resize on the host, then move up.
-    if (!server(worldSize, offset, length))
-      return errorInvalidArgument(
-          "error feedback: server chunk [%zu, +%zu) does not fit a tensor of %zu elements", offset,
-          length, worker_.size());
+    // (Not server()'s pointer: an empty chunk, a short tensor's last ranks, has none.)
+    TERSE_RETURN_IF_ERROR(serverChecked(worldSize, offset, length).status());
   }
   TERSE_RETURN_IF_ERROR(pushToDevice(stream));
   return static_cast<float*>(device_->server.data());
@@ -199,15 +197,13 @@ Status ErrorFeedback::checkCompatible(const std::string& codecSpec, size_t count
   return Status::ok();
 }
 
-float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {
+Result<float*> ErrorFeedback::serverChecked(int worldSize, size_t offset, size_t length) {
   pullToHost();
-  if (worldSize <= 0 || offset > worker_.size() || length > worker_.size() - offset) {
-    TERSE_WARN(kSubsysCodec,
-               "error feedback: server chunk [%zu, +%zu) of world %d does not fit a tensor of %zu "
-               "elements",
-               offset, length, worldSize, worker_.size());
-    return nullptr;
-  }
+  if (worldSize <= 0 || offset > worker_.size() || length > worker_.size() - offset)
+    return errorInvalidArgument(
+        "error feedback: server chunk [%zu, +%zu) of world %d does not fit a tensor of %zu "
+        "elements",
+        offset, length, worldSize, worker_.size());
   if (worldSize != serverWorld_ || offset != serverOffset_ || length != server_.size()) {
     // Another partition: the old residual belongs to other elements, so start from zero.
     server_.assign(length, 0.0f);
@@ -215,6 +211,15 @@ float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {
     serverOffset_ = offset;
   }
   return server_.data();
+}
+
+float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {
+  auto s = serverChecked(worldSize, offset, length);
+  if (!s.isOk()) {
+    TERSE_WARN(kSubsysCodec, "%s", s.status().message().c_str());
+    return nullptr;
+  }
+  return s.value();
 }
 
 void ErrorFeedback::reset() {

@@ -60,7 +60,12 @@ class ErrorFeedback {
   // The server residual for the chunk [offset, offset + length) of the tensor that this rank
   // owns, given the world size. A different (worldSize, offset, length) than last time starts a
   // fresh zero residual: stale residuals of another partition are never applied.
+  // nullptr (with a warning) when the chunk does not fit the tensor; an empty chunk may give
+  // nullptr too, so the collectives use serverChecked(), which tells the two apart.
   float* server(int worldSize, size_t offset, size_t length);
+  // As server(), but a chunk outside the tensor is kInvalidArgument and an empty chunk (a
+  // rank whose share of a short tensor is nothing) is a valid, possibly null, pointer.
+  Result<float*> serverChecked(int worldSize, size_t offset, size_t length);
   size_t serverOffset() const { return serverOffset_; }
   size_t serverLength() const { return server_.size(); }
   int serverWorldSize() const { return serverWorld_; }

@@ -65,6 +65,32 @@ TEST(ErrorFeedback, ServerResidualRepartitionsToZero) {
   for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(ef.worker()[i], 0.0f);
 }
 
+// A tensor shorter than the world leaves the last ranks an empty chunk: that is a valid server
+// residual (nothing to keep), not a misfit. The GPU check found the device path refusing it
+// ("server chunk [7, +0) does not fit a tensor of 7 elements", 2026-11-28, H200), since it took
+// server()'s null pointer for an empty chunk as the error.
+TEST(ErrorFeedback, EmptyServerChunkIsValidOnBothPaths) {
+  auto ef = ErrorFeedback::create("onebit", 7).value();
+  auto s = ef.serverChecked(3, 7, 0);
+  ASSERT_TRUE(s.isOk()) << s.status().toString();
+  EXPECT_EQ(ef.serverLength(), 0u);
+  auto empty = ErrorFeedback::create("topk", 0).value();
+  EXPECT_TRUE(empty.serverChecked(4, 0, 0).isOk());
+  auto past = ef.serverChecked(3, 7, 1);
+  ASSERT_FALSE(past.isOk());
+  EXPECT_EQ(past.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(past.status().message().find("[7, +1)"), std::string::npos) << past.status().message();
+  EXPECT_EQ(ef.serverChecked(0, 0, 0).status().code(), StatusCode::kInvalidArgument);
+  if (!device::available()) {
+    // Without a device the empty chunk gets as far as the device copy, which is unsupported here:
+    // the chunk itself is no longer the error.
+    auto d = ef.deviceServer(3, 7, 0, nullptr);
+    ASSERT_FALSE(d.isOk());
+    EXPECT_EQ(d.status().code(), StatusCode::kUnsupported) << d.status().toString();
+    EXPECT_EQ(ef.deviceServer(3, 7, 1, nullptr).status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(ErrorFeedback, CopiesAreIndependentAndMovesKeepTheState) {
   auto ef = filled("onebit:block=64", 1000, 4, 250, 250);
   ErrorFeedback copy = ef;  // copy construction

@@ -126,15 +126,20 @@ def driver(args):
 
 def int8_sum_bound(xs, exact):
     """Per-element bound on |collnet - exact sum| for int8 on 2 ranks (the average's bound of
-    ddp_hook_test.Checker.bound_of, which holds for sum/n, times n)."""
+    ddp_hook_test.Checker.bound_of, which holds for sum/n, times n).
+
+    A codec block's scale comes from its largest element, but where the blocks start is NCCL's
+    choice: CollNet hands the plugin one chunk at a time, and a chunk starts wherever NCCL's
+    channel and step split put it, not at a multiple of 256 elements of the tensor. So each
+    element's block maximum is taken over every 256-element window that holds it (the first
+    GPU check, 2026-11-28, saw 1.28x a tensor-aligned bound on 4194309 elements)."""
     import torch
     n, block, f32 = len(xs), 256, 2.0 ** -24
     absx = [a.abs() for a in xs]
 
     def block_max(a):
-        pad = (-a.numel()) % block
-        m = torch.nn.functional.pad(a, (0, pad)).view(-1, block).max(dim=1).values
-        return m.repeat_interleave(block)[:a.numel()]
+        return torch.nn.functional.max_pool1d(a.view(1, 1, -1), kernel_size=2 * block - 1,
+                                              stride=1, padding=block - 1).view(-1)
     avg = exact / n
     worker = sum(block_max(a) for a in absx) / (254 * n)
     s = avg.abs() + worker
@@ -153,6 +158,13 @@ def worker(args):
     torch.cuda.set_device(dev)
     v = torch.cuda.nccl.version()   # a tuple in torch 2.x, an int before
     nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    # CollNet with a codec compresses every allreduce it carries: integers up to 2000 stay exact
+    # through none and fp16 only; int8 is held to its bound, other codecs are reported.
+    lossy = args.mode == "collnet" and not args.codec.startswith(("none", "fp16"))
+
+    def int8_ratio(got, xs, want):
+        err = (got.double() - want.double()).abs()
+        return (err / int8_sum_bound([x.double() for x in xs], want.double())).max().item()
     try:
         for count in (1, 1000, (1 << 20) + 3):
             # Small integers: every order of summation gives the exact sum.
@@ -163,7 +175,21 @@ def worker(args):
             t = x.to(dev)
             dist.all_reduce(t)
             want = x + other
-            if not torch.equal(t.cpu(), want):
+            if lossy and not args.codec.startswith("int8"):
+                rel = (t.cpu() - want).abs().max().item() / max(want.abs().max().item(), 1.0)
+                checks.append(f"collnet {args.codec} allreduce of {count} float32 integers: max "
+                              f"error {rel:.3g} of the largest value (no bound for this codec)")
+            elif lossy:
+                # Through int8 integers are not exact: the codec's bound holds.
+                mine, theirs = (x, other) if rank == 0 else (other, x)
+                ratio = int8_ratio(t.cpu(), [mine, theirs], want)
+                if ratio > 1.0:
+                    failures.append(f"collnet {args.codec} allreduce of {count} float32 "
+                                    f"integers: error {ratio:.3f} times the bound")
+                else:
+                    checks.append(f"collnet {args.codec} allreduce of {count} float32 integers "
+                                  f"within its bound (worst {ratio:.3f} of it)")
+            elif not torch.equal(t.cpu(), want):
                 bad = (t.cpu() != want).sum().item()
                 failures.append(f"allreduce of {count} float32: {bad} elements differ")
             else:
@@ -183,7 +209,7 @@ def worker(args):
                 exact = xs[0].double() + xs[1].double()
                 err = (t.cpu().double() - exact).abs()
                 if args.codec.startswith("int8"):
-                    ratio = (err / int8_sum_bound([x.double() for x in xs], exact)).max().item()
+                    ratio = int8_ratio(t.cpu(), xs, exact)
                     if ratio > 1.0:
                         failures.append(f"collnet {args.codec} allreduce of {count}: error "
                                         f"{ratio:.3f} times the bound")

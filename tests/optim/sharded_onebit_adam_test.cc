@@ -15,9 +15,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -515,21 +517,16 @@ TEST(ShardedOneBitAdam, CompressedParameterAllGatherAccumulatesUpdatesBelowItsRe
   EXPECT_LT(std::fabs(int8 - exact), 0.02 * (start - exact));
 }
 
-TEST(ShardedOneBitAdam, DevicePathMatchesHost) {
-  if (!device::available()) GTEST_SKIP() << "no CUDA device: the device path is compiled only";
-  // Two ranks, onebit, across the freeze: device buffers must give the host path's bytes (the
-  // kernels run adam_math.h's formulas; codec kernels match the CPU's bitwise).
-  const size_t n = 9001;
-  const int world = 2, steps = 6;
-  auto o = baseOptions("onebit", 3);
-  auto hostOpts = makeSharded(world, n, o);
-  auto host = runSharded(world, std::vector<Vec>(world, initialParams(n)), steps, 1, 1e-3f,
-                         hostOpts, noiseGrads(n));
-  auto devOpts = makeSharded(world, n, o);
+// Runs `steps` steps of two-rank ShardedOneBitAdam with device buffers; returns each rank's
+// parameters after every step (params[step - 1][rank]) and sets `st` to the first failure.
+std::vector<std::vector<Vec>> runShardedOnDevice(int world, size_t n, int steps,
+                                                 std::vector<ShardedOneBitAdam>& opts,
+                                                 std::vector<Status>& st) {
+  std::vector<std::vector<Vec>> after(steps, std::vector<Vec>(world, Vec(n)));
   auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
-  ASSERT_TRUE(comms.isOk());
-  std::vector<Vec> back(world, Vec(n));
-  std::vector<Status> st(world);
+  EXPECT_TRUE(comms.isOk());
+  st.assign(world, Status::ok());
+  if (!comms.isOk()) return after;
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
@@ -544,17 +541,65 @@ TEST(ShardedOneBitAdam, DevicePathMatchesHost) {
         Vec g = noiseGradient(r, s, n);
         (void)device::copyAsync(dg.data(), g.data(), 4 * n, nullptr);
         (void)device::synchronize(nullptr);
-        st[r] = devOpts[r].step(*comms.value()[r], static_cast<float*>(dp.data()),
-                                static_cast<const float*>(dg.data()), 1e-3f);
+        st[r] = opts[r].step(*comms.value()[r], static_cast<float*>(dp.data()),
+                             static_cast<const float*>(dg.data()), 1e-3f);
+        (void)device::copyAsync(after[s - 1][r].data(), dp.data(), 4 * n, nullptr);
+        (void)device::synchronize(nullptr);
       }
-      (void)device::copyAsync(back[r].data(), dp.data(), 4 * n, nullptr);
-      (void)device::synchronize(nullptr);
     });
   for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) {
-    ASSERT_TRUE(st[r].isOk()) << st[r].toString();
-    EXPECT_TRUE(bitEqual(back[r], host.params[r])) << "rank " << r;
-    EXPECT_TRUE(bitEqual(devOpts[r].momentum(), hostOpts[r].momentum())) << "rank " << r;
+  return after;
+}
+
+// Where two runs first part: "step S rank R element I: A vs B", or "" when bit-identical.
+std::string firstDifference(const std::vector<std::vector<Vec>>& a,
+                            const std::vector<std::vector<Vec>>& b) {
+  for (size_t s = 0; s < a.size(); ++s)
+    for (size_t r = 0; r < a[s].size(); ++r)
+      for (size_t i = 0; i < a[s][r].size(); ++i)
+        if (std::memcmp(&a[s][r][i], &b[s][r][i], 4) != 0) {
+          char buf[160];
+          std::snprintf(buf, sizeof buf, "step %zu rank %zu element %zu: %.9g vs %.9g", s + 1, r, i,
+                        a[s][r][i], b[s][r][i]);
+          return buf;
+        }
+  return "";
+}
+
+TEST(ShardedOneBitAdam, DevicePathMatchesHost) {
+  if (!device::available()) GTEST_SKIP() << "no CUDA device: the device path is compiled only";
+  // Two ranks across the freeze: device buffers must give the host path's bytes (the kernels
+  // run adam_math.h's formulas; codec kernels match the CPU's bitwise). Each variant reports
+  // the first step and element where the paths part, so one run on a lent GPU says where.
+  const size_t n = 9001;
+  const int world = 2, steps = 6;
+  struct Variant {
+    const char* codec;
+    bool feedback;
+    const char* paramCodec;
+  };
+  for (Variant v : {Variant{"none", false, "none"}, Variant{"onebit", false, "none"},
+                    Variant{"onebit", true, "none"}, Variant{"int8", false, "int8"}}) {
+    SCOPED_TRACE(std::string(v.codec) + (v.feedback ? "+feedback" : "") + " params " +
+                 v.paramCodec);
+    auto o = baseOptions(v.codec, 3);
+    o.errorFeedback = v.feedback;
+    o.paramCodec = v.paramCodec;
+    auto hostOpts = makeSharded(world, n, o);
+    std::vector<std::vector<Vec>> host(steps, std::vector<Vec>(world));
+    for (int s = 1; s <= steps; ++s) {
+      auto out = runSharded(world, s == 1 ? std::vector<Vec>(world, initialParams(n)) : host[s - 2],
+                            1, s, 1e-3f, hostOpts, noiseGrads(n));
+      host[s - 1] = out.params;
+    }
+    auto devOpts = makeSharded(world, n, o);
+    std::vector<Status> st;
+    auto dev = runShardedOnDevice(world, n, steps, devOpts, st);
+    for (int r = 0; r < world; ++r) ASSERT_TRUE(st[r].isOk()) << st[r].toString();
+    std::string diff = firstDifference(dev, host);
+    EXPECT_EQ(diff, "") << "device vs host parameters";
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(bitEqual(devOpts[r].momentum(), hostOpts[r].momentum())) << "rank " << r;
   }
 }
 
