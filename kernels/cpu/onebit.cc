@@ -7,7 +7,9 @@
 namespace terse::kernels::cpu {
 namespace {
 
-constexpr size_t kLanes = 8;  // independent partial sums so the block sum vectorizes
+// Independent partial sums so the block sum vectorizes; numeric.h fixes their order for
+// every path, the GPU's included.
+constexpr size_t kLanes = num::kOnebitLanes;
 
 // Sign bits of n elements (starting on a word boundary) with the block's scale, 32 per word.
 template <typename In>
@@ -56,9 +58,7 @@ float wideScale(const In* in, const float* residual, size_t n) {
   return num::onebitScaleFromScaledSum(sum, static_cast<uint32_t>(n));
 }
 
-inline float laneSum(const float* part) {
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
+inline float laneSum(const float* part) { return num::onebitLaneSum(part); }
 
 template <typename In>
 void compressBlock(const In* TERSE_RESTRICT in, size_t n, float* TERSE_RESTRICT residual,

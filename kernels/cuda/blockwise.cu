@@ -4,8 +4,8 @@
 // CPU path does.
 //
 // int8 scales are a max, which is order independent, so they match the CPU bitwise. onebit
-// scales are a float sum whose tree order differs from the CPU's, so they agree to rounding
-// (the GPU tests state the tolerance); bits and residuals follow from the scale bitwise.
+// scales are a float sum, computed in the CPU's order (numeric.h, onebitLaneSum: eight lanes,
+// one thread each), so they match bitwise too; bits and residuals follow from the scale.
 // Residuals go through num::residualOf (non-finite differences leave 0), like the CPU.
 #include "launch.cuh"
 
@@ -22,11 +22,6 @@ struct MaxKeyOp {
     return a > b ? a : b;
   }
 };
-struct SumOp {
-  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
-};
-
-using BlockReduceF = cub::BlockReduce<float, kThreads>;
 using BlockReduceU = cub::BlockReduce<uint32_t, kThreads>;
 
 // Keys at or above this are Inf or NaN (magnitudeKey clears the sign).
@@ -89,38 +84,49 @@ __global__ void int8QuantizeKernel(const In* in, size_t n, size_t block, Roundin
 }
 
 // ---- onebit ---------------------------------------------------------------------------------
+// Eight threads per codec block, one per lane of numeric.h's sum order: lane l adds |v| of the
+// block's elements l, l + 8, ... in index order, the group's first thread gathers the eight
+// partial sums by shuffle and combines them as the CPU does. Four groups share a warp, and every
+// warp runs the same trip count (the bound is rounded up to whole warps) so the shuffles see all
+// their lanes. Reads stay in full 32-byte sectors (eight consecutive floats a group and step).
 template <typename In>
 __global__ void onebitScaleKernel(const In* in, size_t n, size_t block, const float* residual,
                                   float* scales) {
-  __shared__ typename BlockReduceF::TempStorage temp;
-  size_t blocks = blockCount(n, block);
-  for (size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
-    size_t begin = b * block;
-    size_t end = begin + block < n ? begin + block : n;
-    float sum = 0.0f;
+  constexpr unsigned kLanes = num::kOnebitLanes;
+  constexpr size_t kGroupsPerWarp = 32 / kLanes;
+  const size_t blocks = blockCount(n, block);
+  const size_t stride = size_t{gridDim.x} * blockDim.x / kLanes;
+  const size_t limit = (blocks + kGroupsPerWarp - 1) / kGroupsPerWarp * kGroupsPerWarp;
+  const unsigned lane = threadIdx.x % kLanes;
+  const unsigned groupBase = (threadIdx.x % 32) / kLanes * kLanes;
+  for (size_t b = (size_t{blockIdx.x} * blockDim.x + threadIdx.x) / kLanes; b < limit;
+       b += stride) {
+    const size_t begin = b * block;
+    const size_t end = b < blocks ? (begin + block < n ? begin + block : n) : begin;
+    float part = 0.0f;
     int finite = 1;
-    for (size_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    for (size_t i = begin + lane; i < end; i += kLanes) {
       float v = inputValue(in, residual, i);
-      sum += fabsf(v);
+      part += fabsf(v);
       finite &= num::isFinite(v) ? 1 : 0;
     }
-    int allFinite = __syncthreads_and(finite);
-    float total = BlockReduceF(temp).Reduce(sum, SumOp{});
-    __shared__ float blockScale;
-    if (threadIdx.x == 0)
-      blockScale = num::onebitScale(total, static_cast<uint32_t>(end - begin), allFinite != 0);
-    __syncthreads();
-    if (num::onebitSumOverflowed(blockScale, allFinite != 0)) {  // the same for every thread
-      float scaled = 0.0f;
-      for (size_t i = begin + threadIdx.x; i < end; i += kThreads)
-        scaled += fabsf(inputValue(in, residual, i)) * num::kOnebitWideSumScale;
-      float scaledTotal = BlockReduceF(temp).Reduce(scaled, SumOp{});
-      if (threadIdx.x == 0)
-        blockScale = num::onebitScaleFromScaledSum(scaledTotal, static_cast<uint32_t>(end - begin));
-      __syncthreads();
+    float parts[kLanes];
+    int allFinite = 1;
+    for (unsigned l = 0; l < kLanes; ++l) {
+      parts[l] = __shfl_sync(0xffffffffu, part, groupBase + l);
+      allFinite &= __shfl_sync(0xffffffffu, finite, groupBase + l);
     }
-    if (threadIdx.x == 0) scales[b] = blockScale;
-    __syncthreads();
+    if (lane != 0 || b >= blocks) continue;
+    const auto count = static_cast<uint32_t>(end - begin);
+    float scale = num::onebitScale(num::onebitLaneSum(parts), count, allFinite != 0);
+    if (num::onebitSumOverflowed(scale, allFinite != 0)) {
+      // Rare (magnitudes near 3e38): the CPU's plain index-order loop, on this one thread.
+      float scaled = 0.0f;
+      for (size_t i = begin; i < end; ++i)
+        scaled += fabsf(inputValue(in, residual, i)) * num::kOnebitWideSumScale;
+      scale = num::onebitScaleFromScaledSum(scaled, count);
+    }
+    scales[b] = scale;
   }
 }
 
@@ -169,7 +175,7 @@ cudaError_t onebitCompress(const In* in, size_t n, size_t block, float* residual
     return cudaErrorInvalidValue;
   // Two kernels because a 32-element word can straddle two codec blocks when block % 32 != 0;
   // the scales are complete before any residual is updated.
-  onebitScaleKernel<In><<<gridForBlocks(blockCount(n, block)), kThreads, 0, stream>>>(
+  onebitScaleKernel<In><<<gridFor(blockCount(n, block) * num::kOnebitLanes), kThreads, 0, stream>>>(
       in, n, block, residual, scales);
   TERSE_CUDA_TRY(detail::lastLaunchError());
   onebitPackKernel<In><<<gridFor(n), kThreads, 0, stream>>>(in, n, block, residual, scales, bits);

@@ -459,6 +459,16 @@ TERSE_HD float onebitScaleFromScaledSum(float scaledSum, uint32_t count) {
   float mean = count ? scaledSum / static_cast<float>(count) * 4294967296.0f : 0.0f;
   return mean <= 3.40282347e38f ? mean : 3.40282347e38f;  // rounding must not tip it to Inf
 }
+// The block's magnitude sum, in one order on every path: kOnebitLanes partial sums, lane l
+// adding |v| of elements l, l + 8, l + 16, ... of the block in index order (the CPU's 8-wide
+// loop; one GPU thread per lane), then combined by onebitLaneSum. A float sum's value depends on
+// its order, and error feedback turns a one-ulp scale difference into flipped signs a few steps
+// later, so the GPU must not sum in its own tree order (the first GPU check, 2026-11-28, saw
+// device and host part by 2 x scale on elements near zero).
+constexpr unsigned kOnebitLanes = 8;
+TERSE_HD float onebitLaneSum(const float* part) {
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
 TERSE_HD bool onebitBit(float v) { return !(v < 0.0f); }  // zero and -0 map to +scale
 TERSE_HD float onebitDecode(bool bit, float scale) { return bit ? scale : -scale; }
 
