@@ -2,7 +2,8 @@
 //
 // Each unit is a free function of an AlgorithmContext: the ranks it runs over (the transport it
 // is given, the world's or a group's), its workspaces by name, the pipeline settings, and the
-// counters of the call in flight. A unit knows nothing of agreement, statistics, device staging,
+// counters of the call in flight. Tests run units on contexts of their own over in-process
+// transports (tests/collectives/algorithm_unit_test.cc). A unit knows nothing of agreement, statistics, device staging,
 // two-level layouts or failure handling: the engine (engine.cc) agrees on a call, picks one unit
 // for it and turns whatever it returns into the call's outcome, and its two-level calls
 // (two_level.cc) compose units over the engines of the node and cross-node groups. The units:
@@ -14,6 +15,7 @@
 #pragma once
 
 #include "terse/collectives/engine.h"
+#include "terse/collectives/workspaces.h"
 
 #include <chrono>
 #include <cstddef>
@@ -22,78 +24,82 @@
 
 namespace terse::detail {
 
-// The engine's workspaces, by name. One unit runs at a time on an engine, so the flat units
-// share slot numbers (a ring and a scatter-reduce never run in one call). The two-level slots
-// differ from every flat one: a two-level call holds them while its groups' engines run flat
-// units, and with a shared WorkspaceProvider (sim/) those engines draw from the same slots.
-enum class Workspace : int {
-  kDescriptors = 0,  // every rank's call descriptor (agreement)
-  // ring and recursive doubling
-  kRingSendStage = 1,  // outgoing segments in the wire type (not float32)
-  kRingRecvStage = 2,  // incoming segments
-  kFloatWork = 3,      // the float32 working copy of the tensor
-  kPartnerFloats = 4,  // recursive doubling: the partner's float32 copy
-  // scatter-reduce and the compressed allgather
-  kChunkWire = 1,     // this rank's compressed chunks (or parts), [chunk][segment]
-  kContribWire = 2,   // the contributions to this rank's chunk, [contributor][segment]
-  kResultWire = 3,    // this rank's reduced chunk, compressed again
-  kGatherWire = 4,    // the owners' reduced chunks, [owner][segment]
-  kAccumulators = 5,  // float32 sums of this rank's chunk
-  kDeviceStage = 6,   // device calls with `none`: pinned staging around the host ring
-  // two-level
-  kNodeInput = 7,    // the input widened to float32 (allreduce) or packed by slice (the others)
-  kNodeSum = 8,      // the node's float32 sum of this rank's slice(s)
-  kNodeStaged = 9,   // reduce-scatter: the cross step's input or result
-  kNodeResult = 10,  // reduce-scatter, uncompressed: the cross step's result
-  // auto's algorithm trials with a shared provider (CollectiveEngine::chooseAlgorithm): held
-  // while the trial calls run, so distinct from every slot above
-  kTrialSend = 11,
-  kTrialRecv = 12
-};
-
 using Arithmetic = CollectiveEngine::Arithmetic;
 
-// What a unit may use of the engine that runs it, and nothing else.
+// What a unit may use, and nothing else: the ranks it runs over (a transport, the world's or a
+// group's), the call's settings, named workspaces, the counters of the call in flight and the
+// arithmetic hook. A context borrows them (it is a cheap value; the owner outlives the call):
+// the engine builds one per call from its own (CollectiveEngine::context), and a test or the
+// simulator can build one over a transport and workspaces of its own, with no engine at all.
 class AlgorithmContext {
  public:
-  explicit AlgorithmContext(CollectiveEngine& engine) : e_(engine) {}
+  struct Settings {
+    std::chrono::milliseconds timeout{60000};
+    // Elements per pipeline segment (a multiple of every codec block size) and how many segment
+    // rounds a compressed unit runs ahead (TERSE_SEGMENT_BYTES, TERSE_PIPELINE_DEPTH).
+    size_t segmentElements = size_t{1} << 20;
+    size_t pipelineDepth = 1;
+  };
 
-  Transport& transport() const { return e_.transport_; }
-  std::chrono::milliseconds timeout() const { return e_.timeout_; }
-  // Elements per pipeline segment (a multiple of every codec block size) and how many segment
-  // rounds a compressed unit runs ahead (TERSE_SEGMENT_BYTES, TERSE_PIPELINE_DEPTH).
-  size_t segmentElements() const { return e_.segmentElems_; }
-  size_t pipelineDepth() const { return e_.depth_; }
-  // The engine's count of bytes handed to the transport (RequestList adds each send's).
-  uint64_t* bytesSent() const { return &e_.bytesSent_; }
+  AlgorithmContext(Transport& transport, const Settings& settings, Workspaces& workspaces,
+                   CallCounters& counters, CollectiveEngine::ArithmeticHook* hook = nullptr)
+      : transport_(&transport),
+        settings_(settings),
+        workspaces_(&workspaces),
+        counters_(&counters),
+        hook_(hook) {}
 
-  // Workspaces (CollectiveEngine::scratch and friends): host memory, or where the op's codecs
-  // reach it for device calls.
-  uint8_t* scratch(Workspace slot, size_t bytes) const { return e_.scratch(slot, bytes); }
+  Transport& transport() const { return *transport_; }
+  std::chrono::milliseconds timeout() const { return settings_.timeout; }
+  size_t segmentElements() const { return settings_.segmentElements; }
+  size_t pipelineDepth() const { return settings_.pipelineDepth; }
+  // The count of bytes handed to the transport (RequestList adds each send's).
+  uint64_t* bytesSent() const { return &counters_->bytesSent; }
+  const CallCounters& counters() const { return *counters_; }
+
+  // Workspaces: host memory, or where the op's codecs reach it for device calls.
+  uint8_t* scratch(Workspace slot, size_t bytes) const { return workspaces_->host(slot, bytes); }
   Result<uint8_t*> wireScratch(const CollectiveOp& op, Workspace slot, size_t bytes) const {
-    return e_.wireScratch(op, slot, bytes);
+    return workspaces_->wire(op, slot, bytes);
   }
   Result<float*> accScratch(const CollectiveOp& op, size_t elems) const {
-    return e_.accScratch(op, elems);
+    return workspaces_->accumulators(op, elems);
   }
 
   // The call's codec work, timed into its compress or reduce stage.
   template <typename Work>
   auto compressing(Work&& work) const -> decltype(work()) {
-    return e_.timed(e_.compressSeconds_, std::forward<Work>(work));
+    return timed(counters_->compressSeconds, std::forward<Work>(work));
   }
   template <typename Work>
   auto reducing(Work&& work) const -> decltype(work()) {
-    return e_.timed(e_.reduceSeconds_, std::forward<Work>(work));
+    return timed(counters_->reduceSeconds, std::forward<Work>(work));
   }
-  // The engine's own arithmetic (sums, conversions), which the simulation's hook may take.
+  // The unit's own arithmetic (sums, conversions), which the simulation's hook may take (charge
+  // to the simulated host and skip); otherwise run and timed as the reduce stage.
   template <typename Work>
   void arithmetic(Arithmetic what, size_t elements, Work&& work) const {
-    e_.arithmetic(what, elements, std::forward<Work>(work));
+    if (hook_ && hook_->take(what, elements)) return;
+    timed(counters_->reduceSeconds, [&] {
+      work();
+      return 0;
+    });
   }
 
  private:
-  CollectiveEngine& e_;
+  template <typename Work>
+  static auto timed(double& seconds, Work&& work) -> decltype(work()) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = work();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+
+  Transport* transport_;
+  Settings settings_;
+  Workspaces* workspaces_;
+  CallCounters* counters_;
+  CollectiveEngine::ArithmeticHook* hook_;
 };
 
 // ring.cc. After ringReduceScatterCore, chunk `rank` of `work` (float32, the whole tensor)

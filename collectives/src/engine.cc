@@ -220,7 +220,7 @@ Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint
   setSegmentBytes(segmentElems_ * sizeof(float));
   setSmallBytes(smallBytes_);
   setPipelineDepth(depth_);
-  setWorkspaceProvider(workspaces_);
+  setWorkspaceProvider(workspaces_.provider());
   setArithmeticHook(arithmeticHook_);
   return Status::ok();
 }
@@ -289,7 +289,7 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
   std::vector<uint8_t> ownSend, ownRecv;
   uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
-  if (workspaces_) {
+  if (workspaces_.provider()) {
     send = scratch(Workspace::kTrialSend, std::max<size_t>(1, sendCount) * es);
     recv = scratch(Workspace::kTrialRecv, std::max<size_t>(1, recvCount) * es);
   } else {
@@ -365,10 +365,10 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
 }
 
 void CollectiveEngine::setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider) {
-  workspaces_ = std::move(provider);
+  workspaces_.setProvider(std::move(provider));
   if (twoLevel_) {
-    twoLevel_->local->setWorkspaceProvider(workspaces_);
-    twoLevel_->cross->setWorkspaceProvider(workspaces_);
+    twoLevel_->local->setWorkspaceProvider(workspaces_.provider());
+    twoLevel_->cross->setWorkspaceProvider(workspaces_.provider());
   }
 }
 
@@ -380,32 +380,13 @@ void CollectiveEngine::setArithmeticHook(std::shared_ptr<ArithmeticHook> hook) {
   }
 }
 
-uint8_t* CollectiveEngine::scratch(Workspace name, size_t bytes) {
-  const int slot = static_cast<int>(name);
-  // Descriptors are read back, unlike what the provider's sharers write (values that do not
-  // change simulated time): once ranks make several calls (auto's agreement, trials and
-  // barriers) they are at different calls at once, and a shared slot would mix their views.
-  if (workspaces_ && name != Workspace::kDescriptors) return workspaces_->workspace(slot, bytes);
-  if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1);
-  auto& buf = scratch_[slot];
-  if (buf.size() < bytes) buf.resize(bytes);
-  return buf.data();
-}
-
-Result<uint8_t*> CollectiveEngine::wireScratch(const CollectiveOp& op, Workspace name,
-                                               size_t bytes) {
-  if (!op.device) return scratch(name, bytes);
-  const int slot = static_cast<int>(name);
-  if (pinned_.size() <= static_cast<size_t>(slot)) pinned_.resize(slot + 1);
-  TERSE_ASSIGN_OR_RETURN(void* p, pinned_[slot].reserve(bytes));
-  return static_cast<uint8_t*>(p);
-}
-
-Result<float*> CollectiveEngine::accScratch(const CollectiveOp& op, size_t elems) {
-  if (!op.device)
-    return reinterpret_cast<float*>(scratch(Workspace::kAccumulators, elems * sizeof(float)));
-  TERSE_ASSIGN_OR_RETURN(void* p, deviceAcc_.reserve(elems * sizeof(float)));
-  return static_cast<float*>(p);
+detail::AlgorithmContext CollectiveEngine::context() {
+  detail::AlgorithmContext::Settings settings;
+  settings.timeout = timeout_;
+  settings.segmentElements = segmentElems_;
+  settings.pipelineDepth = depth_;
+  return detail::AlgorithmContext(transport_, settings, workspaces_, counters_,
+                                  arithmeticHook_.get());
 }
 
 Status CollectiveEngine::validate(const CollectiveOp& op, bool needCodec) const {
@@ -503,7 +484,7 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
     return disseminateDescriptor(op.kind, mine, seq, rejected);
   auto* theirs = reinterpret_cast<CallDescriptor*>(
       scratch(Workspace::kDescriptors, sizeof(CallDescriptor) * n));
-  RequestList reqs(transport_, timeout_, &bytesSent_);
+  RequestList reqs(transport_, timeout_, &counters_.bytesSent);
   std::vector<size_t> recvSlot(n, 0);
   const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, 0);
   for (int i = 0; i < n; ++i) {
@@ -533,7 +514,7 @@ Status CollectiveEngine::disseminateDescriptor(CollectiveKind kind, const CallDe
   detail::CallSummary known = detail::summarizeCall(r, mine), outgoing{}, heard{};
   int round = 0;
   // One request list for all rounds: each round ends with waitAll, which empties it.
-  RequestList reqs(transport_, timeout_, &bytesSent_);
+  RequestList reqs(transport_, timeout_, &counters_.bytesSent);
   // 64-bit: doubling an int past 2^30 ranks would overflow.
   for (int64_t distance = 1; distance < n; distance *= 2, ++round) {
     const int to = static_cast<int>((r + distance) % n);
@@ -553,7 +534,7 @@ Status CollectiveEngine::disseminateDescriptor(CollectiveKind kind, const CallDe
 
 Status CollectiveEngine::reject(const CollectiveOp& op, Status why) {
   const auto start = std::chrono::steady_clock::now();
-  const uint64_t before = bytesSent_;
+  const uint64_t before = counters_.bytesSent;
   Status s = rejectNow(op, std::move(why));
   countCall(op, s, start, before);
   return s;
@@ -579,7 +560,7 @@ Status CollectiveEngine::agree(const CollectiveOp& requested) {
   CollectiveOp op = requested;
   op.algorithm = algorithm.value();
   const auto start = std::chrono::steady_clock::now();
-  const uint64_t before = bytesSent_;
+  const uint64_t before = counters_.bytesSent;
   const uint32_t seq = seq_++;
   Status agreed = exchangeDescriptors(op, seq);
   if (agreed.isOk()) return agreed;  // the call itself is counted by run()
@@ -623,16 +604,16 @@ void CollectiveEngine::countCall(const CollectiveOp& op, const Status& status,
   } else {
     ++k.failures;
   }
-  k.wireBytes += bytesSent_ - bytesBefore;
+  k.wireBytes += counters_.bytesSent - bytesBefore;
   k.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  k.compressSeconds += compressSeconds_;
-  k.reduceSeconds += reduceSeconds_;
-  compressSeconds_ = reduceSeconds_ = 0;
+  k.compressSeconds += counters_.compressSeconds;
+  k.reduceSeconds += counters_.reduceSeconds;
+  counters_.compressSeconds = counters_.reduceSeconds = 0;
 }
 
 Status CollectiveEngine::run(const CollectiveOp& op) {
   const auto start = std::chrono::steady_clock::now();
-  const uint64_t before = bytesSent_;
+  const uint64_t before = counters_.bytesSent;
   Status s = runCounted(op);
   countCall(op, s, start, before);
   return s;
@@ -706,7 +687,7 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   }
   // The flat units (algorithm.h): compressed calls scatter-reduce, uncompressed ones ring or,
   // when small, recursive doubling.
-  const detail::AlgorithmContext ctx(*this);
+  const detail::AlgorithmContext ctx = context();
   switch (op.kind) {
     case CollectiveKind::kAllReduce:
       if (!uncompressed) return detail::scatterReduce(ctx, op, seq);
@@ -736,7 +717,7 @@ Status CollectiveEngine::stagedOnHost(const CollectiveOp& op, uint32_t seq) {
   }
   // One pinned buffer of the larger side: the host algorithms all work in place.
   size_t bytes = std::max(sendCount, recvCount) * es;
-  TERSE_ASSIGN_OR_RETURN(uint8_t * stage, wireScratch(op, Workspace::kDeviceStage, bytes));
+  TERSE_ASSIGN_OR_RETURN(uint8_t * stage, workspaces_.wire(op, Workspace::kDeviceStage, bytes));
   CollectiveOp host = op;
   host.device = false;
   host.stream = nullptr;

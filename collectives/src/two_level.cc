@@ -24,13 +24,13 @@
 namespace terse {
 
 Status CollectiveEngine::runStep(CollectiveEngine& group, const CollectiveOp& step) {
-  const uint64_t before = group.bytesSent_;
+  const uint64_t before = group.counters_.bytesSent;
   const uint32_t seq = group.seq_++;
   Status s = group.runAgreedGuarded(step, seq);
-  bytesSent_ += group.bytesSent_ - before;
-  compressSeconds_ += group.compressSeconds_;
-  reduceSeconds_ += group.reduceSeconds_;
-  group.compressSeconds_ = group.reduceSeconds_ = 0;
+  counters_.bytesSent += group.counters_.bytesSent - before;
+  counters_.compressSeconds += group.counters_.compressSeconds;
+  counters_.reduceSeconds += group.counters_.reduceSeconds;
+  group.counters_.compressSeconds = group.counters_.reduceSeconds = 0;
   return s;
 }
 

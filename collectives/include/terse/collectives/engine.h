@@ -19,6 +19,7 @@
 #pragma once
 
 #include "terse/collectives/partition.h"
+#include "terse/collectives/workspaces.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
 #include "terse/kernels/device.h"
@@ -39,8 +40,7 @@
 namespace terse {
 namespace detail {
 struct CallDescriptor;       // collectives/src/descriptor.h
-class AlgorithmContext;      // collectives/src/algorithm.h: what the algorithm units see
-enum class Workspace : int;  // the same header: the workspaces by name
+class AlgorithmContext;  // collectives/src/algorithm.h: what the algorithm units see
 }  // namespace detail
 
 // kBarrier is never a CollectiveOp's kind: it names the barrier in descriptors and messages.
@@ -154,14 +154,10 @@ class CollectiveEngine {
   // not change simulated time, so thousands of ranks need one set of workspaces instead of one
   // each. Reaches the two-level groups' engines too. Not for real ranks: concurrent calls of
   // engines sharing a provider overwrite each other's data.
-  class WorkspaceProvider {
-   public:
-    virtual ~WorkspaceProvider() = default;
-    // At least `bytes` bytes for workspace `slot`. Unlike an engine's own buffers, the memory
-    // must stay valid and in place for the provider's life (a parent engine and its groups'
-    // engines ask for the same slots while holding earlier answers).
-    virtual uint8_t* workspace(int slot, size_t bytes) = 0;
-  };
+  // workspace(slot, bytes): at least `bytes` bytes for workspace `slot`. Unlike an engine's own
+  // buffers, the memory must stay valid and in place for the provider's life (a parent engine
+  // and its groups' engines ask for the same slots while holding earlier answers).
+  using WorkspaceProvider = detail::Workspaces::Provider;
   void setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider);
 
   // Where the engine's own host arithmetic goes: the float32 sums of uncompressed data and the
@@ -210,7 +206,7 @@ class CollectiveEngine {
 
   // Bytes this rank has handed to the transport since construction (all calls, descriptors
   // included): what benchmarks report as wire bytes.
-  uint64_t bytesSent() const { return bytesSent_; }
+  uint64_t bytesSent() const { return counters_.bytesSent; }
 
   // Calls, failures, bytes and time of everything run() / reject() / agree() / barrier() did
   // (read it on the thread that drives the engine).
@@ -263,15 +259,11 @@ class CollectiveEngine {
   Status twoLevelAllreduce(const CollectiveOp& op);
   Status twoLevelReduceScatter(const CollectiveOp& op);
   Status twoLevelAllgather(const CollectiveOp& op);
-  // The algorithm units (collectives/src/algorithm.h) reach the engine through their context.
-  friend class detail::AlgorithmContext;
+  // The context the algorithm units (collectives/src/algorithm.h) run a call with: this
+  // engine's transport, settings, workspaces, counters and arithmetic hook, lent for the call.
+  detail::AlgorithmContext context();
   using Workspace = detail::Workspace;
-  uint8_t* scratch(Workspace slot, size_t bytes);
-  // Workspace where the op's codecs can reach it: host scratch, or pinned host memory for
-  // device calls (UCX sends it, kernels read and write it through UVA).
-  Result<uint8_t*> wireScratch(const CollectiveOp& op, Workspace slot, size_t bytes);
-  // float32 accumulators: host scratch, or device memory for device calls.
-  Result<float*> accScratch(const CollectiveOp& op, size_t elems);
+  uint8_t* scratch(Workspace slot, size_t bytes) { return workspaces_.host(slot, bytes); }
 
   // Runs `work`, adding its wall time to `seconds` (the call's compress or reduce stage).
   template <typename Work>
@@ -286,7 +278,7 @@ class CollectiveEngine {
   template <typename Work>
   void arithmetic(Arithmetic what, size_t elements, Work&& work) {
     if (arithmeticHook_ && arithmeticHook_->take(what, elements)) return;
-    timed(reduceSeconds_, [&] {
+    timed(counters_.reduceSeconds, [&] {
       work();
       return 0;
     });
@@ -318,20 +310,16 @@ class CollectiveEngine {
   std::map<std::string, Algorithm> chosen_;        // auto's choices, by algorithmChoiceKey
   std::function<double()> clock_;                  // setClock; null: steady_clock
   CollectiveStats stats_;
-  // The codec stages of the call in flight (scatter_reduce.cc, ring.cc), moved into stats_ by
-  // countCall.
-  double compressSeconds_ = 0, reduceSeconds_ = 0;
+  // The call in flight's bytes sent and codec stages (scatter_reduce.cc, ring.cc); countCall
+  // moves the seconds into stats_, bytesSent keeps counting (bytesSent()).
+  detail::CallCounters counters_;
   size_t segmentElems_;
   size_t smallBytes_;
   size_t directAgreementRanks_;  // TERSE_AGREEMENT_DIRECT_RANKS
   size_t depth_ = 1;
   uint32_t seq_ = 0;
-  uint64_t bytesSent_ = 0;
-  std::vector<std::vector<uint8_t>> scratch_;       // grow-only workspaces, reused across calls
-  std::shared_ptr<WorkspaceProvider> workspaces_;   // replaces scratch_ when set (sim/)
+  detail::Workspaces workspaces_;                   // grow-only, reused across calls
   std::shared_ptr<ArithmeticHook> arithmeticHook_;  // sim/: charges and skips own arithmetic
-  std::vector<device::PinnedBuffer> pinned_;        // the same for device calls (CUDA builds)
-  device::DeviceBuffer deviceAcc_;
 };
 
 }  // namespace terse
