@@ -3,10 +3,11 @@
 // Each unit is a free function of an AlgorithmContext: the ranks it runs over (the transport it
 // is given, the world's or a group's), its workspaces by name, the pipeline settings, and the
 // counters of the call in flight. Tests run units on contexts of their own over in-process
-// transports (tests/collectives/algorithm_unit_test.cc). A unit knows nothing of agreement, statistics, device staging,
-// two-level layouts or failure handling: the engine (engine.cc) agrees on a call, picks one unit
-// for it and turns whatever it returns into the call's outcome, and its two-level calls
-// (two_level.cc) compose units over the engines of the node and cross-node groups. The units:
+// transports (tests/collectives/algorithm_unit_test.cc). A unit knows nothing of agreement,
+// statistics, device staging, two-level layouts or failure handling: the engine (engine.cc) agrees
+// on a call, picks one unit for it and turns whatever it returns into the call's outcome, and its
+// two-level calls (two_level.cc) compose units over the engines of the node and cross-node groups.
+// The units:
 //   ring.cc            ring reduce-scatter and allgather (and allreduce as both), recursive
 //                      doubling allreduce: uncompressed, float32 sums, the caller's type on the
 //                      wire;
@@ -21,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace terse::detail {
 
@@ -39,6 +41,9 @@ class AlgorithmContext {
     // rounds a compressed unit runs ahead (TERSE_SEGMENT_BYTES, TERSE_PIPELINE_DEPTH).
     size_t segmentElements = size_t{1} << 20;
     size_t pipelineDepth = 1;
+    // Uncompressed allreduces of at most this many float32 bytes use recursive doubling
+    // (TERSE_SMALL_BYTES).
+    size_t smallBytes = 0;
   };
 
   AlgorithmContext(Transport& transport, const Settings& settings, Workspaces& workspaces,
@@ -53,6 +58,8 @@ class AlgorithmContext {
   std::chrono::milliseconds timeout() const { return settings_.timeout; }
   size_t segmentElements() const { return settings_.segmentElements; }
   size_t pipelineDepth() const { return settings_.pipelineDepth; }
+  size_t smallBytes() const { return settings_.smallBytes; }
+  const Settings& settings() const { return settings_; }
   // The count of bytes handed to the transport (RequestList adds each send's).
   uint64_t* bytesSent() const { return &counters_->bytesSent; }
   const CallCounters& counters() const { return *counters_; }
@@ -122,5 +129,27 @@ size_t ringSegmentElements(size_t configured, int n, size_t count);
 // scatter_reduce.cc: op.codec compresses; op.kind is allreduce or reduce-scatter for the first.
 Status scatterReduce(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq);
 Status compressedAllgather(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq);
+
+// The flat unit for op (engine.cc): compressed calls scatter-reduce (or the compressed
+// allgather); uncompressed ones ring, or recursive doubling for allreduces of at most
+// ctx.smallBytes() float32 bytes and on one rank.
+Status runFlat(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq);
+
+// two_level.cc: the two-level units, composed of flat units over two child contexts. `world`
+// is the caller's context (its workspaces, counters and arithmetic; its transport's size is the
+// world's); `node` and `cross` run over the group transports of this rank's node and of its
+// local index across nodes, each with its own sequence of step numbers (their tag spaces).
+struct TwoLevelContext {
+  AlgorithmContext world, node, cross;
+  const std::vector<std::vector<int>>* nodes;  // each node's ranks in rank order, nodes in order
+  int nodeIndex = 0, localIndex = 0;           // this rank's node and index inside it
+  const Codec* none = nullptr;                 // the uncompressed steps' codec
+  ErrorFeedback* stepFeedback = nullptr;  // the cross step's residuals (reduce-scatter, allgather)
+  uint32_t* nodeSeq = nullptr;
+  uint32_t* crossSeq = nullptr;
+};
+Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op);
+Status twoLevelReduceScatter(const TwoLevelContext& t, const CollectiveOp& op);
+Status twoLevelAllgather(const TwoLevelContext& t, const CollectiveOp& op);
 
 }  // namespace terse::detail

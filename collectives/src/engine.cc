@@ -125,35 +125,15 @@ void CollectiveEngine::setSegmentBytes(size_t bytes) {
   constexpr size_t kUnit = 65536;
   size_t elems = bytes / sizeof(float);
   segmentElems_ = std::max(kUnit, elems / kUnit * kUnit);
-  if (twoLevel_) {
-    twoLevel_->local->setSegmentBytes(bytes);
-    twoLevel_->cross->setSegmentBytes(bytes);
-  }
 }
 
-void CollectiveEngine::setSmallBytes(size_t bytes) {
-  smallBytes_ = bytes;
-  if (twoLevel_) {
-    twoLevel_->local->setSmallBytes(bytes);
-    twoLevel_->cross->setSmallBytes(bytes);
-  }
-}
+void CollectiveEngine::setSmallBytes(size_t bytes) { smallBytes_ = bytes; }
 
 void CollectiveEngine::setPipelineDepth(size_t depth) {
   depth_ = std::min<size_t>(8, std::max<size_t>(1, depth));
-  if (twoLevel_) {
-    twoLevel_->local->setPipelineDepth(depth);
-    twoLevel_->cross->setPipelineDepth(depth);
-  }
 }
 
-void CollectiveEngine::setTimeout(std::chrono::milliseconds timeout) {
-  timeout_ = timeout;
-  if (twoLevel_) {
-    twoLevel_->local->setTimeout(timeout);
-    twoLevel_->cross->setTimeout(timeout);
-  }
-}
+void CollectiveEngine::setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
 Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint32_t localSpace,
                                         uint32_t crossSpace) {
@@ -212,16 +192,8 @@ Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint
   groups->localIndex = static_cast<int>(localIndex);
   for (size_t k = 0; k < nodes.size(); ++k)
     if (nodes[k][localIndex] == r) groups->node = static_cast<int>(k);
-  groups->local = std::make_unique<CollectiveEngine>(*groups->localTransport, timeout_);
-  groups->cross = std::make_unique<CollectiveEngine>(*groups->crossTransport, timeout_);
   twoLevel_ = std::move(groups);
   twoLevelWhyNot_.clear();
-  // The groups' engines take this one's settings (a test may have changed them).
-  setSegmentBytes(segmentElems_ * sizeof(float));
-  setSmallBytes(smallBytes_);
-  setPipelineDepth(depth_);
-  setWorkspaceProvider(workspaces_.provider());
-  setArithmeticHook(arithmeticHook_);
   return Status::ok();
 }
 
@@ -366,18 +338,10 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
 
 void CollectiveEngine::setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider) {
   workspaces_.setProvider(std::move(provider));
-  if (twoLevel_) {
-    twoLevel_->local->setWorkspaceProvider(workspaces_.provider());
-    twoLevel_->cross->setWorkspaceProvider(workspaces_.provider());
-  }
 }
 
 void CollectiveEngine::setArithmeticHook(std::shared_ptr<ArithmeticHook> hook) {
   arithmeticHook_ = std::move(hook);
-  if (twoLevel_) {
-    twoLevel_->local->setArithmeticHook(arithmeticHook_);
-    twoLevel_->cross->setArithmeticHook(arithmeticHook_);
-  }
 }
 
 detail::AlgorithmContext CollectiveEngine::context() {
@@ -385,6 +349,7 @@ detail::AlgorithmContext CollectiveEngine::context() {
   settings.timeout = timeout_;
   settings.segmentElements = segmentElems_;
   settings.pipelineDepth = depth_;
+  settings.smallBytes = smallBytes_;
   return detail::AlgorithmContext(transport_, settings, workspaces_, counters_,
                                   arithmeticHook_.get());
 }
@@ -676,34 +641,55 @@ Status CollectiveEngine::runAgreed(const CollectiveOp& op, uint32_t seq) {
 }
 
 Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
-  const bool uncompressed = op.codec->id() == CodecId::kNone;
-  if (op.algorithm == Algorithm::kTwoLevel) {
-    switch (op.kind) {
-      case CollectiveKind::kAllReduce: return twoLevelAllreduce(op);
-      case CollectiveKind::kReduceScatter: return twoLevelReduceScatter(op);
-      case CollectiveKind::kAllGather: return twoLevelAllgather(op);
-      case CollectiveKind::kBarrier: break;
-    }
-  }
-  // The flat units (algorithm.h): compressed calls scatter-reduce, uncompressed ones ring or,
-  // when small, recursive doubling.
   const detail::AlgorithmContext ctx = context();
+  if (op.algorithm != Algorithm::kTwoLevel) return detail::runFlat(ctx, op, seq);
+  // Two-level: units over child contexts on the node's and the cross-node group's transports,
+  // sharing this engine's workspaces and counters.
+  TwoLevel& g = *twoLevel_;
+  const auto& settings = ctx.settings();
+  const detail::TwoLevelContext t{ctx,
+                                  detail::AlgorithmContext(*g.localTransport, settings, workspaces_,
+                                                           counters_, arithmeticHook_.get()),
+                                  detail::AlgorithmContext(*g.crossTransport, settings, workspaces_,
+                                                           counters_, arithmeticHook_.get()),
+                                  &g.nodes,
+                                  g.node,
+                                  g.localIndex,
+                                  g.none.get(),
+                                  &g.stepFeedback,
+                                  &g.localSeq,
+                                  &g.crossSeq};
   switch (op.kind) {
-    case CollectiveKind::kAllReduce:
-      if (!uncompressed) return detail::scatterReduce(ctx, op, seq);
-      if (op.count * sizeof(float) <= smallBytes_ || transport_.size() == 1)
-        return detail::recursiveDoublingAllreduce(ctx, op, seq);
-      return detail::ringAllreduce(ctx, op, seq);
-    case CollectiveKind::kReduceScatter:
-      if (!uncompressed) return detail::scatterReduce(ctx, op, seq);
-      return detail::ringReduceScatter(ctx, op, seq);
-    case CollectiveKind::kAllGather:
-      if (!uncompressed) return detail::compressedAllgather(ctx, op, seq);
-      return detail::ringAllgather(ctx, op, seq);
+    case CollectiveKind::kAllReduce: return detail::twoLevelAllreduce(t, op);
+    case CollectiveKind::kReduceScatter: return detail::twoLevelReduceScatter(t, op);
+    case CollectiveKind::kAllGather: return detail::twoLevelAllgather(t, op);
     case CollectiveKind::kBarrier: break;  // validate() refuses it before this point
   }
   return errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
 }
+
+namespace detail {
+
+Status runFlat(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq) {
+  const bool uncompressed = op.codec->id() == CodecId::kNone;
+  switch (op.kind) {
+    case CollectiveKind::kAllReduce:
+      if (!uncompressed) return scatterReduce(ctx, op, seq);
+      if (op.count * sizeof(float) <= ctx.smallBytes() || ctx.transport().size() == 1)
+        return recursiveDoublingAllreduce(ctx, op, seq);
+      return ringAllreduce(ctx, op, seq);
+    case CollectiveKind::kReduceScatter:
+      if (!uncompressed) return scatterReduce(ctx, op, seq);
+      return ringReduceScatter(ctx, op, seq);
+    case CollectiveKind::kAllGather:
+      if (!uncompressed) return compressedAllgather(ctx, op, seq);
+      return ringAllgather(ctx, op, seq);
+    case CollectiveKind::kBarrier: break;  // validate() refuses it before this point
+  }
+  return errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
+}
+
+}  // namespace detail
 
 Status CollectiveEngine::stagedOnHost(const CollectiveOp& op, uint32_t seq) {
   const int n = transport_.size(), r = transport_.rank();

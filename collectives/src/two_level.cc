@@ -12,8 +12,10 @@
 //      share of the node's traffic, and each node sends 1/L of what one flat rank sends.
 //   3. inside the node, allgather the slices (the caller's type, `none`).
 // The cross-node allreduce gives the ranks of one local index bit-identical slices, and the
-// node's allgather copies bytes, so every rank of the world ends bit-identical. Each step is an
-// existing algorithm run by the group's own engine over a group transport (transport/group.h).
+// node's allgather copies bytes, so every rank of the world ends bit-identical. Each step is a
+// flat unit (runFlat) on a child context over a group transport (transport/group.h): the node's
+// or the cross-node group's, sharing the parent's workspaces and counters (the two-level slots
+// differ from every flat one). No step agrees again: the parent call's agreement covers them.
 #include "algorithm.h"
 
 #include "typed.h"
@@ -23,19 +25,19 @@
 
 namespace terse {
 
-Status CollectiveEngine::runStep(CollectiveEngine& group, const CollectiveOp& step) {
-  const uint64_t before = group.counters_.bytesSent;
-  const uint32_t seq = group.seq_++;
-  Status s = group.runAgreedGuarded(step, seq);
-  counters_.bytesSent += group.counters_.bytesSent - before;
-  counters_.compressSeconds += group.counters_.compressSeconds;
-  counters_.reduceSeconds += group.counters_.reduceSeconds;
-  group.counters_.compressSeconds = group.counters_.reduceSeconds = 0;
-  return s;
+namespace detail {
+
+namespace {
+
+// One step on a group's context: the flat unit for it, at the group's next sequence number.
+Status runStep(const AlgorithmContext& group, uint32_t& seq, const CollectiveOp& step) {
+  return runFlat(group, step, seq++);
 }
 
-Status CollectiveEngine::nodeSum(const CollectiveOp& op, const float* wide, size_t count,
-                                 float* sum, size_t length, const char* what) {
+// Step 1 of allreduce and reduce-scatter: the node's float32 sum (a `none` reduce-scatter of
+// `count` elements inside the node, `length` of them this rank's); avg scales it here.
+Status nodeSum(const TwoLevelContext& t, const CollectiveOp& op, const float* wide, size_t count,
+               float* sum, size_t length, const char* what) {
   CollectiveOp step;
   step.kind = CollectiveKind::kReduceScatter;
   step.send = wide;
@@ -43,25 +45,26 @@ Status CollectiveEngine::nodeSum(const CollectiveOp& op, const float* wide, size
   step.count = count;
   step.dtype = DataType::kFloat32;
   step.op = ReduceOp::kSum;
-  step.codec = twoLevel_->none.get();
+  step.codec = t.none;
   step.algorithm = Algorithm::kFlat;
-  TERSE_RETURN_IF_ERROR(runStep(*twoLevel_->local, step)
+  TERSE_RETURN_IF_ERROR(runStep(t.node, *t.nodeSeq, step)
                             .withContext(std::string("two-level ") + what + ", inside the node"));
   if (op.op == ReduceOp::kAvg)
-    arithmetic(Arithmetic::kConvert, length, [&] {
-      detail::fromFloat(sum, 1.0f / static_cast<float>(transport_.size()), DataType::kFloat32, sum,
-                        length);
+    t.world.arithmetic(Arithmetic::kConvert, length, [&] {
+      fromFloat(sum, 1.0f / static_cast<float>(t.world.transport().size()), DataType::kFloat32, sum,
+                length);
     });
   return Status::ok();
 }
 
-Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
+}  // namespace
+
+Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op) {
   // Nothing to move (every rank agreed on the count, so every group skips its steps alike),
   // and the empty workspaces would be null pointers.
   if (op.count == 0) return Status::ok();
-  TwoLevel& groups = *twoLevel_;
-  const int localSize = groups.local->transport().size();
-  const int localRank = groups.local->transport().rank();
+  const int localSize = t.node.transport().size();
+  const int localRank = t.node.transport().rank();
   const size_t es = dataTypeSize(op.dtype);
   const Range slice = chunkRange(op.count, localSize, localRank);
   const bool compressed = op.codec->id() != CodecId::kNone;
@@ -70,13 +73,14 @@ Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
   const float* wide = static_cast<const float*>(op.send);
   if (op.dtype != DataType::kFloat32) {
     auto* widened =
-        reinterpret_cast<float*>(scratch(Workspace::kNodeInput, op.count * sizeof(float)));
-    arithmetic(Arithmetic::kConvert, op.count,
-               [&] { detail::toFloat(op.send, op.dtype, widened, op.count); });
+        reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeInput, op.count * sizeof(float)));
+    t.world.arithmetic(Arithmetic::kConvert, op.count,
+                       [&] { toFloat(op.send, op.dtype, widened, op.count); });
     wide = widened;
   }
-  auto* sum = reinterpret_cast<float*>(scratch(Workspace::kNodeSum, slice.length * sizeof(float)));
-  TERSE_RETURN_IF_ERROR(nodeSum(op, wide, op.count, sum, slice.length, "allreduce"));
+  auto* sum =
+      reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeSum, slice.length * sizeof(float)));
+  TERSE_RETURN_IF_ERROR(nodeSum(t, op, wide, op.count, sum, slice.length, "allreduce"));
 
   // Step 2: the slice across nodes.
   auto* out = static_cast<uint8_t*>(op.recv) + slice.begin * es;
@@ -94,17 +98,17 @@ Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
     step.feedback = op.feedback;
     step.feedbackOffset = op.feedbackOffset + slice.begin;
     TERSE_RETURN_IF_ERROR(
-        runStep(*groups.cross, step).withContext("two-level allreduce, across nodes"));
-    arithmetic(Arithmetic::kConvert, slice.length,
-               [&] { detail::fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
+        runStep(t.cross, *t.crossSeq, step).withContext("two-level allreduce, across nodes"));
+    t.world.arithmetic(Arithmetic::kConvert, slice.length,
+                       [&] { fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
   } else {
-    arithmetic(Arithmetic::kConvert, slice.length,
-               [&] { detail::fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
+    t.world.arithmetic(Arithmetic::kConvert, slice.length,
+                       [&] { fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
     step.send = out;
     step.recv = out;
     step.dtype = op.dtype;
     TERSE_RETURN_IF_ERROR(
-        runStep(*groups.cross, step).withContext("two-level allreduce, across nodes"));
+        runStep(t.cross, *t.crossSeq, step).withContext("two-level allreduce, across nodes"));
   }
 
   // Step 3: every slice to every rank of the node (in place: this rank's part of recv).
@@ -114,9 +118,9 @@ Status CollectiveEngine::twoLevelAllreduce(const CollectiveOp& op) {
   step.recv = op.recv;
   step.count = op.count;
   step.dtype = op.dtype;
-  step.codec = groups.none.get();
+  step.codec = t.none;
   step.algorithm = Algorithm::kFlat;
-  return runStep(*groups.local, step).withContext("two-level allreduce, inside the node");
+  return runStep(t.node, *t.nodeSeq, step).withContext("two-level allreduce, inside the node");
 }
 
 namespace {
@@ -169,37 +173,37 @@ Result<ErrorFeedback*> stepFeedback(ErrorFeedback& kept, const std::string& spec
 //      local index c gets the node's sums of the N parts owned by the ranks of local index c;
 //   2. across nodes, those ranks reduce-scatter that N*m slice with the call's codec (float32;
 //      `none` in the caller's type), and the rank on node k gets block k: its own part.
-Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
+Status twoLevelReduceScatter(const TwoLevelContext& t, const CollectiveOp& op) {
   // Nothing to move (every rank agreed on the count, so every group skips its steps alike),
   // and the empty workspaces would be null pointers.
   if (op.count == 0) return Status::ok();
-  TwoLevel& groups = *twoLevel_;
-  const int world = transport_.size();
-  const size_t nodes = groups.nodes.size(), perNode = groups.nodes[0].size();
-  const size_t c = static_cast<size_t>(groups.localIndex);
+  const int world = t.world.transport().size();
+  const size_t nodes = (*t.nodes).size(), perNode = (*t.nodes)[0].size();
+  const size_t c = static_cast<size_t>(t.localIndex);
   const size_t m = (op.count + world - 1) / world;
   const size_t es = dataTypeSize(op.dtype);
   const bool compressed = op.codec->id() != CodecId::kNone;
   auto partOf = [&](size_t localIndex, size_t node) {
-    return chunkRange(op.count, world, groups.nodes[node][localIndex]);
+    return chunkRange(op.count, world, (*t.nodes)[node][localIndex]);
   };
 
   auto* packed =
-      reinterpret_cast<float*>(scratch(Workspace::kNodeInput, world * m * sizeof(float)));
-  arithmetic(Arithmetic::kConvert, perNode * nodes * m, [&] {
+      reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeInput, world * m * sizeof(float)));
+  t.world.arithmetic(Arithmetic::kConvert, perNode * nodes * m, [&] {
     for (size_t ci = 0; ci < perNode; ++ci)
       for (size_t k = 0; k < nodes; ++k) {
         Range part = partOf(ci, k);
         float* block = packed + (ci * nodes + k) * m;
-        detail::toFloat(static_cast<const uint8_t*>(op.send) + part.begin * es, op.dtype, block,
-                        part.length);
+        toFloat(static_cast<const uint8_t*>(op.send) + part.begin * es, op.dtype, block,
+                part.length);
         std::fill(block + part.length, block + m, 0.0f);
       }
   });
-  auto* sum = reinterpret_cast<float*>(scratch(Workspace::kNodeSum, nodes * m * sizeof(float)));
-  TERSE_RETURN_IF_ERROR(nodeSum(op, packed, world * m, sum, nodes * m, "reduce-scatter"));
+  auto* sum =
+      reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeSum, nodes * m * sizeof(float)));
+  TERSE_RETURN_IF_ERROR(nodeSum(t, op, packed, world * m, sum, nodes * m, "reduce-scatter"));
 
-  const Range mine = partOf(c, groups.node);
+  const Range mine = partOf(c, t.nodeIndex);
   CollectiveOp step;
   step.kind = CollectiveKind::kReduceScatter;
   step.count = nodes * m;
@@ -208,34 +212,35 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
   step.algorithm = Algorithm::kFlat;
   step.policyWork = op.policyWork;
   if (compressed) {
-    auto* out = reinterpret_cast<float*>(scratch(Workspace::kNodeStaged, m * sizeof(float)));
+    auto* out =
+        reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeStaged, m * sizeof(float)));
     step.send = sum;
     step.recv = out;
     step.dtype = DataType::kFloat32;
     ResidualView view;
     if (op.feedback) {
       TERSE_ASSIGN_OR_RETURN(step.feedback,
-                             stepFeedback(groups.stepFeedback, op.codec->spec(), nodes * m));
+                             stepFeedback(*t.stepFeedback, op.codec->spec(), nodes * m));
       for (size_t k = 0; k < nodes; ++k)
         view.add(op.feedbackOffset + partOf(c, k).begin, k * m, partOf(c, k).length);
       TERSE_RETURN_IF_ERROR(view.load(*op.feedback, *step.feedback));
     }
     TERSE_RETURN_IF_ERROR(
-        runStep(*groups.cross, step).withContext("two-level reduce-scatter, across nodes"));
+        runStep(t.cross, *t.crossSeq, step).withContext("two-level reduce-scatter, across nodes"));
     if (op.feedback) view.store(*step.feedback, *op.feedback);
-    arithmetic(Arithmetic::kConvert, mine.length,
-               [&] { detail::fromFloat(out, 1.0f, op.dtype, op.recv, mine.length); });
+    t.world.arithmetic(Arithmetic::kConvert, mine.length,
+                       [&] { fromFloat(out, 1.0f, op.dtype, op.recv, mine.length); });
     return Status::ok();
   }
-  uint8_t* typed = scratch(Workspace::kNodeStaged, nodes * m * es);
-  uint8_t* out = scratch(Workspace::kNodeResult, m * es);
-  arithmetic(Arithmetic::kConvert, nodes * m,
-             [&] { detail::fromFloat(sum, 1.0f, op.dtype, typed, nodes * m); });
+  uint8_t* typed = t.world.scratch(Workspace::kNodeStaged, nodes * m * es);
+  uint8_t* out = t.world.scratch(Workspace::kNodeResult, m * es);
+  t.world.arithmetic(Arithmetic::kConvert, nodes * m,
+                     [&] { fromFloat(sum, 1.0f, op.dtype, typed, nodes * m); });
   step.send = typed;
   step.recv = out;
   step.dtype = op.dtype;
   TERSE_RETURN_IF_ERROR(
-      runStep(*groups.cross, step).withContext("two-level reduce-scatter, across nodes"));
+      runStep(t.cross, *t.crossSeq, step).withContext("two-level reduce-scatter, across nodes"));
   if (mine.length > 0) std::memcpy(op.recv, out, mine.length * es);
   return Status::ok();
 }
@@ -243,20 +248,19 @@ Status CollectiveEngine::twoLevelReduceScatter(const CollectiveOp& op) {
 // Allgather, the reduce-scatter's layout run backwards: across nodes, the ranks of local index c
 // allgather their parts (each padded to m, the call's codec) into the packed slice c; inside the
 // node, every rank allgathers the packed slices (`none`); then each part moves to its place.
-Status CollectiveEngine::twoLevelAllgather(const CollectiveOp& op) {
+Status twoLevelAllgather(const TwoLevelContext& t, const CollectiveOp& op) {
   // Nothing to move (every rank agreed on the count, so every group skips its steps alike),
   // and the empty workspaces would be null pointers.
   if (op.count == 0) return Status::ok();
-  TwoLevel& groups = *twoLevel_;
-  const int world = transport_.size();
-  const size_t nodes = groups.nodes.size(), perNode = groups.nodes[0].size();
-  const size_t c = static_cast<size_t>(groups.localIndex), k = static_cast<size_t>(groups.node);
+  const int world = t.world.transport().size();
+  const size_t nodes = (*t.nodes).size(), perNode = (*t.nodes)[0].size();
+  const size_t c = static_cast<size_t>(t.localIndex), k = static_cast<size_t>(t.nodeIndex);
   const size_t m = (op.count + world - 1) / world;
   const size_t es = dataTypeSize(op.dtype);
   auto partOf = [&](size_t localIndex, size_t node) {
-    return chunkRange(op.count, world, groups.nodes[node][localIndex]);
+    return chunkRange(op.count, world, (*t.nodes)[node][localIndex]);
   };
-  uint8_t* packed = scratch(Workspace::kNodeInput, world * m * es);
+  uint8_t* packed = t.world.scratch(Workspace::kNodeInput, world * m * es);
   const Range mine = partOf(c, k);
   uint8_t* myBlock = packed + (c * nodes + k) * m * es;
   if (mine.length > 0) std::memcpy(myBlock, op.send, mine.length * es);
@@ -273,12 +277,12 @@ Status CollectiveEngine::twoLevelAllgather(const CollectiveOp& op) {
   step.policyWork = op.policyWork;
   ResidualView view;
   if (op.feedback) {
-    TERSE_ASSIGN_OR_RETURN(step.feedback, stepFeedback(groups.stepFeedback, op.codec->spec(), m));
+    TERSE_ASSIGN_OR_RETURN(step.feedback, stepFeedback(*t.stepFeedback, op.codec->spec(), m));
     view.add(op.feedbackOffset, 0, mine.length);
     TERSE_RETURN_IF_ERROR(view.load(*op.feedback, *step.feedback));
   }
   TERSE_RETURN_IF_ERROR(
-      runStep(*groups.cross, step).withContext("two-level allgather, across nodes"));
+      runStep(t.cross, *t.crossSeq, step).withContext("two-level allgather, across nodes"));
   if (op.feedback) view.store(*step.feedback, *op.feedback);
 
   step = CollectiveOp{};
@@ -287,10 +291,10 @@ Status CollectiveEngine::twoLevelAllgather(const CollectiveOp& op) {
   step.recv = packed;
   step.count = world * m;
   step.dtype = op.dtype;
-  step.codec = groups.none.get();
+  step.codec = t.none;
   step.algorithm = Algorithm::kFlat;
   TERSE_RETURN_IF_ERROR(
-      runStep(*groups.local, step).withContext("two-level allgather, inside the node"));
+      runStep(t.node, *t.nodeSeq, step).withContext("two-level allgather, inside the node"));
   for (size_t ci = 0; ci < perNode; ++ci)
     for (size_t kk = 0; kk < nodes; ++kk) {
       Range part = partOf(ci, kk);
@@ -301,4 +305,5 @@ Status CollectiveEngine::twoLevelAllgather(const CollectiveOp& op) {
   return Status::ok();
 }
 
+}  // namespace detail
 }  // namespace terse

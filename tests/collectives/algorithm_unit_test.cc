@@ -7,6 +7,7 @@
 #include "world.h"
 
 #include "terse/collectives/reference.h"
+#include "terse/transport/group.h"
 
 #include <gtest/gtest.h>
 
@@ -85,8 +86,8 @@ TEST(AlgorithmUnit, RingAndRecursiveDoublingSumExactlyOnTheirOwnContexts) {
       ASSERT_TRUE(records[r].status.isOk()) << records[r].status.toString();
       EXPECT_EQ(results[r], want) << "rank " << r;
       // A ring allreduce sends 2 (n - 1) chunks; recursive doubling log2(n) whole tensors.
-      const uint64_t expected = which == 0 ? 2 * (n - 1) * (count / n) * sizeof(float)
-                                           : 2 * count * sizeof(float);
+      const uint64_t expected =
+          which == 0 ? 2 * (n - 1) * (count / n) * sizeof(float) : 2 * count * sizeof(float);
       EXPECT_EQ(records[r].counters.bytesSent, expected) << "rank " << r;
     }
   }
@@ -225,6 +226,93 @@ TEST(AlgorithmUnit, TheContextsArithmeticHookSeesTheUnitsOwnArithmetic) {
   // Each rank sums the other's half (count / 2 elements) and converts to and from float16.
   EXPECT_GE(hook.reduced.load(), size_t{n} * (count / 2));
   EXPECT_GE(hook.converted.load(), size_t{n} * count);
+}
+
+// Two-level on contexts of its own: 2 nodes x 2 ranks, the node and cross-node groups as group
+// transports over the in-process world, no engine. Integer inputs make the node sums exact, so
+// the model is simple: `none` gives the exact sum; int8 gives, for each slice, what the flat
+// compressed allreduce model (reference.h) makes of the two nodes' sums of that slice.
+TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
+  const int n = 4;
+  const std::vector<std::vector<int>> nodes = {{0, 1}, {2, 3}};
+  const size_t count = 30011;
+  for (const char* spec : {"none", "int8"}) {
+    SCOPED_TRACE(spec);
+    auto codec = makeCodec(spec).value();
+    auto none = makeCodec("none").value();
+    auto transports = testing::makeInProcWorld(n);
+    std::vector<std::vector<float>> results(n, std::vector<float>(count));
+    std::vector<Status> st(n);
+    std::vector<CallCounters> counters(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        const int node = r / 2, local = r % 2;
+        auto nodeT = createGroupTransport(*transports[r], nodes[node], 1);
+        auto crossT = createGroupTransport(*transports[r], {nodes[0][local], nodes[1][local]}, 2);
+        if (!nodeT.isOk() || !crossT.isOk()) {
+          st[r] = errorInternal("group transports");
+          return;
+        }
+        Workspaces workspaces;
+        AlgorithmContext::Settings settings;
+        settings.timeout = testing::kCollTimeout;
+        AlgorithmContext world(*transports[r], settings, workspaces, counters[r]);
+        ErrorFeedback stepFeedback;
+        uint32_t nodeSeq = 0, crossSeq = 0;
+        const detail::TwoLevelContext t{
+            world,
+            AlgorithmContext(*nodeT.value(), settings, workspaces, counters[r]),
+            AlgorithmContext(*crossT.value(), settings, workspaces, counters[r]),
+            &nodes,
+            node,
+            local,
+            none.get(),
+            &stepFeedback,
+            &nodeSeq,
+            &crossSeq};
+        auto in = integers(r, count);
+        CollectiveOp op;
+        op.kind = CollectiveKind::kAllReduce;
+        op.send = in.data();
+        op.recv = results[r].data();
+        op.count = count;
+        op.codec = codec.get();
+        op.algorithm = Algorithm::kTwoLevel;
+        st[r] = detail::twoLevelAllreduce(t, op);
+        // Three steps: two inside the node, one across.
+        if (st[r].isOk() && (nodeSeq != 2 || crossSeq != 1))
+          st[r] = errorInternal("steps: %u in the node, %u across", nodeSeq, crossSeq);
+      });
+    for (auto& th : threads) th.join();
+    std::vector<float> exact(count, 0.0f);
+    std::vector<std::vector<float>> nodeSum(2, std::vector<float>(count, 0.0f));
+    for (int r = 0; r < n; ++r) {
+      auto in = integers(r, count);
+      for (size_t i = 0; i < count; ++i) {
+        exact[i] += in[i];
+        nodeSum[r / 2][i] += in[i];
+      }
+    }
+    std::vector<float> want = exact;
+    if (std::string(spec) != "none") {
+      for (int c = 0; c < 2; ++c) {
+        Range slice = chunkRange(count, 2, c);
+        std::vector<const void*> in = {nodeSum[0].data() + slice.begin,
+                                       nodeSum[1].data() + slice.begin};
+        auto model = simulateCompressedCollective(
+            CollectiveKind::kAllReduce, in, slice.length, DataType::kFloat32, ReduceOp::kSum,
+            *codec, AlgorithmContext::Settings{}.segmentElements, nullptr);
+        ASSERT_TRUE(model.isOk()) << model.status().toString();
+        std::memcpy(want.data() + slice.begin, model.value()[0].data(), slice.length * 4);
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(st[r].isOk()) << st[r].toString();
+      EXPECT_EQ(results[r], want) << "rank " << r;
+      EXPECT_GT(counters[r].bytesSent, 0u);
+    }
+  }
 }
 
 }  // namespace

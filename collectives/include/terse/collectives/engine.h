@@ -39,7 +39,7 @@
 
 namespace terse {
 namespace detail {
-struct CallDescriptor;       // collectives/src/descriptor.h
+struct CallDescriptor;   // collectives/src/descriptor.h
 class AlgorithmContext;  // collectives/src/algorithm.h: what the algorithm units see
 }  // namespace detail
 
@@ -247,42 +247,12 @@ class CollectiveEngine {
   // The run of an agreed call, with anything thrown below (std::bad_alloc for a workspace)
   // turned into a status, since the peers must hear of it like any other failure.
   Status runAgreedGuarded(const CollectiveOp& op, uint32_t seq);
-  // One step of a two-level call on a group's engine: the world agreed on the call already, and
-  // every member of the group runs the same steps in the same order, so there is no validation
-  // or descriptor exchange of its own. Its bytes and codec time are added to this engine's.
-  Status runStep(CollectiveEngine& group, const CollectiveOp& step);
-  // The node's step 1 of a two-level call: reduce-scatter of `count` float32 elements with
-  // `none` over the node group into `sum` (this rank's part, `length` elements), scaled by 1/W
-  // for avg. `what` names the collective in errors.
-  Status nodeSum(const CollectiveOp& op, const float* wide, size_t count, float* sum, size_t length,
-                 const char* what);
-  Status twoLevelAllreduce(const CollectiveOp& op);
-  Status twoLevelReduceScatter(const CollectiveOp& op);
-  Status twoLevelAllgather(const CollectiveOp& op);
   // The context the algorithm units (collectives/src/algorithm.h) run a call with: this
   // engine's transport, settings, workspaces, counters and arithmetic hook, lent for the call.
   detail::AlgorithmContext context();
   using Workspace = detail::Workspace;
   uint8_t* scratch(Workspace slot, size_t bytes) { return workspaces_.host(slot, bytes); }
 
-  // Runs `work`, adding its wall time to `seconds` (the call's compress or reduce stage).
-  template <typename Work>
-  auto timed(double& seconds, Work&& work) -> decltype(work()) {
-    const auto start = std::chrono::steady_clock::now();
-    auto result = work();
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return result;
-  }
-  // The engine's own arithmetic on `elements` elements (ArithmeticHook), timed as the reduce
-  // stage, unless the hook took it.
-  template <typename Work>
-  void arithmetic(Arithmetic what, size_t elements, Work&& work) {
-    if (arithmeticHook_ && arithmeticHook_->take(what, elements)) return;
-    timed(counters_.reduceSeconds, [&] {
-      work();
-      return 0;
-    });
-  }
   // The stats row of a collective kind.
   CollectiveStats::Kind& statsOf(const CollectiveOp& op);
   // Adds one finished call to the stats: its status, wall time and transport bytes.
@@ -290,10 +260,11 @@ class CollectiveEngine {
                  std::chrono::steady_clock::time_point start, uint64_t bytesBefore);
 
   // The two-level layout's groups (enableTwoLevel): this rank's node and its local index's
-  // ranks across nodes, each a group transport with an engine of its own.
+  // ranks across nodes, each a group transport that the two-level units run child contexts over
+  // (collectives/src/algorithm.h, TwoLevelContext), with the groups' step sequence numbers.
   struct TwoLevel {
     std::unique_ptr<Transport> localTransport, crossTransport;
-    std::unique_ptr<CollectiveEngine> local, cross;
+    uint32_t localSeq = 0, crossSeq = 0;
     std::shared_ptr<const Codec> none;    // the uncompressed steps' codec
     std::vector<std::vector<int>> nodes;  // each node's ranks in rank order, nodes in node order
     int node = 0, localIndex = 0;         // this rank's
