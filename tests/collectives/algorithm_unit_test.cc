@@ -59,6 +59,28 @@ std::vector<float> integers(int rank, size_t count) {
   return v;
 }
 
+// The exact sum of every rank's integers(r, count).
+std::vector<float> exactSum(int n, size_t count) {
+  std::vector<float> sum(count, 0.0f);
+  for (int r = 0; r < n; ++r) {
+    auto in = integers(r, count);
+    for (size_t i = 0; i < count; ++i) sum[i] += in[i];
+  }
+  return sum;
+}
+
+// An allreduce (sum) of float32 `in` into `out` with `codec`.
+CollectiveOp allreduceOf(const std::vector<float>& in, std::vector<float>& out,
+                         const Codec& codec) {
+  CollectiveOp op;
+  op.kind = CollectiveKind::kAllReduce;
+  op.send = in.data();
+  op.recv = out.data();
+  op.count = in.size();
+  op.codec = &codec;
+  return op;
+}
+
 TEST(AlgorithmUnit, RingAndRecursiveDoublingSumExactlyOnTheirOwnContexts) {
   const int n = 4;
   const size_t count = n * 3000;  // equal chunks: the ring's volume is exact
@@ -68,20 +90,11 @@ TEST(AlgorithmUnit, RingAndRecursiveDoublingSumExactlyOnTheirOwnContexts) {
     std::vector<std::vector<float>> results(n, std::vector<float>(count));
     auto records = runUnit(n, [&](const AlgorithmContext& ctx, int r) {
       auto in = integers(r, count);
-      CollectiveOp op;
-      op.kind = CollectiveKind::kAllReduce;
-      op.send = in.data();
-      op.recv = results[r].data();
-      op.count = count;
-      op.codec = none.get();
+      CollectiveOp op = allreduceOf(in, results[r], *none);
       return which == 0 ? detail::ringAllreduce(ctx, op, 0)
                         : detail::recursiveDoublingAllreduce(ctx, op, 0);
     });
-    std::vector<float> want(count, 0.0f);
-    for (int r = 0; r < n; ++r) {
-      auto in = integers(r, count);
-      for (size_t i = 0; i < count; ++i) want[i] += in[i];
-    }
+    const std::vector<float> want = exactSum(n, count);
     for (int r = 0; r < n; ++r) {
       ASSERT_TRUE(records[r].status.isOk()) << records[r].status.toString();
       EXPECT_EQ(results[r], want) << "rank " << r;
@@ -117,11 +130,7 @@ TEST(AlgorithmUnit, RingReduceScatterAndAllgatherOnTheirOwnContexts) {
     ag.recv = gathered[r].data();
     return detail::ringAllgather(ctx, ag, 1);
   });
-  std::vector<float> want(count, 0.0f);
-  for (int r = 0; r < n; ++r) {
-    auto in = integers(r, count);
-    for (size_t i = 0; i < count; ++i) want[i] += in[i];
-  }
+  const std::vector<float> want = exactSum(n, count);
   for (int r = 0; r < n; ++r) {
     ASSERT_TRUE(records[r].status.isOk()) << records[r].status.toString();
     Range mine = chunkRange(count, n, r);
@@ -240,61 +249,45 @@ TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
     SCOPED_TRACE(spec);
     auto codec = makeCodec(spec).value();
     auto none = makeCodec("none").value();
-    auto transports = testing::makeInProcWorld(n);
     std::vector<std::vector<float>> results(n, std::vector<float>(count));
-    std::vector<Status> st(n);
-    std::vector<CallCounters> counters(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        const int node = r / 2, local = r % 2;
-        auto nodeT = createGroupTransport(*transports[r], nodes[node], 1);
-        auto crossT = createGroupTransport(*transports[r], {nodes[0][local], nodes[1][local]}, 2);
-        if (!nodeT.isOk() || !crossT.isOk()) {
-          st[r] = errorInternal("group transports");
-          return;
-        }
-        Workspaces workspaces;
-        AlgorithmContext::Settings settings;
-        settings.timeout = testing::kCollTimeout;
-        AlgorithmContext world(*transports[r], settings, workspaces, counters[r]);
-        ErrorFeedback stepFeedback;
-        uint32_t nodeSeq = 0, crossSeq = 0;
-        const detail::TwoLevelContext t{
-            world,
-            AlgorithmContext(*nodeT.value(), settings, workspaces, counters[r]),
-            AlgorithmContext(*crossT.value(), settings, workspaces, counters[r]),
-            &nodes,
-            node,
-            local,
-            none.get(),
-            &stepFeedback,
-            &nodeSeq,
-            &crossSeq};
-        auto in = integers(r, count);
-        CollectiveOp op;
-        op.kind = CollectiveKind::kAllReduce;
-        op.send = in.data();
-        op.recv = results[r].data();
-        op.count = count;
-        op.codec = codec.get();
-        op.algorithm = Algorithm::kTwoLevel;
-        st[r] = detail::twoLevelAllreduce(t, op);
-        // Three steps: two inside the node, one across.
-        if (st[r].isOk() && (nodeSeq != 2 || crossSeq != 1))
-          st[r] = errorInternal("steps: %u in the node, %u across", nodeSeq, crossSeq);
-      });
-    for (auto& th : threads) th.join();
-    std::vector<float> exact(count, 0.0f);
+    std::vector<CallCounters> stepCounters(n);
+    auto records = runUnit(n, [&](const AlgorithmContext& world, int r) {
+      // The child contexts over group transports of the world context's transport; their
+      // steps count into their own counters here, where an engine shares its own.
+      const int node = r / 2, local = r % 2;
+      TERSE_ASSIGN_OR_RETURN(auto nodeT, createGroupTransport(world.transport(), nodes[node], 1));
+      TERSE_ASSIGN_OR_RETURN(
+          auto crossT,
+          createGroupTransport(world.transport(), {nodes[0][local], nodes[1][local]}, 2));
+      Workspaces stepWorkspaces;
+      ErrorFeedback stepFeedback;
+      uint32_t nodeSeq = 0, crossSeq = 0;
+      const detail::TwoLevelContext t{
+          world,
+          AlgorithmContext(*nodeT, world.settings(), stepWorkspaces, stepCounters[r]),
+          AlgorithmContext(*crossT, world.settings(), stepWorkspaces, stepCounters[r]),
+          &nodes,
+          node,
+          local,
+          none.get(),
+          &stepFeedback,
+          &nodeSeq,
+          &crossSeq};
+      auto in = integers(r, count);
+      CollectiveOp op = allreduceOf(in, results[r], *codec);
+      op.algorithm = Algorithm::kTwoLevel;
+      TERSE_RETURN_IF_ERROR(detail::twoLevelAllreduce(t, op));
+      // Three steps: two inside the node, one across.
+      if (nodeSeq != 2 || crossSeq != 1)
+        return errorInternal("steps: %u in the node, %u across", nodeSeq, crossSeq);
+      return Status::ok();
+    });
     std::vector<std::vector<float>> nodeSum(2, std::vector<float>(count, 0.0f));
     for (int r = 0; r < n; ++r) {
       auto in = integers(r, count);
-      for (size_t i = 0; i < count; ++i) {
-        exact[i] += in[i];
-        nodeSum[r / 2][i] += in[i];
-      }
+      for (size_t i = 0; i < count; ++i) nodeSum[r / 2][i] += in[i];
     }
-    std::vector<float> want = exact;
+    std::vector<float> want = exactSum(n, count);
     if (std::string(spec) != "none") {
       for (int c = 0; c < 2; ++c) {
         Range slice = chunkRange(count, 2, c);
@@ -308,9 +301,9 @@ TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
       }
     }
     for (int r = 0; r < n; ++r) {
-      ASSERT_TRUE(st[r].isOk()) << st[r].toString();
+      ASSERT_TRUE(records[r].status.isOk()) << records[r].status.toString();
       EXPECT_EQ(results[r], want) << "rank " << r;
-      EXPECT_GT(counters[r].bytesSent, 0u);
+      EXPECT_GT(stepCounters[r].bytesSent, 0u);
     }
   }
 }

@@ -319,24 +319,7 @@ class InProcTransport final : public Transport {
 
   Status wait(TransportRequest* r, size_t* bytes, std::chrono::milliseconds timeout) override {
     if (r == nullptr) return errorInvalidArgument("wait: null request");
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      bool done = false;
-      int peer = r->peer;
-      uint64_t tag = r->tag;
-      const char* verb = requestVerb(r);
-      TERSE_RETURN_IF_ERROR(test(r, &done, bytes));
-      if (done) return Status::ok();
-      if (std::chrono::steady_clock::now() >= deadline) {
-        cancel(r);
-        return errorTimeout(
-            "%s rank %d (tag %llu) did not complete within %lld ms; rank %d may "
-            "be stuck, dead or not posting the matching operation",
-            verb, peer, static_cast<unsigned long long>(tag),
-            static_cast<long long>(timeout.count()), peer);
-      }
-      fabric_->waitForActivity();
-    }
+    return pollUntilDone(*this, r, bytes, timeout, 1, [this] { fabric_->waitForActivity(); });
   }
 
   void cancel(TransportRequest* r) override {

@@ -7,6 +7,7 @@
 #include "terse/transport/transport.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -81,6 +82,34 @@ class RequestPool {
 
 inline const char* requestVerb(const TransportRequest* r) {
   return r->kind == RequestKind::kSend ? "send to" : "receive from";
+}
+
+// wait() by polling: test() until `r` completes; past `timeout`, cancel it and say which peer and
+// tag did not complete. Every `checkEvery` polls the clock is read and `idle()` runs, each
+// backend's way of stepping aside (sched_yield, or sleeping until in-process activity). test()
+// releases the request when it finishes, so what the error names is read first.
+template <typename Transport_, typename Idle>
+Status pollUntilDone(Transport_& transport, TransportRequest* r, size_t* bytes,
+                     std::chrono::milliseconds timeout, unsigned checkEvery, Idle&& idle) {
+  const int peer = r->peer;
+  const uint64_t tag = r->tag;
+  const char* verb = requestVerb(r);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (unsigned spin = 1;; ++spin) {
+    bool done = false;
+    TERSE_RETURN_IF_ERROR(transport.test(r, &done, bytes));
+    if (done) return Status::ok();
+    if (spin % checkEvery != 0) continue;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      transport.cancel(r);
+      return errorTimeout(
+          "%s rank %d (tag %llu) did not complete within %lld ms; rank %d may be stuck, dead or "
+          "not posting the matching operation",
+          verb, peer, static_cast<unsigned long long>(tag), static_cast<long long>(timeout.count()),
+          peer);
+    }
+    idle();
+  }
 }
 
 }  // namespace terse

@@ -34,28 +34,9 @@ Status SharedTransport::wait(TransportRequest* request, size_t* bytes,
     std::lock_guard<std::mutex> hold(mutex_);
     return inner_->wait(request, bytes, timeout);
   }
-  // test() releases the request when it finishes: what the timeout names is read first.
-  const int peer = request->peer;
-  const uint64_t tag = request->tag;
-  const char* verb = requestVerb(request);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (unsigned spin = 1;; ++spin) {
-    bool done = false;
-    TERSE_RETURN_IF_ERROR(test(request, &done, bytes));
-    if (done) return Status::ok();
-    if (spin % 64 == 0) {
-      if (std::chrono::steady_clock::now() >= deadline) {
-        cancel(request);
-        return errorTimeout(
-            "%s rank %d (tag %llu) did not complete within %lld ms; rank %d may be stuck, dead "
-            "or not posting the matching operation",
-            verb, peer, static_cast<unsigned long long>(tag),
-            static_cast<long long>(timeout.count()), peer);
-      }
-      // The other drivers (and, on a busy host, other ranks) get their turn.
-      sched_yield();
-    }
-  }
+  // Several drivers: poll with the lock released between tests, so the others (and, on a busy
+  // host, other ranks) get their turn.
+  return pollUntilDone(*this, request, bytes, timeout, 64, [] { sched_yield(); });
 }
 
 void SharedTransport::cancel(TransportRequest* request) {

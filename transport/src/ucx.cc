@@ -275,27 +275,8 @@ class UcxTransport final : public Transport {
 
   Status wait(TransportRequest* r, size_t* bytes, std::chrono::milliseconds timeout) override {
     if (r == nullptr) return errorInvalidArgument("wait: null request");
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    const int peer = r->peer;
-    const uint64_t tag = r->tag;
-    const char* verb = requestVerb(r);
-    for (unsigned spin = 1;; ++spin) {
-      bool done = false;
-      TERSE_RETURN_IF_ERROR(test(r, &done, bytes));
-      if (done) return Status::ok();
-      if (spin % 256 == 0) {
-        if (std::chrono::steady_clock::now() >= deadline) {
-          cancel(r);
-          return errorTimeout(
-              "%s rank %d (tag %llu) did not complete within %lld ms; rank %d may be stuck, dead "
-              "or not posting the matching operation",
-              verb, peer, static_cast<unsigned long long>(tag),
-              static_cast<long long>(timeout.count()), peer);
-        }
-        // Oversubscribed hosts (more ranks than cores) need the spinning ranks to step aside.
-        sched_yield();
-      }
-    }
+    // Oversubscribed hosts (more ranks than cores) need the spinning ranks to step aside.
+    return pollUntilDone(*this, r, bytes, timeout, 256, [] { sched_yield(); });
   }
 
   void cancel(TransportRequest* r) override {
