@@ -34,27 +34,23 @@ Status runStep(const AlgorithmContext& group, uint32_t& seq, const CollectiveOp&
   return runFlat(group, step, seq++);
 }
 
-// Step 1 of allreduce and reduce-scatter: the node's float32 sum (a `none` reduce-scatter of
-// `count` elements inside the node, `length` of them this rank's); avg scales it here.
-Status nodeSum(const TwoLevelContext& t, const CollectiveOp& op, const float* wide, size_t count,
-               float* sum, size_t length, const char* what) {
-  CollectiveOp step;
-  step.kind = CollectiveKind::kReduceScatter;
-  step.send = wide;
-  step.recv = sum;
-  step.count = count;
-  step.dtype = DataType::kFloat32;
-  step.op = ReduceOp::kSum;
-  step.codec = t.none;
-  step.algorithm = Algorithm::kFlat;
-  TERSE_RETURN_IF_ERROR(runStep(t.node, *t.nodeSeq, step)
-                            .withContext(std::string("two-level ") + what + ", inside the node"));
+// Step 1 of allreduce and reduce-scatter: the node's float32 sum, by the ring's reduce-scatter
+// core run in place on `work` (`count` float32 elements in this call's own workspace, which it
+// overwrites): no copy into the ring unit's own float buffer, and the sum is read where the ring
+// left it. Returns this rank's summed elements (its chunk of `work`); avg scales them here.
+Result<float*> nodeSum(const TwoLevelContext& t, const CollectiveOp& op, float* work, size_t count,
+                       const char* what) {
+  TERSE_RETURN_IF_ERROR(
+      ringReduceScatterCore(t.node, work, count, DataType::kFloat32, (*t.nodeSeq)++)
+          .withContext(std::string("two-level ") + what + ", inside the node"));
+  const Range own = chunkRange(count, t.node.transport().size(), t.node.transport().rank());
+  float* sum = work + own.begin;
   if (op.op == ReduceOp::kAvg)
-    t.world.arithmetic(Arithmetic::kConvert, length, [&] {
+    t.world.arithmetic(Arithmetic::kConvert, own.length, [&] {
       fromFloat(sum, 1.0f / static_cast<float>(t.world.transport().size()), DataType::kFloat32, sum,
-                length);
+                own.length);
     });
-  return Status::ok();
+  return sum;
 }
 
 }  // namespace
@@ -69,18 +65,13 @@ Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op) {
   const Range slice = chunkRange(op.count, localSize, localRank);
   const bool compressed = op.codec->id() != CodecId::kNone;
 
-  // Step 1: the node's float32 sum of this rank's slice.
-  const float* wide = static_cast<const float*>(op.send);
-  if (op.dtype != DataType::kFloat32) {
-    auto* widened =
-        reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeInput, op.count * sizeof(float)));
-    t.world.arithmetic(Arithmetic::kConvert, op.count,
-                       [&] { toFloat(op.send, op.dtype, widened, op.count); });
-    wide = widened;
-  }
-  auto* sum =
-      reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeSum, slice.length * sizeof(float)));
-  TERSE_RETURN_IF_ERROR(nodeSum(t, op, wide, op.count, sum, slice.length, "allreduce"));
+  // Step 1: the node's float32 sum of this rank's slice, on the input widened (or, for float32,
+  // copied: the caller's send buffer is not ours to overwrite) into this call's workspace.
+  auto* wide =
+      reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeInput, op.count * sizeof(float)));
+  t.world.arithmetic(Arithmetic::kConvert, op.count,
+                     [&] { toFloat(op.send, op.dtype, wide, op.count); });
+  TERSE_ASSIGN_OR_RETURN(float* sum, nodeSum(t, op, wide, op.count, "allreduce"));
 
   // Step 2: the slice across nodes.
   auto* out = static_cast<uint8_t*>(op.recv) + slice.begin * es;
@@ -199,9 +190,7 @@ Status twoLevelReduceScatter(const TwoLevelContext& t, const CollectiveOp& op) {
         std::fill(block + part.length, block + m, 0.0f);
       }
   });
-  auto* sum =
-      reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeSum, nodes * m * sizeof(float)));
-  TERSE_RETURN_IF_ERROR(nodeSum(t, op, packed, world * m, sum, nodes * m, "reduce-scatter"));
+  TERSE_ASSIGN_OR_RETURN(float* sum, nodeSum(t, op, packed, world * m, "reduce-scatter"));
 
   const Range mine = partOf(c, t.nodeIndex);
   CollectiveOp step;

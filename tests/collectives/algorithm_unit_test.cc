@@ -251,37 +251,43 @@ TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
     auto none = makeCodec("none").value();
     std::vector<std::vector<float>> results(n, std::vector<float>(count));
     std::vector<CallCounters> stepCounters(n);
-    auto records = runUnit(n, [&](const AlgorithmContext& world, int r) {
-      // The child contexts over group transports of the world context's transport; their
-      // steps count into their own counters here, where an engine shares its own.
-      const int node = r / 2, local = r % 2;
-      TERSE_ASSIGN_OR_RETURN(auto nodeT, createGroupTransport(world.transport(), nodes[node], 1));
-      TERSE_ASSIGN_OR_RETURN(
-          auto crossT,
-          createGroupTransport(world.transport(), {nodes[0][local], nodes[1][local]}, 2));
-      Workspaces stepWorkspaces;
-      ErrorFeedback stepFeedback;
-      uint32_t nodeSeq = 0, crossSeq = 0;
-      const detail::TwoLevelContext t{
-          world,
-          AlgorithmContext(*nodeT, world.settings(), stepWorkspaces, stepCounters[r]),
-          AlgorithmContext(*crossT, world.settings(), stepWorkspaces, stepCounters[r]),
-          &nodes,
-          node,
-          local,
-          none.get(),
-          &stepFeedback,
-          &nodeSeq,
-          &crossSeq};
-      auto in = integers(r, count);
-      CollectiveOp op = allreduceOf(in, results[r], *codec);
-      op.algorithm = Algorithm::kTwoLevel;
-      TERSE_RETURN_IF_ERROR(detail::twoLevelAllreduce(t, op));
-      // Three steps: two inside the node, one across.
-      if (nodeSeq != 2 || crossSeq != 1)
-        return errorInternal("steps: %u in the node, %u across", nodeSeq, crossSeq);
-      return Status::ok();
-    });
+    CountingHook hook, nodeHook;  // the world context's, the node context's
+    auto records = runUnit(
+        n,
+        [&](const AlgorithmContext& world, int r) {
+          // The child contexts over group transports of the world context's transport; their
+          // steps count into their own counters here, where an engine shares its own.
+          const int node = r / 2, local = r % 2;
+          TERSE_ASSIGN_OR_RETURN(auto nodeT,
+                                 createGroupTransport(world.transport(), nodes[node], 1));
+          TERSE_ASSIGN_OR_RETURN(
+              auto crossT,
+              createGroupTransport(world.transport(), {nodes[0][local], nodes[1][local]}, 2));
+          Workspaces stepWorkspaces;
+          ErrorFeedback stepFeedback;
+          uint32_t nodeSeq = 0, crossSeq = 0;
+          const detail::TwoLevelContext t{
+              world,
+              AlgorithmContext(*nodeT, world.settings(), stepWorkspaces, stepCounters[r],
+                               &nodeHook),
+              AlgorithmContext(*crossT, world.settings(), stepWorkspaces, stepCounters[r]),
+              &nodes,
+              node,
+              local,
+              none.get(),
+              &stepFeedback,
+              &nodeSeq,
+              &crossSeq};
+          auto in = integers(r, count);
+          CollectiveOp op = allreduceOf(in, results[r], *codec);
+          op.algorithm = Algorithm::kTwoLevel;
+          TERSE_RETURN_IF_ERROR(detail::twoLevelAllreduce(t, op));
+          // Three steps: two inside the node, one across.
+          if (nodeSeq != 2 || crossSeq != 1)
+            return errorInternal("steps: %u in the node, %u across", nodeSeq, crossSeq);
+          return Status::ok();
+        },
+        1 << 16, &hook);
     std::vector<std::vector<float>> nodeSum(2, std::vector<float>(count, 0.0f));
     for (int r = 0; r < n; ++r) {
       auto in = integers(r, count);
@@ -305,6 +311,15 @@ TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
       EXPECT_EQ(results[r], want) << "rank " << r;
       EXPECT_GT(stepCounters[r].bytesSent, 0u);
     }
+    // Memory passes of the unit's own conversions: each element widened once on the way in (a
+    // float32 copy here, the caller's buffer not being ours), each rank's slice converted once
+    // on the way out: over the 4 ranks 4 x count + 2 nodes x count. The node's ring sums in
+    // place in the widened copy and converts nothing (before 2026-11-28 the node step copied
+    // the input again into the ring unit's own buffer and its result out of it: 6 x count more
+    // on the node's contexts). The cross step's own passes are the flat unit's.
+    EXPECT_EQ(hook.converted.load(), 6 * count);
+    EXPECT_EQ(nodeHook.converted.load(), 0u);
+    EXPECT_GT(nodeHook.reduced.load(), 0u);
   }
 }
 

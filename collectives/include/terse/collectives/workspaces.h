@@ -36,8 +36,8 @@ enum class Workspace : int {
   kAccumulators = 5,  // float32 sums of this rank's chunk
   kDeviceStage = 6,   // device calls with `none`: pinned staging around the host ring
   // two-level
-  kNodeInput = 7,    // the input widened to float32 (allreduce) or packed by slice (the others)
-  kNodeSum = 8,      // the node's float32 sum of this rank's slice(s)
+  kNodeInput = 7,    // the input widened to float32 (allreduce) or packed by slice (the others);
+                     // step 1's ring sums in place in it, so it then holds the node's sums
   kNodeStaged = 9,   // reduce-scatter: the cross step's input or result
   kNodeResult = 10,  // reduce-scatter, uncompressed: the cross step's result
   // auto's algorithm trials with a shared provider (CollectiveEngine::chooseAlgorithm): held
