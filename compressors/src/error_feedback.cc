@@ -7,6 +7,8 @@
 #include "terse/kernels/device.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 #include <limits>
 #include <new>
 #include <stdexcept>
@@ -16,9 +18,10 @@ namespace terse {
 namespace {
 
 constexpr uint32_t kMagic = 0x46455254u;  // bytes "TREF"
-constexpr uint32_t kVersion = 1;
-constexpr size_t kFixedBytes = 40;  // fields before the spec
-constexpr size_t kCheckBytes = 8;   // trailing checksum
+constexpr uint32_t kVersion = 1;          // one server chunk
+constexpr uint32_t kVersionRegions = 2;   // several server chunks (written only then)
+constexpr size_t kFixedBytes = 40;        // fields before the spec
+constexpr size_t kCheckBytes = 8;         // trailing checksum
 constexpr size_t kMaxSpecBytes = 256;
 
 size_t pad4(size_t n) { return (n + 3) & ~size_t{3}; }
@@ -80,8 +83,7 @@ ErrorFeedback& ErrorFeedback::operator=(const ErrorFeedback& other) {
   spec_ = other.spec_;
   activeSpec_ = other.activeSpec_;
   worker_ = other.worker_;
-  server_ = other.server_;
-  serverOffset_ = other.serverOffset_;
+  regions_ = other.regions_;
   serverWorld_ = other.serverWorld_;
   device_.reset();
   return *this;
@@ -93,8 +95,13 @@ void ErrorFeedback::pullToHost() const {
   if (!residualsOnDevice()) return;
   // Synchronous (legacy default stream, then a full wait): callers finished their own stream.
   Status s = device::copyAsync(worker_.data(), device_->worker.data(), 4 * worker_.size(), nullptr);
-  if (s.isOk())
-    s = device::copyAsync(server_.data(), device_->server.data(), 4 * server_.size(), nullptr);
+  size_t at = 0;  // the regions lie one after another in the device copy
+  for (Region& region : regions_) {
+    if (!s.isOk()) break;
+    s = device::copyAsync(region.values.data(), static_cast<float*>(device_->server.data()) + at,
+                          4 * region.values.size(), nullptr);
+    at += region.values.size();
+  }
   if (s.isOk()) s = device::synchronize(nullptr);
   if (!s.isOk()) {
     // The device copy is unreadable (a sticky CUDA fault): zero residuals are a valid, if
@@ -104,7 +111,7 @@ void ErrorFeedback::pullToHost() const {
                "they restart from zero",
                s.toString().c_str());
     std::fill(worker_.begin(), worker_.end(), 0.0f);
-    std::fill(server_.begin(), server_.end(), 0.0f);
+    for (Region& region : regions_) std::fill(region.values.begin(), region.values.end(), 0.0f);
   }
   device_->current = false;
 }
@@ -117,11 +124,16 @@ Status ErrorFeedback::pushToDevice(void* stream) {
                                             : "CUDA, and this terse was built without it");
   if (!device_) device_ = std::make_unique<DeviceResiduals>();
   TERSE_RETURN_IF_ERROR(device_->worker.reserve(4 * worker_.size()).status());
-  TERSE_RETURN_IF_ERROR(device_->server.reserve(4 * server_.size()).status());
+  TERSE_RETURN_IF_ERROR(device_->server.reserve(4 * serverLength()).status());
   TERSE_RETURN_IF_ERROR(
       device::copyAsync(device_->worker.data(), worker_.data(), 4 * worker_.size(), stream));
-  TERSE_RETURN_IF_ERROR(
-      device::copyAsync(device_->server.data(), server_.data(), 4 * server_.size(), stream));
+  size_t at = 0;
+  for (const Region& region : regions_) {
+    TERSE_RETURN_IF_ERROR(device::copyAsync(static_cast<float*>(device_->server.data()) + at,
+                                            region.values.data(), 4 * region.values.size(),
+                                            stream));
+    at += region.values.size();
+  }
   device_->current = true;
   return Status::ok();
 }
@@ -133,13 +145,25 @@ Result<float*> ErrorFeedback::deviceWorker(void* stream) {
 
 Result<float*> ErrorFeedback::deviceServer(int worldSize, size_t offset, size_t length,
                                            void* stream) {
-  if (worldSize != serverWorld_ || offset != serverOffset_ || length != server_.size()) {
-    // A new partition is rare (world or tensor changed): resize on the host, then move up.
+  // Where the chunk's region lies in the device copy (the regions one after another).
+  auto placed = [&]() -> std::pair<bool, size_t> {
+    size_t at = 0;
+    if (worldSize == serverWorld_)
+      for (const Region& region : regions_) {
+        if (region.offset == offset && region.values.size() == length) return {true, at};
+        at += region.values.size();
+      }
+    return {false, 0};
+  };
+  auto where = placed();
+  if (!where.first && length > 0) {
+    // A new partition is rare (world or tensor changed): make it on the host, then move up.
     // (Not server()'s pointer: an empty chunk, a short tensor's last ranks, has none.)
     TERSE_RETURN_IF_ERROR(serverChecked(worldSize, offset, length).status());
+    where = placed();
   }
   TERSE_RETURN_IF_ERROR(pushToDevice(stream));
-  return static_cast<float*>(device_->server.data());
+  return static_cast<float*>(device_->server.data()) + where.second;
 }
 
 Result<ErrorFeedback> ErrorFeedback::create(const std::string& codecSpec, size_t count) {
@@ -204,13 +228,32 @@ Result<float*> ErrorFeedback::serverChecked(int worldSize, size_t offset, size_t
         "error feedback: server chunk [%zu, +%zu) of world %d does not fit a tensor of %zu "
         "elements",
         offset, length, worldSize, worker_.size());
-  if (worldSize != serverWorld_ || offset != serverOffset_ || length != server_.size()) {
-    // Another partition: the old residual belongs to other elements, so start from zero.
-    server_.assign(length, 0.0f);
+  if (worldSize != serverWorld_) {
+    // Another world: every kept residual belongs to another partition.
+    regions_.clear();
     serverWorld_ = worldSize;
-    serverOffset_ = offset;
   }
-  return server_.data();
+  auto at = std::lower_bound(regions_.begin(), regions_.end(), offset,
+                             [](const Region& r, size_t o) { return r.offset < o; });
+  if (at != regions_.end() && at->offset == offset && at->values.size() == length)
+    return at->values.data();
+  if (length == 0) return nullptr;  // an empty chunk keeps nothing and overlaps nothing
+  // Another partition of these elements: the residuals it overlaps belong to other chunks, so
+  // they go and this chunk starts from zero. Disjoint ones (other segments') stay.
+  auto overlaps = [&](const Region& r) {
+    return r.offset < offset + length && offset < r.offset + r.values.size();
+  };
+  regions_.erase(std::remove_if(regions_.begin(), regions_.end(), overlaps), regions_.end());
+  at = std::lower_bound(regions_.begin(), regions_.end(), offset,
+                        [](const Region& r, size_t o) { return r.offset < o; });
+  at = regions_.insert(at, Region{offset, std::vector<float>(length, 0.0f)});
+  return at->values.data();
+}
+
+size_t ErrorFeedback::serverLength() const {
+  size_t total = 0;
+  for (const Region& region : regions_) total += region.values.size();
+  return total;
 }
 
 float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {
@@ -225,27 +268,43 @@ float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {
 void ErrorFeedback::reset() {
   if (device_) device_->current = false;  // the zeroed host copy is the state now
   std::fill(worker_.begin(), worker_.end(), 0.0f);
-  std::fill(server_.begin(), server_.end(), 0.0f);
+  for (Region& region : regions_) std::fill(region.values.begin(), region.values.end(), 0.0f);
 }
 
+// Version 1 has one server chunk: offset and length in the header. Version 2, written only
+// when a rank keeps several chunks, has the number of chunks and their total length there, and
+// a table of (offset, length) after the worker residual.
 std::vector<uint8_t> ErrorFeedback::serialize() const {
   pullToHost();
-  size_t specBytes = pad4(spec_.size());
-  size_t total = kFixedBytes + specBytes + 4 * worker_.size() + 4 * server_.size() + kCheckBytes;
+  const bool several = regions_.size() > 1;
+  const size_t specBytes = pad4(spec_.size());
+  const size_t serverTotal = serverLength();
+  const size_t tableBytes = several ? 16 * regions_.size() : 0;
+  size_t total =
+      kFixedBytes + specBytes + 4 * worker_.size() + tableBytes + 4 * serverTotal + kCheckBytes;
   std::vector<uint8_t> out(total, 0);
   put<uint32_t>(out, 0, kMagic);
-  put<uint32_t>(out, 4, kVersion);
+  put<uint32_t>(out, 4, several ? kVersionRegions : kVersion);
   put<uint32_t>(out, 8, static_cast<uint32_t>(spec_.size()));
   put<int32_t>(out, 12, serverWorld_);
   put<uint64_t>(out, 16, worker_.size());
-  put<uint64_t>(out, 24, serverOffset_);
-  put<uint64_t>(out, 32, server_.size());
+  put<uint64_t>(out, 24, several ? regions_.size() : serverOffset());
+  put<uint64_t>(out, 32, serverTotal);
   std::memcpy(out.data() + kFixedBytes, spec_.data(), spec_.size());
   size_t off = kFixedBytes + specBytes;
   if (!worker_.empty()) std::memcpy(out.data() + off, worker_.data(), 4 * worker_.size());
   off += 4 * worker_.size();
-  if (!server_.empty()) std::memcpy(out.data() + off, server_.data(), 4 * server_.size());
-  off += 4 * server_.size();
+  if (several)
+    for (const Region& region : regions_) {
+      put<uint64_t>(out, off, region.offset);
+      put<uint64_t>(out, off + 8, region.values.size());
+      off += 16;
+    }
+  for (const Region& region : regions_) {
+    if (!region.values.empty())
+      std::memcpy(out.data() + off, region.values.data(), 4 * region.values.size());
+    off += 4 * region.values.size();
+  }
   put<uint64_t>(out, off, checksum(out.data(), off));
   return out;
 }
@@ -263,34 +322,33 @@ Result<ErrorFeedback> ErrorFeedback::deserialize(const void* bytes, size_t size)
         "checkpoint",
         what, get<uint32_t>(p, 0));
   uint32_t version = get<uint32_t>(p, 4);
-  if (version != kVersion)
-    return errorCorrupt("%s has format version %u; this build reads version %u", what, version,
-                        kVersion);
+  if (version != kVersion && version != kVersionRegions)
+    return errorCorrupt("%s has format version %u; this build reads versions %u and %u", what,
+                        version, kVersion, kVersionRegions);
+  const bool several = version == kVersionRegions;
   if (get<uint64_t>(p, size - kCheckBytes) != checksum(p, size - kCheckBytes))
     return errorCorrupt("%s checksum mismatch: the data is corrupt or truncated", what);
   uint32_t specLen = get<uint32_t>(p, 8);
   int32_t world = get<int32_t>(p, 12);
   uint64_t count = get<uint64_t>(p, 16);
-  uint64_t serverOffset = get<uint64_t>(p, 24);
+  uint64_t field24 = get<uint64_t>(p, 24);  // version 1: the offset; 2: the number of chunks
   uint64_t serverLength = get<uint64_t>(p, 32);
   if (specLen == 0 || specLen > kMaxSpecBytes)
     return errorCorrupt("%s: codec spec length %u is outside 1..%zu", what, specLen, kMaxSpecBytes);
   size_t body = size - kFixedBytes - kCheckBytes;
   size_t specBytes = pad4(specLen);
-  if (specBytes > body || count > (body - specBytes) / 4 ||
-      serverLength > (body - specBytes) / 4 - count ||
-      specBytes + 4 * (count + serverLength) != body)
+  // Version 2's table: 16 bytes a chunk, at most one chunk per element.
+  const uint64_t tableBytes = several && field24 <= count ? 16 * field24 : 0;
+  if ((several && (field24 < 2 || field24 > count)) || specBytes > body ||
+      count > (body - specBytes) / 4 || tableBytes > body - specBytes - 4 * count ||
+      serverLength > (body - specBytes - 4 * count - tableBytes) / 4 ||
+      specBytes + 4 * (count + serverLength) + tableBytes != body)
     return errorCorrupt(
-        "%s: its lengths (spec %u, count %llu, server %llu) do not add up to its "
+        "%s: its lengths (spec %u, count %llu, server %llu%s) do not add up to its "
         "%zu bytes",
         what, specLen, static_cast<unsigned long long>(count),
-        static_cast<unsigned long long>(serverLength), size);
-  if (world < 0 || (world == 0 && (serverLength || serverOffset)) || serverOffset > count ||
-      serverLength > count - serverOffset)
-    return errorCorrupt("%s: server chunk [%llu, +%llu) of world %d is invalid for %llu elements",
-                        what, static_cast<unsigned long long>(serverOffset),
-                        static_cast<unsigned long long>(serverLength), world,
-                        static_cast<unsigned long long>(count));
+        static_cast<unsigned long long>(serverLength),
+        several ? (" in " + std::to_string(field24) + " chunks").c_str() : "", size);
   std::string spec(reinterpret_cast<const char*>(p + kFixedBytes), specLen);
   auto canonical = canonicalSpec(spec);
   if (!canonical.isOk())
@@ -307,9 +365,42 @@ Result<ErrorFeedback> ErrorFeedback::deserialize(const void* bytes, size_t size)
   size_t off = kFixedBytes + specBytes;
   if (count) std::memcpy(ef.worker_.data(), p + off, 4 * count);
   off += 4 * count;
-  ef.server_.resize(serverLength);
-  if (serverLength) std::memcpy(ef.server_.data(), p + off, 4 * serverLength);
-  ef.serverOffset_ = serverOffset;
+  // The chunks: version 1's one (none when its length is 0), or version 2's table, which must
+  // be in order, disjoint, non-empty, inside the tensor and add up to the server length.
+  std::vector<std::pair<uint64_t, uint64_t>> chunks;
+  if (!several) {
+    if (serverLength > 0 || field24 > 0) chunks.emplace_back(field24, serverLength);
+  } else {
+    for (uint64_t i = 0; i < field24; ++i, off += 16)
+      chunks.emplace_back(get<uint64_t>(p, off), get<uint64_t>(p, off + 8));
+  }
+  uint64_t end = 0, sum = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const uint64_t o = chunks[i].first, l = chunks[i].second;
+    const bool valid =
+        world > 0 && o <= count && l <= count - o && (!several || (l > 0 && (i == 0 || o >= end)));
+    if (!valid)
+      return errorCorrupt(
+          "%s: server chunk [%llu, +%llu) of world %d is invalid for %llu elements%s", what,
+          static_cast<unsigned long long>(o), static_cast<unsigned long long>(l), world,
+          static_cast<unsigned long long>(count),
+          several ? " (chunks must be non-empty, in order and disjoint)" : "");
+    end = o + l;
+    sum += l;
+  }
+  if (world < 0 || sum != serverLength)
+    return errorCorrupt("%s: server chunks of world %d add up to %llu, not %llu elements", what,
+                        world, static_cast<unsigned long long>(sum),
+                        static_cast<unsigned long long>(serverLength));
+  for (const auto& chunk : chunks) {
+    Region region;
+    region.offset = chunk.first;
+    region.values.resize(chunk.second);
+    if (chunk.second) std::memcpy(region.values.data(), p + off, 4 * chunk.second);
+    off += 4 * chunk.second;
+    // Version 1 kept an empty chunk's offset; an empty region holds nothing, so it is not kept.
+    if (!region.values.empty()) ef.regions_.push_back(std::move(region));
+  }
   ef.serverWorld_ = world;
   return ef;
 }

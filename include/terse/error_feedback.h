@@ -58,16 +58,22 @@ class ErrorFeedback {
   }
 
   // The server residual for the chunk [offset, offset + length) of the tensor that this rank
-  // owns, given the world size. A different (worldSize, offset, length) than last time starts a
-  // fresh zero residual: stale residuals of another partition are never applied.
+  // owns, given the world size. A rank may own several disjoint chunks of one tensor (the
+  // segments of a pipelined two-level allreduce each give it one), and each keeps its residual.
+  // A chunk that overlaps a kept one without being it, or another world size, means another
+  // partition: the residuals it overlaps (all of them, for another world size) are dropped and
+  // it starts at zero, so stale residuals of another partition are never applied.
   // nullptr (with a warning) when the chunk does not fit the tensor; an empty chunk may give
-  // nullptr too, so the collectives use serverChecked(), which tells the two apart.
+  // nullptr too, so the collectives use serverChecked(), which tells the two apart. The pointer
+  // stays valid until a chunk overlapping this one, or of another world size, is asked for.
   float* server(int worldSize, size_t offset, size_t length);
   // As server(), but a chunk outside the tensor is kInvalidArgument and an empty chunk (a
   // rank whose share of a short tensor is nothing) is a valid, possibly null, pointer.
   Result<float*> serverChecked(int worldSize, size_t offset, size_t length);
-  size_t serverOffset() const { return serverOffset_; }
-  size_t serverLength() const { return server_.size(); }
+  // The kept chunks: the first one's offset (0 if none), their number and their total length.
+  size_t serverOffset() const { return regions_.empty() ? 0 : regions_.front().offset; }
+  size_t serverRegions() const { return regions_.size(); }
+  size_t serverLength() const;
   int serverWorldSize() const { return serverWorld_; }
 
   // Zeroes both residuals (keeps sizes).
@@ -94,12 +100,17 @@ class ErrorFeedback {
   void pullToHost() const;
   Status pushToDevice(void* stream);
 
+  // One owned chunk's server residual.
+  struct Region {
+    size_t offset = 0;
+    std::vector<float> values;
+  };
+
   std::string spec_;
   std::string activeSpec_;  // the concrete codec of the last call (auto states)
   mutable std::vector<float> worker_;
-  mutable std::vector<float> server_;
+  mutable std::vector<Region> regions_;              // disjoint, by offset
   mutable std::unique_ptr<DeviceResiduals> device_;  // null until the first device call
-  size_t serverOffset_ = 0;
   int serverWorld_ = 0;
 };
 

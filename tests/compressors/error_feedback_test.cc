@@ -65,6 +65,107 @@ TEST(ErrorFeedback, ServerResidualRepartitionsToZero) {
   for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(ef.worker()[i], 0.0f);
 }
 
+// A pipelined two-level allreduce gives a rank one chunk per segment: each keeps its residual.
+// A chunk that overlaps kept ones (another partition of those elements) replaces just them;
+// another world size replaces all.
+TEST(ErrorFeedback, DisjointServerChunksKeepTheirResiduals) {
+  auto ef = ErrorFeedback::create("onebit", 1000).value();
+  float* a = ef.server(2, 100, 50);
+  float* b = ef.server(2, 600, 40);
+  float* c = ef.server(2, 300, 10);
+  ASSERT_TRUE(a && b && c);
+  a[0] = 1.0f, b[39] = 2.0f, c[5] = 3.0f;
+  EXPECT_EQ(ef.serverRegions(), 3u);
+  EXPECT_EQ(ef.serverLength(), 100u);
+  EXPECT_EQ(ef.serverOffset(), 100u);  // the first chunk's
+  EXPECT_EQ(ef.server(2, 100, 50)[0], 1.0f);
+  EXPECT_EQ(ef.server(2, 600, 40)[39], 2.0f);
+  EXPECT_EQ(ef.server(2, 300, 10)[5], 3.0f);
+  // [290, 320) overlaps [300, 310) only: that one goes, the others stay.
+  float* d = ef.server(2, 290, 30);
+  ASSERT_NE(d, nullptr);
+  for (int i = 0; i < 30; ++i) ASSERT_EQ(d[i], 0.0f);
+  EXPECT_EQ(ef.serverRegions(), 3u);
+  EXPECT_EQ(ef.server(2, 100, 50)[0], 1.0f);
+  EXPECT_EQ(ef.server(2, 600, 40)[39], 2.0f);
+  // The same offset with another length is another partition too.
+  EXPECT_EQ(ef.server(2, 600, 41)[39], 0.0f);
+  EXPECT_EQ(ef.serverRegions(), 3u);
+  // An empty chunk keeps and drops nothing.
+  EXPECT_TRUE(ef.serverChecked(2, 120, 0).isOk());
+  EXPECT_EQ(ef.serverRegions(), 3u);
+  // Another world: everything starts again.
+  EXPECT_EQ(ef.server(4, 100, 50)[0], 0.0f);
+  EXPECT_EQ(ef.serverRegions(), 1u);
+  EXPECT_EQ(ef.serverWorldSize(), 4);
+}
+
+std::vector<uint8_t> reseal(std::vector<uint8_t> b);  // below: a new checksum for forged bytes
+
+TEST(ErrorFeedback, SeveralServerChunksSurviveACheckpoint) {
+  auto ef = filled("onebit:block=64", 500, 0, 0, 0);
+  for (size_t o : {400u, 10u, 200u}) {
+    float* s = ef.server(3, o, 20);
+    for (int i = 0; i < 20; ++i) s[i] = static_cast<float>(o) + i * 0.25f;
+  }
+  auto bytes = ef.serialize();
+  uint32_t version;
+  std::memcpy(&version, bytes.data() + 4, 4);
+  EXPECT_EQ(version, 2u);  // several chunks: the table's version
+  auto back = ErrorFeedback::deserialize(bytes.data(), bytes.size());
+  ASSERT_TRUE(back.isOk()) << back.status().toString();
+  EXPECT_EQ(back->serialize(), bytes);
+  EXPECT_EQ(back->serverRegions(), 3u);
+  EXPECT_EQ(back->server(3, 200, 20)[7], 200 + 7 * 0.25f);
+  EXPECT_EQ(back->server(3, 10, 20)[19], 10 + 19 * 0.25f);
+  // One chunk is still written as version 1, byte for byte the old layout.
+  auto one = filled("onebit:block=64", 100, 2, 50, 50).serialize();
+  std::memcpy(&version, one.data() + 4, 4);
+  EXPECT_EQ(version, 1u);
+  EXPECT_EQ(one.size(), 40u + 16 + 4 * 100 + 4 * 50 + 8);
+
+  // Forged tables with valid checksums: every one is kCorrupt.
+  const size_t table = 40 + 16 + 4 * 500;  // after the header, the spec and the worker residual
+  auto expectReject = [](std::vector<uint8_t> b, const char* what) {
+    auto r = ErrorFeedback::deserialize(b.data(), b.size());
+    ASSERT_FALSE(r.isOk()) << what;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << what;
+  };
+  auto put64 = [](std::vector<uint8_t>& b, size_t off, uint64_t v) {
+    std::memcpy(b.data() + off, &v, 8);
+  };
+  {
+    auto b = bytes;
+    put64(b, table + 16, 25);  // second chunk [25, +20) overlaps the first [10, +20)
+    expectReject(reseal(b), "overlap");
+  }
+  {
+    auto b = bytes;
+    put64(b, table, 300);  // out of order
+    expectReject(reseal(b), "order");
+  }
+  {
+    auto b = bytes;
+    put64(b, table + 32, 490);  // [490, +20) past the tensor
+    expectReject(reseal(b), "past the end");
+  }
+  {
+    auto b = bytes;
+    put64(b, table + 8, 0);  // an empty chunk, and the lengths no longer add up
+    expectReject(reseal(b), "empty");
+  }
+  {
+    auto b = bytes;
+    put64(b, 24, 1);  // one chunk in a version-2 table
+    expectReject(reseal(b), "count of chunks");
+  }
+  {
+    auto b = bytes;
+    put64(b, 24, uint64_t{1} << 61);  // a table larger than the data
+    expectReject(reseal(b), "huge table");
+  }
+}
+
 // A tensor shorter than the world leaves the last ranks an empty chunk: that is a valid server
 // residual (nothing to keep), not a misfit. The GPU check found the device path refusing it
 // ("server chunk [7, +0) does not fit a tensor of 7 elements", 2026-11-28, H200), since it took
@@ -239,7 +340,7 @@ TEST(ErrorFeedback, ForgedFieldsWithValidChecksumAreRejected) {
   }
   {
     auto b = bytes;
-    put32(b, 4, 2);  // a future version
+    put32(b, 4, 3);  // a future version
     expectReject(reseal(b), "version");
   }
   {
