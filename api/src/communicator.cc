@@ -110,6 +110,13 @@ struct Communicator::Impl {
         ownWorker_(std::make_unique<CollectiveWorker>()),
         worker_(ownWorker_.get()) {
     shared_->transport->addDriver();
+    // Two-level allreduce's cross-node steps run on a thread of their own beside the node steps
+    // (step_lane.h); while one runs it drives the shared transport too.
+    SharedTransport* connections = shared_->transport.get();
+    engine_->setStepLanes([connections] {
+      return makeThreadLane([connections] { connections->addDriver(); },
+                            [connections] { connections->removeDriver(); });
+    });
   }
   ~Impl() {
     // The thread goes first (it finishes what is queued), then the engine that it ran.

@@ -6,7 +6,8 @@
 // transports (tests/collectives/algorithm_unit_test.cc). A unit knows nothing of agreement,
 // statistics, device staging, two-level layouts or failure handling: the engine (engine.cc) agrees
 // on a call, picks one unit for it and turns whatever it returns into the call's outcome, and its
-// two-level calls (two_level.cc) compose units over the engines of the node and cross-node groups.
+// two-level calls (two_level.cc) compose flat units over child contexts on the node's and the
+// cross-node group's transports.
 // The units:
 //   ring.cc            ring reduce-scatter and allgather (and allreduce as both), recursive
 //                      doubling allreduce: uncompressed, float32 sums, the caller's type on the
@@ -16,6 +17,7 @@
 #pragma once
 
 #include "terse/collectives/engine.h"
+#include "terse/collectives/step_lane.h"
 #include "terse/collectives/workspaces.h"
 
 #include <chrono>
@@ -44,6 +46,9 @@ class AlgorithmContext {
     // Uncompressed allreduces of at most this many float32 bytes use recursive doubling
     // (TERSE_SMALL_BYTES).
     size_t smallBytes = 0;
+    // Elements per segment of the pipelined two-level allreduce (TERSE_TWOLEVEL_SEGMENT_BYTES;
+    // two_level.cc rounds it to whole 65536-element blocks per local rank).
+    size_t twoLevelSegmentElements = size_t{4} << 20;
   };
 
   AlgorithmContext(Transport& transport, const Settings& settings, Workspaces& workspaces,
@@ -147,7 +152,15 @@ struct TwoLevelContext {
   ErrorFeedback* stepFeedback = nullptr;  // the cross step's residuals (reduce-scatter, allgather)
   uint32_t* nodeSeq = nullptr;
   uint32_t* crossSeq = nullptr;
+  // Where allreduce's cross-node steps run while this thread runs the next segment's node step
+  // (step_lane.h); null: an inline lane, the same schedule without overlap. `cross` must then
+  // have workspaces and counters of its own (nothing of it is shared with `world` and `node`).
+  StepLane* lane = nullptr;
 };
+// The segment of the pipelined two-level allreduce for a call of `count` elements over nodes of
+// `localSize` ranks: `configured` rounded down to whole 65536 elements per local rank (at least
+// one of them), at most the count.
+size_t twoLevelSegmentElements(size_t configured, int localSize, size_t count);
 Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op);
 Status twoLevelReduceScatter(const TwoLevelContext& t, const CollectiveOp& op);
 Status twoLevelAllgather(const TwoLevelContext& t, const CollectiveOp& op);

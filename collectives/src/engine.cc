@@ -27,6 +27,13 @@ const EnvSetting kSegmentBytesSetting{
      "Pipeline segment of the collectives, in bytes of float32 (rounded to a multiple of 65536 "
      "elements): compression, transfer and reduction of different segments overlap.",
      int64_t{1} << 18, int64_t{1} << 30}};
+const EnvSetting kTwoLevelSegmentBytesSetting{
+    {"TERSE_TWOLEVEL_SEGMENT_BYTES", "int", "16777216",
+     "Two-level allreduce's pipeline segment, in bytes of float32 (rounded down to a multiple of "
+     "65536 elements per rank of a node): one segment crosses between nodes while the next is "
+     "summed inside the node. Every rank must set the same (the segments decide the order of "
+     "the node's sums).",
+     int64_t{1} << 18, int64_t{1} << 40}};
 const EnvSetting kSmallBytesSetting{
     {"TERSE_SMALL_BYTES", "int", "65536",
      "Uncompressed allreduces of at most this many float32 bytes use recursive doubling "
@@ -108,6 +115,7 @@ struct ByteSpan {
 CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout)
     : transport_(transport), timeout_(timeout) {
   setSegmentBytes(tunable(kSegmentBytesSetting));
+  setTwoLevelSegmentBytes(tunable(kTwoLevelSegmentBytesSetting));
   smallBytes_ = tunable(kSmallBytesSetting);
   directAgreementRanks_ = tunable(kAgreementDirectRanksSetting);
   setPipelineDepth(tunable(kPipelineDepthSetting));
@@ -188,6 +196,7 @@ Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint
   TERSE_ASSIGN_OR_RETURN(groups->crossTransport,
                          createGroupTransport(transport_, cross, crossSpace));
   TERSE_ASSIGN_OR_RETURN(groups->none, makeCodec("none"));
+  groups->crossWorkspaces.setProvider(workspaces_.provider());
   groups->nodes = nodes;
   groups->localIndex = static_cast<int>(localIndex);
   for (size_t k = 0; k < nodes.size(); ++k)
@@ -337,6 +346,7 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
 }
 
 void CollectiveEngine::setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider) {
+  if (twoLevel_) twoLevel_->crossWorkspaces.setProvider(provider);
   workspaces_.setProvider(std::move(provider));
 }
 
@@ -350,6 +360,7 @@ detail::AlgorithmContext CollectiveEngine::context() {
   settings.segmentElements = segmentElems_;
   settings.pipelineDepth = depth_;
   settings.smallBytes = smallBytes_;
+  settings.twoLevelSegmentElements = twoLevelSegmentElems_;
   return detail::AlgorithmContext(transport_, settings, workspaces_, counters_,
                                   arithmeticHook_.get());
 }
@@ -645,27 +656,40 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   if (op.algorithm != Algorithm::kTwoLevel) return detail::runFlat(ctx, op, seq);
   // Two-level: units over child contexts on the node's and the cross-node group's transports,
   // sharing this engine's workspaces and counters.
+  // The node steps share this engine's workspaces and counters; the cross-node steps have their
+  // own, since a pipelined allreduce runs them on the lane at the same time.
   TwoLevel& g = *twoLevel_;
   const auto& settings = ctx.settings();
-  const detail::TwoLevelContext t{ctx,
-                                  detail::AlgorithmContext(*g.localTransport, settings, workspaces_,
-                                                           counters_, arithmeticHook_.get()),
-                                  detail::AlgorithmContext(*g.crossTransport, settings, workspaces_,
-                                                           counters_, arithmeticHook_.get()),
-                                  &g.nodes,
-                                  g.node,
-                                  g.localIndex,
-                                  g.none.get(),
-                                  &g.stepFeedback,
-                                  &g.localSeq,
-                                  &g.crossSeq};
+  if (!g.lane && laneFactory_ && op.kind == CollectiveKind::kAllReduce &&
+      op.count > detail::twoLevelSegmentElements(settings.twoLevelSegmentElements,
+                                                 g.localTransport->size(), op.count))
+    g.lane = laneFactory_();
+  const detail::TwoLevelContext t{
+      ctx,
+      detail::AlgorithmContext(*g.localTransport, settings, workspaces_, counters_,
+                               arithmeticHook_.get()),
+      detail::AlgorithmContext(*g.crossTransport, settings, g.crossWorkspaces, g.crossCounters,
+                               arithmeticHook_.get()),
+      &g.nodes,
+      g.node,
+      g.localIndex,
+      g.none.get(),
+      &g.stepFeedback,
+      &g.localSeq,
+      &g.crossSeq,
+      g.lane.get()};
+  Status s = errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
   switch (op.kind) {
-    case CollectiveKind::kAllReduce: return detail::twoLevelAllreduce(t, op);
-    case CollectiveKind::kReduceScatter: return detail::twoLevelReduceScatter(t, op);
-    case CollectiveKind::kAllGather: return detail::twoLevelAllgather(t, op);
+    case CollectiveKind::kAllReduce: s = detail::twoLevelAllreduce(t, op); break;
+    case CollectiveKind::kReduceScatter: s = detail::twoLevelReduceScatter(t, op); break;
+    case CollectiveKind::kAllGather: s = detail::twoLevelAllgather(t, op); break;
     case CollectiveKind::kBarrier: break;  // validate() refuses it before this point
   }
-  return errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
+  counters_.bytesSent += g.crossCounters.bytesSent;
+  counters_.compressSeconds += g.crossCounters.compressSeconds;
+  counters_.reduceSeconds += g.crossCounters.reduceSeconds;
+  g.crossCounters = detail::CallCounters{};
+  return s;
 }
 
 namespace detail {

@@ -20,8 +20,11 @@
 
 #include "typed.h"
 
+#include "terse/collectives/step_lane.h"
+
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 namespace terse {
 
@@ -55,6 +58,28 @@ Result<float*> nodeSum(const TwoLevelContext& t, const CollectiveOp& op, float* 
 
 }  // namespace
 
+size_t twoLevelSegmentElements(size_t configured, int localSize, size_t count) {
+  // Whole multiples of 65536 elements per local rank, so that every rank's slice of a segment
+  // (chunkRange of it) starts on a codec block boundary wherever the segment starts.
+  const size_t unit = size_t{65536} * static_cast<size_t>(std::max(localSize, 1));
+  const size_t segment = std::max(unit, configured / unit * unit);
+  return std::min(segment, std::max<size_t>(count, 1));
+}
+
+// The pipelined allreduce. Segment s = [s*S, min((s+1)*S, count)), S from
+// twoLevelSegmentElements; each segment goes through the three steps as the unpipelined
+// algorithm does with the whole tensor (slice c of the segment is chunkRange(length, L, c)).
+// This thread runs the node steps and the cross-node steps run on t.lane, one segment behind:
+//   node sum(0), cross(0) to the lane, node sum(1), cross(1) to the lane, collect cross(0),
+//   node allgather(0), node sum(2), cross(2) to the lane, collect cross(1), allgather(1), ...
+// so while segment s crosses between nodes, segment s+1 is summed inside the node. Every rank
+// runs its node's steps and its cross group's steps in the same order, so no wait closes a
+// cycle. The cross steps run on their own context (t.cross: its own workspaces and counters),
+// the only state they share with this thread being the segment's own slice of `wide` and of
+// recv, and the error-feedback residuals of the slice's positions, which nothing here touches.
+// The results depend on S (the node's sums are in each segment's ring order, compressed blocks
+// follow the segment's slices), not on the lane: every rank uses the same S (the setting must
+// be alike everywhere, as TERSE_SEGMENT_BYTES must), and an inline lane gives the same bytes.
 Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op) {
   // Nothing to move (every rank agreed on the count, so every group skips its steps alike),
   // and the empty workspaces would be null pointers.
@@ -62,56 +87,99 @@ Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op) {
   const int localSize = t.node.transport().size();
   const int localRank = t.node.transport().rank();
   const size_t es = dataTypeSize(op.dtype);
-  const Range slice = chunkRange(op.count, localSize, localRank);
   const bool compressed = op.codec->id() != CodecId::kNone;
-
-  // Step 1: the node's float32 sum of this rank's slice, on the input widened (or, for float32,
-  // copied: the caller's send buffer is not ours to overwrite) into this call's workspace.
+  const size_t S =
+      twoLevelSegmentElements(t.world.settings().twoLevelSegmentElements, localSize, op.count);
   auto* wide =
       reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeInput, op.count * sizeof(float)));
-  t.world.arithmetic(Arithmetic::kConvert, op.count,
-                     [&] { toFloat(op.send, op.dtype, wide, op.count); });
-  TERSE_ASSIGN_OR_RETURN(float* sum, nodeSum(t, op, wide, op.count, "allreduce"));
-
-  // Step 2: the slice across nodes.
-  auto* out = static_cast<uint8_t*>(op.recv) + slice.begin * es;
-  CollectiveOp step;
-  step.kind = CollectiveKind::kAllReduce;
-  step.count = slice.length;
-  step.op = ReduceOp::kSum;
-  step.codec = op.codec;
-  step.algorithm = Algorithm::kFlat;
-  step.policyWork = op.policyWork;
-  if (compressed) {
-    step.send = sum;
-    step.recv = sum;
-    step.dtype = DataType::kFloat32;
-    step.feedback = op.feedback;
-    step.feedbackOffset = op.feedbackOffset + slice.begin;
-    TERSE_RETURN_IF_ERROR(
-        runStep(t.cross, *t.crossSeq, step).withContext("two-level allreduce, across nodes"));
-    t.world.arithmetic(Arithmetic::kConvert, slice.length,
-                       [&] { fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
-  } else {
-    t.world.arithmetic(Arithmetic::kConvert, slice.length,
-                       [&] { fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
-    step.send = out;
-    step.recv = out;
-    step.dtype = op.dtype;
-    TERSE_RETURN_IF_ERROR(
-        runStep(t.cross, *t.crossSeq, step).withContext("two-level allreduce, across nodes"));
+  std::unique_ptr<StepLane> ownLane;
+  StepLane* lane = t.lane;
+  if (lane == nullptr) {
+    ownLane = makeInlineLane();
+    lane = ownLane.get();
   }
 
-  // Step 3: every slice to every rank of the node (in place: this rank's part of recv).
-  step = CollectiveOp{};
-  step.kind = CollectiveKind::kAllGather;
-  step.send = out;
-  step.recv = op.recv;
-  step.count = op.count;
-  step.dtype = op.dtype;
-  step.codec = t.none;
-  step.algorithm = Algorithm::kFlat;
-  return runStep(t.node, *t.nodeSeq, step).withContext("two-level allreduce, inside the node");
+  // Step 3 of segment [begin, begin + length): every slice to every rank of the node (in place:
+  // this rank's slice of the segment in recv is its chunk of the segment).
+  auto gather = [&](size_t begin, size_t length) {
+    CollectiveOp step;
+    step.kind = CollectiveKind::kAllGather;
+    step.recv = static_cast<uint8_t*>(op.recv) + begin * es;
+    step.send =
+        static_cast<uint8_t*>(step.recv) + chunkRange(length, localSize, localRank).begin * es;
+    step.count = length;
+    step.dtype = op.dtype;
+    step.codec = t.none;
+    step.algorithm = Algorithm::kFlat;
+    return runStep(t.node, *t.nodeSeq, step).withContext("two-level allreduce, inside the node");
+  };
+
+  Status failed;
+  size_t submitted = 0, gathered = 0;  // segments handed to the lane, segments finished
+  // Collects the lane's oldest segment and, while nothing failed, gathers it inside the node.
+  auto finishOldest = [&] {
+    Status crossed = lane->collect();
+    if (failed.isOk() && !crossed.isOk()) failed = crossed;
+    const size_t begin = gathered * S;
+    ++gathered;
+    if (failed.isOk()) failed = gather(begin, std::min(S, op.count - begin));
+  };
+  for (size_t begin = 0; begin < op.count && failed.isOk(); begin += S) {
+    const size_t length = std::min(S, op.count - begin);
+    const Range slice = chunkRange(length, localSize, localRank);
+    // Step 1: the node's float32 sum of this rank's slice of the segment, on the input widened
+    // (or, for float32, copied: the caller's send buffer is not ours to overwrite) into this
+    // call's workspace.
+    float* segment = wide + begin;
+    t.world.arithmetic(Arithmetic::kConvert, length, [&] {
+      toFloat(static_cast<const uint8_t*>(op.send) + begin * es, op.dtype, segment, length);
+    });
+    auto summed = nodeSum(t, op, segment, length, "allreduce");
+    if (!summed.isOk()) {
+      failed = summed.status();
+      break;
+    }
+    float* sum = summed.value();
+
+    // Step 2, on the lane: the slice across nodes.
+    auto* out = static_cast<uint8_t*>(op.recv) + (begin + slice.begin) * es;
+    CollectiveOp step;
+    step.kind = CollectiveKind::kAllReduce;
+    step.count = slice.length;
+    step.op = ReduceOp::kSum;
+    step.codec = op.codec;
+    step.algorithm = Algorithm::kFlat;
+    step.policyWork = op.policyWork;
+    if (compressed) {
+      step.send = sum;
+      step.recv = sum;
+      step.dtype = DataType::kFloat32;
+      step.feedback = op.feedback;
+      step.feedbackOffset = op.feedbackOffset + begin + slice.begin;
+    } else {
+      t.world.arithmetic(Arithmetic::kConvert, slice.length,
+                         [&] { fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
+      step.send = out;
+      step.recv = out;
+      step.dtype = op.dtype;
+    }
+    const uint32_t seq = (*t.crossSeq)++;
+    const DataType dtype = op.dtype;
+    lane->submit([&t, step, seq, sum, out, dtype, compressed]() -> Status {
+      TERSE_RETURN_IF_ERROR(
+          runFlat(t.cross, step, seq).withContext("two-level allreduce, across nodes"));
+      if (compressed)
+        t.cross.arithmetic(Arithmetic::kConvert, step.count,
+                           [&] { fromFloat(sum, 1.0f, dtype, out, step.count); });
+      return Status::ok();
+    });
+    ++submitted;
+    if (submitted - gathered > 1) finishOldest();
+  }
+  // Every segment handed to the lane is collected, after a failure too: the lane's jobs borrow
+  // this call's buffers.
+  while (gathered < submitted) finishOldest();
+  return failed;
 }
 
 namespace {

@@ -2,12 +2,15 @@
 #include "terse/sim/runner.h"
 
 #include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/ConditionVariable.hpp>
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Mutex.hpp>
 
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <deque>
 #include <exception>
 #include <new>
 #include <memory>
@@ -126,7 +129,75 @@ class ChargedArithmetic : public CollectiveEngine::ArithmeticHook {
   double reduceGBps_, convertGBps_;
 };
 
+// The actor lane's queue, shared by the lane and its actor (which may outlive the lane by a
+// wake-up). Every actor runs in one OS thread; the SimGrid mutex only orders the waits.
+struct ActorLaneState {
+  sg::MutexPtr mutex = sg::Mutex::create();
+  sg::ConditionVariablePtr changed = sg::ConditionVariable::create();
+  std::deque<std::function<Status()>> queued;
+  std::deque<Status> done;
+  size_t outstanding = 0;
+  bool stop = false;
+};
+
+class ActorLane final : public StepLane {
+ public:
+  ActorLane() : state_(std::make_shared<ActorLaneState>()) {
+    auto state = state_;
+    actor_ = sg::Actor::create(sg::this_actor::get_name() + "-lane",
+                                           sg::this_actor::get_host(), [state] {
+                                             std::unique_lock<sg::Mutex> lock(*state->mutex);
+                                             for (;;) {
+                                               while (!state->stop && state->queued.empty())
+                                                 state->changed->wait(lock);
+                                               if (state->queued.empty()) return;
+                                               auto job = std::move(state->queued.front());
+                                               state->queued.pop_front();
+                                               lock.unlock();
+                                               Status s = job();
+                                               lock.lock();
+                                               state->done.push_back(std::move(s));
+                                               state->changed->notify_all();
+                                             }
+                                           });
+    // The simulation ends when the ranks do, whatever their lanes wait for.
+    actor_->daemonize();
+  }
+  ~ActorLane() override {
+    {
+      std::unique_lock<sg::Mutex> lock(*state_->mutex);
+      state_->stop = true;
+      state_->changed->notify_all();
+    }
+    // Ended here, not killed with the daemons when the ranks are done: a kill unwinds the actor
+    // through its lock on the SimGrid mutex, which SimGrid does not allow.
+    actor_->join();
+  }
+  void submit(std::function<Status()> job) override {
+    std::unique_lock<sg::Mutex> lock(*state_->mutex);
+    state_->queued.push_back(std::move(job));
+    ++state_->outstanding;
+    state_->changed->notify_all();
+  }
+  Status collect() override {
+    std::unique_lock<sg::Mutex> lock(*state_->mutex);
+    if (state_->outstanding == 0)
+      return errorInternal("step lane: collect() with nothing outstanding");
+    while (state_->done.empty()) state_->changed->wait(lock);
+    Status s = std::move(state_->done.front());
+    state_->done.pop_front();
+    --state_->outstanding;
+    return s;
+  }
+
+ private:
+  std::shared_ptr<ActorLaneState> state_;
+  sg::ActorPtr actor_;
+};
+
 }  // namespace
+
+std::unique_ptr<StepLane> makeActorLane() { return std::make_unique<ActorLane>(); }
 
 std::shared_ptr<CollectiveEngine::WorkspaceProvider> makeSharedWorkspaces() {
   return std::make_shared<SharedWorkspaces>();

@@ -297,6 +297,7 @@ int main(int argc, char** argv) {
         CollectiveEngine engine(t, std::chrono::hours(24));  // simulated time
         engine.setWorkspaceProvider(workspaces);
         engine.setArithmeticHook(arithmetic);
+        engine.setStepLanes(sim::makeActorLane);
         if (o.algo == "ring") engine.setSmallBytes(0);
         if (o.algo == "rd") engine.setSmallBytes(~size_t{0});
         // The platform's nodes, as the api layer gives them from the rendezvous' host names;

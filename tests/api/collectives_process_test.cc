@@ -41,7 +41,7 @@ constexpr size_t kCount = 100003;
 // Each rank allreduces with every codec (two calls in flight at once per codec) and writes its
 // results to <dir>/rank<r>.bin for the parent to compare.
 int allreduceBody(int rank, const std::string& dir,
-                  const std::vector<std::string>& codecs = kCodecs) {
+                  const std::vector<std::string>& codecs = kCodecs, size_t count = kCount) {
   auto made = Communicator::createFromEnv();
   if (!made.isOk()) {
     reportFromChild(made.status().toString());
@@ -51,22 +51,22 @@ int allreduceBody(int rank, const std::string& dir,
   std::ofstream out(dir + "/rank" + std::to_string(rank) + ".bin", std::ios::binary);
   for (const std::string& codec : codecs) {
     const char* spec = codec.c_str();
-    std::vector<float> a(kCount), b(kCount), ra(kCount), rb(kCount);
-    for (size_t i = 0; i < kCount; ++i) a[i] = valueAt(rank, i, 0), b[i] = valueAt(rank, i, 1);
-    auto ef = ErrorFeedback::create(spec, kCount);
+    std::vector<float> a(count), b(count), ra(count), rb(count);
+    for (size_t i = 0; i < count; ++i) a[i] = valueAt(rank, i, 0), b[i] = valueAt(rank, i, 1);
+    auto ef = ErrorFeedback::create(spec, count);
     if (!ef.isOk()) return 3;
     CollectiveOptions withEf{spec, &ef.value()};
-    Work first = comm.allreduceAsync(a.data(), ra.data(), kCount, DataType::kFloat32,
-                                     ReduceOp::kSum, withEf);
-    Work second = comm.allreduceAsync(b.data(), rb.data(), kCount, DataType::kFloat32,
+    Work first =
+        comm.allreduceAsync(a.data(), ra.data(), count, DataType::kFloat32, ReduceOp::kSum, withEf);
+    Work second = comm.allreduceAsync(b.data(), rb.data(), count, DataType::kFloat32,
                                       ReduceOp::kAvg, CollectiveOptions{spec, nullptr});
     Status s1 = second.wait(), s0 = first.wait();
     if (!s0.isOk() || !s1.isOk()) {
       reportFromChild(std::string(spec) + ": " + (s0.isOk() ? s1 : s0).toString());
       return 4;
     }
-    out.write(reinterpret_cast<const char*>(ra.data()), kCount * 4);
-    out.write(reinterpret_cast<const char*>(rb.data()), kCount * 4);
+    out.write(reinterpret_cast<const char*>(ra.data()), count * 4);
+    out.write(reinterpret_cast<const char*>(rb.data()), count * 4);
   }
   Status b = comm.barrier();
   return b.isOk() ? 0 : 5;
@@ -82,16 +82,16 @@ std::string readAll(const std::string& path) {
 // What allreduceBody's ranks wrote: every rank exited cleanly and holds rank 0's bits, and
 // `none` (the first block) is the serial sum within float32's bound.
 void checkRanksAgreeAndNoneExact(const std::vector<RankOutcome>& outcomes, const std::string& dir,
-                                 int n, size_t codecCount) {
+                                 int n, size_t codecCount, size_t count = kCount) {
   for (const auto& o : outcomes)
     ASSERT_TRUE(o.exited && o.code == 0) << describe(o) << " " << o.report;
   std::string r0 = readAll(dir + "/rank0.bin");
-  ASSERT_EQ(r0.size(), codecCount * 2 * kCount * 4);
+  ASSERT_EQ(r0.size(), codecCount * 2 * count * 4);
   for (int r = 1; r < n; ++r)
     EXPECT_TRUE(readAll(dir + "/rank" + std::to_string(r) + ".bin") == r0)
         << "rank " << r << " holds different bits than rank 0";
   const float* got = reinterpret_cast<const float*>(r0.data());
-  for (size_t i = 0; i < kCount; ++i) {
+  for (size_t i = 0; i < count; ++i) {
     double ref = 0, mag = 0;
     for (int r = 0; r < n; ++r) ref += valueAt(r, i, 0), mag += std::fabs(valueAt(r, i, 0));
     ASSERT_NEAR(got[i], ref, n * 0x1p-23 * mag + 1e-7) << "element " << i;
@@ -146,6 +146,34 @@ TEST_P(TwoLevelProcesses, EveryCodecBitIdenticalAndNoneExact) {
       },
       [&](int r) { return allreduceBody(r, dir, codecs); }, std::chrono::seconds(240));
   checkRanksAgreeAndNoneExact(outcomes, dir, n, codecs.size());
+}
+
+// The pipelined two-level allreduce as processes: a tensor of three segments and a ragged
+// fourth (TERSE_TWOLEVEL_SEGMENT_BYTES of 65536 elements per local rank), each segment's
+// cross-node step on the communicator's lane thread while the next segment's node step runs on
+// its collective thread, two calls in flight at once, error feedback on one of them.
+TEST(TwoLevelProcessesPipelined, SegmentsBitIdenticalAndNoneExact) {
+  const std::vector<int> nodeOf = {0, 0, 1, 1};
+  const int n = 4;
+  const size_t count = 3 * 131072 + 4099;
+  const std::vector<std::string> codecs = {"none", "int8", "onebit"};
+  const std::string dir = makeTempDir();
+  const int port = freeLoopbackPort();
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  auto outcomes = runProcesses(
+      n, ranks,
+      [&](int r) {
+        EnvMap e = {{"UCX_NET_DEVICES", "lo"},
+                    {"TERSE_STORE", "127.0.0.1:" + std::to_string(port)},
+                    {"TERSE_TIMEOUT_MS", "60000"},
+                    {"TERSE_ALGO", "twolevel"},
+                    {"TERSE_TWOLEVEL_SEGMENT_BYTES", std::to_string(131072 * 4)},
+                    {"TERSE_NODE", "node" + std::to_string(nodeOf[r])}};
+        return e;
+      },
+      [&](int r) { return allreduceBody(r, dir, codecs, count); }, std::chrono::seconds(240));
+  checkRanksAgreeAndNoneExact(outcomes, dir, n, codecs.size(), count);
 }
 
 std::string layoutName(const ::testing::TestParamInfo<std::vector<int>>& info) {

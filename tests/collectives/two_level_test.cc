@@ -59,13 +59,14 @@ std::vector<uint8_t> exactInput(DataType dt, int rank, size_t count, int step = 
   return out;
 }
 
-// The model: nodes (ranks of each node in rank order), slices by local index, each node's
-// float32 sum of each slice (times 1/n for avg), the slice's cross-node allreduce as the flat
-// model computes it among the nodes, converted to the caller's type. residuals[c] carries the
-// error feedback of local index c's cross-node group from call to call.
-std::vector<uint8_t> model(const Layout& layout, const std::vector<std::vector<uint8_t>>& in,
-                           size_t count, DataType dt, ReduceOp op, const Codec& codec,
-                           size_t segment, std::map<int, SimulatedResiduals>* residuals) {
+// The model of one pipeline segment (or of the whole tensor, unpipelined): nodes (ranks of
+// each node in rank order), slices by local index, each node's float32 sum of each slice (times
+// 1/n for avg), the slice's cross-node allreduce as the flat model computes it among the nodes,
+// converted to the caller's type. residuals[c] carries the error feedback of local index c's
+// cross-node group from call to call.
+std::vector<uint8_t> segmentModel(const Layout& layout, const std::vector<std::vector<uint8_t>>& in,
+                                  size_t count, DataType dt, ReduceOp op, const Codec& codec,
+                                  size_t segment, std::map<int, SimulatedResiduals>* residuals) {
   const int n = static_cast<int>(layout.nodeOfRank.size());
   std::map<int, std::vector<int>> byNode;
   for (int r = 0; r < n; ++r) byNode[layout.nodeOfRank[r]].push_back(r);
@@ -102,6 +103,38 @@ std::vector<uint8_t> model(const Layout& layout, const std::vector<std::vector<u
   return out;
 }
 
+// The whole call: the tensor in pipeline segments of `pipeline` elements (0: one segment), each
+// segment modelled alone; residuals[s * L + c] carries segment s's residuals of local index c.
+std::vector<uint8_t> model(const Layout& layout, const std::vector<std::vector<uint8_t>>& in,
+                           size_t count, DataType dt, ReduceOp op, const Codec& codec,
+                           size_t segment, std::map<int, SimulatedResiduals>* residuals,
+                           size_t pipeline = 0) {
+  if (pipeline == 0 || pipeline >= count)
+    return segmentModel(layout, in, count, dt, op, codec, segment, residuals);
+  const int n = static_cast<int>(layout.nodeOfRank.size());
+  const int perNode = static_cast<int>(
+      std::count(layout.nodeOfRank.begin(), layout.nodeOfRank.end(), layout.nodeOfRank[0]));
+  const size_t es = dataTypeSize(dt);
+  std::vector<uint8_t> out(count * es);
+  int s = 0;
+  for (size_t begin = 0; begin < count; begin += pipeline, ++s) {
+    const size_t length = std::min(pipeline, count - begin);
+    std::vector<std::vector<uint8_t>> part(n);
+    for (int r = 0; r < n; ++r)
+      part[r].assign(in[r].begin() + begin * es, in[r].begin() + (begin + length) * es);
+    std::map<int, SimulatedResiduals> mine;
+    if (residuals)
+      for (int c = 0; c < perNode; ++c) mine[c] = (*residuals)[s * perNode + c];
+    auto got =
+        segmentModel(layout, part, length, dt, op, codec, segment, residuals ? &mine : nullptr);
+    if (got.size() != length * es) return {};
+    std::copy(got.begin(), got.end(), out.begin() + begin * es);
+    if (residuals)
+      for (int c = 0; c < perNode; ++c) (*residuals)[s * perNode + c] = mine[c];
+  }
+  return out;
+}
+
 std::shared_ptr<const Codec> codecOf(const std::string& spec) {
   auto c = makeCodec(spec);
   EXPECT_TRUE(c.isOk()) << c.status().toString();
@@ -120,7 +153,7 @@ std::vector<uint8_t> runAllreduce(const Layout& layout, const std::vector<std::v
                                   size_t count, DataType dt, ReduceOp op, const Codec& codec,
                                   Algorithm algorithm, const std::string& what,
                                   std::vector<ErrorFeedback>* feedback = nullptr,
-                                  size_t segmentBytes = 0) {
+                                  size_t segmentBytes = 0, size_t pipelineBytes = 0) {
   const int n = static_cast<int>(layout.nodeOfRank.size());
   std::vector<std::vector<uint8_t>> out(n, std::vector<uint8_t>(count * dataTypeSize(dt), 0xEE));
   const bool inPlace = count % 2 == 1;
@@ -138,6 +171,7 @@ std::vector<uint8_t> runAllreduce(const Layout& layout, const std::vector<std::v
         call.codec = &codec;
         call.algorithm = algorithm;
         if (feedback) call.feedback = &(*feedback)[r];
+        if (pipelineBytes) e.setTwoLevelSegmentBytes(pipelineBytes);
         return e.run(call);
       },
       segmentBytes);
@@ -320,6 +354,40 @@ TEST(TwoLevel, ErrorFeedbackMatchesTheModelAndConverges) {
       }
       EXPECT_LT(lastErr, 0.65 * midErr)
           << layout.name << " " << spec << ": the averaged error does not decay like 1/T";
+    }
+  }
+}
+
+// The pipelined allreduce (segments of 65536 elements per local rank) against the model cut
+// the same way, with error feedback over several calls: each segment's cross-node chunk keeps
+// its own server residual (ErrorFeedback keeps several disjoint chunks). Before 2026-11-28's
+// regions each segment's chunk replaced the last, so from the second call on the server
+// residuals were zero and the results left the model.
+TEST(TwoLevel, PipelinedSegmentsKeepTheirResidualsAndMatchTheModel) {
+  for (std::string spec : {"onebit", "int8"}) {
+    for (const Layout& layout : {blocks(2, 2), Layout{"3x2 interleaved", {2, 0, 1, 0, 2, 1}}}) {
+      const int n = static_cast<int>(layout.nodeOfRank.size());
+      const int perNode = 2;
+      const size_t pipeline = 65536 * perNode;
+      const size_t count = 2 * pipeline + 3001;  // two whole segments and a ragged one
+      auto codec = codecOf(spec);
+      std::vector<ErrorFeedback> ef;
+      for (int r = 0; r < n; ++r) ef.push_back(ErrorFeedback::create(codec->spec(), count).value());
+      std::map<int, SimulatedResiduals> residuals;
+      for (int step = 0; step < 4; ++step) {
+        std::vector<std::vector<uint8_t>> in(n);
+        for (int r = 0; r < n; ++r) in[r] = exactInput(DataType::kFloat32, r, count, step);
+        const std::string what = layout.name + " " + spec + " step " + std::to_string(step);
+        auto got = runAllreduce(layout, in, count, DataType::kFloat32, ReduceOp::kSum, *codec,
+                                Algorithm::kTwoLevel, what, &ef, 0, pipeline * 4);
+        auto want = model(layout, in, count, DataType::kFloat32, ReduceOp::kSum, *codec, 1 << 20,
+                          &residuals, pipeline);
+        ASSERT_EQ(got.size(), want.size()) << what;
+        ASSERT_TRUE(got == want) << what << ": differs from the model cut into segments";
+      }
+      // Each rank keeps a server chunk per segment where it owns one (onebit's 2048-element
+      // blocks leave a rank of the ragged segment nothing).
+      EXPECT_GE(ef[0].serverRegions(), 2u) << layout.name << " " << spec;
     }
   }
 }

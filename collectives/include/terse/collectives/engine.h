@@ -19,6 +19,7 @@
 #pragma once
 
 #include "terse/collectives/partition.h"
+#include "terse/collectives/step_lane.h"
 #include "terse/collectives/workspaces.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
@@ -177,6 +178,16 @@ class CollectiveEngine {
   };
   void setArithmeticHook(std::shared_ptr<ArithmeticHook> hook);
 
+  // What runs the cross-node steps of a pipelined two-level allreduce beside the node steps
+  // (step_lane.h): the communicator gives a thread, the simulator an actor; by default an inline
+  // lane (the same segments, nothing overlapping).
+  void setStepLanes(StepLaneFactory factory) { laneFactory_ = std::move(factory); }
+  // Segment of the pipelined two-level allreduce (default TERSE_TWOLEVEL_SEGMENT_BYTES, bytes
+  // of float32). Every rank of the world must set the same.
+  void setTwoLevelSegmentBytes(size_t bytes) {
+    twoLevelSegmentElems_ = std::max<size_t>(bytes / 4, 1);
+  }
+
   // The clock auto's algorithm trials are timed with, in seconds (default: steady_clock). The
   // simulation gives its simulated clock, so its `auto` picks what is faster in simulated time.
   void setClock(std::function<double()> clock) { clock_ = std::move(clock); }
@@ -271,6 +282,13 @@ class CollectiveEngine {
     // The cross-node step's error-feedback state in reduce-scatter and allgather (two_level.cc,
     // stepFeedback): kept across calls instead of a tensor-slice allocation per call.
     ErrorFeedback stepFeedback;
+    // The cross-node steps' own workspaces and counters: the pipelined allreduce runs them on
+    // `lane` while this engine's thread runs node steps in its own (counters folded into the
+    // call's after each call). The lane is made by the engine's factory at the first call that
+    // pipelines, and lives as long as the layout.
+    detail::Workspaces crossWorkspaces;
+    detail::CallCounters crossCounters;
+    std::unique_ptr<StepLane> lane;
   };
 
   Transport& transport_;
@@ -285,6 +303,8 @@ class CollectiveEngine {
   // moves the seconds into stats_, bytesSent keeps counting (bytesSent()).
   detail::CallCounters counters_;
   size_t segmentElems_;
+  size_t twoLevelSegmentElems_;
+  StepLaneFactory laneFactory_;
   size_t smallBytes_;
   size_t directAgreementRanks_;  // TERSE_AGREEMENT_DIRECT_RANKS
   size_t depth_ = 1;

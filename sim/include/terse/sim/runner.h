@@ -47,4 +47,10 @@ std::shared_ptr<CollectiveEngine::WorkspaceProvider> makeSharedWorkspaces();
 std::shared_ptr<CollectiveEngine::ArithmeticHook> makeChargedArithmetic(double reduceGBps,
                                                                         double convertGBps);
 
+// A step lane (CollectiveEngine::setStepLanes) for the calling rank: an actor on the rank's host
+// that runs the jobs, so that a pipelined two-level allreduce's cross-node steps overlap its node
+// steps in simulated time, and their arithmetic shares the host with the rank's own. From inside
+// fn only; the actor ends with the lane (or with the simulation).
+std::unique_ptr<StepLane> makeActorLane();
+
 }  // namespace terse::sim
