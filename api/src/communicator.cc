@@ -111,7 +111,7 @@ struct Communicator::Impl {
         worker_(ownWorker_.get()) {
     shared_->transport->addDriver();
     // Two-level allreduce's cross-node steps run on a thread of their own beside the node steps
-    // (step_lane.h); while one runs it drives the shared transport too.
+    // (step_lane.h), a driver of the shared transport while it has jobs outstanding.
     SharedTransport* connections = shared_->transport.get();
     engine_->setStepLanes([connections] {
       return makeThreadLane([connections] { connections->addDriver(); },

@@ -34,14 +34,27 @@ std::vector<double> slowestOfRanks(const std::vector<float>& all, size_t candida
   return worst;
 }
 
-AlgorithmChoice chooseByTime(double flatSeconds, double twoLevelSeconds, size_t elements) {
+AlgorithmChoice chooseByTime(double flatSeconds, double twoLevelSeconds, size_t elements,
+                             double wholeSeconds) {
   auto usable = [](double t) { return std::isfinite(t) && t > 0; };
   AlgorithmChoice c;
-  char text[160];
-  std::snprintf(text, sizeof text,
-                "measured at %zu elements, slowest rank: flat %.3f ms, twolevel %.3f ms", elements,
-                flatSeconds * 1e3, twoLevelSeconds * 1e3);
+  char text[224];
+  const bool triedWhole = !(wholeSeconds < 0);
+  if (triedWhole)
+    std::snprintf(text, sizeof text,
+                  "measured at %zu elements, slowest rank: flat %.3f ms, twolevel %.3f ms "
+                  "pipelined and %.3f ms in one segment",
+                  elements, flatSeconds * 1e3, twoLevelSeconds * 1e3, wholeSeconds * 1e3);
+  else
+    std::snprintf(text, sizeof text,
+                  "measured at %zu elements, slowest rank: flat %.3f ms, twolevel %.3f ms",
+                  elements, flatSeconds * 1e3, twoLevelSeconds * 1e3);
   c.reason = text;
+  if (triedWhole && usable(wholeSeconds) &&
+      (!usable(twoLevelSeconds) || wholeSeconds < twoLevelSeconds)) {
+    c.twoLevelWhole = true;
+    twoLevelSeconds = wholeSeconds;
+  }
   if (usable(flatSeconds) && usable(twoLevelSeconds)) {
     c.algorithm = twoLevelSeconds < flatSeconds ? Algorithm::kTwoLevel : Algorithm::kFlat;
   } else if (usable(twoLevelSeconds)) {
@@ -54,6 +67,7 @@ AlgorithmChoice chooseByTime(double flatSeconds, double twoLevelSeconds, size_t 
     else
       c.reason += " (twolevel's figure unusable)";
   }
+  if (c.algorithm != Algorithm::kTwoLevel) c.twoLevelWhole = false;
   return c;
 }
 

@@ -26,12 +26,18 @@ std::vector<double> slowestOfRanks(const std::vector<float>& all, size_t candida
 
 struct AlgorithmChoice {
   Algorithm algorithm = Algorithm::kFlat;
+  // Two-level in one segment (CollectiveOp::twoLevelWhole): the pipeline's overlap cost more
+  // than it saved (hosts with fewer cores than ranks and threads, docs/benchmarks.md).
+  bool twoLevelWhole = false;
   std::string reason;  // what was measured, for the statistics and the INFO log
 };
 
 // Flat or two-level from the slowest rank's best time of each at `elements` elements. A tie
 // goes to flat (one step, no node staging); a time that is not a finite positive number (a
-// clock that did not move, a broken trial) loses to one that is.
-AlgorithmChoice chooseByTime(double flatSeconds, double twoLevelSeconds, size_t elements);
+// clock that did not move, a broken trial) loses to one that is. `wholeSeconds`, where the call
+// pipelines (negative: not tried), is two-level in one segment: it stands for two-level when it
+// is usable and faster than the pipelined `twoLevelSeconds` (a tie keeps the pipeline).
+AlgorithmChoice chooseByTime(double flatSeconds, double twoLevelSeconds, size_t elements,
+                             double wholeSeconds = -1);
 
 }  // namespace terse::detail

@@ -225,7 +225,7 @@ Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) con
     auto it = chosen_.find(
         detail::algorithmChoiceKey(op.kind, op.codec->spec(), op.dtype,
                                    detail::sizeClassOfBytes(op.count * dataTypeSize(op.dtype))));
-    if (it != chosen_.end()) return it->second;
+    if (it != chosen_.end()) return it->second.algorithm;
   }
   return Algorithm::kTwoLevel;
 }
@@ -242,7 +242,8 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
                                                      detail::sizeClassOfBytes(op->count * es));
   auto known = chosen_.find(key);
   if (known != chosen_.end()) {
-    op->algorithm = known->second;
+    op->algorithm = known->second.algorithm;
+    op->twoLevelWhole = known->second.twoLevelWhole;
     return Status::ok();
   }
   // The ranks agree on the call first: ranks that disagree on it (another size, say) must hear
@@ -303,45 +304,63 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
   };
-  const Algorithm candidates[2] = {Algorithm::kFlat, Algorithm::kTwoLevel};
-  // One untimed call of each, then two timed rounds alternating the two (a load that drifts
-  // hits both alike), each after a barrier so that no call pays for the ranks' skew from the
-  // one before; the best of each.
-  std::vector<float> best(2, std::numeric_limits<float>::infinity());
+  // Flat, two-level and, for an allreduce that pipelines, two-level in one segment (the
+  // pipeline's second thread can cost more than its overlap saves where the ranks outnumber the
+  // cores). Every rank decides alike whether the third runs (same count, settings and layout).
+  struct Candidate {
+    Algorithm algorithm;
+    bool whole;
+    const char* name;
+  };
+  std::vector<Candidate> candidates = {{Algorithm::kFlat, false, "flat"},
+                                       {Algorithm::kTwoLevel, false, "twolevel"}};
+  if (op->kind == CollectiveKind::kAllReduce &&
+      count > detail::twoLevelSegmentElements(twoLevelSegmentElems_,
+                                              twoLevel_->localTransport->size(), count))
+    candidates.push_back({Algorithm::kTwoLevel, true, "twolevel in one segment"});
+  const size_t k = candidates.size();
+  // One untimed call of each, then two timed rounds alternating them (a load that drifts hits
+  // all alike), each after a barrier so that no call pays for the ranks' skew from the one
+  // before; the best of each.
+  std::vector<float> best(k, std::numeric_limits<float>::infinity());
   // The trials' barriers are auto's, not the caller's: CollectiveStats::barriers counts the
   // caller's (their bytes count nowhere, as every barrier's).
   const uint64_t callersBarriers = stats_.barriers;
   for (int round = 0; round < 3; ++round)
-    for (int c = 0; c < 2; ++c) {
-      trial.algorithm = candidates[c];
+    for (size_t c = 0; c < k; ++c) {
+      trial.algorithm = candidates[c].algorithm;
+      trial.twoLevelWhole = candidates[c].whole;
       Status entered = barrier();
       stats_.barriers = callersBarriers;
       TERSE_RETURN_IF_ERROR(entered.withContext("auto algorithm choice"));
       const double t0 = now();
       TERSE_RETURN_IF_ERROR(run(trial).withContext(std::string("auto algorithm choice, trial of ") +
-                                                   algorithmName(candidates[c])));
+                                                   candidates[c].name));
       if (round > 0) best[c] = std::min(best[c], static_cast<float>(now() - t0));
     }
   // Every rank's figures to every rank (a small allgather), so all adopt the same choice.
-  std::vector<float> all(2 * static_cast<size_t>(n));
-  std::copy(best.begin(), best.end(), all.begin() + 2 * r);
+  std::vector<float> all(k * static_cast<size_t>(n));
+  std::copy(best.begin(), best.end(), all.begin() + k * r);
   CollectiveOp gather;
   gather.kind = CollectiveKind::kAllGather;
-  gather.send = all.data() + 2 * r;
+  gather.send = all.data() + k * r;
   gather.recv = all.data();
   gather.count = all.size();
   gather.codec = twoLevel_->none.get();
   gather.algorithm = Algorithm::kFlat;
   gather.policyWork = true;
   TERSE_RETURN_IF_ERROR(run(gather).withContext("auto algorithm choice, gathering the times"));
-  const std::vector<double> worst = detail::slowestOfRanks(all, 2);
-  const detail::AlgorithmChoice choice = detail::chooseByTime(worst[0], worst[1], count);
-  chosen_[key] = choice.algorithm;
-  stats_.algorithmChoices[key] =
-      std::string(algorithmName(choice.algorithm)) + ": " + choice.reason;
-  TERSE_INFO(kSubsysColl, "auto algorithm for %s: %s (%s)", key.c_str(),
-             algorithmName(choice.algorithm), choice.reason.c_str());
+  const std::vector<double> worst = detail::slowestOfRanks(all, k);
+  const detail::AlgorithmChoice choice =
+      detail::chooseByTime(worst[0], worst[1], count, k == 3 ? worst[2] : -1.0);
+  chosen_[key] = Chosen{choice.algorithm, choice.twoLevelWhole};
+  const std::string chosen = std::string(algorithmName(choice.algorithm)) +
+                             (choice.twoLevelWhole ? " in one segment" : "");
+  stats_.algorithmChoices[key] = chosen + ": " + choice.reason;
+  TERSE_INFO(kSubsysColl, "auto algorithm for %s: %s (%s)", key.c_str(), chosen.c_str(),
+             choice.reason.c_str());
   op->algorithm = choice.algorithm;
+  op->twoLevelWhole = choice.twoLevelWhole;
   return Status::ok();
 }
 
@@ -659,13 +678,14 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   // The node steps share this engine's workspaces and counters; the cross-node steps have their
   // own, since a pipelined allreduce runs them on the lane at the same time.
   TwoLevel& g = *twoLevel_;
-  const auto& settings = ctx.settings();
+  detail::AlgorithmContext::Settings settings = ctx.settings();
+  if (op.twoLevelWhole) settings.twoLevelSegmentElements = ~size_t{0};
   if (!g.lane && laneFactory_ && op.kind == CollectiveKind::kAllReduce &&
       op.count > detail::twoLevelSegmentElements(settings.twoLevelSegmentElements,
                                                  g.localTransport->size(), op.count))
     g.lane = laneFactory_();
   const detail::TwoLevelContext t{
-      ctx,
+      detail::AlgorithmContext(transport_, settings, workspaces_, counters_, arithmeticHook_.get()),
       detail::AlgorithmContext(*g.localTransport, settings, workspaces_, counters_,
                                arithmeticHook_.get()),
       detail::AlgorithmContext(*g.crossTransport, settings, g.crossWorkspaces, g.crossCounters,

@@ -52,9 +52,13 @@ class ThreadLane final : public StepLane {
     }
     changed_.notify_all();
     thread_.join();
+    if (outstanding_ > 0 && leave_) leave_();  // jobs nobody collected (a submitter's bug)
   }
 
   void submit(std::function<Status()> job) override {
+    // Registered before the lane's thread can touch the transport, and on this thread, which is
+    // then not inside a wait: see step_lane.h.
+    if (outstanding_ == 0 && enter_) enter_();
     {
       std::lock_guard<std::mutex> hold(mutex_);
       queued_.push_back(std::move(job));
@@ -69,7 +73,10 @@ class ThreadLane final : public StepLane {
     changed_.wait(lock, [&] { return !done_.empty(); });
     Status s = std::move(done_.front());
     done_.pop_front();
-    --outstanding_;
+    if (--outstanding_ == 0 && leave_) {
+      lock.unlock();
+      leave_();
+    }
     return s;
   }
 
@@ -82,9 +89,7 @@ class ThreadLane final : public StepLane {
       std::function<Status()> job = std::move(queued_.front());
       queued_.pop_front();
       lock.unlock();
-      if (enter_) enter_();
       Status s = run(job);
-      if (leave_) leave_();
       lock.lock();
       done_.push_back(std::move(s));
       changed_.notify_all();
@@ -96,7 +101,7 @@ class ThreadLane final : public StepLane {
   std::condition_variable changed_;
   std::deque<std::function<Status()>> queued_;
   std::deque<Status> done_;
-  size_t outstanding_ = 0;  // submitted and not yet collected
+  size_t outstanding_ = 0;  // submitted and not yet collected (written by the submitter only)
   bool stop_ = false;
   std::thread thread_;  // last: starts once the rest is built
 };

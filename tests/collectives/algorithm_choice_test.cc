@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -65,6 +67,21 @@ TEST(AlgorithmChoice, FasterWinsTiesGoFlatUnusableFiguresLose) {
   AlgorithmChoice none = chooseByTime(0.0, 0.0, 100);
   EXPECT_EQ(none.algorithm, Algorithm::kFlat);
   EXPECT_NE(none.reason.find("neither"), std::string::npos) << none.reason;
+  // Two-level in one segment, where the call pipelines: it stands for two-level when faster.
+  AlgorithmChoice w = chooseByTime(3e-3, 2e-3, 100, 1e-3);
+  EXPECT_EQ(w.algorithm, Algorithm::kTwoLevel);
+  EXPECT_TRUE(w.twoLevelWhole);
+  EXPECT_NE(w.reason.find("1.000 ms in one segment"), std::string::npos) << w.reason;
+  EXPECT_FALSE(chooseByTime(3e-3, 1e-3, 100, 2e-3).twoLevelWhole);
+  EXPECT_FALSE(chooseByTime(3e-3, 1e-3, 100, 1e-3).twoLevelWhole);  // a tie keeps the pipeline
+  EXPECT_FALSE(chooseByTime(3e-3, 1e-3, 100, std::nan("")).twoLevelWhole);
+  EXPECT_FALSE(chooseByTime(3e-3, 1e-3, 100).twoLevelWhole);  // not tried
+  AlgorithmChoice onlyWhole = chooseByTime(3e-3, std::nan(""), 100, 1e-3);
+  EXPECT_EQ(onlyWhole.algorithm, Algorithm::kTwoLevel);
+  EXPECT_TRUE(onlyWhole.twoLevelWhole);
+  AlgorithmChoice flatWins = chooseByTime(0.5e-3, 2e-3, 100, 1e-3);
+  EXPECT_EQ(flatWins.algorithm, Algorithm::kFlat);
+  EXPECT_FALSE(flatWins.twoLevelWhole);
   AlgorithmChoice c = chooseByTime(12.5e-3, 8.25e-3, 4096);
   EXPECT_NE(c.reason.find("4096 elements"), std::string::npos) << c.reason;
   EXPECT_NE(c.reason.find("flat 12.500 ms"), std::string::npos) << c.reason;
@@ -85,7 +102,8 @@ struct Call {
   Algorithm algorithm = Algorithm::kAuto;
 };
 std::vector<RankOutcome> runCalls(const std::vector<Call>& calls,
-                                  std::function<double()> clock = nullptr) {
+                                  std::function<double()> clock = nullptr,
+                                  size_t twoLevelSegmentBytes = 0) {
   const int n = 4;
   const std::vector<int> nodeOfRank = {0, 0, 1, 1};
   std::vector<RankOutcome> outcome(n);
@@ -93,6 +111,7 @@ std::vector<RankOutcome> runCalls(const std::vector<Call>& calls,
       n,
       [&](int r, CollectiveEngine& e) -> Status {
         if (clock) e.setClock(clock);
+        if (twoLevelSegmentBytes) e.setTwoLevelSegmentBytes(twoLevelSegmentBytes);
         for (const Call& c : calls) {
           auto codec = makeCodec(c.codec);
           TERSE_RETURN_IF_ERROR(codec.status());
@@ -176,6 +195,53 @@ TEST(AlgorithmChoice, TrialsAreTimedWithTheEnginesClock) {
     EXPECT_NE(v.find("neither"), std::string::npos) << v;
     EXPECT_EQ(o.stats.algorithmCalls.at("flat"), 1u);
   }
+}
+
+// A clock for auto's trials in which flat, two-level pipelined and two-level in one segment take
+// the given times, in the order chooseAlgorithm runs them: round 0 reads the clock once per
+// trial (untimed), rounds 1 and 2 twice. One sequence per rank (each rank is a thread).
+std::function<double()> trialClock(std::array<double, 3> seconds) {
+  return [seconds] {
+    thread_local int reads = 0;
+    thread_local double now = 0;
+    const int i = reads++;
+    if (i >= 3 && (i - 3) % 2 == 1) now += seconds[((i - 3) / 2) % 3];
+    return now;
+  };
+}
+
+TEST(AlgorithmChoice, APipelinedAllreduceIsAlsoTimedInOneSegment) {
+  // 3 segments of 65536 elements per local rank and a ragged fourth: the call pipelines, so
+  // auto times three candidates. int8's blocks follow the slices, which start on other elements
+  // in one segment (the second local rank's at 197108, not a block boundary), so the results
+  // tell which ran: the forced two-level call pipelines (the setting), the auto call runs what
+  // auto chose.
+  const size_t segmentBytes = 131072 * 4, count = 3 * 131072 + 1000;
+  for (bool wholeFaster : {true, false}) {
+    SCOPED_TRACE(wholeFaster ? "one segment faster" : "pipeline faster");
+    const std::array<double, 3> times =
+        wholeFaster ? std::array<double, 3>{3, 2, 1} : std::array<double, 3>{3, 1, 2};
+    auto outcome = runCalls({{"int8", CollectiveKind::kAllReduce, count},
+                             {"int8", CollectiveKind::kAllReduce, count, Algorithm::kTwoLevel}},
+                            trialClock(times), segmentBytes);
+    for (int r = 0; r < 4; ++r) {
+      const CollectiveStats& s = outcome[r].stats;
+      ASSERT_EQ(s.algorithmChoices.size(), 1u);
+      const std::string& v = s.algorithmChoices.begin()->second;
+      EXPECT_EQ(
+          v.rfind(wholeFaster ? "twolevel in one segment: measured" : "twolevel: measured", 0), 0u)
+          << v;
+      EXPECT_NE(v.find("pipelined and"), std::string::npos) << v;
+      // 3 rounds x 3 candidates + 1 gather of the times.
+      EXPECT_EQ(s.autoPolicy.calls, 10u) << "rank " << r;
+      const bool same = outcome[r].outputs[0] == outcome[r].outputs[1];
+      EXPECT_EQ(same, !wholeFaster) << "rank " << r;
+      EXPECT_EQ(outcome[r].outputs[0], outcome[0].outputs[0]) << "rank " << r;
+    }
+  }
+  // A call that does not pipeline (one segment) times two candidates, as before.
+  auto small = runCalls({{"int8", CollectiveKind::kAllReduce, 100000}}, nullptr, segmentBytes);
+  EXPECT_EQ(small[0].stats.autoPolicy.calls, 7u);
 }
 
 }  // namespace

@@ -97,6 +97,9 @@ struct CollectiveOp {
   // Element of `feedback`'s tensor where this op's tensor starts: a two-level call's slice runs
   // across nodes with the residuals of its own positions of the caller's tensor.
   size_t feedbackOffset = 0;
+  // Two-level allreduce in one segment instead of the pipeline (auto's measured choice where the
+  // pipeline's overlap costs more than it saves; every rank adopts the same choice).
+  bool twoLevelWhole = false;
 };
 
 class CollectiveEngine {
@@ -296,8 +299,12 @@ class CollectiveEngine {
   std::unique_ptr<TwoLevel> twoLevel_;
   std::string twoLevelWhyNot_ = "no node layout was given (one node)";
   Algorithm defaultAlgorithm_ = Algorithm::kAuto;  // TERSE_ALGO
-  std::map<std::string, Algorithm> chosen_;        // auto's choices, by algorithmChoiceKey
-  std::function<double()> clock_;                  // setClock; null: steady_clock
+  struct Chosen {
+    Algorithm algorithm = Algorithm::kFlat;
+    bool twoLevelWhole = false;  // CollectiveOp::twoLevelWhole
+  };
+  std::map<std::string, Chosen> chosen_;  // auto's choices, by algorithmChoiceKey
+  std::function<double()> clock_;         // setClock; null: steady_clock
   CollectiveStats stats_;
   // The call in flight's bytes sent and codec stages (scatter_reduce.cc, ring.cc); countCall
   // moves the seconds into stats_, bytesSent keeps counting (bytesSent()).

@@ -38,8 +38,13 @@ using StepLaneFactory = std::function<std::unique_ptr<StepLane>()>;
 std::unique_ptr<StepLane> makeInlineLane();
 
 // An OS thread of its own, started here and joined by the lane's destructor (after its queued
-// jobs). `enter` and `leave` run on that thread around each job: a transport that must know how
-// many threads drive it at once (SharedTransport::addDriver) learns it only while a job runs.
+// jobs). `enter` runs on the submitter's thread when a job is submitted to an idle lane (nothing
+// outstanding), before the lane's thread can start it; `leave` when the last outstanding job is
+// collected. So a transport that must know how many threads drive it at once
+// (SharedTransport::addDriver) counts the lane for exactly as long as jobs may run, and learns
+// it before either thread waits: a submitter that had entered a single-driver wait, holding the
+// transport's lock while it blocks, could otherwise keep the lane from posting what a peer needs
+// to finish that very wait (a cycle through the other ranks' node and cross-node steps).
 std::unique_ptr<StepLane> makeThreadLane(std::function<void()> enter = nullptr,
                                          std::function<void()> leave = nullptr);
 
