@@ -150,13 +150,18 @@ Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op) {
     step.codec = op.codec;
     step.algorithm = Algorithm::kFlat;
     step.policyWork = op.policyWork;
+    // Uncompressed slices above the small-message size run the ring's cores on the float32
+    // sum itself, the caller's type on the wire (as flat `none` sends): no conversion of the
+    // slice into the caller's type and back into float32 around a ring unit, and only this
+    // rank's chunk of the slice is converted out (the allgather moves the caller's type).
+    const bool ringOnSum = !compressed && slice.length * sizeof(float) > t.cross.smallBytes();
     if (compressed) {
       step.send = sum;
       step.recv = sum;
       step.dtype = DataType::kFloat32;
       step.feedback = op.feedback;
       step.feedbackOffset = op.feedbackOffset + begin + slice.begin;
-    } else {
+    } else if (!ringOnSum) {
       t.world.arithmetic(Arithmetic::kConvert, slice.length,
                          [&] { fromFloat(sum, 1.0f, op.dtype, out, slice.length); });
       step.send = out;
@@ -165,7 +170,20 @@ Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op) {
     }
     const uint32_t seq = (*t.crossSeq)++;
     const DataType dtype = op.dtype;
-    lane->submit([&t, step, seq, sum, out, dtype, compressed]() -> Status {
+    lane->submit([&t, step, seq, sum, out, dtype, compressed, ringOnSum]() -> Status {
+      if (ringOnSum) {
+        const AlgorithmContext& cross = t.cross;
+        TERSE_RETURN_IF_ERROR(ringReduceScatterCore(cross, sum, step.count, dtype, seq)
+                                  .withContext("two-level allreduce, across nodes"));
+        const Range own =
+            chunkRange(step.count, cross.transport().size(), cross.transport().rank());
+        cross.arithmetic(Arithmetic::kConvert, own.length, [&] {
+          fromFloat(sum + own.begin, 1.0f, dtype, out + own.begin * dataTypeSize(dtype),
+                    own.length);
+        });
+        return ringAllgatherCore(cross, out, step.count, dtype, seq)
+            .withContext("two-level allreduce, across nodes");
+      }
       TERSE_RETURN_IF_ERROR(
           runFlat(t.cross, step, seq).withContext("two-level allreduce, across nodes"));
       if (compressed)

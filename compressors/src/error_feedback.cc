@@ -237,11 +237,17 @@ Result<float*> ErrorFeedback::serverChecked(int worldSize, size_t offset, size_t
                              [](const Region& r, size_t o) { return r.offset < o; });
   if (at != regions_.end() && at->offset == offset && at->values.size() == length)
     return at->values.data();
-  if (length == 0) return nullptr;  // an empty chunk keeps nothing and overlaps nothing
+  if (length == 0) {
+    // An empty chunk keeps nothing and overlaps nothing. Alone it is still the rank's partition
+    // (serverOffset() says where, as a checkpoint of a rank that owns nothing records it).
+    if (regions_.empty() || (regions_.size() == 1 && regions_[0].values.empty()))
+      regions_.assign(1, Region{offset, {}});
+    return nullptr;
+  }
   // Another partition of these elements: the residuals it overlaps belong to other chunks, so
   // they go and this chunk starts from zero. Disjoint ones (other segments') stay.
   auto overlaps = [&](const Region& r) {
-    return r.offset < offset + length && offset < r.offset + r.values.size();
+    return r.values.empty() || (r.offset < offset + length && offset < r.offset + r.values.size());
   };
   regions_.erase(std::remove_if(regions_.begin(), regions_.end(), overlaps), regions_.end());
   at = std::lower_bound(regions_.begin(), regions_.end(), offset,
@@ -398,8 +404,7 @@ Result<ErrorFeedback> ErrorFeedback::deserialize(const void* bytes, size_t size)
     region.values.resize(chunk.second);
     if (chunk.second) std::memcpy(region.values.data(), p + off, 4 * chunk.second);
     off += 4 * chunk.second;
-    // Version 1 kept an empty chunk's offset; an empty region holds nothing, so it is not kept.
-    if (!region.values.empty()) ef.regions_.push_back(std::move(region));
+    ef.regions_.push_back(std::move(region));  // version 1's may be empty: its offset is kept
   }
   ef.serverWorld_ = world;
   return ef;

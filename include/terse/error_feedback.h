@@ -70,7 +70,8 @@ class ErrorFeedback {
   // As server(), but a chunk outside the tensor is kInvalidArgument and an empty chunk (a
   // rank whose share of a short tensor is nothing) is a valid, possibly null, pointer.
   Result<float*> serverChecked(int worldSize, size_t offset, size_t length);
-  // The kept chunks: the first one's offset (0 if none), their number and their total length.
+  // The kept chunks: the first one's offset (0 if none; an empty chunk asked for alone is kept
+  // as the rank's partition), their number and their total length.
   size_t serverOffset() const { return regions_.empty() ? 0 : regions_.front().offset; }
   size_t serverRegions() const { return regions_.size(); }
   size_t serverLength() const;

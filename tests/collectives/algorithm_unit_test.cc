@@ -7,12 +7,15 @@
 #include "world.h"
 
 #include "terse/collectives/reference.h"
+#include "terse/kernels/element_type.h"
 #include "terse/transport/group.h"
 #include "terse/transport/shared.h"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -314,17 +317,20 @@ TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
       EXPECT_GT(stepCounters[r].bytesSent, 0u);
     }
     // Memory passes of the unit's own conversions: each element widened once on the way in (a
-    // float32 copy here, the caller's buffer not being ours), each rank's slice converted once
-    // on the way out: over the 4 ranks 4 x count + 2 nodes x count. The node's ring sums in
-    // place in the widened copy and converts nothing (before 2026-11-28 the node step copied
-    // the input again into the ring unit's own buffer and its result out of it: 6 x count more
-    // on the node's contexts). The cross step's own passes are the flat unit's; a compressed
-    // slice is converted out on the cross-node context (where the cross step ran, a lane's
-    // thread in the pipelined schedule), so the world's context sees only the widening then.
+    // float32 copy here, the caller's buffer not being ours): over the 4 ranks 4 x count on the
+    // world's context. The node's ring sums in place in the widened copy and converts nothing
+    // (before 2026-11-28 the node step copied the input again into the ring unit's own buffer
+    // and its result out of it: 6 x count more on the node's contexts). The conversions out run
+    // on the cross-node context, where the cross step ran (a lane's thread in the pipeline):
+    // for `none` only each rank's chunk of its slice (count over the world; the ring's cores
+    // run on the float32 sum), for compressed codecs each slice (2 x count) besides the flat
+    // unit's own.
     const bool compressed = std::string(spec) != "none";
-    EXPECT_EQ(hook.converted.load(), (compressed ? 4 : 6) * count);
+    EXPECT_EQ(hook.converted.load(), 4 * count);
     if (compressed) {
       EXPECT_GE(crossHook.converted.load(), 2 * count);
+    } else {
+      EXPECT_EQ(crossHook.converted.load(), count);
     }
     EXPECT_EQ(nodeHook.converted.load(), 0u);
     EXPECT_GT(nodeHook.reduced.load(), 0u);
@@ -524,6 +530,129 @@ TEST(AlgorithmUnit, TwoLevelPipelineFailsOnEveryRankWhenARankIsGone) {
   // A hang would be the test's own timeout; this bound only says that no wait outlived a few
   // timeouts (rank 0 waits at most for two outstanding cross steps).
   EXPECT_LT(seconds, 30.0);
+}
+
+// A codec that counts the elements it handles and forwards to another: the codec's passes over
+// the data (compress, decode, decode-and-add), which the arithmetic hook does not see.
+class CountingCodec final : public Codec {
+ public:
+  explicit CountingCodec(std::shared_ptr<const Codec> inner) : inner_(std::move(inner)) {}
+  CodecId id() const override { return inner_->id(); }
+  std::string spec() const override { return inner_->spec(); }
+  bool wantsErrorFeedback() const override { return inner_->wantsErrorFeedback(); }
+  double wireBytesPerElement() const override { return inner_->wireBytesPerElement(); }
+  size_t maxWireBytes(size_t n) const override { return inner_->maxWireBytes(n); }
+  Result<size_t> compress(const void* in, DataType dt, size_t n, float* residual, void* wire,
+                          size_t capacity, const CodecCall& call) const override {
+    compressed += n;
+    return inner_->compress(in, dt, n, residual, wire, capacity, call);
+  }
+  Status decompress(const void* wire, size_t bytes, void* out, DataType dt, size_t n,
+                    const CodecCall& call) const override {
+    decoded += n;
+    return inner_->decompress(wire, bytes, out, dt, n, call);
+  }
+  Status decompressAccumulate(const void* wire, size_t bytes, float* acc, size_t n,
+                              const CodecCall& call) const override {
+    accumulated += n;
+    return inner_->decompressAccumulate(wire, bytes, acc, n, call);
+  }
+  mutable std::atomic<size_t> compressed{0}, decoded{0}, accumulated{0};
+
+ private:
+  std::shared_ptr<const Codec> inner_;
+};
+
+// Memory passes per element of the tensor, per rank: how many times each algorithm's own
+// arithmetic (conversions, float32 sums) and its codec calls go over the data, counted through
+// the contexts' hooks and a counting codec, 4 ranks (2 nodes x 2 for two-level), 64 Ki elements
+// per rank. The figures are docs/design.md's table ("Memory passes per algorithm"); this test
+// prints the table and fails when a count changes.
+TEST(AlgorithmUnit, MemoryPassesPerElementAreCounted) {
+  const int n = 4;
+  const size_t count = n * 65536;
+  struct Case {
+    const char* name;
+    const char* codec;
+    DataType dtype;
+    // converted, reduced (own arithmetic); compressed, decoded, decoded-and-added (codec)
+    std::array<double, 5> want;
+  };
+  const std::vector<Case> cases = {
+      {"ring allreduce", "none", DataType::kFloat32, {1.25, 0.75, 0, 0, 0}},
+      {"ring allreduce", "none", DataType::kFloat16, {2.0, 0.75, 0, 0, 0}},
+      {"recursive doubling", "none", DataType::kFloat32, {2.0, 2.0, 0, 0, 0}},
+      {"scatter-reduce allreduce", "int8", DataType::kFloat32, {0, 0, 1.25, 1.0, 1.0}},
+      {"scatter-reduce allreduce", "int8", DataType::kFloat16, {0, 0, 1.25, 1.0, 1.0}},
+      // Before 2026-11-28's cut the uncompressed cross step converted the slice into the
+      // caller's type and a ring unit converted it back: 2.25 and 2.5 conversions.
+      {"two-level allreduce", "none", DataType::kFloat32, {1.25, 0.75, 0, 0, 0}},
+      {"two-level allreduce", "none", DataType::kFloat16, {1.5, 0.75, 0, 0, 0}},
+      {"two-level allreduce", "int8", DataType::kFloat32, {1.5, 0.5, 0.75, 0.5, 0.5}},
+      {"two-level allreduce", "int8", DataType::kFloat16, {1.5, 0.5, 0.75, 0.5, 0.5}},
+  };
+  std::printf(
+      "| algorithm | codec | type | converted | summed | compressed | decoded | "
+      "decoded and added |\n|---|---|---|---:|---:|---:|---:|---:|\n");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.name) + " " + c.codec + " " + dataTypeName(c.dtype));
+    auto codec = std::make_shared<CountingCodec>(makeCodec(c.codec).value());
+    auto none = makeCodec("none").value();
+    CountingHook hook;
+    const std::string name = c.name;
+    const size_t es = dataTypeSize(c.dtype);
+    auto records = runUnit(
+        n,
+        [&](const AlgorithmContext& ctx, int r) -> Status {
+          std::vector<uint8_t> in(count * es), out(count * es);
+          auto values = integers(r, count);
+          for (size_t i = 0; i < count; ++i) storeElement(c.dtype, in.data(), i, values[i]);
+          CollectiveOp op;
+          op.kind = CollectiveKind::kAllReduce;
+          op.send = in.data();
+          op.recv = out.data();
+          op.count = count;
+          op.dtype = c.dtype;
+          op.codec = codec.get();
+          if (name == "ring allreduce") return detail::ringAllreduce(ctx, op, 0);
+          if (name == "recursive doubling") return detail::recursiveDoublingAllreduce(ctx, op, 0);
+          if (name == "scatter-reduce allreduce") return detail::scatterReduce(ctx, op, 0);
+          const std::vector<std::vector<int>> nodes = {{0, 1}, {2, 3}};
+          const int node = r / 2, local = r % 2;
+          TERSE_ASSIGN_OR_RETURN(auto nodeT, createGroupTransport(ctx.transport(), nodes[node], 1));
+          TERSE_ASSIGN_OR_RETURN(
+              auto crossT,
+              createGroupTransport(ctx.transport(), {nodes[0][local], nodes[1][local]}, 2));
+          Workspaces crossWorkspaces;
+          CallCounters crossCounters;
+          ErrorFeedback stepFeedback;
+          uint32_t nodeSeq = 0, crossSeq = 0;
+          const detail::TwoLevelContext t{
+              ctx,
+              AlgorithmContext(*nodeT, ctx.settings(), crossWorkspaces, crossCounters, &hook),
+              AlgorithmContext(*crossT, ctx.settings(), crossWorkspaces, crossCounters, &hook),
+              &nodes,
+              node,
+              local,
+              none.get(),
+              &stepFeedback,
+              &nodeSeq,
+              &crossSeq};
+          op.algorithm = Algorithm::kTwoLevel;
+          return detail::twoLevelAllreduce(t, op);
+        },
+        1 << 16, &hook);
+    for (int r = 0; r < n; ++r)
+      ASSERT_TRUE(records[r].status.isOk()) << records[r].status.toString();
+    const double total = static_cast<double>(n) * count;
+    const std::array<double, 5> got = {hook.converted.load() / total, hook.reduced.load() / total,
+                                       codec->compressed.load() / total,
+                                       codec->decoded.load() / total,
+                                       codec->accumulated.load() / total};
+    std::printf("| %s | %s | %s | %.3g | %.3g | %.3g | %.3g | %.3g |\n", c.name, c.codec,
+                dataTypeName(c.dtype), got[0], got[1], got[2], got[3], got[4]);
+    for (int i = 0; i < 5; ++i) EXPECT_DOUBLE_EQ(got[i], c.want[i]) << "column " << i;
+  }
 }
 
 }  // namespace

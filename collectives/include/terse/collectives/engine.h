@@ -258,9 +258,6 @@ class CollectiveEngine {
   Status exchangeDescriptors(const CollectiveOp& op, uint32_t seq, bool rejected = false);
   Status disseminateDescriptor(CollectiveKind kind, const detail::CallDescriptor& mine,
                                uint32_t seq, bool rejected);
-  // The run of an agreed call, with anything thrown below (std::bad_alloc for a workspace)
-  // turned into a status, since the peers must hear of it like any other failure.
-  Status runAgreedGuarded(const CollectiveOp& op, uint32_t seq);
   // The context the algorithm units (collectives/src/algorithm.h) run a call with: this
   // engine's transport, settings, workspaces, counters and arithmetic hook, lent for the call.
   detail::AlgorithmContext context();
