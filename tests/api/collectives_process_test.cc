@@ -126,11 +126,11 @@ INSTANTIATE_TEST_SUITE_P(Ucx, CollectiveProcesses,
 // 2+1 layout cannot run two-level and runs flat; the results must hold all the same.
 class TwoLevelProcesses : public ::testing::TestWithParam<std::vector<int>> {};
 
-TEST_P(TwoLevelProcesses, EveryCodecBitIdenticalAndNoneExact) {
-  const std::vector<int> nodeOf = GetParam();
+// Ranks on the nodes `nodeOf` names (TERSE_NODE), each allreducing `count` elements with every
+// codec of `codecs` (allreduceBody), `extra` added to their environment; checks what they wrote.
+void runOnNodes(const std::vector<int>& nodeOf, const std::vector<std::string>& codecs,
+                size_t count, const EnvMap& extra = {}) {
   const int n = static_cast<int>(nodeOf.size());
-  const std::vector<std::string> codecs = {"none",  "fp16",  "bf16", "int8",   "fp8",
-                                           "mxfp8", "mxfp4", "int4", "onebit", "topk:ratio=0.05"};
   const std::string dir = makeTempDir();
   const int port = freeLoopbackPort();
   std::vector<int> ranks(n);
@@ -142,10 +142,18 @@ TEST_P(TwoLevelProcesses, EveryCodecBitIdenticalAndNoneExact) {
                     {"TERSE_STORE", "127.0.0.1:" + std::to_string(port)},
                     {"TERSE_TIMEOUT_MS", "60000"},
                     {"TERSE_NODE", "node" + std::to_string(nodeOf[r])}};
+        for (const auto& kv : extra) e[kv.first] = kv.second;
         return e;
       },
-      [&](int r) { return allreduceBody(r, dir, codecs); }, std::chrono::seconds(240));
-  checkRanksAgreeAndNoneExact(outcomes, dir, n, codecs.size());
+      [&](int r) { return allreduceBody(r, dir, codecs, count); }, std::chrono::seconds(240));
+  checkRanksAgreeAndNoneExact(outcomes, dir, n, codecs.size(), count);
+}
+
+TEST_P(TwoLevelProcesses, EveryCodecBitIdenticalAndNoneExact) {
+  runOnNodes(GetParam(),
+             {"none", "fp16", "bf16", "int8", "fp8", "mxfp8", "mxfp4", "int4", "onebit",
+              "topk:ratio=0.05"},
+             kCount);
 }
 
 // The pipelined two-level allreduce as processes: a tensor of three segments and a ragged
@@ -153,27 +161,9 @@ TEST_P(TwoLevelProcesses, EveryCodecBitIdenticalAndNoneExact) {
 // cross-node step on the communicator's lane thread while the next segment's node step runs on
 // its collective thread, two calls in flight at once, error feedback on one of them.
 TEST(TwoLevelProcessesPipelined, SegmentsBitIdenticalAndNoneExact) {
-  const std::vector<int> nodeOf = {0, 0, 1, 1};
-  const int n = 4;
-  const size_t count = 3 * 131072 + 4099;
-  const std::vector<std::string> codecs = {"none", "int8", "onebit"};
-  const std::string dir = makeTempDir();
-  const int port = freeLoopbackPort();
-  std::vector<int> ranks(n);
-  for (int i = 0; i < n; ++i) ranks[i] = i;
-  auto outcomes = runProcesses(
-      n, ranks,
-      [&](int r) {
-        EnvMap e = {{"UCX_NET_DEVICES", "lo"},
-                    {"TERSE_STORE", "127.0.0.1:" + std::to_string(port)},
-                    {"TERSE_TIMEOUT_MS", "60000"},
-                    {"TERSE_ALGO", "twolevel"},
-                    {"TERSE_TWOLEVEL_SEGMENT_BYTES", std::to_string(131072 * 4)},
-                    {"TERSE_NODE", "node" + std::to_string(nodeOf[r])}};
-        return e;
-      },
-      [&](int r) { return allreduceBody(r, dir, codecs, count); }, std::chrono::seconds(240));
-  checkRanksAgreeAndNoneExact(outcomes, dir, n, codecs.size(), count);
+  runOnNodes(
+      {0, 0, 1, 1}, {"none", "int8", "onebit"}, 3 * 131072 + 4099,
+      {{"TERSE_ALGO", "twolevel"}, {"TERSE_TWOLEVEL_SEGMENT_BYTES", std::to_string(131072 * 4)}});
 }
 
 std::string layoutName(const ::testing::TestParamInfo<std::vector<int>>& info) {

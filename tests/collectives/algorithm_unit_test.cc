@@ -241,13 +241,51 @@ TEST(AlgorithmUnit, TheContextsArithmeticHookSeesTheUnitsOwnArithmetic) {
   EXPECT_GE(hook.converted.load(), size_t{n} * count);
 }
 
+// Rank r's part of the 2 nodes x 2 ranks layout the two-level tests run on: its node's and its
+// cross-node group's transports over the world's, and the step state a TwoLevelContext borrows.
+struct TwoByTwo {
+  const std::vector<std::vector<int>> nodes = {{0, 1}, {2, 3}};
+  int node = 0, local = 0;
+  std::unique_ptr<Transport> nodeT, crossT;
+  ErrorFeedback stepFeedback;
+  uint32_t nodeSeq = 0, crossSeq = 0;
+
+  Status open(Transport& world, int r) {
+    node = r / 2;
+    local = r % 2;
+    TERSE_ASSIGN_OR_RETURN(nodeT, createGroupTransport(world, nodes[node], 1));
+    TERSE_ASSIGN_OR_RETURN(crossT,
+                           createGroupTransport(world, {nodes[0][local], nodes[1][local]}, 2));
+    return Status::ok();
+  }
+  // Node steps over (nodeWs, nodeCounters, nodeHook), cross-node steps over their own.
+  detail::TwoLevelContext context(const AlgorithmContext& world, Workspaces& nodeWs,
+                                  CallCounters& nodeCounters,
+                                  CollectiveEngine::ArithmeticHook* nodeHook, Workspaces& crossWs,
+                                  CallCounters& crossCounters,
+                                  CollectiveEngine::ArithmeticHook* crossHook, const Codec* none,
+                                  StepLane* lane = nullptr) {
+    return detail::TwoLevelContext{
+        world,
+        AlgorithmContext(*nodeT, world.settings(), nodeWs, nodeCounters, nodeHook),
+        AlgorithmContext(*crossT, world.settings(), crossWs, crossCounters, crossHook),
+        &nodes,
+        node,
+        local,
+        none,
+        &stepFeedback,
+        &nodeSeq,
+        &crossSeq,
+        lane};
+  }
+};
+
 // Two-level on contexts of its own: 2 nodes x 2 ranks, the node and cross-node groups as group
 // transports over the in-process world, no engine. Integer inputs make the node sums exact, so
 // the model is simple: `none` gives the exact sum; int8 gives, for each slice, what the flat
 // compressed allreduce model (reference.h) makes of the two nodes' sums of that slice.
 TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
   const int n = 4;
-  const std::vector<std::vector<int>> nodes = {{0, 1}, {2, 3}};
   const size_t count = 30011;
   for (const char* spec : {"none", "int8"}) {
     SCOPED_TRACE(spec);
@@ -261,28 +299,14 @@ TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
         [&](const AlgorithmContext& world, int r) {
           // The child contexts over group transports of the world context's transport; their
           // steps count into their own counters here, where an engine shares its own.
-          const int node = r / 2, local = r % 2;
-          TERSE_ASSIGN_OR_RETURN(auto nodeT,
-                                 createGroupTransport(world.transport(), nodes[node], 1));
-          TERSE_ASSIGN_OR_RETURN(
-              auto crossT,
-              createGroupTransport(world.transport(), {nodes[0][local], nodes[1][local]}, 2));
+          TwoByTwo layout;
+          TERSE_RETURN_IF_ERROR(layout.open(world.transport(), r));
           Workspaces stepWorkspaces, crossWorkspaces;
-          ErrorFeedback stepFeedback;
-          uint32_t nodeSeq = 0, crossSeq = 0;
-          const detail::TwoLevelContext t{
-              world,
-              AlgorithmContext(*nodeT, world.settings(), stepWorkspaces, stepCounters[r],
-                               &nodeHook),
-              AlgorithmContext(*crossT, world.settings(), crossWorkspaces, stepCounters[r],
-                               &crossHook),
-              &nodes,
-              node,
-              local,
-              none.get(),
-              &stepFeedback,
-              &nodeSeq,
-              &crossSeq};
+          const detail::TwoLevelContext t =
+              layout.context(world, stepWorkspaces, stepCounters[r], &nodeHook, crossWorkspaces,
+                             stepCounters[r], &crossHook, none.get());
+          const uint32_t& nodeSeq = layout.nodeSeq;
+          const uint32_t& crossSeq = layout.crossSeq;
           auto in = integers(r, count);
           CollectiveOp op = allreduceOf(in, results[r], *codec);
           op.algorithm = Algorithm::kTwoLevel;
@@ -356,7 +380,6 @@ PipelineRun runPipeline(const std::string& spec, size_t count, size_t segmentEle
                         std::chrono::milliseconds timeout = testing::kCollTimeout,
                         int absent = -1) {
   const int n = 4;
-  const std::vector<std::vector<int>> nodes = {{0, 1}, {2, 3}};
   auto inner = testing::makeInProcWorld(n);
   std::vector<std::unique_ptr<SharedTransport>> shared;
   for (auto& t : inner) shared.push_back(std::make_unique<SharedTransport>(std::move(t)));
@@ -388,28 +411,16 @@ PipelineRun runPipeline(const std::string& spec, size_t count, size_t segmentEle
         settings.twoLevelSegmentElements = segmentElements;
         Workspaces workspaces, crossWorkspaces;
         CallCounters counters, crossCounters;
-        const int node = r / 2, local = r % 2;
-        TERSE_ASSIGN_OR_RETURN(auto nodeT, createGroupTransport(world, nodes[node], 1));
-        TERSE_ASSIGN_OR_RETURN(auto crossT,
-                               createGroupTransport(world, {nodes[0][local], nodes[1][local]}, 2));
+        TwoByTwo layout;
+        TERSE_RETURN_IF_ERROR(layout.open(world, r));
         std::unique_ptr<StepLane> lane;
         if (laneKind == LaneKind::kInline) lane = makeInlineLane();
         if (laneKind == LaneKind::kThread)
           lane = makeThreadLane([&] { world.addDriver(); }, [&] { world.removeDriver(); });
-        ErrorFeedback stepFeedback;
-        uint32_t nodeSeq = 0, crossSeq = 0;
-        const detail::TwoLevelContext t{
-            AlgorithmContext(world, settings, workspaces, counters),
-            AlgorithmContext(*nodeT, settings, workspaces, counters),
-            AlgorithmContext(*crossT, settings, crossWorkspaces, crossCounters),
-            &nodes,
-            node,
-            local,
-            none.get(),
-            &stepFeedback,
-            &nodeSeq,
-            &crossSeq,
-            lane.get()};
+        const AlgorithmContext worldContext(world, settings, workspaces, counters);
+        const detail::TwoLevelContext t =
+            layout.context(worldContext, workspaces, counters, nullptr, crossWorkspaces,
+                           crossCounters, nullptr, none.get(), lane.get());
         TERSE_ASSIGN_OR_RETURN(ErrorFeedback ef, ErrorFeedback::create(spec, count));
         for (int call = 0; call < calls; ++call) {
           // Varies per call so that the residuals matter.
@@ -424,8 +435,8 @@ PipelineRun runPipeline(const std::string& spec, size_t count, size_t segmentEle
           }
           TERSE_RETURN_IF_ERROR(detail::twoLevelAllreduce(t, op));
         }
-        run.nodeSteps[r] = nodeSeq;
-        run.crossSteps[r] = crossSeq;
+        run.nodeSteps[r] = layout.nodeSeq;
+        run.crossSteps[r] = layout.crossSeq;
         run.worker[r].assign(ef.worker(), ef.worker() + count);
         run.state[r] = ef.serialize();
         return Status::ok();
@@ -617,27 +628,13 @@ TEST(AlgorithmUnit, MemoryPassesPerElementAreCounted) {
           if (name == "ring allreduce") return detail::ringAllreduce(ctx, op, 0);
           if (name == "recursive doubling") return detail::recursiveDoublingAllreduce(ctx, op, 0);
           if (name == "scatter-reduce allreduce") return detail::scatterReduce(ctx, op, 0);
-          const std::vector<std::vector<int>> nodes = {{0, 1}, {2, 3}};
-          const int node = r / 2, local = r % 2;
-          TERSE_ASSIGN_OR_RETURN(auto nodeT, createGroupTransport(ctx.transport(), nodes[node], 1));
-          TERSE_ASSIGN_OR_RETURN(
-              auto crossT,
-              createGroupTransport(ctx.transport(), {nodes[0][local], nodes[1][local]}, 2));
-          Workspaces crossWorkspaces;
-          CallCounters crossCounters;
-          ErrorFeedback stepFeedback;
-          uint32_t nodeSeq = 0, crossSeq = 0;
-          const detail::TwoLevelContext t{
-              ctx,
-              AlgorithmContext(*nodeT, ctx.settings(), crossWorkspaces, crossCounters, &hook),
-              AlgorithmContext(*crossT, ctx.settings(), crossWorkspaces, crossCounters, &hook),
-              &nodes,
-              node,
-              local,
-              none.get(),
-              &stepFeedback,
-              &nodeSeq,
-              &crossSeq};
+          TwoByTwo layout;
+          TERSE_RETURN_IF_ERROR(layout.open(ctx.transport(), r));
+          Workspaces stepWorkspaces;
+          CallCounters stepCounters;
+          const detail::TwoLevelContext t =
+              layout.context(ctx, stepWorkspaces, stepCounters, &hook, stepWorkspaces, stepCounters,
+                             &hook, none.get());
           op.algorithm = Algorithm::kTwoLevel;
           return detail::twoLevelAllreduce(t, op);
         },

@@ -102,6 +102,15 @@ TEST(ErrorFeedback, DisjointServerChunksKeepTheirResiduals) {
 
 std::vector<uint8_t> reseal(std::vector<uint8_t> b);  // below: a new checksum for forged bytes
 
+// Forged checkpoints: a field written in place, and the verdict every forgery must get.
+void put64(std::vector<uint8_t>& b, size_t off, uint64_t v) { std::memcpy(b.data() + off, &v, 8); }
+void put32(std::vector<uint8_t>& b, size_t off, uint32_t v) { std::memcpy(b.data() + off, &v, 4); }
+void expectReject(const std::vector<uint8_t>& b, const char* what) {
+  auto r = ErrorFeedback::deserialize(b.data(), b.size());
+  ASSERT_FALSE(r.isOk()) << what;
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << what;
+}
+
 TEST(ErrorFeedback, SeveralServerChunksSurviveACheckpoint) {
   auto ef = filled("onebit:block=64", 500, 0, 0, 0);
   for (size_t o : {400u, 10u, 200u}) {
@@ -126,14 +135,6 @@ TEST(ErrorFeedback, SeveralServerChunksSurviveACheckpoint) {
 
   // Forged tables with valid checksums: every one is kCorrupt.
   const size_t table = 40 + 16 + 4 * 500;  // after the header, the spec and the worker residual
-  auto expectReject = [](std::vector<uint8_t> b, const char* what) {
-    auto r = ErrorFeedback::deserialize(b.data(), b.size());
-    ASSERT_FALSE(r.isOk()) << what;
-    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << what;
-  };
-  auto put64 = [](std::vector<uint8_t>& b, size_t off, uint64_t v) {
-    std::memcpy(b.data() + off, &v, 8);
-  };
   {
     auto b = bytes;
     put64(b, table + 16, 25);  // second chunk [25, +20) overlaps the first [10, +20)
@@ -302,17 +303,6 @@ TEST(ErrorFeedback, ForgedFieldsWithValidChecksumAreRejected) {
   ASSERT_TRUE(ErrorFeedback::deserialize(bytes.data(), bytes.size()).isOk());
   // The layout is as documented: resealing an unchanged copy changes nothing.
   EXPECT_EQ(reseal(bytes), bytes);
-  auto expectReject = [](std::vector<uint8_t> b, const char* what) {
-    auto r = ErrorFeedback::deserialize(b.data(), b.size());
-    ASSERT_FALSE(r.isOk()) << what;
-    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << what;
-  };
-  auto put64 = [](std::vector<uint8_t>& b, size_t off, uint64_t v) {
-    std::memcpy(b.data() + off, &v, 8);
-  };
-  auto put32 = [](std::vector<uint8_t>& b, size_t off, uint32_t v) {
-    std::memcpy(b.data() + off, &v, 4);
-  };
   {
     auto b = bytes;
     put64(b, 16, 101);  // count one larger than the data
