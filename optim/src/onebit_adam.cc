@@ -1,6 +1,7 @@
 // OneBitAdam's state and step (the design is in onebit_adam.h and docs/optim.md).
 #include "terse/optim/onebit_adam.h"
 
+#include "checkpoint_io.h"
 #include "kernels.h"
 #include "terse/kernels/device.h"
 #include "terse/optim/adam_math.h"
@@ -18,73 +19,6 @@ namespace {
 constexpr uint32_t kMagic = 0x41424f54;  // "TOBA" little-endian
 constexpr uint32_t kVersion = 1;
 constexpr size_t kMaxSpecBytes = 256;
-
-uint64_t fnv1a64(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-// Little-endian writer/reader of the checkpoint (terse runs on little-endian hosts only, as the
-// wire format says; memcpy keeps it free of alignment assumptions).
-class Writer {
- public:
-  template <typename T>
-  void put(T v) {
-    size_t at = out.size();
-    out.resize(at + sizeof(T));
-    std::memcpy(out.data() + at, &v, sizeof(T));
-  }
-  void bytes(const void* p, size_t n) {
-    size_t at = out.size();
-    out.resize(at + n);
-    if (n) std::memcpy(out.data() + at, p, n);
-  }
-  void floats(const std::vector<float>& v) {
-    put<uint64_t>(v.size());
-    bytes(v.data(), 4 * v.size());
-  }
-  std::vector<uint8_t> out;
-};
-
-class Reader {
- public:
-  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
-  template <typename T>
-  bool get(T* v) {
-    if (n_ - at_ < sizeof(T)) return false;
-    std::memcpy(v, p_ + at_, sizeof(T));
-    at_ += sizeof(T);
-    return true;
-  }
-  bool bytes(void* dst, size_t n) {
-    if (n_ - at_ < n) return false;
-    if (n) std::memcpy(dst, p_ + at_, n);
-    at_ += n;
-    return true;
-  }
-  bool floats(std::vector<float>* v, uint64_t expect) {
-    uint64_t n = 0;
-    if (!get(&n) || n != expect || (n_ - at_) / 4 < n) return false;
-    v->resize(n);
-    return bytes(v->data(), 4 * n);
-  }
-  const uint8_t* here() const { return p_ + at_; }
-  bool skip(size_t n) {
-    if (n_ - at_ < n) return false;
-    at_ += n;
-    return true;
-  }
-  size_t left() const { return n_ - at_; }
-
- private:
-  const uint8_t* p_;
-  size_t n_;
-  size_t at_ = 0;
-};
 
 bool inUnit(float b) { return std::isfinite(b) && b >= 0.0f && b < 1.0f; }
 
@@ -381,9 +315,7 @@ Status OneBitAdam::stepDevice(Communicator& comm, float* params, float* grads, f
 std::vector<uint8_t> OneBitAdam::serialize() const {
   pullToHost();
   const OneBitAdamOptions& o = options_;
-  Writer w;
-  w.put<uint32_t>(kMagic);
-  w.put<uint32_t>(kVersion);
+  optim::CheckpointWriter w(kMagic, kVersion);
   w.put<uint64_t>(count_);
   w.put<int64_t>(steps_);
   w.put<int64_t>(frozenAt_);
@@ -405,29 +337,14 @@ std::vector<uint8_t> OneBitAdam::serialize() const {
   std::vector<uint8_t> fb = feedback_.serialize();
   w.put<uint64_t>(fb.size());
   w.bytes(fb.data(), fb.size());
-  w.put<uint64_t>(fnv1a64(w.out.data(), w.out.size()));
-  return std::move(w.out);
+  return w.finish();
 }
 
 Result<OneBitAdam> OneBitAdam::deserialize(const void* bytes, size_t size) {
   const char* what = "OneBitAdam checkpoint";
-  if (!bytes && size) return errorInvalidArgument("%s: null buffer", what);
-  const auto* p = static_cast<const uint8_t*>(bytes);
-  if (size < 16) return errorCorrupt("%s of %zu bytes is truncated", what, size);
-  uint32_t magic = 0, version = 0;
-  std::memcpy(&magic, p, 4);
-  std::memcpy(&version, p + 4, 4);
-  if (magic != kMagic)
-    return errorCorrupt("%s: bad magic 0x%08x (expected \"TOBA\"): not a OneBitAdam state", what,
-                        magic);
-  if (version != kVersion)
-    return errorCorrupt("%s has format version %u; this build reads version %u", what, version,
-                        kVersion);
-  uint64_t sum = 0;
-  std::memcpy(&sum, p + size - 8, 8);
-  if (sum != fnv1a64(p, size - 8))
-    return errorCorrupt("%s checksum mismatch: the data is corrupt or truncated", what);
-  Reader r(p + 8, size - 16);
+  TERSE_ASSIGN_OR_RETURN(
+      optim::CheckpointReader r,
+      optim::CheckpointReader::open(bytes, size, kMagic, kVersion, what, "TOBA"));
   OneBitAdam a;
   OneBitAdamOptions& o = a.options_;
   uint64_t count = 0;
@@ -448,7 +365,7 @@ Result<OneBitAdam> OneBitAdam::deserialize(const void* bytes, size_t size) {
   if (!r.floats(&a.m_, count) || !r.floats(&a.v_, count))
     return errorCorrupt("%s: moments missing or not of %llu elements", what,
                         static_cast<unsigned long long>(count));
-  Reader peek = r;
+  optim::CheckpointReader peek = r;
   if (!peek.get(&checkCount) || (checkCount != 0 && checkCount != count) ||
       !r.floats(&a.vCheck_, checkCount))
     return errorCorrupt("%s: variance snapshot invalid", what);

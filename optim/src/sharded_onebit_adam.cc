@@ -1,6 +1,7 @@
 // ShardedOneBitAdam's state, step and checkpoint (design: sharded_onebit_adam.h, docs/optim.md).
 #include "terse/optim/sharded_onebit_adam.h"
 
+#include "checkpoint_io.h"
 #include "kernels.h"
 #include "terse/collectives/partition.h"
 #include "terse/kernels/device.h"
@@ -19,15 +20,6 @@ namespace {
 constexpr uint32_t kMagic = 0x414f5354;  // "TSOA" little-endian
 constexpr uint32_t kVersion = 1;
 constexpr size_t kMaxSpecBytes = 256;
-
-uint64_t fnv1a64(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 bool inUnit(float b) { return std::isfinite(b) && b >= 0.0f && b < 1.0f; }
 
@@ -63,38 +55,6 @@ const Pow2Table& pow2() {
   return t;
 }
 
-// Little-endian writer/reader of the checkpoint (as OneBitAdam's: terse runs on little-endian
-// hosts only; memcpy keeps it free of alignment assumptions).
-struct Writer {
-  template <typename T>
-  void put(T v) {
-    bytes(&v, sizeof(T));
-  }
-  void bytes(const void* p, size_t n) {
-    size_t at = out.size();
-    out.resize(at + n);
-    if (n) std::memcpy(out.data() + at, p, n);
-  }
-  std::vector<uint8_t> out;
-};
-
-struct Reader {
-  const uint8_t* p;
-  size_t n;
-  size_t at = 0;
-  template <typename T>
-  bool get(T* v) {
-    return bytes(v, sizeof(T));
-  }
-  bool bytes(void* dst, size_t k) {
-    if (n - at < k) return false;
-    if (k) std::memcpy(dst, p + at, k);
-    at += k;
-    return true;
-  }
-  size_t left() const { return n - at; }
-};
-
 // One rank's checkpoint part, parsed.
 struct Part {
   ShardedOneBitAdamOptions o;
@@ -108,21 +68,9 @@ struct Part {
 
 Result<Part> parsePart(const void* bytes, size_t size) {
   const char* what = "ShardedOneBitAdam checkpoint";
-  if (!bytes) return errorInvalidArgument("%s: null buffer", what);
-  const auto* p = static_cast<const uint8_t*>(bytes);
-  if (size < 16) return errorCorrupt("%s of %zu bytes is truncated", what, size);
-  uint32_t magic = 0, version = 0;
-  std::memcpy(&magic, p, 4);
-  std::memcpy(&version, p + 4, 4);
-  if (magic != kMagic) return errorCorrupt("%s: bad magic 0x%08x (expected \"TSOA\")", what, magic);
-  if (version != kVersion)
-    return errorCorrupt("%s has format version %u; this build reads version %u", what, version,
-                        kVersion);
-  uint64_t sum = 0;
-  std::memcpy(&sum, p + size - 8, 8);
-  if (sum != fnv1a64(p, size - 8))
-    return errorCorrupt("%s checksum mismatch: the data is corrupt or truncated", what);
-  Reader r{p + 8, size - 16};
+  TERSE_ASSIGN_OR_RETURN(
+      optim::CheckpointReader r,
+      optim::CheckpointReader::open(bytes, size, kMagic, kVersion, what, "TSOA"));
   Part a;
   uint32_t ef = 0, specLen = 0;
   bool ok = r.get(&a.count) && r.get(&a.steps) && r.get(&a.frozenAt) && r.get(&a.o.beta1) &&
@@ -474,9 +422,7 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
 std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   pullToHost();
   const ShardedOneBitAdamOptions& o = options_;
-  Writer w;
-  w.put<uint32_t>(kMagic);
-  w.put<uint32_t>(kVersion);
+  optim::CheckpointWriter w(kMagic, kVersion);
   w.put<uint64_t>(count_);
   w.put<int64_t>(steps_);
   w.put<int64_t>(frozenAt_);
@@ -504,8 +450,7 @@ std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   if (hasFeedback_) fb = feedback_.serialize();
   w.put<uint64_t>(fb.size());
   w.bytes(fb.data(), fb.size());
-  w.put<uint64_t>(fnv1a64(w.out.data(), w.out.size()));
-  return std::move(w.out);
+  return w.finish();
 }
 
 Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
