@@ -576,6 +576,15 @@ void terse_feedback_reset(terse_feedback_t* feedback) {
   if (feedback) feedback->state.reset();
 }
 
+terse_status_t terse_feedback_worker(terse_feedback_t* feedback, float** residual) {
+  TERSE_REQUIRE(feedback, "terse_feedback_worker: feedback");
+  TERSE_REQUIRE(residual, "terse_feedback_worker: residual");
+  return guarded([&] {
+    *residual = feedback->state.worker();  // brings device residuals back to the host first
+    return done(terse::Status::ok());
+  });
+}
+
 terse_status_t terse_feedback_serialize(const terse_feedback_t* feedback, void* buffer,
                                         size_t* size) {
   TERSE_REQUIRE(feedback, "terse_feedback_serialize: feedback");

@@ -171,6 +171,10 @@ void terse_feedback_destroy(terse_feedback_t* feedback);
 terse_status_t terse_feedback_info(const terse_feedback_t* feedback, char* spec, size_t* size,
                                    size_t* count);
 void terse_feedback_reset(terse_feedback_t* feedback);
+/* The worker residual: `count` floats in host memory, readable and writable in place (what a
+ * binding re-lays-out when a model's layout changes, e.g. FSDP at another world size). Valid
+ * until the state is used by a collective, reset, loaded or destroyed. */
+terse_status_t terse_feedback_worker(terse_feedback_t* feedback, float** residual);
 /* Checkpoint form: with buffer NULL (or too small) *size gets the bytes needed and the call
  * returns TERSE_INVALID_ARGUMENT unless buffer was NULL. */
 terse_status_t terse_feedback_serialize(const terse_feedback_t* feedback, void* buffer,

@@ -91,6 +91,7 @@ def _declare(lib):
         "terse_feedback_destroy": (None, [vp]),
         "terse_feedback_info": (i32, [vp, cp, c.POINTER(sz), c.POINTER(sz)]),
         "terse_feedback_reset": (None, [vp]),
+        "terse_feedback_worker": (i32, [vp, c.POINTER(c.POINTER(c.c_float))]),
         "terse_feedback_serialize": (i32, [vp, vp, c.POINTER(sz)]),
         "terse_feedback_deserialize": (i32, [vp, sz, c.POINTER(vp)]),
     }

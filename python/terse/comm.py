@@ -400,6 +400,17 @@ class Feedback:
         """Zeroes the residuals (e.g. after a step a loss scaler skipped)."""
         _lib.lib().terse_feedback_reset(self._h())
 
+    def worker(self):
+        """The worker residual, ``count`` float32 values, as a writable memoryview of the
+        state's own memory (``terse_feedback_worker``): valid until the state next runs a
+        collective, is reset, loaded or closed."""
+        ptr = ctypes.POINTER(ctypes.c_float)()
+        check(_lib.lib().terse_feedback_worker(self._h(), ctypes.byref(ptr)))
+        if self.count == 0:
+            return memoryview(bytearray()).cast("f")
+        array = (ctypes.c_float * self.count).from_address(ctypes.addressof(ptr.contents))
+        return memoryview(array).cast("B").cast("f")
+
     def _h(self):
         if self._handle is None:
             raise ValueError("terse: the feedback state is closed")

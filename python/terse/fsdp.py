@@ -14,9 +14,10 @@ this module supplies comms that run them over terse's communicator with terse's 
 
 - Gradients: any codec. Codecs that want error feedback (onebit, topk, mxfp4, int4; or
   ``error_feedback=True``) keep one residual state per FSDP unit: the worker residual over the
-  unit's whole (unsharded, padded) gradient and the server residual over this rank's shard, both
-  float32, so ``(1 + 1/N) x 4 bytes`` per parameter of the unit: the residual of a sharded
-  model is not sharded (``TerseFSDP.residual_bytes()`` says what it holds).
+  unit's whole (unsharded, padded) gradient, float32, so 4 bytes per parameter of the unit (a
+  reduce-scatter keeps no server residual): the residual of a sharded model is not sharded
+  (``TerseFSDP.residual_bytes()`` says what it holds). Checkpoints move to another world size
+  (``TerseFSDP.load_state_dict`` with every old rank's state).
 - Weights: ``none`` (exact) or a codec without error feedback (int8, fp8, mxfp8, fp16, bf16):
   each rank's shard is compressed once and every rank, the owner included, computes with the
   decoded values, so all ranks hold the same unsharded weights; the sharded weights the
@@ -47,7 +48,8 @@ except ImportError as _e:  # torch before 2.8: no custom comms
     raise ImportError(f"terse.fsdp needs FSDP2's custom comms (torch 2.8 or later; this is "
                       f"torch {torch.__version__}): {_e}") from _e
 
-__all__ = ["TerseReduceScatter", "TerseAllGather", "TerseFSDP", "apply"]
+__all__ = ["TerseReduceScatter", "TerseAllGather", "TerseFSDP", "apply", "unit_shapes",
+           "rs_to_params", "params_to_rs"]
 
 
 def _check_tensor(tensor, what):
@@ -85,6 +87,81 @@ def _terse_op(op):
                      f"with AVG, SUM or PREMUL_SUM")
 
 
+def unit_shapes(module):
+    """The unsharded shapes of the parameters an FSDP unit manages, in the order FSDP2 lays
+    their gradients out for the reduce-scatter (its parameter group), or None where that layout
+    is not the one ``rs_to_params`` knows (several parameter groups, a shard dimension other
+    than 0) or torch's internals differ."""
+    try:
+        groups = module._get_fsdp_state()._fsdp_param_groups
+    except AttributeError:
+        return None
+    if not groups:
+        return []
+    if len(groups) != 1:
+        return None
+    shapes = []
+    for fp in groups[0].fsdp_params:
+        placement = getattr(fp, "fsdp_placement", None)
+        if placement is None or getattr(placement, "dim", 0) != 0:
+            return None
+        shapes.append(tuple(fp._orig_size))
+    return shapes
+
+
+def _rs_blocks(shapes, world):
+    """FSDP2's reduce-scatter input for parameters of ``shapes`` on ``world`` ranks
+    (``foreach_reduce_scatter_copy_in``): ``world`` equal blocks, block i holding chunk i of each
+    parameter in turn, a parameter's dim 0 padded to a multiple of ``world`` with each chunk
+    ``ceil(d0 / world)`` rows. Returns each parameter's (rows per chunk, row length, offset in a
+    block) and the block's length."""
+    layout, offset = [], 0
+    for shape in shapes:
+        d0 = shape[0] if shape else 1
+        row = 1
+        for d in shape[1:]:
+            row *= d
+        rows = -(-d0 // world)
+        layout.append((rows, row, offset))
+        offset += rows * row
+    return layout, offset
+
+
+def rs_to_params(flat, shapes, world):
+    """A tensor laid out as FSDP2's reduce-scatter input on ``world`` ranks (e.g. a worker
+    residual) to the parameters' own layout: each parameter's elements, unpadded, one after
+    another (padding dropped)."""
+    layout, block = _rs_blocks(shapes, world)
+    if flat.numel() != world * block:
+        raise ValueError(f"terse.fsdp: {flat.numel()} elements are not the reduce-scatter "
+                         f"layout of these parameters on {world} ranks ({world * block})")
+    blocks = flat.view(world, block)
+    parts = []
+    for shape, (rows, row, offset) in zip(shapes, layout):
+        d0 = shape[0] if shape else 1
+        chunks = blocks[:, offset:offset + rows * row].reshape(world * rows, row)
+        parts.append(chunks[:d0].reshape(-1))
+    return torch.cat(parts) if parts else flat.new_zeros(0)
+
+
+def params_to_rs(values, shapes, world):
+    """The inverse of ``rs_to_params``: the parameters' elements to FSDP2's reduce-scatter
+    layout on ``world`` ranks, padding zero."""
+    layout, block = _rs_blocks(shapes, world)
+    out = values.new_zeros(world * block)
+    blocks = out.view(world, block)
+    at = 0
+    for shape, (rows, row, offset) in zip(shapes, layout):
+        d0 = shape[0] if shape else 1
+        padded = values.new_zeros(world * rows, row)
+        padded[:d0] = values[at:at + d0 * row].view(d0, row)
+        at += d0 * row
+        blocks[:, offset:offset + rows * row] = padded.view(world, rows * row)
+    if at != values.numel():
+        raise ValueError(f"terse.fsdp: {values.numel()} values for parameters of {at} elements")
+    return out
+
+
 class _Alloc:
     def allocate(self, size, *, dtype, device):
         # Plain tensors: terse copies into its own message buffers, so nothing needs a special
@@ -97,9 +174,10 @@ class TerseReduceScatter(_Alloc, ReduceScatter):
     holds that unit's error-feedback residuals (when the codec wants them, or
     ``error_feedback=True``)."""
 
-    def __init__(self, communicator, codec="int8", error_feedback=None, name=""):
+    def __init__(self, communicator, codec="int8", error_feedback=None, name="", shapes=None):
         spec, wants = codec_info(codec)
         self.communicator = communicator
+        self.shapes = shapes   # unit_shapes(): re-lays the residuals out at another world size
         self.codec = spec
         self.error_feedback = wants if error_feedback is None else bool(error_feedback)
         self.name = name
@@ -128,12 +206,12 @@ class TerseReduceScatter(_Alloc, ReduceScatter):
         return None   # complete: the result is in output_tensor
 
     def residual_bytes(self):
-        """Bytes of error-feedback residuals held for this unit (float32 worker residual over
-        the whole gradient plus the server residual over this rank's part)."""
+        """Bytes of error-feedback residuals held for this unit: the float32 worker residual over
+        the whole (padded) gradient. (A reduce-scatter keeps no server residual: its result is
+        not compressed again.)"""
         if self.feedback is None:
             return 0
-        _, part = self.communicator.part(self.feedback.count)
-        return 4 * (self.feedback.count + part)
+        return 4 * self.feedback.count
 
 
 class TerseAllGather(_Alloc, AllGather):
@@ -182,44 +260,98 @@ class TerseFSDP:
 
     def state_dict(self):
         """Every unit's residuals (``terse_feedback_serialize`` bytes as a uint8 tensor, so
-        ``torch.load(weights_only=True)`` reads it) with the codec, this rank and the world
-        size. Residuals are per rank: save one per rank, beside FSDP's own checkpoint."""
+        ``torch.load(weights_only=True)`` reads it) with the codec, the unit's parameter shapes,
+        this rank and the world size. Residuals are per rank: save one per rank, beside FSDP's
+        own checkpoint."""
         units = {}
         for name, rs, _ in self.units:
             if rs.feedback is not None:
                 data = rs.feedback.to_bytes()
                 units[name] = {"count": rs.feedback.count,
                                "feedback": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
+                if rs.shapes is not None:
+                    units[name]["shapes"] = [list(s) for s in rs.shapes]
         return {"codecs": {name: rs.codec for name, rs, _ in self.units}, "units": units,
                 "rank": self.communicator.rank, "world": self.communicator.size}
 
     def load_state_dict(self, state, strict=True):
         """Restores the residuals ``state_dict()`` saved. A unit saved with another codec, or
-        (with ``strict``) another rank's state is refused with ValueError. At another world size
-        FSDP2 pads each unit's gradient to another length, so the saved residuals do not fit:
-        they are dropped with a warning and the units start with fresh ones (the codec's
-        compression error of one step, which error feedback then corrects again)."""
+        (with ``strict``) another rank's state is refused with ValueError.
+
+        At another world size FSDP2 lays each unit's gradient out differently (each parameter's
+        dim 0 padded to a multiple of the world size, chunk i of every parameter in rank i's
+        block), so pass the list of every old rank's ``state_dict()``: each unit's residuals are
+        taken back to the parameters' own layout, averaged over the old ranks (their sum, which
+        is what the next reduce-scatter averages in, scaled to the new number of ranks so the
+        average it injects is the same) and laid out for this world size. Given only one rank's
+        state at another world size, or a unit whose layout terse cannot read, the residuals are
+        dropped with a warning and the units start with fresh ones (one step's compression
+        error, which error feedback then corrects again)."""
         import warnings
+        states = list(state) if isinstance(state, (list, tuple)) else [state]
+        if not states:
+            raise ValueError("terse.fsdp: load_state_dict got an empty list of states")
+        first = states[0]
         mine = {name: rs for name, rs, _ in self.units}
-        for name, spec in state.get("codecs", {}).items():
-            if name in mine and mine[name].codec != spec:
-                raise ValueError(f"terse.fsdp: unit '{name}' was saved with codec {spec}, this "
-                                 f"state uses {mine[name].codec}")
-        if state.get("world") != self.communicator.size:
-            if state.get("units"):
-                warnings.warn(f"terse.fsdp: residuals saved at world size {state.get('world')} "
-                              f"do not fit this world of {self.communicator.size} (FSDP pads "
-                              f"each unit's gradient to its world size); starting fresh")
+        for st in states:
+            for name, spec in st.get("codecs", {}).items():
+                if name in mine and mine[name].codec != spec:
+                    raise ValueError(f"terse.fsdp: unit '{name}' was saved with codec {spec}, "
+                                     f"this state uses {mine[name].codec}")
+        world = self.communicator.size
+        saved_world = first.get("world")
+        if any(st.get("world") != saved_world for st in states):
+            raise ValueError("terse.fsdp: the states were saved at different world sizes")
+        if saved_world == world:
+            own = [st for st in states if st.get("rank") == self.communicator.rank]
+            if len(states) > 1:
+                if not own:
+                    raise ValueError(f"terse.fsdp: no state of rank {self.communicator.rank} "
+                                     f"among the {len(states)} given")
+                first = own[0]
+            elif strict and first.get("rank") != self.communicator.rank:
+                raise ValueError(f"terse.fsdp: this state is rank {first.get('rank')}'s, not rank "
+                                 f"{self.communicator.rank}'s (strict=False to load it anyway)")
+            for name, saved in first.get("units", {}).items():
+                if name not in mine:
+                    raise ValueError(f"terse.fsdp: the state has unit '{name}', which this model "
+                                     f"has not")
+                mine[name].feedback = Feedback.from_bytes(_bytes_of(saved))
             return
-        if strict and state.get("rank") != self.communicator.rank:
-            raise ValueError(f"terse.fsdp: this state is rank {state.get('rank')}'s, not rank "
-                             f"{self.communicator.rank}'s (strict=False to load it anyway)")
-        for name, saved in state.get("units", {}).items():
+        if not first.get("units"):
+            return
+        ranks = sorted(st.get("rank") for st in states)
+        if ranks != list(range(saved_world or 0)):
+            warnings.warn(f"terse.fsdp: residuals saved at world size {saved_world} need every "
+                          f"old rank's state to move to this world of {world} (got ranks "
+                          f"{ranks}); starting fresh")
+            return
+        for name in first["units"]:
             if name not in mine:
                 raise ValueError(f"terse.fsdp: the state has unit '{name}', which this model "
                                  f"has not")
-            data = bytes(saved["feedback"].numpy().tobytes())
-            mine[name].feedback = Feedback.from_bytes(data)
+            rs = mine[name]
+            saved_shapes = first["units"][name].get("shapes")
+            if rs.shapes is None or saved_shapes is None or \
+                    [list(s) for s in rs.shapes] != saved_shapes:
+                warnings.warn(f"terse.fsdp: unit '{name}': its parameters' layout is unknown or "
+                              f"changed since the save; its residuals start fresh")
+                continue
+            total = None
+            for st in states:
+                fb = Feedback.from_bytes(_bytes_of(st["units"][name]))
+                logical = rs_to_params(torch.frombuffer(fb.worker(), dtype=torch.float32),
+                                       rs.shapes, saved_world)
+                total = logical.clone() if total is None else total.add_(logical)
+                fb.close()
+            values = params_to_rs(total / saved_world, rs.shapes, world)
+            fresh = Feedback(rs.codec, values.numel())
+            torch.frombuffer(fresh.worker(), dtype=torch.float32).copy_(values)
+            rs.feedback = fresh
+
+
+def _bytes_of(saved):
+    return bytes(saved["feedback"].numpy().tobytes())
 
 
 def apply(model, grad_codec="int8", weight_codec="none", error_feedback=None,
@@ -238,7 +370,8 @@ def apply(model, grad_codec="int8", weight_codec="none", error_feedback=None,
     for name, module in model.named_modules():
         if not isinstance(module, FSDPModule):
             continue
-        rs = TerseReduceScatter(communicator, grad_codec, error_feedback, name=name)
+        rs = TerseReduceScatter(communicator, grad_codec, error_feedback, name=name,
+                                shapes=unit_shapes(module))
         ag = TerseAllGather(communicator, weight_codec, name=name)
         module.set_custom_reduce_scatter(rs)
         module.set_custom_all_gather(ag)

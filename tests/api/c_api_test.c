@@ -87,6 +87,30 @@ int main(void) {
             "feedback info: %s/%zu and %s/%zu for %s", made, made_count, loaded, loaded_count,
             codecs[c]);
     }
+    {
+      /* The worker residual in place: what the loaded state holds equals the saved one's, and
+       * a value written there is what the next checkpoint carries. */
+      float *mine = NULL, *theirs = NULL;
+      CHECK(terse_feedback_worker(fb, &mine) == TERSE_OK &&
+                terse_feedback_worker(back, &theirs) == TERSE_OK && mine && theirs,
+            "feedback worker");
+      CHECK(memcmp(mine, theirs, kCount * sizeof(float)) == 0, "loaded worker residual differs");
+      theirs[3] = 42.5f;
+      size_t again = 0;
+      terse_feedback_serialize(back, NULL, &again);
+      void* copy = malloc(again);
+      CHECK(copy && terse_feedback_serialize(back, copy, &again) == TERSE_OK, "serialize again");
+      terse_feedback_t* third = NULL;
+      float* written = NULL;
+      CHECK(terse_feedback_deserialize(copy, again, &third) == TERSE_OK &&
+                terse_feedback_worker(third, &written) == TERSE_OK && written[3] == 42.5f,
+            "a value written through terse_feedback_worker did not reach the checkpoint");
+      CHECK(terse_feedback_worker(NULL, &written) == TERSE_INVALID_ARGUMENT &&
+                terse_feedback_worker(third, NULL) == TERSE_INVALID_ARGUMENT,
+            "terse_feedback_worker took a null argument");
+      terse_feedback_destroy(third);
+      free(copy);
+    }
     s = terse_feedback_deserialize(buf, size / 2, &back);
     CHECK(s == TERSE_CORRUPT || s == TERSE_INVALID_ARGUMENT, "truncated checkpoint accepted");
     free(buf);
