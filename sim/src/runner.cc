@@ -144,22 +144,22 @@ class ActorLane final : public StepLane {
  public:
   ActorLane() : state_(std::make_shared<ActorLaneState>()) {
     auto state = state_;
-    actor_ = sg::Actor::create(sg::this_actor::get_name() + "-lane",
-                                           sg::this_actor::get_host(), [state] {
-                                             std::unique_lock<sg::Mutex> lock(*state->mutex);
-                                             for (;;) {
-                                               while (!state->stop && state->queued.empty())
-                                                 state->changed->wait(lock);
-                                               if (state->queued.empty()) return;
-                                               auto job = std::move(state->queued.front());
-                                               state->queued.pop_front();
-                                               lock.unlock();
-                                               Status s = job();
-                                               lock.lock();
-                                               state->done.push_back(std::move(s));
-                                               state->changed->notify_all();
-                                             }
-                                           });
+    actor_ = sg::Actor::create(sg::this_actor::get_name() + "-lane", sg::this_actor::get_host(),
+                               [state] {
+                                 std::unique_lock<sg::Mutex> lock(*state->mutex);
+                                 for (;;) {
+                                   while (!state->stop && state->queued.empty())
+                                     state->changed->wait(lock);
+                                   if (state->queued.empty()) return;
+                                   auto job = std::move(state->queued.front());
+                                   state->queued.pop_front();
+                                   lock.unlock();
+                                   Status s = job();
+                                   lock.lock();
+                                   state->done.push_back(std::move(s));
+                                   state->changed->notify_all();
+                                 }
+                               });
     // The simulation ends when the ranks do, whatever their lanes wait for.
     actor_->daemonize();
   }
