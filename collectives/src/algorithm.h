@@ -161,6 +161,10 @@ struct TwoLevelContext {
 // `localSize` ranks: `configured` rounded down to whole 65536 elements per local rank (at least
 // one of them), at most the count.
 size_t twoLevelSegmentElements(size_t configured, int localSize, size_t count);
+// Whether such a call runs in more than one segment (and so wants a lane beside it).
+inline bool twoLevelPipelines(size_t configured, int localSize, size_t count) {
+  return count > twoLevelSegmentElements(configured, localSize, count);
+}
 Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op);
 Status twoLevelReduceScatter(const TwoLevelContext& t, const CollectiveOp& op);
 Status twoLevelAllgather(const TwoLevelContext& t, const CollectiveOp& op);

@@ -315,8 +315,7 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
   std::vector<Candidate> candidates = {{Algorithm::kFlat, false, "flat"},
                                        {Algorithm::kTwoLevel, false, "twolevel"}};
   if (op->kind == CollectiveKind::kAllReduce &&
-      count > detail::twoLevelSegmentElements(twoLevelSegmentElems_,
-                                              twoLevel_->localTransport->size(), count))
+      detail::twoLevelPipelines(twoLevelSegmentElems_, twoLevel_->localTransport->size(), count))
     candidates.push_back({Algorithm::kTwoLevel, true, "twolevel in one segment"});
   const size_t k = candidates.size();
   // One untimed call of each, then two timed rounds alternating them (a load that drifts hits
@@ -673,16 +672,15 @@ Status CollectiveEngine::runAgreed(const CollectiveOp& op, uint32_t seq) {
 Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   const detail::AlgorithmContext ctx = context();
   if (op.algorithm != Algorithm::kTwoLevel) return detail::runFlat(ctx, op, seq);
-  // Two-level: units over child contexts on the node's and the cross-node group's transports,
-  // sharing this engine's workspaces and counters.
+  // Two-level: units over child contexts on the node's and the cross-node group's transports.
   // The node steps share this engine's workspaces and counters; the cross-node steps have their
   // own, since a pipelined allreduce runs them on the lane at the same time.
   TwoLevel& g = *twoLevel_;
   detail::AlgorithmContext::Settings settings = ctx.settings();
   if (op.twoLevelWhole) settings.twoLevelSegmentElements = ~size_t{0};
   if (!g.lane && laneFactory_ && op.kind == CollectiveKind::kAllReduce &&
-      op.count > detail::twoLevelSegmentElements(settings.twoLevelSegmentElements,
-                                                 g.localTransport->size(), op.count))
+      detail::twoLevelPipelines(settings.twoLevelSegmentElements, g.localTransport->size(),
+                                op.count))
     g.lane = laneFactory_();
   const detail::TwoLevelContext t{
       detail::AlgorithmContext(transport_, settings, workspaces_, counters_, arithmeticHook_.get()),
@@ -705,9 +703,7 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
     case CollectiveKind::kAllGather: s = detail::twoLevelAllgather(t, op); break;
     case CollectiveKind::kBarrier: break;  // validate() refuses it before this point
   }
-  counters_.bytesSent += g.crossCounters.bytesSent;
-  counters_.compressSeconds += g.crossCounters.compressSeconds;
-  counters_.reduceSeconds += g.crossCounters.reduceSeconds;
+  counters_ += g.crossCounters;
   g.crossCounters = detail::CallCounters{};
   return s;
 }

@@ -27,20 +27,6 @@ Status run(const std::function<Status()>& job) {
   }
 }
 
-class InlineLane final : public StepLane {
- public:
-  void submit(std::function<Status()> job) override { done_.push_back(run(job)); }
-  Status collect() override {
-    if (done_.empty()) return nothingOutstanding();
-    Status s = std::move(done_.front());
-    done_.pop_front();
-    return s;
-  }
-
- private:
-  std::deque<Status> done_;
-};
-
 class ThreadLane final : public StepLane {
  public:
   ThreadLane(std::function<void()> enter, std::function<void()> leave)
@@ -107,6 +93,15 @@ class ThreadLane final : public StepLane {
 };
 
 }  // namespace
+
+void InlineLane::submit(std::function<Status()> job) { done_.push_back(run(job)); }
+
+Status InlineLane::collect() {
+  if (done_.empty()) return nothingOutstanding();
+  Status s = std::move(done_.front());
+  done_.pop_front();
+  return s;
+}
 
 std::unique_ptr<StepLane> makeInlineLane() { return std::make_unique<InlineLane>(); }
 

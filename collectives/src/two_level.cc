@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 
 namespace terse {
 
@@ -92,12 +91,10 @@ Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op) {
       twoLevelSegmentElements(t.world.settings().twoLevelSegmentElements, localSize, op.count);
   auto* wide =
       reinterpret_cast<float*>(t.world.scratch(Workspace::kNodeInput, op.count * sizeof(float)));
-  std::unique_ptr<StepLane> ownLane;
-  StepLane* lane = t.lane;
-  if (lane == nullptr) {
-    ownLane = makeInlineLane();
-    lane = ownLane.get();
-  }
+  // One segment has nothing to overlap: it runs inline, not through a thread (which would only
+  // add a hand-off and put the shared transport into its polling mode for the call).
+  InlineLane inlineLane;
+  StepLane* lane = t.lane != nullptr && op.count > S ? t.lane : &inlineLane;
 
   // Step 3 of segment [begin, begin + length): every slice to every rank of the node (in place:
   // this rank's slice of the segment in recv is its chunk of the segment).

@@ -371,9 +371,25 @@ struct PipelineRun {
   std::vector<std::vector<float>> worker;                // [rank]: residuals after the calls
   std::vector<std::vector<uint8_t>> state;  // [rank]: ErrorFeedback::serialize(), server's too
   std::vector<uint32_t> nodeSteps, crossSteps;
+  std::vector<size_t> laneJobs;  // [rank]: jobs the given lane was handed
 };
 
 enum class LaneKind { kNone, kInline, kThread };
+
+// A lane that counts the jobs it is handed and passes them on.
+class CountingLane final : public StepLane {
+ public:
+  explicit CountingLane(std::unique_ptr<StepLane> inner) : inner_(std::move(inner)) {}
+  void submit(std::function<Status()> job) override {
+    ++jobs;
+    inner_->submit(std::move(job));
+  }
+  Status collect() override { return inner_->collect(); }
+  size_t jobs = 0;
+
+ private:
+  std::unique_ptr<StepLane> inner_;
+};
 
 PipelineRun runPipeline(const std::string& spec, size_t count, size_t segmentElements,
                         LaneKind laneKind, int calls, bool feedback,
@@ -392,6 +408,7 @@ PipelineRun runPipeline(const std::string& spec, size_t count, size_t segmentEle
   run.state.resize(n);
   run.nodeSteps.assign(n, 0);
   run.crossSteps.assign(n, 0);
+  run.laneJobs.assign(n, 0);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
@@ -413,10 +430,11 @@ PipelineRun runPipeline(const std::string& spec, size_t count, size_t segmentEle
         CallCounters counters, crossCounters;
         TwoByTwo layout;
         TERSE_RETURN_IF_ERROR(layout.open(world, r));
-        std::unique_ptr<StepLane> lane;
-        if (laneKind == LaneKind::kInline) lane = makeInlineLane();
+        std::unique_ptr<CountingLane> lane;
+        if (laneKind == LaneKind::kInline) lane = std::make_unique<CountingLane>(makeInlineLane());
         if (laneKind == LaneKind::kThread)
-          lane = makeThreadLane([&] { world.addDriver(); }, [&] { world.removeDriver(); });
+          lane = std::make_unique<CountingLane>(
+              makeThreadLane([&] { world.addDriver(); }, [&] { world.removeDriver(); }));
         const AlgorithmContext worldContext(world, settings, workspaces, counters);
         const detail::TwoLevelContext t =
             layout.context(worldContext, workspaces, counters, nullptr, crossWorkspaces,
@@ -437,6 +455,7 @@ PipelineRun runPipeline(const std::string& spec, size_t count, size_t segmentEle
         }
         run.nodeSteps[r] = layout.nodeSeq;
         run.crossSteps[r] = layout.crossSeq;
+        run.laneJobs[r] = lane ? lane->jobs : 0;
         run.worker[r].assign(ef.worker(), ef.worker() + count);
         run.state[r] = ef.serialize();
         return Status::ok();
@@ -489,11 +508,29 @@ TEST(AlgorithmUnit, TwoLevelPipelineMatchesTheModelSegmentBySegment) {
       for (int r = 0; r < 4; ++r) {
         ASSERT_TRUE(run.status[r].isOk()) << run.status[r].toString();
         EXPECT_EQ(run.results[r][0], want) << "rank " << r;
-        // Per segment two steps inside the node and one across.
+        // Per segment two steps inside the node and one across, each cross step on the lane.
         EXPECT_EQ(run.nodeSteps[r], 8u);
         EXPECT_EQ(run.crossSteps[r], 4u);
+        if (lane == LaneKind::kThread) {
+          EXPECT_EQ(run.laneJobs[r], 4u);
+        }
       }
     }
+  }
+}
+
+TEST(AlgorithmUnit, TwoLevelOneSegmentRunsInlineBesideALane) {
+  // A call of one segment has nothing to overlap: it must not go through the lane (a thread
+  // hand-off and the shared transport's polling mode for nothing), and gives the same bytes.
+  const size_t segment = 2 * 65536, count = segment - 999;
+  PipelineRun threaded = runPipeline("int8", count, segment, LaneKind::kThread, 2, false);
+  PipelineRun inlined = runPipeline("int8", count, segment, LaneKind::kNone, 2, false);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(threaded.status[r].isOk()) << threaded.status[r].toString();
+    ASSERT_TRUE(inlined.status[r].isOk()) << inlined.status[r].toString();
+    EXPECT_EQ(threaded.laneJobs[r], 0u) << "rank " << r;
+    EXPECT_EQ(threaded.crossSteps[r], 2u) << "rank " << r;
+    EXPECT_EQ(threaded.results[r], inlined.results[r]) << "rank " << r;
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "terse/common/status.h"
 
+#include <deque>
 #include <functional>
 #include <memory>
 
@@ -34,7 +35,15 @@ class StepLane {
 // Makes a lane for one engine, on the thread of control that will submit to it.
 using StepLaneFactory = std::function<std::unique_ptr<StepLane>()>;
 
-// Runs each job inside submit().
+// Runs each job inside submit(): no thread, no allocation beyond its queue of statuses.
+class InlineLane final : public StepLane {
+ public:
+  void submit(std::function<Status()> job) override;
+  Status collect() override;
+
+ private:
+  std::deque<Status> done_;
+};
 std::unique_ptr<StepLane> makeInlineLane();
 
 // An OS thread of its own, started here and joined by the lane's destructor (after its queued

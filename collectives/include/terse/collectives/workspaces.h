@@ -52,6 +52,14 @@ struct CallCounters {
   uint64_t bytesSent = 0;
   double compressSeconds = 0;
   double reduceSeconds = 0;
+
+  // Another context's counts of the same call (two-level's cross-node steps), added in.
+  CallCounters& operator+=(const CallCounters& other) {
+    bytesSent += other.bytesSent;
+    compressSeconds += other.compressSeconds;
+    reduceSeconds += other.reduceSeconds;
+    return *this;
+  }
 };
 
 // Grow-only buffers by slot, reused across calls: host memory for host calls, pinned host memory
