@@ -11,6 +11,7 @@
 #include "terse/optim/onebit_adam.h"
 #include "terse/optim/sharded_onebit_adam.h"
 
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <iterator>
@@ -723,6 +724,7 @@ void terse_sharded_onebit_adam_options_default(terse_sharded_onebit_adam_options
   options->warmup_steps = d.warmupSteps;
   options->error_feedback = d.errorFeedback ? 1 : 0;
   options->param_codec = nullptr;
+  options->local_momentum = d.localMomentum ? 1 : 0;
 }
 
 terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, int rank,
@@ -730,7 +732,10 @@ terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, in
                                                 terse_sharded_onebit_adam_t** adam) {
   TERSE_REQUIRE(options, "terse_sharded_onebit_adam_create: options");
   TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_create: adam");
-  if (options->struct_size != sizeof(terse_sharded_onebit_adam_options_t))
+  // The struct as first released ended at param_codec; such callers get local_momentum = 0.
+  const size_t firstRelease = offsetof(terse_sharded_onebit_adam_options_t, local_momentum);
+  const bool hasLocal = options->struct_size == sizeof(terse_sharded_onebit_adam_options_t);
+  if (!hasLocal && options->struct_size != firstRelease)
     return fail(terse::errorInvalidArgument(
         "terse_sharded_onebit_adam_create: options.struct_size is %zu, this library's struct has "
         "%zu bytes (fill it with terse_sharded_onebit_adam_options_default)",
@@ -745,6 +750,7 @@ terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, in
     o.warmupSteps = options->warmup_steps;
     o.errorFeedback = options->error_feedback != 0;
     o.paramCodec = options->param_codec ? options->param_codec : "none";
+    o.localMomentum = hasLocal && options->local_momentum != 0;
     auto made = terse::ShardedOneBitAdam::create(count, world_size, rank, o);
     if (!made.isOk()) return fail(made.status());
     *adam = new terse_sharded_onebit_adam{std::move(made).value()};
@@ -759,6 +765,22 @@ terse_status_t terse_sharded_onebit_adam_step(terse_sharded_onebit_adam_t* adam,
   TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_step: adam");
   TERSE_REQUIRE(comm, "terse_sharded_onebit_adam_step: comm");
   return guarded([&] { return done(adam->state.step(*comm->comm, params, grads, lr)); });
+}
+
+terse_status_t terse_sharded_onebit_adam_reduce(terse_sharded_onebit_adam_t* adam,
+                                                terse_comm_t* comm, const float* grads,
+                                                float* reduced) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_reduce: adam");
+  TERSE_REQUIRE(comm, "terse_sharded_onebit_adam_reduce: comm");
+  return guarded([&] { return done(adam->state.reduce(*comm->comm, grads, reduced)); });
+}
+
+terse_status_t terse_sharded_onebit_adam_update(terse_sharded_onebit_adam_t* adam,
+                                                terse_comm_t* comm, float* param_shard,
+                                                const float* reduced, float lr) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_update: adam");
+  TERSE_REQUIRE(comm, "terse_sharded_onebit_adam_update: comm");
+  return guarded([&] { return done(adam->state.update(*comm->comm, param_shard, reduced, lr)); });
 }
 
 int64_t terse_sharded_onebit_adam_steps(const terse_sharded_onebit_adam_t* adam) {

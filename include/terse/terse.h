@@ -237,6 +237,9 @@ typedef struct terse_sharded_onebit_adam_options {
   int64_t warmup_steps;    /* >= 1 */
   int error_feedback;      /* nonzero: keep the worker residual (onebit/topk); default 0 */
   const char* param_codec; /* the parameter all-gather's codec after warm-up (NULL: "none") */
+  int local_momentum; /* nonzero: send each rank's own momentum, not its gradient (what keeps
+                         onebit + error feedback stable, docs/optim.md); default 0. Added after
+                         the first release: a struct that ends before it is still accepted. */
 } terse_sharded_onebit_adam_options_t;
 
 void terse_sharded_onebit_adam_options_default(terse_sharded_onebit_adam_options_t* options);
@@ -247,6 +250,15 @@ void terse_sharded_onebit_adam_destroy(terse_sharded_onebit_adam_t* adam);
 /* params: the full replica (count floats, updated on every rank); grads: this rank's gradient. */
 terse_status_t terse_sharded_onebit_adam_step(terse_sharded_onebit_adam_t* adam, terse_comm_t* comm,
                                               float* params, const float* grads, float lr);
+/* The step split for a caller that all-gathers the parameters itself (FSDP2): reduce writes
+ * this rank's shard of the reduced values (length from _shard), update steps the shard
+ * param_shard in place from them. Host memory only; one update after each reduce. */
+terse_status_t terse_sharded_onebit_adam_reduce(terse_sharded_onebit_adam_t* adam,
+                                                terse_comm_t* comm, const float* grads,
+                                                float* reduced);
+terse_status_t terse_sharded_onebit_adam_update(terse_sharded_onebit_adam_t* adam,
+                                                terse_comm_t* comm, float* param_shard,
+                                                const float* reduced, float lr);
 int64_t terse_sharded_onebit_adam_steps(const terse_sharded_onebit_adam_t* adam);
 int64_t terse_sharded_onebit_adam_frozen_at(const terse_sharded_onebit_adam_t* adam);
 /* This rank's shard [offset, offset + length) of the parameters. */

@@ -61,13 +61,23 @@ __global__ void scaleKernel(float* x, const float* g, const int8_t* e, size_t n)
     x[i] = adamScaleDown(g[i], e[i]);
 }
 
+__global__ void localMomentumKernel(float* x, const float* mLocal, const float* g, const int8_t* e,
+                                    size_t n, float beta1) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x)
+    x[i] = adamLocalMomentum(mLocal[i], g[i], e[i], beta1);
+}
+
 __global__ void shardUpdateKernel(float* pNew, float* m, const float* xAvg, const float* p,
-                                  const float* v, const int8_t* e, size_t n, AdamStepScalars s) {
+                                  const float* v, const int8_t* e, size_t n, AdamStepScalars s,
+                                  bool fromAverage) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
     const float vi = v[i];
-    const float mi =
-        adamNoGradientYet(vi) ? 0.0f : adamMomentum(m[i], adamScaleUp(xAvg[i], e[i]), s.beta1);
+    const float mi = fromAverage ? adamMomentumFromAverage(xAvg[i], e[i], vi)
+                     : adamNoGradientYet(vi)
+                         ? 0.0f
+                         : adamMomentum(m[i], adamScaleUp(xAvg[i], e[i]), s.beta1);
     m[i] = mi;
     pNew[i] = adamParam(p[i], mi, vi, s);
   }
@@ -81,11 +91,20 @@ Status scaleGradient(float* x, const float* g, const int8_t* e, size_t n, void* 
   return launched("gradient scale");
 }
 
-Status shardUpdate(float* pNew, float* m, const float* xAvg, const float* p, const float* v,
-                   const int8_t* e, size_t n, const AdamStepScalars& s, void* stream) {
+Status localMomentum(float* x, const float* mLocal, const float* g, const int8_t* e, size_t n,
+                     float beta1, void* stream) {
   if (n == 0) return Status::ok();
-  shardUpdateKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(pNew, m, xAvg,
-                                                                                    p, v, e, n, s);
+  localMomentumKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, mLocal, g,
+                                                                                      e, n, beta1);
+  return launched("local momentum");
+}
+
+Status shardUpdate(float* pNew, float* m, const float* xAvg, const float* p, const float* v,
+                   const int8_t* e, size_t n, const AdamStepScalars& s, bool fromAverage,
+                   void* stream) {
+  if (n == 0) return Status::ok();
+  shardUpdateKernel<<<gridFor(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      pNew, m, xAvg, p, v, e, n, s, fromAverage);
   return launched("shard update");
 }
 

@@ -57,8 +57,10 @@ class CheckpointReader {
   // The body of a checkpoint (between the version and the checksum), once its magic, version
   // and checksum are right; kCorrupt naming `what` otherwise. `magicName` is the magic's bytes
   // as text, for the message.
+  // Versions oldest..version are accepted (oldest 0: only `version`); version() says which.
   static Result<CheckpointReader> open(const void* bytes, size_t size, uint32_t magic,
-                                       uint32_t version, const char* what, const char* magicName) {
+                                       uint32_t version, const char* what, const char* magicName,
+                                       uint32_t oldest = 0) {
     if (!bytes && size) return errorInvalidArgument("%s: null buffer", what);
     const auto* p = static_cast<const uint8_t*>(bytes);
     if (size < 16) return errorCorrupt("%s of %zu bytes is truncated", what, size);
@@ -67,15 +69,16 @@ class CheckpointReader {
     std::memcpy(&gotVersion, p + 4, 4);
     if (got != magic)
       return errorCorrupt("%s: bad magic 0x%08x (expected \"%s\")", what, got, magicName);
-    if (gotVersion != version)
-      return errorCorrupt("%s has format version %u; this build reads version %u", what, gotVersion,
-                          version);
+    if (gotVersion > version || gotVersion < (oldest ? oldest : version))
+      return errorCorrupt("%s has format version %u; this build reads versions %u to %u", what,
+                          gotVersion, oldest ? oldest : version, version);
     uint64_t sum = 0;
     std::memcpy(&sum, p + size - 8, 8);
     if (sum != fnv1a64(p, size - 8))
       return errorCorrupt("%s checksum mismatch: the data is corrupt or truncated", what);
-    return CheckpointReader(p + 8, size - 16);
+    return CheckpointReader(p + 8, size - 16, gotVersion);
   }
+  uint32_t version() const { return version_; }
 
   template <typename T>
   bool get(T* v) {
@@ -103,9 +106,11 @@ class CheckpointReader {
   size_t left() const { return n_ - at_; }
 
  private:
-  CheckpointReader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  CheckpointReader(const uint8_t* p, size_t n, uint32_t version)
+      : p_(p), n_(n), version_(version) {}
   const uint8_t* p_;
   size_t n_;
+  uint32_t version_;
   size_t at_ = 0;
 };
 

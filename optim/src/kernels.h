@@ -23,9 +23,15 @@ Status update(float* p, float* m, const float* u, const float* v, size_t n,
 
 // ShardedOneBitAdam, compressed phase: x = adamScaleDown(g, e) over the whole tensor ...
 Status scaleGradient(float* x, const float* g, const int8_t* e, size_t n, void* stream);
+// ... or, with local momentum, x = adamLocalMomentum(mLocal, g, e, beta1) (the rank's new local
+// momentum; mLocal is read only) ...
+Status localMomentum(float* x, const float* mLocal, const float* g, const int8_t* e, size_t n,
+                     float beta1, void* stream);
 // ... and the owner's step on its shard: the averaged x unscaled, m updated in place (0 where
-// v == 0), the new parameters written to pNew (p is read only).
+// v == 0; with fromAverage, m = adamMomentumFromAverage: the average is the momentum), the new
+// parameters written to pNew (p is read only).
 Status shardUpdate(float* pNew, float* m, const float* xAvg, const float* p, const float* v,
-                   const int8_t* e, size_t n, const AdamStepScalars& s, void* stream);
+                   const int8_t* e, size_t n, const AdamStepScalars& s, bool fromAverage,
+                   void* stream);
 
 }  // namespace terse::optim::cuda

@@ -23,8 +23,11 @@ Status update(float*, float*, const float*, const float*, size_t, const AdamStep
 }
 
 Status scaleGradient(float*, const float*, const int8_t*, size_t, void*) { return notBuilt(); }
+Status localMomentum(float*, const float*, const float*, const int8_t*, size_t, float, void*) {
+  return notBuilt();
+}
 Status shardUpdate(float*, float*, const float*, const float*, const float*, const int8_t*, size_t,
-                   const AdamStepScalars&, void*) {
+                   const AdamStepScalars&, bool, void*) {
   return notBuilt();
 }
 

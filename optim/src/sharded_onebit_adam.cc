@@ -18,7 +18,9 @@ namespace terse {
 namespace {
 
 constexpr uint32_t kMagic = 0x414f5354;  // "TSOA" little-endian
-constexpr uint32_t kVersion = 1;
+// Version 1 without local momentum; 2 adds its flag and the rank's local momentum. serialize()
+// writes 1 whenever it can, so such checkpoints stay byte for byte what they were.
+constexpr uint32_t kVersion = 2;
 constexpr size_t kMaxSpecBytes = 256;
 
 bool inUnit(float b) { return std::isfinite(b) && b >= 0.0f && b < 1.0f; }
@@ -61,7 +63,7 @@ struct Part {
   uint64_t count = 0, offset = 0, length = 0;
   int64_t steps = 0, frozenAt = 0;
   int32_t world = 0, rank = 0;
-  std::vector<float> m, v, master;
+  std::vector<float> m, v, master, localM;
   std::vector<int8_t> exps;
   std::vector<uint8_t> feedback;
 };
@@ -70,15 +72,17 @@ Result<Part> parsePart(const void* bytes, size_t size) {
   const char* what = "ShardedOneBitAdam checkpoint";
   TERSE_ASSIGN_OR_RETURN(
       optim::CheckpointReader r,
-      optim::CheckpointReader::open(bytes, size, kMagic, kVersion, what, "TSOA"));
+      optim::CheckpointReader::open(bytes, size, kMagic, kVersion, what, "TSOA", 1));
   Part a;
-  uint32_t ef = 0, specLen = 0;
+  uint32_t ef = 0, specLen = 0, local = 0;
+  const bool v2 = r.version() >= 2;
   bool ok = r.get(&a.count) && r.get(&a.steps) && r.get(&a.frozenAt) && r.get(&a.o.beta1) &&
             r.get(&a.o.beta2) && r.get(&a.o.eps) && r.get(&a.o.weightDecay) &&
-            r.get(&a.o.warmupSteps) && r.get(&ef) && r.get(&specLen) && specLen > 0 &&
-            specLen <= kMaxSpecBytes && ef <= 1;
+            r.get(&a.o.warmupSteps) && r.get(&ef) && (!v2 || r.get(&local)) && r.get(&specLen) &&
+            specLen > 0 && specLen <= kMaxSpecBytes && ef <= 1 && local <= 1;
   if (ok) {
     a.o.errorFeedback = ef == 1;
+    a.o.localMomentum = local == 1;
     a.o.codec.resize(specLen);
     uint32_t paramLen = 0;
     ok = r.bytes(a.o.codec.data(), specLen) && r.get(&paramLen) && paramLen > 0 &&
@@ -115,8 +119,19 @@ Result<Part> parsePart(const void* bytes, size_t size) {
   }
   if (ok) {
     a.exps.resize(nExp);
-    ok = r.bytes(a.exps.data(), nExp) && r.get(&nFb) && nFb == r.left();
+    ok = r.bytes(a.exps.data(), nExp);
   }
+  if (ok && v2) {
+    // The local momentum exists from the freeze on, over the whole tensor.
+    uint64_t nLocal = 0;
+    ok = r.get(&nLocal) && nLocal == (a.o.localMomentum && a.frozenAt > 0 ? a.count : 0) &&
+         nLocal <= r.left() / 4;
+    if (ok) {
+      a.localM.resize(nLocal);
+      ok = r.bytes(a.localM.data(), 4 * nLocal);
+    }
+  }
+  if (ok) ok = r.get(&nFb) && nFb == r.left();
   if (!ok) return errorCorrupt("%s: moments, scales or residual section truncated", what);
   for (int8_t e : a.exps)
     if (e != optim::kAdamNoGradientExp &&
@@ -152,7 +167,7 @@ Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& o) {
 
 // The state's device copy (CUDA builds, device buffers): `current` says it is the state.
 struct ShardedOneBitAdam::Device {
-  device::DeviceBuffer m, v, exps, x, shard, master;
+  device::DeviceBuffer m, v, exps, x, shard, master, localM;
   bool current = false;
   bool masterCurrent = false;  // the device master shard is the master (lossy all-gather)
 };
@@ -196,6 +211,8 @@ void ShardedOneBitAdam::pullToHost() const {
   (void)device::copyAsync(v_.data(), device_->v.data(), 4 * v_.size(), nullptr);
   if (device_->masterCurrent)
     (void)device::copyAsync(master_.data(), device_->master.data(), 4 * master_.size(), nullptr);
+  if (!localM_.empty())
+    (void)device::copyAsync(localM_.data(), device_->localM.data(), 4 * localM_.size(), nullptr);
   (void)device::synchronize(nullptr);
   device_->current = false;
   device_->masterCurrent = false;
@@ -221,8 +238,63 @@ Status ShardedOneBitAdam::gatherExponents(Communicator& comm, const float* v, fl
   return Status::ok();
 }
 
+Status ShardedOneBitAdam::gatherLocalMomentum(Communicator& comm, const float* mShard) {
+  // Every rank's local momentum starts as the owners' m (so their average is m), in the units
+  // the exponents just gathered into scratch_ give.
+  localScratch_.resize(count_);
+  Status g = comm.allgather(mShard, localScratch_.data(), count_, DataType::kFloat32);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the momentum at the freeze");
+  const Pow2Table& tab = pow2();
+  for (size_t i = 0; i < count_; ++i)
+    localScratch_[i] *= tab.down[static_cast<int>(scratch_[i]) + 128];  // adamScaleDown
+  return Status::ok();
+}
+
+void ShardedOneBitAdam::valuesToSend(const float* grads, float* x) const {
+  const Pow2Table& tab = pow2();
+  const int8_t* e = scaleExp_.data();
+  if (!options_.localMomentum) {
+    for (size_t i = 0; i < count_; ++i) x[i] = grads[i] * tab.down[e[i] + 128];  // adamScaleDown
+    return;
+  }
+  const float b1 = options_.beta1;
+  for (size_t i = 0; i < count_; ++i)  // adamLocalMomentum
+    x[i] = optim::adamMomentum(localM_[i], grads[i] * tab.down[e[i] + 128], b1);
+}
+
+void ShardedOneBitAdam::warmupShard(const float* gAvg, const float* p, float* mNew, float* vNew,
+                                    float* pNew, float lr, int64_t t) const {
+  const optim::AdamStepScalars sc = scalarsFor(options_, lr, t, t);
+  for (size_t i = 0, len = m_.size(); i < len; ++i) {
+    const float g = gAvg[i];
+    const float m = optim::adamMomentum(m_[i], g, sc.beta1);
+    const float v = optim::adamVariance(v_[i], g, sc.beta2);
+    pNew[i] = optim::adamParam(p[i], m, v, sc);
+    mNew[i] = m;
+    vNew[i] = v;
+  }
+}
+
+void ShardedOneBitAdam::compressedShard(const float* avg, const float* p, float* mNew, float* pNew,
+                                        float lr, int64_t t) const {
+  const optim::AdamStepScalars sc = scalarsFor(options_, lr, t, frozenAt_);
+  const Pow2Table& tab = pow2();
+  const int8_t* e = scaleExp_.data() + offset_;
+  const bool fromAverage = options_.localMomentum;
+  for (size_t i = 0, len = m_.size(); i < len; ++i) {
+    const float v = v_[i];
+    const float a = avg[i] * tab.up[e[i] + 128];  // adamScaleUp
+    // adamMomentumFromAverage with local momentum, else the owner's momentum of the average.
+    const float m = optim::adamNoGradientYet(v)
+                        ? 0.0f
+                        : (fromAverage ? a : optim::adamMomentum(m_[i], a, sc.beta1));
+    pNew[i] = optim::adamParam(p[i], m, v, sc);
+    mNew[i] = m;
+  }
+}
+
 size_t ShardedOneBitAdam::stateBytes() const {
-  return 4 * (m_.size() + v_.size() + master_.size()) + scaleExp_.size() +
+  return 4 * (m_.size() + v_.size() + master_.size() + localM_.size()) + scaleExp_.size() +
          (hasFeedback_ ? 4 * (feedback_.count() + feedback_.serverLength()) : 0);
 }
 
@@ -230,31 +302,38 @@ size_t ShardedOneBitAdam::scratchBytes() const {
   return 4 * (scratch_.capacity() + shardScratch_.capacity());
 }
 
-Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* grads, float lr,
-                               void* stream) {
+Status ShardedOneBitAdam::checkStepArguments(Communicator& comm, const void* params,
+                                             const void* grads, float lr, const char* what,
+                                             bool talks) {
   Status bad;
-  const bool devP = device::isDeviceMemory(params), devG = device::isDeviceMemory(grads);
   if (count_ > 0 && (!params || !grads))
-    bad = errorInvalidArgument("ShardedOneBitAdam::step: params or grads is null for %zu elements",
+    bad = errorInvalidArgument("ShardedOneBitAdam::%s: a buffer is null for %zu elements", what,
                                count_);
   else if (!std::isfinite(lr) || lr < 0.0f)
     bad = errorInvalidArgument(
-        "ShardedOneBitAdam::step: learning rate %g must be a finite number >= 0", lr);
+        "ShardedOneBitAdam::%s: learning rate %g must be a finite number >= 0", what, lr);
   else if (comm.size() != world_ || comm.rank() != rank_)
     bad = errorInvalidArgument(
-        "ShardedOneBitAdam::step: state is for rank %d of %d, the communicator is rank %d of %d "
+        "ShardedOneBitAdam::%s: state is for rank %d of %d, the communicator is rank %d of %d "
         "(load the checkpoint at the new world size)",
-        rank_, world_, comm.rank(), comm.size());
-  else if (devP != devG)
+        what, rank_, world_, comm.rank(), comm.size());
+  else if (device::isDeviceMemory(params) != device::isDeviceMemory(grads))
     bad = errorInvalidArgument(
-        "ShardedOneBitAdam::step: params and grads must both be device memory or both host "
-        "memory");
-  if (!bad.isOk()) {
-    // Every step talks: the refusal stands in for this rank's reduce-scatter on the others.
-    (void)comm.reject(bad).wait();
-    return bad;
-  }
-  return devP ? stepDevice(comm, params, grads, lr, stream) : stepHost(comm, params, grads, lr);
+        "ShardedOneBitAdam::%s: both buffers must be device memory or both host memory", what);
+  // The refusal stands in for this rank's part of the collective the call would have run, so
+  // the other ranks fail that call at once instead of waiting for it.
+  if (!bad.isOk() && talks) (void)comm.reject(bad).wait();
+  return bad;
+}
+
+Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* grads, float lr,
+                               void* stream) {
+  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, params, grads, lr, "step", true));
+  if (reduced_)
+    return errorInvalidUsage(
+        "ShardedOneBitAdam::step: reduce() ran without its update(); finish that step first");
+  return device::isDeviceMemory(params) ? stepDevice(comm, params, grads, lr, stream)
+                                        : stepHost(comm, params, grads, lr);
 }
 
 Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const float* grads,
@@ -272,63 +351,125 @@ Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const floa
   if (!frozen()) {
     Status s = comm.reduceScatter(grads, gAvg, n, DataType::kFloat32, ReduceOp::kAvg);
     if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
-    const optim::AdamStepScalars sc = scalarsFor(o, lr, t, t);
-    for (size_t i = 0; i < len; ++i) {
-      float m = optim::adamMomentum(m_[i], gAvg[i], sc.beta1);
-      vNew[i] = optim::adamVariance(v_[i], gAvg[i], sc.beta2);
-      pNew[i] = optim::adamParam(params[off + i], m, vNew[i], sc);
-      gAvg[i] = m;
-    }
+    warmupShard(gAvg, params + off, gAvg, vNew, pNew, lr, t);
     const bool freeze = t >= o.warmupSteps;
     // The exponents of the denominator the compressed phase uses (v frozen at step t), as
     // floats through the exact all-gather: once per training run.
     if (freeze) TERSE_RETURN_IF_ERROR(gatherExponents(comm, vNew, lr, t));
+    if (freeze && o.localMomentum) TERSE_RETURN_IF_ERROR(gatherLocalMomentum(comm, gAvg));
     // The parameters: the shard goes to everyone, including this rank's own copy.
     Status g = comm.allgather(pNew, params, n, DataType::kFloat32);
     if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
     std::copy(gAvg, gAvg + len, m_.begin());
     std::copy(vNew, vNew + len, v_.begin());
-    if (freeze) {
-      scaleExp_.resize(n);
-      for (size_t i = 0; i < n; ++i) scaleExp_[i] = static_cast<int8_t>(scratch_[i]);
-      frozenAt_ = t;
-    }
+    if (freeze) commitFreeze(t);
     steps_ = t;
     return Status::ok();
   }
-  // Compressed phase: x = g / 2^e through the compressed reduce-scatter, the owner's update,
-  // the parameters' all-gather. m and the master change only after both collectives
-  // succeeded (the codec's residual does advance with a successful reduce-scatter).
-  const Pow2Table& tab = pow2();
+  // Compressed phase: x = g / 2^e (or the new local momentum) through the compressed
+  // reduce-scatter, the owner's update, the parameters' all-gather. m, the local momentum and
+  // the master change only after both collectives succeeded (the codec's residual does advance
+  // with a successful reduce-scatter).
   scratch_.resize(n);
   float* x = scratch_.data();
-  const int8_t* e = scaleExp_.data();
-  for (size_t i = 0; i < n; ++i) x[i] = grads[i] * tab.down[e[i] + 128];  // adamScaleDown
+  valuesToSend(grads, x);
   CollectiveOptions co;
   co.codec = o.codec;
   co.feedback = hasFeedback_ ? &feedback_ : nullptr;
   Status s = comm.reduceScatter(x, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
   if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
-  const optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
   // The exact shard the step starts from: the master copy when the all-gather is lossy (the
   // replica in params holds decoded values), else params itself.
   const bool lossyGather = o.paramCodec != "none";
   if (lossyGather && master_.empty()) master_.assign(params + off, params + off + len);
   const float* pOld = lossyGather ? master_.data() : params + off;
-  for (size_t i = 0; i < len; ++i) {
-    const float v = v_[i];
-    const float g = gAvg[i] * tab.up[e[off + i] + 128];  // adamScaleUp
-    const float m = optim::adamNoGradientYet(v) ? 0.0f : optim::adamMomentum(m_[i], g, sc.beta1);
-    pNew[i] = optim::adamParam(pOld[i], m, v, sc);
-    gAvg[i] = m;
-  }
+  compressedShard(gAvg, pOld, gAvg, pNew, lr, t);
   CollectiveOptions ag;
   ag.codec = o.paramCodec;
   Status g = comm.allgather(pNew, params, n, DataType::kFloat32, ag);
   if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
   std::copy(gAvg, gAvg + len, m_.begin());
   if (lossyGather) std::copy(pNew, pNew + len, master_.begin());
+  if (o.localMomentum) localM_.swap(scratch_);
   steps_ = t;
+  return Status::ok();
+}
+
+void ShardedOneBitAdam::commitFreeze(int64_t t) {
+  scaleExp_.resize(count_);
+  for (size_t i = 0; i < count_; ++i) scaleExp_[i] = static_cast<int8_t>(scratch_[i]);
+  if (options_.localMomentum) localM_.swap(localScratch_);
+  frozenAt_ = t;
+}
+
+Status ShardedOneBitAdam::reduce(Communicator& comm, const float* grads, float* reduced) {
+  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, reduced, grads, 0.0f, "reduce", true));
+  Status bad;
+  if (device::isDeviceMemory(grads) || (device_ && device_->current))
+    bad = errorUnsupported("ShardedOneBitAdam::reduce: host memory only (step() takes device "
+                           "buffers)");
+  else if (options_.paramCodec != "none")
+    bad = errorInvalidArgument(
+        "ShardedOneBitAdam::reduce: parameter codec '%s' needs step(), which runs the parameter "
+        "all-gather; with reduce() and update() the caller's all-gather compresses",
+        options_.paramCodec.c_str());
+  else if (reduced_)
+    bad = errorInvalidUsage(
+        "ShardedOneBitAdam::reduce: called twice without update() between (a second backward "
+        "pass before the optimizer step? accumulate gradients without reducing them)");
+  if (!bad.isOk()) {
+    (void)comm.reject(bad).wait();
+    return bad;
+  }
+  const size_t n = count_;
+  if (!frozen()) {
+    Status s = comm.reduceScatter(grads, reduced, n, DataType::kFloat32, ReduceOp::kAvg);
+    if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
+  } else {
+    scratch_.resize(n);
+    valuesToSend(grads, scratch_.data());
+    CollectiveOptions co;
+    co.codec = options_.codec;
+    co.feedback = hasFeedback_ ? &feedback_ : nullptr;
+    Status s = comm.reduceScatter(scratch_.data(), reduced, n, DataType::kFloat32, ReduceOp::kAvg,
+                                  co);
+    if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
+    if (options_.localMomentum) localM_.swap(scratch_);
+  }
+  reduced_ = true;
+  return Status::ok();
+}
+
+Status ShardedOneBitAdam::update(Communicator& comm, float* paramShard, const float* reduced,
+                                 float lr) {
+  const int64_t t = steps_ + 1;
+  const bool freeze = !frozen() && t >= options_.warmupSteps;  // the one update that talks
+  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, paramShard, reduced, lr, "update", freeze));
+  if (!reduced_) {
+    Status bad = errorInvalidUsage(
+        "ShardedOneBitAdam::update: no reduce() before it (every step reduces the gradients "
+        "first)");
+    if (freeze) (void)comm.reject(bad).wait();
+    return bad;
+  }
+  const size_t len = m_.size();
+  shardScratch_.resize(3 * len);
+  float* mNew = shardScratch_.data();
+  float* pNew = mNew + len;
+  float* vNew = pNew + len;
+  if (!frozen()) {
+    warmupShard(reduced, paramShard, mNew, vNew, pNew, lr, t);
+    if (freeze) TERSE_RETURN_IF_ERROR(gatherExponents(comm, vNew, lr, t));
+    if (freeze && options_.localMomentum) TERSE_RETURN_IF_ERROR(gatherLocalMomentum(comm, mNew));
+    std::copy(vNew, vNew + len, v_.begin());
+    if (freeze) commitFreeze(t);
+  } else {
+    compressedShard(reduced, paramShard, mNew, pNew, lr, t);
+  }
+  std::copy(mNew, mNew + len, m_.begin());
+  std::copy(pNew, pNew + len, paramShard);
+  steps_ = t;
+  reduced_ = false;
   return Status::ok();
 }
 
@@ -349,6 +490,10 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
     if (!scaleExp_.empty()) {
       TERSE_RETURN_IF_ERROR(d.exps.reserve(n).status());
       TERSE_RETURN_IF_ERROR(device::copyAsync(d.exps.data(), scaleExp_.data(), n, stream));
+    }
+    if (!localM_.empty()) {
+      TERSE_RETURN_IF_ERROR(d.localM.reserve(4 * n).status());
+      TERSE_RETURN_IF_ERROR(device::copyAsync(d.localM.data(), localM_.data(), 4 * n, stream));
     }
     d.current = true;
   }
@@ -371,17 +516,24 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
       TERSE_RETURN_IF_ERROR(device::copyAsync(vHost.data(), dv, 4 * len, stream));
       TERSE_RETURN_IF_ERROR(device::synchronize(stream));
       TERSE_RETURN_IF_ERROR(gatherExponents(comm, vHost.data(), lr, t));
+      if (o.localMomentum) {
+        TERSE_RETURN_IF_ERROR(device::copyAsync(vHost.data(), dm, 4 * len, stream));
+        TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+        TERSE_RETURN_IF_ERROR(gatherLocalMomentum(comm, vHost.data()));
+      }
     }
     Status g = comm.allgather(pNew, params, n, DataType::kFloat32, co);
     if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
     TERSE_RETURN_IF_ERROR(device::synchronize(stream));
     if (freeze) {
-      scaleExp_.resize(n);
-      for (size_t i = 0; i < n; ++i) scaleExp_[i] = static_cast<int8_t>(scratch_[i]);
+      commitFreeze(t);
       TERSE_RETURN_IF_ERROR(d.exps.reserve(n).status());
       TERSE_RETURN_IF_ERROR(device::copyAsync(d.exps.data(), scaleExp_.data(), n, nullptr));
+      if (o.localMomentum) {
+        TERSE_RETURN_IF_ERROR(d.localM.reserve(4 * n).status());
+        TERSE_RETURN_IF_ERROR(device::copyAsync(d.localM.data(), localM_.data(), 4 * n, nullptr));
+      }
       TERSE_RETURN_IF_ERROR(device::synchronize(nullptr));
-      frozenAt_ = t;
     }
     steps_ = t;
     return Status::ok();
@@ -389,7 +541,11 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
   TERSE_RETURN_IF_ERROR(d.x.reserve(4 * n).status());
   auto* x = static_cast<float*>(d.x.data());
   const auto* e = static_cast<const int8_t*>(d.exps.data());
-  TERSE_RETURN_IF_ERROR(optim::cuda::scaleGradient(x, grads, e, n, stream));
+  if (o.localMomentum)
+    TERSE_RETURN_IF_ERROR(optim::cuda::localMomentum(
+        x, static_cast<const float*>(d.localM.data()), grads, e, n, o.beta1, stream));
+  else
+    TERSE_RETURN_IF_ERROR(optim::cuda::scaleGradient(x, grads, e, n, stream));
   co.codec = o.codec;
   co.feedback = hasFeedback_ ? &feedback_ : nullptr;
   Status s = comm.reduceScatter(x, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
@@ -407,7 +563,7 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
   float* pOut = lossyGather ? static_cast<float*>(d.master.data()) : pNew;
   const float* pIn = lossyGather ? pOut : params + off;
   TERSE_RETURN_IF_ERROR(
-      optim::cuda::shardUpdate(pOut, dm, gAvg, pIn, dv, e + off, len, sc, stream));
+      optim::cuda::shardUpdate(pOut, dm, gAvg, pIn, dv, e + off, len, sc, o.localMomentum, stream));
   CollectiveOptions ag;
   ag.stream = stream;
   ag.codec = o.paramCodec;
@@ -415,6 +571,7 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
   Status g = comm.allgather(pNew, params, n, DataType::kFloat32, ag);
   if (!g.isOk()) return g.withContext("ShardedOneBitAdam: gathering the parameters");
   TERSE_RETURN_IF_ERROR(device::synchronize(stream));
+  if (o.localMomentum) std::swap(d.x, d.localM);  // the new local momentum is now the state
   steps_ = t;
   return Status::ok();
 }
@@ -422,7 +579,7 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
 std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   pullToHost();
   const ShardedOneBitAdamOptions& o = options_;
-  optim::CheckpointWriter w(kMagic, kVersion);
+  optim::CheckpointWriter w(kMagic, o.localMomentum ? kVersion : 1);
   w.put<uint64_t>(count_);
   w.put<int64_t>(steps_);
   w.put<int64_t>(frozenAt_);
@@ -432,6 +589,7 @@ std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   w.put<float>(o.weightDecay);
   w.put<int64_t>(o.warmupSteps);
   w.put<uint32_t>(hasFeedback_ ? 1 : 0);
+  if (o.localMomentum) w.put<uint32_t>(1);
   w.put<uint32_t>(static_cast<uint32_t>(o.codec.size()));
   w.bytes(o.codec.data(), o.codec.size());
   w.put<uint32_t>(static_cast<uint32_t>(o.paramCodec.size()));
@@ -446,6 +604,10 @@ std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   w.bytes(master_.data(), 4 * master_.size());
   w.put<uint64_t>(scaleExp_.size());
   w.bytes(scaleExp_.data(), scaleExp_.size());
+  if (o.localMomentum) {
+    w.put<uint64_t>(localM_.size());
+    w.bytes(localM_.data(), 4 * localM_.size());
+  }
   std::vector<uint8_t> fb;
   if (hasFeedback_) fb = feedback_.serialize();
   w.put<uint64_t>(fb.size());
@@ -475,6 +637,7 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
                 p.frozenAt == first.frozenAt && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
                 a.eps == b.eps && a.weightDecay == b.weightDecay &&
                 a.warmupSteps == b.warmupSteps && a.errorFeedback == b.errorFeedback &&
+                a.localMomentum == b.localMomentum &&
                 a.codec == b.codec && a.paramCodec == b.paramCodec && p.exps == first.exps &&
                 p.master.empty() == first.master.empty();
     if (!same)
@@ -497,6 +660,20 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
       a.m_[i - a.offset_] = p->m[i - p->offset];
       a.v_[i - a.offset_] = p->v[i - p->offset];
       if (!a.master_.empty()) a.master_[i - a.offset_] = p->master[i - p->offset];
+    }
+  }
+  if (!first.localM.empty()) {
+    // Local momenta: what matters is their average (the momentum of the averaged gradient). At
+    // the same world size each rank takes its own back (the run continues bit for bit); at
+    // another every new rank starts from the old ranks' average.
+    if (worldSize == oldWorld) {
+      a.localM_ = byRank[rank]->localM;
+    } else {
+      a.localM_.assign(a.count_, 0.0f);
+      for (const Part* p : byRank)
+        for (size_t k = 0; k < a.count_; ++k) a.localM_[k] += p->localM[k];
+      const float inv = 1.0f / static_cast<float>(oldWorld);
+      for (float& x : a.localM_) x *= inv;
     }
   }
   if (a.hasFeedback_) {

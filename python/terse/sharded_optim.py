@@ -44,7 +44,8 @@ class _Options(ctypes.Structure):
                 ("codec", ctypes.c_char_p),
                 ("warmup_steps", ctypes.c_int64),
                 ("error_feedback", ctypes.c_int),
-                ("param_codec", ctypes.c_char_p)]
+                ("param_codec", ctypes.c_char_p),
+                ("local_momentum", ctypes.c_int)]
 
 
 def _require_api():
@@ -83,7 +84,7 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="int8", warmup_steps=100, error_feedback=False, param_codec="none",
-                 communicator=None):
+                 local_momentum=None, communicator=None):
         if not isinstance(lr, (int, float)) or lr < 0:
             raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
         if not isinstance(codec, str) or not isinstance(param_codec, str):
@@ -103,6 +104,9 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
         self.codec = codec
         self._warmup = int(warmup_steps)
         self._feedback = bool(error_feedback)
+        # Local momentum is what keeps a codec that needs error feedback (onebit) stable, so it
+        # follows error_feedback unless asked otherwise (docs/optim.md, "Which codec").
+        self._local = self._feedback if local_momentum is None else bool(local_momentum)
         self.param_codec = param_codec
         self._comm = communicator
         self._handle = None
@@ -123,6 +127,7 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
         o.warmup_steps = self._warmup
         o.error_feedback = 1 if self._feedback else 0
         o.param_codec = self.param_codec.encode()
+        o.local_momentum = 1 if self._local else 0
         return o
 
     def _create(self):

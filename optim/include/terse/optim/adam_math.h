@@ -135,4 +135,16 @@ TERSE_HD float adamScaleUp(float x, int e) {
   return x * (e == kAdamNoGradientExp ? 0.0f : adamPow2(e));
 }
 
+// ShardedOneBitAdam with local momentum (ShardedOneBitAdamOptions::localMomentum): every rank
+// keeps the momentum of its own gradients over the whole tensor, in the scaled units above,
+// mLocal <- beta1 mLocal + (1 - beta1) g 2^-e, and sends that. By linearity the ranks' average
+// is the momentum of the averaged gradient, so the owner takes it as m (scaled up; 0 where v == 0,
+// as adamParam asks) instead of integrating it again.
+TERSE_HD float adamLocalMomentum(float mLocal, float g, int e, float beta1) {
+  return adamMomentum(mLocal, adamScaleDown(g, e), beta1);
+}
+TERSE_HD float adamMomentumFromAverage(float mAvg, int e, float v) {
+  return adamNoGradientYet(v) ? 0.0f : adamScaleUp(mAvg, e);
+}
+
 }  // namespace terse::optim

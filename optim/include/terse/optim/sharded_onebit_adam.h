@@ -24,7 +24,8 @@
 //
 // Memory per rank: m and v for the shard (2 x 4 bytes x count / world), the exponents (count
 // bytes), the codec's worker residual when error feedback is on (4 bytes x count: the error of
-// what this rank sent, which only the sender can know), the master shard with a lossy
+// what this rank sent, which only the sender can know), the local momentum with localMomentum
+// (4 bytes x count), the master shard with a lossy
 // parameter all-gather (4 bytes x count / world), and a 4-byte x count scratch buffer.
 //
 // Not thread-safe; every rank steps with the same options and learning rate.
@@ -65,6 +66,14 @@ struct ShardedOneBitAdamOptions {
   // included) takes the all-gather's decoded values as its replica, so the replicas stay
   // bit-identical and the compression error never accumulates in the master.
   std::string paramCodec = "none";
+  // Send each rank's own momentum instead of its gradient (after warm-up). Every rank keeps the
+  // momentum of its own scaled gradients over the whole tensor (4 bytes x count more state),
+  // which starts from the owners' m, all-gathered once at the freeze; the ranks' average is the
+  // momentum of the averaged gradient (it is linear), so the owner takes the reduce-scatter's
+  // result as m. A 1-bit codec's error then lands once in the update instead of being integrated
+  // by the owner's momentum, which is what keeps onebit with error feedback stable on tasks where
+  // the gradient form diverges (docs/optim.md, "Which codec").
+  bool localMomentum = false;
 };
 
 Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& options);
@@ -88,6 +97,16 @@ class ShardedOneBitAdam {
   // step and the kernels and collectives run on `stream`.
   Status step(Communicator& comm, float* params, const float* grads, float lr,
               void* stream = nullptr);
+
+  // The same step split for a caller that runs the parameter all-gather itself (FSDP2, whose
+  // sharded parameters are the shards): reduce() is the step's reduce-scatter (uncompressed
+  // average of the gradients in warm-up; afterwards the compressed one of the scaled gradients or
+  // local momenta), `reduced` receiving this rank's shardLength() values; update() is the owner's
+  // step on its shard `paramShard` (shardLength() floats, updated in place) from what reduce()
+  // gave, and at the freeze it all-gathers the scales. Host memory only, paramCodec "none";
+  // every reduce() is followed by one update() (a second reduce() first is refused).
+  Status reduce(Communicator& comm, const float* grads, float* reduced);
+  Status update(Communicator& comm, float* paramShard, const float* reduced, float lr);
 
   size_t count() const { return count_; }
   int worldSize() const { return world_; }
@@ -125,6 +144,21 @@ class ShardedOneBitAdam {
   // Computes the frozen exponents of this rank's shard from `v` (host copy) and all-gathers
   // them into scratch_ (as floats); the caller commits them once the step succeeded.
   Status gatherExponents(Communicator& comm, const float* v, float lr, int64_t t);
+  // With localMomentum, at the freeze: the owners' m all-gathered, every rank's local momentum
+  // set from it (scaled down by the exponents gathered into scratch_), into localScratch_.
+  Status gatherLocalMomentum(Communicator& comm, const float* mShard);
+  // The freeze's gathered state taken (exponents from scratch_, local momentum): step t.
+  void commitFreeze(int64_t t);
+  Status checkStepArguments(Communicator& comm, const void* params, const void* grads, float lr,
+                            const char* what, bool talks);
+  // The compressed phase's values to send: the scaled gradient, or (localMomentum) the rank's
+  // new local momentum, written to x (count floats).
+  void valuesToSend(const float* grads, float* x) const;
+  // The owner's step on its shard from the averaged values: mNew and pNew (len floats each).
+  void warmupShard(const float* gAvg, const float* p, float* mNew, float* vNew, float* pNew,
+                   float lr, int64_t t) const;
+  void compressedShard(const float* avg, const float* p, float* mNew, float* pNew, float lr,
+                       int64_t t) const;
   void pullToHost() const;
 
   size_t count_ = 0;
@@ -138,12 +172,15 @@ class ShardedOneBitAdam {
   mutable std::vector<float> v_;       // shard (frozen after warm-up)
   std::vector<int8_t> scaleExp_;       // whole tensor, set at the freeze (empty before)
   mutable std::vector<float> master_;  // fp32 shard of the parameters (compressed all-gather only)
+  mutable std::vector<float> localM_;       // whole tensor, this rank's own momentum (localMomentum)
   ErrorFeedback feedback_;             // whole tensor's worker residual (compressed phase)
   bool hasFeedback_ = false;
   // Scratch: the scaled gradient (count), and the shard's new m and p (until the collectives
   // succeeded).
   std::vector<float> scratch_;
   std::vector<float> shardScratch_;
+  std::vector<float> localScratch_;  // the local momentum being made (until the step succeeded)
+  bool reduced_ = false;             // reduce() ran, update() not yet
   mutable std::unique_ptr<Device> device_;
 };
 
