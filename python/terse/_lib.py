@@ -206,6 +206,8 @@ def _declare_sharded_onebit_adam(lib):
         "terse_sharded_onebit_adam_create": (i32, [sz, i32, i32, vp, c.POINTER(vp)]),
         "terse_sharded_onebit_adam_destroy": (None, [vp]),
         "terse_sharded_onebit_adam_step": (i32, [vp, vp, vp, vp, c.c_float]),
+        "terse_sharded_onebit_adam_reduce": (i32, [vp, vp, vp, vp]),
+        "terse_sharded_onebit_adam_update": (i32, [vp, vp, vp, vp, c.c_float]),
         "terse_sharded_onebit_adam_steps": (i64, [vp]),
         "terse_sharded_onebit_adam_frozen_at": (i64, [vp]),
         "terse_sharded_onebit_adam_shard": (i32, [vp, c.POINTER(sz), c.POINTER(sz)]),

@@ -31,9 +31,10 @@ import torch
 from . import _lib
 from ._lib import check
 
-__all__ = ["ShardedOneBitAdam", "combine"]
+__all__ = ["ShardedOneBitAdam", "FSDPShardedOneBitAdam", "combine"]
 
 _FORMAT = "terse.sharded_optim.ShardedOneBitAdam/1"
+_FSDP_FORMAT = "terse.sharded_optim.FSDPShardedOneBitAdam/1"
 
 
 class _Options(ctypes.Structure):
@@ -57,15 +58,26 @@ def _require_api():
 
 
 def combine(state_dicts):
-    """One world-size-independent state_dict from every saving rank's state_dict()."""
-    parts = []
+    """One state_dict from every saving rank's state_dict() (ShardedOneBitAdam's or
+    FSDPShardedOneBitAdam's), which every rank then loads."""
+    parts, units = [], {}
     for sd in state_dicts:
         ours = sd.get("terse") if isinstance(sd, dict) else None
-        if not isinstance(ours, dict) or ours.get("format") != _FORMAT:
-            raise ValueError(f"terse: not a ShardedOneBitAdam state_dict (format {_FORMAT!r})")
-        parts.extend(ours["parts"])
+        if not isinstance(ours, dict) or ours.get("format") not in (_FORMAT, _FSDP_FORMAT):
+            raise ValueError(f"terse: not a ShardedOneBitAdam state_dict (format {_FORMAT!r} "
+                             f"or {_FSDP_FORMAT!r})")
+        if ours["format"] != state_dicts[0]["terse"]["format"]:
+            raise ValueError("terse: combine() got state_dicts of two kinds of optimizer")
+        if ours["format"] == _FORMAT:
+            parts.extend(ours["parts"])
+        else:
+            for name, unit_parts in ours["units"].items():
+                units.setdefault(name, []).extend(unit_parts)
     out = dict(state_dicts[0])
-    out["terse"] = dict(state_dicts[0]["terse"], parts=parts)
+    if state_dicts[0]["terse"]["format"] == _FORMAT:
+        out["terse"] = dict(state_dicts[0]["terse"], parts=parts)
+    else:
+        out["terse"] = dict(state_dicts[0]["terse"], units=units)
     return out
 
 
@@ -261,3 +273,315 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
         self._free()
         self._handle = handle
         self.codec = ours["codec"]
+
+
+class _Unit:
+    """One FSDP unit's optimizer core (a C ShardedOneBitAdam over the unit's reduce-scatter
+    layout) and the reduce-scatter comm FSDP2 calls for it."""
+
+    def __init__(self, name, module, count, block, layout, handle):
+        self.name, self.module = name, module
+        self.count, self.block, self.layout = count, block, layout
+        self.handle = handle
+        self.reduced = torch.empty(block, dtype=torch.float32)
+        self.pending = False   # reduce() ran, update() not yet
+        self.calls = 0
+
+    @property
+    def params(self):
+        # Looked up each time: loading a state_dict may give FSDP2 new sharded parameters.
+        return [fp.sharded_param
+                for fp in self.module._get_fsdp_state()._fsdp_param_groups[0].fsdp_params]
+
+
+def _fsdp_comm_class():
+    # Imported late: terse.fsdp needs torch >= 2.8, and terse.sharded_optim must import without.
+    from . import fsdp
+
+    class _OptimizerReduceScatter(fsdp._Alloc, fsdp.ReduceScatter):
+        """FSDP2's gradient reduce-scatter for one unit, run by the optimizer's core: warm-up
+        averages the gradients uncompressed, afterwards the core's compressed reduce-scatter
+        (scaled gradients or local momenta, with the unit's error feedback). The result goes to
+        the unit's buffer the optimizer steps from, and to FSDP's output (hence p.grad): the
+        averaged gradient during warm-up, the core's reduced values (in its scaled units, not a
+        gradient) afterwards."""
+
+        def __init__(self, optimizer, unit):
+            self.optimizer, self.unit = optimizer, unit
+
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            opt, unit = self.optimizer, self.unit
+            comm = opt.communicator
+            fsdp._check_group(group, comm)
+            for t, what in ((input_tensor, "input"), (output_tensor, "output")):
+                if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
+                    raise TypeError(f"terse.sharded_optim: unit '{unit.name}': the gradient "
+                                    f"reduce-scatter's {what} is {t.dtype} on {t.device}; the "
+                                    f"sharded OneBitAdam reduces contiguous float32 host "
+                                    f"gradients (MixedPrecisionPolicy(reduce_dtype="
+                                    f"torch.float32))")
+            if input_tensor.numel() != unit.count or output_tensor.numel() != unit.block:
+                raise ValueError(f"terse.sharded_optim: unit '{unit.name}': FSDP2 reduce-"
+                                 f"scatters {input_tensor.numel()} -> {output_tensor.numel()} "
+                                 f"elements, the optimizer was built for {unit.count} -> "
+                                 f"{unit.block} (parameters changed after it was made?)")
+            kind, factor = fsdp._terse_op(op)
+            # The core averages; FSDP2 wants the average (AVG), the sum (SUM) or the sum of the
+            # inputs times f (PREMUL_SUM(f)) in its output.
+            scale = 1.0 if kind == "avg" else comm.size * (1.0 if factor is None else factor)
+
+            def call():
+                with comm._lock:
+                    check(_lib.lib().terse_sharded_onebit_adam_reduce(
+                        unit.handle, comm._h(), ctypes.c_void_p(input_tensor.data_ptr()),
+                        ctypes.c_void_p(unit.reduced.data_ptr())))
+            comm._in_order(call)
+            unit.pending = True
+            unit.calls += 1
+            output_tensor.copy_(unit.reduced)
+            if scale != 1.0:
+                output_tensor.mul_(scale)
+            return None
+
+    return _OptimizerReduceScatter
+
+
+class FSDPShardedOneBitAdam(torch.optim.Optimizer):
+    """ShardedOneBitAdam for a model under FSDP2 (``fully_shard``): the optimizer state is the
+    rank's FSDP shard's (m, v, frozen scales; with error feedback the unit's worker residual
+    and, with ``local_momentum``, the rank's own momentum over each unit), and the optimizer
+    takes over every unit's gradient reduce-scatter (FSDP2's ``set_custom_reduce_scatter``):
+    uncompressed averaging during warm-up, then the compressed reduce-scatter of ``codec``.
+    FSDP2 keeps all-gathering the (sharded, exact) weights itself, or terse does with
+    ``terse.fsdp.apply(model, weight_codec=...)`` called *before* this optimizer is made (its
+    reduce-scatter comms are replaced here; its all-gather comms stay).
+
+        for layer in model.layers: fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = FSDPShardedOneBitAdam(model, lr=3e-3, codec="onebit", error_feedback=True,
+                                    warmup_steps=60)
+        loss.backward(); opt.step(); opt.zero_grad()
+
+    One C core per FSDP unit over the unit's reduce-scatter layout (FSDP2 pads each parameter's
+    dim 0 to a multiple of the world size), so a unit's shard is exactly the shard FSDP2 gives
+    this rank. Units must be dim-0 sharded with one parameter group, float32 sharded parameters
+    on the CPU. One backward per step (gradient accumulation with
+    ``set_requires_gradient_sync(False)`` reduces once, which is fine). After the freeze
+    ``p.grad`` holds the core's reduced values in its scaled units, not a gradient: gradient
+    clipping on them means nothing (1-bit Adam has no clipping either). ``state_dict()`` holds
+    each unit's core; it loads at the same world size (another is refused with ValueError).
+    """
+
+    def __init__(self, model, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                 codec="int8", warmup_steps=100, error_feedback=False, local_momentum=None,
+                 communicator=None):
+        from . import fsdp
+        if not isinstance(lr, (int, float)) or lr < 0:
+            raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
+        if not isinstance(codec, str):
+            raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
+                            f"{type(codec).__name__}")
+        super().__init__(list(model.parameters()),
+                         dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+        if len(self.param_groups) != 1:
+            raise ValueError("terse: FSDPShardedOneBitAdam takes one parameter group")
+        if communicator is None:
+            from .ddp import default_communicator
+            communicator = default_communicator()
+        self.communicator = communicator
+        self.codec = codec
+        self._warmup = int(warmup_steps)
+        self._feedback = bool(error_feedback)
+        self._local = self._feedback if local_momentum is None else bool(local_momentum)
+        world, rank = communicator.size, communicator.rank
+        comm_class = _fsdp_comm_class()
+        self.units = []
+        covered = set()
+        for name, module in model.named_modules():
+            if not isinstance(module, fsdp.FSDPModule):
+                continue
+            shapes = fsdp.unit_shapes(module)
+            if shapes is None:
+                raise ValueError(f"terse: FSDP unit '{name}' is not laid out as "
+                                 f"FSDPShardedOneBitAdam reads (one parameter group, dim-0 "
+                                 f"sharding)")
+            if not shapes:
+                continue
+            fsdp_params = module._get_fsdp_state()._fsdp_param_groups[0].fsdp_params
+            for p in (fp.sharded_param for fp in fsdp_params):
+                if p.dtype != torch.float32 or p.device.type != "cpu":
+                    raise ValueError(f"terse: unit '{name}' has a {p.dtype} parameter on "
+                                     f"{p.device}; FSDPShardedOneBitAdam takes float32 CPU "
+                                     f"parameters (bf16 compute via MixedPrecisionPolicy is fine)")
+                covered.add(id(p))
+            layout, block = fsdp._rs_blocks(shapes, world)
+            unit = _Unit(name, module, world * block, block,
+                         [(rows, row, shape) for (rows, row, _), shape in zip(layout, shapes)],
+                         self._create(world * block))
+            off, length = ctypes.c_size_t(0), ctypes.c_size_t(0)
+            check(_lib.lib().terse_sharded_onebit_adam_shard(unit.handle, ctypes.byref(off),
+                                                             ctypes.byref(length)))
+            if (off.value, length.value) != (rank * block, block):
+                raise RuntimeError(f"terse: unit '{name}': the core's shard ({off.value}, "
+                                   f"{length.value}) is not FSDP2's ({rank * block}, {block})")
+            module.set_custom_reduce_scatter(comm_class(self, unit))
+            self.units.append(unit)
+        if not self.units:
+            raise ValueError("terse: FSDPShardedOneBitAdam: the model has no FSDP units; call "
+                             "fully_shard on its layers and on itself first")
+        missing = [i for i, p in enumerate(self.param_groups[0]["params"])
+                   if id(p) not in covered]
+        if missing:
+            raise ValueError(f"terse: parameters {missing} of the model belong to no FSDP unit "
+                             f"this optimizer can step")
+
+    def _create(self, count):
+        l = _require_api()
+        if getattr(l, "terse_sharded_onebit_adam_reduce", None) is None:
+            raise ImportError(f"terse: {_lib.library_path()} has no terse_sharded_onebit_adam_"
+                              f"reduce; rebuild libterse.so")
+        group = self.param_groups[0]
+        o = _Options()
+        l.terse_sharded_onebit_adam_options_default(ctypes.byref(o))
+        o.beta1, o.beta2 = (float(b) for b in group["betas"])
+        o.eps = float(group["eps"])
+        o.weight_decay = float(group["weight_decay"])
+        o.codec = self.codec.encode()
+        o.warmup_steps = self._warmup
+        o.error_feedback = 1 if self._feedback else 0
+        o.param_codec = b"none"
+        o.local_momentum = 1 if self._local else 0
+        handle = ctypes.c_void_p()
+        check(l.terse_sharded_onebit_adam_create(count, self.communicator.size,
+                                                 self.communicator.rank, ctypes.byref(o),
+                                                 ctypes.byref(handle)))
+        return handle
+
+    def __del__(self):
+        try:
+            for u in getattr(self, "units", []):
+                if u.handle is not None:
+                    _lib.lib().terse_sharded_onebit_adam_destroy(u.handle)
+                    u.handle = None
+        except Exception:  # interpreter shutdown
+            pass
+
+    def _locals(self, unit):
+        """(local tensor, rows of it, row length) of each of the unit's parameters' shards."""
+        out = []
+        for p, (rows, row, shape) in zip(unit.params, unit.layout):
+            local = p.to_local() if hasattr(p, "to_local") else p
+            out.append((local, rows, row))
+        return out
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        lr = float(self.param_groups[0]["lr"])
+        comm = self.communicator
+        for unit in self.units:
+            if not unit.pending:
+                if any(p.grad is not None for p in unit.params):
+                    raise RuntimeError(f"terse: unit '{unit.name}' has gradients that did not go "
+                                       f"through the optimizer's reduce-scatter (was "
+                                       f"set_custom_reduce_scatter, e.g. terse.fsdp.apply, "
+                                       f"called after the optimizer was made?)")
+                continue
+            flat = torch.zeros(unit.block, dtype=torch.float32)
+            at = 0
+            for local, rows, row in self._locals(unit):
+                n = local.numel()
+                flat[at:at + n].copy_(local.reshape(-1))
+                at += rows * row
+
+            def call():
+                with comm._lock:
+                    check(_lib.lib().terse_sharded_onebit_adam_update(
+                        unit.handle, comm._h(), ctypes.c_void_p(flat.data_ptr()),
+                        ctypes.c_void_p(unit.reduced.data_ptr()), lr))
+            comm._in_order(call)
+            unit.pending = False
+            at = 0
+            for local, rows, row in self._locals(unit):
+                n = local.numel()
+                local.copy_(flat[at:at + n].view_as(local))
+                at += rows * row
+        return loss
+
+    @property
+    def steps(self):
+        return max(int(_lib.lib().terse_sharded_onebit_adam_steps(u.handle)) for u in self.units)
+
+    @property
+    def frozen_at(self):
+        return int(_lib.lib().terse_sharded_onebit_adam_frozen_at(self.units[0].handle))
+
+    @property
+    def state_bytes(self):
+        """Bytes of optimizer state on this rank over every unit."""
+        return sum(int(_lib.lib().terse_sharded_onebit_adam_state_bytes(u.handle))
+                   for u in self.units)
+
+    def state_dict(self):
+        """torch's optimizer state_dict plus "terse": every unit's core (this rank's part). Save
+        one per rank; every rank loads combine() of all of them."""
+        l = _lib.lib()
+        units = {}
+        for u in self.units:
+            size = ctypes.c_size_t(0)
+            check(l.terse_sharded_onebit_adam_serialize(u.handle, None, ctypes.byref(size)))
+            buf = ctypes.create_string_buffer(size.value)
+            check(l.terse_sharded_onebit_adam_serialize(u.handle, buf, ctypes.byref(size)))
+            units[u.name] = [torch.frombuffer(bytearray(buf.raw[:size.value]),
+                                              dtype=torch.uint8)]
+        sd = super().state_dict()
+        sd["terse"] = {"format": _FSDP_FORMAT, "codec": self.codec,
+                       "rank": self.communicator.rank, "world_size": self.communicator.size,
+                       "units": units}
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Loads combine() of every saving rank's state_dict(), saved at this world size (FSDP2
+        pads each unit per world size, so another world size is refused with ValueError)."""
+        state_dict = dict(state_dict)
+        ours = state_dict.pop("terse", None)
+        comm = self.communicator
+        if not isinstance(ours, dict) or ours.get("format") != _FSDP_FORMAT:
+            raise ValueError(f"terse: not an FSDPShardedOneBitAdam state_dict (format "
+                             f"{_FSDP_FORMAT!r})")
+        if ours.get("world_size") != comm.size:
+            raise ValueError(f"terse: this state_dict was saved at world size "
+                             f"{ours.get('world_size')}; FSDPShardedOneBitAdam loads at the same "
+                             f"world size only ({comm.size} here)")
+        names = {u.name for u in self.units}
+        if set(ours["units"]) != names:
+            raise ValueError(f"terse: the state_dict's units {sorted(ours['units'])} are not "
+                             f"this model's {sorted(names)}")
+        made = {}
+        l = _lib.lib()
+        try:
+            for u in self.units:
+                blobs = [t.numpy().tobytes() for t in ours["units"][u.name]]
+                if len(blobs) != comm.size:
+                    raise ValueError(f"terse: unit '{u.name}' has {len(blobs)} ranks' parts; "
+                                     f"pass combine() of every saving rank's state_dict")
+                keep = [ctypes.create_string_buffer(b, len(b)) for b in blobs]
+                ptrs = (ctypes.c_void_p * len(keep))(
+                    *[ctypes.cast(k, ctypes.c_void_p) for k in keep])
+                sizes = (ctypes.c_size_t * len(keep))(*[len(b) for b in blobs])
+                handle = ctypes.c_void_p()
+                check(l.terse_sharded_onebit_adam_deserialize(ptrs, sizes, len(keep), comm.size,
+                                                              comm.rank, ctypes.byref(handle)))
+                made[u.name] = handle
+        except Exception:
+            for h in made.values():
+                l.terse_sharded_onebit_adam_destroy(h)
+            raise
+        super().load_state_dict(state_dict)
+        for u in self.units:
+            l.terse_sharded_onebit_adam_destroy(u.handle)
+            u.handle = made[u.name]
+            u.pending = False

@@ -42,15 +42,28 @@ import adam_task  # noqa: E402  (the text, the model, the port picker)
 
 SKIP = 77
 RESUME = 5   # steps after the checkpoint in onebit-ef's resume check
-RUNS = ["fsdp", "none", "int8", "mxfp8", "int8-w8", "bf16-int8", "onebit-ef", "broken"]
-WITHIN = {"none", "int8", "mxfp8", "bf16-int8"}
+RUNS = ["fsdp", "none", "int8", "mxfp8", "int8-w8", "bf16-int8", "onebit-ef", "broken",
+        "sharded-onebit", "sharded-int8", "sharded-onebit-noef"]
+WITHIN = {"none", "int8", "mxfp8", "bf16-int8", "sharded-int8"}
+# terse.sharded_optim.FSDPShardedOneBitAdam (the optimizer takes over the reduce-scatter): onebit
+# with error feedback and local momentum, bounded at --sharded-tolerance (2%) as the issue asks.
+# (codec, error feedback, local momentum). sharded-onebit-noef is compression broken (onebit
+# without error feedback): it must miss that bound. sharded-onebit-grad (onebit + error feedback
+# sending gradients, local_momentum=False) is not in the default runs; docs/optim.md has its figure.
+SHARDED = {"sharded-onebit": ("onebit", True, True), "sharded-int8": ("int8", False, False),
+           "sharded-onebit-noef": ("onebit", False, False),
+           "sharded-onebit-grad": ("onebit", True, False)}
+SHARDED_BROKEN = {"sharded-onebit-noef"}
+SHARDED_WARMUP = 30
 # Weights all-gathered with int8 change every forward and backward, not only the gradients'
 # average: checked against the looser --weight-tolerance (2.8% above the baseline when measured
 # on 2026-11-28, docs/pytorch.md).
 WEIGHTS = {"int8-w8"}
 CODECS = {"none": ("none", "none"), "int8": ("int8", "none"), "mxfp8": ("mxfp8", "none"),
           "int8-w8": ("int8", "int8"), "bf16-int8": ("int8", "none"),
-          "onebit-ef": ("onebit", "none"), "broken": ("int8", "none")}
+          "onebit-ef": ("onebit", "none"), "broken": ("int8", "none"),
+          "sharded-onebit": ("none", "none"), "sharded-int8": ("none", "none"),
+          "sharded-onebit-noef": ("none", "none"), "sharded-onebit-grad": ("none", "none")}
 
 
 def worker(args):
@@ -62,6 +75,7 @@ def worker(args):
 
     import terse.ddp
     import terse.fsdp
+    from terse.sharded_optim import FSDPShardedOneBitAdam, combine
 
     class Broken(terse.fsdp.TerseReduceScatter):
         """int8, with the reduced gradient's sign flipped: what a broken codec could do."""
@@ -110,7 +124,16 @@ def worker(args):
                 ag = Recording(state.communicator, weight_codec, name=unit)
                 model.get_submodule(unit).set_custom_all_gather(ag)
                 state.units[i] = (unit, rs, ag)
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+        if name in SHARDED:
+            # terse.fsdp.apply first (its all-gathers stay, hashed above); the optimizer then
+            # takes over every unit's reduce-scatter.
+            codec, feedback, local = SHARDED[name]
+            opt = FSDPShardedOneBitAdam(model, lr=args.lr, weight_decay=0.01, codec=codec,
+                                        error_feedback=feedback, local_momentum=local,
+                                        warmup_steps=SHARDED_WARMUP,
+                                        communicator=state.communicator)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
         gen = torch.Generator().manual_seed(7 + rank)
 
         def train(steps):
@@ -146,7 +169,14 @@ def worker(args):
         r = {"held_out": held_out_loss(reference), "train_last": loss.item(),
              "identical": all(torch.equal(g, gathered[0]) for g in gathered),
              "gathers_identical": len(set(digests)) == 1, "seconds": seconds}
-        if state is not None:
+        if name in SHARDED:
+            by_unit = {u.name: u.calls for u in opt.units}
+            r["calls"] = {u: [by_unit.get(u, 0), ag.calls] for u, _, ag in state.units
+                          if u in by_unit}
+            r["state_bytes"] = opt.state_bytes
+            r["frozen_at"] = opt.frozen_at
+            r["param_count"] = sum(p.numel() for p in reference.parameters())
+        elif state is not None:
             r["calls"] = {u: [rs.calls, ag.calls] for u, rs, ag in state.units}
             r["residual_bytes"] = state.residual_bytes()
             # What the states really hold: each checkpoint's length less its fixed 48 bytes and
@@ -156,6 +186,30 @@ def worker(args):
                 for _, rs, _ in state.units if rs.feedback is not None)
             r["unit_counts"] = {u: rs.feedback.count if rs.feedback is not None else 0
                                 for u, rs, _ in state.units}
+        if name == "sharded-onebit":
+            # The sharded optimizer's checkpoint: every rank's file, combine()d, resumed for
+            # RESUME steps, must repeat the continued run bit for bit.
+            path = os.path.join(args.work, f"sharded-{rank}.pt")
+            torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                        "gen": gen.get_state()}, path)
+            dist.barrier()
+            train(RESUME)
+            continued = local_weights()
+            ckpts = [torch.load(os.path.join(args.work, f"sharded-{k}.pt"), weights_only=True)
+                     for k in range(world)]
+            model.load_state_dict(ckpts[rank]["model"])
+            opt.load_state_dict(combine([c["optim"] for c in ckpts]))
+            gen.set_state(ckpts[rank]["gen"])
+            train(RESUME)
+            exact = torch.equal(local_weights(), continued)
+            # The same without loading the optimizer (its state has moved on) must differ, or
+            # the check could not tell whether the state was restored.
+            model.load_state_dict(ckpts[rank]["model"])
+            gen.set_state(ckpts[rank]["gen"])
+            train(RESUME)
+            flags = torch.tensor([int(exact), int(not torch.equal(local_weights(), continued))])
+            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+            r["resume_exact"] = bool(flags[0]) and bool(flags[1])
         if name == "onebit-ef":
             # Checkpoint: the residuals through torch.save/load (weights_only) with the model,
             # the optimizer and the data position; RESUME more steps from it must repeat the
@@ -304,10 +358,18 @@ def drive(args):
     base = results["fsdp"]["held_out"]
     limit = base * (1 + args.tolerance)
     failures = list(comm_failures)
-    print(f"{'run':<10} {'held-out':>9} {'vs fsdp':>8} {'train':>7} {'seconds':>8}  residual B")
+    print(f"{'run':<19} {'held-out':>9} {'vs fsdp':>8} {'train':>7} {'seconds':>8}  residual B / "
+          f"optimizer state B per rank")
     for name, r in results.items():
-        print(f"{name:<10} {r['held_out']:9.4f} {r['held_out'] / base:8.4f} "
-              f"{r['train_last']:7.3f} {r['seconds']:8.1f}  {r.get('residual_bytes', '-')}")
+        extra = ""
+        if "state_bytes" in r:
+            # OneBitAdam (DDP) keeps m, v and the worker residual for every parameter and a
+            # server residual for 1/world of them.
+            full = 4 * (3 * r["param_count"] + -(-r["param_count"] // args.world))
+            extra = f" / {r['state_bytes']} ({r['state_bytes'] / full:.3f}x OneBitAdam's {full})"
+            r["state_ratio"] = r["state_bytes"] / full
+        print(f"{name:<19} {r['held_out']:9.4f} {r['held_out'] / base:8.4f} "
+              f"{r['train_last']:7.3f} {r['seconds']:8.1f}  {r.get('residual_bytes', '-')}{extra}")
         if not r["identical"]:
             failures.append(f"{name}: the ranks' full weights differ")
         if not r["gathers_identical"]:
@@ -315,6 +377,22 @@ def drive(args):
         if name in WITHIN and r["held_out"] > limit:
             failures.append(f"{name} ends at {r['held_out']:.4f}, more than "
                             f"{args.tolerance:.0%} above FSDP2's {base:.4f}")
+        if name in SHARDED_BROKEN and r["held_out"] <= base * (1 + args.sharded_tolerance):
+            failures.append(f"{name} (onebit without error feedback) ends at "
+                            f"{r['held_out']:.4f}, within {args.sharded_tolerance:.0%} of FSDP2's "
+                            f"{base:.4f}: the sharded bound cannot tell broken compression")
+        elif name in SHARDED.keys() - SHARDED_BROKEN - {"sharded-onebit-grad"} and \
+                r["held_out"] > base * (1 + args.sharded_tolerance):
+            failures.append(f"{name} ends at {r['held_out']:.4f}, more than "
+                            f"{args.sharded_tolerance:.0%} above FSDP2's {base:.4f}")
+        if name == "sharded-int8" and not r["state_ratio"] < 0.3:
+            failures.append(f"sharded-int8 keeps {r['state_ratio']:.3f}x OneBitAdam's optimizer "
+                            f"state, not about 1/{args.world}")
+        if name == "sharded-onebit" and not r.get("resume_exact"):
+            failures.append("sharded-onebit: resuming from every rank's checkpoint (model, "
+                            "FSDPShardedOneBitAdam) did not repeat the continued run bit for bit")
+        if name in SHARDED and r.get("frozen_at") != SHARDED_WARMUP:
+            failures.append(f"{name}: froze at step {r.get('frozen_at')}, not {SHARDED_WARMUP}")
         if name in WEIGHTS and r["held_out"] > base * (1 + args.weight_tolerance):
             failures.append(f"{name} ends at {r['held_out']:.4f}, more than "
                             f"{args.weight_tolerance:.0%} above FSDP2's {base:.4f}")
@@ -371,6 +449,7 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--tolerance", type=float, default=0.01)
     p.add_argument("--weight-tolerance", type=float, default=0.05)
+    p.add_argument("--sharded-tolerance", type=float, default=0.02)
     p.add_argument("--timeout", type=int, default=500)
     args = p.parse_args()
     {"drive": drive, "worker": worker}[args.mode](args)
