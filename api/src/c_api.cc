@@ -829,4 +829,23 @@ terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts, c
   });
 }
 
+terse_status_t terse_sharded_onebit_adam_deserialize_remapped(const void* const* parts,
+                                                              const size_t* sizes, size_t num_parts,
+                                                              int world_size, int rank,
+                                                              size_t count, const int64_t* source,
+                                                              terse_sharded_onebit_adam_t** adam) {
+  TERSE_REQUIRE(parts, "terse_sharded_onebit_adam_deserialize_remapped: parts");
+  TERSE_REQUIRE(sizes, "terse_sharded_onebit_adam_deserialize_remapped: sizes");
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_deserialize_remapped: adam");
+  return guarded([&] {
+    std::vector<std::pair<const void*, size_t>> views;
+    for (size_t i = 0; i < num_parts; ++i) views.emplace_back(parts[i], sizes[i]);
+    auto made =
+        terse::ShardedOneBitAdam::deserializeRemapped(views, world_size, rank, count, source);
+    if (!made.isOk()) return fail(made.status());
+    *adam = new terse_sharded_onebit_adam{std::move(made).value()};
+    return done(terse::Status::ok());
+  });
+}
+
 }  // extern "C"

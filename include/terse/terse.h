@@ -237,9 +237,9 @@ typedef struct terse_sharded_onebit_adam_options {
   int64_t warmup_steps;    /* >= 1 */
   int error_feedback;      /* nonzero: keep the worker residual (onebit/topk); default 0 */
   const char* param_codec; /* the parameter all-gather's codec after warm-up (NULL: "none") */
-  int local_momentum; /* nonzero: send each rank's own momentum, not its gradient (what keeps
-                         onebit + error feedback stable, docs/optim.md); default 0. Added after
-                         the first release: a struct that ends before it is still accepted. */
+  int local_momentum;      /* nonzero: send each rank's own momentum, not its gradient (what keeps
+                              onebit + error feedback stable, docs/optim.md); default 0. Added after
+                              the first release: a struct that ends before it is still accepted. */
 } terse_sharded_onebit_adam_options_t;
 
 void terse_sharded_onebit_adam_options_default(terse_sharded_onebit_adam_options_t* options);
@@ -274,6 +274,14 @@ terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_ad
 terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts, const size_t* sizes,
                                                      size_t num_parts, int world_size, int rank,
                                                      terse_sharded_onebit_adam_t** adam);
+/* The same where the element order depends on the world size (FSDP2's padded layout): the new
+ * state has `count` elements, element k from the saved tensor's element source[k] (-1: new
+ * padding, zero state); local momenta and worker residuals become the old ranks' average. */
+terse_status_t terse_sharded_onebit_adam_deserialize_remapped(const void* const* parts,
+                                                              const size_t* sizes, size_t num_parts,
+                                                              int world_size, int rank,
+                                                              size_t count, const int64_t* source,
+                                                              terse_sharded_onebit_adam_t** adam);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -406,8 +406,9 @@ Status ShardedOneBitAdam::reduce(Communicator& comm, const float* grads, float* 
   TERSE_RETURN_IF_ERROR(checkStepArguments(comm, reduced, grads, 0.0f, "reduce", true));
   Status bad;
   if (device::isDeviceMemory(grads) || (device_ && device_->current))
-    bad = errorUnsupported("ShardedOneBitAdam::reduce: host memory only (step() takes device "
-                           "buffers)");
+    bad = errorUnsupported(
+        "ShardedOneBitAdam::reduce: host memory only (step() takes device "
+        "buffers)");
   else if (options_.paramCodec != "none")
     bad = errorInvalidArgument(
         "ShardedOneBitAdam::reduce: parameter codec '%s' needs step(), which runs the parameter "
@@ -431,8 +432,8 @@ Status ShardedOneBitAdam::reduce(Communicator& comm, const float* grads, float* 
     CollectiveOptions co;
     co.codec = options_.codec;
     co.feedback = hasFeedback_ ? &feedback_ : nullptr;
-    Status s = comm.reduceScatter(scratch_.data(), reduced, n, DataType::kFloat32, ReduceOp::kAvg,
-                                  co);
+    Status s =
+        comm.reduceScatter(scratch_.data(), reduced, n, DataType::kFloat32, ReduceOp::kAvg, co);
     if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
     if (options_.localMomentum) localM_.swap(scratch_);
   }
@@ -542,8 +543,8 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
   auto* x = static_cast<float*>(d.x.data());
   const auto* e = static_cast<const int8_t*>(d.exps.data());
   if (o.localMomentum)
-    TERSE_RETURN_IF_ERROR(optim::cuda::localMomentum(
-        x, static_cast<const float*>(d.localM.data()), grads, e, n, o.beta1, stream));
+    TERSE_RETURN_IF_ERROR(optim::cuda::localMomentum(x, static_cast<const float*>(d.localM.data()),
+                                                     grads, e, n, o.beta1, stream));
   else
     TERSE_RETURN_IF_ERROR(optim::cuda::scaleGradient(x, grads, e, n, stream));
   co.codec = o.codec;
@@ -615,9 +616,12 @@ std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   return w.finish();
 }
 
-Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
-    const std::vector<std::pair<const void*, size_t>>& parts, int worldSize, int rank) {
-  const char* what = "ShardedOneBitAdam checkpoint";
+namespace {
+
+// Every saving rank's part, parsed and checked to be one run's (same options, step, scales; each
+// rank once), in rank order.
+Result<std::vector<Part>> parseRun(const std::vector<std::pair<const void*, size_t>>& parts,
+                                   const char* what) {
   if (parts.empty()) return errorInvalidArgument("%s: no parts given", what);
   std::vector<Part> old;
   for (const auto& [bytes, size] : parts) {
@@ -630,21 +634,34 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
   if (static_cast<size_t>(oldWorld) != old.size())
     return errorInvalidArgument("%s: saved by %d ranks, %zu parts given (pass every rank's)", what,
                                 oldWorld, old.size());
-  std::vector<const Part*> byRank(oldWorld, nullptr);
+  std::vector<int> seen(oldWorld, 0);
   for (const Part& p : old) {
     const ShardedOneBitAdamOptions &a = p.o, &b = first.o;
     bool same = p.world == oldWorld && p.count == first.count && p.steps == first.steps &&
                 p.frozenAt == first.frozenAt && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
                 a.eps == b.eps && a.weightDecay == b.weightDecay &&
                 a.warmupSteps == b.warmupSteps && a.errorFeedback == b.errorFeedback &&
-                a.localMomentum == b.localMomentum &&
-                a.codec == b.codec && a.paramCodec == b.paramCodec && p.exps == first.exps &&
+                a.localMomentum == b.localMomentum && a.codec == b.codec &&
+                a.paramCodec == b.paramCodec && p.exps == first.exps &&
                 p.master.empty() == first.master.empty();
     if (!same)
       return errorInvalidArgument("%s: the parts disagree (not one run's checkpoint)", what);
-    if (byRank[p.rank]) return errorInvalidArgument("%s: rank %d's part given twice", what, p.rank);
-    byRank[p.rank] = &p;
+    if (seen[p.rank]++) return errorInvalidArgument("%s: rank %d's part given twice", what, p.rank);
   }
+  std::sort(old.begin(), old.end(), [](const Part& x, const Part& y) { return x.rank < y.rank; });
+  return old;
+}
+
+}  // namespace
+
+Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
+    const std::vector<std::pair<const void*, size_t>>& parts, int worldSize, int rank) {
+  const char* what = "ShardedOneBitAdam checkpoint";
+  TERSE_ASSIGN_OR_RETURN(std::vector<Part> old, parseRun(parts, what));
+  const Part& first = old[0];
+  const int oldWorld = first.world;
+  std::vector<const Part*> byRank;
+  for (const Part& p : old) byRank.push_back(&p);
   auto made = create(first.count, worldSize, rank, first.o);
   if (!made.isOk()) return made.status().withContext(what);
   ShardedOneBitAdam a = std::move(made).value();
@@ -696,6 +713,74 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
     }
     if (any && scale != 1.0f)
       for (size_t k = 0; k < a.count_; ++k) dst[k] *= scale;
+  }
+  return a;
+}
+
+Result<ShardedOneBitAdam> ShardedOneBitAdam::deserializeRemapped(
+    const std::vector<std::pair<const void*, size_t>>& parts, int worldSize, int rank, size_t count,
+    const int64_t* source) {
+  const char* what = "ShardedOneBitAdam checkpoint";
+  TERSE_ASSIGN_OR_RETURN(std::vector<Part> old, parseRun(parts, what));
+  const Part& first = old[0];
+  const size_t oldCount = first.count;
+  if (count > 0 && !source) return errorInvalidArgument("%s: null element map", what);
+  for (size_t k = 0; k < count; ++k)
+    if (source[k] < -1 || source[k] >= static_cast<int64_t>(oldCount))
+      return errorInvalidArgument(
+          "%s: element %zu maps to %lld, outside the saved tensor's %zu elements (or -1)", what, k,
+          static_cast<long long>(source[k]), oldCount);
+  auto made = create(count, worldSize, rank, first.o);
+  if (!made.isOk()) return made.status().withContext(what);
+  ShardedOneBitAdam a = std::move(made).value();
+  a.steps_ = first.steps;
+  a.frozenAt_ = first.frozenAt;
+  // The saved tensor whole (its shards laid end to end), then every new element from its source.
+  std::vector<float> m(oldCount), v(oldCount), master(first.master.empty() ? 0 : oldCount);
+  for (const Part& p : old) {
+    std::copy(p.m.begin(), p.m.end(), m.begin() + p.offset);
+    std::copy(p.v.begin(), p.v.end(), v.begin() + p.offset);
+    if (!master.empty()) std::copy(p.master.begin(), p.master.end(), master.begin() + p.offset);
+  }
+  if (!master.empty()) a.master_.assign(a.m_.size(), 0.0f);
+  for (size_t i = 0; i < a.m_.size(); ++i) {
+    const int64_t from = source[a.offset_ + i];
+    if (from < 0) continue;  // new padding: no gradient yet, zero state
+    a.m_[i] = m[from];
+    a.v_[i] = v[from];
+    if (!master.empty()) a.master_[i] = master[from];
+  }
+  if (!first.exps.empty()) {
+    a.scaleExp_.resize(count);
+    for (size_t k = 0; k < count; ++k)
+      a.scaleExp_[k] =
+          source[k] < 0 ? static_cast<int8_t>(optim::kAdamNoGradientExp) : first.exps[source[k]];
+  }
+  // Local momenta and worker residuals: every new rank takes the old ranks' average, which keeps
+  // the average the next reduce-scatter injects (their sum over the new ranks, divided by them).
+  const float inv = 1.0f / static_cast<float>(old.size());
+  auto averaged = [&](auto valuesOf, float* dst) {
+    std::vector<float> sum(oldCount, 0.0f);
+    for (const Part& p : old) {
+      const float* src = valuesOf(p);
+      for (size_t k = 0; k < oldCount; ++k) sum[k] += src[k];
+    }
+    for (size_t k = 0; k < count; ++k) dst[k] = source[k] < 0 ? 0.0f : sum[source[k]] * inv;
+  };
+  if (!first.localM.empty()) {
+    a.localM_.assign(count, 0.0f);
+    averaged([](const Part& p) { return p.localM.data(); }, a.localM_.data());
+  }
+  if (a.hasFeedback_) {
+    std::vector<ErrorFeedback> fbs;
+    for (const Part& p : old) {
+      auto fb = ErrorFeedback::deserialize(p.feedback.data(), p.feedback.size());
+      if (!fb.isOk()) return fb.status().withContext(what);
+      TERSE_RETURN_IF_ERROR(fb->checkCompatible(first.o.codec, oldCount).withContext(what));
+      fbs.push_back(std::move(fb).value());
+    }
+    averaged([&](const Part& p) { return static_cast<const float*>(fbs[p.rank].worker()); },
+             a.feedback_.worker());
   }
   return a;
 }

@@ -215,6 +215,9 @@ def _declare_sharded_onebit_adam(lib):
         "terse_sharded_onebit_adam_serialize": (i32, [vp, vp, c.POINTER(sz)]),
         "terse_sharded_onebit_adam_deserialize":
             (i32, [c.POINTER(vp), c.POINTER(sz), sz, i32, i32, c.POINTER(vp)]),
+        "terse_sharded_onebit_adam_deserialize_remapped":
+            (i32, [c.POINTER(vp), c.POINTER(sz), sz, i32, i32, sz, c.POINTER(i64),
+                   c.POINTER(vp)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name, None)

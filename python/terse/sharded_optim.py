@@ -369,7 +369,8 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
     ``set_requires_gradient_sync(False)`` reduces once, which is fine). After the freeze
     ``p.grad`` holds the core's reduced values in its scaled units, not a gradient: gradient
     clipping on them means nothing (1-bit Adam has no clipping either). ``state_dict()`` holds
-    each unit's core; it loads at the same world size (another is refused with ValueError).
+    this rank's part of each unit's core; every rank loads ``combine()`` of all ranks' parts, at
+    the same or another world size.
     """
 
     def __init__(self, model, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
@@ -540,22 +541,25 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
         sd = super().state_dict()
         sd["terse"] = {"format": _FSDP_FORMAT, "codec": self.codec,
                        "rank": self.communicator.rank, "world_size": self.communicator.size,
-                       "units": units}
+                       "units": units,
+                       "shapes": {u.name: [list(shape) for _, _, shape in u.layout]
+                                  for u in self.units}}
         return sd
 
     def load_state_dict(self, state_dict):
-        """Loads combine() of every saving rank's state_dict(), saved at this world size (FSDP2
-        pads each unit per world size, so another world size is refused with ValueError)."""
+        """Loads combine() of every saving rank's state_dict(), at this or another world size.
+        FSDP2 lays a unit's elements out per world size (each parameter's dim 0 padded to a
+        multiple of it), so at another world size each unit's state is moved element by element
+        (terse.fsdp's rs_to_params / params_to_rs): moments and scales with their parameters,
+        local momenta and residuals as the old ranks' average."""
         state_dict = dict(state_dict)
         ours = state_dict.pop("terse", None)
         comm = self.communicator
         if not isinstance(ours, dict) or ours.get("format") != _FSDP_FORMAT:
             raise ValueError(f"terse: not an FSDPShardedOneBitAdam state_dict (format "
                              f"{_FSDP_FORMAT!r})")
-        if ours.get("world_size") != comm.size:
-            raise ValueError(f"terse: this state_dict was saved at world size "
-                             f"{ours.get('world_size')}; FSDPShardedOneBitAdam loads at the same "
-                             f"world size only ({comm.size} here)")
+        from . import fsdp
+        saved_world = ours.get("world_size")
         names = {u.name for u in self.units}
         if set(ours["units"]) != names:
             raise ValueError(f"terse: the state_dict's units {sorted(ours['units'])} are not "
@@ -565,16 +569,36 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
         try:
             for u in self.units:
                 blobs = [t.numpy().tobytes() for t in ours["units"][u.name]]
-                if len(blobs) != comm.size:
-                    raise ValueError(f"terse: unit '{u.name}' has {len(blobs)} ranks' parts; "
-                                     f"pass combine() of every saving rank's state_dict")
+                if len(blobs) != saved_world:
+                    raise ValueError(f"terse: unit '{u.name}' has {len(blobs)} ranks' parts of "
+                                     f"a run of {saved_world}; pass combine() of every saving "
+                                     f"rank's state_dict")
                 keep = [ctypes.create_string_buffer(b, len(b)) for b in blobs]
                 ptrs = (ctypes.c_void_p * len(keep))(
                     *[ctypes.cast(k, ctypes.c_void_p) for k in keep])
                 sizes = (ctypes.c_size_t * len(keep))(*[len(b) for b in blobs])
                 handle = ctypes.c_void_p()
-                check(l.terse_sharded_onebit_adam_deserialize(ptrs, sizes, len(keep), comm.size,
-                                                              comm.rank, ctypes.byref(handle)))
+                shapes = [tuple(shape) for _, _, shape in u.layout]
+                if saved_world == comm.size:
+                    check(l.terse_sharded_onebit_adam_deserialize(
+                        ptrs, sizes, len(keep), comm.size, comm.rank, ctypes.byref(handle)))
+                else:
+                    saved_shapes = ours.get("shapes", {}).get(u.name)
+                    if saved_shapes is None or [tuple(x) for x in saved_shapes] != shapes:
+                        raise ValueError(f"terse: unit '{u.name}': its parameters' shapes "
+                                         f"changed since the save ({saved_shapes} -> "
+                                         f"{[list(x) for x in shapes]})")
+                    _, old_block = fsdp._rs_blocks(shapes, saved_world)
+                    where = fsdp.rs_to_params(torch.arange(saved_world * old_block),
+                                              shapes, saved_world)
+                    source = (fsdp.params_to_rs(where + 1, shapes, comm.size) - 1).contiguous()
+                    if source.numel() != u.count:
+                        raise RuntimeError(f"terse: unit '{u.name}': {source.numel()} mapped "
+                                           f"elements for a core of {u.count}")
+                    check(l.terse_sharded_onebit_adam_deserialize_remapped(
+                        ptrs, sizes, len(keep), comm.size, comm.rank, u.count,
+                        ctypes.cast(source.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
+                        ctypes.byref(handle)))
                 made[u.name] = handle
         except Exception:
             for h in made.values():

@@ -135,6 +135,15 @@ class ShardedOneBitAdam {
   std::vector<uint8_t> serialize() const;
   static Result<ShardedOneBitAdam> deserialize(
       const std::vector<std::pair<const void*, size_t>>& parts, int worldSize, int rank);
+  // The same for a caller whose element order changes with the world size (FSDP2 pads every
+  // parameter's dim 0 to a multiple of it): the new state has `count` elements, element k taken
+  // from the saved tensor's element source[k], or a fresh zero state where source[k] is -1 (new
+  // padding). Moments, the master shard and the scales move with their elements; local momenta
+  // and worker residuals become the old ranks' average on every new rank (the average the next
+  // reduce-scatter injects stays the same).
+  static Result<ShardedOneBitAdam> deserializeRemapped(
+      const std::vector<std::pair<const void*, size_t>>& parts, int worldSize, int rank,
+      size_t count, const int64_t* source);
 
  private:
   struct Device;
@@ -172,7 +181,7 @@ class ShardedOneBitAdam {
   mutable std::vector<float> v_;       // shard (frozen after warm-up)
   std::vector<int8_t> scaleExp_;       // whole tensor, set at the freeze (empty before)
   mutable std::vector<float> master_;  // fp32 shard of the parameters (compressed all-gather only)
-  mutable std::vector<float> localM_;       // whole tensor, this rank's own momentum (localMomentum)
+  mutable std::vector<float> localM_;  // whole tensor, this rank's own momentum (localMomentum)
   ErrorFeedback feedback_;             // whole tensor's worker residual (compressed phase)
   bool hasFeedback_ = false;
   // Scratch: the scaled gradient (count), and the shard's new m and p (until the collectives
