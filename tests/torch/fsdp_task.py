@@ -63,7 +63,7 @@ SHARDED = {"sharded-onebit": ("onebit", True, True), "sharded-int8": ("int8", Fa
            "sharded-onebit-noef": ("onebit", False, False),
            "sharded-onebit-grad": ("onebit", True, False)}
 SHARDED_BROKEN = {"sharded-onebit-noef"}
-SHARDED_WARMUP = 30
+SHARDED_WARMUP = 30   # --sharded-warmup
 # After sharded-onebit's checkpoint: CONTINUE steps on every topic's data at once (the same global
 # batch at any world size), the held-out loss every CONTINUE_EVERY, at 4 ranks and resumed at 2.
 CONTINUE, CONTINUE_EVERY, RESUME_WORLD = 20, 5, 2
@@ -172,7 +172,7 @@ def worker(args):
             codec, feedback, local = SHARDED[name]
             opt = FSDPShardedOneBitAdam(model, lr=args.lr, weight_decay=0.01, codec=codec,
                                         error_feedback=feedback, local_momentum=local,
-                                        warmup_steps=SHARDED_WARMUP,
+                                        warmup_steps=args.sharded_warmup,
                                         communicator=state.communicator)
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -322,7 +322,8 @@ def resume(args):
     codec, feedback, local = SHARDED["sharded-onebit"]
     opt = FSDPShardedOneBitAdam(model, lr=args.lr, weight_decay=0.01, codec=codec,
                                 error_feedback=feedback, local_momentum=local,
-                                warmup_steps=SHARDED_WARMUP, communicator=state.communicator)
+                                warmup_steps=args.sharded_warmup,
+                                communicator=state.communicator)
     full = torch.load(os.path.join(args.work, "sharded-full.pt"), weights_only=True)
     mine = model.state_dict()
     model.load_state_dict({k: distribute_tensor(full[k], mesh, v.placements)
@@ -417,7 +418,8 @@ def launch(args, worker_args):
            "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(args.work, "logs"),
            os.path.abspath(__file__)] + worker_args + [
            "--work", args.work, "--steps", str(args.steps), "--lr", str(args.lr),
-           "--ctx", str(args.ctx), "--batch", str(args.batch)]
+           "--ctx", str(args.ctx), "--batch", str(args.batch),
+           "--sharded-warmup", str(args.sharded_warmup)]
     print("+", " ".join(cmd), flush=True)
     try:
         done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
@@ -493,8 +495,9 @@ def drive(args):
         if name == "sharded-onebit" and not r.get("resume_exact"):
             failures.append("sharded-onebit: resuming from every rank's checkpoint (model, "
                             "FSDPShardedOneBitAdam) did not repeat the continued run bit for bit")
-        if name in SHARDED and r.get("frozen_at") != SHARDED_WARMUP:
-            failures.append(f"{name}: froze at step {r.get('frozen_at')}, not {SHARDED_WARMUP}")
+        expect = args.sharded_warmup if args.sharded_warmup <= args.steps else 0
+        if name in SHARDED and r.get("frozen_at") != expect:
+            failures.append(f"{name}: froze at step {r.get('frozen_at')}, not {expect}")
         if name in WEIGHTS and r["held_out"] > base * (1 + args.weight_tolerance):
             failures.append(f"{name} ends at {r['held_out']:.4f}, more than "
                             f"{args.weight_tolerance:.0%} above FSDP2's {base:.4f}")
@@ -559,9 +562,9 @@ def check_resume(args, four):
           f"every {CONTINUE_EVERY} steps {['%.4f' % x for x in two['curve']]} against the 4 "
           f"ranks' {['%.4f' % x for x in four['curve']]} (checkpoint {four['held_out']:.4f}, "
           f"reloaded {two['start']:.4f})")
-    if two["frozen_at"] != SHARDED_WARMUP or two["steps"] != args.steps:
+    if two["frozen_at"] != args.sharded_warmup or two["steps"] != args.steps:
         failures.append(f"the resumed optimizer is at step {two['steps']} frozen at "
-                        f"{two['frozen_at']}, not {args.steps} and {SHARDED_WARMUP}")
+                        f"{two['frozen_at']}, not {args.steps} and {args.sharded_warmup}")
     if not two["identical"]:
         failures.append(f"the {RESUME_WORLD} resumed ranks' weights differ")
     # One-sided: at 2 ranks each rank's momentum spans two topics, so onebit loses less and the
@@ -589,6 +592,7 @@ def main():
     p.add_argument("--tolerance", type=float, default=0.01)
     p.add_argument("--weight-tolerance", type=float, default=0.05)
     p.add_argument("--sharded-tolerance", type=float, default=0.02)
+    p.add_argument("--sharded-warmup", type=int, default=SHARDED_WARMUP)
     p.add_argument("--resume-tolerance", type=float, default=0.02)
     p.add_argument("--timeout", type=int, default=500)
     args = p.parse_args()
