@@ -329,9 +329,15 @@ Status ShardedOneBitAdam::checkStepArguments(Communicator& comm, const void* par
 Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* grads, float lr,
                                void* stream) {
   TERSE_RETURN_IF_ERROR(checkStepArguments(comm, params, grads, lr, "step", true));
-  if (reduced_)
-    return errorInvalidUsage(
+  if (reduced_) {
+    Status bad = errorInvalidUsage(
         "ShardedOneBitAdam::step: reduce() ran without its update(); finish that step first");
+    // As for bad arguments: the refusal takes the place of the step's reduce-scatter, so the
+    // peers (which finished their split step) fail their next collective at once instead of
+    // waiting out the timeout for it.
+    (void)comm.reject(bad).wait();
+    return bad;
+  }
   return device::isDeviceMemory(params) ? stepDevice(comm, params, grads, lr, stream)
                                         : stepHost(comm, params, grads, lr);
 }

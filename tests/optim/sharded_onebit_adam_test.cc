@@ -235,12 +235,14 @@ double taskLossOneBitAdam(const Task& task, const std::string& codec, int warmup
 }
 
 RunResult taskRunSharded(const Task& task, const std::string& codec, bool errorFeedback,
-                         std::vector<ShardedOneBitAdam>* keep = nullptr) {
+                         std::vector<ShardedOneBitAdam>* keep = nullptr,
+                         bool localMomentum = false) {
   ShardedOneBitAdamOptions o;
   o.codec = codec;
   o.warmupSteps = kTaskWarmup;
   o.weightDecay = 0.0f;
   o.errorFeedback = errorFeedback;
+  o.localMomentum = localMomentum;
   auto opts = makeSharded(task.world, task.n, o);
   auto out = runSharded(task.world, std::vector<Vec>(task.world, Vec(task.n, 0.0f)), kTaskSteps, 1,
                         kTaskLr, opts, task.grads());
@@ -577,14 +579,19 @@ TEST(ShardedOneBitAdam, DevicePathMatchesHost) {
     const char* codec;
     bool feedback;
     const char* paramCodec;
+    bool localMomentum;
   };
-  for (Variant v : {Variant{"none", false, "none"}, Variant{"onebit", false, "none"},
-                    Variant{"onebit", true, "none"}, Variant{"int8", false, "int8"}}) {
+  // The local momentum variants cover its kernel and the freeze's gathered momentum on the
+  // device, and the swap that makes the sent values the next step's state.
+  for (Variant v : {Variant{"none", false, "none", false}, Variant{"onebit", false, "none", false},
+                    Variant{"onebit", true, "none", false}, Variant{"int8", false, "int8", false},
+                    Variant{"none", false, "none", true}, Variant{"onebit", true, "none", true}}) {
     SCOPED_TRACE(std::string(v.codec) + (v.feedback ? "+feedback" : "") + " params " +
-                 v.paramCodec);
+                 v.paramCodec + (v.localMomentum ? " local momentum" : ""));
     auto o = baseOptions(v.codec, 3);
     o.errorFeedback = v.feedback;
     o.paramCodec = v.paramCodec;
+    o.localMomentum = v.localMomentum;
     auto hostOpts = makeSharded(world, n, o);
     std::vector<std::vector<Vec>> host(steps, std::vector<Vec>(world));
     for (int s = 1; s <= steps; ++s) {
@@ -600,6 +607,365 @@ TEST(ShardedOneBitAdam, DevicePathMatchesHost) {
     EXPECT_EQ(diff, "") << "device vs host parameters";
     for (int r = 0; r < world; ++r)
       EXPECT_TRUE(bitEqual(devOpts[r].momentum(), hostOpts[r].momentum())) << "rank " << r;
+  }
+}
+
+ShardedOneBitAdamOptions localMomentumOptions(const std::string& codec, int warmup) {
+  auto o = baseOptions(codec, warmup);
+  o.localMomentum = true;
+  return o;
+}
+
+TEST(ShardedOneBitAdam, LocalMomentumWithNoneCodecIsAdamWWithFrozenVariance) {
+  // With a lossless codec the ranks' local momenta average to the momentum of the averaged
+  // gradient only if the freeze started them from the owners' m (gathered, scaled down by the
+  // exponents) and the owner takes the average as m instead of integrating it once more; either
+  // mistake moves this run off AdamW with the frozen variance.
+  const size_t n = 5003;
+  auto o = localMomentumOptions("none", 10);
+  auto opts = makeSharded(4, n, o);
+  auto got =
+      runSharded(4, std::vector<Vec>(4, initialParams(n)), 40, 1, 1e-2f, opts, noiseGrads(n));
+  EXPECT_EQ(opts[0].frozenAt(), 10);
+  Vec frozen = referenceAdamW(4, n, 40, o, 1e-2, 10);
+  Vec live = referenceAdamW(4, n, 40, o, 1e-2, 0);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_LT(maxAbsDiff(got.params[r], frozen), 5e-5) << "rank " << r;
+    EXPECT_TRUE(bitEqual(got.params[r], got.params[0])) << "rank " << r;
+  }
+  EXPECT_GT(maxAbsDiff(frozen, live), 1e-3);
+}
+
+TEST(ShardedOneBitAdam, LocalMomentumOnebitTrainsOnTheQuadraticTask) {
+  // The quadratic task of OnebitTrainsWithin2PercentOfOneBitAdamAndFailsWithoutFeedback with
+  // onebit + error feedback sending the local momenta, and the same task with every rank's
+  // targets equal (only the gradient noise differs between ranks).
+  //
+  // Measured (2026-11-28): with the per-rank targets (non-IID) the local form ends 4.2% above
+  // OneBitAdam's loss, the gradient form 0.05%; with shared targets it ends below OneBitAdam's.
+  // A rank's local momentum is never re-synchronised, so it converges to that rank's own
+  // persistent gradient h (p - c_r) / d, whose average is ~0 near the optimum: onebit then
+  // compresses an O(1) vector per rank to deliver a ~0 average, and its error lands in the
+  // update every step. OneBitAdam sends b1 m_synced + (1 - b1) g_r, where that persistent part
+  // is weighted by 1 - b1 only. So the 2% bound is asserted on the shared-target task, and on the
+  // non-IID one the run must train and stay identical and finite (the 4.2% is the report's).
+  for (bool nonIid : {true, false}) {
+    SCOPED_TRACE(nonIid ? "per-rank targets" : "shared targets");
+    Task task(16384, 4);
+    if (!nonIid)
+      for (int r = 1; r < task.world; ++r) task.c[r] = task.c[0];
+    double floor = 0.0;
+    {
+      Vec best(task.n, 0.0f);
+      for (size_t j = 0; j < task.n; ++j) {
+        double s = 0.0;
+        for (int r = 0; r < task.world; ++r) s += task.c[r][j];
+        best[j] = static_cast<float>(s / task.world);
+      }
+      floor = task.loss(best);
+    }
+    const double onebitAdam = taskLossOneBitAdam(task, "onebit", kTaskWarmup);
+    auto local = taskRunSharded(task, "onebit", true, nullptr, true);
+    const double gradientForm = task.loss(taskRunSharded(task, "onebit", true).params[0]);
+    const double loss = task.loss(local.params[0]);
+    const double start = task.loss(Vec(task.n, 0.0f));
+    std::printf(
+        "%s: task loss (minimum %.6f, start %.6f): OneBitAdam onebit %.6f, ShardedOneBitAdam "
+        "onebit + feedback, local momentum %.6f (%+.2f%%), gradient form %.6f (%+.2f%%)\n",
+        nonIid ? "per-rank targets" : "shared targets", floor, start, onebitAdam, loss,
+        100.0 * (loss / onebitAdam - 1.0), gradientForm, 100.0 * (gradientForm / onebitAdam - 1.0));
+    bool finite = true;
+    for (int r = 0; r < task.world; ++r) {
+      EXPECT_TRUE(bitEqual(local.params[r], local.params[0])) << "rank " << r;
+      for (float x : local.params[r]) finite = finite && std::isfinite(x);
+    }
+    EXPECT_TRUE(finite);
+    // Trained: most of the start's excess over the minimum is gone (measured: 90% non-IID).
+    EXPECT_LT(loss - floor, 0.15 * (start - floor));
+    if (!nonIid) {
+      EXPECT_LT(loss, 1.02 * onebitAdam);
+    }
+  }
+}
+
+// Runs `steps` steps from step 1 on `world` thread-ranks and records every rank's parameters
+// after each step (after[s - 1][r]). `split`: reduce(), update() on the rank's shard of its
+// replica, then an exact all-gather of the shards (what FSDP2 does) instead of step().
+std::vector<std::vector<Vec>> runRecorded(int world, size_t n, int steps, float lr, bool split,
+                                          std::vector<ShardedOneBitAdam>& opts,
+                                          std::vector<Status>& st) {
+  std::vector<std::vector<Vec>> after(steps, std::vector<Vec>(world));
+  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
+  EXPECT_TRUE(comms.isOk());
+  st.assign(world, Status::ok());
+  if (!comms.isOk()) return after;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      Communicator& c = *comms.value()[r];
+      ShardedOneBitAdam& a = opts[r];
+      const size_t off = a.shardOffset(), len = a.shardLength();
+      Vec p = initialParams(n), reduced(len), shard(len);
+      for (int s = 1; s <= steps && st[r].isOk(); ++s) {
+        Vec g = noiseGradient(r, s, n);
+        if (!split) {
+          st[r] = a.step(c, p.data(), g.data(), lr);
+        } else {
+          st[r] = a.reduce(c, g.data(), reduced.data());
+          shard.assign(p.begin() + off, p.begin() + off + len);
+          if (st[r].isOk()) st[r] = a.update(c, shard.data(), reduced.data(), lr);
+          if (st[r].isOk()) st[r] = c.allgather(shard.data(), p.data(), n, DataType::kFloat32);
+        }
+        after[s - 1][r] = p;
+      }
+    });
+  for (auto& t : threads) t.join();
+  return after;
+}
+
+TEST(ShardedOneBitAdam, ReduceAndUpdateThenAllGatherIsStepBitForBit) {
+  // Warm-up, the freeze (the exponents and the local momentum gathered inside update()) and
+  // compressed steps: every step's parameters and, at the end, the whole checkpoint (moments,
+  // exponents, local momentum, residual) must be step()'s bytes.
+  const size_t n = 5003;
+  const int world = 4, steps = 12;
+  for (bool local : {false, true}) {
+    SCOPED_TRACE(local ? "local momentum" : "gradient form");
+    auto o = baseOptions("onebit", 4);
+    o.localMomentum = local;
+    auto byStep = makeSharded(world, n, o), bySplit = makeSharded(world, n, o);
+    std::vector<Status> st1, st2;
+    auto want = runRecorded(world, n, steps, 1e-2f, false, byStep, st1);
+    auto got = runRecorded(world, n, steps, 1e-2f, true, bySplit, st2);
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(st1[r].isOk()) << st1[r].toString();
+      ASSERT_TRUE(st2[r].isOk()) << st2[r].toString();
+    }
+    EXPECT_EQ(firstDifference(got, want), "");
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(bySplit[r].steps(), steps);
+      EXPECT_EQ(bySplit[r].frozenAt(), 4);
+      EXPECT_TRUE(bySplit[r].serialize() == byStep[r].serialize()) << "rank " << r;
+    }
+    // The compressed steps moved the parameters (the comparison covers them).
+    EXPECT_GT(maxAbsDiff(want[steps - 1][0], want[4][0]), 1e-3);
+  }
+}
+
+TEST(ShardedOneBitAdam, ReduceAndUpdateMisuseIsRefused) {
+  const size_t n = 1000;
+  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk());
+  // The peers' call must fail because this rank's refusal took its place (the message names the
+  // refusing rank), not because they waited for a call that never came (a timeout).
+  auto refusedBy = [](const Status& s, int rank) {
+    const std::string why = "rank " + std::to_string(rank) + " rejected its arguments";
+    return !s.isOk() && s.code() != StatusCode::kTimeout &&
+           s.message().find(why) != std::string::npos;
+  };
+  {
+    // Rank 0 reduces twice (a second backward pass); rank 1 goes on to the next step's reduce.
+    auto comms2 = createInProcWorld(2, std::chrono::milliseconds(20000));
+    ASSERT_TRUE(comms2.isOk());
+    auto opts = makeSharded(2, n, baseOptions("onebit", 5));
+    std::vector<Status> second(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        Communicator& c = *comms2.value()[r];
+        Vec g = noiseGradient(r, 1, n), p = initialParams(n), red(opts[r].shardLength());
+        Vec shard(p.begin() + opts[r].shardOffset(),
+                  p.begin() + opts[r].shardOffset() + opts[r].shardLength());
+        EXPECT_TRUE(opts[r].reduce(c, g.data(), red.data()).isOk());
+        if (r == 1) {
+          EXPECT_TRUE(opts[r].update(c, shard.data(), red.data(), 1e-3f).isOk());
+        }
+        second[r] = opts[r].reduce(c, g.data(), red.data());
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(second[0].code(), StatusCode::kInvalidUsage) << second[0].toString();
+    EXPECT_TRUE(refusedBy(second[1], 0)) << second[1].toString();
+  }
+  {
+    // update() without reduce(): refused, and the state does not advance. At the freeze the
+    // update talks (the exponents' all-gather), so the peer's collective fails too.
+    auto one = createInProcWorld(1, std::chrono::milliseconds(20000));
+    ASSERT_TRUE(one.isOk());
+    auto opts = makeSharded(1, n, baseOptions("onebit", 5));
+    Vec p = initialParams(n), red(n, 0.0f);
+    Status s = opts[0].update(*one.value()[0], p.data(), red.data(), 1e-3f);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidUsage) << s.toString();
+    EXPECT_EQ(opts[0].steps(), 0);
+    EXPECT_TRUE(bitEqual(p, initialParams(n)));
+
+    auto atFreeze = makeSharded(2, n, baseOptions("onebit", 1));
+    std::vector<Status> st(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        Communicator& c = *comms.value()[r];
+        Vec g = noiseGradient(r, 1, n), q = initialParams(n), red2(atFreeze[r].shardLength());
+        if (r == 0)
+          st[r] = atFreeze[r].update(c, q.data(), red2.data(), 1e-3f);
+        else
+          st[r] = atFreeze[r].reduce(c, g.data(), red2.data());
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(st[0].code(), StatusCode::kInvalidUsage) << st[0].toString();
+    EXPECT_TRUE(refusedBy(st[1], 0)) << st[1].toString();
+  }
+  {
+    // A lossy parameter codec belongs to step()'s all-gather: reduce() refuses it on every rank.
+    auto c2 = createInProcWorld(2, std::chrono::milliseconds(20000));
+    ASSERT_TRUE(c2.isOk());
+    auto o = baseOptions("onebit", 5);
+    o.paramCodec = "int8";
+    auto opts = makeSharded(2, n, o);
+    std::vector<Status> st(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        Vec g = noiseGradient(r, 1, n), red(opts[r].shardLength());
+        st[r] = opts[r].reduce(*c2.value()[r], g.data(), red.data());
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].toString();
+      EXPECT_EQ(opts[r].steps(), 0);
+    }
+  }
+  {
+    // step() between reduce() and update() on rank 0; rank 1 finishes its step and steps again.
+    auto c2 = createInProcWorld(2, std::chrono::milliseconds(20000));
+    ASSERT_TRUE(c2.isOk());
+    auto opts = makeSharded(2, n, baseOptions("onebit", 5));
+    std::vector<Status> st(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        Communicator& c = *c2.value()[r];
+        Vec g = noiseGradient(r, 1, n), p = initialParams(n), red(opts[r].shardLength());
+        Vec shard(p.begin() + opts[r].shardOffset(),
+                  p.begin() + opts[r].shardOffset() + opts[r].shardLength());
+        EXPECT_TRUE(opts[r].reduce(c, g.data(), red.data()).isOk());
+        if (r == 1) {
+          EXPECT_TRUE(opts[r].update(c, shard.data(), red.data(), 1e-3f).isOk());
+        }
+        st[r] = opts[r].step(c, p.data(), g.data(), 1e-3f);
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(st[0].code(), StatusCode::kInvalidUsage) << st[0].toString();
+    EXPECT_TRUE(refusedBy(st[1], 0)) << st[1].toString();
+    EXPECT_EQ(opts[0].steps(), 0);
+  }
+}
+
+uint32_t checkpointVersion(const std::vector<uint8_t>& part) {
+  uint32_t v = 0;
+  if (part.size() >= 8) std::memcpy(&v, part.data() + 4, 4);
+  return v;
+}
+
+TEST(ShardedOneBitAdam, LocalMomentumCheckpointAtTheSameWorldSizeResumesBitIdentically) {
+  // onebit + error feedback: each rank's own local momentum must come back (a rank given the
+  // average instead sends other bits through the 1-bit codec and the run parts).
+  const size_t n = 9001;
+  auto o = localMomentumOptions("onebit", 5);
+  for (int saveAt : {3, 12}) {  // before the freeze (no local momentum yet) and after it
+    SCOPED_TRACE("saved at step " + std::to_string(saveAt));
+    auto opts = makeSharded(4, n, o);
+    auto first =
+        runSharded(4, std::vector<Vec>(4, initialParams(n)), saveAt, 1, 1e-3f, opts, noiseGrads(n));
+    auto parts = saveAll(opts);
+    for (const auto& p : parts) EXPECT_EQ(checkpointVersion(p), 2u);
+    auto resumed = loadAll(parts, 4);
+    auto a = runSharded(4, first.params, 10, saveAt + 1, 1e-3f, opts, noiseGrads(n));
+    auto b = runSharded(4, first.params, 10, saveAt + 1, 1e-3f, resumed, noiseGrads(n));
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_TRUE(bitEqual(a.params[r], b.params[r])) << "rank " << r;
+      EXPECT_TRUE(resumed[r].serialize() == opts[r].serialize()) << "rank " << r;
+    }
+    EXPECT_TRUE(opts[0].frozen());
+    EXPECT_GT(maxAbsDiff(a.params[0], first.params[0]), 0.0);
+  }
+}
+
+TEST(ShardedOneBitAdam, LocalMomentumCheckpointAtFourRanksResumesAtTwo) {
+  // Lossless codec: only the local momenta's average reaches the update, so the 2-rank run from
+  // the old ranks' average continues as the 4-rank run does when ranks r and r + 2 see the same
+  // gradients. Any other mix of the old local momenta (say new rank j taking old rank j's)
+  // changes that average and the parameters.
+  const size_t n = 9001;
+  auto opts = makeSharded(4, n, localMomentumOptions("none", 5));
+  auto first =
+      runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
+  auto at2 = loadAll(saveAll(opts), 2);
+  EXPECT_EQ(at2[0].steps(), 12);
+  EXPECT_TRUE(at2[1].options().localMomentum);
+  auto paired = [n](int r, int s, const Vec&) { return noiseGradient(r % 2, s, n); };
+  auto ref = runSharded(4, first.params, 10, 13, 1e-3f, opts, paired);
+  auto got = runSharded(2, {first.params[0], first.params[1]}, 10, 13, 1e-3f, at2, paired);
+  EXPECT_TRUE(bitEqual(got.params[0], got.params[1]));
+  const double diff = maxAbsDiff(got.params[0], ref.params[0]);
+  EXPECT_LT(diff, 1e-6);
+  EXPECT_GT(maxAbsDiff(ref.params[0], first.params[0]), 1e-4);
+  // onebit + error feedback re-loaded at 2: training goes on, ranks identical and finite.
+  auto ob = makeSharded(4, n, localMomentumOptions("onebit", 5));
+  auto f1 = runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, ob, noiseGrads(n));
+  auto ob2 = loadAll(saveAll(ob), 2);
+  auto g1 = runSharded(2, {f1.params[0], f1.params[1]}, 10, 13, 1e-3f, ob2, noiseGrads(n));
+  EXPECT_TRUE(bitEqual(g1.params[0], g1.params[1]));
+  bool finite = true;
+  for (float x : g1.params[0]) finite = finite && std::isfinite(x);
+  EXPECT_TRUE(finite);
+  EXPECT_GT(maxAbsDiff(g1.params[0], f1.params[0]), 1e-4);
+}
+
+TEST(ShardedOneBitAdam, LocalMomentumCheckpointCorruptionAndVersions) {
+  const size_t n = 1001;
+  auto opts = makeSharded(2, n, localMomentumOptions("none", 2));
+  auto plainOpts = makeSharded(2, n, baseOptions("none", 2));
+  runSharded(2, std::vector<Vec>(2, initialParams(n)), 4, 1, 1e-3f, opts, noiseGrads(n));
+  runSharded(2, std::vector<Vec>(2, initialParams(n)), 4, 1, 1e-3f, plainOpts, noiseGrads(n));
+  // Without local momentum the format stays version 1 (readers of the first release load it).
+  for (const auto& p : saveAll(plainOpts)) EXPECT_EQ(checkpointVersion(p), 1u);
+  auto parts = saveAll(opts);
+  for (const auto& p : parts) EXPECT_EQ(checkpointVersion(p), 2u);
+  auto loadWith = [&](const std::vector<uint8_t>& part0) {
+    std::vector<std::pair<const void*, size_t>> views{{part0.data(), part0.size()},
+                                                      {parts[1].data(), parts[1].size()}};
+    return ShardedOneBitAdam::deserialize(views, 2, 0);
+  };
+  ASSERT_TRUE(loadWith(parts[0]).isOk());
+  // The part ends [local momentum: 4 n bytes][residual size 0: 8][checksum: 8]; a byte in the
+  // middle of the local momentum, one in the header, and truncations.
+  const size_t inLocal = parts[0].size() - 16 - 2 * n;
+  for (size_t at : {inLocal, size_t{20}}) {
+    auto flipped = parts[0];
+    flipped[at] ^= 1;
+    auto bad = loadWith(flipped);
+    ASSERT_FALSE(bad.isOk()) << "byte " << at;
+    EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt) << bad.status().toString();
+  }
+  for (size_t keep : {parts[0].size() - 1, inLocal, size_t{6}}) {
+    std::vector<uint8_t> cut(parts[0].begin(), parts[0].begin() + keep);
+    auto bad = loadWith(cut);
+    ASSERT_FALSE(bad.isOk()) << keep << " bytes";
+    EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt) << bad.status().toString();
+  }
+}
+
+TEST(ShardedOneBitAdam, LocalMomentumStateBytesIncludeTheWholeTensor) {
+  // After the freeze: m, v for the shard, the exponents, the residual (with feedback) and the
+  // local momentum over the whole tensor (4 bytes a parameter).
+  const size_t n = 1 << 16;
+  auto withEf = makeSharded(4, n, localMomentumOptions("onebit", 1));
+  auto noEf = makeSharded(4, n, localMomentumOptions("int8", 1));
+  runSharded(4, std::vector<Vec>(4, initialParams(n)), 2, 1, 1e-3f, withEf, noiseGrads(n));
+  runSharded(4, std::vector<Vec>(4, initialParams(n)), 2, 1, 1e-3f, noEf, noiseGrads(n));
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(noEf[r].stateBytes(), 2 * 4 * (n / 4) + n + 4 * n) << "rank " << r;
+    EXPECT_EQ(withEf[r].stateBytes(), 2 * 4 * (n / 4) + n + 4 * n + 4 * n) << "rank " << r;
   }
 }
 
