@@ -1,9 +1,12 @@
 /* ShardedOneBitAdam through libterse.so from C, as a world of one: options and their size guard,
  * steps across the freeze, the shard and state size queries, checkpoint parts (round trip,
- * re-sharding to another world size, corruption) and NULL arguments. */
+ * re-sharding to another world size, corruption), NULL arguments, local momentum (and a struct of
+ * the first release, which ends before it) and the reduce/update split. */
 #include <terse/terse.h>
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +38,16 @@ int main(void) {
   o.error_feedback = 1;
   terse_sharded_onebit_adam_t* adam = NULL;
 
+  /* Sizes that are neither this struct's nor the first release's (which ended before
+   * local_momentum: offsetof is that size). */
   terse_sharded_onebit_adam_options_t wrong = o;
-  wrong.struct_size = sizeof o - 8;
-  CHECK(terse_sharded_onebit_adam_create(N, 1, 0, &wrong, &adam) == TERSE_INVALID_ARGUMENT);
-  CHECK(strstr(terse_last_error(), "struct_size") != NULL);
+  const size_t firstRelease = offsetof(terse_sharded_onebit_adam_options_t, local_momentum);
+  const size_t wrongSizes[3] = {firstRelease - 8, firstRelease + 4, sizeof o + 8};
+  for (int i = 0; i < 3; ++i) {
+    wrong.struct_size = wrongSizes[i];
+    CHECK(terse_sharded_onebit_adam_create(N, 1, 0, &wrong, &adam) == TERSE_INVALID_ARGUMENT);
+    CHECK(strstr(terse_last_error(), "struct_size") != NULL);
+  }
   wrong = o;
   wrong.warmup_steps = 0;
   CHECK(terse_sharded_onebit_adam_create(N, 1, 0, &wrong, &adam) == TERSE_INVALID_ARGUMENT);
@@ -102,6 +111,79 @@ int main(void) {
         TERSE_INVALID_ARGUMENT);
 
   free(bytes);
+
+  /* A first-release struct is accepted and leaves local momentum off, whatever lies where the
+   * field would be (the library must not read past struct_size): after the freeze the state is
+   * the 13 bytes per element above, not 17. */
+  terse_sharded_onebit_adam_options_t first = o;
+  first.struct_size = firstRelease;
+  first.local_momentum = 1;
+  terse_sharded_onebit_adam_t* old = NULL;
+  CHECK(terse_sharded_onebit_adam_create(N, 1, 0, &first, &old) == TERSE_OK);
+  for (int i = 0; i < N; ++i) params[i] = start[i];
+  for (int step = 0; step < 3; ++step) {
+    for (int i = 0; i < N; ++i) grads[i] = sinf(0.1f * (float)i + (float)step);
+    CHECK(terse_sharded_onebit_adam_step(old, comm, params, grads, 1e-2f) == TERSE_OK);
+  }
+  CHECK(terse_sharded_onebit_adam_state_bytes(old) == (size_t)13 * N);
+  terse_sharded_onebit_adam_destroy(old);
+
+  /* Local momentum: 4 more bytes per element after the freeze, a version-2 checkpoint that
+   * resumes bit for bit, and the reduce/update split giving step()'s parameters (at one rank the
+   * shard is the whole tensor, so no all-gather is needed). */
+  terse_sharded_onebit_adam_options_t lo = o;
+  lo.local_momentum = 1;
+  terse_sharded_onebit_adam_t *byStep = NULL, *bySplit = NULL;
+  CHECK(terse_sharded_onebit_adam_create(N, 1, 0, &lo, &byStep) == TERSE_OK);
+  CHECK(terse_sharded_onebit_adam_create(N, 1, 0, &lo, &bySplit) == TERSE_OK);
+  static float split[N], reduced[N];
+  for (int i = 0; i < N; ++i) params[i] = split[i] = start[i];
+  /* update before any reduce is refused and changes nothing. */
+  CHECK(terse_sharded_onebit_adam_update(bySplit, comm, split, reduced, 1e-2f) ==
+        TERSE_INVALID_USAGE);
+  CHECK(terse_sharded_onebit_adam_steps(bySplit) == 0);
+  for (int step = 0; step < 5; ++step) {
+    for (int i = 0; i < N; ++i) grads[i] = sinf(0.1f * (float)i + (float)step);
+    CHECK(terse_sharded_onebit_adam_step(byStep, comm, params, grads, 1e-2f) == TERSE_OK);
+    CHECK(terse_sharded_onebit_adam_reduce(bySplit, comm, grads, reduced) == TERSE_OK);
+    CHECK(terse_sharded_onebit_adam_update(bySplit, comm, split, reduced, 1e-2f) == TERSE_OK);
+  }
+  CHECK(memcmp(params, split, sizeof params) == 0);
+  CHECK(memcmp(params, start, sizeof params) != 0);
+  CHECK(terse_sharded_onebit_adam_frozen_at(bySplit) == 2);
+  CHECK(terse_sharded_onebit_adam_state_bytes(byStep) == (size_t)17 * N);
+  /* A second reduce without its update is refused. */
+  CHECK(terse_sharded_onebit_adam_reduce(bySplit, comm, grads, reduced) == TERSE_OK);
+  CHECK(terse_sharded_onebit_adam_reduce(bySplit, comm, grads, reduced) == TERSE_INVALID_USAGE);
+  CHECK(terse_sharded_onebit_adam_reduce(bySplit, NULL, grads, reduced) == TERSE_INVALID_ARGUMENT);
+  CHECK(terse_sharded_onebit_adam_update(NULL, comm, split, reduced, 1e-2f) ==
+        TERSE_INVALID_ARGUMENT);
+
+  size = 0;
+  CHECK(terse_sharded_onebit_adam_serialize(byStep, NULL, &size) == TERSE_OK && size > 12 * N);
+  bytes = malloc(size);
+  CHECK(terse_sharded_onebit_adam_serialize(byStep, bytes, &size) == TERSE_OK);
+  uint32_t version = 0;
+  memcpy(&version, bytes + 4, 4);
+  CHECK(version == 2);
+  parts[0] = bytes;
+  sizes[0] = size;
+  terse_sharded_onebit_adam_t* resumed = NULL;
+  CHECK(terse_sharded_onebit_adam_deserialize(parts, sizes, 1, 1, 0, &resumed) == TERSE_OK);
+  memcpy(again, params, sizeof params);
+  for (int step = 5; step < 8; ++step) {
+    for (int i = 0; i < N; ++i) grads[i] = cosf(0.3f * (float)i + (float)step);
+    CHECK(terse_sharded_onebit_adam_step(byStep, comm, params, grads, 1e-2f) == TERSE_OK);
+    CHECK(terse_sharded_onebit_adam_step(resumed, comm, again, grads, 1e-2f) == TERSE_OK);
+  }
+  CHECK(memcmp(params, again, sizeof params) == 0);
+  bytes[size - 20] ^= 1; /* in the local momentum or the residual: the checksum catches it */
+  CHECK(terse_sharded_onebit_adam_deserialize(parts, sizes, 1, 1, 0, &bad) == TERSE_CORRUPT);
+  free(bytes);
+  terse_sharded_onebit_adam_destroy(resumed);
+  terse_sharded_onebit_adam_destroy(bySplit);
+  terse_sharded_onebit_adam_destroy(byStep);
+
   terse_sharded_onebit_adam_destroy(half);
   terse_sharded_onebit_adam_destroy(copy);
   terse_sharded_onebit_adam_destroy(adam);
