@@ -1,7 +1,10 @@
-/* ShardedOneBitAdam through libterse.so from C, as a world of one: options and their size guard,
- * steps across the freeze, the shard and state size queries, checkpoint parts (round trip,
- * re-sharding to another world size, corruption), NULL arguments, local momentum (and a struct of
- * the first release, which ends before it) and the reduce/update split. */
+/* ShardedOneBitAdam through libterse.so from C. Two forked ranks over a file store: the
+ * reduce/update split against step() and a refused second reduce. Then a world of one: options and
+ * their size guard, steps across the freeze, the shard and state size queries, checkpoint parts
+ * (round trip, re-sharding to another world size, corruption), NULL arguments, local momentum
+ * (and a struct of the first release, which ends before it) and the split's misuse. */
+#define _XOPEN_SOURCE 700 /* fork, waitpid, setenv, mkdtemp under -std=c99 */
+
 #include <terse/terse.h>
 
 #include <math.h>
@@ -10,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int failures = 0;
 #define CHECK(cond)                                                                \
@@ -21,7 +27,105 @@ static int failures = 0;
     }                                                                              \
   } while (0)
 
+/* One rank of a two-process world over the file store `store`: reduce + update on the rank's
+ * shard + terse_allgather give step()'s parameters bit for bit across the freeze (local
+ * momentum, onebit + error feedback); then rank 0 reduces twice and rank 1, which finished its
+ * step, has its next reduce fail at once (not by the timeout). Returns the failed checks. */
+static int twoRanks(int rank, const char* store) {
+  enum { M = 5001 };
+  static float params[M], split[M], grads[M], reduced[M], shard[M], start[M];
+  char value[16];
+  snprintf(value, sizeof value, "%d", rank);
+  setenv("TERSE_RANK", value, 1);
+  setenv("TERSE_LOCAL_RANK", value, 1);
+  setenv("TERSE_WORLD_SIZE", "2", 1);
+  setenv("TERSE_STORE", store, 1);
+  setenv("TERSE_TIMEOUT_MS", "60000", 1);
+  terse_comm_t* comm = NULL;
+  if (terse_comm_create(&comm) != TERSE_OK) {
+    fprintf(stderr, "rank %d: terse_comm_create: %s\n", rank, terse_last_error());
+    return 1;
+  }
+  terse_sharded_onebit_adam_options_t o;
+  terse_sharded_onebit_adam_options_default(&o);
+  o.warmup_steps = 2;
+  o.codec = "onebit";
+  o.error_feedback = 1;
+  o.local_momentum = 1;
+  terse_sharded_onebit_adam_t *byStep = NULL, *bySplit = NULL;
+  CHECK(terse_sharded_onebit_adam_create(M, 2, rank, &o, &byStep) == TERSE_OK);
+  CHECK(terse_sharded_onebit_adam_create(M, 2, rank, &o, &bySplit) == TERSE_OK);
+  size_t off = 0, len = 0;
+  CHECK(terse_sharded_onebit_adam_shard(bySplit, &off, &len) == TERSE_OK && len > 0);
+  for (int i = 0; i < M; ++i) start[i] = params[i] = split[i] = 0.01f * (float)(i % 23);
+  for (int step = 0; step < 6 && failures == 0; ++step) {
+    for (int i = 0; i < M; ++i) grads[i] = sinf(0.1f * (float)i + (float)step) + 0.5f * rank;
+    CHECK(terse_sharded_onebit_adam_step(byStep, comm, params, grads, 1e-2f) == TERSE_OK);
+    CHECK(terse_sharded_onebit_adam_reduce(bySplit, comm, grads, reduced) == TERSE_OK);
+    memcpy(shard, split + off, len * sizeof(float));
+    CHECK(terse_sharded_onebit_adam_update(bySplit, comm, shard, reduced, 1e-2f) == TERSE_OK);
+    CHECK(terse_allgather(comm, shard, split, M, TERSE_FLOAT32, NULL, NULL) == TERSE_OK);
+  }
+  CHECK(memcmp(params, split, sizeof params) == 0);
+  CHECK(memcmp(params, start, sizeof params) != 0);
+  CHECK(terse_sharded_onebit_adam_frozen_at(bySplit) == 2 &&
+        terse_sharded_onebit_adam_steps(bySplit) == 6);
+  if (failures == 0) {
+    CHECK(terse_sharded_onebit_adam_reduce(bySplit, comm, grads, reduced) == TERSE_OK);
+    if (rank == 0) {
+      CHECK(terse_sharded_onebit_adam_reduce(bySplit, comm, grads, reduced) == TERSE_INVALID_USAGE);
+    } else {
+      memcpy(shard, split + off, len * sizeof(float));
+      CHECK(terse_sharded_onebit_adam_update(bySplit, comm, shard, reduced, 1e-2f) == TERSE_OK);
+      terse_status_t st = terse_sharded_onebit_adam_reduce(bySplit, comm, grads, reduced);
+      CHECK(st != TERSE_OK && st != TERSE_TIMEOUT);
+      CHECK(strstr(terse_last_error(), "rank 0 rejected") != NULL);
+    }
+  }
+  terse_sharded_onebit_adam_destroy(bySplit);
+  terse_sharded_onebit_adam_destroy(byStep);
+  terse_comm_destroy(comm);
+  return failures;
+}
+
+/* Removes the file store's directory (flat: the ranks' rendezvous files). */
+static void removeStore(const char* dir) {
+  DIR* d = opendir(dir);
+  if (!d) return;
+  char path[512];
+  for (struct dirent* e = readdir(d); e; e = readdir(d)) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
 int main(void) {
+  /* The two-process part first: fork before this process starts a communicator's threads. */
+  char store[] = "/tmp/terse_c_sharded_XXXXXX";
+  if (!mkdtemp(store)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  fflush(NULL);
+  pid_t pids[2];
+  for (int r = 0; r < 2; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      int bad = twoRanks(r, store);
+      fflush(NULL);
+      _exit(bad ? 1 : 0);
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    int status = 0;
+    CHECK(pids[r] > 0 && waitpid(pids[r], &status, 0) == pids[r] && WIFEXITED(status) &&
+          WEXITSTATUS(status) == 0);
+  }
+  removeStore(store);
+
   enum { N = 3001 };
   static float params[N], grads[N], again[N], start[N];
   terse_comm_t* comm = NULL;
