@@ -8,9 +8,10 @@
 # marked complete by a stamp file written last, so an interrupted install is redone, not trusted.
 # Pinned versions: a new torch is a deliberate change here, not whatever PyPI serves that day.
 #
-# With --install-terse BUILD_DIR it then installs terse from this checkout into the venv with one
-# pip command (python/pyproject.toml, scikit-build-core), reusing BUILD_DIR's already built
-# libterse.so (TERSE_PREBUILT_LIBRARY; docs/pytorch.md says why CI does not recompile it).
+# With --install-terse BUILD_DIR it then installs terse from this checkout into the venv with the
+# one pip command a user runs (python/pyproject.toml, scikit-build-core), which compiles
+# libterse.so with CMake into build-pip/. It is handed BUILD_DIR's compilers, so ccache serves
+# the objects BUILD_DIR's build just made (about 10 s instead of minutes; docs/pytorch.md).
 #
 # TERSE_TORCH=off skips everything (prints nothing; the tests then run against Debian's torch).
 set -euo pipefail
@@ -49,9 +50,17 @@ if [ "${1:-}" = --install-terse ]; then
   build_dir=${2:?torch-env: --install-terse needs the build directory}
   lib="$build_dir/lib/libterse.so"
   [ -f "$lib" ] || { echo "torch-env: no $lib; build first" >&2; exit 1; }
-  # The one pip command a user runs (docs/pytorch.md), with the library CMake already built
-  # handed over instead of compiled again. No build isolation: the backend comes from this venv.
-  TERSE_PREBUILT_LIBRARY="$(readlink -f "$lib")" \
+  # The one pip command a user runs (docs/pytorch.md), compiling the library. No build
+  # isolation: the backend comes from this venv. The compilers are BUILD_DIR's (pip's own
+  # environment would pick e.g. x86_64-linux-gnu-g++, which ccache hashes as another compiler).
+  compiler() {
+    local path
+    path=$(sed -n "s/^$1:[A-Z]*=//p" "$build_dir/CMakeCache.txt" | head -n 1)
+    if [ -x "$path" ]; then echo "$path"; fi   # not ...-NOTFOUND (no nvcc)
+  }
+  cc=$(compiler CMAKE_C_COMPILER) cxx=$(compiler CMAKE_CXX_COMPILER)
+  cuda=$(compiler CMAKE_CUDA_COMPILER)
+  env -u TERSE_PREBUILT_LIBRARY ${cc:+CC="$cc"} ${cxx:+CXX="$cxx"} ${cuda:+CUDACXX="$cuda"} \
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
     --no-build-isolation --force-reinstall --no-deps ./python >&2
 fi
