@@ -529,6 +529,12 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
     def state_dict(self):
         """torch's optimizer state_dict plus "terse": every unit's core (this rank's part). Save
         one per rank; every rank loads combine() of all of them."""
+        pending = [u.name for u in self.units if u.pending]
+        if pending:
+            # The reduce-scatter has advanced the residual and the local momentum already, the
+            # moments not yet: a checkpoint now would hold half a step.
+            raise RuntimeError(f"terse: state_dict() between backward and step() (units "
+                               f"{pending} are reduced, not stepped); save after step()")
         l = _lib.lib()
         units = {}
         for u in self.units:
