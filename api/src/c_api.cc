@@ -813,20 +813,36 @@ terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_ad
   });
 }
 
-terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts, const size_t* sizes,
-                                                     size_t num_parts, int world_size, int rank,
-                                                     terse_sharded_onebit_adam_t** adam) {
-  TERSE_REQUIRE(parts, "terse_sharded_onebit_adam_deserialize: parts");
-  TERSE_REQUIRE(sizes, "terse_sharded_onebit_adam_deserialize: sizes");
-  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_deserialize: adam");
+extern "C++" {  // a template inside the C API's extern "C" block
+namespace {
+// Both deserializers: the parts as views, the state `load` builds from them, the handle.
+template <typename Load>
+terse_status_t shardedAdamFromParts(const char* what, const void* const* parts, const size_t* sizes,
+                                    size_t num_parts, terse_sharded_onebit_adam_t** adam,
+                                    Load load) {
+  if (!parts || !sizes || !adam)
+    return fail(terse::errorInvalidArgument("%s: %s is NULL", what,
+                                            !parts ? "parts" : (!sizes ? "sizes" : "adam")));
   return guarded([&] {
     std::vector<std::pair<const void*, size_t>> views;
     for (size_t i = 0; i < num_parts; ++i) views.emplace_back(parts[i], sizes[i]);
-    auto made = terse::ShardedOneBitAdam::deserialize(views, world_size, rank);
+    terse::Result<terse::ShardedOneBitAdam> made = load(views);
     if (!made.isOk()) return fail(made.status());
     *adam = new terse_sharded_onebit_adam{std::move(made).value()};
     return done(terse::Status::ok());
   });
+}
+}  // namespace
+}  // extern "C++"
+
+terse_status_t terse_sharded_onebit_adam_deserialize(const void* const* parts, const size_t* sizes,
+                                                     size_t num_parts, int world_size, int rank,
+                                                     terse_sharded_onebit_adam_t** adam) {
+  return shardedAdamFromParts("terse_sharded_onebit_adam_deserialize", parts, sizes, num_parts,
+                              adam, [&](const auto& views) {
+                                return terse::ShardedOneBitAdam::deserialize(views, world_size,
+                                                                             rank);
+                              });
 }
 
 terse_status_t terse_sharded_onebit_adam_deserialize_remapped(const void* const* parts,
@@ -834,18 +850,11 @@ terse_status_t terse_sharded_onebit_adam_deserialize_remapped(const void* const*
                                                               int world_size, int rank,
                                                               size_t count, const int64_t* source,
                                                               terse_sharded_onebit_adam_t** adam) {
-  TERSE_REQUIRE(parts, "terse_sharded_onebit_adam_deserialize_remapped: parts");
-  TERSE_REQUIRE(sizes, "terse_sharded_onebit_adam_deserialize_remapped: sizes");
-  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_deserialize_remapped: adam");
-  return guarded([&] {
-    std::vector<std::pair<const void*, size_t>> views;
-    for (size_t i = 0; i < num_parts; ++i) views.emplace_back(parts[i], sizes[i]);
-    auto made =
-        terse::ShardedOneBitAdam::deserializeRemapped(views, world_size, rank, count, source);
-    if (!made.isOk()) return fail(made.status());
-    *adam = new terse_sharded_onebit_adam{std::move(made).value()};
-    return done(terse::Status::ok());
-  });
+  return shardedAdamFromParts("terse_sharded_onebit_adam_deserialize_remapped", parts, sizes,
+                              num_parts, adam, [&](const auto& views) {
+                                return terse::ShardedOneBitAdam::deserializeRemapped(
+                                    views, world_size, rank, count, source);
+                              });
 }
 
 }  // extern "C"

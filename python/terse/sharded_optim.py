@@ -57,6 +57,21 @@ def _require_api():
     return l
 
 
+def _options(group, codec, warmup, feedback, param_codec, local):
+    """The C options struct for one parameter group's settings."""
+    o = _Options()
+    _require_api().terse_sharded_onebit_adam_options_default(ctypes.byref(o))
+    o.beta1, o.beta2 = (float(b) for b in group["betas"])
+    o.eps = float(group["eps"])
+    o.weight_decay = float(group["weight_decay"])
+    o.codec = codec.encode()
+    o.warmup_steps = warmup
+    o.error_feedback = 1 if feedback else 0
+    o.param_codec = param_codec.encode()
+    o.local_momentum = 1 if local else 0
+    return o
+
+
 def combine(state_dicts):
     """One state_dict from every saving rank's state_dict() (ShardedOneBitAdam's or
     FSDPShardedOneBitAdam's), which every rank then loads."""
@@ -128,19 +143,8 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
         self._handle = self._create()
 
     def _options(self):
-        l = _require_api()
-        group = self.param_groups[0]
-        o = _Options()
-        l.terse_sharded_onebit_adam_options_default(ctypes.byref(o))
-        o.beta1, o.beta2 = (float(b) for b in group["betas"])
-        o.eps = float(group["eps"])
-        o.weight_decay = float(group["weight_decay"])
-        o.codec = self.codec.encode()
-        o.warmup_steps = self._warmup
-        o.error_feedback = 1 if self._feedback else 0
-        o.param_codec = self.param_codec.encode()
-        o.local_momentum = 1 if self._local else 0
-        return o
+        return _options(self.param_groups[0], self.codec, self._warmup, self._feedback,
+                        self.param_codec, self._local)
 
     def _create(self):
         l = _require_api()
@@ -441,17 +445,9 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
         if getattr(l, "terse_sharded_onebit_adam_reduce", None) is None:
             raise ImportError(f"terse: {_lib.library_path()} has no terse_sharded_onebit_adam_"
                               f"reduce; rebuild libterse.so")
-        group = self.param_groups[0]
-        o = _Options()
-        l.terse_sharded_onebit_adam_options_default(ctypes.byref(o))
-        o.beta1, o.beta2 = (float(b) for b in group["betas"])
-        o.eps = float(group["eps"])
-        o.weight_decay = float(group["weight_decay"])
-        o.codec = self.codec.encode()
-        o.warmup_steps = self._warmup
-        o.error_feedback = 1 if self._feedback else 0
-        o.param_codec = b"none"
-        o.local_momentum = 1 if self._local else 0
+        # The parameter all-gather is FSDP2's (or terse.fsdp's): the core's codec for it is unused.
+        o = _options(self.param_groups[0], self.codec, self._warmup, self._feedback, "none",
+                     self._local)
         handle = ctypes.c_void_p()
         check(l.terse_sharded_onebit_adam_create(count, self.communicator.size,
                                                  self.communicator.rank, ctypes.byref(o),
