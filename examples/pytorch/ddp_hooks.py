@@ -101,10 +101,14 @@ def worker(args):
     hook = args.hook
     state = None
     codec = None
-    if hook == "fsdp" or hook.startswith("fsdp-terse:"):
+    fsdp_hooks = ("fsdp", "fsdp-adamw")
+    fsdp_prefixes = ("fsdp-terse:", "fsdp-sharded-adam:")
+    if hook in fsdp_hooks or hook.startswith(fsdp_prefixes):
         # FSDP2 instead of DDP (torch 2.8 or later): every Linear layer and the root a unit.
-        # fsdp: FSDP2's own gloo collectives; fsdp-terse:GRAD[/WEIGHT]: terse.fsdp with GRAD for
-        # the gradients' reduce-scatter and WEIGHT (default none) for the weights' all-gather.
+        # fsdp: FSDP2's own gloo collectives (fsdp-adamw: with AdamW); fsdp-terse:GRAD[/WEIGHT]:
+        # terse.fsdp with GRAD for the gradients' reduce-scatter and WEIGHT (default none) for the
+        # weights' all-gather; fsdp-sharded-adam:CODEC[/WEIGHT]: FSDPShardedOneBitAdam taking over
+        # the reduce-scatter with CODEC (error feedback where it wants it), weights as above.
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
         mesh = init_device_mesh("cpu", (world,))
@@ -113,14 +117,16 @@ def worker(args):
                 fully_shard(m, mesh=mesh)
         fully_shard(model, mesh=mesh)
         ddp = model
-        if hook != "fsdp":
+        if hook not in fsdp_hooks:
             import terse.fsdp
             grad, _, weight = hook.partition(":")[2].partition("/")
-            state = terse.fsdp.apply(model, grad_codec=grad, weight_codec=weight or "none")
-            codec = f"{state.units[0][1].codec} / {state.units[0][2].codec}"
+            sharded = hook.startswith("fsdp-sharded-adam:")
+            state = terse.fsdp.apply(model, grad_codec="none" if sharded else grad,
+                                     weight_codec=weight or "none")
+            codec = f"{grad if sharded else state.units[0][1].codec} / {state.units[0][2].codec}"
     else:
         ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
-    if hook in ("fsdp",) or hook.startswith("fsdp-terse:"):
+    if hook in fsdp_hooks or hook.startswith(fsdp_prefixes):
         pass
     elif hook == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -138,7 +144,15 @@ def worker(args):
         pass   # the optimizer below attaches its own hook
     elif hook not in ("ddp", "adamw"):
         sys.exit(f"unknown --hook {hook}")
-    if hook == "adamw":
+    if hook.startswith("fsdp-sharded-adam:"):
+        from terse.comm import codec_info
+        from terse.sharded_optim import FSDPShardedOneBitAdam
+        # Its warm-up ends before the timed steps start, as OneBitAdam's below.
+        opt = FSDPShardedOneBitAdam(model, lr=args.adam_lr, weight_decay=0.01, codec=grad,
+                                    error_feedback=codec_info(grad)[1],
+                                    warmup_steps=max(1, args.warmup // 2),
+                                    communicator=state.communicator)
+    elif hook in ("adamw", "fsdp-adamw"):
         # DDP's own allreduce with AdamW: the baseline of terse.optim.OneBitAdam (docs/optim.md).
         opt = torch.optim.AdamW(model.parameters(), lr=args.adam_lr, weight_decay=0.01)
     elif hook.startswith("onebit-adam:"):
@@ -355,18 +369,21 @@ def run_one(args, hook, out_json, port):
 
 
 def table(results, args):
-    base = next((r for r in results if r["hook"] in ("ddp", "adamw", "fsdp")), results[0])
+    base = next((r for r in results if r["hook"] in ("ddp", "adamw", "fsdp", "fsdp-adamw")),
+                results[0])
     lines = [f"| hook | codec | steps/s (best of {args.repeat}) | vs DDP allreduce | all runs "
              f"(steps/s) | median step (ms) | train loss (last 10) | held-out loss |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     names = {"ddp": "DDP allreduce (gloo), no hook", "fp16": "PyTorch fp16_compress_hook (gloo)",
              "powersgd": f"PyTorch powerSGD_hook rank {args.psgd_rank} (gloo)",
-             "adamw": "AdamW, DDP allreduce (gloo)", "fsdp": "FSDP2 (gloo)"}
+             "adamw": "AdamW, DDP allreduce (gloo)", "fsdp": "FSDP2 (gloo)",
+             "fsdp-adamw": "AdamW, FSDP2 (gloo)"}
     for r in results:
         name = names.get(r["hook"], "terse_hook, overlap=False" if r["hook"].startswith(
             "terse-sync:") else "terse.optim.OneBitAdam" if r["hook"].startswith(
             "onebit-adam:") else "terse.fsdp (grads / weights)" if r["hook"].startswith(
-            "fsdp-terse:") else "terse_hook")
+            "fsdp-terse:") else "FSDPShardedOneBitAdam (grads / weights)" if r["hook"].startswith(
+            "fsdp-sharded-adam:") else "terse_hook")
         lines.append(f"| {name} | {r['codec'] or '-'} | {r['steps_per_s']:.2f} | "
                      f"{r['steps_per_s'] / base['steps_per_s']:.2f}x | "
                      f"{' '.join(f'{v:.2f}' for v in r['steps_per_s_all'])} | "
@@ -420,7 +437,10 @@ def main():
     p.add_argument("mode", choices=["compare", "worker", "overhead"])
     p.add_argument("--hook", default="ddp",
                    help="worker: ddp, fp16, powersgd or terse:SPEC (SGD); adamw (DDP's allreduce) "
-                        "or onebit-adam:SPEC (terse.optim.OneBitAdam) with Adam")
+                        "or onebit-adam:SPEC (terse.optim.OneBitAdam) with Adam; under FSDP2: fsdp "
+                        "or fsdp-terse:GRAD[/WEIGHT] (SGD), fsdp-adamw or "
+                        "fsdp-sharded-adam:CODEC[/WEIGHT] (terse.sharded_optim."
+                        "FSDPShardedOneBitAdam)")
     p.add_argument("--hooks", help='compare: space-separated hooks (default: all of '
                    + " ".join(DEFAULT_HOOKS) + ")")
     p.add_argument("--nproc", type=int, default=4)

@@ -8,7 +8,8 @@
 #        [-- compare options]
 #
 # --python: the interpreter with torch (default /usr/bin/python3, Debian's torch 1.13; FSDP2's
-# hooks, fsdp and fsdp-terse:GRAD/WEIGHT, need torch 2.8 or later, e.g. scripts/torch-env.sh's).
+# hooks, fsdp, fsdp-adamw, fsdp-terse:GRAD/WEIGHT and fsdp-sharded-adam:CODEC/WEIGHT, need torch
+# 2.8 or later, e.g. scripts/torch-env.sh's).
 #
 # Exit status: ddp_hooks.py's; 77 when this machine cannot build namespaces (bench-network.sh's).
 set -euo pipefail
@@ -25,7 +26,7 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --python) python=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "ddp_hooks_network: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
