@@ -202,6 +202,26 @@ int main(void) {
   CHECK(terse_sharded_onebit_adam_deserialize(parts, sizes, 1, 2, 1, &half) == TERSE_OK);
   CHECK(terse_sharded_onebit_adam_shard(half, &off, &len) == TERSE_OK && off == 1501 &&
         len == 1500);
+  /* Re-laid out (FSDP2 at another world size): N + 1 elements, the saved ones reversed and one
+   * of new padding (-1) at the end, rank 1 of 2. A map entry outside the saved tensor is refused
+   * and builds nothing. The part was saved after step 4. */
+  static int64_t source[N + 1];
+  for (int k = 0; k < N; ++k) source[k] = N - 1 - k;
+  source[N] = -1;
+  terse_sharded_onebit_adam_t* relaid = NULL;
+  CHECK(terse_sharded_onebit_adam_deserialize_remapped(parts, sizes, 1, 2, 1, N + 1, source,
+                                                       &relaid) == TERSE_OK &&
+        relaid != NULL);
+  CHECK(terse_sharded_onebit_adam_shard(relaid, &off, &len) == TERSE_OK && off == 1501 &&
+        len == 1501);
+  CHECK(terse_sharded_onebit_adam_steps(relaid) == 4 &&
+        terse_sharded_onebit_adam_frozen_at(relaid) == 2);
+  terse_sharded_onebit_adam_destroy(relaid);
+  source[7] = N;
+  terse_sharded_onebit_adam_t* refused = NULL;
+  CHECK(terse_sharded_onebit_adam_deserialize_remapped(parts, sizes, 1, 2, 1, N + 1, source,
+                                                       &refused) == TERSE_INVALID_ARGUMENT &&
+        refused == NULL);
   /* Corrupt, truncated, missing. */
   bytes[size / 2] ^= 1;
   terse_sharded_onebit_adam_t* bad = NULL;

@@ -14,7 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -967,6 +969,281 @@ TEST(ShardedOneBitAdam, LocalMomentumStateBytesIncludeTheWholeTensor) {
     EXPECT_EQ(noEf[r].stateBytes(), 2 * 4 * (n / 4) + n + 4 * n) << "rank " << r;
     EXPECT_EQ(withEf[r].stateBytes(), 2 * 4 * (n / 4) + n + 4 * n + 4 * n) << "rank " << r;
   }
+}
+
+// deserializeRemapped: every rank of a `world`-rank run from the saved parts and one element map.
+std::vector<ShardedOneBitAdam> remapAll(const std::vector<std::vector<uint8_t>>& parts, int world,
+                                        const std::vector<int64_t>& source) {
+  std::vector<std::pair<const void*, size_t>> views;
+  for (const auto& p : parts) views.emplace_back(p.data(), p.size());
+  std::vector<ShardedOneBitAdam> out;
+  for (int r = 0; r < world; ++r) {
+    auto a = ShardedOneBitAdam::deserializeRemapped(views, world, r, source.size(), source.data());
+    EXPECT_TRUE(a.isOk()) << a.status().toString();
+    out.push_back(std::move(a).value());
+  }
+  return out;
+}
+
+// The whole tensor of a per-shard quantity (momentum or variance), the shards laid end to end.
+Vec wholeTensor(const std::vector<ShardedOneBitAdam>& opts,
+                const std::function<const Vec&(const ShardedOneBitAdam&)>& shardOf) {
+  Vec whole(opts[0].count());
+  for (const auto& o : opts)
+    std::copy(shardOf(o).begin(), shardOf(o).end(), whole.begin() + o.shardOffset());
+  return whole;
+}
+
+// The tail of a part with local momentum and error feedback is [local momentum: 4 n][residual
+// size: 8][residual: ErrorFeedback::serialize()][checksum: 8]. The residual's size is that of a
+// fresh ErrorFeedback of the codec (the reduce-scatter keeps no server residual), checked against
+// the size field, so a layout change fails here instead of comparing the wrong bytes.
+struct LocalState {
+  Vec localM, residual;
+};
+LocalState localStateOf(const std::vector<uint8_t>& part, const std::string& codec, size_t n) {
+  LocalState out;
+  auto fresh = ErrorFeedback::create(codec, n);
+  EXPECT_TRUE(fresh.isOk()) << fresh.status().toString();
+  const size_t nFb = fresh->serialize().size();
+  if (part.size() < 16 + nFb + 4 * n) {
+    ADD_FAILURE() << "part too short";
+    return out;
+  }
+  const size_t fbAt = part.size() - 8 - nFb;
+  uint64_t sizeField = 0;
+  std::memcpy(&sizeField, part.data() + fbAt - 8, 8);
+  EXPECT_EQ(sizeField, nFb);
+  auto fb = ErrorFeedback::deserialize(part.data() + fbAt, nFb);
+  EXPECT_TRUE(fb.isOk()) << fb.status().toString();
+  if (!fb.isOk()) return out;
+  out.residual.assign(fb->worker(), fb->worker() + n);
+  out.localM.resize(n);
+  std::memcpy(out.localM.data(), part.data() + fbAt - 8 - 4 * n, 4 * n);
+  return out;
+}
+
+// The old ranks' element-wise average of one of the vectors above.
+Vec averageOf(const std::vector<LocalState>& states, Vec LocalState::*field) {
+  Vec avg((states[0].*field).size(), 0.0f);
+  for (const auto& s : states)
+    for (size_t k = 0; k < avg.size(); ++k) avg[k] += (s.*field)[k];
+  for (float& x : avg) x /= static_cast<float>(states.size());
+  return avg;
+}
+
+bool allFinite(const Vec& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+TEST(ShardedOneBitAdam, RemappedWithTheIdentityMapIsDeserializeBitForBit) {
+  // Without local momentum and residuals (the two things the remap averages on purpose) the
+  // identity map at the same world size must build exactly deserialize's state: same bytes, and
+  // the same 5 steps after it. The lossy parameter all-gather adds the master shard to what has
+  // to come back element for element.
+  const size_t n = 9001;
+  std::vector<int64_t> identity(n);
+  for (size_t k = 0; k < n; ++k) identity[k] = static_cast<int64_t>(k);
+  for (const char* paramCodec : {"none", "int8"}) {
+    SCOPED_TRACE(std::string("param codec ") + paramCodec);
+    auto o = baseOptions("none", 5);
+    o.paramCodec = paramCodec;
+    auto opts = makeSharded(4, n, o);
+    auto first =
+        runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
+    ASSERT_TRUE(opts[0].frozen());
+    auto parts = saveAll(opts);
+    auto plain = loadAll(parts, 4);
+    auto remapped = remapAll(parts, 4, identity);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_TRUE(remapped[r].serialize() == plain[r].serialize()) << "rank " << r;
+    auto a = runSharded(4, first.params, 5, 13, 1e-3f, plain, noiseGrads(n));
+    auto b = runSharded(4, first.params, 5, 13, 1e-3f, remapped, noiseGrads(n));
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_TRUE(bitEqual(a.params[r], b.params[r])) << "rank " << r;
+      EXPECT_TRUE(remapped[r].serialize() == plain[r].serialize()) << "rank " << r;
+    }
+    EXPECT_GT(maxAbsDiff(a.params[0], first.params[0]), 1e-4);
+  }
+  // onebit + error feedback + local momentum: every new rank's local momentum and worker
+  // residual is the old ranks' average (deserialize would give each rank its own back), so the
+  // average the next reduce-scatter injects is kept; training then goes on, ranks identical.
+  auto o = localMomentumOptions("onebit", 5);
+  auto opts = makeSharded(4, n, o);
+  auto first =
+      runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
+  auto parts = saveAll(opts);
+  auto remapped = remapAll(parts, 4, identity);
+  const std::string codec = opts[0].options().codec;
+  std::vector<LocalState> old;
+  for (const auto& p : parts) old.push_back(localStateOf(p, codec, n));
+  ASSERT_EQ(old.size(), 4u);
+  ASSERT_EQ(old[0].localM.size(), n);
+  // The old ranks really differ (else "the average" and "its own" could not be told apart).
+  EXPECT_GT(maxAbsDiff(old[0].localM, old[1].localM), 1e-3);
+  EXPECT_GT(maxAbsDiff(old[0].residual, old[1].residual), 1e-3);
+  const Vec wantM = averageOf(old, &LocalState::localM);
+  const Vec wantE = averageOf(old, &LocalState::residual);
+  for (int r = 0; r < 4; ++r) {
+    LocalState got = localStateOf(remapped[r].serialize(), codec, n);
+    ASSERT_EQ(got.localM.size(), n);
+    EXPECT_LT(maxAbsDiff(got.localM, wantM), 1e-6) << "rank " << r;
+    EXPECT_LT(maxAbsDiff(got.residual, wantE), 1e-6) << "rank " << r;
+    // The moments still come back untouched.
+    EXPECT_TRUE(bitEqual(remapped[r].momentum(), opts[r].momentum())) << "rank " << r;
+  }
+  auto b = runSharded(4, first.params, 5, 13, 1e-3f, remapped, noiseGrads(n));
+  for (int r = 1; r < 4; ++r) EXPECT_TRUE(bitEqual(b.params[r], b.params[0])) << "rank " << r;
+  EXPECT_TRUE(allFinite(b.params[0]));
+  EXPECT_GT(maxAbsDiff(b.params[0], first.params[0]), 1e-4);
+}
+
+// A relayout as FSDP2 makes one: the saved n elements reversed, with 3 elements of new padding
+// (-1) at the start, the middle and the end, so that both new shards hold some.
+std::vector<int64_t> reversedWithPadding(size_t n) {
+  const size_t count = n + 3;
+  std::vector<int64_t> source(count);
+  int64_t next = static_cast<int64_t>(n) - 1;
+  for (size_t k = 0; k < count; ++k)
+    source[k] = k == 0 || k == count / 2 || k == count - 1 ? -1 : next--;
+  EXPECT_EQ(next, -1);
+  return source;
+}
+
+TEST(ShardedOneBitAdam, RemappedRelayoutMovesStateWithItsElementsAndPaddingNeverMoves) {
+  // Saved by 4 ranks after the freeze over n elements, loaded at 2 ranks over the relayout above.
+  // With the lossless codec the 2-rank run must continue the 4-rank run element for element
+  // (ranks r and r + 2 see the same gradients there, so the average is the same): that needs the
+  // moments and the exponents (and the master shard with a lossy all-gather) taken from the
+  // source positions. The padding has v = 0 and the no-gradient exponent, so, given a gradient
+  // anyway, it only decays.
+  const size_t n = 1001;
+  const std::vector<int64_t> source = reversedWithPadding(n);
+  const size_t count = source.size();
+  const float lr = 1e-3f;
+  struct Config {
+    std::string codec, paramCodec;
+    bool localMomentum;
+    double tolerance;  // against the 4-rank run at the source positions; -1: not comparable
+  };
+  // int8 parameter all-gather: both runs step the same fp32 master, their replicas differ only
+  // by the quantization of different blocks (under 1% of the parameters' 0.5 scale); a master
+  // taken from the wrong element is off by the parameters' own size.
+  const Config configs[] = {
+      {"none", "none", false, 1e-6}, {"none", "int8", false, 2e-2}, {"onebit", "none", true, -1.0}};
+  for (const Config& c : configs) {
+    SCOPED_TRACE("codec " + c.codec + ", param codec " + c.paramCodec +
+                 (c.localMomentum ? ", local momentum" : ""));
+    auto o = baseOptions(c.codec, 5);
+    o.paramCodec = c.paramCodec;
+    o.localMomentum = c.localMomentum;
+    auto opts = makeSharded(4, n, o);
+    auto first =
+        runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, lr, opts, noiseGrads(n));
+    ASSERT_TRUE(opts[0].frozen());
+    const Vec oldM =
+        wholeTensor(opts, [](const ShardedOneBitAdam& a) -> const Vec& { return a.momentum(); });
+    const Vec oldV =
+        wholeTensor(opts, [](const ShardedOneBitAdam& a) -> const Vec& { return a.variance(); });
+    auto at2 = remapAll(saveAll(opts), 2, source);
+    ASSERT_EQ(at2.size(), 2u);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(at2[r].count(), count);
+      EXPECT_EQ(at2[r].steps(), 12);
+      EXPECT_EQ(at2[r].frozenAt(), 5);
+      const Range want = chunkRange(count, 2, r);
+      ASSERT_EQ(at2[r].shardOffset(), want.begin);
+      ASSERT_EQ(at2[r].shardLength(), want.length);
+      for (size_t i = 0; i < want.length; ++i) {
+        const int64_t from = source[want.begin + i];
+        EXPECT_EQ(at2[r].momentum()[i], from < 0 ? 0.0f : oldM[from]) << "element " << i;
+        EXPECT_EQ(at2[r].variance()[i], from < 0 ? 0.0f : oldV[from]) << "element " << i;
+      }
+    }
+    // The caller's parameters in the new layout; padding starts at 0 (stays exactly 0) or not.
+    Vec start(count);
+    for (size_t k = 0; k < count; ++k)
+      start[k] = source[k] >= 0 ? first.params[0][source[k]] : (k == 0 ? 0.0f : 0.25f);
+    auto paired = [n](int r, int s, const Vec&) { return noiseGradient(r % 2, s, n); };
+    auto relaid = [&](int r, int s, const Vec&) {
+      const Vec g = noiseGradient(r, s, n);
+      Vec out(count, 3.0f);  // a gradient on the padding too: the exponent must still drop it
+      for (size_t k = 0; k < count; ++k)
+        if (source[k] >= 0) out[k] = g[source[k]];
+      return out;
+    };
+    const int steps = 10;
+    auto got = runSharded(2, {start, start}, steps, 13, lr, at2, relaid);
+    EXPECT_TRUE(bitEqual(got.params[0], got.params[1]));
+    EXPECT_TRUE(allFinite(got.params[0]));
+    Vec moved(n), startOld(n);
+    for (size_t k = 0; k < count; ++k)
+      if (source[k] >= 0) {
+        moved[source[k]] = got.params[0][k];
+        startOld[source[k]] = start[k];
+      }
+    EXPECT_GT(maxAbsDiff(moved, startOld), 1e-4);  // the rest trains
+    if (c.tolerance > 0) {
+      auto ref = runSharded(4, first.params, steps, 13, lr, opts, paired);
+      EXPECT_LT(maxAbsDiff(moved, ref.params[0]), c.tolerance);
+    }
+    if (c.paramCodec != "none") continue;  // the padding's replica is then a decoded value
+    const float decay = 1.0f - lr * o.weightDecay;
+    for (size_t k = 0; k < count; ++k) {
+      if (source[k] >= 0) continue;
+      float want = start[k];
+      for (int s = 0; s < steps; ++s) want *= decay;
+      if (start[k] == 0.0f)
+        EXPECT_EQ(got.params[0][k], 0.0f) << "pad " << k;
+      else
+        EXPECT_FLOAT_EQ(got.params[0][k], want) << "pad " << k;
+    }
+  }
+}
+
+TEST(ShardedOneBitAdam, RemappedBadMapsAreRefused) {
+  // Every rank checks the whole map (an entry outside its own shard too), so no rank of the new
+  // world builds a state its peers refused.
+  const size_t n = 100;
+  auto opts = makeSharded(4, n, localMomentumOptions("onebit", 2));
+  runSharded(4, std::vector<Vec>(4, initialParams(n)), 4, 1, 1e-3f, opts, noiseGrads(n));
+  auto parts = saveAll(opts);
+  std::vector<std::pair<const void*, size_t>> views;
+  for (const auto& p : parts) views.emplace_back(p.data(), p.size());
+  std::vector<int64_t> good(n + 2, -1);
+  for (size_t k = 0; k < n; ++k) good[k] = static_cast<int64_t>(n - 1 - k);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_TRUE(
+        ShardedOneBitAdam::deserializeRemapped(views, 2, r, good.size(), good.data()).isOk());
+  for (int64_t bad : {int64_t{-2}, static_cast<int64_t>(n), int64_t{1} << 40}) {
+    for (size_t at : {size_t{0}, good.size() - 1}) {  // in rank 0's shard and in rank 1's
+      auto map = good;
+      map[at] = bad;
+      for (int r = 0; r < 2; ++r) {
+        auto got = ShardedOneBitAdam::deserializeRemapped(views, 2, r, map.size(), map.data());
+        ASSERT_FALSE(got.isOk()) << bad << " at " << at << ", rank " << r;
+        EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << got.status().toString();
+      }
+    }
+  }
+  auto null = ShardedOneBitAdam::deserializeRemapped(views, 2, 0, 5, nullptr);
+  ASSERT_FALSE(null.isOk());
+  EXPECT_EQ(null.status().code(), StatusCode::kInvalidArgument);
+  // Parts as deserialize wants them: every rank's, each once; a rank the world cannot have.
+  auto missing = views;
+  missing.pop_back();
+  auto lost = ShardedOneBitAdam::deserializeRemapped(missing, 2, 0, good.size(), good.data());
+  ASSERT_FALSE(lost.isOk());
+  EXPECT_EQ(lost.status().code(), StatusCode::kInvalidArgument);
+  auto twice = views;
+  twice[1] = twice[0];
+  EXPECT_FALSE(
+      ShardedOneBitAdam::deserializeRemapped(twice, 2, 0, good.size(), good.data()).isOk());
+  EXPECT_FALSE(ShardedOneBitAdam::deserializeRemapped({}, 2, 0, good.size(), good.data()).isOk());
+  EXPECT_FALSE(
+      ShardedOneBitAdam::deserializeRemapped(views, 2, 2, good.size(), good.data()).isOk());
 }
 
 }  // namespace
