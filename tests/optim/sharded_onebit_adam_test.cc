@@ -7,6 +7,7 @@
 #include "terse/api/internal.h"
 #include "terse/collectives/partition.h"
 #include "terse/kernels/device.h"
+#include "terse/optim/adam_math.h"
 #include "terse/optim/onebit_adam.h"
 #include "terse/optim/sharded_onebit_adam.h"
 
@@ -1032,6 +1033,24 @@ Vec averageOf(const std::vector<LocalState>& states, Vec LocalState::*field) {
   return avg;
 }
 
+// The scale exponents of a part without local momentum or residual (version 1): its tail is
+// [exponent count: 8][exponents: 1 byte each][residual size 0: 8][checksum: 8]. With the
+// lossless codec they cannot show in the parameters (a power of two scales and unscales
+// exactly), so the relayout test reads them here.
+std::vector<int8_t> exponentsOf(const std::vector<uint8_t>& part, size_t n) {
+  if (part.size() < 24 + n) {
+    ADD_FAILURE() << "part too short";
+    return {};
+  }
+  const size_t at = part.size() - 16 - n;
+  uint64_t countField = 0, fbField = 1;
+  std::memcpy(&countField, part.data() + at - 8, 8);
+  std::memcpy(&fbField, part.data() + at + n, 8);
+  EXPECT_EQ(countField, n);
+  EXPECT_EQ(fbField, 0u);
+  return std::vector<int8_t>(part.begin() + at, part.begin() + at + n);
+}
+
 bool allFinite(const Vec& v) {
   for (float x : v)
     if (!std::isfinite(x)) return false;
@@ -1147,7 +1166,8 @@ TEST(ShardedOneBitAdam, RemappedRelayoutMovesStateWithItsElementsAndPaddingNever
         wholeTensor(opts, [](const ShardedOneBitAdam& a) -> const Vec& { return a.momentum(); });
     const Vec oldV =
         wholeTensor(opts, [](const ShardedOneBitAdam& a) -> const Vec& { return a.variance(); });
-    auto at2 = remapAll(saveAll(opts), 2, source);
+    const auto parts = saveAll(opts);
+    auto at2 = remapAll(parts, 2, source);
     ASSERT_EQ(at2.size(), 2u);
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(at2[r].count(), count);
@@ -1160,6 +1180,34 @@ TEST(ShardedOneBitAdam, RemappedRelayoutMovesStateWithItsElementsAndPaddingNever
         const int64_t from = source[want.begin + i];
         EXPECT_EQ(at2[r].momentum()[i], from < 0 ? 0.0f : oldM[from]) << "element " << i;
         EXPECT_EQ(at2[r].variance()[i], from < 0 ? 0.0f : oldV[from]) << "element " << i;
+      }
+    }
+    const std::string codec = opts[0].options().codec;
+    if (!c.localMomentum) {
+      // The scales moved with their elements; the padding has the no-gradient sentinel.
+      const std::vector<int8_t> oldExps = exponentsOf(parts[0], n);
+      ASSERT_EQ(oldExps.size(), n);
+      std::vector<int8_t> want(count);
+      for (size_t k = 0; k < count; ++k)
+        want[k] =
+            source[k] < 0 ? static_cast<int8_t>(optim::kAdamNoGradientExp) : oldExps[source[k]];
+      for (int r = 0; r < 2; ++r) EXPECT_TRUE(exponentsOf(at2[r].serialize(), count) == want);
+    }
+    if (c.localMomentum) {
+      // Local momenta at load: the old ranks' average at the source positions, 0 on the padding.
+      std::vector<LocalState> old;
+      for (const auto& p : parts) old.push_back(localStateOf(p, codec, n));
+      const Vec avg = averageOf(old, &LocalState::localM);
+      ASSERT_EQ(avg.size(), n);
+      for (int r = 0; r < 2; ++r) {
+        const LocalState now = localStateOf(at2[r].serialize(), codec, count);
+        ASSERT_EQ(now.localM.size(), count);
+        double worst = 0.0;
+        for (size_t k = 0; k < count; ++k) {
+          const float want = source[k] < 0 ? 0.0f : avg[source[k]];
+          worst = std::max(worst, std::fabs(double(now.localM[k]) - want));
+        }
+        EXPECT_LT(worst, 1e-6) << "rank " << r;
       }
     }
     // The caller's parameters in the new layout; padding starts at 0 (stays exactly 0) or not.
@@ -1185,6 +1233,18 @@ TEST(ShardedOneBitAdam, RemappedRelayoutMovesStateWithItsElementsAndPaddingNever
         startOld[source[k]] = start[k];
       }
     EXPECT_GT(maxAbsDiff(moved, startOld), 1e-4);  // the rest trains
+    if (c.localMomentum) {
+      // After training the padding's local momentum is still 0 on both ranks: its exponent
+      // scales its gradient to nothing, so it never sends anything.
+      for (int r = 0; r < 2; ++r) {
+        const LocalState now = localStateOf(at2[r].serialize(), codec, count);
+        ASSERT_EQ(now.localM.size(), count);
+        for (size_t k = 0; k < count; ++k) {
+          if (source[k] >= 0) continue;
+          EXPECT_EQ(now.localM[k], 0.0f) << "rank " << r << ", pad " << k;
+        }
+      }
+    }
     if (c.tolerance > 0) {
       auto ref = runSharded(4, first.params, steps, 13, lr, opts, paired);
       EXPECT_LT(maxAbsDiff(moved, ref.params[0]), c.tolerance);
@@ -1195,10 +1255,11 @@ TEST(ShardedOneBitAdam, RemappedRelayoutMovesStateWithItsElementsAndPaddingNever
       if (source[k] >= 0) continue;
       float want = start[k];
       for (int s = 0; s < steps; ++s) want *= decay;
-      if (start[k] == 0.0f)
+      if (start[k] == 0.0f) {
         EXPECT_EQ(got.params[0][k], 0.0f) << "pad " << k;
-      else
+      } else {
         EXPECT_FLOAT_EQ(got.params[0][k], want) << "pad " << k;
+      }
     }
   }
 }
