@@ -288,6 +288,10 @@ class _Unit:
         self.count, self.block, self.layout = count, block, layout
         self.handle = handle
         self.reduced = torch.empty(block, dtype=torch.float32)
+        # The unit's parameter shard in the core's layout, the update's in/out buffer (kept:
+        # one per step would be an allocation per unit per step). Its padding stays 0: padding
+        # has no gradient, so the core leaves it at 0 * decay.
+        self.flat = torch.zeros(block, dtype=torch.float32)
         self.pending = False   # reduce() ran, update() not yet
         self.calls = 0
 
@@ -487,9 +491,9 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                                        f"set_custom_reduce_scatter, e.g. terse.fsdp.apply, "
                                        f"called after the optimizer was made?)")
                 continue
-            flat = torch.zeros(unit.block, dtype=torch.float32)
+            flat, locals_ = unit.flat, self._locals(unit)
             at = 0
-            for local, rows, row in self._locals(unit):
+            for local, rows, row in locals_:
                 n = local.numel()
                 flat[at:at + n].copy_(local.reshape(-1))
                 at += rows * row
@@ -502,7 +506,7 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
             comm._in_order(call)
             unit.pending = False
             at = 0
-            for local, rows, row in self._locals(unit):
+            for local, rows, row in locals_:
                 n = local.numel()
                 local.copy_(flat[at:at + n].view_as(local))
                 at += rows * row
