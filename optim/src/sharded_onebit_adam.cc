@@ -519,14 +519,15 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
     TERSE_RETURN_IF_ERROR(optim::cuda::adamWarmup(pNew, gAvg, dm, dv, len, sc, stream));
     const bool freeze = t >= o.warmupSteps;
     if (freeze) {
-      std::vector<float> vHost(len);
-      TERSE_RETURN_IF_ERROR(device::copyAsync(vHost.data(), dv, 4 * len, stream));
+      // The freeze's gathers run from host memory: the shard's v, then (local momentum) its m.
+      std::vector<float> hostShard(len);
+      TERSE_RETURN_IF_ERROR(device::copyAsync(hostShard.data(), dv, 4 * len, stream));
       TERSE_RETURN_IF_ERROR(device::synchronize(stream));
-      TERSE_RETURN_IF_ERROR(gatherExponents(comm, vHost.data(), lr, t));
+      TERSE_RETURN_IF_ERROR(gatherExponents(comm, hostShard.data(), lr, t));
       if (o.localMomentum) {
-        TERSE_RETURN_IF_ERROR(device::copyAsync(vHost.data(), dm, 4 * len, stream));
+        TERSE_RETURN_IF_ERROR(device::copyAsync(hostShard.data(), dm, 4 * len, stream));
         TERSE_RETURN_IF_ERROR(device::synchronize(stream));
-        TERSE_RETURN_IF_ERROR(gatherLocalMomentum(comm, vHost.data()));
+        TERSE_RETURN_IF_ERROR(gatherLocalMomentum(comm, hostShard.data()));
       }
     }
     Status g = comm.allgather(pNew, params, n, DataType::kFloat32, co);
