@@ -17,11 +17,10 @@ Without attach(), the optimizer averages the warm-up gradients itself with terse
 allreduce, so it also works with no DDP at all (each rank computing its own gradients).
 """
 import ctypes
-import hashlib
 
 import torch
 
-from . import _lib
+from . import _agree, _lib
 from ._lib import check
 from .comm import canonical_spec
 
@@ -94,7 +93,11 @@ class OneBitAdam(torch.optim.Optimizer):
             if len(self.param_groups) != 1:
                 raise ValueError("terse: OneBitAdam takes one parameter group (its state is one "
                                  "flat buffer); give every parameter the same options")
-            self._params = list(self.param_groups[0]["params"])
+            # Parameters that take no gradient (requires_grad=False when the optimizer is made)
+            # are not the core's: the step never touches them, as torch's AdamW.
+            self._index = [i for i, p in enumerate(self.param_groups[0]["params"])
+                           if p.requires_grad]
+            self._params = [self.param_groups[0]["params"][i] for i in self._index]
             self.count = sum(p.numel() for p in self._params)
             self.device = self._check_params()
         except (TypeError, ValueError) as error:
@@ -113,7 +116,7 @@ class OneBitAdam(torch.optim.Optimizer):
         takes), or ValueError saying what is wrong."""
         from .ddp import cuda_path
         devices = []
-        for i, p in enumerate(self._params):
+        for i, p in zip(self._index, self._params):
             if p.dtype != torch.float32:
                 raise ValueError(f"terse: parameter {i} is {p.dtype} on {p.device}; OneBitAdam "
                                  f"takes float32 CPU parameters, or float32 parameters on one "
@@ -129,65 +132,32 @@ class OneBitAdam(torch.optim.Optimizer):
             raise ValueError(f"terse: OneBitAdam cannot take parameters on {device}: {why}")
         return device
 
-    def _layout_words(self):
-        """This rank's construction as 8 small integers: a hash of the parameters' shapes in
-        order (4 x 16 bits) and one of the options (4 x 16 bits). Small integers are exact in
-        float32, and a sum with zeros leaves them exact."""
-        shapes = repr([tuple(p.shape) for p in self._params]).encode()
+    def _options_text(self):
+        """The options every rank must pass alike, as text for _agree.agree."""
         group = self.param_groups[0]
         codec = self.codec
         try:   # "onebit" and "onebit:block=2048" are the same codec
             codec = canonical_spec(codec)
         except Exception:  # noqa: BLE001 -- an invalid spec fails in _create, with its message
             pass
-        options = repr((codec, tuple(float(b) for b in group["betas"]), float(group["eps"]),
-                        float(group["weight_decay"]), sorted(self._config.items()))).encode()
-        words = []
-        for text in (shapes, options):
-            digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
-            words += [(digest >> (16 * k)) & 0xFFFF for k in range(4)]
-        return words
+        return repr((codec, tuple(float(b) for b in group["betas"]), float(group["eps"]),
+                     float(group["weight_decay"]), sorted(self._config.items())))
 
     def _agree(self):
-        """One small allreduce at construction: every rank contributes its _layout_words in its
-        own slot, so each rank sees every rank's, and all reach the same verdict. Parameters in
-        another order on one rank would otherwise be averaged position by position with other
-        ranks' parameters, silently (issue #35)."""
-        comm = self.communicator
-        if comm.size == 1:
-            return
-        words = self._layout_words()
-        k = len(words)
-        table = torch.zeros(comm.size * k, dtype=torch.float32)
-        table[comm.rank * k:(comm.rank + 1) * k] = torch.tensor(words, dtype=torch.float32)
-        comm.allreduce(table, "none", "sum")
-        rows = [table[r * k:(r + 1) * k].tolist() for r in range(comm.size)]
-        shapes = [r for r in range(1, comm.size) if rows[r][:4] != rows[0][:4]]
-        options = [r for r in range(1, comm.size) if rows[r][4:] != rows[0][4:]]
-        if shapes:
-            mine = ", ".join(str(tuple(p.shape)) for p in self._params[:8])
-            more = ", ..." if len(self._params) > 8 else ""
-            raise ValueError(
-                f"terse: OneBitAdam's parameters differ between ranks: rank(s) "
-                f"{', '.join(map(str, shapes))} passed other shapes, or the same in another "
-                f"order, than rank 0; every rank must pass the same parameters in the same order "
-                f"(its momentum is averaged position by position). Rank {comm.rank} passed "
-                f"{len(self._params)} tensors: {mine}{more}")
-        if options:
-            raise ValueError(
-                f"terse: OneBitAdam's options differ between ranks: rank(s) "
-                f"{', '.join(map(str, options))} passed other codec, betas, eps, weight_decay "
-                f"or warm-up settings than rank 0; every rank must pass the same")
+        """One small allreduce at construction (terse._agree): the parameters that take
+        gradients (shapes and dtypes, in order) and the options. Parameters in another order on
+        one rank would otherwise be averaged position by position with other ranks' parameters,
+        silently (issue #35)."""
+        _agree.agree(self.communicator, "OneBitAdam", self._params, self._options_text())
 
     def _refuse(self, error):
         """This rank refused its own parameters: the other ranks are in _agree's allreduce, and
         fail it at once naming this rank instead of waiting for TERSE_TIMEOUT_MS."""
         try:
             comm = self.communicator
-            if comm.size > 1:
-                comm._in_order(comm._refused(error))
-        except Exception:
-            pass   # the refusal itself, raised back by _refused (or no communicator at all)
+        except Exception:  # noqa: BLE001 -- no communicator at all: nobody waits
+            return
+        _agree.refuse(comm, error)
 
     # -- the C object ---------------------------------------------------------------------------
 
@@ -288,16 +258,16 @@ class OneBitAdam(torch.optim.Optimizer):
             # Someone replaced a parameter's storage (p.data = ...): take it back into the flat
             # buffer, values included.
             self._alias_params()
-        at = 0
-        for p in self._params:
-            n = p.numel()
-            if p.grad is None:
-                self._flat_g[at:at + n].zero_()
-            else:
-                self._flat_g[at:at + n].copy_(p.grad.reshape(-1))
-            at += n
-        lr = float(self.param_groups[0]["lr"])
         comm = self.communicator
+        missing = _agree.take_gradients(comm, "OneBitAdam", self.param_groups[0]["params"],
+                                        self._index, self._flat_g)
+        if len(missing) == len(self._params):
+            return loss   # no gradient anywhere: as torch's AdamW, nothing moves, no step counts
+        # A parameter without a gradient (on every rank: take_gradients agreed) goes through the
+        # core with a zero gradient, its value restored afterwards: unchanged, no weight decay.
+        # Its moments see that zero gradient (docs/optim.md, "Parameters without a gradient").
+        kept = [(p, p.detach().clone()) for p in missing]
+        lr = float(self.param_groups[0]["lr"])
         if self.device.type == "cuda":
             # The gradients were copied on torch's current stream; terse's kernels run on the
             # legacy default stream and return when they are done (docs/cuda.md).
@@ -310,6 +280,8 @@ class OneBitAdam(torch.optim.Optimizer):
             with comm._lock:
                 check(_lib.lib().terse_onebit_adam_step(self._handle, comm._h(), pp, gp, lr))
         comm._in_order(call)   # behind any collective the DDP hook queued on this communicator
+        for p, value in kept:
+            p.detach().copy_(value)
         return loss   # the parameters are views of _flat_p: already updated
 
     # -- checkpoints -----------------------------------------------------------------------------

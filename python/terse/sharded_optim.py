@@ -28,7 +28,7 @@ import ctypes
 
 import torch
 
-from . import _lib
+from . import _agree, _lib
 from ._lib import check
 
 __all__ = ["ShardedOneBitAdam", "FSDPShardedOneBitAdam", "combine"]
@@ -57,6 +57,10 @@ def _require_api():
     return l
 
 
+def _codec_name(spec):
+    return spec.split(":", 1)[0].strip().lower()
+
+
 def _options(group, codec, warmup, feedback, param_codec, local):
     """The C options struct for one parameter group's settings."""
     o = _Options()
@@ -70,6 +74,13 @@ def _options(group, codec, warmup, feedback, param_codec, local):
     o.param_codec = param_codec.encode()
     o.local_momentum = 1 if local else 0
     return o
+
+
+def _options_text(group, feedback):
+    """The options the sharded cores do not compare across ranks themselves, as text for
+    _agree.agree."""
+    return repr((tuple(float(b) for b in group["betas"]), float(group["eps"]),
+                 float(group["weight_decay"]), bool(feedback)))
 
 
 def combine(state_dicts):
@@ -105,28 +116,42 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
     every rank's parameters are the decoded, identical values).
 
     One parameter group of float32 CPU parameters; every rank must build it with the same
-    parameters in the same order and the same options. ``communicator``: a terse.comm
-    Communicator (default: the process's shared one).
+    parameters in the same order and the same options (construction checks the layout and
+    betas, eps, weight_decay and error_feedback with one small allreduce; the core compares the
+    rest at its first step). Parameters with requires_grad=False are never touched; one whose
+    grad is None on every rank keeps its value (docs/optim.md, "Parameters without a
+    gradient"). ``communicator``: a terse.comm Communicator (default: the process's shared one).
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="int8", warmup_steps=100, error_feedback=False, param_codec="none",
                  local_momentum=None, communicator=None):
-        if not isinstance(lr, (int, float)) or lr < 0:
-            raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
-        if not isinstance(codec, str) or not isinstance(param_codec, str):
-            raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
-                            f"{type(codec).__name__}")
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-        super().__init__(params, defaults)
-        if len(self.param_groups) != 1:
-            raise ValueError("terse: ShardedOneBitAdam takes one parameter group (its state is "
-                             "one flat buffer); give every parameter the same options")
-        self._params = list(self.param_groups[0]["params"])
-        for i, p in enumerate(self._params):
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(f"terse: parameter {i} is {p.dtype} on {p.device}; "
-                                 f"ShardedOneBitAdam takes float32 CPU parameters")
+        self._comm = communicator
+        self._handle = None
+        # Every rank checks its own arguments, then all agree on the parameters' layout: a rank
+        # whose arguments are refused, or whose layout differs, fails construction everywhere.
+        try:
+            if not isinstance(lr, (int, float)) or lr < 0:
+                raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
+            if not isinstance(codec, str) or not isinstance(param_codec, str):
+                raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
+                                f"{type(codec).__name__}")
+            defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
+            super().__init__(params, defaults)
+            if len(self.param_groups) != 1:
+                raise ValueError("terse: ShardedOneBitAdam takes one parameter group (its state "
+                                 "is one flat buffer); give every parameter the same options")
+            group = self.param_groups[0]["params"]
+            # As OneBitAdam: parameters that take no gradient are not the core's, never touched.
+            self._index = [i for i, p in enumerate(group) if p.requires_grad]
+            self._params = [group[i] for i in self._index]
+            for i, p in zip(self._index, self._params):
+                if p.dtype != torch.float32 or p.device.type != "cpu":
+                    raise ValueError(f"terse: parameter {i} is {p.dtype} on {p.device}; "
+                                     f"ShardedOneBitAdam takes float32 CPU parameters")
+        except (TypeError, ValueError) as error:
+            _agree.refuse(self._comm_or_none(), error)
+            raise
         self.count = sum(p.numel() for p in self._params)
         self.codec = codec
         self._warmup = int(warmup_steps)
@@ -135,12 +160,20 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
         # follows error_feedback unless asked otherwise (docs/optim.md, "Which codec").
         self._local = self._feedback if local_momentum is None else bool(local_momentum)
         self.param_codec = param_codec
-        self._comm = communicator
-        self._handle = None
+        # The layout here (the core cannot see it); the options the core compares at its first
+        # step (warm-up, local momentum, codecs) are its own check, the rest here.
+        _agree.agree(self.communicator, "ShardedOneBitAdam", self._params,
+                     _options_text(self.param_groups[0], self._feedback))
         self._flat_p = torch.empty(self.count, dtype=torch.float32)
         self._flat_g = torch.empty(self.count, dtype=torch.float32)
         self._alias_params()
         self._handle = self._create()
+
+    def _comm_or_none(self):
+        try:
+            return self.communicator
+        except Exception:  # noqa: BLE001 -- no communicator: nobody waits for this rank
+            return None
 
     def _options(self):
         return _options(self.param_groups[0], self.codec, self._warmup, self._feedback,
@@ -215,16 +248,22 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
                 loss = closure()
         if not all(p.data_ptr() == ptr for p, ptr in zip(self._params, self._aliased)):
             self._alias_params()
-        at = 0
-        for p in self._params:
-            n = p.numel()
-            if p.grad is None:
-                self._flat_g[at:at + n].zero_()
-            else:
-                self._flat_g[at:at + n].copy_(p.grad.reshape(-1))
-            at += n
-        lr = float(self.param_groups[0]["lr"])
         comm = self.communicator
+        missing = _agree.take_gradients(comm, "ShardedOneBitAdam", self.param_groups[0]["params"],
+                                        self._index, self._flat_g)
+        if len(missing) == len(self._params):
+            return loss   # no gradient anywhere: as torch's AdamW, nothing moves, no step counts
+        if missing and _codec_name(self.param_codec) != "none":
+            # Every rank agreed on `missing`, so every rank raises here, before the core's step.
+            raise ValueError(f"terse: ShardedOneBitAdam with param_codec={self.param_codec!r} "
+                             f"keeps the exact parameters in its core, which would decay a "
+                             f"parameter without a gradient; {len(missing)} parameter(s) have "
+                             f"none this step: give them p.grad = torch.zeros_like(p), or set "
+                             f"requires_grad=False before making the optimizer")
+        # As OneBitAdam: a parameter without a gradient on every rank goes through the core with
+        # a zero gradient, its value restored afterwards (docs/optim.md).
+        kept = [(p, p.detach().clone()) for p in missing]
+        lr = float(self.param_groups[0]["lr"])
         pp = ctypes.c_void_p(self._flat_p.data_ptr())
         gp = ctypes.c_void_p(self._flat_g.data_ptr())
 
@@ -233,6 +272,8 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
                 check(_lib.lib().terse_sharded_onebit_adam_step(self._handle, comm._h(), pp, gp,
                                                                 lr))
         comm._in_order(call)
+        for p, value in kept:
+            p.detach().copy_(value)
         return loss
 
     def state_dict(self):
@@ -283,8 +324,11 @@ class _Unit:
     """One FSDP unit's optimizer core (a C ShardedOneBitAdam over the unit's reduce-scatter
     layout) and the reduce-scatter comm FSDP2 calls for it."""
 
-    def __init__(self, name, module, count, block, layout, handle):
+    def __init__(self, name, module, indices, count, block, layout, handle):
         self.name, self.module = name, module
+        # The unit's parameters FSDP2 reduce-scatters (those that take gradients), as indices
+        # into its FSDP parameters, in its reduce-scatter order.
+        self.indices = indices
         self.count, self.block, self.layout = count, block, layout
         self.handle = handle
         self.reduced = torch.empty(block, dtype=torch.float32)
@@ -298,8 +342,8 @@ class _Unit:
     @property
     def params(self):
         # Looked up each time: loading a state_dict may give FSDP2 new sharded parameters.
-        return [fp.sharded_param
-                for fp in self.module._get_fsdp_state()._fsdp_param_groups[0].fsdp_params]
+        fsdp_params = self.module._get_fsdp_state()._fsdp_param_groups[0].fsdp_params
+        return [fsdp_params[i].sharded_param for i in self.indices]
 
 
 def _fsdp_comm_class():
@@ -329,10 +373,19 @@ def _fsdp_comm_class():
                                     f"gradients (MixedPrecisionPolicy(reduce_dtype="
                                     f"torch.float32))")
             if input_tensor.numel() != unit.count or output_tensor.numel() != unit.block:
-                raise ValueError(f"terse.sharded_optim: unit '{unit.name}': FSDP2 reduce-"
-                                 f"scatters {input_tensor.numel()} -> {output_tensor.numel()} "
-                                 f"elements, the optimizer was built for {unit.count} -> "
-                                 f"{unit.block} (parameters changed after it was made?)")
+                error = ValueError(
+                    f"terse.sharded_optim: unit '{unit.name}': FSDP2 reduce-scatters "
+                    f"{input_tensor.numel()} -> {output_tensor.numel()} elements, the optimizer "
+                    f"was built for {unit.count} -> {unit.block}, the unit's parameters that "
+                    f"took gradients then. FSDP2 leaves out a parameter without a gradient this "
+                    f"step (unused in the forward): FSDPShardedOneBitAdam needs a gradient for "
+                    f"each of them every step (model.set_reduce_scatter_unused_params(True) "
+                    f"gives the unused ones zeros, which the optimizer applies as a zero "
+                    f"gradient), or requires_grad=False before it is made; or the parameters "
+                    f"changed after it was made")
+                # The other ranks may be in this reduce-scatter already: they fail it at once.
+                _agree.refuse(comm, error)
+                raise error
             kind, factor = fsdp._terse_op(op)
             # The core averages; FSDP2 wants the average (AVG), the sum (SUM) or the sum of the
             # inputs times f (PREMUL_SUM(f)) in its output.
@@ -385,6 +438,31 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                  codec="int8", warmup_steps=100, error_feedback=False, local_momentum=None,
                  communicator=None):
         from . import fsdp
+        if communicator is None:
+            from .ddp import default_communicator
+            communicator = default_communicator()
+        self.communicator = communicator
+        self.units = []
+        # Every rank checks its own model, then all agree on the units' layout: a rank whose
+        # model is refused, or laid out otherwise, fails construction everywhere.
+        try:
+            self._build(model, lr, betas, eps, weight_decay, codec, warmup_steps,
+                        error_feedback, local_momentum, fsdp)
+        except (TypeError, ValueError) as error:
+            self._destroy()
+            _agree.refuse(communicator, error)
+            raise
+        layout = [(shape, "torch.float32", u.name) for u in self.units
+                  for _, _, shape in u.layout]
+        try:
+            _agree.agree(communicator, "FSDPShardedOneBitAdam", layout,
+                         _options_text(self.param_groups[0], self._feedback))
+        except Exception:
+            self._destroy()
+            raise
+
+    def _build(self, model, lr, betas, eps, weight_decay, codec, warmup_steps, error_feedback,
+               local_momentum, fsdp):
         if not isinstance(lr, (int, float)) or lr < 0:
             raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
         if not isinstance(codec, str):
@@ -394,39 +472,49 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                          dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         if len(self.param_groups) != 1:
             raise ValueError("terse: FSDPShardedOneBitAdam takes one parameter group")
-        if communicator is None:
-            from .ddp import default_communicator
-            communicator = default_communicator()
-        self.communicator = communicator
         self.codec = codec
         self._warmup = int(warmup_steps)
         self._feedback = bool(error_feedback)
         self._local = self._feedback if local_momentum is None else bool(local_momentum)
-        world, rank = communicator.size, communicator.rank
+        comm = self.communicator
+        world, rank = comm.size, comm.rank
         comm_class = _fsdp_comm_class()
-        self.units = []
         covered = set()
         for name, module in model.named_modules():
             if not isinstance(module, fsdp.FSDPModule):
                 continue
-            shapes = fsdp.unit_shapes(module)
-            if shapes is None:
+            all_shapes = fsdp.unit_shapes(module)
+            if all_shapes is None:
                 raise ValueError(f"terse: FSDP unit '{name}' is not laid out as "
                                  f"FSDPShardedOneBitAdam reads (one parameter group, dim-0 "
                                  f"sharding)")
-            if not shapes:
+            if not all_shapes:
                 continue
-            fsdp_params = module._get_fsdp_state()._fsdp_param_groups[0].fsdp_params
-            for p in (fp.sharded_param for fp in fsdp_params):
+            group = module._get_fsdp_state()._fsdp_param_groups[0]
+            fsdp_params = group.fsdp_params
+            for fp in fsdp_params:
+                covered.add(id(fp.sharded_param))
+            # FSDP2 reduce-scatters the parameters that have a gradient, in its reduce-scatter
+            # order (FSDPParamGroup._reduce_scatter_param_indices, torch >= 2.15: grouped by
+            # gradient dtype; the parameters' order before). Those that take no gradient never
+            # have one: they are not in the core, and never touched.
+            order = getattr(group, "_reduce_scatter_param_indices", None) or \
+                list(range(len(fsdp_params)))
+            indices = [i for i in order if fsdp_params[i].sharded_param.requires_grad]
+            for i in indices:
+                p = fsdp_params[i].sharded_param
                 if p.dtype != torch.float32 or p.device.type != "cpu":
                     raise ValueError(f"terse: unit '{name}' has a {p.dtype} parameter on "
                                      f"{p.device}; FSDPShardedOneBitAdam takes float32 CPU "
                                      f"parameters (bf16 compute via MixedPrecisionPolicy is fine)")
-                covered.add(id(p))
+            if not indices:
+                continue
+            shapes = [all_shapes[i] for i in indices]
             layout, block = fsdp._rs_blocks(shapes, world)
-            unit = _Unit(name, module, world * block, block,
+            unit = _Unit(name, module, indices, world * block, block,
                          [(rows, row, shape) for (rows, row, _), shape in zip(layout, shapes)],
                          self._create(world * block))
+            self.units.append(unit)
             off, length = ctypes.c_size_t(0), ctypes.c_size_t(0)
             check(_lib.lib().terse_sharded_onebit_adam_shard(unit.handle, ctypes.byref(off),
                                                              ctypes.byref(length)))
@@ -434,12 +522,12 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                 raise RuntimeError(f"terse: unit '{name}': the core's shard ({off.value}, "
                                    f"{length.value}) is not FSDP2's ({rank * block}, {block})")
             module.set_custom_reduce_scatter(comm_class(self, unit))
-            self.units.append(unit)
         if not self.units:
-            raise ValueError("terse: FSDPShardedOneBitAdam: the model has no FSDP units; call "
-                             "fully_shard on its layers and on itself first")
+            raise ValueError("terse: FSDPShardedOneBitAdam: the model has no FSDP units with "
+                             "parameters that take gradients; call fully_shard on its layers and "
+                             "on itself first")
         missing = [i for i, p in enumerate(self.param_groups[0]["params"])
-                   if id(p) not in covered]
+                   if id(p) not in covered and p.requires_grad]
         if missing:
             raise ValueError(f"terse: parameters {missing} of the model belong to no FSDP unit "
                              f"this optimizer can step")
@@ -458,12 +546,15 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                                                  ctypes.byref(handle)))
         return handle
 
+    def _destroy(self):
+        for u in getattr(self, "units", []):
+            if u.handle is not None:
+                _lib.lib().terse_sharded_onebit_adam_destroy(u.handle)
+                u.handle = None
+
     def __del__(self):
         try:
-            for u in getattr(self, "units", []):
-                if u.handle is not None:
-                    _lib.lib().terse_sharded_onebit_adam_destroy(u.handle)
-                    u.handle = None
+            self._destroy()
         except Exception:  # interpreter shutdown
             pass
 
