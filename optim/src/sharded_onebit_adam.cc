@@ -57,6 +57,116 @@ const Pow2Table& pow2() {
   return t;
 }
 
+// What every rank's state must hold alike: the element count, the position in training (step
+// and freeze) and every option. The warm-up length and local momentum decide which collectives a
+// step makes, the codecs and error feedback what they carry, the betas, eps and weight decay the
+// arithmetic of each owner's shard; and a checkpoint whose parts differ in any of them is refused
+// on reload, so a run with them mixed could not even be resumed. The learning rate is per call
+// and is not agreed (docs/optim.md says why). One table serves both the ranks' agreement at the
+// first step and the check that a checkpoint's parts are one run's.
+enum class FieldKind { kInteger, kFloat, kFlag, kSpec };
+struct AgreedField {
+  const char* name;  // as the C API and Python spell the option
+  FieldKind kind;
+};
+constexpr AgreedField kAgreed[] = {
+    {"count", FieldKind::kInteger},       {"steps", FieldKind::kInteger},
+    {"frozen_at", FieldKind::kInteger},   {"warmup_steps", FieldKind::kInteger},
+    {"local_momentum", FieldKind::kFlag}, {"error_feedback", FieldKind::kFlag},
+    {"codec", FieldKind::kSpec},          {"param_codec", FieldKind::kSpec},
+    {"beta1", FieldKind::kFloat},         {"beta2", FieldKind::kFloat},
+    {"eps", FieldKind::kFloat},           {"weight_decay", FieldKind::kFloat},
+};
+
+// A spec is a 2-byte length and kMaxSpecBytes bytes, so every state's record has one size.
+size_t fieldBytes(FieldKind k) {
+  switch (k) {
+    case FieldKind::kInteger: return 8;
+    case FieldKind::kFloat: return 4;
+    case FieldKind::kFlag: return 1;
+    case FieldKind::kSpec: return 2 + kMaxSpecBytes;
+  }
+  return 0;
+}
+
+size_t recordBytes() {
+  size_t n = 0;
+  for (const AgreedField& f : kAgreed) n += fieldBytes(f.kind);
+  return n;
+}
+
+// The record of one state, kAgreed's fields in order (specs canonical: create() made them so).
+std::vector<uint8_t> agreedRecord(uint64_t count, int64_t steps, int64_t frozenAt,
+                                  const ShardedOneBitAdamOptions& o) {
+  std::vector<uint8_t> out(recordBytes(), 0);
+  size_t at = 0;
+  auto raw = [&](const void* p, size_t n) {
+    std::memcpy(out.data() + at, p, n);
+    at += n;
+  };
+  auto integer = [&](int64_t v) { raw(&v, 8); };
+  auto flag = [&](bool v) { out[at++] = v ? 1 : 0; };
+  auto spec = [&](const std::string& text) {  // validated: 1..kMaxSpecBytes characters
+    const uint16_t len = static_cast<uint16_t>(text.size());
+    raw(&len, 2);
+    std::memcpy(out.data() + at, text.data(), text.size());
+    at += kMaxSpecBytes;
+  };
+  integer(static_cast<int64_t>(count));
+  integer(steps);
+  integer(frozenAt);
+  integer(o.warmupSteps);
+  flag(o.localMomentum);
+  flag(o.errorFeedback);
+  spec(o.codec);
+  spec(o.paramCodec);
+  for (float v : {o.beta1, o.beta2, o.eps, o.weightDecay}) raw(&v, 4);
+  return out;
+}
+
+std::string fieldText(FieldKind k, const uint8_t* p) {
+  switch (k) {
+    case FieldKind::kInteger: {
+      int64_t v = 0;
+      std::memcpy(&v, p, 8);
+      return std::to_string(v);
+    }
+    case FieldKind::kFloat: {
+      float v = 0.0f;
+      std::memcpy(&v, p, 4);
+      return formatString("%.9g", static_cast<double>(v));
+    }
+    case FieldKind::kFlag: return *p ? "true" : "false";
+    case FieldKind::kSpec: {
+      uint16_t len = 0;
+      std::memcpy(&len, p, 2);
+      return "'" +
+             std::string(reinterpret_cast<const char*>(p + 2),
+                         std::min<size_t>(len, kMaxSpecBytes)) +
+             "'";
+    }
+  }
+  return "";
+}
+
+// The first field (kAgreed's order) in which any record differs from the first one, as
+// "NAME differs between RANKS: rank A has X, rank B has Y"; empty when all agree. records[i]
+// belongs to rank ranks[i]. Every rank that sees the same records says the same.
+std::string firstDisagreement(const std::vector<const uint8_t*>& records,
+                              const std::vector<int>& ranks, const char* between) {
+  size_t at = 0;
+  for (const AgreedField& f : kAgreed) {
+    const size_t n = fieldBytes(f.kind);
+    for (size_t i = 1; i < records.size(); ++i)
+      if (std::memcmp(records[0] + at, records[i] + at, n) != 0)
+        return formatString("%s differs between %s: rank %d has %s, rank %d has %s", f.name,
+                            between, ranks[0], fieldText(f.kind, records[0] + at).c_str(), ranks[i],
+                            fieldText(f.kind, records[i] + at).c_str());
+    at += n;
+  }
+  return "";
+}
+
 // One rank's checkpoint part, parsed.
 struct Part {
   ShardedOneBitAdamOptions o;
@@ -114,8 +224,9 @@ Result<Part> parsePart(const void* bytes, size_t size) {
        (nMaster == 0 || nMaster == a.length) && nMaster <= r.left() / 4;
   if (ok) {
     a.master.resize(nMaster);
-    ok = r.bytes(a.master.data(), 4 * nMaster) && r.get(&nExp) && (nExp == 0 || nExp == a.count) &&
-         nExp <= r.left() && (nExp > 0) == (a.frozenAt > 0);
+    // The exponents exist from the freeze on, over the whole tensor (none at 0 elements).
+    ok = r.bytes(a.master.data(), 4 * nMaster) && r.get(&nExp) &&
+         nExp == (a.frozenAt > 0 ? a.count : 0) && nExp <= r.left();
   }
   if (ok) {
     a.exps.resize(nExp);
@@ -302,13 +413,13 @@ size_t ShardedOneBitAdam::scratchBytes() const {
   return 4 * (scratch_.capacity() + shardScratch_.capacity());
 }
 
-Status ShardedOneBitAdam::checkStepArguments(Communicator& comm, const void* params,
-                                             const void* grads, float lr, const char* what,
-                                             bool talks) {
+Status ShardedOneBitAdam::checkStepArguments(Communicator& comm, Buffer a, Buffer b, float lr,
+                                             const char* what, bool talks) {
   Status bad;
-  if (count_ > 0 && (!params || !grads))
-    bad = errorInvalidArgument("ShardedOneBitAdam::%s: a buffer is null for %zu elements", what,
-                               count_);
+  const Buffer* null = a.elements > 0 && !a.data ? &a : (b.elements > 0 && !b.data ? &b : nullptr);
+  if (null)
+    bad = errorInvalidArgument("ShardedOneBitAdam::%s: %s is null for %zu elements", what,
+                               null->name, null->elements);
   else if (!std::isfinite(lr) || lr < 0.0f)
     bad = errorInvalidArgument(
         "ShardedOneBitAdam::%s: learning rate %g must be a finite number >= 0", what, lr);
@@ -317,7 +428,7 @@ Status ShardedOneBitAdam::checkStepArguments(Communicator& comm, const void* par
         "ShardedOneBitAdam::%s: state is for rank %d of %d, the communicator is rank %d of %d "
         "(load the checkpoint at the new world size)",
         what, rank_, world_, comm.rank(), comm.size());
-  else if (device::isDeviceMemory(params) != device::isDeviceMemory(grads))
+  else if (a.data && b.data && device::isDeviceMemory(a.data) != device::isDeviceMemory(b.data))
     bad = errorInvalidArgument(
         "ShardedOneBitAdam::%s: both buffers must be device memory or both host memory", what);
   // The refusal stands in for this rank's part of the collective the call would have run, so
@@ -326,9 +437,48 @@ Status ShardedOneBitAdam::checkStepArguments(Communicator& comm, const void* par
   return bad;
 }
 
+Status ShardedOneBitAdam::agree(Communicator& comm) {
+  if (agreed_ || world_ == 1) {
+    agreed_ = true;
+    return Status::ok();
+  }
+  // Two bytes a float: integers below 2^16 are exact in float32, so the exact all-gather carries
+  // any bytes unchanged. Every rank's record has one size, so the parts are equal.
+  std::vector<uint8_t> mine = agreedRecord(count_, steps_, frozenAt_, options_);
+  mine.resize((mine.size() + 1) / 2 * 2, 0);
+  const size_t words = mine.size() / 2;
+  std::vector<float> send(words), all(words * static_cast<size_t>(world_));
+  for (size_t i = 0; i < words; ++i)
+    send[i] = static_cast<float>(mine[2 * i] | (mine[2 * i + 1] << 8));
+  Status g = comm.allgather(send.data(), all.data(), all.size(), DataType::kFloat32);
+  if (!g.isOk())
+    return g.withContext("ShardedOneBitAdam: comparing the count and options with the other ranks");
+  std::vector<std::vector<uint8_t>> records(world_, std::vector<uint8_t>(mine.size()));
+  std::vector<const uint8_t*> recordOf;
+  std::vector<int> rankOf;
+  for (int r = 0; r < world_; ++r) {
+    for (size_t i = 0; i < words; ++i) {
+      const auto w = static_cast<uint32_t>(all[r * words + i]);
+      records[r][2 * i] = static_cast<uint8_t>(w & 0xff);
+      records[r][2 * i + 1] = static_cast<uint8_t>(w >> 8);
+    }
+    recordOf.push_back(records[r].data());
+    rankOf.push_back(r);
+  }
+  const std::string differs = firstDisagreement(recordOf, rankOf, "ranks");
+  if (!differs.empty())
+    return errorInvalidArgument(
+        "ShardedOneBitAdam: %s (every rank must create the optimizer with the same count and "
+        "options, or load the same checkpoint)",
+        differs.c_str());
+  agreed_ = true;
+  return Status::ok();
+}
+
 Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* grads, float lr,
                                void* stream) {
-  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, params, grads, lr, "step", true));
+  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, {params, "params", count_},
+                                           {grads, "grads", count_}, lr, "step", true));
   if (reduced_) {
     Status bad = errorInvalidUsage(
         "ShardedOneBitAdam::step: reduce() ran without its update(); finish that step first");
@@ -338,6 +488,7 @@ Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* g
     (void)comm.reject(bad).wait();
     return bad;
   }
+  TERSE_RETURN_IF_ERROR(agree(comm));
   return device::isDeviceMemory(params) ? stepDevice(comm, params, grads, lr, stream)
                                         : stepHost(comm, params, grads, lr);
 }
@@ -409,7 +560,9 @@ void ShardedOneBitAdam::commitFreeze(int64_t t) {
 }
 
 Status ShardedOneBitAdam::reduce(Communicator& comm, const float* grads, float* reduced) {
-  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, reduced, grads, 0.0f, "reduce", true));
+  // The full gradient moves in, this rank's shard out.
+  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, {grads, "grads", count_},
+                                           {reduced, "reduced", m_.size()}, 0.0f, "reduce", true));
   Status bad;
   if (device::isDeviceMemory(grads) || (device_ && device_->current))
     bad = errorUnsupported(
@@ -428,6 +581,7 @@ Status ShardedOneBitAdam::reduce(Communicator& comm, const float* grads, float* 
     (void)comm.reject(bad).wait();
     return bad;
   }
+  TERSE_RETURN_IF_ERROR(agree(comm));
   const size_t n = count_;
   if (!frozen()) {
     Status s = comm.reduceScatter(grads, reduced, n, DataType::kFloat32, ReduceOp::kAvg);
@@ -451,7 +605,9 @@ Status ShardedOneBitAdam::update(Communicator& comm, float* paramShard, const fl
                                  float lr) {
   const int64_t t = steps_ + 1;
   const bool freeze = !frozen() && t >= options_.warmupSteps;  // the one update that talks
-  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, paramShard, reduced, lr, "update", freeze));
+  // Both hold this rank's shard.
+  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, {paramShard, "paramShard", m_.size()},
+                                           {reduced, "reduced", m_.size()}, lr, "update", freeze));
   if (!reduced_) {
     Status bad = errorInvalidUsage(
         "ShardedOneBitAdam::update: no reduce() before it (every step reduces the gradients "
@@ -625,6 +781,14 @@ std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
 
 namespace {
 
+// Whether the saving run kept master shards (a lossy parameter all-gather after its first
+// compressed step): then every part with elements has one.
+bool hasMaster(const std::vector<Part>& parts) {
+  for (const Part& p : parts)
+    if (!p.master.empty()) return true;
+  return false;
+}
+
 // Every saving rank's part, parsed and checked to be one run's (same options, step, scales; each
 // rank once), in rank order.
 Result<std::vector<Part>> parseRun(const std::vector<std::pair<const void*, size_t>>& parts,
@@ -641,16 +805,24 @@ Result<std::vector<Part>> parseRun(const std::vector<std::pair<const void*, size
   if (static_cast<size_t>(oldWorld) != old.size())
     return errorInvalidArgument("%s: saved by %d ranks, %zu parts given (pass every rank's)", what,
                                 oldWorld, old.size());
+  std::vector<std::vector<uint8_t>> records;
+  std::vector<const uint8_t*> recordOf;
+  std::vector<int> rankOf;
+  for (const Part& p : old) {
+    records.push_back(agreedRecord(p.count, p.steps, p.frozenAt, p.o));
+    rankOf.push_back(p.rank);
+  }
+  for (const auto& r : records) recordOf.push_back(r.data());
+  const std::string differs = firstDisagreement(recordOf, rankOf, "the parts");
+  if (!differs.empty())
+    return errorInvalidArgument("%s: the parts disagree (not one run's checkpoint): %s", what,
+                                differs.c_str());
+  // A rank with an empty shard saves an empty master copy whatever the run has.
+  const bool master = hasMaster(old);
   std::vector<int> seen(oldWorld, 0);
   for (const Part& p : old) {
-    const ShardedOneBitAdamOptions &a = p.o, &b = first.o;
-    bool same = p.world == oldWorld && p.count == first.count && p.steps == first.steps &&
-                p.frozenAt == first.frozenAt && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
-                a.eps == b.eps && a.weightDecay == b.weightDecay &&
-                a.warmupSteps == b.warmupSteps && a.errorFeedback == b.errorFeedback &&
-                a.localMomentum == b.localMomentum && a.codec == b.codec &&
-                a.paramCodec == b.paramCodec && p.exps == first.exps &&
-                p.master.empty() == first.master.empty();
+    bool same = p.world == oldWorld && p.exps == first.exps &&
+                (p.length == 0 || p.master.empty() != master);
     if (!same)
       return errorInvalidArgument("%s: the parts disagree (not one run's checkpoint)", what);
     if (seen[p.rank]++) return errorInvalidArgument("%s: rank %d's part given twice", what, p.rank);
@@ -676,7 +848,7 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
   a.frozenAt_ = first.frozenAt;
   a.scaleExp_ = first.exps;
   // Moments (and the master shard): the new shard's elements from whichever old shards hold them.
-  if (!first.master.empty()) a.master_.assign(a.m_.size(), 0.0f);
+  if (hasMaster(old)) a.master_.assign(a.m_.size(), 0.0f);
   for (const Part* p : byRank) {
     size_t lo = std::max<size_t>(p->offset, a.offset_);
     size_t hi = std::min<size_t>(p->offset + p->length, a.offset_ + a.m_.size());
@@ -686,7 +858,7 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserialize(
       if (!a.master_.empty()) a.master_[i - a.offset_] = p->master[i - p->offset];
     }
   }
-  if (!first.localM.empty()) {
+  if (first.o.localMomentum && first.frozenAt > 0) {
     // Local momenta: what matters is their average (the momentum of the averaged gradient). At
     // the same world size each rank takes its own back (the run continues bit for bit); at
     // another every new rank starts from the old ranks' average.
@@ -743,13 +915,13 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserializeRemapped(
   a.steps_ = first.steps;
   a.frozenAt_ = first.frozenAt;
   // The saved tensor whole (its shards laid end to end), then every new element from its source.
-  std::vector<float> m(oldCount), v(oldCount), master(first.master.empty() ? 0 : oldCount);
+  std::vector<float> m(oldCount), v(oldCount), master(hasMaster(old) ? oldCount : 0);
   for (const Part& p : old) {
     std::copy(p.m.begin(), p.m.end(), m.begin() + p.offset);
     std::copy(p.v.begin(), p.v.end(), v.begin() + p.offset);
-    if (!master.empty()) std::copy(p.master.begin(), p.master.end(), master.begin() + p.offset);
+    if (!p.master.empty()) std::copy(p.master.begin(), p.master.end(), master.begin() + p.offset);
   }
-  if (!master.empty()) a.master_.assign(a.m_.size(), 0.0f);
+  if (hasMaster(old)) a.master_.assign(a.m_.size(), 0.0f);
   for (size_t i = 0; i < a.m_.size(); ++i) {
     const int64_t from = source[a.offset_ + i];
     if (from < 0) continue;  // new padding: no gradient yet, zero state
@@ -757,7 +929,8 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserializeRemapped(
     a.v_[i] = v[from];
     if (!master.empty()) a.master_[i] = master[from];
   }
-  if (!first.exps.empty()) {
+  // Frozen: scales for every new element (the saved tensor may have had none, at 0 elements).
+  if (first.frozenAt > 0) {
     a.scaleExp_.resize(count);
     for (size_t k = 0; k < count; ++k)
       a.scaleExp_[k] =
@@ -774,7 +947,7 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserializeRemapped(
     }
     for (size_t k = 0; k < count; ++k) dst[k] = source[k] < 0 ? 0.0f : sum[source[k]] * inv;
   };
-  if (!first.localM.empty()) {
+  if (first.o.localMomentum && first.frozenAt > 0) {
     a.localM_.assign(count, 0.0f);
     averaged([](const Part& p) { return p.localM.data(); }, a.localM_.data());
   }

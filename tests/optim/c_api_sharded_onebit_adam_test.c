@@ -30,7 +30,8 @@ static int failures = 0;
 /* One rank of a two-process world over the file store `store`: reduce + update on the rank's
  * shard + terse_allgather give step()'s parameters bit for bit across the freeze (local
  * momentum, onebit + error feedback); then rank 0 reduces twice and rank 1, which finished its
- * step, has its next reduce fail at once (not by the timeout). Returns the failed checks. */
+ * step, has its next reduce fail at once (not by the timeout); then warm-up lengths that differ
+ * between the ranks are refused at the first step on both. Returns the failed checks. */
 static int twoRanks(int rank, const char* store) {
   enum { M = 5001 };
   static float params[M], split[M], grads[M], reduced[M], shard[M], start[M];
@@ -82,6 +83,23 @@ static int twoRanks(int rank, const char* store) {
       CHECK(strstr(terse_last_error(), "rank 0 rejected") != NULL);
     }
   }
+  /* Warm-up lengths that differ between the ranks (2 and 3): the first step fails on both,
+   * naming the option, before any collective could pair with another kind (issue 44). The
+   * communicator stays usable: a state both ranks agree on steps afterwards. */
+  terse_sharded_onebit_adam_t* mixed = NULL;
+  o.warmup_steps = 2 + rank;
+  CHECK(terse_sharded_onebit_adam_create(M, 2, rank, &o, &mixed) == TERSE_OK);
+  memcpy(params, start, sizeof params);
+  CHECK(terse_sharded_onebit_adam_step(mixed, comm, params, grads, 1e-2f) ==
+        TERSE_INVALID_ARGUMENT);
+  CHECK(strstr(terse_last_error(),
+               "warmup_steps differs between ranks: rank 0 has 2, rank 1 has 3") != NULL);
+  CHECK(terse_sharded_onebit_adam_steps(mixed) == 0 && memcmp(params, start, sizeof params) == 0);
+  terse_sharded_onebit_adam_destroy(mixed);
+  o.warmup_steps = 2;
+  CHECK(terse_sharded_onebit_adam_create(M, 2, rank, &o, &mixed) == TERSE_OK);
+  CHECK(terse_sharded_onebit_adam_step(mixed, comm, params, grads, 1e-2f) == TERSE_OK);
+  terse_sharded_onebit_adam_destroy(mixed);
   terse_sharded_onebit_adam_destroy(bySplit);
   terse_sharded_onebit_adam_destroy(byStep);
   terse_comm_destroy(comm);

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -1299,6 +1300,349 @@ TEST(ShardedOneBitAdam, RemappedBadMapsAreRefused) {
   EXPECT_FALSE(ShardedOneBitAdam::deserializeRemapped({}, 2, 0, good.size(), good.data()).isOk());
   EXPECT_FALSE(
       ShardedOneBitAdam::deserializeRemapped(views, 2, 2, good.size(), good.data()).isOk());
+}
+
+// Issue 44, finding 4: options that decide the sequence of collectives (warm-up length, local
+// momentum) or the arithmetic differ between ranks. Before the agreement, a 2-step warm-up on
+// one rank of three against 3 on the others paired its exponent all-gather with their parameter
+// all-gather at step 2 (same kind and count): two ranks returned OK with another rank's
+// exponents as parameters, and the error came a step later. Now the first step refuses it on
+// every rank, naming the option and both values, and changes nothing.
+struct RankDifference {
+  const char* what;
+  std::function<void(ShardedOneBitAdamOptions&)> change;  // applied to the last rank's options
+  std::string says;                                       // in every rank's error
+};
+
+// Runs up to `steps` steps on `world` thread-ranks whose states `opts` hold (one replica each,
+// from initialParams) and returns each rank's statuses, stopping at its first failure.
+std::vector<std::vector<Status>> stepUntilFailure(int world, int steps,
+                                                  std::vector<ShardedOneBitAdam>& opts,
+                                                  std::vector<Vec>& params) {
+  std::vector<std::vector<Status>> st(world);
+  params.clear();
+  for (int r = 0; r < world; ++r) params.push_back(initialParams(opts[r].count()));
+  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
+  EXPECT_TRUE(comms.isOk());
+  if (!comms.isOk()) return st;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      for (int s = 1; s <= steps; ++s) {
+        Vec g = noiseGradient(r, s, opts[r].count());
+        st[r].push_back(opts[r].step(*comms.value()[r], params[r].data(), g.data(), 1e-2f));
+        if (!st[r].back().isOk()) return;
+      }
+    });
+  for (auto& t : threads) t.join();
+  return st;
+}
+
+TEST(ShardedOneBitAdam, OptionsThatDifferBetweenRanksAreRefusedAtTheFirstStepOnEveryRank) {
+  const size_t n = 301;
+  const int world = 3;
+  const std::vector<RankDifference> cases = {
+      {"warm-up", [](auto& o) { o.warmupSteps = 3; },
+       "warmup_steps differs between ranks: rank 0 has 2, rank 2 has 3"},
+      {"local momentum", [](auto& o) { o.localMomentum = true; },
+       "local_momentum differs between ranks: rank 0 has false, rank 2 has true"},
+      {"error feedback", [](auto& o) { o.errorFeedback = true; },
+       "error_feedback differs between ranks: rank 0 has false, rank 2 has true"},
+      {"codec", [](auto& o) { o.codec = "onebit"; },
+       ": codec differs between ranks: rank 0 has 'int8:block=256,round=nearest,seed=0', rank 2 "
+       "has 'onebit:block=2048'"},
+      {"parameter codec", [](auto& o) { o.paramCodec = "bf16"; },
+       "param_codec differs between ranks: rank 0 has 'none', rank 2 has 'bf16'"},
+      {"beta1", [](auto& o) { o.beta1 = 0.8f; },
+       "beta1 differs between ranks: rank 0 has 0.899999976, rank 2 has 0.800000012"},
+      {"beta2", [](auto& o) { o.beta2 = 0.99f; }, "beta2 differs between ranks"},
+      {"eps", [](auto& o) { o.eps = 1e-6f; }, "eps differs between ranks"},
+      {"weight decay", [](auto& o) { o.weightDecay = 0.0f; },
+       "weight_decay differs between ranks: rank 0 has 0.100000001, rank 2 has 0"},
+  };
+  auto base = baseOptions("int8", 2);
+  auto checkRefused = [&](std::vector<ShardedOneBitAdam>& opts, const std::string& says) {
+    std::vector<int64_t> stepsBefore;
+    for (const auto& a : opts) stepsBefore.push_back(a.steps());
+    std::vector<Vec> params;
+    auto st = stepUntilFailure(world, 4, opts, params);
+    for (int r = 0; r < world; ++r) {
+      // What each rank's steps returned, for the failure message (the corruption before the
+      // fix: OK, OK with another rank's exponents as parameters, then the error).
+      std::string seen;
+      for (const Status& s : st[r]) seen += (s.isOk() ? "OK" : s.toString()) + "; ";
+      seen += "p[0] = " + std::to_string(params[r].empty() ? 0.0f : params[r][0]);
+      EXPECT_EQ(st[r].size(), 1u) << "rank " << r << ": " << seen;
+      if (st[r].empty()) continue;
+      EXPECT_EQ(st[r][0].code(), StatusCode::kInvalidArgument) << "rank " << r << ": " << seen;
+      EXPECT_NE(st[r][0].message().find(says), std::string::npos) << "rank " << r << ": " << seen;
+      EXPECT_EQ(opts[r].steps(), stepsBefore[r]) << "rank " << r;
+      EXPECT_TRUE(bitEqual(params[r], initialParams(opts[r].count()))) << "rank " << r;
+    }
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<ShardedOneBitAdam> opts;
+    for (int r = 0; r < world; ++r) {
+      auto o = base;
+      if (r == world - 1) c.change(o);
+      auto made = ShardedOneBitAdam::create(n, world, r, o);
+      ASSERT_TRUE(made.isOk()) << made.status().toString();
+      opts.push_back(std::move(made).value());
+    }
+    checkRefused(opts, c.says);
+  }
+  {
+    // The element count is agreed too (the collectives would refuse it as well, without naming
+    // it).
+    SCOPED_TRACE("count");
+    std::vector<ShardedOneBitAdam> opts;
+    for (int r = 0; r < world; ++r)
+      opts.push_back(ShardedOneBitAdam::create(r == 1 ? n + 1 : n, world, r, base).value());
+    checkRefused(opts, "count differs between ranks: rank 0 has 301, rank 1 has 302");
+  }
+  {
+    // One rank resumed a checkpoint of another step (saved by a world of one after 1 step).
+    SCOPED_TRACE("step");
+    auto solo = makeSharded(1, n, base);
+    runSharded(1, {initialParams(n)}, 1, 1, 1e-2f, solo, noiseGrads(n));
+    auto part = solo[0].serialize();
+    std::vector<ShardedOneBitAdam> opts = makeSharded(world, n, base);
+    opts[1] = ShardedOneBitAdam::deserialize({{part.data(), part.size()}}, world, 1).value();
+    checkRefused(opts, "steps differs between ranks: rank 0 has 0, rank 1 has 1");
+  }
+  {
+    // The same codec spelled two ways is one codec: no error, and the run trains alike.
+    SCOPED_TRACE("codec spelled two ways");
+    std::vector<ShardedOneBitAdam> opts;
+    for (int r = 0; r < world; ++r) {
+      auto o = base;
+      o.codec = r == 0 ? "onebit" : "onebit:block=2048";
+      opts.push_back(ShardedOneBitAdam::create(n, world, r, o).value());
+    }
+    std::vector<Vec> params;
+    auto st = stepUntilFailure(world, 4, opts, params);
+    for (int r = 0; r < world; ++r) {
+      ASSERT_EQ(st[r].size(), 4u);
+      EXPECT_TRUE(st[r][3].isOk()) << st[r][3].toString();
+      EXPECT_TRUE(bitEqual(params[r], params[0])) << "rank " << r;
+    }
+  }
+}
+
+TEST(ShardedOneBitAdam, OptionsThatDifferBetweenRanksAreRefusedByReduceOnEveryRank) {
+  // The split step (FSDP2's path) agrees in its first reduce(): the warm-up length differs.
+  const size_t n = 301;
+  std::vector<ShardedOneBitAdam> opts;
+  for (int r = 0; r < 2; ++r) {
+    auto o = baseOptions("int8", r == 0 ? 1 : 2);
+    opts.push_back(ShardedOneBitAdam::create(n, 2, r, o).value());
+  }
+  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk());
+  std::vector<Status> st(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Vec g = noiseGradient(r, 1, n), red(opts[r].shardLength());
+      st[r] = opts[r].reduce(*comms.value()[r], g.data(), red.data());
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].toString();
+    EXPECT_NE(
+        st[r].message().find("warmup_steps differs between ranks: rank 0 has 1, rank 1 has 2"),
+        std::string::npos)
+        << st[r].toString();
+  }
+}
+
+// Issue 44, finding 5: every count the API accepts saves and resumes bit for bit, including
+// fewer elements than ranks (ranks with an empty shard) and none at all, in warm-up and after the
+// freeze, for both parameter codecs and both codec forms (int8 alone; onebit with error feedback
+// and local momentum, which save residuals and local momenta over the whole tensor).
+enum class TinyCount { kZero, kOne, kThree, kRanksMinusOne, kRanksPlusOne };
+struct TinyCase {
+  TinyCount count;
+  int world;
+  bool frozen;  // saved after the freeze (else in warm-up)
+  const char* paramCodec;
+  bool onebitLocal;  // onebit + error feedback + local momentum (else int8 alone)
+};
+
+size_t tinyCount(TinyCount c, int world) {
+  switch (c) {
+    case TinyCount::kZero: return 0;
+    case TinyCount::kOne: return 1;
+    case TinyCount::kThree: return 3;
+    case TinyCount::kRanksMinusOne: return static_cast<size_t>(world - 1);
+    case TinyCount::kRanksPlusOne: return static_cast<size_t>(world + 1);
+  }
+  return 0;
+}
+
+std::string tinyText(const TinyCase& c);
+// For gtest's messages (it would print the struct's bytes, padding included).
+void PrintTo(const TinyCase& c, std::ostream* os) { *os << tinyText(c); }
+
+class TinyCheckpoint : public ::testing::TestWithParam<TinyCase> {};
+
+TEST_P(TinyCheckpoint, ResumesBitForBitAgainstTheUninterruptedRun) {
+  const TinyCase c = GetParam();
+  const int world = c.world, total = 8, warmup = 3;
+  const int cut = c.frozen ? 5 : 2;  // after two compressed steps, or one step before the freeze
+  const size_t n = tinyCount(c.count, world);
+  auto o = c.onebitLocal ? localMomentumOptions("onebit", warmup) : baseOptions("int8", warmup);
+  o.paramCodec = c.paramCodec;
+  auto start = std::vector<Vec>(world, initialParams(n));
+
+  auto whole = makeSharded(world, n, o);
+  auto want = runSharded(world, start, total, 1, 1e-2f, whole, noiseGrads(n));
+
+  auto before = makeSharded(world, n, o);
+  auto first = runSharded(world, start, cut, 1, 1e-2f, before, noiseGrads(n));
+  ASSERT_EQ(before[0].frozen(), c.frozen);
+  auto parts = saveAll(before);
+  auto resumed = loadAll(parts, world);
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(world));
+  auto got = runSharded(world, first.params, total - cut, cut + 1, 1e-2f, resumed, noiseGrads(n));
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(bitEqual(got.params[r], want.params[r])) << "rank " << r;
+    EXPECT_TRUE(resumed[r].serialize() == whole[r].serialize()) << "rank " << r;
+  }
+  // Without local momentum and residuals (which it averages on purpose) the identity map of
+  // deserializeRemapped is deserialize.
+  if (!c.onebitLocal) {
+    std::vector<int64_t> identity(n);
+    for (size_t k = 0; k < n; ++k) identity[k] = static_cast<int64_t>(k);
+    auto remapped = remapAll(parts, world, identity);
+    ASSERT_EQ(remapped.size(), static_cast<size_t>(world));
+    auto again =
+        runSharded(world, first.params, total - cut, cut + 1, 1e-2f, remapped, noiseGrads(n));
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(bitEqual(again.params[r], want.params[r])) << "rank " << r;
+      EXPECT_TRUE(remapped[r].serialize() == whole[r].serialize()) << "rank " << r;
+    }
+  }
+}
+
+std::vector<TinyCase> tinyCases() {
+  std::vector<TinyCase> out;
+  for (TinyCount count : {TinyCount::kZero, TinyCount::kOne, TinyCount::kThree,
+                          TinyCount::kRanksMinusOne, TinyCount::kRanksPlusOne})
+    for (int world : {2, 4})
+      for (bool frozen : {false, true})
+        for (const char* paramCodec : {"none", "int8"})
+          for (bool onebitLocal : {false, true})
+            out.push_back({count, world, frozen, paramCodec, onebitLocal});
+  return out;
+}
+
+std::string tinyName(const ::testing::TestParamInfo<TinyCase>& info) {
+  return tinyText(info.param);
+}
+
+std::string tinyText(const TinyCase& c) {
+  static const char* const kCounts[] = {"Zero", "One", "Three", "RanksMinusOne", "RanksPlusOne"};
+  return std::string(kCounts[static_cast<int>(c.count)]) + "At" + std::to_string(c.world) +
+         (c.frozen ? "Frozen" : "Warmup") + "Param" + (c.paramCodec[0] == 'n' ? "None" : "Int8") +
+         (c.onebitLocal ? "OnebitLocal" : "Int8");
+}
+
+INSTANTIATE_TEST_SUITE_P(ShardedOneBitAdam, TinyCheckpoint, ::testing::ValuesIn(tinyCases()),
+                         tinyName);
+
+// reduce() and update() move the full gradient and the shard: a null buffer is refused only
+// where its part has elements (docs/api.md), so ranks with an empty shard pass null for the
+// shard's buffers (and every rank null for everything at 0 elements), across the freeze, and
+// the split step is step() bit for bit.
+TEST(ShardedOneBitAdam, ReduceAndUpdateTakeNullBuffersWhereThereIsNothingToMove) {
+  for (size_t n : {size_t{0}, size_t{3}}) {
+    SCOPED_TRACE("count " + std::to_string(n));
+    const int world = 4, steps = 6;
+    auto o = localMomentumOptions("onebit", 3);
+    auto byStep = makeSharded(world, n, o), bySplit = makeSharded(world, n, o);
+    std::vector<Status> st1;
+    auto want = runRecorded(world, n, steps, 1e-2f, false, byStep, st1);
+    auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
+    ASSERT_TRUE(comms.isOk());
+    std::vector<Vec> params(world, initialParams(n));
+    std::vector<Status> st(world);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        Communicator& c = *comms.value()[r];
+        ShardedOneBitAdam& a = bySplit[r];
+        const size_t off = a.shardOffset(), len = a.shardLength();
+        Vec reduced(len), shard(len);
+        float* red = len ? reduced.data() : nullptr;
+        float* sh = len ? shard.data() : nullptr;
+        for (int s = 1; s <= steps && st[r].isOk(); ++s) {
+          Vec g = noiseGradient(r, s, n);
+          st[r] = a.reduce(c, n ? g.data() : nullptr, red);
+          shard.assign(params[r].begin() + off, params[r].begin() + off + len);
+          if (st[r].isOk()) st[r] = a.update(c, sh, red, 1e-2f);
+          if (st[r].isOk())
+            st[r] = c.allgather(sh, n ? params[r].data() : nullptr, n, DataType::kFloat32);
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(st1[r].isOk()) << st1[r].toString();
+      ASSERT_TRUE(st[r].isOk()) << "rank " << r << ": " << st[r].toString();
+      EXPECT_TRUE(bitEqual(params[r], want[steps - 1][r])) << "rank " << r;
+      EXPECT_TRUE(bySplit[r].serialize() == byStep[r].serialize()) << "rank " << r;
+      EXPECT_EQ(bySplit[r].frozenAt(), 3);
+    }
+  }
+}
+
+TEST(ShardedOneBitAdam, NullBuffersWithElementsToMoveAreRefusedOnEveryRank) {
+  // 3 elements at 4 ranks: rank 3's shard is empty, its gradient is not. Rank 3 passes a null
+  // gradient to reduce() (3 elements to move): refused there, and the peers' same call fails at
+  // once naming it. Then rank 0 passes a null shard to update() at the freeze (1 element).
+  const size_t n = 3;
+  const int world = 4;
+  auto opts = makeSharded(world, n, baseOptions("int8", 1));
+  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk());
+  std::vector<Status> nullGrad(world), nullShard(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      Communicator& c = *comms.value()[r];
+      ShardedOneBitAdam& a = opts[r];
+      Vec g = noiseGradient(r, 1, n), red(a.shardLength()), shard(a.shardLength(), 0.5f);
+      float* redp = a.shardLength() ? red.data() : nullptr;
+      nullGrad[r] = a.reduce(c, r == 3 ? nullptr : g.data(), redp);
+      if (nullGrad[r].isOk()) return;
+      Status s = a.reduce(c, g.data(), redp);
+      if (!s.isOk()) {
+        nullShard[r] = s;
+        return;
+      }
+      nullShard[r] = a.update(c, r == 0 ? nullptr : (redp ? shard.data() : nullptr), redp, 1e-2f);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    ASSERT_FALSE(nullGrad[r].isOk()) << "rank " << r;
+    if (r == 3) {
+      EXPECT_EQ(nullGrad[r].code(), StatusCode::kInvalidArgument) << nullGrad[r].toString();
+      EXPECT_NE(nullGrad[r].message().find("grads is null for 3 elements"), std::string::npos)
+          << nullGrad[r].toString();
+    } else {
+      EXPECT_NE(nullGrad[r].message().find("rank 3 rejected its arguments"), std::string::npos)
+          << nullGrad[r].toString();
+    }
+    EXPECT_FALSE(nullShard[r].isOk()) << "rank " << r;
+    EXPECT_EQ(opts[r].steps(), 0);
+  }
+  EXPECT_EQ(nullShard[0].code(), StatusCode::kInvalidArgument) << nullShard[0].toString();
+  EXPECT_NE(nullShard[0].message().find("paramShard is null for 1 elements"), std::string::npos)
+      << nullShard[0].toString();
+  for (int r = 1; r < world; ++r)
+    EXPECT_NE(nullShard[r].message().find("rank 0 rejected its arguments"), std::string::npos)
+        << nullShard[r].toString();
 }
 
 }  // namespace

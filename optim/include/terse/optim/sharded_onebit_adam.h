@@ -28,7 +28,9 @@
 // (4 bytes x count), the master shard with a lossy
 // parameter all-gather (4 bytes x count / world), and a 4-byte x count scratch buffer.
 //
-// Not thread-safe; every rank steps with the same options and learning rate.
+// Not thread-safe. Every rank must create (or load) the state with the same count and options:
+// the first step (or reduce()) checks that on every rank and refuses a difference there, naming
+// the option. Every rank steps with the same learning rate (not checked: it is per call).
 #pragma once
 
 #include "terse/common/status.h"
@@ -104,7 +106,9 @@ class ShardedOneBitAdam {
   // local momenta), `reduced` receiving this rank's shardLength() values; update() is the owner's
   // step on its shard `paramShard` (shardLength() floats, updated in place) from what reduce()
   // gave, and at the freeze it all-gathers the scales. Host memory only, paramCodec "none";
-  // every reduce() is followed by one update() (a second reduce() first is refused).
+  // every reduce() is followed by one update() (a second reduce() first is refused). A buffer
+  // may be null where it has no elements: the shard's on a rank whose shard is empty (fewer
+  // elements than ranks), every one at count 0 (as for step()'s).
   Status reduce(Communicator& comm, const float* grads, float* reduced);
   Status update(Communicator& comm, float* paramShard, const float* reduced, float lr);
 
@@ -158,8 +162,20 @@ class ShardedOneBitAdam {
   Status gatherLocalMomentum(Communicator& comm, const float* mShard);
   // The freeze's gathered state taken (exponents from scratch_, local momentum): step t.
   void commitFreeze(int64_t t);
-  Status checkStepArguments(Communicator& comm, const void* params, const void* grads, float lr,
-                            const char* what, bool talks);
+  // The call's two buffers, each with the elements it moves (a null one is refused only where
+  // that is not 0), and the learning rate.
+  struct Buffer {
+    const void* data;
+    const char* name;
+    size_t elements;
+  };
+  Status checkStepArguments(Communicator& comm, Buffer a, Buffer b, float lr, const char* what,
+                            bool talks);
+  // At the first call that talks (step or reduce) of a state made or loaded here: the ranks
+  // compare their counts, steps and options (one small exact all-gather), so a mismatch is an
+  // error on every rank naming it, before any collective could pair with another rank's
+  // different one.
+  Status agree(Communicator& comm);
   // The compressed phase's values to send: the scaled gradient, or (localMomentum) the rank's
   // new local momentum, written to x (count floats).
   void valuesToSend(const float* grads, float* x) const;
@@ -190,6 +206,7 @@ class ShardedOneBitAdam {
   std::vector<float> shardScratch_;
   std::vector<float> localScratch_;  // the local momentum being made (until the step succeeded)
   bool reduced_ = false;             // reduce() ran, update() not yet
+  bool agreed_ = false;              // agree() found every rank alike
   mutable std::unique_ptr<Device> device_;
 };
 
