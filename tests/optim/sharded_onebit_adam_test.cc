@@ -1457,6 +1457,25 @@ TEST(ShardedOneBitAdam, OptionsThatDifferBetweenRanksAreRefusedByReduceOnEveryRa
   }
 }
 
+TEST(ShardedOneBitAdam, CheckpointPartsOfTwoRunsAreRefusedNamingWhatDiffers) {
+  // Rank 0's part after 2 steps with rank 1's after 3: the reader names the step, with the same
+  // table the ranks compare at their first step.
+  const size_t n = 101;
+  auto a = makeSharded(2, n, baseOptions("int8", 2)), b = makeSharded(2, n, baseOptions("int8", 2));
+  runSharded(2, std::vector<Vec>(2, initialParams(n)), 2, 1, 1e-2f, a, noiseGrads(n));
+  runSharded(2, std::vector<Vec>(2, initialParams(n)), 3, 1, 1e-2f, b, noiseGrads(n));
+  auto pa = a[0].serialize(), pb = b[1].serialize();
+  auto mixed =
+      ShardedOneBitAdam::deserialize({{pa.data(), pa.size()}, {pb.data(), pb.size()}}, 2, 0);
+  ASSERT_FALSE(mixed.isOk());
+  EXPECT_EQ(mixed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mixed.status().message().find(
+                "the parts disagree (not one run's checkpoint): steps differs between the parts: "
+                "rank 0 has 2, rank 1 has 3"),
+            std::string::npos)
+      << mixed.status().toString();
+}
+
 // Issue 44, finding 5: every count the API accepts saves and resumes bit for bit, including
 // fewer elements than ranks (ranks with an empty shard) and none at all, in warm-up and after the
 // freeze, for both parameter codecs and both codec forms (int8 alone; onebit with error feedback
