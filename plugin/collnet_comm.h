@@ -10,7 +10,7 @@
 // posting order on the Communicator's worker thread.
 #pragma once
 
-#include "collnet_abi.h"
+#include "abi/nccl_plugin.h"
 #include "collnet_config.h"
 
 #include "terse/common/status.h"

@@ -1,6 +1,8 @@
-// The exported NCCL CollNet tables (v12, v11, and v10/v9/v8 shims) over collnet_comm. Every entry
-// point is a firewall: it returns an ncclResult_t, logs a failure once, and lets no exception
-// out.
+// The exported NCCL CollNet tables (every version of abi/nccl_plugin.h) over collnet_comm. Every
+// entry point is a firewall: it returns an ncclResult_t, logs a failure once, and lets no
+// exception out. The entry points are written for v11; where an older version's member has
+// another signature, an overload of the same name adapts it. Entry points named like a
+// collnet_comm.h function carry an Entry suffix.
 #include "collnet_comm.h"
 #include "collnet_device.h"
 #include "collnet_types.h"
@@ -8,6 +10,7 @@
 #include "net_device.h"
 #include "net_properties.h"
 #include "plugin_log.h"
+#include "table_builder.h"
 
 #include <cstring>
 #include <exception>
@@ -70,7 +73,7 @@ Result<Config> initCommon(ncclDebugLogger_t logger) {
   return config;
 }
 
-ncclResult_t initV11(void** ctx, uint64_t, ncclDebugLogger_t logger) {
+ncclResult_t init(void** ctx, uint64_t, ncclDebugLogger_t logger) {
   return guarded("init", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(ctx, "init", "ctx"));
     *ctx = nullptr;
@@ -83,7 +86,7 @@ ncclResult_t initV11(void** ctx, uint64_t, ncclDebugLogger_t logger) {
   });
 }
 
-ncclResult_t finalizeV11(void* ctx) {
+ncclResult_t finalize(void* ctx) {
   return guarded("finalize", [&]() -> Status {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -97,7 +100,8 @@ ncclResult_t finalizeV11(void* ctx) {
   });
 }
 
-ncclResult_t initLegacy(ncclDebugLogger_t logger) {
+// v8..v10: one init per load, no context.
+ncclResult_t init(ncclDebugLogger_t logger) {
   return guarded("init", [&]() -> Status {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -137,12 +141,10 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
   });
 }
 
-constexpr auto getPropertiesV12 =
-    getOlderProperties<ncclNetProperties_v12_t, propertiesV12, getPropertiesV11>;
-constexpr auto getPropertiesV10 =
-    getOlderProperties<ncclNetProperties_v10_t, propertiesV10, getPropertiesV11>;
-constexpr auto getPropertiesV8 =
-    getOlderProperties<ncclNetProperties_v8_t, propertiesV8, getPropertiesV11>;
+template <typename Props>
+ncclResult_t getProperties(int dev, Props* props) {
+  return getPropertiesAs<getPropertiesV11>(dev, props);
+}
 
 ncclResult_t listenWith(const Config& config, int dev, void* handle, void** listenComm) {
   return guarded("listen", [&]() -> Status {
@@ -155,7 +157,7 @@ ncclResult_t listenWith(const Config& config, int dev, void* handle, void** list
   });
 }
 
-ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listenComm) {
+ncclResult_t listenEntry(void* ctx, int dev, void* handle, void** listenComm) {
   if (ctx == nullptr) {
     COLLNET_WARN("listen failed: ctx is NULL (init did not succeed)");
     return ncclInvalidUsage;
@@ -163,7 +165,7 @@ ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listenComm) {
   return listenWith(static_cast<Context*>(ctx)->config, dev, handle, listenComm);
 }
 
-ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
+ncclResult_t listenEntry(int dev, void* handle, void** listenComm) {
   std::optional<Config> config;
   {
     std::lock_guard<std::mutex> lock(state().mu);
@@ -176,7 +178,8 @@ ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
   return listenWith(*config, dev, handle, listenComm);
 }
 
-ncclResult_t connectColl(void* handles[], int nranks, int rank, void* listenComm, void** collComm) {
+ncclResult_t connectEntry(void* handles[], int nranks, int rank, void* listenComm,
+                          void** collComm) {
   return guarded("connect", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(collComm, "connect", "collComm"));
     *collComm = nullptr;
@@ -251,8 +254,8 @@ ncclResult_t countDeclined(void* collComm, ncclResult_t result) {
   return result;
 }
 
-ncclResult_t iallreduceV11(void* collComm, void* sendData, void* recvData, size_t count,
-                           int dataType, int redOp, void*, void*, void** request) {
+ncclResult_t iallreduceEntry(void* collComm, void* sendData, void* recvData, size_t count,
+                             int dataType, int redOp, void*, void*, void** request) {
   const ncclResult_t result = guarded("iallreduce", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(request, "iallreduce", "request"));
     *request = nullptr;
@@ -264,19 +267,19 @@ ncclResult_t iallreduceV11(void* collComm, void* sendData, void* recvData, size_
   return countDeclined(collComm, result);
 }
 
-ncclResult_t iallreduceV8(void* collComm, void* sendData, void* recvData, int count, int dataType,
-                          int redOp, void* sendMh, void* recvMh, void** request) {
+ncclResult_t iallreduceEntry(void* collComm, void* sendData, void* recvData, int count,
+                             int dataType, int redOp, void* sendMh, void* recvMh, void** request) {
   if (count < 0) {
     COLLNET_WARN("iallreduce failed: negative count %d", count);
     return countDeclined(collComm, ncclInvalidArgument);
   }
-  return iallreduceV11(collComm, sendData, recvData, static_cast<size_t>(count), dataType, redOp,
-                       sendMh, recvMh, request);
+  return iallreduceEntry(collComm, sendData, recvData, static_cast<size_t>(count), dataType, redOp,
+                         sendMh, recvMh, request);
 }
 
-ncclResult_t iallgatherV11(void* collComm, void* sendData, int nRecvParts,
-                           ncclNetSGE_v11_t* recvParts, size_t bytesPerRank, size_t windowOffset,
-                           size_t windowBytes, void*, void** request) {
+ncclResult_t iallgatherEntry(void* collComm, void* sendData, int nRecvParts,
+                             ncclNetSGE_v11_t* recvParts, size_t bytesPerRank, size_t windowOffset,
+                             size_t windowBytes, void*, void** request) {
   const ncclResult_t result = guarded("iallgather", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(request, "iallgather", "request"));
     *request = nullptr;
@@ -289,9 +292,10 @@ ncclResult_t iallgatherV11(void* collComm, void* sendData, int nRecvParts,
   return countDeclined(collComm, result);
 }
 
-ncclResult_t ireducescatterV11(void* collComm, int nSendParts, ncclNetSGE_v11_t* sendParts,
-                               void* recvData, size_t bytesPerRank, size_t windowOffset,
-                               size_t windowBytes, int dataType, int redOp, void*, void** request) {
+ncclResult_t ireducescatterEntry(void* collComm, int nSendParts, ncclNetSGE_v11_t* sendParts,
+                                 void* recvData, size_t bytesPerRank, size_t windowOffset,
+                                 size_t windowBytes, int dataType, int redOp, void*,
+                                 void** request) {
   const ncclResult_t result = guarded("ireducescatter", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(request, "ireducescatter", "request"));
     *request = nullptr;
@@ -312,21 +316,21 @@ std::unique_ptr<ncclNetSGE_v11_t[]> widen(int n, const ncclNetSGE_v8_t* parts) {
   return out;
 }
 
-ncclResult_t iallgatherV8(void* collComm, void* sendData, int nRecvParts,
-                          ncclNetSGE_v8_t* recvParts, size_t bytesPerRank, size_t windowOffset,
-                          size_t windowBytes, void* sendMh, void** request) {
+ncclResult_t iallgatherEntry(void* collComm, void* sendData, int nRecvParts,
+                             ncclNetSGE_v8_t* recvParts, size_t bytesPerRank, size_t windowOffset,
+                             size_t windowBytes, void* sendMh, void** request) {
   auto parts = widen(nRecvParts, recvParts);
-  return iallgatherV11(collComm, sendData, parts ? nRecvParts : 0, parts.get(), bytesPerRank,
-                       windowOffset, windowBytes, sendMh, request);
+  return iallgatherEntry(collComm, sendData, parts ? nRecvParts : 0, parts.get(), bytesPerRank,
+                         windowOffset, windowBytes, sendMh, request);
 }
 
-ncclResult_t ireducescatterV8(void* collComm, int nSendParts, ncclNetSGE_v8_t* sendParts,
-                              void* recvData, size_t bytesPerRank, size_t windowOffset,
-                              size_t windowBytes, int dataType, int redOp, void* recvMh,
-                              void** request) {
+ncclResult_t ireducescatterEntry(void* collComm, int nSendParts, ncclNetSGE_v8_t* sendParts,
+                                 void* recvData, size_t bytesPerRank, size_t windowOffset,
+                                 size_t windowBytes, int dataType, int redOp, void* recvMh,
+                                 void** request) {
   auto parts = widen(nSendParts, sendParts);
-  return ireducescatterV11(collComm, parts ? nSendParts : 0, parts.get(), recvData, bytesPerRank,
-                           windowOffset, windowBytes, dataType, redOp, recvMh, request);
+  return ireducescatterEntry(collComm, parts ? nSendParts : 0, parts.get(), recvData, bytesPerRank,
+                             windowOffset, windowBytes, dataType, redOp, recvMh, request);
 }
 
 ncclResult_t iflush(void*, void*, int, void*, void** request) {
@@ -337,7 +341,7 @@ ncclResult_t iflush(void*, void*, int, void*, void** request) {
   return ncclSuccess;
 }
 
-ncclResult_t testRequest(void* request, int* done, int* size) {
+ncclResult_t testEntry(void* request, int* done, int* size) {
   return guarded("test", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(done, "test", "done"));
     bool finished = false;
@@ -361,41 +365,46 @@ ncclResult_t closeListenEntry(void* listenComm) {
                  [&]() { return closeListen(static_cast<ListenComm*>(listenComm)); });
 }
 
-ncclResult_t makeVDevice(int*, ncclNetVDeviceProps_v11_t*) {
+// Any version's virtual-device struct: there is nothing to merge.
+template <typename VProps>
+ncclResult_t makeVDevice(int*, VProps*) {
   COLLNET_WARN("makeVDevice: terse's CollNet has one device and no virtual devices");
   return ncclInvalidUsage;
 }
-ncclResult_t makeVDeviceV12(int* d, ncclNetVDeviceProps_v12_t*) { return makeVDevice(d, nullptr); }
+
+// Every version's table (table_builder.h).
+template <typename Table>
+constexpr Table collNetTable() {
+  Table t{};
+  t.name = "terse";
+  t.init = init;
+  t.devices = devices;
+  t.getProperties = getProperties;
+  t.listen = listenEntry;
+  t.connect = connectEntry;
+  t.reduceSupport = reduceSupport;
+  t.regMr = regMr;
+  t.regMrDmaBuf = regMrDmaBuf;
+  t.deregMr = deregMr;
+  t.iallreduce = iallreduceEntry;
+  t.iallgather = iallgatherEntry;
+  t.ireducescatter = ireducescatterEntry;
+  t.iflush = iflush;
+  t.test = testEntry;
+  t.closeColl = closeCollEntry;
+  t.closeListen = closeListenEntry;
+  if constexpr (HasMakeVDevice<Table>::value) t.makeVDevice = makeVDevice;
+  if constexpr (HasFinalize<Table>::value) t.finalize = finalize;
+  return t;
+}
 
 }  // namespace
 }  // namespace terse::plugin::collnet
 
-using namespace terse::plugin::collnet;  // NOLINT: the tables below name the shims
-
-// v12 differs from v11 only in the property and virtual-device structs.
-extern "C" __attribute__((visibility("default"))) const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {
-    "terse",           initV11, devices,     getPropertiesV12, listenV11,        connectColl,
-    reduceSupport,     regMr,   regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
-    ireducescatterV11, iflush,  testRequest, closeCollEntry,   closeListenEntry, makeVDeviceV12,
-    finalizeV11};
-
-extern "C" __attribute__((visibility("default"))) const ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
-    "terse",           initV11, devices,     getPropertiesV11, listenV11,        connectColl,
-    reduceSupport,     regMr,   regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
-    ireducescatterV11, iflush,  testRequest, closeCollEntry,   closeListenEntry, makeVDevice,
-    finalizeV11};
-
-extern "C" __attribute__((visibility("default"))) const ncclCollNet_v10_t ncclCollNetPlugin_v10 = {
-    "terse",           initLegacy, devices,     getPropertiesV10, listenLegacy,     connectColl,
-    reduceSupport,     regMr,      regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
-    ireducescatterV11, iflush,     testRequest, closeCollEntry,   closeListenEntry, makeVDevice};
-
-extern "C" __attribute__((visibility("default"))) const ncclCollNet_v9_t ncclCollNetPlugin_v9 = {
-    "terse",           initLegacy, devices,     getPropertiesV10, listenLegacy,     connectColl,
-    reduceSupport,     regMr,      regMrDmaBuf, deregMr,          iallreduceV11,    iallgatherV11,
-    ireducescatterV11, iflush,     testRequest, closeCollEntry,   closeListenEntry, makeVDevice};
-
-extern "C" __attribute__((visibility("default"))) const ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
-    "terse",          initLegacy, devices,     getPropertiesV8, listenLegacy,    connectColl,
-    reduceSupport,    regMr,      regMrDmaBuf, deregMr,         iallreduceV8,    iallgatherV8,
-    ireducescatterV8, iflush,     testRequest, closeCollEntry,  closeListenEntry};
+// One line per ABI version, newest first (abi/nccl_plugin.h lists them).
+using terse::plugin::collnet::collNetTable;
+TERSE_NCCL_TABLE const ncclCollNet_v12_t ncclCollNetPlugin_v12 = collNetTable<ncclCollNet_v12_t>();
+TERSE_NCCL_TABLE const ncclCollNet_v11_t ncclCollNetPlugin_v11 = collNetTable<ncclCollNet_v11_t>();
+TERSE_NCCL_TABLE const ncclCollNet_v10_t ncclCollNetPlugin_v10 = collNetTable<ncclCollNet_v10_t>();
+TERSE_NCCL_TABLE const ncclCollNet_v9_t ncclCollNetPlugin_v9 = collNetTable<ncclCollNet_v9_t>();
+TERSE_NCCL_TABLE const ncclCollNet_v8_t ncclCollNetPlugin_v8 = collNetTable<ncclCollNet_v8_t>();

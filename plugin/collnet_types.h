@@ -2,7 +2,7 @@
 // plugin runs. Everything terse does not reduce is declined with the reason.
 #pragma once
 
-#include "collnet_abi.h"
+#include "abi/nccl_plugin.h"
 
 #include "terse/common/status.h"
 #include "terse/types.h"

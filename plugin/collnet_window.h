@@ -5,7 +5,7 @@
 // copies ordered on the comm's stream for device parts.
 #pragma once
 
-#include "collnet_abi.h"
+#include "abi/nccl_plugin.h"
 
 #include "terse/common/status.h"
 

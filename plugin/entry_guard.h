@@ -3,7 +3,7 @@
 // Each table passes its own `warn` so lines carry that table's logging prefix.
 #pragma once
 
-#include "nccl_net_abi.h"
+#include "abi/nccl_plugin.h"
 
 #include "terse/common/status.h"
 

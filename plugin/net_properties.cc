@@ -26,7 +26,7 @@ ncclNetProperties_v11_t hostDeviceProperties(const DeviceInfo& d, int ptrSupport
   return p;
 }
 
-ncclNetProperties_v12_t propertiesV12(const ncclNetProperties_v11_t& p) {
+void convertProperties(const ncclNetProperties_v11_t& p, ncclNetProperties_v12_t* out) {
   ncclNetProperties_v12_t q{};
   q.name = p.name;
   q.pciPath = p.pciPath;
@@ -49,30 +49,32 @@ ncclNetProperties_v12_t propertiesV12(const ncclNetProperties_v11_t& p) {
   q.maxMultiRequestSize = p.maxMultiRequestSize;
   q.railId = NCCL_NET_ID_UNDEF;
   q.planeId = NCCL_NET_ID_UNDEF;
-  return q;
+  *out = q;
 }
 
-ncclNetProperties_v10_t propertiesV10(const ncclNetProperties_v11_t& p) {
-  return ncclNetProperties_v10_t{p.name,
-                                 p.pciPath,
-                                 p.guid,
-                                 p.ptrSupport,
-                                 p.regIsGlobal,
-                                 p.forceFlush,
-                                 p.speed,
-                                 p.port,
-                                 p.latency,
-                                 p.maxComms,
-                                 p.maxRecvs,
-                                 p.netDeviceType,
-                                 p.netDeviceVersion,
-                                 p.vProps,
-                                 p.maxP2pBytes,
-                                 p.maxCollBytes};
+void convertProperties(const ncclNetProperties_v11_t& p, ncclNetProperties_v11_t* out) { *out = p; }
+
+void convertProperties(const ncclNetProperties_v11_t& p, ncclNetProperties_v9_t* out) {
+  *out = ncclNetProperties_v9_t{p.name,
+                                p.pciPath,
+                                p.guid,
+                                p.ptrSupport,
+                                p.regIsGlobal,
+                                p.forceFlush,
+                                p.speed,
+                                p.port,
+                                p.latency,
+                                p.maxComms,
+                                p.maxRecvs,
+                                p.netDeviceType,
+                                p.netDeviceVersion,
+                                p.vProps,
+                                p.maxP2pBytes,
+                                p.maxCollBytes};
 }
 
-ncclNetProperties_v8_t propertiesV8(const ncclNetProperties_v11_t& p) {
-  return ncclNetProperties_v8_t{p.name,        p.pciPath,  p.guid,          p.ptrSupport,
+void convertProperties(const ncclNetProperties_v11_t& p, ncclNetProperties_v8_t* out) {
+  *out = ncclNetProperties_v8_t{p.name,        p.pciPath,  p.guid,          p.ptrSupport,
                                 p.regIsGlobal, p.speed,    p.port,          p.latency,
                                 p.maxComms,    p.maxRecvs, p.netDeviceType, p.netDeviceVersion};
 }

@@ -1,8 +1,8 @@
 // The plugin's one device as both of its tables (net and CollNet) describe it to NCCL, and the
-// conversions to the other property layouts the v8-v10 and v12 tables return.
+// conversions to the property layout of every table version.
 #pragma once
 
-#include "nccl_net_abi.h"
+#include "abi/nccl_plugin.h"
 #include "net_device.h"
 
 namespace terse::plugin {
@@ -13,22 +13,25 @@ namespace terse::plugin {
 ncclNetProperties_v11_t hostDeviceProperties(const DeviceInfo& d, int ptrSupport, int maxComms,
                                              int maxRecvs);
 
-// v12 is v11 with room for 8 devices per virtual NIC and rail/plane ids, which terse's one
-// host device does not have (NCCL_NET_ID_UNDEF).
-ncclNetProperties_v12_t propertiesV12(const ncclNetProperties_v11_t& p);
-// v10 is v11 without the trailing maxMultiRequestSize; v8 also lacks the virtual-device and
-// size-limit fields. Name strings stay owned by the DeviceInfo.
-ncclNetProperties_v10_t propertiesV10(const ncclNetProperties_v11_t& p);
-ncclNetProperties_v8_t propertiesV8(const ncclNetProperties_v11_t& p);
+// The v11 properties in another version's layout, one overload per properties struct (v9 and
+// v10 share theirs). v12 has room for 8 devices per virtual NIC and rail/plane ids, which
+// terse's one host device does not have (NCCL_NET_ID_UNDEF); v10 is v11 without the trailing
+// maxMultiRequestSize; v8 also lacks the virtual-device and size-limit fields. Name strings
+// stay owned by the DeviceInfo. A new properties struct needs its overload here: until it has
+// one, the table that returns it does not compile.
+void convertProperties(const ncclNetProperties_v11_t& p, ncclNetProperties_v12_t* out);
+void convertProperties(const ncclNetProperties_v11_t& p, ncclNetProperties_v11_t* out);
+void convertProperties(const ncclNetProperties_v11_t& p, ncclNetProperties_v9_t* out);
+void convertProperties(const ncclNetProperties_v11_t& p, ncclNetProperties_v8_t* out);
 
-// getProperties of another table version from the table's v11 entry point.
-template <typename Old, Old (*convert)(const ncclNetProperties_v11_t&),
-          ncclResult_t (*getV11)(int, ncclNetProperties_v11_t*)>
-ncclResult_t getOlderProperties(int dev, Old* props) {
+// getProperties of any table version (Props deduced from the table member it is assigned to)
+// from the family's v11 entry point.
+template <ncclResult_t (*getV11)(int, ncclNetProperties_v11_t*), typename Props>
+ncclResult_t getPropertiesAs(int dev, Props* props) {
   if (props == nullptr) return ncclInvalidArgument;
   ncclNetProperties_v11_t p;
   ncclResult_t r = getV11(dev, &p);
-  if (r == ncclSuccess) *props = convert(p);
+  if (r == ncclSuccess) convertProperties(p, props);
   return r;
 }
 

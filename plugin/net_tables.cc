@@ -1,9 +1,12 @@
-// The exported NCCL net tables (v12, v11 and the v10/v9/v8 shims) over NetContext. Every entry
+// The exported NCCL net tables (every version of abi/nccl_plugin.h) over NetContext. Every entry
 // point is a firewall: it returns an ncclResult_t, logs the error once, and lets no exception out.
+// The entry points are written for v11; where an older version's member has another signature,
+// an overload of the same name adapts its arguments and calls the v11 one.
 #include "net_properties.h"
 #include "net_ucx.h"
 #include "entry_guard.h"
 #include "plugin_log.h"
+#include "table_builder.h"
 
 #include "terse/common/logging.h"
 #include "terse/common/socket.h"
@@ -74,8 +77,8 @@ void maybeReleaseLogger() {
   if (s.liveContexts == 0 && s.legacy == nullptr) releaseNcclLogger(LogSide::kNet);
 }
 
-ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t*,
-                     ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t*, ncclDebugLogger_t logger,
+                  ncclProfilerCallback_t) {
   return guarded("init", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(ctx, "init", "ctx"));
     *ctx = nullptr;
@@ -90,7 +93,7 @@ ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t*,
   });
 }
 
-ncclResult_t finalizeV11(void* ctx) {
+ncclResult_t finalize(void* ctx) {
   return guarded("finalize", [&]() -> Status {
     PluginState& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -103,7 +106,8 @@ ncclResult_t finalizeV11(void* ctx) {
   });
 }
 
-ncclResult_t initLegacy(ncclDebugLogger_t logger) {
+// v8..v10: one context per load (their init has no ctx).
+ncclResult_t init(ncclDebugLogger_t logger) {
   return guarded("init", [&]() -> Status {
     PluginState& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -114,9 +118,7 @@ ncclResult_t initLegacy(ncclDebugLogger_t logger) {
     return Status::ok();
   });
 }
-ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
-  return initLegacy(logger);
-}
+ncclResult_t init(ncclDebugLogger_t logger, ncclProfilerCallback_t) { return init(logger); }
 
 ncclResult_t devices(int* ndev) {
   return guarded("devices", [&]() -> Status {
@@ -141,14 +143,12 @@ ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
   });
 }
 
-constexpr auto getPropertiesV12 =
-    getOlderProperties<ncclNetProperties_v12_t, propertiesV12, getPropertiesV11>;
-constexpr auto getPropertiesV10 =
-    getOlderProperties<ncclNetProperties_v10_t, propertiesV10, getPropertiesV11>;
-constexpr auto getPropertiesV8 =
-    getOlderProperties<ncclNetProperties_v8_t, propertiesV8, getPropertiesV11>;
+template <typename Props>
+ncclResult_t getProperties(int dev, Props* props) {
+  return getPropertiesAs<getPropertiesV11>(dev, props);
+}
 
-ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listenComm) {
+ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   return guarded("listen", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(ctx, "listen", "ctx"));
     TERSE_RETURN_IF_ERROR(notNull(handle, "listen", "handle"));
@@ -162,8 +162,8 @@ ncclResult_t listenV11(void* ctx, int dev, void* handle, void** listenComm) {
   });
 }
 
-ncclResult_t connectV11(void* ctx, int dev, void* handle, void** sendComm,
-                        ncclNetDeviceHandle_v11_t** sendDevComm) {
+ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
+                     ncclNetDeviceHandle_v11_t** sendDevComm) {
   return guarded("connect", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(ctx, "connect", "ctx"));
     TERSE_RETURN_IF_ERROR(notNull(handle, "connect", "handle"));
@@ -227,8 +227,8 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
   });
 }
 
-ncclResult_t isendV11(void* sendComm, void* data, size_t size, int tag, void* mhandle, void*,
-                      void** request) {
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void*,
+                   void** request) {
   return guarded("isend", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(sendComm, "isend", "sendComm"));
     TERSE_RETURN_IF_ERROR(notNull(request, "isend", "request"));
@@ -244,8 +244,8 @@ ncclResult_t isendV11(void* sendComm, void* data, size_t size, int tag, void* mh
   });
 }
 
-ncclResult_t irecvV11(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                      void**, void** request) {
+ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                   void**, void** request) {
   return guarded("irecv", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(recvComm, "irecv", "recvComm"));
     TERSE_RETURN_IF_ERROR(notNull(request, "irecv", "request"));
@@ -313,46 +313,46 @@ ncclResult_t closeListen(void* listenComm) {
   });
 }
 
-// ---- older tables: adapt arguments, then call the v11 code ----------------------------------
+// ---- older signatures: adapt the arguments, then call the v11 entry point ----------------------
 
-ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
+ncclResult_t listen(int dev, void* handle, void** listenComm) {
   NetContext* c = state().legacy;
   if (c == nullptr)
     return guarded("listen", [] { return errorInvalidUsage("listen before init"); });
-  return listenV11(c, dev, handle, listenComm);
+  return listen(c, dev, handle, listenComm);
 }
 
-ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sendComm,
-                        ncclNetDeviceHandle_v10_t** sendDevComm) {
+ncclResult_t connect(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sendComm,
+                     ncclNetDeviceHandle_v10_t** sendDevComm) {
   NetContext* c = state().legacy;
   if (c == nullptr)
     return guarded("connect", [] { return errorInvalidUsage("connect before init"); });
-  return connectV11(c, dev, handle, sendComm, sendDevComm);
+  return connect(c, dev, handle, sendComm, sendDevComm);
 }
 
-ncclResult_t connectV9(int dev, void* handle, void** sendComm,
-                       ncclNetDeviceHandle_v9_t** sendDevComm) {
-  return connectV10(dev, nullptr, handle, sendComm, sendDevComm);
+ncclResult_t connect(int dev, void* handle, void** sendComm,
+                     ncclNetDeviceHandle_v9_t** sendDevComm) {
+  return connect(dev, nullptr, handle, sendComm, sendDevComm);
 }
 
-ncclResult_t isendV9(void* sendComm, void* data, size_t size, int tag, void* mhandle,
-                     void** request) {
-  return isendV11(sendComm, data, size, tag, mhandle, nullptr, request);
+ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                   void** request) {
+  return isend(sendComm, data, size, tag, mhandle, nullptr, request);
 }
 
-ncclResult_t irecvV9(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                     void** request) {
-  return irecvV11(recvComm, n, data, sizes, tags, mhandles, nullptr, request);
+ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                   void** request) {
+  return irecv(recvComm, n, data, sizes, tags, mhandles, nullptr, request);
 }
 
-ncclResult_t isendV8(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
+ncclResult_t isend(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
   if (size < 0)
     return guarded("isend", [&] { return errorInvalidArgument("isend: negative size %d", size); });
-  return isendV11(sendComm, data, static_cast<size_t>(size), tag, mhandle, nullptr, request);
+  return isend(sendComm, data, static_cast<size_t>(size), tag, mhandle, nullptr, request);
 }
 
-ncclResult_t irecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
-                     void** request) {
+ncclResult_t irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
+                   void** request) {
   if (n < 1 || n > kMaxGroupedRecvs || sizes == nullptr)
     return guarded("irecv", [&] {
       return errorInvalidArgument("irecv: %d buffers (1..%d) or NULL sizes", n, kMaxGroupedRecvs);
@@ -363,52 +363,43 @@ ncclResult_t irecvV8(void* recvComm, int n, void** data, int* sizes, int* tags, 
       return guarded("irecv", [&] { return errorInvalidArgument("irecv: negative size"); });
     wide[i] = static_cast<size_t>(sizes[i]);
   }
-  return irecvV11(recvComm, n, data, wide, tags, mhandles, nullptr, request);
+  return irecv(recvComm, n, data, wide, tags, mhandles, nullptr, request);
+}
+
+// Every version's table (table_builder.h). Left NULL, as NCCL allows: getDeviceMr and
+// irecvConsumed (host-only device, no unpack offload), makeVDevice (one device, nothing to
+// merge) and setNetAttr (hints only; UCX picks lanes itself).
+template <typename Table>
+constexpr Table netTable() {
+  Table t{};
+  t.name = "terse";
+  t.init = init;
+  t.devices = devices;
+  t.getProperties = getProperties;
+  t.listen = listen;
+  t.connect = connect;
+  t.accept = accept;
+  t.regMr = regMr;
+  t.regMrDmaBuf = regMrDmaBuf;
+  t.deregMr = deregMr;
+  t.isend = isend;
+  t.irecv = irecv;
+  t.iflush = iflush;
+  t.test = test;
+  t.closeSend = closeSend;
+  t.closeRecv = closeRecv;
+  t.closeListen = closeListen;
+  if constexpr (HasFinalize<Table>::value) t.finalize = finalize;
+  return t;
 }
 
 }  // namespace
 }  // namespace terse::plugin
 
-using namespace terse::plugin;  // NOLINT: the tables below list many entry points
-
-// v12 differs from v11 only in the property and virtual-device structs: the comm config,
-// attribute and device-handle types are the same, so the v11 entry points serve it directly.
-extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
-    "terse",     initV11, devices,     getPropertiesV12, listenV11,   connectV11,
-    accept,      regMr,   regMrDmaBuf, deregMr,          isendV11,    irecvV11,
-    iflush,      test,    closeSend,   closeRecv,        closeListen,
-    nullptr,  // getDeviceMr: host-only device, nothing to map
-    nullptr,  // irecvConsumed: only for NCCL_NET_DEVICE_UNPACK
-    nullptr,  // makeVDevice: one device, nothing to merge
-    finalizeV11,
-    nullptr,  // setNetAttr: hints only; UCX picks lanes itself
-};
-
-extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlugin_v11 = {
-    "terse",     initV11, devices,     getPropertiesV11, listenV11,   connectV11,
-    accept,      regMr,   regMrDmaBuf, deregMr,          isendV11,    irecvV11,
-    iflush,      test,    closeSend,   closeRecv,        closeListen,
-    nullptr,  // getDeviceMr: host-only device, nothing to map
-    nullptr,  // irecvConsumed: only for NCCL_NET_DEVICE_UNPACK
-    nullptr,  // makeVDevice: one device, nothing to merge
-    finalizeV11,
-    nullptr,  // setNetAttr: hints only; UCX picks lanes itself
-};
-
-extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
-    "terse",   initV10,     devices,     getPropertiesV10, listenLegacy, connectV10, accept,
-    regMr,     regMrDmaBuf, deregMr,     isendV11,         irecvV11,     iflush,     test,
-    closeSend, closeRecv,   closeListen, nullptr,          nullptr,      nullptr,
-};
-
-extern "C" __attribute__((visibility("default"))) const ncclNet_v9_t ncclNetPlugin_v9 = {
-    "terse",   initLegacy,  devices,     getPropertiesV10, listenLegacy, connectV9, accept,
-    regMr,     regMrDmaBuf, deregMr,     isendV9,          irecvV9,      iflush,    test,
-    closeSend, closeRecv,   closeListen, nullptr,          nullptr,      nullptr,
-};
-
-extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlugin_v8 = {
-    "terse",   initLegacy,  devices,     getPropertiesV8, listenLegacy, connectV9, accept,
-    regMr,     regMrDmaBuf, deregMr,     isendV8,         irecvV8,      iflush,    test,
-    closeSend, closeRecv,   closeListen, nullptr,         nullptr,
-};
+// One line per ABI version, newest first (abi/nccl_plugin.h lists them).
+using terse::plugin::netTable;
+TERSE_NCCL_TABLE const ncclNet_v12_t ncclNetPlugin_v12 = netTable<ncclNet_v12_t>();
+TERSE_NCCL_TABLE const ncclNet_v11_t ncclNetPlugin_v11 = netTable<ncclNet_v11_t>();
+TERSE_NCCL_TABLE const ncclNet_v10_t ncclNetPlugin_v10 = netTable<ncclNet_v10_t>();
+TERSE_NCCL_TABLE const ncclNet_v9_t ncclNetPlugin_v9 = netTable<ncclNet_v9_t>();
+TERSE_NCCL_TABLE const ncclNet_v8_t ncclNetPlugin_v8 = netTable<ncclNet_v8_t>();

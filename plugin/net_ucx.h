@@ -24,7 +24,7 @@
 
 #include "terse/common/status.h"
 
-#include "nccl_net_abi.h"
+#include "abi/nccl_plugin.h"
 #include "net_device.h"
 #include "net_lossless.h"
 #include "terse/transport/ucx_core.h"

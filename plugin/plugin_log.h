@@ -7,7 +7,7 @@
 
 #include "terse/common/logging.h"
 
-#include "nccl_net_abi.h"
+#include "abi/nccl_plugin.h"
 
 namespace terse::plugin {
 

@@ -4,7 +4,7 @@
 // device buffers give, bit for bit, what the same calls give on host buffers (terse's device
 // path matches its host path for these codecs). Built in every CUDA build; skips with a message
 // on machines without a device (label gpu).
-#include "collnet_abi.h"
+#include "abi/nccl_plugin.h"
 #include "net_harness.h"
 
 #include "terse/kernels/device.h"

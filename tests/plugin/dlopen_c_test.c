@@ -1,7 +1,7 @@
 /* Loads the plugin from plain C, as NCCL does: RTLD_NOW makes any unresolved C++ symbol fail
- * the load. Then checks each table's name and runs v12 (what NCCL 2.30+ picks first)
- * init/devices/getProperties/finalize. */
-#include "nccl_net_abi.h"
+ * the load. Then checks the name of each table of every version (abi/nccl_plugin.h) and runs
+ * v12 (what NCCL 2.30+ picks first) init/devices/getProperties/finalize. */
+#include "abi/nccl_plugin.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -17,13 +17,17 @@ int main(int argc, char** argv) {
     fprintf(stderr, "dlopen failed: %s\n", dlerror());
     return 1;
   }
-  const char* names[] = {"ncclNetPlugin_v12", "ncclNetPlugin_v11", "ncclNetPlugin_v10",
-                         "ncclNetPlugin_v9", "ncclNetPlugin_v8"};
-  for (int i = 0; i < 5; ++i) {
-    const char* const* table = (const char* const*)dlsym(dl, names[i]);
-    if (table == NULL || strcmp(*table, "terse") != 0) {
-      fprintf(stderr, "%s missing or misnamed\n", names[i]);
-      return 1;
+  const int versions[] = {TERSE_NCCL_ABI_VERSIONS};
+  const char* families[] = {"ncclNetPlugin_v", "ncclCollNetPlugin_v"};
+  for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); ++i) {
+    for (int f = 0; f < 2; ++f) {
+      char name[64];
+      snprintf(name, sizeof(name), "%s%d", families[f], versions[i]);
+      const char* const* table = (const char* const*)dlsym(dl, name);
+      if (table == NULL || strcmp(*table, "terse") != 0) {
+        fprintf(stderr, "%s missing or misnamed\n", name);
+        return 1;
+      }
     }
   }
   if (dlsym(dl, "ncclNetPlugin_v7") != NULL) {

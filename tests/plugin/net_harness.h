@@ -4,7 +4,7 @@
 // handles through files in a per-test directory. Shared by the tests and the benchmark.
 #pragma once
 
-#include "nccl_net_abi.h"
+#include "abi/nccl_plugin.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -48,8 +48,15 @@ namespace terse::harness {
     HARNESS_CHECK(harness_r_ == ncclSuccess, "%s returned %d", #call, (int)harness_r_); \
   } while (0)
 
+// Every table version the plugin exports (abi/nccl_plugin.h), newest first: the tests that
+// cover each version iterate over these.
+constexpr int kAbiVersions[] = {TERSE_NCCL_ABI_VERSIONS};
+constexpr int kNewestAbi = TERSE_NCCL_ABI_NEWEST;
+static_assert(kAbiVersions[0] == kNewestAbi, "TERSE_NCCL_ABI_VERSIONS starts with the newest");
+
 // One loaded table of any version, seen through v11-shaped calls. v12 has v11's members and
-// signatures except getProperties (v12 properties) and makeVDevice, so it runs the v11 calls.
+// signatures except getProperties (v12 properties) and makeVDevice, so it runs the v11 calls;
+// a version newer than the harness knows is called as the newest it knows.
 class NetApi {
  public:
   NetApi(const char* path, int version) : version_(version) {
@@ -69,15 +76,12 @@ class NetApi {
   const char* name() const { return *static_cast<const char* const*>(table_); }
 
   ncclResult_t init(ncclDebugLogger_t logger = nullptr) {
-    switch (version_) {
-      case 12:
-      case 11: return v11()->init(&ctx_, 0x1234, nullptr, logger, nullptr);
-      case 10: return v10()->init(logger, nullptr);
-      case 9: return v9()->init(logger);
-      default: return v8()->init(logger);
-    }
+    if (version_ >= 11) return v11()->init(&ctx_, 0x1234, nullptr, logger, nullptr);
+    if (version_ == 10) return v10()->init(logger, nullptr);
+    if (version_ == 9) return v9()->init(logger);
+    return v8()->init(logger);
   }
-  // v11 and v12 only; the older tables are torn down by dlclose.
+  // v11 on only; the older tables are torn down by dlclose.
   ncclResult_t finalize() {
     if (version_ < 11) return ncclSuccess;
     ncclResult_t r = v11()->finalize(ctx_);
@@ -89,7 +93,7 @@ class NetApi {
   ncclResult_t getProperties(int dev, ncclNetProperties_v11_t* p) {
     std::memset(p, 0, sizeof(*p));
     if (version_ == 11) return v11()->getProperties(dev, p);
-    if (version_ == 12) {
+    if (version_ >= 12) {
       ncclNetProperties_v12_t q;
       ncclResult_t r = v12()->getProperties(dev, &q);
       // Up to vProps.ndevs the layouts agree; from the wider vProps on, field by field.
@@ -126,15 +130,12 @@ class NetApi {
   }
   ncclResult_t connect(int dev, void* handle, void** sc) {
     ncclNetDeviceHandle_v11_t* dh = nullptr;
-    switch (version_) {
-      case 12:
-      case 11: return v11()->connect(ctx_, dev, handle, sc, &dh);
-      case 10: {
-        ncclNetCommConfig_v10_t cfg{-1};
-        return v10()->connect(dev, &cfg, handle, sc, &dh);
-      }
-      default: return v8()->connect(dev, handle, sc, &dh);
+    if (version_ >= 11) return v11()->connect(ctx_, dev, handle, sc, &dh);
+    if (version_ == 10) {
+      ncclNetCommConfig_v10_t cfg{-1};
+      return v10()->connect(dev, &cfg, handle, sc, &dh);
     }
+    return v8()->connect(dev, handle, sc, &dh);
   }
   ncclResult_t accept(void* lc, void** rc) {
     ncclNetDeviceHandle_v11_t* dh = nullptr;
@@ -145,13 +146,9 @@ class NetApi {
   }
   ncclResult_t deregMr(void* comm, void* mh) { return v8()->deregMr(comm, mh); }
   ncclResult_t isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
-    switch (version_) {
-      case 12:
-      case 11: return v11()->isend(sc, data, size, tag, mh, nullptr, req);
-      case 10: return v10()->isend(sc, data, size, tag, mh, nullptr, req);
-      case 9: return v9()->isend(sc, data, size, tag, mh, req);
-      default: return v8()->isend(sc, data, static_cast<int>(size), tag, mh, req);
-    }
+    if (version_ >= 10) return v10()->isend(sc, data, size, tag, mh, nullptr, req);
+    if (version_ == 9) return v9()->isend(sc, data, size, tag, mh, req);
+    return v8()->isend(sc, data, static_cast<int>(size), tag, mh, req);
   }
   ncclResult_t irecv(void* rc, int n, void** data, const size_t* sizes, int* tags, void** mhs,
                      void** req) {
@@ -161,13 +158,9 @@ class NetApi {
       s[i] = sizes[i];
       si[i] = static_cast<int>(sizes[i]);
     }
-    switch (version_) {
-      case 12:
-      case 11: return v11()->irecv(rc, n, data, s, tags, mhs, nullptr, req);
-      case 10: return v10()->irecv(rc, n, data, s, tags, mhs, nullptr, req);
-      case 9: return v9()->irecv(rc, n, data, s, tags, mhs, req);
-      default: return v8()->irecv(rc, n, data, si, tags, mhs, req);
-    }
+    if (version_ >= 10) return v10()->irecv(rc, n, data, s, tags, mhs, nullptr, req);
+    if (version_ == 9) return v9()->irecv(rc, n, data, s, tags, mhs, req);
+    return v8()->irecv(rc, n, data, si, tags, mhs, req);
   }
   ncclResult_t iflush(void* rc, int n, void** data, int* sizes, void** mhs, void** req) {
     return v8()->iflush(rc, n, data, sizes, mhs, req);

@@ -418,11 +418,14 @@ TEST_P(NetPluginTest, LlShapedBuffersBitExact) {
   expectAllPassed(codes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tables, NetPluginTest,
-                         testing::Values(Variant{12, "tcp"}, Variant{12, "sm"}, Variant{11, "tcp"},
-                                         Variant{11, "sm"}, Variant{10, "tcp"}, Variant{9, "tcp"},
-                                         Variant{8, "tcp"}, Variant{8, "sm"}),
-                         variantName);
+// Every table version over tcp; the newest, v11 and v8 also over shared memory.
+std::vector<Variant> tableVariants() {
+  std::vector<Variant> out;
+  for (int v : kAbiVersions) out.push_back({v, "tcp"});
+  for (int v : {kNewestAbi, 11, 8}) out.push_back({v, "sm"});
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Tables, NetPluginTest, testing::ValuesIn(tableVariants()), variantName);
 // The same checks with TERSE_NET_LOSSLESS=1 (threshold 4 KiB): random payloads go raw through the
 // probe path, LL/LL128 lines (repeated flags) go as compressed frames.
 INSTANTIATE_TEST_SUITE_P(Lossless, NetPluginTest,
@@ -499,11 +502,13 @@ TEST_P(NetPluginRingTest, RingAllreduceExact) {
   expectAllPassed(codes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, NetPluginRingTest,
-                         testing::Values(std::make_tuple(2, 11), std::make_tuple(3, 11),
-                                         std::make_tuple(4, 11), std::make_tuple(3, 12),
-                                         std::make_tuple(3, 10), std::make_tuple(3, 9),
-                                         std::make_tuple(3, 8)),
+// 2..4 ranks on v11, 3 on every table version.
+std::vector<std::tuple<int, int>> ringVariants() {
+  std::vector<std::tuple<int, int>> out = {{2, 11}, {4, 11}};
+  for (int v : kAbiVersions) out.emplace_back(3, v);
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Ranks, NetPluginRingTest, testing::ValuesIn(ringVariants()),
                          [](const auto& p) {
                            return std::to_string(std::get<0>(p.param)) + "ranks_v" +
                                   std::to_string(std::get<1>(p.param));
@@ -581,7 +586,7 @@ void recordingLogger(ncclDebugLogLevel level, unsigned long, const char*, int, c
 // The logger passed to init receives the plugin's lines, prefixed "NET/terse", at NCCL's levels,
 // and nothing after the last finalize (NCCL may dlclose the plugin right after it).
 TEST(NetPluginLogging, LinesGoToNcclLoggerWithPrefix) {
-  for (int version : {12, 11, 9}) {
+  for (int version : {kNewestAbi, 11, 9}) {
     auto codes = runRanks(1, [&](int) {
       useLoopback("tcp");
       NetApi api(kPluginPath, version);
@@ -679,7 +684,7 @@ TEST_P(NetPluginReloadTest, InitFinalizeDlcloseCycles) {
   expectAllPassed(codes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tables, NetPluginReloadTest, testing::Values(12, 11, 8),
+INSTANTIATE_TEST_SUITE_P(Tables, NetPluginReloadTest, testing::Values(kNewestAbi, 11, 8),
                          [](const auto& p) { return "v" + std::to_string(p.param); });
 
 // A peer that dies mid-transfer makes test() return ncclRemoteError (6) on the survivor, for a
