@@ -126,6 +126,7 @@ def dispatch(args):
                       "cuda:0", "cpu", "one device")
 
         class Probe:   # _check_params on its own: the device the flat buffers would go to
+            _index = [0, 1]
             _params = [fake(4), fake(5)]
         assert terse.optim.OneBitAdam._check_params(Probe()) == cuda0
     finally:
@@ -285,6 +286,14 @@ def order_worker(args):
         a = torch.nn.Parameter(torch.zeros(8, 8))
         b = torch.nn.Parameter(torch.zeros(64))
         return [a, b] if order == 0 else [b, a]
+
+    # Outside the timed attempts, which are about how fast a refusal reaches the other rank: the
+    # process's communicator (a rendezvous that lasts until the other rank arrives) and torch's
+    # first optimizer, whose construction imports torch's compiler stack (9.3 s on this 2-core
+    # VM at load 20, 2026-11-29; `torch.optim.SGD(...)` timed in a fresh interpreter).
+    import terse.ddp
+    terse.ddp.default_communicator()
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
 
     # 1. The same shapes in another order on rank 1. Gradient +1 on rank 0, -1 on rank 1: before
     #    the agreement the "average" was 0 and nothing moved, without an error.
