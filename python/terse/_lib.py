@@ -54,76 +54,107 @@ def _candidates():
     return found
 
 
+# ---- The C API's signatures (include/terse/terse.h) --------------------------------------------
+# Every terse_* function this package calls, declared here and nowhere else: (name, return type,
+# argument types). ctypes converts by these, so an argument of the wrong kind is a TypeError at
+# the call instead of a value the C side misreads. tests/api/python_args_test.py (Python.Args)
+# checks each line against the header's declaration.
+#
+# _ptr (c_void_p): an opaque handle, a buffer or an options struct; _ptrs and _sizes: a pointer
+# to handles or sizes, which the C side writes through (an out parameter) or reads (an array).
+# The enums (terse_status_t, terse_dtype_t, terse_redop_t) are int-sized (include/terse/types.h).
+_c = ctypes
+_ptr, _size, _int, _text, _i64 = _c.c_void_p, _c.c_size_t, _c.c_int, _c.c_char_p, _c.c_int64
+_ptrs, _sizes = _c.POINTER(_c.c_void_p), _c.POINTER(_c.c_size_t)
+_status, _dtype, _op = _c.c_int, _c.c_int, _c.c_int
+
+# In every libterse.so this package loads: a library without one of them is not terse's C API.
+_SIGNATURES = (
+    ("terse_last_error", _text, ()),
+    ("terse_status_name", _text, (_status,)),
+    ("terse_version", _text, ()),
+    ("terse_comm_create", _status, (_ptrs,)),
+    ("terse_comm_destroy", None, (_ptr,)),
+    ("terse_comm_rank", _int, (_ptr,)),
+    ("terse_comm_size", _int, (_ptr,)),
+    ("terse_comm_local_rank", _int, (_ptr,)),
+    ("terse_comm_local_size", _int, (_ptr,)),
+    ("terse_comm_node", _int, (_ptr,)),
+    ("terse_comm_node_count", _int, (_ptr,)),
+    ("terse_comm_barrier", _status, (_ptr,)),
+    ("terse_comm_abort", None, (_ptr, _text)),
+    ("terse_comm_reject", _status, (_ptr, _text)),
+    ("terse_comm_part", None, (_ptr, _size, _sizes, _sizes)),
+    ("terse_allreduce", _status,
+     (_ptr, _ptr, _ptr, _size, _dtype, _op, _text, _ptr)),
+    ("terse_reduce_scatter", _status,
+     (_ptr, _ptr, _ptr, _size, _dtype, _op, _text, _ptr)),
+    ("terse_allgather", _status, (_ptr, _ptr, _ptr, _size, _dtype, _text, _ptr)),
+    ("terse_allreduce_async", _status,
+     (_ptr, _ptr, _ptr, _size, _dtype, _op, _text, _ptr, _ptrs)),
+    ("terse_reduce_scatter_async", _status,
+     (_ptr, _ptr, _ptr, _size, _dtype, _op, _text, _ptr, _ptrs)),
+    ("terse_allgather_async", _status,
+     (_ptr, _ptr, _ptr, _size, _dtype, _text, _ptr, _ptrs)),
+    ("terse_codec_info", _status, (_text, _text, _sizes, _c.POINTER(_int))),
+    ("terse_work_test", _status, (_ptr,)),
+    ("terse_work_wait", _status, (_ptr,)),
+    ("terse_work_free", None, (_ptr,)),
+    ("terse_feedback_create", _status, (_text, _size, _ptrs)),
+    ("terse_feedback_destroy", None, (_ptr,)),
+    ("terse_feedback_info", _status, (_ptr, _text, _sizes, _sizes)),
+    ("terse_feedback_reset", None, (_ptr,)),
+    ("terse_feedback_worker", _status, (_ptr, _c.POINTER(_c.POINTER(_c.c_float)))),
+    ("terse_feedback_serialize", _status, (_ptr, _ptr, _sizes)),
+    ("terse_feedback_deserialize", _status, (_ptr, _size, _ptrs)),
+)
+
+# Newer than the first release: declared where the library has them, so an older libterse.so
+# still loads for everything else; require() names what a feature needs and the library lacks.
+_NEWER_SIGNATURES = (
+    ("terse_cuda_info", None, (_c.POINTER(_int), _c.POINTER(_int))),
+    ("terse_allreduce_ex", _status,
+     (_ptr, _ptr, _ptr, _size, _dtype, _op, _ptr, _ptrs)),
+    ("terse_onebit_adam_create", _status, (_size, _ptr, _ptrs)),
+    ("terse_onebit_adam_destroy", None, (_ptr,)),
+    ("terse_onebit_adam_step", _status, (_ptr, _ptr, _ptr, _ptr, _c.c_float)),
+    ("terse_onebit_adam_reset_residuals", None, (_ptr,)),
+    ("terse_onebit_adam_steps", _i64, (_ptr,)),
+    ("terse_onebit_adam_frozen_at", _i64, (_ptr,)),
+    ("terse_onebit_adam_serialize", _status, (_ptr, _ptr, _sizes)),
+    ("terse_onebit_adam_deserialize", _status, (_ptr, _size, _ptrs)),
+    ("terse_sharded_onebit_adam_create", _status, (_size, _int, _int, _ptr, _ptrs)),
+    ("terse_sharded_onebit_adam_destroy", None, (_ptr,)),
+    ("terse_sharded_onebit_adam_step", _status,
+     (_ptr, _ptr, _ptr, _ptr, _c.c_float)),
+    ("terse_sharded_onebit_adam_reduce", _status, (_ptr, _ptr, _ptr, _ptr)),
+    ("terse_sharded_onebit_adam_update", _status,
+     (_ptr, _ptr, _ptr, _ptr, _c.c_float)),
+    ("terse_sharded_onebit_adam_steps", _i64, (_ptr,)),
+    ("terse_sharded_onebit_adam_frozen_at", _i64, (_ptr,)),
+    ("terse_sharded_onebit_adam_shard", _status, (_ptr, _sizes, _sizes)),
+    ("terse_sharded_onebit_adam_state_bytes", _size, (_ptr,)),
+    ("terse_sharded_onebit_adam_serialize", _status, (_ptr, _ptr, _sizes)),
+    ("terse_sharded_onebit_adam_deserialize", _status,
+     (_ptrs, _sizes, _size, _int, _int, _ptrs)),
+    ("terse_sharded_onebit_adam_deserialize_remapped", _status,
+     (_ptrs, _sizes, _size, _int, _int, _size, _c.POINTER(_i64), _ptrs)),
+)
+
+
 _lock = threading.Lock()
 _lib = None
 
 
 def _declare(lib):
-    c = ctypes
-    vp, sz, i32, cp = c.c_void_p, c.c_size_t, c.c_int, c.c_char_p
-    sigs = {
-        "terse_last_error": (cp, []),
-        "terse_status_name": (cp, [i32]),
-        "terse_version": (cp, []),
-        "terse_comm_create": (i32, [c.POINTER(vp)]),
-        "terse_comm_destroy": (None, [vp]),
-        "terse_comm_rank": (i32, [vp]),
-        "terse_comm_size": (i32, [vp]),
-        "terse_comm_local_rank": (i32, [vp]),
-        "terse_comm_local_size": (i32, [vp]),
-        "terse_comm_node": (i32, [vp]),
-        "terse_comm_node_count": (i32, [vp]),
-        "terse_comm_barrier": (i32, [vp]),
-        "terse_comm_abort": (None, [vp, cp]),
-        "terse_comm_reject": (i32, [vp, cp]),
-        "terse_comm_part": (None, [vp, sz, c.POINTER(sz), c.POINTER(sz)]),
-        "terse_allreduce": (i32, [vp, vp, vp, sz, i32, i32, cp, vp]),
-        "terse_reduce_scatter": (i32, [vp, vp, vp, sz, i32, i32, cp, vp]),
-        "terse_allgather": (i32, [vp, vp, vp, sz, i32, cp, vp]),
-        "terse_allreduce_async": (i32, [vp, vp, vp, sz, i32, i32, cp, vp, c.POINTER(vp)]),
-        "terse_reduce_scatter_async": (i32, [vp, vp, vp, sz, i32, i32, cp, vp, c.POINTER(vp)]),
-        "terse_allgather_async": (i32, [vp, vp, vp, sz, i32, cp, vp, c.POINTER(vp)]),
-        "terse_codec_info": (i32, [cp, cp, c.POINTER(sz), c.POINTER(i32)]),
-        "terse_work_test": (i32, [vp]),
-        "terse_work_wait": (i32, [vp]),
-        "terse_work_free": (None, [vp]),
-        "terse_feedback_create": (i32, [cp, sz, c.POINTER(vp)]),
-        "terse_feedback_destroy": (None, [vp]),
-        "terse_feedback_info": (i32, [vp, cp, c.POINTER(sz), c.POINTER(sz)]),
-        "terse_feedback_reset": (None, [vp]),
-        "terse_feedback_worker": (i32, [vp, c.POINTER(c.POINTER(c.c_float))]),
-        "terse_feedback_serialize": (i32, [vp, vp, c.POINTER(sz)]),
-        "terse_feedback_deserialize": (i32, [vp, sz, c.POINTER(vp)]),
-    }
-    for name, (restype, argtypes) in sigs.items():
-        fn = getattr(lib, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
-    # Newer functions are declared where the library has them, so an older libterse.so still
-    # loads for everything else; terse.optim checks for them and names what is missing.
-    i64 = c.c_int64
-    optional = {
-        "terse_onebit_adam_options_default": (None, [vp]),
-        "terse_onebit_adam_create": (i32, [sz, vp, c.POINTER(vp)]),
-        "terse_onebit_adam_destroy": (None, [vp]),
-        "terse_onebit_adam_step": (i32, [vp, vp, vp, vp, c.c_float]),
-        "terse_onebit_adam_steps": (i64, [vp]),
-        "terse_onebit_adam_reset_residuals": (None, [vp]),
-        "terse_onebit_adam_frozen_at": (i64, [vp]),
-        "terse_onebit_adam_serialize": (i32, [vp, vp, c.POINTER(sz)]),
-        "terse_onebit_adam_deserialize": (i32, [vp, sz, c.POINTER(vp)]),
-        "terse_allreduce_ex": (i32, [vp, vp, vp, sz, i32, i32, vp, c.POINTER(vp)]),
-    }
-    for name, (restype, argtypes) in optional.items():
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = restype
-            fn.argtypes = argtypes
-    # CUDA device pointers (terse.ddp and terse.optim's device path): optional like the above.
-    cuda_info = getattr(lib, "terse_cuda_info", None)
-    if cuda_info is not None:
-        cuda_info.restype = None
-        cuda_info.argtypes = [c.POINTER(i32), c.POINTER(i32)]
+    """Sets every function's argtypes and restype from the tables; AttributeError when one of
+    _SIGNATURES is missing."""
+    for table, required in ((_SIGNATURES, True), (_NEWER_SIGNATURES, False)):
+        for name, restype, argtypes in table:
+            fn = getattr(lib, name) if required else getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = restype
+                fn.argtypes = list(argtypes)
 
 
 def lib():
@@ -172,14 +203,29 @@ def library_path():
     return l._name
 
 
+def has(name):
+    """Whether the loaded library has `name`, one of _NEWER_SIGNATURES (an older build may not)."""
+    return getattr(lib(), name, None) is not None
+
+
+def require(names, feature):
+    """The loaded library, or ImportError naming the functions among `names` that it lacks and
+    the feature that needs them."""
+    l = lib()
+    missing = [n for n in names if getattr(l, n, None) is None]
+    if missing:
+        raise ImportError(f"terse: {library_path()} has no {', '.join(missing)}, which {feature} "
+                          f"needs; rebuild libterse.so from a checkout that has them")
+    return l
+
+
 def cuda_info():
     """(built, usable) of the loaded library's CUDA path (terse_cuda_info): built with CUDA, and a
     device usable in this process. None for a library older than terse_cuda_info."""
-    fn = getattr(lib(), "terse_cuda_info", None)
-    if fn is None:
+    if not has("terse_cuda_info"):
         return None
     built, usable = ctypes.c_int(0), ctypes.c_int(0)
-    fn(ctypes.byref(built), ctypes.byref(usable))
+    lib().terse_cuda_info(ctypes.byref(built), ctypes.byref(usable))
     return bool(built.value), bool(usable.value)
 
 
@@ -197,38 +243,56 @@ def version():
     return lib().terse_version().decode()
 
 
-# ---- ShardedOneBitAdam (terse.sharded_optim): declared where the library has them ------------
-def _declare_sharded_onebit_adam(lib):
-    c = ctypes
-    vp, sz, i32, i64 = c.c_void_p, c.c_size_t, c.c_int, c.c_int64
-    sigs = {
-        "terse_sharded_onebit_adam_options_default": (None, [vp]),
-        "terse_sharded_onebit_adam_create": (i32, [sz, i32, i32, vp, c.POINTER(vp)]),
-        "terse_sharded_onebit_adam_destroy": (None, [vp]),
-        "terse_sharded_onebit_adam_step": (i32, [vp, vp, vp, vp, c.c_float]),
-        "terse_sharded_onebit_adam_reduce": (i32, [vp, vp, vp, vp]),
-        "terse_sharded_onebit_adam_update": (i32, [vp, vp, vp, vp, c.c_float]),
-        "terse_sharded_onebit_adam_steps": (i64, [vp]),
-        "terse_sharded_onebit_adam_frozen_at": (i64, [vp]),
-        "terse_sharded_onebit_adam_shard": (i32, [vp, c.POINTER(sz), c.POINTER(sz)]),
-        "terse_sharded_onebit_adam_state_bytes": (sz, [vp]),
-        "terse_sharded_onebit_adam_serialize": (i32, [vp, vp, c.POINTER(sz)]),
-        "terse_sharded_onebit_adam_deserialize":
-            (i32, [c.POINTER(vp), c.POINTER(sz), sz, i32, i32, c.POINTER(vp)]),
-        "terse_sharded_onebit_adam_deserialize_remapped":
-            (i32, [c.POINTER(vp), c.POINTER(sz), sz, i32, i32, sz, c.POINTER(i64),
-                   c.POINTER(vp)]),
-    }
-    for name, (restype, argtypes) in sigs.items():
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.restype = restype
-            fn.argtypes = argtypes
+class Handle:
+    """A C object this package owns (a communicator, an error-feedback state, an optimizer's
+    core): made by a C constructor, freed exactly once by ``close()`` or when collected (after a
+    failed ``__init__`` and at interpreter shutdown too). A closed one raises ValueError instead
+    of passing NULL to C. Subclasses name their ``terse_*_destroy`` function and what messages
+    call them."""
+
+    _destroy = ""      # the terse_*_destroy function's name
+    _what = ""         # e.g. "the communicator"
+    _handle = None     # the c_void_p, None once freed (or never made)
+
+    def _create(self, constructor, *args):
+        """Takes the object constructor(*args, &object) makes (a terse_*_create or
+        _deserialize); TerseError when it fails."""
+        handle = ctypes.c_void_p()
+        check(constructor(*args, ctypes.byref(handle)))
+        self._handle = handle
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError(f"terse: {self._what} is closed")
+        return self._handle
+
+    def _free(self):
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            getattr(lib(), self._destroy)(handle)
+
+    def close(self):
+        """Frees the C object; later calls raise ValueError. A second close does nothing."""
+        self._free()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 -- interpreter shutdown: the library may be gone
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
-_declare_plain = _declare
-
-
-def _declare(lib):  # noqa: F811 -- extends the declarations above with this block's functions
-    _declare_plain(lib)
-    _declare_sharded_onebit_adam(lib)
+def serialized(serialize, handle):
+    """The checkpoint bytes of one of the terse_*_serialize functions: it is asked the size
+    first (buffer NULL), then fills a buffer of that size."""
+    size = ctypes.c_size_t(0)
+    check(serialize(handle, None, ctypes.byref(size)))
+    buf = ctypes.create_string_buffer(size.value)
+    check(serialize(handle, buf, ctypes.byref(size)))
+    return buf.raw[:size.value]

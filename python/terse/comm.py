@@ -69,7 +69,7 @@ def _host_buffer(tensor, what):
     return ctypes.c_void_p(tensor.data_ptr()), tensor.numel(), _DTYPES[name]
 
 
-class Communicator:
+class Communicator(_lib.Handle):
     """This process's terse communicator (``terse_comm_create``).
 
     Rank, world size and the rendezvous store come from the launcher's environment: terse's own
@@ -85,11 +85,13 @@ class Communicator:
     process issued them, which every rank must share.
     """
 
+    _destroy = "terse_comm_destroy"
+    _what = "the communicator"
+
     def __init__(self):
         l = _lib.lib()
-        handle = ctypes.c_void_p()
-        check(l.terse_comm_create(ctypes.byref(handle)))
-        self._handle = handle
+        self._create(l.terse_comm_create)
+        handle = self._handle
         self._lock = threading.Lock()
         self._queue = None   # concurrent.futures executor of one thread, made by allreduce_async
         self._queue_lock = threading.Lock()
@@ -103,11 +105,6 @@ class Communicator:
         self.node = l.terse_comm_node(handle)
         self.node_count = l.terse_comm_node_count(handle)
 
-    def _h(self):
-        if self._handle is None:
-            raise ValueError("terse: the communicator is closed")
-        return self._handle
-
     def close(self):
         """Finishes queued collectives and closes the connections (collective in practice: peers
         still talking to this rank get errors)."""
@@ -117,21 +114,7 @@ class Communicator:
             # the calls queued before this one have run by then.
             queue.shutdown(wait=threading.get_ident() != self._worker)
             self._queue = None
-        if getattr(self, "_handle", None) is not None:
-            _lib.lib().terse_comm_destroy(self._handle)
-            self._handle = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may already be gone
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        self._free()
 
     def __repr__(self):
         state = "closed" if self._handle is None else f"rank {self.rank} of {self.size}"
@@ -159,11 +142,18 @@ class Communicator:
         if self._queue is not None and threading.get_ident() != self._worker:
             self._submit(lambda: None).result()
 
-    def barrier(self):
-        def call():
+    def _locked(self, call):
+        """Runs call(handle) behind the queued asynchronous calls, holding this communicator's
+        lock, and raises TerseError when the status it returns is a failure: the way every
+        blocking terse_* call on this communicator runs (its handle is read then, so a
+        communicator closed meanwhile is refused)."""
+        def run():
             with self._lock:
-                check(_lib.lib().terse_comm_barrier(self._h()))
-        self._in_order(call)
+                check(call(self._h()))
+        self._in_order(run)
+
+    def barrier(self):
+        self._locked(_lib.lib().terse_comm_barrier)
 
     def abort(self, reason=None):
         """Fails every pending and later call of this rank (any thread may call it)."""
@@ -202,8 +192,7 @@ class Communicator:
         if algorithm not in _ALGORITHMS:
             raise ValueError(f"terse: algorithm must be one of {', '.join(_ALGORITHMS)}, not "
                              f"{algorithm!r}")
-        ex = getattr(_lib.lib(), "terse_allreduce_ex", None)
-        if algorithm != "auto" and ex is None:
+        if algorithm != "auto" and not _lib.has("terse_allreduce_ex"):
             raise ValueError(f"terse: algorithm={algorithm!r} needs terse_allreduce_ex, which the "
                              f"loaded libterse does not have (an older build)")
         send, count, dtype = _host_buffer(tensor, "the tensor")
@@ -230,8 +219,8 @@ class Communicator:
                     # appended fields must not write past it.
                     opts = _CallOptions(struct_size=ctypes.sizeof(_CallOptions))
                     opts.codec, opts.feedback, opts.algorithm = spec, fb, algorithm.encode()
-                    check(ex(self._h(), send, recv, count, dtype, _OPS[op], ctypes.byref(opts),
-                             None))
+                    check(_lib.lib().terse_allreduce_ex(self._h(), send, recv, count, dtype,
+                                                        _OPS[op], ctypes.byref(opts), None))
             return tensor if out is None else out
         return call
 
@@ -362,18 +351,16 @@ def canonical_spec(codec):
     return codec_info(codec)[0]
 
 
-class Feedback:
+class Feedback(_lib.Handle):
     """Error-feedback residuals of one tensor (``terse_feedback_*``): what compression left out,
     added back before the next compression. Made for one codec and one element count."""
 
-    def __init__(self, codec, count, _handle=None):
-        if _handle is None:
-            count = _count(count)
-            handle = ctypes.c_void_p()
-            check(_lib.lib().terse_feedback_create(_codec_bytes(codec), count,
-                                                   ctypes.byref(handle)))
-            _handle = handle
-        self._handle = _handle
+    _destroy = "terse_feedback_destroy"
+    _what = "the feedback state"
+
+    def __init__(self, codec, count):
+        count = _count(count)
+        self._create(_lib.lib().terse_feedback_create, _codec_bytes(codec), count)
         self.count = count
 
     @classmethod
@@ -381,20 +368,17 @@ class Feedback:
         """A Feedback from ``to_bytes()``'s output; the bytes are validated (TerseError with
         status 'corrupt' when they are damaged)."""
         data = bytes(data)
-        handle = ctypes.c_void_p()
-        check(_lib.lib().terse_feedback_deserialize(data, len(data), ctypes.byref(handle)))
+        fb = cls.__new__(cls)
+        fb._create(_lib.lib().terse_feedback_deserialize, data, len(data))
         size, count = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        check(_lib.lib().terse_feedback_info(handle, None, ctypes.byref(size), ctypes.byref(count)))
-        return cls(None, count.value, _handle=handle)
+        check(_lib.lib().terse_feedback_info(fb._h(), None, ctypes.byref(size),
+                                             ctypes.byref(count)))
+        fb.count = count.value
+        return fb
 
     def to_bytes(self):
         """The versioned checkpoint form (docs/wire-format.md)."""
-        l = _lib.lib()
-        size = ctypes.c_size_t(0)
-        check(l.terse_feedback_serialize(self._h(), None, ctypes.byref(size)))
-        buf = ctypes.create_string_buffer(size.value)
-        check(l.terse_feedback_serialize(self._h(), buf, ctypes.byref(size)))
-        return buf.raw[:size.value]
+        return _lib.serialized(_lib.lib().terse_feedback_serialize, self._h())
 
     def reset(self):
         """Zeroes the residuals (e.g. after a step a loss scaler skipped)."""
@@ -410,25 +394,3 @@ class Feedback:
             return memoryview(bytearray()).cast("f")
         array = (ctypes.c_float * self.count).from_address(ctypes.addressof(ptr.contents))
         return memoryview(array).cast("B").cast("f")
-
-    def _h(self):
-        if self._handle is None:
-            raise ValueError("terse: the feedback state is closed")
-        return self._handle
-
-    def close(self):
-        if getattr(self, "_handle", None) is not None:
-            _lib.lib().terse_feedback_destroy(self._handle)
-            self._handle = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

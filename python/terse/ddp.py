@@ -16,37 +16,13 @@ import warnings
 import torch
 
 from . import _lib
-from .comm import _DTYPES, Communicator, Feedback, canonical_spec, codec_info
+from ._default_comm import default_communicator, shutdown
+from .comm import _DTYPES, Feedback, canonical_spec, codec_info
 
 __all__ = ["TerseState", "terse_hook", "register", "default_communicator", "shutdown",
            "cuda_path"]
 
 _FORMAT = "terse.ddp/1"
-_default = None
-_default_lock = threading.Lock()
-
-
-def default_communicator():
-    """The process-wide communicator the states share, created on first use.
-
-    One per process: each creation is a rendezvous on the same store address, so a second live
-    communicator would find the port taken.
-    """
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = Communicator()
-        return _default
-
-
-def shutdown():
-    """Closes the process-wide communicator (every rank, after its last reduction). Optional: the
-    process exiting closes it too; a later TerseState creates a new one."""
-    global _default
-    with _default_lock:
-        if _default is not None:
-            _default.close()
-            _default = None
 
 
 # ---- CUDA tensors ------------------------------------------------------------------------------
@@ -119,12 +95,10 @@ def _device_allreduce(comm, tensor, spec, feedback):
     ptr = ctypes.c_void_p(tensor.data_ptr())
     codec = spec.encode()
 
-    def call():
-        fb = feedback._h() if feedback is not None else None
-        with comm._lock:
-            _lib.check(_lib.lib().terse_allreduce(comm._h(), ptr, ptr, tensor.numel(),
-                                                  _DTYPES[name], _lib.AVG, codec, fb))
-    comm._in_order(call)
+    # The feedback's handle is read when the call runs, as comm.allreduce does.
+    comm._locked(lambda handle: _lib.lib().terse_allreduce(
+        handle, ptr, ptr, tensor.numel(), _DTYPES[name], _lib.AVG, codec,
+        feedback._h() if feedback is not None else None))
     return tensor
 
 

@@ -36,9 +36,12 @@ pointers in CUDA builds, docs/cuda.md, but this path has not run on a GPU).
 Every rank of the FSDP mesh must be a rank of terse's communicator, in the same order (one
 dimension of data parallelism; HSDP's replicate dimension is FSDP2's own all-reduce, untouched).
 """
+import warnings
+
 import torch
 import torch.distributed as dist
 
+from ._default_comm import default_communicator
 from .comm import Feedback, codec_info
 
 try:
@@ -287,7 +290,6 @@ class TerseFSDP:
         state at another world size, or a unit whose layout terse cannot read, the residuals are
         dropped with a warning and the units start with fresh ones (one step's compression
         error, which error feedback then corrects again)."""
-        import warnings
         states = list(state) if isinstance(state, (list, tuple)) else [state]
         if not states:
             raise ValueError("terse.fsdp: load_state_dict got an empty list of states")
@@ -364,7 +366,6 @@ def apply(model, grad_codec="int8", weight_codec="none", error_feedback=None,
     it is collective). Returns a TerseFSDP. Call it after ``fully_shard`` and before the first
     forward, on every rank alike."""
     if communicator is None:
-        from .ddp import default_communicator
         communicator = default_communicator()
     units = []
     for name, module in model.named_modules():

@@ -16,42 +16,19 @@ linear in the momentum, which can then be compressed with error feedback like SG
 Without attach(), the optimizer averages the warm-up gradients itself with terse's uncompressed
 allreduce, so it also works with no DDP at all (each rank computing its own gradients).
 """
-import ctypes
-
 import torch
 
-from . import _agree, _lib
-from ._lib import check
+from . import _agree
+from ._optim_base import FlatOptimizer, OneBitAdamCore, OneBitAdamOptions, options
 from .comm import canonical_spec
+from .ddp import _handoff_to_terse, cuda_path
 
 __all__ = ["OneBitAdam", "skip_after_warmup_hook"]
 
 _FORMAT = "terse.optim.OneBitAdam/1"
 
 
-class _Options(ctypes.Structure):
-    # terse_onebit_adam_options_t (include/terse/terse.h); struct_size guards the layout.
-    _fields_ = [("struct_size", ctypes.c_size_t),
-                ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
-                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
-                ("codec", ctypes.c_char_p),
-                ("warmup_steps", ctypes.c_int64),
-                ("variance_check_interval", ctypes.c_int64),
-                ("variance_tolerance", ctypes.c_float),
-                ("min_warmup_steps", ctypes.c_int64),
-                ("max_warmup_steps", ctypes.c_int64),
-                ("average_gradients", ctypes.c_int)]
-
-
-def _require_api():
-    l = _lib.lib()
-    if getattr(l, "terse_onebit_adam_create", None) is None:
-        raise ImportError(f"terse: {_lib.library_path()} has no terse_onebit_adam_* functions; "
-                          f"rebuild libterse.so from a checkout that has optim/")
-    return l
-
-
-class OneBitAdam(torch.optim.Optimizer):
+class OneBitAdam(FlatOptimizer):
     """AdamW for data-parallel training whose communication after ``warmup_steps`` is one
     compressed allreduce of the momentum per step (``codec``: any terse spec, "onebit" default).
 
@@ -71,12 +48,14 @@ class OneBitAdam(torch.optim.Optimizer):
     raises ValueError on every rank when a rank differs.
     """
 
+    _who = "OneBitAdam"
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="onebit", warmup_steps=100, variance_check_interval=20,
                  variance_tolerance=0.1, min_warmup_steps=40, max_warmup_steps=2000,
                  communicator=None):
         self._comm = communicator
-        self._handle = None
+        self._core = None
         self.codec = codec
         self._config = dict(warmup_steps=warmup_steps,
                             variance_check_interval=variance_check_interval,
@@ -86,19 +65,7 @@ class OneBitAdam(torch.optim.Optimizer):
         # Every rank checks its own arguments, then all ranks agree on what they passed: a rank
         # whose arguments are refused, or differ from rank 0's, fails construction everywhere.
         try:
-            if not isinstance(lr, (int, float)) or lr < 0:
-                raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
-            defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-            super().__init__(params, defaults)
-            if len(self.param_groups) != 1:
-                raise ValueError("terse: OneBitAdam takes one parameter group (its state is one "
-                                 "flat buffer); give every parameter the same options")
-            # Parameters that take no gradient (requires_grad=False when the optimizer is made)
-            # are not the core's: the step never touches them, as torch's AdamW.
-            self._index = [i for i, p in enumerate(self.param_groups[0]["params"])
-                           if p.requires_grad]
-            self._params = [self.param_groups[0]["params"][i] for i in self._index]
-            self.count = sum(p.numel() for p in self._params)
+            self._init_flat(params, lr, betas, eps, weight_decay)
             self.device = self._check_params()
         except (TypeError, ValueError) as error:
             self._refuse(error)
@@ -107,14 +74,13 @@ class OneBitAdam(torch.optim.Optimizer):
         self._flat_p = torch.empty(self.count, dtype=torch.float32, device=self.device)
         self._flat_g = torch.empty(self.count, dtype=torch.float32, device=self.device)
         self._alias_params()
-        self._handle = self._create()
+        self._core = self._create()
 
     # -- what every rank must pass alike ---------------------------------------------------------
 
     def _check_params(self):
         """The one device all parameters are on (CPU, or a CUDA device terse's device path
         takes), or ValueError saying what is wrong."""
-        from .ddp import cuda_path
         devices = []
         for i, p in zip(self._index, self._params):
             if p.dtype != torch.float32:
@@ -150,68 +116,18 @@ class OneBitAdam(torch.optim.Optimizer):
         silently (issue #35)."""
         _agree.agree(self.communicator, "OneBitAdam", self._params, self._options_text())
 
-    def _refuse(self, error):
-        """This rank refused its own parameters: the other ranks are in _agree's allreduce, and
-        fail it at once naming this rank instead of waiting for TERSE_TIMEOUT_MS."""
-        try:
-            comm = self.communicator
-        except Exception:  # noqa: BLE001 -- no communicator at all: nobody waits
-            return
-        _agree.refuse(comm, error)
-
     # -- the C object ---------------------------------------------------------------------------
 
     def _create(self):
-        l = _require_api()
-        group = self.param_groups[0]
-        o = _Options()
-        l.terse_onebit_adam_options_default(ctypes.byref(o))
-        o.beta1, o.beta2 = (float(b) for b in group["betas"])
-        o.eps = float(group["eps"])
-        o.weight_decay = float(group["weight_decay"])
         if not isinstance(self.codec, str):
             raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
                             f"{type(self.codec).__name__}")
-        o.codec = self.codec.encode()
-        for key, value in self._config.items():
-            setattr(o, key, value)
-        o.average_gradients = 1 if self._average else 0
-        handle = ctypes.c_void_p()
-        check(l.terse_onebit_adam_create(self.count, ctypes.byref(o), ctypes.byref(handle)))
-        return handle
-
-    def _free(self):
-        if getattr(self, "_handle", None) is not None:
-            _lib.lib().terse_onebit_adam_destroy(self._handle)
-            self._handle = None
-
-    def __del__(self):
-        try:
-            self._free()
-        except Exception:  # interpreter shutdown
-            pass
-
-    @property
-    def communicator(self):
-        if self._comm is None:
-            from .ddp import default_communicator  # one per process, shared with the DDP hook
-            self._comm = default_communicator()
-        return self._comm
-
-    @property
-    def steps(self):
-        """Steps taken so far."""
-        return int(_lib.lib().terse_onebit_adam_steps(self._handle))
-
-    @property
-    def frozen_at(self):
-        """The step after which the variance froze; 0 while warming up."""
-        return int(_lib.lib().terse_onebit_adam_frozen_at(self._handle))
-
-    @property
-    def frozen(self):
-        """True once the variance is frozen: from then on each step compresses the momentum."""
-        return self.frozen_at > 0
+        group = self.param_groups[0]
+        beta1, beta2 = (float(b) for b in group["betas"])
+        opts = options(OneBitAdamOptions, beta1=beta1, beta2=beta2, eps=float(group["eps"]),
+                       weight_decay=float(group["weight_decay"]), codec=self.codec.encode(),
+                       average_gradients=1 if self._average else 0, **self._config)
+        return OneBitAdamCore.create(self.count, opts)
 
     # -- DDP -------------------------------------------------------------------------------------
 
@@ -223,76 +139,20 @@ class OneBitAdam(torch.optim.Optimizer):
             raise RuntimeError("terse: attach() before the first step")
         self._average = False
         # Recreate the C object with average_gradients off (its options are part of its state).
-        self._free()
-        self._handle = self._create()
+        old, self._core = self._core, self._create()
+        old.close()
         ddp_model.register_comm_hook(self, skip_after_warmup_hook)
         return self
 
-    # -- the step --------------------------------------------------------------------------------
+    # -- the step (FlatOptimizer.step) ------------------------------------------------------------
 
-    def _alias_params(self):
-        """Makes every parameter's data a view of the flat buffer the C core updates in place,
-        so a step copies no parameters (two full copies per step otherwise, as much time as
-        the update itself for a large model). The Parameter objects stay the same, so DDP, the
-        model and state_dict() see nothing change."""
-        at = 0
-        with torch.no_grad():
-            for p in self._params:
-                n = p.numel()
-                view = self._flat_p[at:at + n].view_as(p)
-                view.copy_(p)
-                p.data = view
-                at += n
-        self._aliased = [p.data_ptr() for p in self._params]
-
-    def _params_aliased(self):
-        return all(p.data_ptr() == ptr for p, ptr in zip(self._params, self._aliased))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        if not self._params_aliased():
-            # Someone replaced a parameter's storage (p.data = ...): take it back into the flat
-            # buffer, values included.
-            self._alias_params()
-        comm = self.communicator
-        missing = _agree.take_gradients(comm, "OneBitAdam", self.param_groups[0]["params"],
-                                        self._index, self._flat_g)
-        if len(missing) == len(self._params):
-            return loss   # no gradient anywhere: as torch's AdamW, nothing moves, no step counts
-        # A parameter without a gradient (on every rank: take_gradients agreed) goes through the
-        # core with a zero gradient, its value restored afterwards: unchanged, no weight decay.
-        # Its moments see that zero gradient (docs/optim.md, "Parameters without a gradient").
-        kept = [(p, p.detach().clone()) for p in missing]
-        lr = float(self.param_groups[0]["lr"])
+    def _before_core_step(self, missing):
         if self.device.type == "cuda":
             # The gradients were copied on torch's current stream; terse's kernels run on the
             # legacy default stream and return when they are done (docs/cuda.md).
-            from .ddp import _handoff_to_terse
             _handoff_to_terse(self.device)
-        pp = ctypes.c_void_p(self._flat_p.data_ptr())
-        gp = ctypes.c_void_p(self._flat_g.data_ptr())
-
-        def call():
-            with comm._lock:
-                check(_lib.lib().terse_onebit_adam_step(self._handle, comm._h(), pp, gp, lr))
-        comm._in_order(call)   # behind any collective the DDP hook queued on this communicator
-        for p, value in kept:
-            p.detach().copy_(value)
-        return loss   # the parameters are views of _flat_p: already updated
 
     # -- checkpoints -----------------------------------------------------------------------------
-
-    def _serialize_raw(self):
-        l = _lib.lib()
-        size = ctypes.c_size_t(0)
-        check(l.terse_onebit_adam_serialize(self._handle, None, ctypes.byref(size)))
-        buf = ctypes.create_string_buffer(size.value)
-        check(l.terse_onebit_adam_serialize(self._handle, buf, ctypes.byref(size)))
-        return buf.raw[:size.value]
 
     def state_dict(self):
         """torch's optimizer state_dict plus "terse": the C state's checkpoint bytes (first and
@@ -303,7 +163,7 @@ class OneBitAdam(torch.optim.Optimizer):
         comm = self.communicator
         sd["terse"] = {"format": _FORMAT, "codec": self.codec, "steps": self.steps,
                        "frozen_at": self.frozen_at, "rank": comm.rank, "world_size": comm.size,
-                       "state": torch.frombuffer(bytearray(self._serialize_raw()),
+                       "state": torch.frombuffer(bytearray(self._core.to_bytes()),
                                                  dtype=torch.uint8)}
         return sd
 
@@ -335,14 +195,13 @@ class OneBitAdam(torch.optim.Optimizer):
                              ("without" if averaged else "with") + " attach() to a DDP model "
                              "and this optimizer is " + ("" if self._average else "not ") +
                              "attached; attach() (or not) as when it was saved, then load")
-        handle = ctypes.c_void_p()
-        check(_lib.lib().terse_onebit_adam_deserialize(data, len(data), ctypes.byref(handle)))
+        core = OneBitAdamCore.from_bytes(data)
         super().load_state_dict(state_dict)
-        self._free()
-        self._handle = handle
+        old, self._core = self._core, core
+        old.close()
         self.codec = ours["codec"]
         if reset_residuals:
-            _lib.lib().terse_onebit_adam_reset_residuals(self._handle)
+            core.reset_residuals()
 
 
 def skip_after_warmup_hook(optimizer, bucket):

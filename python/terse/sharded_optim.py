@@ -28,8 +28,9 @@ import ctypes
 
 import torch
 
-from . import _agree, _lib
-from ._lib import check
+from . import _agree
+from ._optim_base import (CoreOptimizer, FlatOptimizer, ShardedCore, ShardedOneBitAdamOptions,
+                          options)
 
 __all__ = ["ShardedOneBitAdam", "FSDPShardedOneBitAdam", "combine"]
 
@@ -37,43 +38,8 @@ _FORMAT = "terse.sharded_optim.ShardedOneBitAdam/1"
 _FSDP_FORMAT = "terse.sharded_optim.FSDPShardedOneBitAdam/1"
 
 
-class _Options(ctypes.Structure):
-    # terse_sharded_onebit_adam_options_t (include/terse/terse.h); struct_size guards the layout.
-    _fields_ = [("struct_size", ctypes.c_size_t),
-                ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
-                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float),
-                ("codec", ctypes.c_char_p),
-                ("warmup_steps", ctypes.c_int64),
-                ("error_feedback", ctypes.c_int),
-                ("param_codec", ctypes.c_char_p),
-                ("local_momentum", ctypes.c_int)]
-
-
-def _require_api():
-    l = _lib.lib()
-    if getattr(l, "terse_sharded_onebit_adam_create", None) is None:
-        raise ImportError(f"terse: {_lib.library_path()} has no terse_sharded_onebit_adam_* "
-                          f"functions; rebuild libterse.so from a checkout that has them")
-    return l
-
-
 def _codec_name(spec):
     return spec.split(":", 1)[0].strip().lower()
-
-
-def _options(group, codec, warmup, feedback, param_codec, local):
-    """The C options struct for one parameter group's settings."""
-    o = _Options()
-    _require_api().terse_sharded_onebit_adam_options_default(ctypes.byref(o))
-    o.beta1, o.beta2 = (float(b) for b in group["betas"])
-    o.eps = float(group["eps"])
-    o.weight_decay = float(group["weight_decay"])
-    o.codec = codec.encode()
-    o.warmup_steps = warmup
-    o.error_feedback = 1 if feedback else 0
-    o.param_codec = param_codec.encode()
-    o.local_momentum = 1 if local else 0
-    return o
 
 
 def _options_text(group, feedback):
@@ -107,7 +73,48 @@ def combine(state_dicts):
     return out
 
 
-class ShardedOneBitAdam(torch.optim.Optimizer):
+class _Sharded:
+    """What ShardedOneBitAdam and FSDPShardedOneBitAdam share: their codec settings and their
+    cores (ShardedCore, each over rank comm.rank's shard)."""
+
+    def _settings(self, codec, param_codec, warmup_steps, error_feedback, local_momentum):
+        if not isinstance(codec, str) or not isinstance(param_codec, str):
+            raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
+                            f"{type(codec).__name__}")
+        self.codec = codec
+        self.param_codec = param_codec
+        self._warmup = int(warmup_steps)
+        self._feedback = bool(error_feedback)
+        # Local momentum is what keeps a codec that needs error feedback (onebit) stable, so it
+        # follows error_feedback unless asked otherwise (docs/optim.md, "Which codec").
+        self._local = self._feedback if local_momentum is None else bool(local_momentum)
+
+    def _agree_layout(self, layout):
+        """The parameters' layout and the options the cores do not compare across ranks
+        themselves (_agree.agree); the others (warm-up, local momentum, codecs) are the cores'
+        own check at their first step."""
+        _agree.agree(self.communicator, self._who, layout,
+                     _options_text(self.param_groups[0], self._feedback))
+
+    def _new_core(self, count):
+        group = self.param_groups[0]
+        beta1, beta2 = (float(b) for b in group["betas"])
+        opts = options(ShardedOneBitAdamOptions, beta1=beta1, beta2=beta2,
+                       eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
+                       codec=self.codec.encode(), warmup_steps=self._warmup,
+                       error_feedback=1 if self._feedback else 0,
+                       param_codec=self.param_codec.encode(),
+                       local_momentum=1 if self._local else 0)
+        comm = self.communicator
+        return ShardedCore.create(count, comm.size, comm.rank, opts)
+
+    @property
+    def state_bytes(self):
+        """Bytes of optimizer state on this rank (moments, scales, residuals), over every core."""
+        return sum(core.state_bytes for core in self._cores())
+
+
+class ShardedOneBitAdam(_Sharded, FlatOptimizer):
     """AdamW for data-parallel training with sharded optimizer state: after ``warmup_steps`` each
     step is a compressed reduce-scatter of the gradients (``codec``, "int8" by default; pass
     ``error_feedback=True`` for biased codecs such as onebit, docs/optim.md says why int8 is the
@@ -123,136 +130,37 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
     gradient"). ``communicator``: a terse.comm Communicator (default: the process's shared one).
     """
 
+    _who = "ShardedOneBitAdam"
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="int8", warmup_steps=100, error_feedback=False, param_codec="none",
                  local_momentum=None, communicator=None):
         self._comm = communicator
-        self._handle = None
+        self._core = None
         # Every rank checks its own arguments, then all agree on the parameters' layout: a rank
         # whose arguments are refused, or whose layout differs, fails construction everywhere.
         try:
-            if not isinstance(lr, (int, float)) or lr < 0:
-                raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
-            if not isinstance(codec, str) or not isinstance(param_codec, str):
-                raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
-                                f"{type(codec).__name__}")
-            defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)
-            super().__init__(params, defaults)
-            if len(self.param_groups) != 1:
-                raise ValueError("terse: ShardedOneBitAdam takes one parameter group (its state "
-                                 "is one flat buffer); give every parameter the same options")
-            group = self.param_groups[0]["params"]
-            # As OneBitAdam: parameters that take no gradient are not the core's, never touched.
-            self._index = [i for i, p in enumerate(group) if p.requires_grad]
-            self._params = [group[i] for i in self._index]
+            self._settings(codec, param_codec, warmup_steps, error_feedback, local_momentum)
+            self._init_flat(params, lr, betas, eps, weight_decay)
             for i, p in zip(self._index, self._params):
                 if p.dtype != torch.float32 or p.device.type != "cpu":
                     raise ValueError(f"terse: parameter {i} is {p.dtype} on {p.device}; "
                                      f"ShardedOneBitAdam takes float32 CPU parameters")
         except (TypeError, ValueError) as error:
-            _agree.refuse(self._comm_or_none(), error)
+            self._refuse(error)
             raise
-        self.count = sum(p.numel() for p in self._params)
-        self.codec = codec
-        self._warmup = int(warmup_steps)
-        self._feedback = bool(error_feedback)
-        # Local momentum is what keeps a codec that needs error feedback (onebit) stable, so it
-        # follows error_feedback unless asked otherwise (docs/optim.md, "Which codec").
-        self._local = self._feedback if local_momentum is None else bool(local_momentum)
-        self.param_codec = param_codec
-        # The layout here (the core cannot see it); the options the core compares at its first
-        # step (warm-up, local momentum, codecs) are its own check, the rest here.
-        _agree.agree(self.communicator, "ShardedOneBitAdam", self._params,
-                     _options_text(self.param_groups[0], self._feedback))
+        self._agree_layout(self._params)
         self._flat_p = torch.empty(self.count, dtype=torch.float32)
         self._flat_g = torch.empty(self.count, dtype=torch.float32)
         self._alias_params()
-        self._handle = self._create()
-
-    def _comm_or_none(self):
-        try:
-            return self.communicator
-        except Exception:  # noqa: BLE001 -- no communicator: nobody waits for this rank
-            return None
-
-    def _options(self):
-        return _options(self.param_groups[0], self.codec, self._warmup, self._feedback,
-                        self.param_codec, self._local)
-
-    def _create(self):
-        l = _require_api()
-        o = self._options()
-        comm = self.communicator
-        handle = ctypes.c_void_p()
-        check(l.terse_sharded_onebit_adam_create(self.count, comm.size, comm.rank,
-                                                 ctypes.byref(o), ctypes.byref(handle)))
-        return handle
-
-    def _free(self):
-        if getattr(self, "_handle", None) is not None:
-            _lib.lib().terse_sharded_onebit_adam_destroy(self._handle)
-            self._handle = None
-
-    def __del__(self):
-        try:
-            self._free()
-        except Exception:  # interpreter shutdown
-            pass
-
-    @property
-    def communicator(self):
-        if self._comm is None:
-            from .ddp import default_communicator  # one per process
-            self._comm = default_communicator()
-        return self._comm
-
-    @property
-    def steps(self):
-        return int(_lib.lib().terse_sharded_onebit_adam_steps(self._handle))
-
-    @property
-    def frozen_at(self):
-        return int(_lib.lib().terse_sharded_onebit_adam_frozen_at(self._handle))
+        self._core = self._new_core(self.count)
 
     @property
     def shard(self):
         """(offset, length) of this rank's part of the flat parameters."""
-        off, length = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        check(_lib.lib().terse_sharded_onebit_adam_shard(self._handle, ctypes.byref(off),
-                                                         ctypes.byref(length)))
-        return off.value, length.value
+        return self._core.shard
 
-    @property
-    def state_bytes(self):
-        """Bytes of optimizer state on this rank (moments, scales, residuals)."""
-        return int(_lib.lib().terse_sharded_onebit_adam_state_bytes(self._handle))
-
-    def _alias_params(self):
-        # As terse.optim.OneBitAdam: the parameters become views of the flat buffer the C core
-        # updates in place (the all-gather writes every rank's shard straight into them).
-        at = 0
-        with torch.no_grad():
-            for p in self._params:
-                n = p.numel()
-                view = self._flat_p[at:at + n].view_as(p)
-                view.copy_(p)
-                p.data = view
-                at += n
-        self._aliased = [p.data_ptr() for p in self._params]
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        if not all(p.data_ptr() == ptr for p, ptr in zip(self._params, self._aliased)):
-            self._alias_params()
-        comm = self.communicator
-        missing = _agree.take_gradients(comm, "ShardedOneBitAdam", self.param_groups[0]["params"],
-                                        self._index, self._flat_g)
-        if len(missing) == len(self._params):
-            return loss   # no gradient anywhere: as torch's AdamW, nothing moves, no step counts
+    def _before_core_step(self, missing):
         if missing and _codec_name(self.param_codec) != "none":
             # Every rank agreed on `missing`, so every rank raises here, before the core's step.
             raise ValueError(f"terse: ShardedOneBitAdam with param_codec={self.param_codec!r} "
@@ -260,37 +168,17 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
                              f"parameter without a gradient; {len(missing)} parameter(s) have "
                              f"none this step: give them p.grad = torch.zeros_like(p), or set "
                              f"requires_grad=False before making the optimizer")
-        # As OneBitAdam: a parameter without a gradient on every rank goes through the core with
-        # a zero gradient, its value restored afterwards (docs/optim.md).
-        kept = [(p, p.detach().clone()) for p in missing]
-        lr = float(self.param_groups[0]["lr"])
-        pp = ctypes.c_void_p(self._flat_p.data_ptr())
-        gp = ctypes.c_void_p(self._flat_g.data_ptr())
-
-        def call():
-            with comm._lock:
-                check(_lib.lib().terse_sharded_onebit_adam_step(self._handle, comm._h(), pp, gp,
-                                                                lr))
-        comm._in_order(call)
-        for p, value in kept:
-            p.detach().copy_(value)
-        return loss
 
     def state_dict(self):
         """torch's optimizer state_dict plus "terse": this rank's checkpoint part (its shard's
         moments and offset, the frozen scales, its residual). Save one file per rank; load with
         combine() of all of them."""
-        l = _lib.lib()
-        size = ctypes.c_size_t(0)
-        check(l.terse_sharded_onebit_adam_serialize(self._handle, None, ctypes.byref(size)))
-        buf = ctypes.create_string_buffer(size.value)
-        check(l.terse_sharded_onebit_adam_serialize(self._handle, buf, ctypes.byref(size)))
+        data = self._core.to_bytes()
         sd = super().state_dict()
         comm = self.communicator
         sd["terse"] = {"format": _FORMAT, "codec": self.codec, "rank": comm.rank,
                        "world_size": comm.size,
-                       "parts": [torch.frombuffer(bytearray(buf.raw[:size.value]),
-                                                  dtype=torch.uint8)]}
+                       "parts": [torch.frombuffer(bytearray(data), dtype=torch.uint8)]}
         return sd
 
     def load_state_dict(self, state_dict):
@@ -307,16 +195,11 @@ class ShardedOneBitAdam(torch.optim.Optimizer):
             raise ValueError(f"terse: the checkpoint is for "
                              f"{int.from_bytes(blobs[0][8:16], 'little')} elements, these "
                              f"parameters have {self.count}")
-        keep = [ctypes.create_string_buffer(b, len(b)) for b in blobs]
-        ptrs = (ctypes.c_void_p * len(keep))(*[ctypes.cast(k, ctypes.c_void_p) for k in keep])
-        sizes = (ctypes.c_size_t * len(keep))(*[len(b) for b in blobs])
         comm = self.communicator
-        handle = ctypes.c_void_p()
-        check(_lib.lib().terse_sharded_onebit_adam_deserialize(
-            ptrs, sizes, len(keep), comm.size, comm.rank, ctypes.byref(handle)))
+        core = ShardedCore.from_parts(blobs, comm.size, comm.rank)
         super().load_state_dict(state_dict)
-        self._free()
-        self._handle = handle
+        old, self._core = self._core, core
+        old.close()
         self.codec = ours["codec"]
 
 
@@ -324,13 +207,13 @@ class _Unit:
     """One FSDP unit's optimizer core (a C ShardedOneBitAdam over the unit's reduce-scatter
     layout) and the reduce-scatter comm FSDP2 calls for it."""
 
-    def __init__(self, name, module, indices, count, block, layout, handle):
+    def __init__(self, name, module, indices, count, block, layout, core):
         self.name, self.module = name, module
         # The unit's parameters FSDP2 reduce-scatters (those that take gradients), as indices
         # into its FSDP parameters, in its reduce-scatter order.
         self.indices = indices
         self.count, self.block, self.layout = count, block, layout
-        self.handle = handle
+        self.core = core   # a ShardedCore
         self.reduced = torch.empty(block, dtype=torch.float32)
         # The unit's parameter shard in the core's layout, the update's in/out buffer (kept:
         # one per step would be an allocation per unit per step). Its padding stays 0: padding
@@ -391,12 +274,8 @@ def _fsdp_comm_class():
             # inputs times f (PREMUL_SUM(f)) in its output.
             scale = 1.0 if kind == "avg" else comm.size * (1.0 if factor is None else factor)
 
-            def call():
-                with comm._lock:
-                    check(_lib.lib().terse_sharded_onebit_adam_reduce(
-                        unit.handle, comm._h(), ctypes.c_void_p(input_tensor.data_ptr()),
-                        ctypes.c_void_p(unit.reduced.data_ptr())))
-            comm._in_order(call)
+            unit.core.run(comm, "reduce", ctypes.c_void_p(input_tensor.data_ptr()),
+                          ctypes.c_void_p(unit.reduced.data_ptr()))
             unit.pending = True
             unit.calls += 1
             output_tensor.copy_(unit.reduced)
@@ -407,7 +286,7 @@ def _fsdp_comm_class():
     return _OptimizerReduceScatter
 
 
-class FSDPShardedOneBitAdam(torch.optim.Optimizer):
+class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
     """ShardedOneBitAdam for a model under FSDP2 (``fully_shard``): the optimizer state is the
     rank's FSDP shard's (m, v, frozen scales; with error feedback the unit's worker residual
     and, with ``local_momentum``, the rank's own momentum over each unit), and the optimizer
@@ -434,48 +313,36 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
     the same or another world size.
     """
 
+    _who = "FSDPShardedOneBitAdam"
+
     def __init__(self, model, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="int8", warmup_steps=100, error_feedback=False, local_momentum=None,
                  communicator=None):
-        from . import fsdp
-        if communicator is None:
-            from .ddp import default_communicator
-            communicator = default_communicator()
-        self.communicator = communicator
+        from . import fsdp   # here: terse.fsdp needs torch >= 2.8, this module does not
+        self._comm = communicator
         self.units = []
         # Every rank checks its own model, then all agree on the units' layout: a rank whose
         # model is refused, or laid out otherwise, fails construction everywhere.
         try:
             self._build(model, lr, betas, eps, weight_decay, codec, warmup_steps,
                         error_feedback, local_momentum, fsdp)
-        except (TypeError, ValueError) as error:
-            self._destroy()
-            _agree.refuse(communicator, error)
+            self._agree_layout([(shape, "torch.float32", u.name) for u in self.units
+                                for _, _, shape in u.layout])
+        except Exception as error:
+            self.close()
+            if isinstance(error, (TypeError, ValueError)):
+                self._refuse(error)
             raise
-        layout = [(shape, "torch.float32", u.name) for u in self.units
-                  for _, _, shape in u.layout]
-        try:
-            _agree.agree(communicator, "FSDPShardedOneBitAdam", layout,
-                         _options_text(self.param_groups[0], self._feedback))
-        except Exception:
-            self._destroy()
-            raise
+
+    def _cores(self):
+        return [u.core for u in getattr(self, "units", [])]
 
     def _build(self, model, lr, betas, eps, weight_decay, codec, warmup_steps, error_feedback,
                local_momentum, fsdp):
-        if not isinstance(lr, (int, float)) or lr < 0:
-            raise ValueError(f"terse: lr must be a number >= 0, not {lr!r}")
-        if not isinstance(codec, str):
-            raise TypeError(f"terse: codec must be a spec string such as 'onebit', not "
-                            f"{type(codec).__name__}")
-        super().__init__(list(model.parameters()),
-                         dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
-        if len(self.param_groups) != 1:
-            raise ValueError("terse: FSDPShardedOneBitAdam takes one parameter group")
-        self.codec = codec
-        self._warmup = int(warmup_steps)
-        self._feedback = bool(error_feedback)
-        self._local = self._feedback if local_momentum is None else bool(local_momentum)
+        # The parameter all-gather is FSDP2's (or terse.fsdp's): the cores' codec for it, none,
+        # is unused.
+        self._settings(codec, "none", warmup_steps, error_feedback, local_momentum)
+        self._init_group(list(model.parameters()), lr, betas, eps, weight_decay)
         comm = self.communicator
         world, rank = comm.size, comm.rank
         comm_class = _fsdp_comm_class()
@@ -513,14 +380,11 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
             layout, block = fsdp._rs_blocks(shapes, world)
             unit = _Unit(name, module, indices, world * block, block,
                          [(rows, row, shape) for (rows, row, _), shape in zip(layout, shapes)],
-                         self._create(world * block))
+                         self._new_core(world * block))
             self.units.append(unit)
-            off, length = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            check(_lib.lib().terse_sharded_onebit_adam_shard(unit.handle, ctypes.byref(off),
-                                                             ctypes.byref(length)))
-            if (off.value, length.value) != (rank * block, block):
-                raise RuntimeError(f"terse: unit '{name}': the core's shard ({off.value}, "
-                                   f"{length.value}) is not FSDP2's ({rank * block}, {block})")
+            if unit.core.shard != (rank * block, block):
+                raise RuntimeError(f"terse: unit '{name}': the core's shard {unit.core.shard} "
+                                   f"is not FSDP2's ({rank * block}, {block})")
             module.set_custom_reduce_scatter(comm_class(self, unit))
         if not self.units:
             raise ValueError("terse: FSDPShardedOneBitAdam: the model has no FSDP units with "
@@ -532,32 +396,6 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
             raise ValueError(f"terse: parameters {missing} of the model belong to no FSDP unit "
                              f"this optimizer can step")
 
-    def _create(self, count):
-        l = _require_api()
-        if getattr(l, "terse_sharded_onebit_adam_reduce", None) is None:
-            raise ImportError(f"terse: {_lib.library_path()} has no terse_sharded_onebit_adam_"
-                              f"reduce; rebuild libterse.so")
-        # The parameter all-gather is FSDP2's (or terse.fsdp's): the core's codec for it is unused.
-        o = _options(self.param_groups[0], self.codec, self._warmup, self._feedback, "none",
-                     self._local)
-        handle = ctypes.c_void_p()
-        check(l.terse_sharded_onebit_adam_create(count, self.communicator.size,
-                                                 self.communicator.rank, ctypes.byref(o),
-                                                 ctypes.byref(handle)))
-        return handle
-
-    def _destroy(self):
-        for u in getattr(self, "units", []):
-            if u.handle is not None:
-                _lib.lib().terse_sharded_onebit_adam_destroy(u.handle)
-                u.handle = None
-
-    def __del__(self):
-        try:
-            self._destroy()
-        except Exception:  # interpreter shutdown
-            pass
-
     def _locals(self, unit):
         """(local tensor, rows of it, row length) of each of the unit's parameters' shards."""
         out = []
@@ -568,10 +406,7 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = self._closure_loss(closure)
         lr = float(self.param_groups[0]["lr"])
         comm = self.communicator
         for unit in self.units:
@@ -589,12 +424,8 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                 flat[at:at + n].copy_(local.reshape(-1))
                 at += rows * row
 
-            def call():
-                with comm._lock:
-                    check(_lib.lib().terse_sharded_onebit_adam_update(
-                        unit.handle, comm._h(), ctypes.c_void_p(flat.data_ptr()),
-                        ctypes.c_void_p(unit.reduced.data_ptr()), lr))
-            comm._in_order(call)
+            unit.core.run(comm, "update", ctypes.c_void_p(flat.data_ptr()),
+                          ctypes.c_void_p(unit.reduced.data_ptr()), lr)
             unit.pending = False
             at = 0
             for local, rows, row in locals_:
@@ -602,20 +433,6 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                 local.copy_(flat[at:at + n].view_as(local))
                 at += rows * row
         return loss
-
-    @property
-    def steps(self):
-        return max(int(_lib.lib().terse_sharded_onebit_adam_steps(u.handle)) for u in self.units)
-
-    @property
-    def frozen_at(self):
-        return int(_lib.lib().terse_sharded_onebit_adam_frozen_at(self.units[0].handle))
-
-    @property
-    def state_bytes(self):
-        """Bytes of optimizer state on this rank over every unit."""
-        return sum(int(_lib.lib().terse_sharded_onebit_adam_state_bytes(u.handle))
-                   for u in self.units)
 
     def state_dict(self):
         """torch's optimizer state_dict plus "terse": every unit's core (this rank's part). Save
@@ -626,15 +443,8 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
             # moments not yet: a checkpoint now would hold half a step.
             raise RuntimeError(f"terse: state_dict() between backward and step() (units "
                                f"{pending} are reduced, not stepped); save after step()")
-        l = _lib.lib()
-        units = {}
-        for u in self.units:
-            size = ctypes.c_size_t(0)
-            check(l.terse_sharded_onebit_adam_serialize(u.handle, None, ctypes.byref(size)))
-            buf = ctypes.create_string_buffer(size.value)
-            check(l.terse_sharded_onebit_adam_serialize(u.handle, buf, ctypes.byref(size)))
-            units[u.name] = [torch.frombuffer(bytearray(buf.raw[:size.value]),
-                                              dtype=torch.uint8)]
+        units = {u.name: [torch.frombuffer(bytearray(u.core.to_bytes()), dtype=torch.uint8)]
+                 for u in self.units}
         sd = super().state_dict()
         sd["terse"] = {"format": _FSDP_FORMAT, "codec": self.codec,
                        "rank": self.communicator.rank, "world_size": self.communicator.size,
@@ -662,7 +472,6 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
             raise ValueError(f"terse: the state_dict's units {sorted(ours['units'])} are not "
                              f"this model's {sorted(names)}")
         made = {}
-        l = _lib.lib()
         try:
             for u in self.units:
                 blobs = [t.numpy().tobytes() for t in ours["units"][u.name]]
@@ -670,15 +479,9 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                     raise ValueError(f"terse: unit '{u.name}' has {len(blobs)} ranks' parts of "
                                      f"a run of {saved_world}; pass combine() of every saving "
                                      f"rank's state_dict")
-                keep = [ctypes.create_string_buffer(b, len(b)) for b in blobs]
-                ptrs = (ctypes.c_void_p * len(keep))(
-                    *[ctypes.cast(k, ctypes.c_void_p) for k in keep])
-                sizes = (ctypes.c_size_t * len(keep))(*[len(b) for b in blobs])
-                handle = ctypes.c_void_p()
                 shapes = [tuple(shape) for _, _, shape in u.layout]
                 if saved_world == comm.size:
-                    check(l.terse_sharded_onebit_adam_deserialize(
-                        ptrs, sizes, len(keep), comm.size, comm.rank, ctypes.byref(handle)))
+                    made[u.name] = ShardedCore.from_parts(blobs, comm.size, comm.rank)
                 else:
                     saved_shapes = ours.get("shapes", {}).get(u.name)
                     if saved_shapes is None or [tuple(x) for x in saved_shapes] != shapes:
@@ -692,17 +495,14 @@ class FSDPShardedOneBitAdam(torch.optim.Optimizer):
                     if source.numel() != u.count:
                         raise RuntimeError(f"terse: unit '{u.name}': {source.numel()} mapped "
                                            f"elements for a core of {u.count}")
-                    check(l.terse_sharded_onebit_adam_deserialize_remapped(
-                        ptrs, sizes, len(keep), comm.size, comm.rank, u.count,
-                        ctypes.cast(source.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
-                        ctypes.byref(handle)))
-                made[u.name] = handle
+                    made[u.name] = ShardedCore.from_parts(blobs, comm.size, comm.rank,
+                                                          source=source)
         except Exception:
-            for h in made.values():
-                l.terse_sharded_onebit_adam_destroy(h)
+            for core in made.values():
+                core.close()
             raise
         super().load_state_dict(state_dict)
         for u in self.units:
-            l.terse_sharded_onebit_adam_destroy(u.handle)
-            u.handle = made[u.name]
+            u.core.close()
+            u.core = made[u.name]
             u.pending = False

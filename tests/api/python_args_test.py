@@ -138,6 +138,84 @@ class Part(unittest.TestCase):
         self.assertEqual(list(t.buf), [1, 2, 3, 4])
 
 
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE = os.path.join(ROOT, "python", "terse")
+
+
+def header_functions():
+    """{name: (ctypes return type, [ctypes argument types])} of every function terse.h declares,
+    by the rules _lib's table follows: an opaque handle, a buffer or an options struct is
+    c_void_p, a pointer to sizes, ints or int64s is POINTER of that type, a pointer to handles
+    POINTER(c_void_p), a float** POINTER(POINTER(c_float)), char* c_char_p, and the enums int."""
+    import re
+    with open(os.path.join(ROOT, "include", "terse", "terse.h")) as f:
+        text = f.read()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    scalars = {"int": ctypes.c_int, "terse_status_t": ctypes.c_int, "terse_dtype_t": ctypes.c_int,
+               "terse_redop_t": ctypes.c_int, "size_t": ctypes.c_size_t,
+               "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "float": ctypes.c_float}
+
+    def ctype(tokens):
+        tokens = [t for t in tokens if t != "const"]
+        base, stars = tokens[0], tokens.count("*")
+        if stars == 0:
+            return None if base == "void" else scalars[base]
+        if stars == 1:
+            if base == "char":
+                return ctypes.c_char_p
+            if base in ("size_t", "int", "int64_t", "uint64_t"):
+                return ctypes.POINTER(scalars[base])
+            return ctypes.c_void_p
+        if base == "float":
+            return ctypes.POINTER(ctypes.POINTER(ctypes.c_float))
+        return ctypes.POINTER(ctypes.c_void_p)
+
+    found = {}
+    for ret, name, params in re.findall(r"([A-Za-z_][\w\s*]*?)\b(terse_\w+)\s*\(([^()]*)\)\s*;",
+                                        text):
+        args = []
+        for param in params.split(","):
+            tokens = re.findall(r"\w+|\*", param)
+            if tokens in ([], ["void"]):
+                continue
+            args.append(ctype(tokens[:-1]))   # the last token is the parameter's name
+        found[name] = (ctype(re.findall(r"\w+|\*", ret)), args)
+    return found
+
+
+class SignatureTable(unittest.TestCase):
+    """_lib's one table of the C API's signatures (issue 46, item 6) against the header: a wrong
+    type there is a value C misreads, or a result Python truncates."""
+
+    def test_every_declaration_is_the_headers(self):
+        header = header_functions()
+        self.assertGreater(len(header), 60, "the header parser found too few functions")
+        self.assertEqual(header["terse_sharded_onebit_adam_deserialize_remapped"][1][6],
+                         ctypes.POINTER(ctypes.c_int64))
+        for name, restype, argtypes in _lib._SIGNATURES + _lib._NEWER_SIGNATURES:
+            with self.subTest(name=name):
+                self.assertIn(name, header, "declared in _lib, absent from terse.h")
+                self.assertEqual((restype, list(argtypes)), header[name])
+
+    def test_the_loaded_library_is_declared_by_the_table(self):
+        l = _lib.lib()
+        for name, restype, argtypes in _lib._SIGNATURES + _lib._NEWER_SIGNATURES:
+            if _lib.has(name):
+                with self.subTest(name=name):
+                    fn = getattr(l, name)
+                    self.assertEqual((fn.restype, fn.argtypes), (restype, list(argtypes)))
+
+    def test_no_signature_is_declared_elsewhere(self):
+        for file in sorted(os.listdir(PACKAGE)):
+            if file.endswith(".py") and file != "_lib.py":
+                with open(os.path.join(PACKAGE, file)) as f:
+                    text = f.read()
+                with self.subTest(file=file):
+                    self.assertNotIn(".argtypes", text)
+                    self.assertNotIn(".restype", text)
+
 def two_communicators():
     """Under terse-run: two Communicators made back to back in one process (the first not closed,
     no collective between) both work, used interleaved (issue #22, item 6)."""

@@ -171,6 +171,39 @@ def main():
         {"state": {}, "param_groups": []}), "not a OneBitAdam")
     print("ok: bad groups, dtypes, codecs, betas and checkpoints are clear errors")
 
+    # 4b. close() frees the C state once (issue 46, item 6): a later step, steps or checkpoint
+    #     is a clear ValueError, a second close() nothing; the same for ShardedOneBitAdam.
+    import gc
+    import terse.sharded_optim
+    for make in (lambda ps: terse.optim.OneBitAdam(ps, codec="onebit", warmup_steps=2),
+                 lambda ps: terse.sharded_optim.ShardedOneBitAdam(ps, warmup_steps=2)):
+        m = net()
+        o = make(m.parameters())
+        train(m, o, 3)
+        assert o.steps == 3 and o.frozen_at == 2
+        o.close()
+        o.close()
+        expect(ValueError, lambda: train(m, o, 1, first=3), "closed")
+        expect(ValueError, lambda: o.steps, "closed")
+        expect(ValueError, lambda: o.state_dict(), "closed")
+        del o
+        gc.collect()
+    # The option structs carry this package's own size, which the library checks against its
+    # layout (before, ..._options_default wrote the library's size over it, so a copy that
+    # differs from the header was never noticed, and the library wrote its whole struct into it).
+    import ctypes
+    from terse import _optim_base
+
+    class Longer(_optim_base.OneBitAdamOptions):
+        _fields_ = [("added", ctypes.c_int64)]
+    opts = _optim_base.options(Longer, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
+                               codec=b"none", warmup_steps=2, variance_check_interval=20,
+                               variance_tolerance=0.1, min_warmup_steps=40,
+                               max_warmup_steps=2000, average_gradients=1, added=0)
+    expect(terse.TerseError, lambda: _optim_base.OneBitAdamCore.create(10, opts), "struct_size")
+    print("ok: close() frees an optimizer's C state once, later use is a clear error; the option "
+          "structs' size is checked by the library")
+
     # 5. The DDP hook's warm-up (terse.ddp.TerseState(warmup_steps=N)): the first N iterations
     #    reduce uncompressed (a world of one returns the gradient exactly, no residuals made);
     #    from iteration N+1 on the codec runs (onebit changes the values, residuals exist).
