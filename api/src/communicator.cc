@@ -91,24 +91,28 @@ struct Communicator::Impl {
   // on different communicators never wait for each other's turn (issue #35).
   struct Shared {
     std::unique_ptr<SharedTransport> transport;
-    // The next free group tag space (transport/group.h), agreed on by every split. Splits of
-    // different communicators run on different threads: the mutex keeps the counter whole
-    // (the order of splits is the caller's rule, docs/api.md).
+    // The next free group tag space (transport/group.h), agreed on by every split: each split
+    // takes one, whatever its children (their two-level groups share it, step tags apart from
+    // call tags, collectives/src/requests.h). Splits of different communicators run on
+    // different threads: the mutex keeps the counter whole (the order of splits is the
+    // caller's rule, docs/api.md).
     std::mutex spaceMutex;
     uint32_t nextSpace = 1;
   };
 
   Impl(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group, std::vector<int> rootRanks,
-       std::chrono::milliseconds timeout)
+       std::chrono::milliseconds timeout, AgreedSettings settings)
       : shared_(std::move(shared)),
         group_(std::move(group)),
         transport_(group_ ? group_.get() : shared_->transport.get()),
         rootRanks_(std::move(rootRanks)),
         timeout_(timeout),
+        settings_(std::move(settings)),
         topology_(Topology::singleNode(transport_->size(), transport_->rank())),
         engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)),
         ownWorker_(std::make_unique<CollectiveWorker>()),
         worker_(ownWorker_.get()) {
+    engine_->configure(settings_);
     shared_->transport->addDriver();
     // Two-level allreduce's cross-node steps run on a thread of their own beside the node steps
     // (step_lane.h), a driver of the shared transport while it has jobs outstanding.
@@ -132,9 +136,9 @@ struct Communicator::Impl {
   // A call whose arguments failed before it reached the engine (codec spec, or the C API's
   // enum checks): joins the ranks' agreement as rejected and completes with `why`.
   Work submitRejected(const CollectiveOp& call, Status why);
-  // Sets the topology and gives its node layout to the engine, in tag spaces localSpace and
-  // localSpace + 1 of the shared transport (every rank passes the same).
-  Status useTopology(Topology topology, uint32_t localSpace);
+  // Sets the topology and gives its node layout to the engine, whose two-level groups share tag
+  // space `space` of the shared transport with this communicator (every rank passes the same).
+  Status useTopology(Topology topology, uint32_t space);
   // The abort's reason once abort() was called. Checked when each operation starts, so that
   // operations that never touch the transport (a world of one) fail after an abort too.
   Status abortStatus() const;
@@ -145,6 +149,9 @@ struct Communicator::Impl {
   Transport* transport_;        // group_, or the shared transport itself
   std::vector<int> rootRanks_;  // this communicator's ranks as ranks of the shared transport
   std::chrono::milliseconds timeout_;
+  // The settings every rank shares, as read and compared when the world's communicator was
+  // made; split communicators inherit them rather than read the environment again.
+  AgreedSettings settings_;
   Topology topology_;
   mutable std::mutex abortMutex_;
   Status abortWhy_;
@@ -205,14 +212,32 @@ CollectiveStats Communicator::stats() {
   return copy;
 }
 
-std::unique_ptr<Communicator> communicatorFromTransport(std::unique_ptr<Transport> transport,
-                                                        std::chrono::milliseconds timeout) {
+namespace {
+
+// The settings of a communicator whose ranks are threads of this process (one environment, so
+// nothing to compare): a malformed value, which checkEnvironment() refuses where communicators
+// are made for users, keeps its default here as in an engine built alone.
+AgreedSettings processSettings() {
+  auto read = AgreedSettings::fromEnvironment();
+  return read.isOk() ? std::move(read).value() : AgreedSettings::defaults();
+}
+
+std::unique_ptr<Communicator> communicatorWithSettings(std::unique_ptr<Transport> transport,
+                                                       std::chrono::milliseconds timeout,
+                                                       AgreedSettings settings) {
   auto shared = std::make_shared<CommunicatorAccess::Impl::Shared>();
   std::vector<int> ranks(transport->size());
   for (int r = 0; r < transport->size(); ++r) ranks[r] = r;
   shared->transport = std::make_unique<SharedTransport>(std::move(transport));
   return CommunicatorAccess::make(std::make_unique<CommunicatorAccess::Impl>(
-      std::move(shared), nullptr, std::move(ranks), timeout));
+      std::move(shared), nullptr, std::move(ranks), timeout, std::move(settings)));
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> communicatorFromTransport(std::unique_ptr<Transport> transport,
+                                                        std::chrono::milliseconds timeout) {
+  return communicatorWithSettings(std::move(transport), timeout, processSettings());
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
@@ -242,26 +267,20 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     TERSE_RETURN_IF_ERROR(impl_->engine_->run(op).withContext("split: exchanging colors and keys"));
     uint32_t space = 0;
     for (int r = 0; r < n; ++r) space = std::max(space, static_cast<uint32_t>(all[4 * r + 2]));
-    // The children's two-level groups (when some child spans several nodes evenly) take the
-    // two spaces after it: disjoint children share them, as their groups share no rank. Every
-    // rank of this communicator sees every color, so all move past the same spaces.
-    bool twoLevelChild = false;
-    std::map<int32_t, std::vector<std::string>> childKeys;
-    for (int r = 0; r < n; ++r)
-      if (all[4 * r] >= 0)
-        childKeys[all[4 * r]].push_back(std::to_string(impl_->topology_.nodeOfRank[r]));
-    for (const auto& kv : childKeys) {
-      Topology t = Topology::fromNodeKeys(kv.second, 0);
-      twoLevelChild |= t.nodeCount > 1 && t.uniform() && t.localSize > 1;
-    }
+    // The children take this one space (disjoint children share it, as they share no rank),
+    // their two-level groups included. Every rank of this communicator moves past it, whether
+    // it is in a child or not.
     {
       std::lock_guard<std::mutex> lock(impl_->shared_->spaceMutex);
-      impl_->shared_->nextSpace =
-          std::max(impl_->shared_->nextSpace, space + (twoLevelChild ? 3 : 1));
+      impl_->shared_->nextSpace = std::max(impl_->shared_->nextSpace, space + 1);
     }
     if (space > kMaxGroupSpace)
-      return errorUnsupported("split: this world has used all %u of its communicator tag spaces",
-                              kMaxGroupSpace);
+      return errorUnsupported(
+          "split: a rank of this communicator has taken part in %u splits, the most the %u tag "
+          "spaces of a world's connections allow (each split takes one above every space its "
+          "ranks have used, nested or not, and none is reused when communicators are destroyed; "
+          "docs/api.md)",
+          kMaxGroupSpace, kMaxGroupSpace);
     if (color < 0) return Status::ok();
     std::vector<int> members;
     for (int r = 0; r < n; ++r)
@@ -272,25 +291,24 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
     for (int r : members) roots.push_back(impl_->rootRanks_[r]);
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> group,
                            createGroupTransport(*impl_->shared_->transport, roots, space, "split"));
-    child.reset(new Communicator(
-        std::make_unique<Impl>(impl_->shared_, std::move(group), roots, impl_->timeout_)));
-    // The child's topology is this one's restricted to its members.
+    child.reset(new Communicator(std::make_unique<Impl>(impl_->shared_, std::move(group), roots,
+                                                        impl_->timeout_, impl_->settings_)));
+    // The child's topology is this one's restricted to its members; its two-level groups (when
+    // it spans several nodes evenly) live in its own space.
     std::vector<std::string> keys;
     for (int r : members) keys.push_back(std::to_string(impl_->topology_.nodeOfRank[r]));
-    return child->impl_->useTopology(Topology::fromNodeKeys(keys, child->rank()), space + 1);
+    return child->impl_->useTopology(Topology::fromNodeKeys(keys, child->rank()), space);
   });
   if (!s.isOk()) return s;
   return child;
 }
 
-Status Communicator::Impl::useTopology(Topology topology, uint32_t localSpace) {
+Status Communicator::Impl::useTopology(Topology topology, uint32_t space) {
   topology_ = std::move(topology);
-  if (localSpace + 1 > kMaxGroupSpace) {
-    // Only split communicators get here, all ranks alike (the space is agreed on): they run
-    // flat, as engines without a layout do.
-    return Status::ok();
-  }
-  TERSE_RETURN_IF_ERROR(engine_->enableTwoLevel(topology_.nodeOfRank, localSpace, localSpace + 1));
+  // The node group and the cross-node group share the space: no pair of ranks is in both (a
+  // node's ranks against ranks of other nodes), and their step tags are apart from the
+  // communicator's call tags (collectives/src/requests.h).
+  TERSE_RETURN_IF_ERROR(engine_->enableTwoLevel(topology_.nodeOfRank, space, space));
   if (rank() == 0) {
     const std::string& why = engine_->twoLevelUnavailable();
     if (why.empty())
@@ -311,27 +329,29 @@ std::string Communicator::twoLevelUnavailable() const {
 
 namespace {
 
-// communicatorFromTransport with a node layout, less the check of TERSE_ALGO against it.
+// communicatorFromTransport with a node layout and settings, less the check of TERSE_ALGO
+// against the layout.
 Result<std::unique_ptr<Communicator>> communicatorWithLayout(
     std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
-    const std::vector<std::string>& nodeKeys) {
+    const std::vector<std::string>& nodeKeys, AgreedSettings settings) {
   if (static_cast<int>(nodeKeys.size()) != transport->size())
     return errorInvalidArgument("%zu node keys for a world of %d ranks", nodeKeys.size(),
                                 transport->size());
   const int rank = transport->rank();
-  auto comm = communicatorFromTransport(std::move(transport), timeout);
-  CommunicatorAccess::Impl& impl = CommunicatorAccess::impl(*comm);
-  const uint32_t space = impl.shared_->nextSpace;  // a new world: the same on every rank
-  impl.shared_->nextSpace += 2;
-  TERSE_RETURN_IF_ERROR(impl.useTopology(Topology::fromNodeKeys(nodeKeys, rank), space));
+  auto comm = communicatorWithSettings(std::move(transport), timeout, std::move(settings));
+  // The world's two-level groups share the world's own tags (space 0), so every one of the
+  // world's tag spaces is left for splits.
+  TERSE_RETURN_IF_ERROR(
+      CommunicatorAccess::impl(*comm).useTopology(Topology::fromNodeKeys(nodeKeys, rank), 0));
   return comm;
 }
 
 // TERSE_ALGO=twolevel on a world that cannot run it is a setting that cannot be honoured: say
-// so now, on every rank alike (they all see the same layout), not at each allreduce.
-Status twoLevelSettingHonoured(const Communicator& comm) {
-  auto algo = envEnum("TERSE_ALGO");
-  if (algo.isOk() && algo.value() == "twolevel" && !comm.twoLevelUnavailable().empty())
+// so now, on every rank alike (they all see the same layout and the same agreed settings), not
+// at each allreduce.
+Status twoLevelSettingHonoured(Communicator& comm) {
+  if (CommunicatorAccess::impl(comm).engine_->defaultAlgorithm() == Algorithm::kTwoLevel &&
+      !comm.twoLevelUnavailable().empty())
     return errorInvalidUsage("TERSE_ALGO=twolevel, but %s (%s); unset it or set auto or flat",
                              comm.twoLevelUnavailable().c_str(),
                              comm.topology().describe().c_str());
@@ -343,8 +363,9 @@ Status twoLevelSettingHonoured(const Communicator& comm) {
 Result<std::unique_ptr<Communicator>> communicatorFromTransport(
     std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
     const std::vector<std::string>& nodeKeys) {
-  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                         communicatorWithLayout(std::move(transport), timeout, nodeKeys));
+  TERSE_ASSIGN_OR_RETURN(
+      std::unique_ptr<Communicator> comm,
+      communicatorWithLayout(std::move(transport), timeout, nodeKeys, processSettings()));
   TERSE_RETURN_IF_ERROR(twoLevelSettingHonoured(*comm));
   return comm;
 }
@@ -353,11 +374,13 @@ Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
     const std::vector<std::string>& nodeKeys, std::chrono::milliseconds timeout) {
   const int size = static_cast<int>(nodeKeys.size());
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
+  const AgreedSettings settings = processSettings();  // read once for every rank
   std::vector<std::unique_ptr<Communicator>> world;
   for (int r = 0; r < size; ++r) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                           communicatorFromTransport(std::move(t), timeout, nodeKeys));
+                           communicatorWithLayout(std::move(t), timeout, nodeKeys, settings));
+    TERSE_RETURN_IF_ERROR(twoLevelSettingHonoured(*comm));
     world.push_back(std::move(comm));
   }
   return world;
@@ -366,10 +389,11 @@ Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
 Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
     int size, std::chrono::milliseconds timeout) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
+  const AgreedSettings settings = processSettings();  // read once for every rank
   std::vector<std::unique_ptr<Communicator>> world;
   for (int r = 0; r < size; ++r) {
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
-    world.push_back(communicatorFromTransport(std::move(t), timeout));
+    world.push_back(communicatorWithSettings(std::move(t), timeout, settings));
   }
   return world;
 }
@@ -383,6 +407,16 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
                                 static_cast<long long>(timeout.count()),
                                 static_cast<long long>(kMaxTimeoutMs));
   TERSE_ASSIGN_OR_RETURN(Topology topology, exchangeTopology(store, scope, rank, size, timeout));
+  // The settings every rank must share, read once and compared through the store before any
+  // connection exists: every rank reads every rank's values and reaches the same verdict, so a
+  // rank that set TERSE_SEGMENT_BYTES alone fails creation everywhere with the setting's name
+  // instead of corrupting the first call. The communicator (and its splits) then run with
+  // these values, not with what the environment says later.
+  TERSE_ASSIGN_OR_RETURN(AgreedSettings settings, AgreedSettings::fromEnvironment());
+  TERSE_ASSIGN_OR_RETURN(
+      std::vector<std::string> published,
+      storeAllGather(store, scope + "/settings", rank, size, settings.encode(), timeout));
+  TERSE_RETURN_IF_ERROR(AgreedSettings::compare(published));
   AddressAllGather exchange = [&](const std::string& mine) {
     return storeAllGather(store, scope, rank, size, mine, timeout);
   };
@@ -396,8 +430,9 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
              topology.localRank, topology.localSize, topology.node);
   std::vector<std::string> keys;
   for (int node : topology.nodeOfRank) keys.push_back(std::to_string(node));
-  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                         communicatorWithLayout(std::move(transport), timeout, keys));
+  TERSE_ASSIGN_OR_RETURN(
+      std::unique_ptr<Communicator> comm,
+      communicatorWithLayout(std::move(transport), timeout, keys, std::move(settings)));
   Status honoured = twoLevelSettingHonoured(*comm);
   if (!honoured.isOk()) {
     // Every rank refuses alike, but not at the same moment: a rank that closed its connections

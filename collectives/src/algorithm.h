@@ -143,7 +143,8 @@ Status runFlat(const AlgorithmContext& ctx, const CollectiveOp& op, uint32_t seq
 // two_level.cc: the two-level units, composed of flat units over two child contexts. `world`
 // is the caller's context (its workspaces, counters and arithmetic; its transport's size is the
 // world's); `node` and `cross` run over the group transports of this rank's node and of its
-// local index across nodes, each with its own sequence of step numbers (their tag spaces).
+// local index across nodes, each with its own sequence of step numbers (tags marked as steps',
+// requests.h, so the groups may share the tag space of the communicator they serve).
 struct TwoLevelContext {
   AlgorithmContext world, node, cross;
   const std::vector<std::vector<int>>* nodes;  // each node's ranks in rank order, nodes in order

@@ -26,26 +26,29 @@ const EnvSetting kSegmentBytesSetting{
     {"TERSE_SEGMENT_BYTES", "int", "1048576",
      "Pipeline segment of the collectives, in bytes of float32 (rounded to a multiple of 65536 "
      "elements): compression, transfer and reduction of different segments overlap.",
-     int64_t{1} << 18, int64_t{1} << 30}};
+     int64_t{1} << 18, int64_t{1} << 30},
+    EnvAgreement::kEveryRank};
 const EnvSetting kTwoLevelSegmentBytesSetting{
     {"TERSE_TWOLEVEL_SEGMENT_BYTES", "int", "16777216",
      "Two-level allreduce's pipeline segment, in bytes of float32 (rounded down to a multiple of "
      "65536 elements per rank of a node): one segment crosses between nodes while the next is "
-     "summed inside the node. Every rank must set the same (the segments decide the order of "
-     "the node's sums).",
-     int64_t{1} << 18, int64_t{1} << 40}};
+     "summed inside the node. The segments decide the order of the node's sums and the size of "
+     "each message.",
+     int64_t{1} << 18, int64_t{1} << 40},
+    EnvAgreement::kEveryRank};
 const EnvSetting kSmallBytesSetting{
     {"TERSE_SMALL_BYTES", "int", "65536",
      "Uncompressed allreduces of at most this many float32 bytes use recursive doubling "
      "(latency-bound) instead of the ring (bandwidth-bound).",
-     0, int64_t{1} << 30}};
+     0, int64_t{1} << 30},
+    EnvAgreement::kEveryRank};
 const EnvSetting kAgreementDirectRanksSetting{
     {"TERSE_AGREEMENT_DIRECT_RANKS", "int", "32",
      "Worlds of at most this many ranks agree on each call by an all-to-all of call "
      "descriptors (one message time, n-1 messages per rank); larger worlds by a dissemination "
-     "of 208-byte summaries in ceil(log2 n) rounds (one message per rank per round). Every rank "
-     "must set the same: ranks that differ fail their first call.",
-     1, int64_t{1} << 30}};
+     "of 208-byte summaries in ceil(log2 n) rounds (one message per rank per round).",
+     1, int64_t{1} << 30},
+    EnvAgreement::kEveryRank};
 const EnvSetting kPipelineDepthSetting{
     {"TERSE_PIPELINE_DEPTH", "int", "1",
      "Compressed collectives: how many segment rounds a rank compresses and sends ahead of "
@@ -60,8 +63,9 @@ const EnvSetting kAlgoSetting{
      "with the same number of ranks, more than one each, the faster of the two as timed at the "
      "call's size once per collective, codec, type and size class; else flat). twolevel "
      "on a world whose nodes cannot run it fails communicator creation; split communicators "
-     "follow it where they can. Every rank must resolve the same.",
-     0, 0, "auto,flat,twolevel"}};
+     "follow it where they can.",
+     0, 0, "auto,flat,twolevel"},
+    EnvAgreement::kEveryRank};
 
 using detail::CallDescriptor;
 using detail::makeTag;
@@ -125,6 +129,21 @@ CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::millisecon
     auto parsed = parseAlgorithm(algo.value());
     if (parsed.isOk()) defaultAlgorithm_ = parsed.value();
   }
+}
+
+uint32_t CollectiveEngine::nextSeq() {
+  // The calls' numbers stay below the two-level steps' flag (requests.h, makeTag), wrapping
+  // alike on every rank.
+  return seq_++ & ~detail::kStepSeqFlag;
+}
+
+void CollectiveEngine::configure(const AgreedSettings& settings) {
+  setSegmentBytes(static_cast<size_t>(settings.number(kSegmentBytesSetting)));
+  setTwoLevelSegmentBytes(static_cast<size_t>(settings.number(kTwoLevelSegmentBytesSetting)));
+  smallBytes_ = static_cast<size_t>(settings.number(kSmallBytesSetting));
+  directAgreementRanks_ = static_cast<size_t>(settings.number(kAgreementDirectRanksSetting));
+  auto parsed = parseAlgorithm(settings.text(kAlgoSetting));
+  if (parsed.isOk()) defaultAlgorithm_ = parsed.value();
 }
 
 void CollectiveEngine::setSegmentBytes(size_t bytes) {
@@ -251,7 +270,7 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
   {
     CollectiveOp asked = *op;
     asked.algorithm = Algorithm::kAuto;
-    const uint32_t seq = seq_++;
+    const uint32_t seq = nextSeq();
     Status agreed = exchangeDescriptors(asked, seq);
     if (agreed.code() == StatusCode::kInvalidUsage) return agreed;
     if (!agreed.isOk()) return giveUp(asked, seq, std::move(agreed));
@@ -537,7 +556,8 @@ Status CollectiveEngine::reject(const CollectiveOp& op, Status why) {
 Status CollectiveEngine::rejectNow(const CollectiveOp& op, Status why) {
   // Still take part in the descriptor exchange, so the other ranks fail this call now (and
   // everyone's sequence stays in step) rather than time out waiting for this rank's data.
-  Status heard = exchangeDescriptors(op, seq_++, /*rejected=*/true);  // our own error is the news
+  Status heard =
+      exchangeDescriptors(op, nextSeq(), /*rejected=*/true);  // our own error is the news
   // A transport failure during it leaves the ranks out of step like any other: drop the
   // connections so nobody waits on this rank. Disagreement (kInvalidUsage) is expected here.
   if (!heard.isOk() && heard.code() != StatusCode::kInvalidUsage) {
@@ -555,7 +575,7 @@ Status CollectiveEngine::agree(const CollectiveOp& requested) {
   op.algorithm = algorithm.value();
   const auto start = std::chrono::steady_clock::now();
   const uint64_t before = counters_.bytesSent;
-  const uint32_t seq = seq_++;
+  const uint32_t seq = nextSeq();
   Status agreed = exchangeDescriptors(op, seq);
   if (agreed.isOk()) return agreed;  // the call itself is counted by run()
   if (agreed.code() != StatusCode::kInvalidUsage) agreed = giveUp(op, seq, std::move(agreed));
@@ -570,7 +590,7 @@ Status CollectiveEngine::barrier() {
   // on tags nobody sends.
   CollectiveOp op;
   op.kind = CollectiveKind::kBarrier;
-  const uint32_t seq = seq_++;
+  const uint32_t seq = nextSeq();
   ++stats_.barriers;
   Status agreed = exchangeDescriptors(op, seq);
   if (agreed.isOk() || agreed.code() == StatusCode::kInvalidUsage) return agreed;
@@ -622,7 +642,7 @@ Status CollectiveEngine::runCounted(const CollectiveOp& requested) {
   op.algorithm = algorithm.value();
   if (choosesByMeasurement(requested)) TERSE_RETURN_IF_ERROR(chooseAlgorithm(&op));
   if (op.feedback) op.feedback->prepareFor(op.codec->spec());
-  const uint32_t seq = seq_++;
+  const uint32_t seq = nextSeq();
   Status agreed = exchangeDescriptors(op, seq);
   // kInvalidUsage here is the ranks' verdict on the call, which all of them reached alike.
   if (agreed.code() == StatusCode::kInvalidUsage) return agreed;

@@ -14,13 +14,25 @@
 namespace terse::detail {
 
 // Tag layout (34 bits, kGroupTagBits, so that groups of ranks get tag spaces of their own above
-// them, transport/group.h): call sequence (14) | phase (2) | index (18). Calls on one engine run
-// one after another, so 16384 sequence numbers keep any two calls whose messages could meet
-// apart.
+// them, transport/group.h): step (1) | sequence (13) | phase (2) | index (18). Calls on one
+// engine run one after another, so 8192 sequence numbers keep any two calls whose messages could
+// meet apart. The step bit marks the steps of two-level collectives (two_level.cc), which run
+// over the node and cross-node groups with sequences of their own: those groups share the tag
+// space of the communicator whose steps they run (a communicator and its two-level groups take
+// one space, so a world's 62 spaces are 62 splits whatever the layout, docs/api.md), and the bit
+// keeps a step's messages from matching a call's. A sequence number with kStepSeqFlag set is a
+// step's; the engine's own call numbers never have it (CollectiveEngine::nextSeq).
 enum Phase : uint64_t { kPhaseReduce = 0, kPhaseGather = 1, kPhaseDescriptor = 2 };
 constexpr size_t kMaxTagIndex = (size_t{1} << 18) - 1;
+constexpr uint32_t kStepSeqFlag = uint32_t{1} << 31;
 constexpr uint64_t makeTag(uint32_t seq, Phase phase, size_t index) {
-  return (uint64_t{seq & 0x3fffu} << 20) | (uint64_t{phase} << 18) | (index & kMaxTagIndex);
+  const uint64_t step = (seq & kStepSeqFlag) ? 1 : 0;
+  return (step << 33) | (uint64_t{seq & 0x1fffu} << 20) | (uint64_t{phase} << 18) |
+         (index & kMaxTagIndex);
+}
+// The sequence number of the next step of a two-level group whose steps `counter` counts.
+inline uint32_t nextStepSeq(uint32_t& counter) {
+  return kStepSeqFlag | (counter++ & ~kStepSeqFlag);
 }
 
 // TERSE_FAULT's phase=NAME filters (transport/fault.h) select these tag classes.
@@ -29,12 +41,13 @@ constexpr bool faultPhaseMatches(const char* name, Phase phase) {
     bool same = true;
     for (size_t i = 0; same && (p.name[i] || name[i]); ++i) same = p.name[i] == name[i];
     if (!same) continue;
-    return (makeTag(0x3fffu, phase, kMaxTagIndex) & p.mask) == p.value &&
+    return (makeTag(kStepSeqFlag | 0x1fffu, phase, kMaxTagIndex) & p.mask) == p.value &&
            (makeTag(0, phase, 0) & p.mask) == p.value;
   }
   return false;
 }
-static_assert(makeTag(0x3fffu, kPhaseDescriptor, kMaxTagIndex) <= kMaxGroupTag,
+static_assert(makeTag(kStepSeqFlag | 0x1fffu, kPhaseDescriptor, kMaxTagIndex) <= kMaxGroupTag &&
+                  makeTag(kStepSeqFlag, kPhaseReduce, 0) != makeTag(0, kPhaseReduce, 0),
               "the collectives' tags must fit a group's tag space");
 static_assert(faultPhaseMatches("reduce", kPhaseReduce) &&
                   faultPhaseMatches("gather", kPhaseGather) &&

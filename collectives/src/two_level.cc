@@ -17,6 +17,7 @@
 // or the cross-node group's, sharing the parent's workspaces and counters (the two-level slots
 // differ from every flat one). No step agrees again: the parent call's agreement covers them.
 #include "algorithm.h"
+#include "requests.h"
 
 #include "typed.h"
 
@@ -33,7 +34,7 @@ namespace {
 
 // One step on a group's context: the flat unit for it, at the group's next sequence number.
 Status runStep(const AlgorithmContext& group, uint32_t& seq, const CollectiveOp& step) {
-  return runFlat(group, step, seq++);
+  return runFlat(group, step, nextStepSeq(seq));
 }
 
 // Step 1 of allreduce and reduce-scatter: the node's float32 sum, by the ring's reduce-scatter
@@ -43,7 +44,7 @@ Status runStep(const AlgorithmContext& group, uint32_t& seq, const CollectiveOp&
 Result<float*> nodeSum(const TwoLevelContext& t, const CollectiveOp& op, float* work, size_t count,
                        const char* what) {
   TERSE_RETURN_IF_ERROR(
-      ringReduceScatterCore(t.node, work, count, DataType::kFloat32, (*t.nodeSeq)++)
+      ringReduceScatterCore(t.node, work, count, DataType::kFloat32, nextStepSeq(*t.nodeSeq))
           .withContext(std::string("two-level ") + what + ", inside the node"));
   const Range own = chunkRange(count, t.node.transport().size(), t.node.transport().rank());
   float* sum = work + own.begin;
@@ -165,7 +166,7 @@ Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op) {
       step.recv = out;
       step.dtype = op.dtype;
     }
-    const uint32_t seq = (*t.crossSeq)++;
+    const uint32_t seq = nextStepSeq(*t.crossSeq);
     const DataType dtype = op.dtype;
     lane->submit([&t, step, seq, sum, out, dtype, compressed, ringOnSum]() -> Status {
       if (ringOnSum) {

@@ -20,7 +20,8 @@ bool sameText(const char* a, const char* b) {
 bool sameDeclaration(const EnvVarInfo& a, const EnvVarInfo& b) {
   return sameText(a.name, b.name) && sameText(a.type, b.type) &&
          sameText(a.defaultValue, b.defaultValue) && sameText(a.doc, b.doc) && a.min == b.min &&
-         a.max == b.max && sameText(a.choices, b.choices) && a.check == b.check;
+         a.max == b.max && sameText(a.choices, b.choices) && a.check == b.check &&
+         a.everyRank == b.everyRank;
 }
 
 // The declarations linked into this program. Never destroyed: EnvSetting constants of other
@@ -37,7 +38,8 @@ Registry& registry() {
 
 }  // namespace
 
-EnvSetting::EnvSetting(const EnvVarInfo& info) : info_(info) {
+EnvSetting::EnvSetting(const EnvVarInfo& info, EnvAgreement agreement) : info_(info) {
+  info_.everyRank = agreement == EnvAgreement::kEveryRank;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.settings.push_back(this);
@@ -235,6 +237,161 @@ Status checkEnvironment() {
                          name.c_str());
   for (const EnvVarInfo& v : envRegistry()) TERSE_RETURN_IF_ERROR(checkOne(v));
   return Status::ok();
+}
+
+namespace {
+
+// `info`'s value as AgreedSettings keeps it, from `text` (the variable's value, or its default).
+Result<AgreedSettings::Value> agreedValue(const EnvVarInfo& info, bool set) {
+  AgreedSettings::Value v;
+  v.name = info.name;
+  v.set = set;
+  const std::string type = info.type;
+  if (type == "int") {
+    TERSE_ASSIGN_OR_RETURN(v.number, envInt(info.name));
+    v.text = std::to_string(v.number);
+  } else if (type == "bool") {
+    TERSE_ASSIGN_OR_RETURN(bool b, envBool(info.name));
+    v.number = b ? 1 : 0;
+    v.text = b ? "1" : "0";
+  } else if (type == "enum") {
+    TERSE_ASSIGN_OR_RETURN(v.text, envEnum(info.name));
+    const std::vector<std::string> choices = splitChoices(info.choices);
+    v.number = std::find(choices.begin(), choices.end(), v.text) - choices.begin();
+  } else {
+    // Strings and lists have no canonical form to compare; none is marked so far.
+    return errorInternal("%s: a %s setting cannot be EnvAgreement::kEveryRank", info.name,
+                         info.type);
+  }
+  return v;
+}
+
+// The value `info` has when nothing is set.
+AgreedSettings::Value defaultValue(const EnvVarInfo& info) {
+  AgreedSettings::Value v;
+  v.name = info.name;
+  v.text = info.defaultValue;
+  const std::string type = info.type;
+  if (type == "int") v.number = std::strtoll(info.defaultValue, nullptr, 10);
+  if (type == "bool") v.number = strcasecmp(info.defaultValue, "1") == 0 ? 1 : 0;
+  if (type == "enum") {
+    const std::vector<std::string> choices = splitChoices(info.choices);
+    v.number = std::find(choices.begin(), choices.end(), v.text) - choices.begin();
+  }
+  return v;
+}
+
+// One rank's published values: name -> (value, what to show). Empty on text that is not lines
+// of NAME=VALUE (a peer's bytes are parsed as untrusted).
+struct Published {
+  std::string value, shown;
+};
+bool parsePublished(const std::string& text, std::vector<std::pair<std::string, Published>>* out) {
+  static const std::string kDefault = " (default)";
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) return false;
+    Published p;
+    p.shown = line.substr(eq + 1);
+    p.value = p.shown;
+    if (p.value.size() >= kDefault.size() &&
+        p.value.compare(p.value.size() - kDefault.size(), kDefault.size(), kDefault) == 0)
+      p.value.resize(p.value.size() - kDefault.size());
+    out->emplace_back(line.substr(0, eq), std::move(p));
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<AgreedSettings> AgreedSettings::fromEnvironment() {
+  AgreedSettings out;
+  for (const EnvVarInfo& info : envRegistry()) {
+    if (!info.everyRank) continue;
+    const char* raw = std::getenv(info.name);
+    TERSE_ASSIGN_OR_RETURN(Value v, agreedValue(info, raw != nullptr && *raw != '\0'));
+    out.values_.push_back(std::move(v));
+  }
+  return out;
+}
+
+AgreedSettings AgreedSettings::defaults() {
+  AgreedSettings out;
+  for (const EnvVarInfo& info : envRegistry())
+    if (info.everyRank) out.values_.push_back(defaultValue(info));
+  return out;
+}
+
+const AgreedSettings::Value* AgreedSettings::find(const char* name) const {
+  for (const Value& v : values_)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+int64_t AgreedSettings::number(const EnvSetting& setting) const {
+  const Value* v = find(setting.name());
+  return v ? v->number : defaultValue(setting.info()).number;
+}
+
+std::string AgreedSettings::text(const EnvSetting& setting) const {
+  const Value* v = find(setting.name());
+  return v ? v->text : defaultValue(setting.info()).text;
+}
+
+std::string AgreedSettings::encode() const {
+  std::string out;
+  for (const Value& v : values_) out += v.name + "=" + v.text + (v.set ? "" : " (default)") + "\n";
+  return out;
+}
+
+Status AgreedSettings::compare(const std::vector<std::string>& encodedByRank) {
+  const int n = static_cast<int>(encodedByRank.size());
+  std::vector<std::vector<std::pair<std::string, Published>>> ranks(n);
+  for (int r = 0; r < n; ++r)
+    if (!parsePublished(encodedByRank[r], &ranks[r]))
+      return errorInvalidArgument(
+          "rank %d published settings that are not lines of NAME=VALUE: '%s'", r,
+          quoted(encodedByRank[r]).c_str());
+  if (n == 0) return Status::ok();
+  // Every rank runs the same build (the rendezvous checks the version), so the names match;
+  // a rank whose list differs still gets a message rather than a misread.
+  for (int r = 1; r < n; ++r) {
+    bool sameNames = ranks[r].size() == ranks[0].size();
+    for (size_t i = 0; sameNames && i < ranks[0].size(); ++i)
+      sameNames = ranks[r][i].first == ranks[0][i].first;
+    if (!sameNames)
+      return errorInvalidArgument(
+          "rank %d's settings that every rank must share are not rank 0's (rank 0: '%s', rank "
+          "%d: '%s'): do all ranks run the same build of terse?",
+          r, quoted(encodedByRank[0]).c_str(), r, quoted(encodedByRank[r]).c_str());
+  }
+  std::string message;
+  for (size_t i = 0; i < ranks[0].size(); ++i) {
+    const Published& first = ranks[0][i].second;
+    int other = -1, count = 0;
+    for (int r = 1; r < n; ++r) {
+      if (ranks[r][i].second.value == first.value) continue;
+      if (other < 0) other = r;
+      ++count;
+    }
+    if (other < 0) continue;
+    std::string more;
+    if (count > 1) more = formatString(" (%d ranks in all differ from rank 0)", count);
+    message += formatString("%s%s differs between ranks: rank 0 has %s, rank %d has %s%s",
+                            message.empty() ? "" : "; ", ranks[0][i].first.c_str(),
+                            quoted(first.shown).c_str(), other,
+                            quoted(ranks[other][i].second.shown).c_str(), more.c_str());
+  }
+  if (message.empty()) return Status::ok();
+  return errorInvalidArgument(
+      "%s. Every rank of a communicator must set the same value (docs/env.md, column \"every "
+      "rank\")",
+      message.c_str());
 }
 
 std::vector<std::string> splitCommas(const std::string& list) {

@@ -195,7 +195,91 @@ TEST(Settings, DocumentationGivesEachVariablesTypeAndAcceptedValues) {
     for (std::string twice = "|  |"; want.find(twice) != std::string::npos;)
       want.replace(want.find(twice), twice.size(), "| |");
     EXPECT_EQ(line.substr(0, want.size()), want) << v.name;
+    // The next cell, "every rank": "agreed" exactly for the settings every communicator
+    // compares across its ranks (EnvAgreement::kEveryRank).
+    if (line.compare(0, want.size(), want) != 0) continue;
+    const std::string rest = line.substr(want.size());  // " agreed | meaning |" or " | ..."
+    const size_t bar = rest.find('|');
+    ASSERT_NE(bar, std::string::npos) << v.name << " has no \"every rank\" column";
+    std::string cell = rest.substr(0, bar);
+    cell.erase(0, cell.find_first_not_of(' '));
+    cell.erase(cell.find_last_not_of(' ') + 1);
+    if (v.everyRank)
+      EXPECT_EQ(cell, "agreed") << v.name << " is compared across ranks: mark its row";
+    else
+      EXPECT_EQ(cell.find("agreed"), std::string::npos)
+          << v.name << " is not compared across ranks, but its row says " << cell;
   }
+}
+
+// Issue 44, finding 6: the settings that change the messages ranks exchange or the arithmetic
+// they must do alike are compared across ranks when a communicator is made. Each of the others
+// may differ between ranks: the log, the timeout, threads of the codec kernels (block-aligned
+// pieces, the same bytes), the node and bootstrap variables (per rank by nature; the world size
+// and store are checked by the rendezvous), TERSE_PIPELINE_DEPTH (the same messages, posted in
+// another order: SettingsProcesses.PipelineDepthMayDiffer), the UCX eager switch (a protocol
+// choice UCX makes per sender), fault rules, and the plugin's, checked where it connects.
+TEST(Settings, TheSettingsEveryRankMustShareAreMarked) {
+  std::set<std::string> marked;
+  for (const EnvVarInfo& v : envRegistry())
+    if (v.everyRank) marked.insert(v.name);
+  EXPECT_EQ(marked, (std::set<std::string>{"TERSE_AGREEMENT_DIRECT_RANKS", "TERSE_ALGO",
+                                           "TERSE_SEGMENT_BYTES", "TERSE_SMALL_BYTES",
+                                           "TERSE_TWOLEVEL_SEGMENT_BYTES"}));
+}
+
+// The comparison itself (AgreedSettings::compare), which every rank runs over the same texts.
+TEST(Settings, AgreedSettingsNameTheSettingAndTheRanksThatDiffer) {
+  const std::string defaults =
+      "TERSE_SEGMENT_BYTES=1048576 (default)\n"
+      "TERSE_TWOLEVEL_SEGMENT_BYTES=16777216 (default)\n";
+  // A value set to the default agrees with an unset one.
+  EXPECT_TRUE(AgreedSettings::compare({defaults,
+                                       "TERSE_SEGMENT_BYTES=1048576\n"
+                                       "TERSE_TWOLEVEL_SEGMENT_BYTES=16777216\n"})
+                  .isOk());
+  const std::string small =
+      "TERSE_SEGMENT_BYTES=1048576 (default)\n"
+      "TERSE_TWOLEVEL_SEGMENT_BYTES=262144\n";
+  Status s = AgreedSettings::compare({defaults, defaults, small, small});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("TERSE_TWOLEVEL_SEGMENT_BYTES differs between ranks: rank 0 has "
+                             "16777216 (default), rank 2 has 262144 (2 ranks in all differ"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("TERSE_SEGMENT_BYTES differs"), std::string::npos) << s.message();
+  // Two settings: both named. Rank 0 is the one that set something.
+  s = AgreedSettings::compare(
+      {"TERSE_SEGMENT_BYTES=262144\nTERSE_TWOLEVEL_SEGMENT_BYTES=262144\n", defaults});
+  EXPECT_NE(s.message().find("TERSE_SEGMENT_BYTES differs between ranks: rank 0 has 262144, rank "
+                             "1 has 1048576 (default); TERSE_TWOLEVEL_SEGMENT_BYTES differs"),
+            std::string::npos)
+      << s.message();
+  // Another build's list, or bytes that are not a list, are refused with the rank's name.
+  s = AgreedSettings::compare({defaults, "TERSE_SEGMENT_BYTES=1048576\n"});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  s = AgreedSettings::compare({defaults, std::string("\x01\x02garbage", 9)});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+}
+
+// What a communicator reads: every marked setting, canonical text, and whether it was set.
+TEST(Settings, AgreedSettingsReadEachMarkedSettingOnce) {
+  setenv("TERSE_ALGO", "FLAT", 1);
+  setenv("TERSE_SEGMENT_BYTES", "262144", 1);
+  auto read = AgreedSettings::fromEnvironment();
+  unsetenv("TERSE_ALGO");
+  unsetenv("TERSE_SEGMENT_BYTES");
+  ASSERT_TRUE(read.isOk()) << read.status().toString();
+  const std::string text = read->encode();
+  EXPECT_NE(text.find("TERSE_ALGO=flat\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("TERSE_SEGMENT_BYTES=262144\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("TERSE_SMALL_BYTES=65536 (default)\n"), std::string::npos) << text;
+  setenv("TERSE_SMALL_BYTES", "-1", 1);
+  auto bad = AgreedSettings::fromEnvironment();
+  unsetenv("TERSE_SMALL_BYTES");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
 // A malformed value of every registered variable fails checkEnvironment() (which communicators

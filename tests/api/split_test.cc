@@ -9,7 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -240,6 +242,198 @@ TEST(Split, TwoLevelParentAndChildrenRunSideBySide) {
   });
 }
 
+// One call on `c` with an explicit algorithm: every element is the sum over `ranks` of r + 1.
+Status expectSumBy(Communicator& c, const std::vector<int>& ranks, int rank, const char* codec,
+                   const char* algorithm) {
+  const size_t count = 70000;
+  std::vector<float> in(count, static_cast<float>(rank + 1)), out(count);
+  CollectiveOptions options;
+  options.codec = codec;
+  options.algorithm = algorithm;
+  TERSE_RETURN_IF_ERROR(
+      c.allreduce(in.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, options));
+  float want = 0;
+  for (int r : ranks) want += static_cast<float>(r + 1);
+  for (size_t i = 0; i < count; ++i)
+    if (out[i] != want)
+      return errorInternal("element %zu is %g, expected %g (%s, %s)", i, out[i], want, codec,
+                           algorithm);
+  return Status::ok();
+}
+
+// Issue 44, finding 8: a world makes 62 splits whatever its layout, as docs/api.md says: each
+// split takes one of the world's tag spaces, its children's two-level groups included (they
+// share it, their step tags apart from the calls'). On 2 nodes x 2 ranks every child spans both
+// nodes and runs two-level; the 62nd child still sums exactly both ways, and the 63rd split is
+// refused on every rank naming the limit. The world itself keeps working. (Before, each such
+// split took three spaces and the world's own layout two, so a 2 x 2 world stopped at its 21st
+// split, and a world made with a layout at its 61st even on one node.)
+TEST(Split, AWorldMakes62SplitsWhateverItsLayout) {
+  for (const bool twoNodes : {true, false}) {
+    const int n = 4;
+    const std::vector<std::string> keys = twoNodes ? std::vector<std::string>{"a", "a", "b", "b"}
+                                                   : std::vector<std::string>{"a", "a", "a", "a"};
+    auto made = createInProcWorld(keys, milliseconds(30000));
+    ASSERT_TRUE(made.isOk()) << made.status().toString();
+    auto world = std::move(made).value();
+    std::vector<Status> refused(n);
+    std::vector<int> made62(n, 0);
+    onEachRank(n, [&](int r) {
+      for (uint32_t k = 1; k <= kMaxGroupSpace; ++k) {
+        auto child = world[r]->split(0, r);
+        if (!child.isOk()) {
+          ADD_FAILURE() << "rank " << r << ", split " << k << ": " << child.status().toString();
+          return;
+        }
+        ++made62[r];
+        if (k < kMaxGroupSpace) continue;
+        Communicator& last = **child;
+        EXPECT_EQ(last.twoLevelUnavailable().empty(), twoNodes) << last.twoLevelUnavailable();
+        EXPECT_TRUE(expectSumBy(last, {0, 1, 2, 3}, r, "none", "flat").isOk());
+        EXPECT_TRUE(expectSumBy(last, {0, 1, 2, 3}, r, "bf16", "auto").isOk());
+        if (twoNodes) {
+          EXPECT_TRUE(expectSumBy(last, {0, 1, 2, 3}, r, "none", "twolevel").isOk());
+        }
+      }
+      refused[r] = world[r]->split(0, r).status();
+      EXPECT_TRUE(expectSumBy(*world[r], {0, 1, 2, 3}, r, "none", "auto").isOk());
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(made62[r], static_cast<int>(kMaxGroupSpace)) << "rank " << r;
+      EXPECT_EQ(refused[r].code(), StatusCode::kUnsupported) << refused[r].toString();
+      EXPECT_NE(refused[r].message().find("taken part in 62 splits"), std::string::npos)
+          << refused[r].toString();
+    }
+  }
+}
+
+// A world's two-level steps share its tag space with its calls (issue 44, finding 8): calls
+// that alternate flat and two-level on 2 nodes x 2 ranks, each rank free to run ahead into the
+// next, never take a step's message for a call's or the reverse (the step tags carry their own
+// bit). Exact sums of small integers, every call.
+TEST(Split, TwoLevelStepsAndFlatCallsShareTheWorldsTagSpace) {
+  const int n = 4;
+  auto made = createInProcWorld({"a", "a", "b", "b"}, milliseconds(30000));
+  ASSERT_TRUE(made.isOk()) << made.status().toString();
+  auto world = std::move(made).value();
+  onEachRank(n, [&](int r) {
+    for (int round = 0; round < 20; ++round) {
+      EXPECT_TRUE(expectSumBy(*world[r], {0, 1, 2, 3}, r, "none", "flat").isOk());
+      EXPECT_TRUE(expectSumBy(*world[r], {0, 1, 2, 3}, r, "none", "twolevel").isOk());
+      EXPECT_TRUE(expectSumBy(*world[r], {0, 1, 2, 3}, r, "bf16", "twolevel").isOk());
+    }
+  });
+}
+
+// A transport that records the (peer, tag) of every send it forwards.
+class RecordingTransport final : public Transport {
+ public:
+  explicit RecordingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string describe() const override { return inner_->describe(); }
+  Status isend(int peer, uint64_t tag, const void* data, size_t bytes,
+               TransportRequest** request) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sends_.emplace_back(peer, tag);
+    }
+    return inner_->isend(peer, tag, data, bytes, request);
+  }
+  Status irecv(int peer, uint64_t tag, void* data, size_t capacity,
+               TransportRequest** request) override {
+    return inner_->irecv(peer, tag, data, capacity, request);
+  }
+  Status test(TransportRequest* r, bool* done, size_t* bytes) override {
+    return inner_->test(r, done, bytes);
+  }
+  Status wait(TransportRequest* r, size_t* bytes, std::chrono::milliseconds timeout) override {
+    return inner_->wait(r, bytes, timeout);
+  }
+  void cancel(TransportRequest* r) override { inner_->cancel(r); }
+  void progress() override { inner_->progress(); }
+  void abort(const Status& why) override { inner_->abort(why); }
+  void disconnect(int peer, const Status& why) override { inner_->disconnect(peer, why); }
+
+  std::vector<std::pair<int, uint64_t>> sends() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return sends_;
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::mutex mutex_;
+  std::vector<std::pair<int, uint64_t>> sends_;
+};
+
+// The same guarantee, deterministically: over a world's whole run of flat and two-level calls
+// (fewer than 8192, so no sequence number wraps), no rank sends two messages to one peer under
+// one tag. A world's two-level steps share its tag space: without their step bit, step number j
+// and call number j gave the same tags (every one of these runs repeated hundreds).
+TEST(Split, NoTagRepeatsBetweenAWorldsCallsAndItsTwoLevelSteps) {
+  const int n = 4;
+  auto fabric = makeInProcFabric(n);
+  ASSERT_TRUE(fabric.isOk());
+  std::vector<RecordingTransport*> recorders(n);
+  std::vector<std::unique_ptr<Communicator>> world(n);
+  for (int r = 0; r < n; ++r) {
+    auto t = createInProcTransport(*fabric, r);
+    ASSERT_TRUE(t.isOk());
+    auto recorder = std::make_unique<RecordingTransport>(std::move(t).value());
+    recorders[r] = recorder.get();
+    auto made =
+        communicatorFromTransport(std::move(recorder), milliseconds(30000), {"a", "a", "b", "b"});
+    ASSERT_TRUE(made.isOk()) << made.status().toString();
+    world[r] = std::move(made).value();
+  }
+  ASSERT_EQ(world[0]->twoLevelUnavailable(), "");
+  onEachRank(n, [&](int r) {
+    for (int round = 0; round < 4; ++round) {
+      EXPECT_TRUE(expectSumBy(*world[r], {0, 1, 2, 3}, r, "none", "flat").isOk());
+      EXPECT_TRUE(expectSumBy(*world[r], {0, 1, 2, 3}, r, "none", "twolevel").isOk());
+      EXPECT_TRUE(expectSumBy(*world[r], {0, 1, 2, 3}, r, "int8", "twolevel").isOk());
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::pair<int, uint64_t>> sends = recorders[r]->sends();
+    const size_t total = sends.size();
+    std::sort(sends.begin(), sends.end());
+    const size_t repeats =
+        total - static_cast<size_t>(std::unique(sends.begin(), sends.end()) - sends.begin());
+    EXPECT_GT(total, 50u) << "rank " << r;
+    EXPECT_EQ(repeats, 0u) << "rank " << r << " sent " << repeats << " of " << total
+                           << " messages under a (peer, tag) it had used before";
+  }
+}
+
+// Split communicators run with the settings their world compared and read when it was made
+// (issue 44, finding 6), not with the environment of the moment of the split:
+// TERSE_AGREEMENT_DIRECT_RANKS=1 at the world's creation makes a child's barrier a
+// dissemination of 208-byte summaries (2 rounds on 4 ranks) even after it is unset; a world made
+// after that agrees by the all-to-all of 96-byte descriptors (3 per rank).
+TEST(Split, ChildrenRunWithTheSettingsTheirWorldWasMadeWith) {
+  const int n = 4;
+  setenv("TERSE_AGREEMENT_DIRECT_RANKS", "1", 1);
+  auto world = makeWorld(n);
+  unsetenv("TERSE_AGREEMENT_DIRECT_RANKS");
+  auto fresh = makeWorld(n);
+  std::vector<uint64_t> childBytes(n), freshBytes(n);
+  onEachRank(n, [&](int r) {
+    auto child = world[r]->split(0, r);
+    ASSERT_TRUE(child.isOk()) << child.status().toString();
+    const uint64_t before = (*child)->bytesSent();
+    ASSERT_TRUE((*child)->barrier().isOk());
+    childBytes[r] = (*child)->bytesSent() - before;
+    const uint64_t freshBefore = fresh[r]->bytesSent();
+    ASSERT_TRUE(fresh[r]->barrier().isOk());
+    freshBytes[r] = fresh[r]->bytesSent() - freshBefore;
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(childBytes[r], 2u * 208u) << "rank " << r;
+    EXPECT_EQ(freshBytes[r], 3u * 96u) << "rank " << r;
+  }
+}
+
 // TERSE_ALGO=twolevel where the world cannot run it fails creation with the reason, rather
 // than every allreduce later; auto and flat create the same world fine.
 TEST(TwoLevelSetting, ForcedOnOneNodeFailsCreation) {
@@ -262,7 +456,8 @@ TEST(GroupTransport, RefusesWhatIsNotAGroup) {
   EXPECT_FALSE(createGroupTransport(t, {0, 0}, 1).isOk());
   EXPECT_FALSE(createGroupTransport(t, {0, 3}, 1).isOk());
   EXPECT_FALSE(createGroupTransport(t, {1, 2}, 1).isOk()) << "rank 0 is not a member";
-  EXPECT_FALSE(createGroupTransport(t, {0, 1}, 0).isOk()) << "space 0 is the world's";
+  // Space 0 is the world's own, where a communicator's two-level groups live beside its calls.
+  EXPECT_TRUE(createGroupTransport(t, {0, 1}, 0).isOk());
   EXPECT_FALSE(createGroupTransport(t, {0, 1}, kMaxGroupSpace + 1).isOk());
   auto g = createGroupTransport(t, {2, 0}, 5);
   ASSERT_TRUE(g.isOk());

@@ -84,8 +84,8 @@ class GroupTransport final : public Transport {
 
 Result<std::unique_ptr<Transport>> createGroupTransport(Transport& parent, std::vector<int> members,
                                                         uint32_t space, const std::string& kind) {
-  if (space < 1 || space > kMaxGroupSpace)
-    return errorInvalidArgument("group tag space %u is outside 1..%u", space, kMaxGroupSpace);
+  if (space > kMaxGroupSpace)
+    return errorInvalidArgument("group tag space %u is outside 0..%u", space, kMaxGroupSpace);
   if (members.empty()) return errorInvalidArgument("a group needs at least one member");
   std::vector<int> sorted = members;
   std::sort(sorted.begin(), sorted.end());

@@ -43,6 +43,7 @@ namespace detail {
 struct CallDescriptor;   // collectives/src/descriptor.h
 class AlgorithmContext;  // collectives/src/algorithm.h: what the algorithm units see
 }  // namespace detail
+class AgreedSettings;  // terse/common/env.h
 
 // kBarrier is never a CollectiveOp's kind: it names the barrier in descriptors and messages.
 enum class CollectiveKind : uint8_t {
@@ -195,6 +196,14 @@ class CollectiveEngine {
   // simulation gives its simulated clock, so its `auto` picks what is faster in simulated time.
   void setClock(std::function<double()> clock) { clock_ = std::move(clock); }
 
+  // The settings every rank of a communicator shares (terse/common/env.h, AgreedSettings): the
+  // segments, the small-message threshold, the agreement's direct ranks and the default
+  // algorithm, as the communicator read and compared them at its creation. An engine built
+  // alone reads them from the environment instead (its constructor).
+  void configure(const AgreedSettings& settings);
+  // TERSE_ALGO as configured: what calls that ask for auto run.
+  Algorithm defaultAlgorithm() const { return defaultAlgorithm_; }
+
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).
   // (The setters reach the two-level groups' engines too.)
   void setSegmentBytes(size_t bytes);
@@ -239,6 +248,8 @@ class CollectiveEngine {
   Status validate(const CollectiveOp& op, bool needCodec = true) const;
   Status dispatch(const CollectiveOp& op, uint32_t seq);
   Status runAgreed(const CollectiveOp& op, uint32_t seq);
+  // The next call's sequence number (descriptors and tags; never a two-level step's).
+  uint32_t nextSeq();
   // Whether run() picks the algorithm of `requested` by measurement: auto asked for and not
   // overridden by TERSE_ALGO, a two-level layout, host buffers, a caller's call.
   bool choosesByMeasurement(const CollectiveOp& requested) const;

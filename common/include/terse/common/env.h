@@ -11,6 +11,13 @@
 // tests/ is declared exactly once. Values are read at each call so tests can setenv; callers on
 // hot paths cache them.
 //
+// A setting that decides the messages ranks exchange or the arithmetic they must do alike
+// (segment sizes, the algorithm, how ranks agree on a call) is declared EnvAgreement::kEveryRank.
+// A communicator reads all such settings once when it is made (AgreedSettings), compares them
+// across its ranks, fails creation naming the setting and the ranks that differ, and hands the
+// values down to its engine and to the communicators split from it. Marking a new setting so
+// is the whole of the work: the comparison covers every marked setting of the registry.
+//
 // A variable that is set (to anything but the empty string, which counts as unset) and
 // malformed or out of range is an error naming the variable, its value and what is accepted,
 // never silently the default. checkEnvironment() applies that rule to every registered variable
@@ -49,16 +56,26 @@ struct EnvVarInfo {
   // null where every text is acceptable (a node name, a path). Returns a kInvalidArgument
   // naming `name` and the value.
   Status (*check)(const char* name, const std::string& value) = nullptr;
+  // Set by EnvSetting's constructor: whether every rank of a communicator must have the same
+  // value (kEveryRank: compared when the communicator is made; see the top of this file).
+  bool everyRank = false;
+};
+
+// Whether the ranks of a communicator may differ in a setting.
+enum class EnvAgreement {
+  kPerRank,    // each rank's own (log level, timeout, node, fault rules, threads)
+  kEveryRank,  // changes the messages or the arithmetic: the same everywhere, checked at creation
 };
 
 // A declaration (see the top of this file): a namespace-scope constant of the .cc that reads the
 // variable, e.g.
 //   const EnvSetting kSegmentBytes{{"TERSE_SEGMENT_BYTES", /*type*/ "int", /*default*/ "1048576",
-//                                   "Pipeline segment ...", int64_t{1} << 18, int64_t{1} << 30}};
+//                                   "Pipeline segment ...", int64_t{1} << 18, int64_t{1} << 30},
+//                                  EnvAgreement::kEveryRank};
 // The getters below take the variable's name; the declaration only has to be linked.
 class EnvSetting {
  public:
-  explicit EnvSetting(const EnvVarInfo& info);
+  explicit EnvSetting(const EnvVarInfo& info, EnvAgreement agreement = EnvAgreement::kPerRank);
   ~EnvSetting();
   EnvSetting(const EnvSetting&) = delete;
   EnvSetting& operator=(const EnvSetting&) = delete;
@@ -100,6 +117,42 @@ Result<int64_t> parseIntSetting(const char* name, const std::string& text, int64
 // The comma-separated items of a list setting (ours, or another program's such as UCX_TLS),
 // empty items kept: "a,,b" is {"a", "", "b"}, "" is {""}.
 std::vector<std::string> splitCommas(const std::string& list);
+
+// The values of every registered kEveryRank setting, read once (when a communicator is made) and
+// then handed down instead of read again: to the communicator's engine, and from a communicator
+// to those split from it, so that what the ranks compared is what they run with.
+class AgreedSettings {
+ public:
+  struct Value {
+    std::string name;
+    std::string text;    // canonical: an int's decimal, a bool's 1 or 0, an enum's choice
+    int64_t number = 0;  // an int's value, a bool's 1 or 0, an enum's index among its choices
+    bool set = false;    // false: the default
+  };
+  // Each parsed as its type says; a malformed value is a kInvalidArgument naming it.
+  static Result<AgreedSettings> fromEnvironment();
+  // Every setting at its default (for engines and worlds built over a malformed environment,
+  // which a communicator's checkEnvironment() refuses before it gets here).
+  static AgreedSettings defaults();
+
+  // `setting`'s value; its default when it is not a kEveryRank setting of this snapshot.
+  int64_t number(const EnvSetting& setting) const;
+  std::string text(const EnvSetting& setting) const;
+  const std::vector<Value>& values() const { return values_; }
+
+  // What a rank publishes for the comparison: a line "NAME=TEXT" per setting, with " (default)"
+  // after a value the rank did not set.
+  std::string encode() const;
+  // The comparison of every rank's encode() (by rank), which every rank runs alike over the
+  // same texts: ok when all have the same values; else kInvalidArgument naming each setting
+  // that differs, rank 0's value and the first rank whose value is another ("TERSE_X differs
+  // between ranks: rank 0 has 1048576 (default), rank 2 has 262144").
+  static Status compare(const std::vector<std::string>& encodedByRank);
+
+ private:
+  const Value* find(const char* name) const;
+  std::vector<Value> values_;
+};
 
 // Every registered variable that is set, parsed as its type says: the first malformed one is a
 // kInvalidArgument naming it. Free-form strings (TERSE_STORE, TERSE_FAULT, ...) are checked by

@@ -29,8 +29,11 @@ namespace terse {
 // index 18); the space takes bits 34-39.
 constexpr int kGroupTagBits = 34;
 constexpr uint64_t kMaxGroupTag = (uint64_t{1} << kGroupTagBits) - 1;
-// Space 0 is the whole world; spaces 1..kMaxGroupSpace are groups. (Space 63 would reach the
-// reserved range at the top of the 40-bit tag space.)
+// Space 0 is the whole world's; spaces 1..kMaxGroupSpace are for groups (split communicators,
+// one each). A group in a space that others use too (space 0, or a split's space for its
+// two-level groups) must keep its tags apart from theirs itself, as the collectives' step tags
+// do (collectives/src/requests.h). (Space 63 would reach the reserved range at the top of the
+// 40-bit tag space.)
 constexpr uint32_t kMaxGroupSpace = 62;
 
 // `members` are distinct parent ranks, this rank among them, in the group's rank order. When
