@@ -68,16 +68,31 @@ Result<size_t> CodecBase::compress(const void* in, DataType dt, size_t n, float*
   if (!std::isfinite(call.scale))
     return errorInvalidArgument("compress: CodecCall::scale must be finite");
   if (call.device) return compressDevice(in, dt, n, residual, wire, call);
+  wire::Header h = headerFor(n, dt);
+  wire::Payload payload{static_cast<unsigned char*>(wire) + wire::kHeaderBytes, layout(h)};
+  // The padding first: the kernels write the sections' arrays, never the gaps after them.
+  for (int i = 0; i < payload.layout.sections; ++i)
+    std::fill_n(payload.base + payload.layout.end(i), payload.layout.padding(i), 0);
+  TERSE_RETURN_IF_ERROR(encode(in, dt, n, residual, payload, call, h));
+  wire::writeHeader(wire, h);
+  return wire::kHeaderBytes + h.payloadBytes;
+}
+
+wire::Header CodecBase::headerFor(size_t n, DataType dt) const {
   wire::Header h;
   h.codec = static_cast<uint8_t>(id());
   h.dtype = static_cast<uint8_t>(dt);
   h.count = n;
-  auto* payload = static_cast<unsigned char*>(wire) + wire::kHeaderBytes;
-  TERSE_ASSIGN_OR_RETURN(size_t payloadBytes, encode(in, dt, n, residual, payload, call, h));
-  h.payloadBytes = payloadBytes;
-  wire::writeHeader(wire, h);
-  return wire::kHeaderBytes + payloadBytes;
+  describe(n, h);
+  h.payloadBytes = layout(h).total;
+  return h;
 }
+
+size_t CodecBase::maxWireBytes(size_t n) const {
+  return wire::kHeaderBytes + headerFor(n, DataType::kFloat32).payloadBytes;
+}
+
+void CodecBase::describe(size_t, wire::Header&) const {}
 
 Result<wire::Header> CodecBase::checkMessage(const void* wire, size_t bytes, size_t n) const {
   TERSE_ASSIGN_OR_RETURN(wire::Header h, wire::readHeader(wire, bytes));
@@ -90,7 +105,7 @@ Result<wire::Header> CodecBase::checkMessage(const void* wire, size_t bytes, siz
   if (h.count != n)
     return errorInvalidUsage("message holds %llu elements but the caller expects %zu",
                              static_cast<unsigned long long>(h.count), n);
-  size_t expected = payloadBytes(h);
+  size_t expected = layout(h).total;
   if (h.payloadBytes != expected)
     return errorCorrupt(
         "%s message payload is %llu bytes; %zu elements with these parameters "
@@ -104,11 +119,10 @@ Status CodecBase::decompress(const void* wire, size_t bytes, void* out, DataType
   TERSE_RETURN_IF_ERROR(checkBuffers(out, dt, n, wire, call, "decompress"));
   if (call.device) {
     TERSE_ASSIGN_OR_RETURN(wire::Header h, checkDeviceMessage(wire, bytes, n, call));
-    return decodeDevice(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h, out, dt, n,
-                        call);
+    return decodeDevice(payloadOf(wire, h), h, out, dt, n, call);
   }
   TERSE_ASSIGN_OR_RETURN(wire::Header h, checkMessage(wire, bytes, n));
-  return decode(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h, out, dt, n);
+  return decode(payloadOf(wire, h), h, out, dt, n);
 }
 
 Status CodecBase::decompressAccumulate(const void* wire, size_t bytes, float* acc, size_t n,
@@ -117,11 +131,10 @@ Status CodecBase::decompressAccumulate(const void* wire, size_t bytes, float* ac
       checkBuffers(acc, DataType::kFloat32, n, wire, call, "decompressAccumulate"));
   if (call.device) {
     TERSE_ASSIGN_OR_RETURN(wire::Header h, checkDeviceMessage(wire, bytes, n, call));
-    return decodeAccumulateDevice(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h,
-                                  acc, n, call);
+    return decodeAccumulateDevice(payloadOf(wire, h), h, acc, n, call);
   }
   TERSE_ASSIGN_OR_RETURN(wire::Header h, checkMessage(wire, bytes, n));
-  return decodeAccumulate(static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, h, acc, n);
+  return decodeAccumulate(payloadOf(wire, h), h, acc, n);
 }
 
 Status CodecBase::checkParams(const wire::Header& h) const {
@@ -166,10 +179,6 @@ std::string CastCodec::spec() const { return codecName(id_); }
 
 double CastCodec::wireBytesPerElement() const { return id_ == CodecId::kNone ? 4.0 : 2.0; }
 
-size_t CastCodec::maxWireBytes(size_t n) const {
-  return wire::kHeaderBytes + wire::align4(n * (id_ == CodecId::kNone ? 4 : 2));
-}
-
 DataType CastCodec::wireType(DataType source) const {
   switch (id_) {
     case CodecId::kFp16: return DataType::kFloat16;
@@ -178,37 +187,34 @@ DataType CastCodec::wireType(DataType source) const {
   }
 }
 
-size_t CastCodec::payloadBytes(const wire::Header& h) const {
-  return wire::align4(h.count * dataTypeSize(wireType(static_cast<DataType>(h.dtype))));
+wire::Layout CastCodec::layout(const wire::Header& h) const {
+  return wire::castLayout(h.count, dataTypeSize(wireType(static_cast<DataType>(h.dtype))));
 }
 
-Result<size_t> CastCodec::encode(const void* in, DataType dt, size_t n, float* residual,
-                                 unsigned char* payload, const CodecCall& call,
-                                 wire::Header& h) const {
+Status CastCodec::encode(const void* in, DataType dt, size_t n, float* residual,
+                         const wire::Payload& payload, const CodecCall& call,
+                         const wire::Header&) const {
   DataType wt = wireType(dt);
   withType(dt, in, [&](auto* src) {
-    withType(wt, static_cast<void*>(payload),
+    withType(wt, payload.at<void>(0),
              [&](auto* dst) { k::convert(src, dst, n, call.scale, residual); });
   });
-  size_t bytes = n * dataTypeSize(wt);
-  size_t padded = wire::align4(bytes);
-  std::fill(payload + bytes, payload + padded, 0);  // deterministic bytes on the wire
-  return padded;
+  return Status::ok();
 }
 
-Status CastCodec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+Status CastCodec::decode(const wire::ConstPayload& payload, const wire::Header& h, void* out,
                          DataType dt, size_t n) const {
   DataType wt = wireType(static_cast<DataType>(h.dtype));
-  withType(wt, static_cast<const void*>(payload), [&](auto* src) {
+  withType(wt, payload.at<const void>(0), [&](auto* src) {
     withType(dt, out, [&](auto* dst) { k::convert(src, dst, n, 1.0f, nullptr); });
   });
   return Status::ok();
 }
 
-Status CastCodec::decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
-                                   size_t n) const {
+Status CastCodec::decodeAccumulate(const wire::ConstPayload& payload, const wire::Header& h,
+                                   float* acc, size_t n) const {
   DataType wt = wireType(static_cast<DataType>(h.dtype));
-  withType(wt, static_cast<const void*>(payload), [&](auto* src) { k::accumulate(src, acc, n); });
+  withType(wt, payload.at<const void>(0), [&](auto* src) { k::accumulate(src, acc, n); });
   return Status::ok();
 }
 
@@ -227,14 +233,13 @@ std::string Int8Codec::spec() const {
 
 double Int8Codec::wireBytesPerElement() const { return 1.0 + 4.0 / block_; }
 
-size_t Int8Codec::blocks(size_t n) const { return (n + block_ - 1) / block_; }
-
-size_t Int8Codec::maxWireBytes(size_t n) const {
-  return wire::kHeaderBytes + 4 * blocks(n) + wire::align4(n);
+void Int8Codec::describe(size_t, wire::Header& h) const {
+  h.param0 = block_;
+  h.flags = rounding_ == kernels::Rounding::kStochastic ? wire::kFlagStochastic : 0;
 }
 
-size_t Int8Codec::payloadBytes(const wire::Header& h) const {
-  return 4 * blocks(h.count) + wire::align4(h.count);
+wire::Layout Int8Codec::layout(const wire::Header& h) const {
+  return wire::int8Layout(h.count, block_);
 }
 
 Status Int8Codec::checkParams(const wire::Header& h) const {
@@ -248,36 +253,32 @@ Status Int8Codec::checkParams(const wire::Header& h) const {
   return Status::ok();
 }
 
-Result<size_t> Int8Codec::encode(const void* in, DataType dt, size_t n, float* residual,
-                                 unsigned char* payload, const CodecCall& call,
-                                 wire::Header& h) const {
-  auto* scales = reinterpret_cast<float*>(payload);
-  auto* q = reinterpret_cast<int8_t*>(payload + 4 * blocks(n));
+Status Int8Codec::encode(const void* in, DataType dt, size_t n, float* residual,
+                         const wire::Payload& payload, const CodecCall& call,
+                         const wire::Header&) const {
+  auto* scales = payload.at<float>(wire::kScales);
+  auto* q = payload.at<int8_t>(wire::kCodes);
   uint64_t seed = roundingSeed(seed_, call.nonce);
   withScaledChunks(in, dt, n, call.scale, [&](auto* src, size_t b, size_t len) {
     // offset b keeps element i's random draw uniform01(seed, i) whatever the chunking
     k::int8Quantize(src, len, block_, rounding_, seed, b, residual ? residual + b : nullptr,
                     scales + b / block_, q + b);
   });
-  size_t end = 4 * blocks(n) + n, padded = 4 * blocks(n) + wire::align4(n);
-  std::fill(payload + end, payload + padded, 0);
-  h.param0 = block_;
-  h.flags = rounding_ == kernels::Rounding::kStochastic ? wire::kFlagStochastic : 0;
-  return padded;
+  return Status::ok();
 }
 
-Status Int8Codec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+Status Int8Codec::decode(const wire::ConstPayload& payload, const wire::Header&, void* out,
                          DataType dt, size_t n) const {
-  auto* scales = reinterpret_cast<const float*>(payload);
-  auto* q = reinterpret_cast<const int8_t*>(payload + 4 * blocks(n));
+  auto* scales = payload.at<const float>(wire::kScales);
+  auto* q = payload.at<const int8_t>(wire::kCodes);
   withType(dt, out, [&](auto* dst) { k::int8Dequantize(scales, q, n, block_, dst); });
   return Status::ok();
 }
 
-Status Int8Codec::decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
-                                   size_t n) const {
-  auto* scales = reinterpret_cast<const float*>(payload);
-  auto* q = reinterpret_cast<const int8_t*>(payload + 4 * blocks(n));
+Status Int8Codec::decodeAccumulate(const wire::ConstPayload& payload, const wire::Header&,
+                                   float* acc, size_t n) const {
+  auto* scales = payload.at<const float>(wire::kScales);
+  auto* q = payload.at<const int8_t>(wire::kCodes);
   k::int8DequantizeAccumulate(scales, q, n, block_, acc);
   return Status::ok();
 }
@@ -290,14 +291,10 @@ std::string OnebitCodec::spec() const { return "onebit:block=" + std::to_string(
 
 double OnebitCodec::wireBytesPerElement() const { return 1.0 / 8.0 + 4.0 / block_; }
 
-size_t OnebitCodec::blocks(size_t n) const { return (n + block_ - 1) / block_; }
+void OnebitCodec::describe(size_t, wire::Header& h) const { h.param0 = block_; }
 
-size_t OnebitCodec::maxWireBytes(size_t n) const {
-  return wire::kHeaderBytes + 4 * blocks(n) + 4 * ((n + 31) / 32);
-}
-
-size_t OnebitCodec::payloadBytes(const wire::Header& h) const {
-  return 4 * blocks(h.count) + 4 * ((h.count + 31) / 32);
+wire::Layout OnebitCodec::layout(const wire::Header& h) const {
+  return wire::onebitLayout(h.count, block_);
 }
 
 Status OnebitCodec::checkParams(const wire::Header& h) const {
@@ -309,31 +306,30 @@ Status OnebitCodec::checkParams(const wire::Header& h) const {
   return Status::ok();
 }
 
-Result<size_t> OnebitCodec::encode(const void* in, DataType dt, size_t n, float* residual,
-                                   unsigned char* payload, const CodecCall& call,
-                                   wire::Header& h) const {
-  auto* scales = reinterpret_cast<float*>(payload);
-  auto* bits = reinterpret_cast<uint32_t*>(payload + 4 * blocks(n));
+Status OnebitCodec::encode(const void* in, DataType dt, size_t n, float* residual,
+                           const wire::Payload& payload, const CodecCall& call,
+                           const wire::Header&) const {
+  auto* scales = payload.at<float>(wire::kScales);
+  auto* bits = payload.at<uint32_t>(wire::kCodes);
   withScaledChunks(in, dt, n, call.scale, [&](auto* src, size_t b, size_t len) {
     k::onebitCompress(src, len, block_, residual ? residual + b : nullptr, scales + b / block_,
                       bits + b / 32);
   });
-  h.param0 = block_;
-  return 4 * blocks(n) + 4 * ((n + 31) / 32);
+  return Status::ok();
 }
 
-Status OnebitCodec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+Status OnebitCodec::decode(const wire::ConstPayload& payload, const wire::Header&, void* out,
                            DataType dt, size_t n) const {
-  auto* scales = reinterpret_cast<const float*>(payload);
-  auto* bits = reinterpret_cast<const uint32_t*>(payload + 4 * blocks(n));
+  auto* scales = payload.at<const float>(wire::kScales);
+  auto* bits = payload.at<const uint32_t>(wire::kCodes);
   withType(dt, out, [&](auto* dst) { k::onebitDecompress(scales, bits, n, block_, dst); });
   return Status::ok();
 }
 
-Status OnebitCodec::decodeAccumulate(const unsigned char* payload, const wire::Header& h,
+Status OnebitCodec::decodeAccumulate(const wire::ConstPayload& payload, const wire::Header&,
                                      float* acc, size_t n) const {
-  auto* scales = reinterpret_cast<const float*>(payload);
-  auto* bits = reinterpret_cast<const uint32_t*>(payload + 4 * blocks(n));
+  auto* scales = payload.at<const float>(wire::kScales);
+  auto* bits = payload.at<const uint32_t>(wire::kCodes);
   k::onebitDecompressAccumulate(scales, bits, n, block_, acc);
   return Status::ok();
 }
@@ -377,19 +373,15 @@ double LowbitCodec::wireBytesPerElement() const {
   return code + static_cast<double>(kernels::lowbitScaleBytes(format_)) / block_;
 }
 
-size_t LowbitCodec::blocks(size_t n) const { return (n + block_ - 1) / block_; }
-
-size_t LowbitCodec::scaleArea(size_t n) const {
-  return wire::align4(blocks(n) * kernels::lowbitScaleBytes(format_));
+wire::Layout LowbitCodec::layout(const wire::Header& h) const {
+  return wire::lowbitLayout(format_, h.count, block_);
 }
 
-size_t LowbitCodec::payloadFor(size_t n) const {
-  return scaleArea(n) + wire::align4(kernels::lowbitCodeBytes(format_, n));
+void LowbitCodec::describe(size_t, wire::Header& h) const {
+  h.param0 = block_;
+  h.param1 = param1();
+  h.flags = flags();
 }
-
-size_t LowbitCodec::maxWireBytes(size_t n) const { return wire::kHeaderBytes + payloadFor(n); }
-
-size_t LowbitCodec::payloadBytes(const wire::Header& h) const { return payloadFor(h.count); }
 
 // fp8 names its element format in param1 (0 E4M3, 1 E5M2); the others carry 0.
 uint32_t LowbitCodec::param1() const { return format_ == kernels::LowbitFormat::kFp8E5M2 ? 1 : 0; }
@@ -414,42 +406,35 @@ Status LowbitCodec::checkParams(const wire::Header& h) const {
   return Status::ok();
 }
 
-Result<size_t> LowbitCodec::encode(const void* in, DataType dt, size_t n, float* residual,
-                                   unsigned char* payload, const CodecCall& call,
-                                   wire::Header& h) const {
-  unsigned char* scales = payload;
-  auto* codes = reinterpret_cast<uint8_t*>(payload + scaleArea(n));
+Status LowbitCodec::encode(const void* in, DataType dt, size_t n, float* residual,
+                           const wire::Payload& payload, const CodecCall& call,
+                           const wire::Header&) const {
+  auto* scales = payload.at<unsigned char>(wire::kScales);
+  auto* codes = payload.at<uint8_t>(wire::kCodes);
   size_t scaleBytes = kernels::lowbitScaleBytes(format_);
   uint64_t seed = roundingSeed(seed_, call.nonce);
-  // The scale padding first: the kernels write scales and codes, never the gaps.
-  std::fill(scales + blocks(n) * scaleBytes, scales + scaleArea(n), 0);
-  size_t codeEnd = kernels::lowbitCodeBytes(format_, n);
-  std::fill(codes + codeEnd, codes + wire::align4(codeEnd), 0);
   withScaledChunks(in, dt, n, call.scale, [&](auto* src, size_t b, size_t len) {
     // chunks are whole blocks (and even), so scales and codes of a chunk start on bytes
     k::lowbitQuantize(format_, src, len, block_, rounding_, seed, b,
                       residual ? residual + b : nullptr, scales + b / block_ * scaleBytes,
                       codes + kernels::lowbitCodeBytes(format_, b));
   });
-  h.param0 = block_;
-  h.param1 = param1();
-  h.flags = flags();
-  return payloadFor(n);
+  return Status::ok();
 }
 
-Status LowbitCodec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+Status LowbitCodec::decode(const wire::ConstPayload& payload, const wire::Header&, void* out,
                            DataType dt, size_t n) const {
-  const unsigned char* scales = payload;
-  auto* codes = reinterpret_cast<const uint8_t*>(payload + scaleArea(n));
+  auto* scales = payload.at<const unsigned char>(wire::kScales);
+  auto* codes = payload.at<const uint8_t>(wire::kCodes);
   withType(dt, out,
            [&](auto* dst) { k::lowbitDequantize(format_, scales, codes, n, block_, dst); });
   return Status::ok();
 }
 
-Status LowbitCodec::decodeAccumulate(const unsigned char* payload, const wire::Header& h,
+Status LowbitCodec::decodeAccumulate(const wire::ConstPayload& payload, const wire::Header&,
                                      float* acc, size_t n) const {
-  const unsigned char* scales = payload;
-  auto* codes = reinterpret_cast<const uint8_t*>(payload + scaleArea(n));
+  auto* scales = payload.at<const unsigned char>(wire::kScales);
+  auto* codes = payload.at<const uint8_t>(wire::kCodes);
   k::lowbitDequantizeAccumulate(format_, scales, codes, n, block_, acc);
   return Status::ok();
 }
@@ -491,7 +476,13 @@ size_t TopkCodec::kFor(size_t n) const {
 
 size_t TopkCodec::maxWireBytes(size_t n) const { return wire::kHeaderBytes + 8 * kFor(n); }
 
-size_t TopkCodec::payloadBytes(const wire::Header& h) const { return 8 * size_t{h.param0}; }
+// param0 is k: what the encoder sends (kFor(n)), and on decoding what the sender sent.
+void TopkCodec::describe(size_t n, wire::Header& h) const {
+  h.param0 = static_cast<uint32_t>(kFor(n));
+  h.param1 = ratioBits_;
+}
+
+wire::Layout TopkCodec::layout(const wire::Header& h) const { return wire::topkLayout(h.param0); }
 
 Status TopkCodec::checkParams(const wire::Header& h) const {
   if (h.param1 != ratioBits_ || h.flags != 0)
@@ -505,39 +496,37 @@ Status TopkCodec::checkParams(const wire::Header& h) const {
   return Status::ok();
 }
 
-Result<size_t> TopkCodec::encode(const void* in, DataType dt, size_t n, float* residual,
-                                 unsigned char* payload, const CodecCall& call,
-                                 wire::Header& h) const {
+Status TopkCodec::encode(const void* in, DataType dt, size_t n, float* residual,
+                         const wire::Payload& payload, const CodecCall& call,
+                         const wire::Header& h) const {
   TERSE_RETURN_IF_ERROR(checkIndexable(n));
-  size_t want = kFor(n);
-  auto* indices = reinterpret_cast<uint32_t*>(payload);
-  auto* values = reinterpret_cast<float*>(payload + 4 * want);
+  size_t want = h.param0;
+  auto* indices = payload.at<uint32_t>(wire::kIndices);
+  auto* values = payload.at<float>(wire::kValues);
   void* scratch = topkScratch(k::topkScratchBytes(n));
   size_t got = withScaled(in, dt, n, call.scale, [&](auto* src) {
     return k::topkCompress(src, n, want, residual, scratch, indices, values);
   });
   if (got != want) return errorInternal("topk selected %zu of %zu values", got, want);
-  h.param0 = static_cast<uint32_t>(got);
-  h.param1 = ratioBits_;
-  return 8 * got;
+  return Status::ok();
 }
 
-Status TopkCodec::decode(const unsigned char* payload, const wire::Header& h, void* out,
+Status TopkCodec::decode(const wire::ConstPayload& payload, const wire::Header& h, void* out,
                          DataType dt, size_t n) const {
   size_t kk = h.param0;
-  auto* indices = reinterpret_cast<const uint32_t*>(payload);
-  auto* values = reinterpret_cast<const float*>(payload + 4 * kk);
+  auto* indices = payload.at<const uint32_t>(wire::kIndices);
+  auto* values = payload.at<const float>(wire::kValues);
   bool ok =
       withType(dt, out, [&](auto* dst) { return k::topkDecompress(indices, values, kk, n, dst); });
   if (!ok) return badIndices(kk, n);
   return Status::ok();
 }
 
-Status TopkCodec::decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
-                                   size_t n) const {
+Status TopkCodec::decodeAccumulate(const wire::ConstPayload& payload, const wire::Header& h,
+                                   float* acc, size_t n) const {
   size_t kk = h.param0;
-  auto* indices = reinterpret_cast<const uint32_t*>(payload);
-  auto* values = reinterpret_cast<const float*>(payload + 4 * kk);
+  auto* indices = payload.at<const uint32_t>(wire::kIndices);
+  auto* values = payload.at<const float>(wire::kValues);
   if (!k::topkDecompressAccumulate(indices, values, kk, n, acc)) return badIndices(kk, n);
   return Status::ok();
 }

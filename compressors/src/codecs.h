@@ -5,6 +5,7 @@
 #include "terse/kernels/element_type.h"
 #include "terse/kernels/kernels.h"
 #include "wire.h"
+#include "wire_layout.h"
 
 #include <utility>
 
@@ -22,7 +23,8 @@ inline uint64_t roundingSeed(uint64_t seed, uint64_t nonce) {
   return seed ^ num::mix64(nonce + 0x632be59bd9b4e019ull);
 }
 
-// Common argument checks and header handling; subclasses place their payload.
+// Common argument checks, header handling and payload placement; a codec describes its header
+// fields and its payload's sections (wire_layout.h) and fills or reads those sections.
 class CodecBase : public Codec {
  public:
   Result<size_t> compress(const void* in, DataType dt, size_t n, float* residual, void* wire,
@@ -31,32 +33,44 @@ class CodecBase : public Codec {
                     const CodecCall& call) const override;
   Status decompressAccumulate(const void* wire, size_t bytes, float* acc, size_t n,
                               const CodecCall& call) const override;
+  // Header plus the payload of n float32 elements (the largest source type) by layout().
+  size_t maxWireBytes(size_t n) const override;
 
  protected:
-  // Payload size a message with this (already parameter-checked) header must have.
-  virtual size_t payloadBytes(const wire::Header& h) const = 0;
+  // The codec's header fields (param0, param1, flags) for a message of n elements.
+  virtual void describe(size_t n, wire::Header& h) const;
+  // The payload's sections for a header whose parameters are this codec's (checkParams passed,
+  // or written by describe): the one place a codec's wire layout is stated.
+  virtual wire::Layout layout(const wire::Header& h) const = 0;
   // Header parameters against this codec's; the error names both specs.
   virtual Status checkParams(const wire::Header& h) const;
-  // Writes the payload and the codec's header fields; returns the payload bytes.
-  virtual Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,
-                                unsigned char* payload, const CodecCall& call,
-                                wire::Header& h) const = 0;
-  virtual Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt,
-                        size_t n) const = 0;
-  virtual Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,
-                                  size_t n) const = 0;
+  // Fills the payload's sections (their padding is already zero) from n elements of `in`; h is
+  // the message's header as describe() and layout() made it.
+  virtual Status encode(const void* in, DataType dt, size_t n, float* residual,
+                        const wire::Payload& payload, const CodecCall& call,
+                        const wire::Header& h) const = 0;
+  virtual Status decode(const wire::ConstPayload& payload, const wire::Header& h, void* out,
+                        DataType dt, size_t n) const = 0;
+  virtual Status decodeAccumulate(const wire::ConstPayload& payload, const wire::Header& h,
+                                  float* acc, size_t n) const = 0;
   // The same on the GPU (codecs_device.cc): in/out/acc/residual and the payload are device
   // (or, for the payload, pinned host) memory; work is queued on call.stream. The defaults say
   // the build has no CUDA; CUDA builds override them in every codec.
-  virtual Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                                      unsigned char* payload, const CodecCall& call,
-                                      wire::Header& h) const;
-  virtual Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,
+  virtual Status encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                              const wire::Payload& payload, const CodecCall& call,
+                              const wire::Header& h) const;
+  virtual Status decodeDevice(const wire::ConstPayload& payload, const wire::Header& h, void* out,
                               DataType dt, size_t n, const CodecCall& call) const;
-  virtual Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h,
+  virtual Status decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header& h,
                                         float* acc, size_t n, const CodecCall& call) const;
 
  private:
+  // The header of a message of n elements of dt from this codec (payload bytes included).
+  wire::Header headerFor(size_t n, DataType dt) const;
+  // The payload of a checked message (wire in any memory: only the address is computed).
+  wire::ConstPayload payloadOf(const void* wire, const wire::Header& h) const {
+    return {static_cast<const unsigned char*>(wire) + wire::kHeaderBytes, layout(h)};
+  }
   Result<size_t> compressDevice(const void* in, DataType dt, size_t n, float* residual, void* wire,
                                 const CodecCall& call) const;
   // The header of a message whose bytes may be in device memory (copied to the host first).
@@ -69,25 +83,26 @@ class CodecBase : public Codec {
 
 // The payload overrides every codec declares (host path, and the device path in CUDA builds).
 #if TERSE_HAVE_CUDA
-#define TERSE_CODEC_DEVICE_OVERRIDES                                                               \
-  Result<size_t> encodeDevice(const void* in, DataType dt, size_t n, float* residual,              \
-                              unsigned char* payload, const CodecCall& call, wire::Header& h)      \
-      const override;                                                                              \
-  Status decodeDevice(const unsigned char* payload, const wire::Header& h, void* out, DataType dt, \
-                      size_t n, const CodecCall& call) const override;                             \
-  Status decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h, float* acc,   \
-                                size_t n, const CodecCall& call) const override;
+#define TERSE_CODEC_DEVICE_OVERRIDES                                                           \
+  Status encodeDevice(const void* in, DataType dt, size_t n, float* residual,                  \
+                      const wire::Payload& payload, const CodecCall& call,                     \
+                      const wire::Header& h) const override;                                   \
+  Status decodeDevice(const wire::ConstPayload& payload, const wire::Header& h, void* out,     \
+                      DataType dt, size_t n, const CodecCall& call) const override;            \
+  Status decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header& h,      \
+                                float* acc, size_t n, const CodecCall& call) const override;
 #else
 #define TERSE_CODEC_DEVICE_OVERRIDES
 #endif
-#define TERSE_CODEC_PAYLOAD_OVERRIDES                                                        \
-  Result<size_t> encode(const void* in, DataType dt, size_t n, float* residual,              \
-                        unsigned char* payload, const CodecCall& call, wire::Header& h)      \
-      const override;                                                                        \
-  Status decode(const unsigned char* payload, const wire::Header& h, void* out, DataType dt, \
-                size_t n) const override;                                                    \
-  Status decodeAccumulate(const unsigned char* payload, const wire::Header& h, float* acc,   \
-                          size_t n) const override;                                          \
+#define TERSE_CODEC_PAYLOAD_OVERRIDES                                                          \
+  wire::Layout layout(const wire::Header& h) const override;                                   \
+  Status encode(const void* in, DataType dt, size_t n, float* residual,                        \
+                const wire::Payload& payload, const CodecCall& call, const wire::Header& h)    \
+      const override;                                                                          \
+  Status decode(const wire::ConstPayload& payload, const wire::Header& h, void* out,           \
+                DataType dt, size_t n) const override;                                         \
+  Status decodeAccumulate(const wire::ConstPayload& payload, const wire::Header& h, float* acc, \
+                          size_t n) const override;                                            \
   TERSE_CODEC_DEVICE_OVERRIDES
 
 // none, fp16, bf16: elementwise casts. `none` sends the source type unchanged.
@@ -98,10 +113,8 @@ class CastCodec final : public CodecBase {
   std::string spec() const override;
   bool wantsErrorFeedback() const override { return false; }
   double wireBytesPerElement() const override;
-  size_t maxWireBytes(size_t n) const override;
 
  protected:
-  size_t payloadBytes(const wire::Header& h) const override;
   TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
@@ -116,15 +129,13 @@ class Int8Codec final : public CodecBase {
   std::string spec() const override;
   bool wantsErrorFeedback() const override { return false; }
   double wireBytesPerElement() const override;
-  size_t maxWireBytes(size_t n) const override;
 
  protected:
-  size_t payloadBytes(const wire::Header& h) const override;
+  void describe(size_t n, wire::Header& h) const override;
   Status checkParams(const wire::Header& h) const override;
   TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
-  size_t blocks(size_t n) const;
   uint32_t block_;
   kernels::Rounding rounding_;
   uint64_t seed_;
@@ -137,21 +148,18 @@ class OnebitCodec final : public CodecBase {
   std::string spec() const override;
   bool wantsErrorFeedback() const override { return true; }
   double wireBytesPerElement() const override;
-  size_t maxWireBytes(size_t n) const override;
 
  protected:
-  size_t payloadBytes(const wire::Header& h) const override;
+  void describe(size_t n, wire::Header& h) const override;
   Status checkParams(const wire::Header& h) const override;
   TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
-  size_t blocks(size_t n) const;
   uint32_t block_;
 };
 
-// fp8, mxfp8, mxfp4, int4: blockwise low-bit formats (kernels' LowbitFormat). Payload:
-// scales (float32, or one E8M0 byte each for mx) padded to 4 bytes, then the codes (a byte, or
-// a nibble, per element) padded to 4 bytes.
+// fp8, mxfp8, mxfp4, int4: blockwise low-bit formats (kernels' LowbitFormat); payload:
+// wire::lowbitLayout.
 class LowbitCodec final : public CodecBase {
  public:
   LowbitCodec(kernels::LowbitFormat format, uint32_t block, kernels::Rounding rounding,
@@ -161,17 +169,13 @@ class LowbitCodec final : public CodecBase {
   // The 4-bit formats lose too much per step to go without it (docs/codecs.md).
   bool wantsErrorFeedback() const override { return kernels::lowbitIsNibbles(format_); }
   double wireBytesPerElement() const override;
-  size_t maxWireBytes(size_t n) const override;
 
  protected:
-  size_t payloadBytes(const wire::Header& h) const override;
+  void describe(size_t n, wire::Header& h) const override;
   Status checkParams(const wire::Header& h) const override;
   TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
-  size_t blocks(size_t n) const;
-  size_t scaleArea(size_t n) const;  // scale bytes, padded to 4
-  size_t payloadFor(size_t n) const;
   uint32_t param1() const;
   uint8_t flags() const;
   kernels::LowbitFormat format_;
@@ -194,7 +198,7 @@ class TopkCodec final : public CodecBase {
   static std::string formatRatioFloat(float r);
 
  protected:
-  size_t payloadBytes(const wire::Header& h) const override;
+  void describe(size_t n, wire::Header& h) const override;
   Status checkParams(const wire::Header& h) const override;
   TERSE_CODEC_PAYLOAD_OVERRIDES
 

@@ -35,18 +35,20 @@ Result<size_t> CodecBase::compressDevice(const void* in, DataType dt, size_t n, 
     TERSE_RETURN_IF_ERROR(needKernelAccess(in, "compress", "input"));
     TERSE_RETURN_IF_ERROR(needKernelAccess(residual, "compress", "residual"));
   }
-  wire::Header h;
-  h.codec = static_cast<uint8_t>(id());
-  h.dtype = static_cast<uint8_t>(dt);
-  h.count = n;
-  auto* payload = static_cast<unsigned char*>(wire) + wire::kHeaderBytes;
-  TERSE_ASSIGN_OR_RETURN(size_t payloadBytes, encodeDevice(in, dt, n, residual, payload, call, h));
-  h.payloadBytes = payloadBytes;
+  wire::Header h = headerFor(n, dt);
+  wire::Payload payload{static_cast<unsigned char*>(wire) + wire::kHeaderBytes, layout(h)};
+  // Zero padding after each section, queued before the kernels (which never write it), so
+  // device and host messages match byte for byte.
+  static const unsigned char kZeros[4] = {};
+  for (int i = 0; i < payload.layout.sections; ++i)
+    TERSE_RETURN_IF_ERROR(device::copyAsync(payload.base + payload.layout.end(i), kZeros,
+                                            payload.layout.padding(i), call.stream));
+  TERSE_RETURN_IF_ERROR(encodeDevice(in, dt, n, residual, payload, call, h));
   unsigned char header[wire::kHeaderBytes];
   wire::writeHeader(header, h);
   TERSE_RETURN_IF_ERROR(device::copyAsync(wire, header, sizeof(header), call.stream));
   TERSE_RETURN_IF_ERROR(device::synchronize(call.stream).withContext("compress on the device"));
-  return wire::kHeaderBytes + payloadBytes;
+  return wire::kHeaderBytes + h.payloadBytes;
 }
 
 Result<wire::Header> CodecBase::checkDeviceMessage(const void* wire, size_t bytes, size_t n,
@@ -68,16 +70,16 @@ Result<wire::Header> CodecBase::checkDeviceMessage(const void* wire, size_t byte
 
 // Defaults for builds without CUDA, where every codec inherits them. Unreachable in practice
 // (checkBuffers refuses device calls there); kept so the error is clear if a caller skips it.
-Result<size_t> CodecBase::encodeDevice(const void*, DataType, size_t, float*, unsigned char*,
-                                       const CodecCall&, wire::Header&) const {
+Status CodecBase::encodeDevice(const void*, DataType, size_t, float*, const wire::Payload&,
+                               const CodecCall&, const wire::Header&) const {
   return errorUnsupported("compress on device buffers needs a CUDA build of terse");
 }
-Status CodecBase::decodeDevice(const unsigned char*, const wire::Header&, void*, DataType, size_t,
-                               const CodecCall&) const {
+Status CodecBase::decodeDevice(const wire::ConstPayload&, const wire::Header&, void*, DataType,
+                               size_t, const CodecCall&) const {
   return errorUnsupported("decompress into device buffers needs a CUDA build of terse");
 }
-Status CodecBase::decodeAccumulateDevice(const unsigned char*, const wire::Header&, float*, size_t,
-                                         const CodecCall&) const {
+Status CodecBase::decodeAccumulateDevice(const wire::ConstPayload&, const wire::Header&, float*,
+                                         size_t, const CodecCall&) const {
   return errorUnsupported("decompressAccumulate on device buffers needs a CUDA build of terse");
 }
 
@@ -128,35 +130,26 @@ cudaError_t withScaledDevice(const void* in, DataType dt, size_t n, float scale,
   return fn(static_cast<const float*>(scaled));
 }
 
-// Zero padding after a payload array, so device and host messages match byte for byte.
-Status zeroPad(unsigned char* from, size_t bytes, const CodecCall& call) {
-  static const unsigned char kZeros[8] = {};
-  return device::copyAsync(from, kZeros, bytes, call.stream);
-}
-
 }  // namespace
 
 // ---- none / fp16 / bf16 --------------------------------------------------------------------
 
-Result<size_t> CastCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                                       unsigned char* payload, const CodecCall& call,
-                                       wire::Header& h) const {
+Status CastCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                               const wire::Payload& payload, const CodecCall& call,
+                               const wire::Header&) const {
   DataType wt = wireType(dt);
   cudaStream_t s = streamOf(call);
   cudaError_t e = withType(dt, in, [&](auto* src) {
-    return withType(wt, static_cast<void*>(payload),
+    return withType(wt, payload.at<void>(0),
                     [&](auto* dst) { return cu::convert(src, dst, n, call.scale, residual, s); });
   });
-  TERSE_RETURN_IF_ERROR(cudaCheck(e, "cast compress"));
-  size_t bytes = n * dataTypeSize(wt), padded = wire::align4(bytes);
-  TERSE_RETURN_IF_ERROR(zeroPad(payload + bytes, padded - bytes, call));
-  return padded;
+  return cudaCheck(e, "cast compress");
 }
 
-Status CastCodec::decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,
+Status CastCodec::decodeDevice(const wire::ConstPayload& payload, const wire::Header& h, void* out,
                                DataType dt, size_t n, const CodecCall& call) const {
   DataType wt = wireType(static_cast<DataType>(h.dtype));
-  cudaError_t e = withType(wt, static_cast<const void*>(payload), [&](auto* src) {
+  cudaError_t e = withType(wt, payload.at<const void>(0), [&](auto* src) {
     return withType(dt, out, [&](auto* dst) {
       return cu::convert(src, dst, n, 1.0f, nullptr, streamOf(call));
     });
@@ -164,95 +157,88 @@ Status CastCodec::decodeDevice(const unsigned char* payload, const wire::Header&
   return cudaCheck(e, "cast decompress");
 }
 
-Status CastCodec::decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h,
+Status CastCodec::decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header& h,
                                          float* acc, size_t n, const CodecCall& call) const {
   DataType wt = wireType(static_cast<DataType>(h.dtype));
-  cudaError_t e = withType(wt, static_cast<const void*>(payload),
+  cudaError_t e = withType(wt, payload.at<const void>(0),
                            [&](auto* src) { return cu::accumulate(src, acc, n, streamOf(call)); });
   return cudaCheck(e, "cast decompress-accumulate");
 }
 
 // ---- int8 ------------------------------------------------------------------------------------
 
-Result<size_t> Int8Codec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                                       unsigned char* payload, const CodecCall& call,
-                                       wire::Header& h) const {
-  auto* scales = reinterpret_cast<float*>(payload);
-  auto* q = reinterpret_cast<int8_t*>(payload + 4 * blocks(n));
+Status Int8Codec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                               const wire::Payload& payload, const CodecCall& call,
+                               const wire::Header&) const {
+  auto* scales = payload.at<float>(wire::kScales);
+  auto* q = payload.at<int8_t>(wire::kCodes);
   uint64_t seed = roundingSeed(seed_, call.nonce);
   cudaStream_t s = streamOf(call);
   StreamScratch tmp(s);
   cudaError_t e = withScaledDevice(in, dt, n, call.scale, tmp, s, [&](auto* src) {
     return cu::int8Quantize(src, n, block_, rounding_, seed, 0, residual, scales, q, s);
   });
-  TERSE_RETURN_IF_ERROR(cudaCheck(e, "int8 compress"));
-  size_t end = 4 * blocks(n) + n, padded = 4 * blocks(n) + wire::align4(n);
-  TERSE_RETURN_IF_ERROR(zeroPad(payload + end, padded - end, call));
-  h.param0 = block_;
-  h.flags = rounding_ == kernels::Rounding::kStochastic ? wire::kFlagStochastic : 0;
-  return padded;
+  return cudaCheck(e, "int8 compress");
 }
 
-Status Int8Codec::decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,
+Status Int8Codec::decodeDevice(const wire::ConstPayload& payload, const wire::Header&, void* out,
                                DataType dt, size_t n, const CodecCall& call) const {
-  auto* scales = reinterpret_cast<const float*>(payload);
-  auto* q = reinterpret_cast<const int8_t*>(payload + 4 * blocks(n));
+  auto* scales = payload.at<const float>(wire::kScales);
+  auto* q = payload.at<const int8_t>(wire::kCodes);
   cudaError_t e = withType(dt, out, [&](auto* dst) {
     return cu::int8Dequantize(scales, q, n, block_, dst, streamOf(call));
   });
   return cudaCheck(e, "int8 decompress");
 }
 
-Status Int8Codec::decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h,
+Status Int8Codec::decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header&,
                                          float* acc, size_t n, const CodecCall& call) const {
-  auto* scales = reinterpret_cast<const float*>(payload);
-  auto* q = reinterpret_cast<const int8_t*>(payload + 4 * blocks(n));
+  auto* scales = payload.at<const float>(wire::kScales);
+  auto* q = payload.at<const int8_t>(wire::kCodes);
   return cudaCheck(cu::int8DequantizeAccumulate(scales, q, n, block_, acc, streamOf(call)),
                    "int8 decompress-accumulate");
 }
 
 // ---- onebit ----------------------------------------------------------------------------------
 
-Result<size_t> OnebitCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                                         unsigned char* payload, const CodecCall& call,
-                                         wire::Header& h) const {
-  auto* scales = reinterpret_cast<float*>(payload);
-  auto* bits = reinterpret_cast<uint32_t*>(payload + 4 * blocks(n));
+Status OnebitCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                                 const wire::Payload& payload, const CodecCall& call,
+                                 const wire::Header&) const {
+  auto* scales = payload.at<float>(wire::kScales);
+  auto* bits = payload.at<uint32_t>(wire::kCodes);
   cudaStream_t s = streamOf(call);
   StreamScratch tmp(s);
   cudaError_t e = withScaledDevice(in, dt, n, call.scale, tmp, s, [&](auto* src) {
     return cu::onebitCompress(src, n, block_, residual, scales, bits, s);
   });
-  TERSE_RETURN_IF_ERROR(cudaCheck(e, "onebit compress"));
-  h.param0 = block_;
-  return 4 * blocks(n) + 4 * ((n + 31) / 32);
+  return cudaCheck(e, "onebit compress");
 }
 
-Status OnebitCodec::decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,
+Status OnebitCodec::decodeDevice(const wire::ConstPayload& payload, const wire::Header&, void* out,
                                  DataType dt, size_t n, const CodecCall& call) const {
-  auto* scales = reinterpret_cast<const float*>(payload);
-  auto* bits = reinterpret_cast<const uint32_t*>(payload + 4 * blocks(n));
+  auto* scales = payload.at<const float>(wire::kScales);
+  auto* bits = payload.at<const uint32_t>(wire::kCodes);
   cudaError_t e = withType(dt, out, [&](auto* dst) {
     return cu::onebitDecompress(scales, bits, n, block_, dst, streamOf(call));
   });
   return cudaCheck(e, "onebit decompress");
 }
 
-Status OnebitCodec::decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h,
+Status OnebitCodec::decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header&,
                                            float* acc, size_t n, const CodecCall& call) const {
-  auto* scales = reinterpret_cast<const float*>(payload);
-  auto* bits = reinterpret_cast<const uint32_t*>(payload + 4 * blocks(n));
+  auto* scales = payload.at<const float>(wire::kScales);
+  auto* bits = payload.at<const uint32_t>(wire::kCodes);
   return cudaCheck(cu::onebitDecompressAccumulate(scales, bits, n, block_, acc, streamOf(call)),
                    "onebit decompress-accumulate");
 }
 
 // ---- fp8 / mxfp8 / mxfp4 / int4 --------------------------------------------------------------
 
-Result<size_t> LowbitCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                                         unsigned char* payload, const CodecCall& call,
-                                         wire::Header& h) const {
-  unsigned char* scales = payload;
-  auto* codes = reinterpret_cast<uint8_t*>(payload + scaleArea(n));
+Status LowbitCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                                 const wire::Payload& payload, const CodecCall& call,
+                                 const wire::Header&) const {
+  auto* scales = payload.at<unsigned char>(wire::kScales);
+  auto* codes = payload.at<uint8_t>(wire::kCodes);
   uint64_t seed = roundingSeed(seed_, call.nonce);
   cudaStream_t s = streamOf(call);
   StreamScratch tmp(s);
@@ -260,43 +246,37 @@ Result<size_t> LowbitCodec::encodeDevice(const void* in, DataType dt, size_t n, 
     return cu::lowbitQuantize(format_, src, n, block_, rounding_, seed, 0, residual, scales, codes,
                               s);
   });
-  TERSE_RETURN_IF_ERROR(cudaCheck(e, "low-bit compress"));
-  size_t scaleEnd = blocks(n) * kernels::lowbitScaleBytes(format_);
-  TERSE_RETURN_IF_ERROR(zeroPad(scales + scaleEnd, scaleArea(n) - scaleEnd, call));
-  size_t codeEnd = kernels::lowbitCodeBytes(format_, n);
-  TERSE_RETURN_IF_ERROR(zeroPad(codes + codeEnd, wire::align4(codeEnd) - codeEnd, call));
-  h.param0 = block_;
-  h.param1 = param1();
-  h.flags = flags();
-  return payloadFor(n);
+  return cudaCheck(e, "low-bit compress");
 }
 
-Status LowbitCodec::decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,
+Status LowbitCodec::decodeDevice(const wire::ConstPayload& payload, const wire::Header&, void* out,
                                  DataType dt, size_t n, const CodecCall& call) const {
-  auto* codes = reinterpret_cast<const uint8_t*>(payload + scaleArea(n));
+  auto* scales = payload.at<const unsigned char>(wire::kScales);
+  auto* codes = payload.at<const uint8_t>(wire::kCodes);
   cudaError_t e = withType(dt, out, [&](auto* dst) {
-    return cu::lowbitDequantize(format_, payload, codes, n, block_, dst, streamOf(call));
+    return cu::lowbitDequantize(format_, scales, codes, n, block_, dst, streamOf(call));
   });
   return cudaCheck(e, "low-bit decompress");
 }
 
-Status LowbitCodec::decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h,
+Status LowbitCodec::decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header&,
                                            float* acc, size_t n, const CodecCall& call) const {
-  auto* codes = reinterpret_cast<const uint8_t*>(payload + scaleArea(n));
+  auto* scales = payload.at<const unsigned char>(wire::kScales);
+  auto* codes = payload.at<const uint8_t>(wire::kCodes);
   return cudaCheck(
-      cu::lowbitDequantizeAccumulate(format_, payload, codes, n, block_, acc, streamOf(call)),
+      cu::lowbitDequantizeAccumulate(format_, scales, codes, n, block_, acc, streamOf(call)),
       "low-bit decompress-accumulate");
 }
 
 // ---- topk ------------------------------------------------------------------------------------
 
-Result<size_t> TopkCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                                       unsigned char* payload, const CodecCall& call,
-                                       wire::Header& h) const {
+Status TopkCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
+                               const wire::Payload& payload, const CodecCall& call,
+                               const wire::Header& h) const {
   TERSE_RETURN_IF_ERROR(checkIndexable(n));
-  size_t want = kFor(n);
-  auto* indices = reinterpret_cast<uint32_t*>(payload);
-  auto* values = reinterpret_cast<float*>(payload + 4 * want);
+  size_t want = h.param0;
+  auto* indices = payload.at<uint32_t>(wire::kIndices);
+  auto* values = payload.at<float>(wire::kValues);
   cudaStream_t s = streamOf(call);
   StreamScratch tmp(s), scratch(s);
   size_t scratchBytes = cu::topkScratchBytes(n);
@@ -308,16 +288,14 @@ Result<size_t> TopkCodec::encodeDevice(const void* in, DataType dt, size_t n, fl
   });
   TERSE_RETURN_IF_ERROR(cudaCheck(e, "topk compress"));
   if (got != want) return errorInternal("topk selected %zu of %zu values on the device", got, want);
-  h.param0 = static_cast<uint32_t>(got);
-  h.param1 = ratioBits_;
-  return 8 * got;
+  return Status::ok();
 }
 
-Status TopkCodec::decodeDevice(const unsigned char* payload, const wire::Header& h, void* out,
+Status TopkCodec::decodeDevice(const wire::ConstPayload& payload, const wire::Header& h, void* out,
                                DataType dt, size_t n, const CodecCall& call) const {
   size_t kk = h.param0;
-  auto* indices = reinterpret_cast<const uint32_t*>(payload);
-  auto* values = reinterpret_cast<const float*>(payload + 4 * kk);
+  auto* indices = payload.at<const uint32_t>(wire::kIndices);
+  auto* values = payload.at<const float>(wire::kValues);
   bool valid = false;
   cudaError_t e = withType(dt, out, [&](auto* dst) {
     return cu::topkDecompress(indices, values, kk, n, dst, &valid, streamOf(call));
@@ -326,11 +304,11 @@ Status TopkCodec::decodeDevice(const unsigned char* payload, const wire::Header&
   return valid ? Status::ok() : badIndices(kk, n);
 }
 
-Status TopkCodec::decodeAccumulateDevice(const unsigned char* payload, const wire::Header& h,
+Status TopkCodec::decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header& h,
                                          float* acc, size_t n, const CodecCall& call) const {
   size_t kk = h.param0;
-  auto* indices = reinterpret_cast<const uint32_t*>(payload);
-  auto* values = reinterpret_cast<const float*>(payload + 4 * kk);
+  auto* indices = payload.at<const uint32_t>(wire::kIndices);
+  auto* values = payload.at<const float>(wire::kValues);
   bool valid = false;
   TERSE_RETURN_IF_ERROR(
       cudaCheck(cu::topkDecompressAccumulate(indices, values, kk, n, acc, &valid, streamOf(call)),

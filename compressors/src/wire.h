@@ -35,6 +35,4 @@ void writeHeader(void* wire, const Header& h);
 // fit in `bytes`. Does not check codec parameters (the codec does).
 Result<Header> readHeader(const void* wire, size_t bytes);
 
-inline size_t align4(size_t n) { return (n + 3) & ~size_t{3}; }
-
 }  // namespace terse::wire
