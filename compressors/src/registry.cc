@@ -1,6 +1,11 @@
-// makeCodec: the spec parser. Specs are "name[:key=value[,key=value...]]".
+// makeCodec: the spec parser, and the codec table it reads. Specs are
+// "name[:key=value[,key=value...]]". A codec is one row of kCodecs: its name, its options (each
+// parsed and range-checked by one shared parser), their defaults and its factory; the accepted-
+// specs help, codecName() and the wire header's codec-id check all come from the table.
 #include "codecs.h"
+#include "registry.h"
 
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -9,11 +14,6 @@
 
 namespace terse {
 namespace {
-
-constexpr const char* kAccepted =
-    "accepted specs: none | fp16 | bf16 | int8[:block=N][,round=nearest|stochastic][,seed=N] | "
-    "onebit[:block=N] | topk[:ratio=R] | fp8[:format=e4m3|e5m2][,block=N][,round=...][,seed=N] | "
-    "mxfp8[:round=...][,seed=N] | mxfp4[:round=...][,seed=N] | int4[:block=N][,round=...][,seed=N]";
 
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
@@ -39,15 +39,176 @@ Result<uint64_t> parseUnsigned(const std::string& spec, const std::string& key,
   return static_cast<uint64_t>(v);
 }
 
-Result<uint32_t> parseBlock(const std::string& spec, const std::string& value) {
+// ---- options: one parser per kind, shared by every codec that has it ------------------------
+
+// What a spec sets; a row's defaults, overwritten by the options given.
+struct CodecOptions {
+  uint32_t block = 0;
+  kernels::Rounding rounding = kernels::Rounding::kNearest;
+  uint64_t seed = 0;
+  double ratio = 0;
+  uint32_t format = 0;  // fp8: 0 e4m3, 1 e5m2
+};
+
+struct Option {
+  const char* key;
+  const char* help;  // in "it accepts ..." lists
+  Status (*parse)(const std::string& spec, const std::string& value, CodecOptions& out);
+};
+
+Status parseBlock(const std::string& spec, const std::string& value, CodecOptions& out) {
   auto v = parseUnsigned(spec, "block", value);
   if (!v.isOk() || *v < 32 || *v > 65536 || (*v & (*v - 1)) != 0)
     return bad(spec, "block=" + value +
                          " is out of range: block must be a power of two between 32 and 65536");
-  return static_cast<uint32_t>(*v);
+  out.block = static_cast<uint32_t>(*v);
+  return Status::ok();
+}
+
+Status parseRound(const std::string& spec, const std::string& value, CodecOptions& out) {
+  if (value == "stochastic")
+    out.rounding = kernels::Rounding::kStochastic;
+  else if (value != "nearest")
+    return bad(spec, "round=" + value + " is not accepted: use round=nearest or round=stochastic");
+  return Status::ok();
+}
+
+Status parseSeed(const std::string& spec, const std::string& value, CodecOptions& out) {
+  TERSE_ASSIGN_OR_RETURN(out.seed, parseUnsigned(spec, "seed", value));
+  return Status::ok();
+}
+
+Status parseFp8Format(const std::string& spec, const std::string& value, CodecOptions& out) {
+  if (value == "e5m2")
+    out.format = 1;
+  else if (value != "e4m3")
+    return bad(spec, "format=" + value + " is not accepted: use format=e4m3 or format=e5m2");
+  return Status::ok();
+}
+
+Status parseRatio(const std::string& spec, const std::string& v, CodecOptions& out) {
+  errno = 0;
+  char* end = nullptr;
+  double ratio = std::strtod(v.c_str(), &end);
+  if (errno || *end || v.empty() || !std::isfinite(ratio))
+    return bad(spec, "ratio=" + v + " is not a number; use 0 < ratio <= 1, e.g. ratio=0.01");
+  if (!(ratio > 0.0 && ratio <= 1.0))
+    return bad(spec, "ratio=" + v + " is out of range: ratio must be in (0, 1]");
+  out.ratio = ratio;
+  return Status::ok();
+}
+
+constexpr Option kBlock{"block", "block=N (power of two, 32..65536)", parseBlock};
+constexpr Option kRound{"round", "round=nearest|stochastic", parseRound};
+constexpr Option kSeed{"seed", "seed=N", parseSeed};
+constexpr Option kFp8Format{"format", "format=e4m3|e5m2", parseFp8Format};
+constexpr Option kRatio{"ratio", "ratio=R with 0 < R <= 1", parseRatio};
+
+// ---- the codec table ------------------------------------------------------------------------
+
+using Factory = std::shared_ptr<const Codec> (*)(CodecId id, const CodecOptions& o);
+
+struct CodecRow {
+  CodecId id;
+  const char* name;
+  const char* usage;                   // in the accepted-specs list
+  std::array<const Option*, 4> options;  // in the order they are parsed; unused slots null
+  const char* note;                    // after the option list in "it accepts ..."
+  CodecOptions defaults;
+  Factory make;
+};
+
+std::shared_ptr<const Codec> makeCast(CodecId id, const CodecOptions&) {
+  return std::make_shared<CastCodec>(id);
+}
+std::shared_ptr<const Codec> makeInt8(CodecId, const CodecOptions& o) {
+  return std::make_shared<Int8Codec>(o.block, o.rounding, o.seed);
+}
+std::shared_ptr<const Codec> makeOnebit(CodecId, const CodecOptions& o) {
+  return std::make_shared<OnebitCodec>(o.block);
+}
+std::shared_ptr<const Codec> makeTopk(CodecId, const CodecOptions& o) {
+  return std::make_shared<TopkCodec>(o.ratio);
+}
+std::shared_ptr<const Codec> makeFp8(CodecId, const CodecOptions& o) {
+  auto f = o.format == 1 ? kernels::LowbitFormat::kFp8E5M2 : kernels::LowbitFormat::kFp8E4M3;
+  return std::make_shared<LowbitCodec>(f, o.block, o.rounding, o.seed);
+}
+template <kernels::LowbitFormat F>
+std::shared_ptr<const Codec> makeLowbit(CodecId, const CodecOptions& o) {
+  return std::make_shared<LowbitCodec>(F, o.block, o.rounding, o.seed);
+}
+
+constexpr CodecOptions withBlock(uint32_t block) {
+  CodecOptions o;
+  o.block = block;
+  return o;
+}
+constexpr CodecOptions withRatio(double ratio) {
+  CodecOptions o;
+  o.ratio = ratio;
+  return o;
+}
+
+// Indexed by CodecId (the wire's codec byte): a new codec is a new id and a new row, last.
+constexpr CodecRow kCodecs[] = {
+    {CodecId::kNone, "none", "none", {}, "", {}, makeCast},
+    {CodecId::kFp16, "fp16", "fp16", {}, "", {}, makeCast},
+    {CodecId::kBf16, "bf16", "bf16", {}, "", {}, makeCast},
+    {CodecId::kInt8, "int8", "int8[:block=N][,round=nearest|stochastic][,seed=N]",
+     {&kBlock, &kRound, &kSeed}, "", withBlock(256), makeInt8},
+    {CodecId::kOnebit, "onebit", "onebit[:block=N]", {&kBlock}, "", withBlock(2048), makeOnebit},
+    {CodecId::kTopk, "topk", "topk[:ratio=R]", {&kRatio}, "", withRatio(0.01), makeTopk},
+    {CodecId::kFp8, "fp8", "fp8[:format=e4m3|e5m2][,block=N][,round=...][,seed=N]",
+     {&kFp8Format, &kBlock, &kRound, &kSeed}, "", withBlock(256), makeFp8},
+    {CodecId::kMxfp8, "mxfp8", "mxfp8[:round=...][,seed=N]", {&kRound, &kSeed},
+     " (the OCP MX block is always 32 elements)", withBlock(kernels::kMxBlock),
+     makeLowbit<kernels::LowbitFormat::kMxfp8>},
+    {CodecId::kMxfp4, "mxfp4", "mxfp4[:round=...][,seed=N]", {&kRound, &kSeed},
+     " (the OCP MX block is always 32 elements)", withBlock(kernels::kMxBlock),
+     makeLowbit<kernels::LowbitFormat::kMxfp4>},
+    {CodecId::kInt4, "int4", "int4[:block=N][,round=...][,seed=N]", {&kBlock, &kRound, &kSeed},
+     "", withBlock(64), makeLowbit<kernels::LowbitFormat::kInt4>},
+};
+constexpr size_t kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);
+
+constexpr bool rowsInIdOrder() {
+  for (size_t i = 0; i < kCodecCount; ++i)
+    if (static_cast<size_t>(kCodecs[i].id) != i) return false;
+  return true;
+}
+static_assert(rowsInIdOrder(), "kCodecs is indexed by CodecId: one row per id, in order");
+
+const std::string& acceptedSpecs() {
+  static const std::string text = [] {
+    std::string t = "accepted specs: ";
+    for (size_t i = 0; i < kCodecCount; ++i) t += std::string(i ? " | " : "") + kCodecs[i].usage;
+    return t;
+  }();
+  return text;
+}
+
+std::string acceptedOptions(const CodecRow& row) {
+  std::string t;
+  for (const Option* o : row.options)
+    if (o) t += std::string(t.empty() ? "" : ", ") + o->help;
+  return t.empty() ? "no parameters" : t + row.note;
+}
+
+const Option* findOption(const CodecRow& row, const std::string& key) {
+  for (const Option* o : row.options)
+    if (o && key == o->key) return o;
+  return nullptr;
 }
 
 }  // namespace
+
+bool isRegisteredCodec(uint8_t id) { return id < kCodecCount; }
+
+const char* codecName(CodecId id) {
+  return isRegisteredCodec(static_cast<uint8_t>(id)) ? kCodecs[static_cast<size_t>(id)].name
+                                                      : "unknown";
+}
 
 Result<std::shared_ptr<const Codec>> makeCodec(const std::string& specIn) {
   std::string spec = trim(specIn);
@@ -64,7 +225,8 @@ Result<std::shared_ptr<const Codec>> makeCodec(const std::string& specIn) {
       size_t eq = item.find('=');
       if (eq == std::string::npos || trim(item.substr(0, eq)).empty() ||
           trim(item.substr(eq + 1)).empty())
-        return bad(specIn, "parameter '" + item + "' is not of the form key=value; " + kAccepted);
+        return bad(specIn,
+                   "parameter '" + item + "' is not of the form key=value; " + acceptedSpecs());
       std::string key = trim(item.substr(0, eq));
       if (!params.emplace(key, trim(item.substr(eq + 1))).second)
         return bad(specIn, "parameter '" + key + "' is given twice");
@@ -72,109 +234,21 @@ Result<std::shared_ptr<const Codec>> makeCodec(const std::string& specIn) {
       pos = comma + 1;
     }
   }
-  auto allowOnly = [&](std::initializer_list<const char*> keys, const char* list) -> Status {
-    for (const auto& kv : params) {
-      bool known = false;
-      for (const char* k : keys) known |= kv.first == k;
-      if (!known)
-        return bad(specIn,
-                   "codec '" + name + "' has no parameter '" + kv.first + "'; it accepts " + list);
-    }
-    return Status::ok();
-  };
-
-  if (name == "none" || name == "fp16" || name == "bf16") {
-    TERSE_RETURN_IF_ERROR(allowOnly({}, "no parameters"));
-    CodecId id = name == "none" ? CodecId::kNone : name == "fp16" ? CodecId::kFp16 : CodecId::kBf16;
-    return std::shared_ptr<const Codec>(std::make_shared<CastCodec>(id));
+  const CodecRow* row = nullptr;
+  for (const CodecRow& r : kCodecs)
+    if (name == r.name) row = &r;
+  if (!row) return bad(specIn, "unknown codec '" + name + "'; " + acceptedSpecs());
+  for (const auto& kv : params)
+    if (!findOption(*row, kv.first))
+      return bad(specIn, "codec '" + name + "' has no parameter '" + kv.first + "'; it accepts " +
+                             acceptedOptions(*row));
+  CodecOptions options = row->defaults;
+  for (const Option* o : row->options) {
+    if (!o) continue;
+    auto given = params.find(o->key);
+    if (given != params.end()) TERSE_RETURN_IF_ERROR(o->parse(specIn, given->second, options));
   }
-  // block, round and seed of int8 and the low-bit codecs (only those keys the codec allows).
-  auto parseRounding = [&](uint32_t& block, kernels::Rounding& rounding, uint64_t& seed) -> Status {
-    if (params.count("block")) {
-      TERSE_ASSIGN_OR_RETURN(block, parseBlock(specIn, params["block"]));
-    }
-    if (params.count("round")) {
-      const std::string& r = params["round"];
-      if (r == "stochastic")
-        rounding = kernels::Rounding::kStochastic;
-      else if (r != "nearest")
-        return bad(specIn,
-                   "round=" + r + " is not accepted: use round=nearest or round=stochastic");
-    }
-    if (params.count("seed")) {
-      TERSE_ASSIGN_OR_RETURN(seed, parseUnsigned(specIn, "seed", params["seed"]));
-    }
-    return Status::ok();
-  };
-  if (name == "int8") {
-    TERSE_RETURN_IF_ERROR(
-        allowOnly({"block", "round", "seed"},
-                  "block=N (power of two, 32..65536), round=nearest|stochastic, seed=N"));
-    uint32_t block = 256;
-    auto rounding = kernels::Rounding::kNearest;
-    uint64_t seed = 0;
-    TERSE_RETURN_IF_ERROR(parseRounding(block, rounding, seed));
-    return std::shared_ptr<const Codec>(std::make_shared<Int8Codec>(block, rounding, seed));
-  }
-  if (name == "fp8" || name == "int4") {
-    bool fp8 = name == "fp8";
-    TERSE_RETURN_IF_ERROR(fp8 ? allowOnly({"format", "block", "round", "seed"},
-                                          "format=e4m3|e5m2, block=N (power of two, 32..65536), "
-                                          "round=nearest|stochastic, seed=N")
-                              : allowOnly({"block", "round", "seed"},
-                                          "block=N (power of two, 32..65536), "
-                                          "round=nearest|stochastic, seed=N"));
-    auto format = fp8 ? kernels::LowbitFormat::kFp8E4M3 : kernels::LowbitFormat::kInt4;
-    if (fp8 && params.count("format")) {
-      const std::string& f = params["format"];
-      if (f == "e5m2")
-        format = kernels::LowbitFormat::kFp8E5M2;
-      else if (f != "e4m3")
-        return bad(specIn, "format=" + f + " is not accepted: use format=e4m3 or format=e5m2");
-    }
-    uint32_t block = fp8 ? 256 : 64;
-    auto rounding = kernels::Rounding::kNearest;
-    uint64_t seed = 0;
-    TERSE_RETURN_IF_ERROR(parseRounding(block, rounding, seed));
-    return std::shared_ptr<const Codec>(
-        std::make_shared<LowbitCodec>(format, block, rounding, seed));
-  }
-  if (name == "mxfp8" || name == "mxfp4") {
-    TERSE_RETURN_IF_ERROR(allowOnly({"round", "seed"},
-                                    "round=nearest|stochastic, seed=N (the OCP MX block is "
-                                    "always 32 elements)"));
-    uint32_t block = kernels::kMxBlock;
-    auto rounding = kernels::Rounding::kNearest;
-    uint64_t seed = 0;
-    TERSE_RETURN_IF_ERROR(parseRounding(block, rounding, seed));
-    auto format = name == "mxfp8" ? kernels::LowbitFormat::kMxfp8 : kernels::LowbitFormat::kMxfp4;
-    return std::shared_ptr<const Codec>(
-        std::make_shared<LowbitCodec>(format, block, rounding, seed));
-  }
-  if (name == "onebit") {
-    TERSE_RETURN_IF_ERROR(allowOnly({"block"}, "block=N (power of two, 32..65536)"));
-    uint32_t block = 2048;
-    if (params.count("block")) {
-      TERSE_ASSIGN_OR_RETURN(block, parseBlock(specIn, params["block"]));
-    }
-    return std::shared_ptr<const Codec>(std::make_shared<OnebitCodec>(block));
-  }
-  if (name == "topk") {
-    TERSE_RETURN_IF_ERROR(allowOnly({"ratio"}, "ratio=R with 0 < R <= 1"));
-    double ratio = 0.01;
-    if (params.count("ratio")) {
-      const std::string& v = params["ratio"];
-      errno = 0;
-      char* end = nullptr;
-      ratio = std::strtod(v.c_str(), &end);
-      if (errno || *end || v.empty() || !std::isfinite(ratio))
-        return bad(specIn, "ratio=" + v + " is not a number; use 0 < ratio <= 1, e.g. ratio=0.01");
-      if (!(ratio > 0.0 && ratio <= 1.0))
-        return bad(specIn, "ratio=" + v + " is out of range: ratio must be in (0, 1]");
-    }
-    return std::shared_ptr<const Codec>(std::make_shared<TopkCodec>(ratio));
-  }
-  return bad(specIn, std::string("unknown codec '") + name + "'; " + kAccepted);
+  return row->make(row->id, options);
 }
 
 }  // namespace terse

@@ -1,5 +1,7 @@
 #include "wire.h"
 
+#include "registry.h"
+
 #include <cstring>
 
 namespace terse::wire {
@@ -76,7 +78,7 @@ Result<Header> readHeader(const void* wire, size_t bytes) {
   h.payloadBytes = get<uint64_t>(p, kOffPayload);
   h.param0 = get<uint32_t>(p, kOffParam0);
   h.param1 = get<uint32_t>(p, kOffParam1);
-  if (h.codec > static_cast<uint8_t>(CodecId::kInt4))
+  if (!isRegisteredCodec(h.codec))
     return errorCorrupt("wire header names unknown codec id %u", h.codec);
   if (h.dtype > static_cast<uint8_t>(DataType::kBFloat16))
     return errorCorrupt("wire header names unknown source data type %u", h.dtype);
@@ -92,22 +94,6 @@ Result<Header> readHeader(const void* wire, size_t bytes) {
 }  // namespace terse::wire
 
 namespace terse {
-
-const char* codecName(CodecId id) {
-  switch (id) {
-    case CodecId::kNone: return "none";
-    case CodecId::kFp16: return "fp16";
-    case CodecId::kBf16: return "bf16";
-    case CodecId::kInt8: return "int8";
-    case CodecId::kOnebit: return "onebit";
-    case CodecId::kTopk: return "topk";
-    case CodecId::kFp8: return "fp8";
-    case CodecId::kMxfp8: return "mxfp8";
-    case CodecId::kMxfp4: return "mxfp4";
-    case CodecId::kInt4: return "int4";
-  }
-  return "unknown";
-}
 
 Result<WireInfo> parseWireHeader(const void* wire, size_t bytes) {
   TERSE_ASSIGN_OR_RETURN(wire::Header h, wire::readHeader(wire, bytes));
