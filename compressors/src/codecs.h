@@ -1,4 +1,7 @@
-// Codec implementations (private to compressors; callers go through makeCodec).
+// The codecs' common part (private to compressors; callers go through makeCodec): CodecBase,
+// which checks arguments and messages, writes headers and places payloads by each codec's
+// layout, and the helpers the codecs share. Each codec is one file, codec_<name>.cc: its class,
+// host and device paths and factory; its row in registry.cc makes it reachable.
 #pragma once
 
 #include "terse/compressors/codec.h"
@@ -7,9 +10,13 @@
 #include "wire.h"
 #include "wire_layout.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace terse {
+
+namespace k = kernels::cpu;  // the codecs' host kernels
 
 // Typed dispatch of a void pointer (the kernels' element types).
 template <typename Ptr, typename Fn>
@@ -105,109 +112,33 @@ class CodecBase : public Codec {
                           size_t n) const override;                                            \
   TERSE_CODEC_DEVICE_OVERRIDES
 
-// none, fp16, bf16: elementwise casts. `none` sends the source type unchanged.
-class CastCodec final : public CodecBase {
- public:
-  explicit CastCodec(CodecId id);
-  CodecId id() const override { return id_; }
-  std::string spec() const override;
-  bool wantsErrorFeedback() const override { return false; }
-  double wireBytesPerElement() const override;
+// Host-path helpers the codecs share (codecs.cc). Scratch reused by one thread across calls (the
+// AVG pre-scale), so steady-state compression allocates nothing.
+std::vector<float>& scaledScratch(size_t n);
 
- protected:
-  TERSE_CODEC_PAYLOAD_OVERRIDES
+// Runs fn(const float* values) over in*scale: the kernels other than the casts take no scale,
+// so a scale other than 1 costs one extra pass through a per-thread float32 buffer (top-k
+// selects over the whole tensor, so it needs all n values at once).
+template <typename Fn>
+auto withScaled(const void* in, DataType dt, size_t n, float scale, Fn&& fn) {
+  if (scale == 1.0f) return withType(dt, in, fn);
+  float* tmp = scaledScratch(n).data();
+  withType(dt, in, [&](auto* p) { k::convert(p, tmp, n, scale, nullptr); });
+  return fn(static_cast<const float*>(tmp));
+}
 
- private:
-  DataType wireType(DataType source) const;
-  CodecId id_;
-};
-
-class Int8Codec final : public CodecBase {
- public:
-  Int8Codec(uint32_t block, kernels::Rounding rounding, uint64_t seed);
-  CodecId id() const override { return CodecId::kInt8; }
-  std::string spec() const override;
-  bool wantsErrorFeedback() const override { return false; }
-  double wireBytesPerElement() const override;
-
- protected:
-  void describe(size_t n, wire::Header& h) const override;
-  Status checkParams(const wire::Header& h) const override;
-  TERSE_CODEC_PAYLOAD_OVERRIDES
-
- private:
-  uint32_t block_;
-  kernels::Rounding rounding_;
-  uint64_t seed_;
-};
-
-class OnebitCodec final : public CodecBase {
- public:
-  explicit OnebitCodec(uint32_t block);
-  CodecId id() const override { return CodecId::kOnebit; }
-  std::string spec() const override;
-  bool wantsErrorFeedback() const override { return true; }
-  double wireBytesPerElement() const override;
-
- protected:
-  void describe(size_t n, wire::Header& h) const override;
-  Status checkParams(const wire::Header& h) const override;
-  TERSE_CODEC_PAYLOAD_OVERRIDES
-
- private:
-  uint32_t block_;
-};
-
-// fp8, mxfp8, mxfp4, int4: blockwise low-bit formats (kernels' LowbitFormat); payload:
-// wire::lowbitLayout.
-class LowbitCodec final : public CodecBase {
- public:
-  LowbitCodec(kernels::LowbitFormat format, uint32_t block, kernels::Rounding rounding,
-              uint64_t seed);
-  CodecId id() const override;
-  std::string spec() const override;
-  // The 4-bit formats lose too much per step to go without it (docs/codecs.md).
-  bool wantsErrorFeedback() const override { return kernels::lowbitIsNibbles(format_); }
-  double wireBytesPerElement() const override;
-
- protected:
-  void describe(size_t n, wire::Header& h) const override;
-  Status checkParams(const wire::Header& h) const override;
-  TERSE_CODEC_PAYLOAD_OVERRIDES
-
- private:
-  uint32_t param1() const;
-  uint8_t flags() const;
-  kernels::LowbitFormat format_;
-  uint32_t block_;
-  kernels::Rounding rounding_;
-  uint64_t seed_;
-};
-
-class TopkCodec final : public CodecBase {
- public:
-  explicit TopkCodec(double ratio);
-  CodecId id() const override { return CodecId::kTopk; }
-  std::string spec() const override;
-  bool wantsErrorFeedback() const override { return true; }
-  double wireBytesPerElement() const override;
-  size_t maxWireBytes(size_t n) const override;
-  // Values sent for n elements: max(1, round(ratio * n)), at most n (0 for n = 0).
-  size_t kFor(size_t n) const;
-  static std::string formatRatio(double r);
-  static std::string formatRatioFloat(float r);
-
- protected:
-  void describe(size_t n, wire::Header& h) const override;
-  Status checkParams(const wire::Header& h) const override;
-  TERSE_CODEC_PAYLOAD_OVERRIDES
-
- private:
-  static Status badIndices(size_t k, size_t n);
-  // 32-bit indices address at most 2^32-1 elements.
-  static Status checkIndexable(size_t n);
-  double ratio_;
-  uint32_t ratioBits_;
-};
+// Blockwise codecs scale in chunks (a multiple of every block size, so block boundaries and
+// bit words line up) to keep the per-thread buffer small: fn(values, begin, length).
+constexpr size_t kScaleChunk = size_t{1} << 20;
+template <typename Fn>
+void withScaledChunks(const void* in, DataType dt, size_t n, float scale, Fn&& fn) {
+  if (scale == 1.0f) return withType(dt, in, [&](auto* p) { fn(p, size_t{0}, n); });
+  float* tmp = scaledScratch(std::min(n, kScaleChunk)).data();
+  for (size_t b = 0; b < n; b += kScaleChunk) {
+    size_t len = std::min(kScaleChunk, n - b);
+    withType(dt, in, [&](auto* p) { k::convert(p + b, tmp, len, scale, nullptr); });
+    fn(static_cast<const float*>(tmp), b, len);
+  }
+}
 
 }  // namespace terse

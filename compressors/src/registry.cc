@@ -2,8 +2,9 @@
 // "name[:key=value[,key=value...]]". A codec is one row of kCodecs: its name, its options (each
 // parsed and range-checked by one shared parser), their defaults and its factory; the accepted-
 // specs help, codecName() and the wire header's codec-id check all come from the table.
-#include "codecs.h"
 #include "registry.h"
+
+#include "terse/compressors/codec.h"
 
 #include <array>
 #include <cerrno>
@@ -13,6 +14,14 @@
 #include <vector>
 
 namespace terse {
+
+// The codecs' factories, each in its codec's file (codec_<name>.cc).
+std::shared_ptr<const Codec> makeCastCodec(CodecId id, const CodecOptions& o);
+std::shared_ptr<const Codec> makeInt8Codec(CodecId id, const CodecOptions& o);
+std::shared_ptr<const Codec> makeOnebitCodec(CodecId id, const CodecOptions& o);
+std::shared_ptr<const Codec> makeTopkCodec(CodecId id, const CodecOptions& o);
+std::shared_ptr<const Codec> makeLowbitCodec(CodecId id, const CodecOptions& o);
+
 namespace {
 
 std::string trim(const std::string& s) {
@@ -40,15 +49,6 @@ Result<uint64_t> parseUnsigned(const std::string& spec, const std::string& key,
 }
 
 // ---- options: one parser per kind, shared by every codec that has it ------------------------
-
-// What a spec sets; a row's defaults, overwritten by the options given.
-struct CodecOptions {
-  uint32_t block = 0;
-  kernels::Rounding rounding = kernels::Rounding::kNearest;
-  uint64_t seed = 0;
-  double ratio = 0;
-  uint32_t format = 0;  // fp8: 0 e4m3, 1 e5m2
-};
 
 struct Option {
   const char* key;
@@ -118,27 +118,6 @@ struct CodecRow {
   Factory make;
 };
 
-std::shared_ptr<const Codec> makeCast(CodecId id, const CodecOptions&) {
-  return std::make_shared<CastCodec>(id);
-}
-std::shared_ptr<const Codec> makeInt8(CodecId, const CodecOptions& o) {
-  return std::make_shared<Int8Codec>(o.block, o.rounding, o.seed);
-}
-std::shared_ptr<const Codec> makeOnebit(CodecId, const CodecOptions& o) {
-  return std::make_shared<OnebitCodec>(o.block);
-}
-std::shared_ptr<const Codec> makeTopk(CodecId, const CodecOptions& o) {
-  return std::make_shared<TopkCodec>(o.ratio);
-}
-std::shared_ptr<const Codec> makeFp8(CodecId, const CodecOptions& o) {
-  auto f = o.format == 1 ? kernels::LowbitFormat::kFp8E5M2 : kernels::LowbitFormat::kFp8E4M3;
-  return std::make_shared<LowbitCodec>(f, o.block, o.rounding, o.seed);
-}
-template <kernels::LowbitFormat F>
-std::shared_ptr<const Codec> makeLowbit(CodecId, const CodecOptions& o) {
-  return std::make_shared<LowbitCodec>(F, o.block, o.rounding, o.seed);
-}
-
 constexpr CodecOptions withBlock(uint32_t block) {
   CodecOptions o;
   o.block = block;
@@ -152,23 +131,23 @@ constexpr CodecOptions withRatio(double ratio) {
 
 // Indexed by CodecId (the wire's codec byte): a new codec is a new id and a new row, last.
 constexpr CodecRow kCodecs[] = {
-    {CodecId::kNone, "none", "none", {}, "", {}, makeCast},
-    {CodecId::kFp16, "fp16", "fp16", {}, "", {}, makeCast},
-    {CodecId::kBf16, "bf16", "bf16", {}, "", {}, makeCast},
+    {CodecId::kNone, "none", "none", {}, "", {}, makeCastCodec},
+    {CodecId::kFp16, "fp16", "fp16", {}, "", {}, makeCastCodec},
+    {CodecId::kBf16, "bf16", "bf16", {}, "", {}, makeCastCodec},
     {CodecId::kInt8, "int8", "int8[:block=N][,round=nearest|stochastic][,seed=N]",
-     {&kBlock, &kRound, &kSeed}, "", withBlock(256), makeInt8},
-    {CodecId::kOnebit, "onebit", "onebit[:block=N]", {&kBlock}, "", withBlock(2048), makeOnebit},
-    {CodecId::kTopk, "topk", "topk[:ratio=R]", {&kRatio}, "", withRatio(0.01), makeTopk},
+     {&kBlock, &kRound, &kSeed}, "", withBlock(256), makeInt8Codec},
+    {CodecId::kOnebit, "onebit", "onebit[:block=N]", {&kBlock}, "", withBlock(2048), makeOnebitCodec},
+    {CodecId::kTopk, "topk", "topk[:ratio=R]", {&kRatio}, "", withRatio(0.01), makeTopkCodec},
     {CodecId::kFp8, "fp8", "fp8[:format=e4m3|e5m2][,block=N][,round=...][,seed=N]",
-     {&kFp8Format, &kBlock, &kRound, &kSeed}, "", withBlock(256), makeFp8},
+     {&kFp8Format, &kBlock, &kRound, &kSeed}, "", withBlock(256), makeLowbitCodec},
     {CodecId::kMxfp8, "mxfp8", "mxfp8[:round=...][,seed=N]", {&kRound, &kSeed},
      " (the OCP MX block is always 32 elements)", withBlock(kernels::kMxBlock),
-     makeLowbit<kernels::LowbitFormat::kMxfp8>},
+     makeLowbitCodec},
     {CodecId::kMxfp4, "mxfp4", "mxfp4[:round=...][,seed=N]", {&kRound, &kSeed},
      " (the OCP MX block is always 32 elements)", withBlock(kernels::kMxBlock),
-     makeLowbit<kernels::LowbitFormat::kMxfp4>},
+     makeLowbitCodec},
     {CodecId::kInt4, "int4", "int4[:block=N][,round=...][,seed=N]", {&kBlock, &kRound, &kSeed},
-     "", withBlock(64), makeLowbit<kernels::LowbitFormat::kInt4>},
+     "", withBlock(64), makeLowbitCodec},
 };
 constexpr size_t kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);
 

@@ -1,11 +1,9 @@
 # CUDA kernels: included by kernels/CMakeLists.txt when the build has nvcc. They join the
 # terse_kernels target next to the CPU sources, under the same names in namespace cuda.
 # CMAKE_CUDA_ARCHITECTURES comes from the top level (TERSE_CUDA_ARCHITECTURES).
-target_sources(terse_kernels PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/elementwise.cu
-  ${CMAKE_CURRENT_LIST_DIR}/blockwise.cu
-  ${CMAKE_CURRENT_LIST_DIR}/topk.cu
-  ${CMAKE_CURRENT_LIST_DIR}/lowbit.cu)
+# Every .cu here (like cpu/*.cc): a codec's new kernel file needs no edit of this list.
+file(GLOB terse_kernels_cuda_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.cu)
+target_sources(terse_kernels PRIVATE ${terse_kernels_cuda_sources})
 target_compile_definitions(terse_kernels PUBLIC TERSE_HAVE_CUDA=1)
 target_link_libraries(terse_kernels PUBLIC CUDA::cudart)
 # --fmad=false: the CPU path rounds a*b+c twice (no contraction in ISO C++ mode), so the GPU must
