@@ -21,6 +21,7 @@ std::shared_ptr<const Codec> makeInt8Codec(CodecId id, const CodecOptions& o);
 std::shared_ptr<const Codec> makeOnebitCodec(CodecId id, const CodecOptions& o);
 std::shared_ptr<const Codec> makeTopkCodec(CodecId id, const CodecOptions& o);
 std::shared_ptr<const Codec> makeLowbitCodec(CodecId id, const CodecOptions& o);
+std::shared_ptr<const Codec> makeNvfp4Codec(CodecId id, const CodecOptions& o);
 
 namespace {
 
@@ -148,6 +149,8 @@ constexpr CodecRow kCodecs[] = {
      makeLowbitCodec},
     {CodecId::kInt4, "int4", "int4[:block=N][,round=...][,seed=N]", {&kBlock, &kRound, &kSeed},
      "", withBlock(64), makeLowbitCodec},
+    {CodecId::kNvfp4, "nvfp4", "nvfp4[:round=...][,seed=N]", {&kRound, &kSeed},
+     " (the NVFP4 block is always 16 elements)", withBlock(16), makeNvfp4Codec},
 };
 constexpr size_t kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);
 

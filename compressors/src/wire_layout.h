@@ -78,6 +78,11 @@ TERSE_HD constexpr Layout lowbitLayout(kernels::LowbitFormat f, size_t n, size_t
       .then(ceilDiv(n, block) * kernels::lowbitScaleBytes(f))
       .then(kernels::lowbitCodeBytes(f, n));
 }
+// nvfp4: the message's float32 scale, an E4M3 scale per 16 elements, then E2M1 nibbles.
+constexpr int kTensorScale = 0, kBlockScales = 1, kNibbles = 2;
+TERSE_HD constexpr Layout nvfp4Layout(size_t n) {
+  return Layout{}.then(4).then(ceilDiv(n, num::kNvfp4Block)).then(ceilDiv(n, 2));
+}
 
 // The table of docs/wire-format.md, checked where it is written.
 static_assert(castLayout(3, 2).total == 8);
@@ -86,5 +91,7 @@ static_assert(onebitLayout(33, 32).total == 8 + 8);
 static_assert(topkLayout(5).offset[kValues] == 20 && topkLayout(5).total == 40);
 static_assert(lowbitLayout(kernels::LowbitFormat::kMxfp4, 33, 32).offset[kCodes] == 4 &&
               lowbitLayout(kernels::LowbitFormat::kMxfp4, 33, 32).total == 4 + 20);
+static_assert(nvfp4Layout(33).offset[kBlockScales] == 4 && nvfp4Layout(33).offset[kNibbles] == 8 &&
+              nvfp4Layout(33).total == 8 + 20);
 
 }  // namespace terse::wire

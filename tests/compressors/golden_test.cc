@@ -38,6 +38,8 @@ const std::vector<GoldenCase>& goldenCases() {
       {"mxfp4", DataType::kFloat16, 41, 1.0f, 0},
       {"mxfp4:round=stochastic,seed=3", DataType::kFloat32, 40, 1.0f, 7},
       {"int4:block=32", DataType::kFloat32, 41, 0.5f, 0},
+      {"nvfp4", DataType::kFloat32, 41, 1.0f, 0},
+      {"nvfp4:round=stochastic,seed=3", DataType::kFloat16, 40, 0.5f, 7},
   };
   return cases;
 }

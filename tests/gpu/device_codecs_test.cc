@@ -136,7 +136,8 @@ std::vector<Case> allCases() {
   for (const char* spec :
        {"none", "fp16", "bf16", "int8", "int8:round=stochastic,seed=5", "onebit", "topk",
         "topk:ratio=0.3", "fp8", "fp8:format=e5m2,block=32", "fp8:round=stochastic,seed=2", "mxfp8",
-        "mxfp4", "mxfp4:round=stochastic,seed=3", "int4", "int4:block=1024"})
+        "mxfp4", "mxfp4:round=stochastic,seed=3", "int4", "int4:block=1024", "nvfp4",
+        "nvfp4:round=stochastic,seed=3"})
     for (DataType dt : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16})
       out.push_back({spec, dt});
   return out;

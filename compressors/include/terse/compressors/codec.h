@@ -31,6 +31,7 @@ enum class CodecId : uint8_t {
   kMxfp8 = 7,  // OCP MXFP8: E4M3 elements, E8M0 scale per 32
   kMxfp4 = 8,  // OCP MXFP4: E2M1 elements, E8M0 scale per 32
   kInt4 = 9,   // 4-bit signed integers, float32 scale per block
+  kNvfp4 = 10,  // NVFP4: E2M1 elements, E4M3 scale per 16, float32 scale per message
 };
 const char* codecName(CodecId id);  // "none", "fp16", ...
 
@@ -95,6 +96,7 @@ class Codec {
 //   mxfp8[:round=nearest|stochastic][,seed=N]               (OCP MX, 32 per E8M0 scale)
 //   mxfp4[:round=nearest|stochastic][,seed=N]
 //   int4[:block=N][,round=nearest|stochastic][,seed=N]      (block default 64)
+//   nvfp4[:round=nearest|stochastic][,seed=N]               (16 per E4M3 scale)
 // Unknown names or keys, and out-of-range values, are kInvalidArgument errors whose message
 // names what is accepted.
 Result<std::shared_ptr<const Codec>> makeCodec(const std::string& spec);

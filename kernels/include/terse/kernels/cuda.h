@@ -52,6 +52,20 @@ cudaError_t lowbitDequantize(LowbitFormat f, const void* scales, const uint8_t* 
 cudaError_t lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const uint8_t* codes,
                                        size_t n, size_t block, float* acc, cudaStream_t stream);
 
+// NVFP4 (kernels.h's layout and contract). amaxScratch: 4 bytes of device memory for the
+// message's largest magnitude between the kernels (the wire may be pinned host memory, where
+// device atomics are not to be relied on).
+template <typename In>
+cudaError_t nvfp4Quantize(const In* in, size_t n, Rounding rounding, uint64_t seed,
+                          float* residual, uint32_t* amaxScratch, float* tensorScale,
+                          uint8_t* scales, uint8_t* codes, cudaStream_t stream);
+template <typename Out>
+cudaError_t nvfp4Dequantize(const float* tensorScale, const uint8_t* scales, const uint8_t* codes,
+                            size_t n, Out* out, cudaStream_t stream);
+cudaError_t nvfp4DequantizeAccumulate(const float* tensorScale, const uint8_t* scales,
+                                      const uint8_t* codes, size_t n, float* acc,
+                                      cudaStream_t stream);
+
 // Device scratch for topkCompress (CUB temp storage included).
 size_t topkScratchBytes(size_t n);
 // Exact top-k (CUB radix select over magnitude keys); writes *kOut (host pointer) after

@@ -93,6 +93,19 @@ void lowbitDequantize(LowbitFormat f, const void* scales, const uint8_t* codes, 
 void lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const uint8_t* codes, size_t n,
                                 size_t block, float* acc);
 
+// ---- nvfp4: E2M1 nibbles, an E4M3 scale per 16 elements, a float32 scale per call -----------
+// Layout (wire_layout.h's nvfp4Layout): tensorScale[1] float32, scales[ceil(n/16)] E4M3 bytes,
+// codes[ceil(n/2)] nibbles as lowbit's. The tensor scale spans the whole call, so a call is the
+// unit (no offset chunking); seed as int8's, element i drawing uniform01(seed, i).
+template <typename In>
+void nvfp4Quantize(const In* in, size_t n, Rounding rounding, uint64_t seed, float* residual,
+                   float* tensorScale, uint8_t* scales, uint8_t* codes);
+template <typename Out>
+void nvfp4Dequantize(const float* tensorScale, const uint8_t* scales, const uint8_t* codes,
+                     size_t n, Out* out);
+void nvfp4DequantizeAccumulate(const float* tensorScale, const uint8_t* scales,
+                               const uint8_t* codes, size_t n, float* acc);
+
 // ---- topk: k largest magnitudes (exact on CPU) ----------------------------------------------
 // Scratch for topkCompress, in bytes (two-phase query like CUB's temp storage).
 size_t topkScratchBytes(size_t n);

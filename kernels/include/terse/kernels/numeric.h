@@ -442,6 +442,32 @@ struct Int4Policy {  // int4: float32 scale per block, nibbles
   static TERSE_HD float decode(uint32_t c) { return int4Dequantize(c); }
 };
 
+// ---- NVFP4: E2M1 elements, an E4M3 scale per 16, a float32 scale per message -----------------
+// NVIDIA's NVFP4 (as TransformerEngine serves it): decoded = e2m1 * e4m3(block) * T. The
+// message's (tensor's or chunk's) scale T = amax / (448 * 6) over its finite values, by
+// blockScale (floor 2^-126, FLT_MAX edge), so the largest block's scale code is E4M3's largest
+// and its largest element E2M1's. A block's scale code is E4M3 of bmax / (6 T), round to
+// nearest even (saturating at 448; a block below E4M3's smallest step relative to the message's
+// largest encodes as 0 and decodes to 0); its elements are E2M1 of v * (1 / S), S = e4m3 * T,
+// saturating at 6. A block holding Inf/NaN gets the E4M3 NaN code 0x7F, so all of it decodes
+// to NaN; an all-zero message has T = 0 and every code 0.
+constexpr size_t kNvfp4Block = 16;
+constexpr float kNvfp4Levels = 2688.0f;  // 448 * 6
+// keyMax: magnitudeKey of the largest finite |v| of the message (0 if none).
+TERSE_HD float nvfp4TensorScale(uint32_t keyMax) {
+  return blockScale(bitsFloat(keyMax), kNvfp4Levels, true);
+}
+// The block's scale code from its largest magnitude key (>= 0x7f800000: Inf/NaN in the block).
+TERSE_HD uint32_t nvfp4ScaleCode(uint32_t blockKey, float tensorScale) {
+  if (blockKey >= 0x7f800000u) return E4M3::kNanCode;
+  if (blockKey == 0 || tensorScale == 0.0f) return 0u;
+  return fpEncodeNearest<E4M3>(bitsFloat(blockKey) / (6.0f * tensorScale));
+}
+// S, the block's scale value; NaN for the NaN code.
+TERSE_HD float nvfp4ScaleValue(uint32_t code, float tensorScale) {
+  return fpDecode<E4M3>(code) * tensorScale;
+}
+
 // ---- onebit ---------------------------------------------------------------------------------
 // Scale of a block: mean magnitude keeps the block's L1 mass. Non-finite input -> NaN scale.
 TERSE_HD float onebitScale(float absSum, uint32_t count, bool allFinite) {
