@@ -11,9 +11,12 @@ Runs (one torchrun of --world ranks, gloo for DDP, terse on loopback), same mode
                  where the codec wants it); --all runs every codec: fp16, bf16, int8, fp8,
                  mxfp8, mxfp4, int4, topk:ratio=0.01 beside onebit
 
-Checks (exit 1 with FAIL on any): OneBitAdam with onebit ends within --tolerance (2%) of AdamW's
-held-out loss; the gradient hook's onebit with Adam ends more than that above it (so the check
-can fail when the optimizer does nothing); every run's weights are bit-identical on all ranks.
+Checks (exit 1 with FAIL on any): OneBitAdam with onebit ends within --tolerance (3.5%) of
+AdamW's held-out loss; the gradient hook's onebit with Adam ends more than that above it (so the
+check can fail when the optimizer does nothing); every run's weights are bit-identical on all
+ranks. The bound is about twice the task's noise floor: terse's exact allreduce (hook-none) ends
+up to 1.64% from AdamW over seeds and instruction sets (`noise` mode below; docs/convergence.md,
+"Noise floors"), while OneBitAdam ends 7-16% below AdamW and the hook's onebit 3.4-3.6x above.
 Prints one line per run: held-out loss, ratio to AdamW, seconds. SKIP (77) without torch.
 
     python3 tests/torch/adam_task.py drive --work /tmp/adam-task [--steps 300] [--all]
@@ -32,6 +35,15 @@ trains on the topics t with t % W == rank, so every world sees all four.
     python3 tests/torch/adam_task.py resume --work /tmp/adam-resume --world 3 --steps 120 \
         --warmup 30
 
+The noise floor (`noise` mode): the runs --runs (default adamw, hook-none, onebit-adam,
+hook-onebit) for --seeds seeds from --seed on each of --isas (default: this CPU's own dispatch,
+and torch, MKL and oneDNN held to AVX2), each run's held-out loss over the first's:
+
+    python3 tests/torch/adam_task.py noise --work /tmp/adam-noise --seeds 2
+
+--seed picks another initialisation and batch order, --isa the instruction set of one drive,
+--schedule cosine decays the rate (the FSDP2 task's default; this task keeps a constant rate).
+
 With --all, the hook's codecs that keep Adam's second moments (the casts and the 8-bit formats)
 are checked to end within the tolerance of AdamW as well; the 4-bit and sparse ones are printed.
 
@@ -40,6 +52,7 @@ per rank; the held-out text mixes all four.
 """
 import argparse
 import json
+import math
 import os
 import random
 import subprocess
@@ -110,7 +123,7 @@ def alphabet():
 
 # ---- model ------------------------------------------------------------------------------------
 
-def make_model(vocab, ctx, d=64, layers=2, heads=4):
+def make_model(vocab, ctx, d=64, layers=2, heads=4, seed=0):
     import torch
     import torch.nn as nn
 
@@ -132,8 +145,90 @@ def make_model(vocab, ctx, d=64, layers=2, heads=4):
             h = self.blocks(h, mask=self.mask[:t, :t])
             return self.head(self.norm(h))
 
-    torch.manual_seed(1234)
+    torch.manual_seed(1234 + seed)
     return TinyLM()
+
+
+# ---- what the tasks share: seeds, the learning-rate schedule, CPU dispatch -----------------------
+
+def data_seed(args, rank):
+    """The seed of rank `rank`'s batch sampler: 7 + rank for --seed 0 (the figures in the docs),
+    another draw of batches for every other --seed."""
+    return 7 + rank + 1000 * args.seed
+
+
+def lr_at(args, step):
+    """The learning rate of step `step` (0-based): --lr throughout with --schedule constant; with
+    cosine, from --lr down to --lr-floor x --lr at --steps along half a cosine, and the floor after
+    it. A decayed rate ends every run near a minimum instead of wherever the last steps threw it,
+    so two runs whose sums differ only in rounding end close together (docs/convergence.md,
+    "Noise floors")."""
+    if args.schedule == "constant":
+        return args.lr
+    t = min(step, args.steps) / max(args.steps, 1)
+    return args.lr * (args.lr_floor + (1 - args.lr_floor) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def set_lr(opt, lr):
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+# How a task's torch runs on a CPU of another kind: torch's own kernels (ATen), MKL's BLAS and
+# oneDNN each dispatch on the instruction set, and each picks other kernels (other summation
+# orders) on an AVX-512 Xeon, an AVX-512 EPYC and an AVX2-only CPU. `--isa avx2` holds all three
+# to AVX2 on this machine, which is how an AVX-512 machine is made to run another CPU's arithmetic.
+ISA_ENV = {
+    "default": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
+
+
+def add_noise_args(p, schedule, lr_floor=0.1):
+    """The options every task takes for its noise floor (docs/convergence.md, "Noise floors")."""
+    p.add_argument("--seed", type=int, default=0,
+                   help="another model initialisation and batch order (0: the documented run)")
+    p.add_argument("--schedule", choices=["constant", "cosine"], default=schedule)
+    p.add_argument("--lr-floor", type=float, default=lr_floor,
+                   help="cosine: the last step's rate as a fraction of --lr")
+    p.add_argument("--isa", choices=sorted(ISA_ENV), default="default",
+                   help="the instruction set torch, MKL and oneDNN may use (drive and noise)")
+    p.add_argument("--seeds", type=int, default=4, help="noise: seeds per instruction set, from --seed on")
+    p.add_argument("--isas", default="default,avx2", help="noise: instruction sets to run")
+
+
+def noise_args(args):
+    """The arguments that carry the noise options from a driver to its ranks."""
+    return ["--seed", str(args.seed), "--schedule", args.schedule, "--lr-floor",
+            str(args.lr_floor)]
+
+
+def isa_env(env, isa):
+    env.update(ISA_ENV[isa])
+    return env
+
+
+def noise_table(runs, results, reference):
+    """Prints each run's held-out loss over the reference's, per (isa, seed) and summed up, and
+    returns {run: {"ratios": [...], "min", "max", "mean", "spread"}} (spread: the largest distance
+    of a ratio from 1)."""
+    print(f"{'isa':<8} {'seed':>4} " + " ".join(f"{r:>20}" for r in runs))
+    summary = {r: {"ratios": []} for r in runs}
+    for (isa, seed), res in results:
+        base = res[reference]["held_out"]
+        cells = []
+        for r in runs:
+            ratio = res[r]["held_out"] / base
+            summary[r]["ratios"].append(ratio)
+            cells.append(f"{res[r]['held_out']:9.4f} ({ratio:7.4f})")
+        print(f"{isa:<8} {seed:>4} " + " ".join(f"{c:>20}" for c in cells))
+    for r, s in summary.items():
+        x = s["ratios"]
+        s.update(min=min(x), max=max(x), mean=sum(x) / len(x), spread=max(abs(v - 1) for v in x))
+        print(f"{r}: ratio to {reference} min {s['min']:.4f} mean {s['mean']:.4f} max "
+              f"{s['max']:.4f}, spread {s['spread']:.4f} over {len(x)} runs")
+    return summary
 
 
 # ---- one rank ---------------------------------------------------------------------------------
@@ -179,12 +274,12 @@ def worker(args):
     ctx, batch = args.ctx, args.batch
     mine, held_out_loss = rank_text(rank, [rank % len(TOPICS)], ctx)
 
-    runs = ["adamw", "hook-onebit", "onebit-adam"]
+    runs = args.runs.split(",") if args.runs else ["adamw", "hook-onebit", "onebit-adam"]
     if args.all:
         runs += ["topk-adam"] + ["hook-" + spec for spec in ALL_HOOK_CODECS]
     results = {}
     for name in runs:
-        net = make_model(len(chars), ctx)
+        net = make_model(len(chars), ctx, seed=args.seed)
         model = DDP(net)
         if name == "adamw" or name.startswith("hook-"):
             opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -195,7 +290,7 @@ def worker(args):
             opt = terse.optim.OneBitAdam(model.parameters(), lr=args.lr, weight_decay=0.01,
                                          codec=codec, warmup_steps=args.warmup)
             opt.attach(model)
-        gen = torch.Generator().manual_seed(7 + rank)
+        gen = torch.Generator().manual_seed(data_seed(args, rank))
         dist.barrier()
         start = time.time()
         for step in range(args.steps):
@@ -205,6 +300,7 @@ def worker(args):
             loss = F.cross_entropy(logits.reshape(-1, len(chars)), seq[:, 1:].reshape(-1))
             opt.zero_grad()
             loss.backward()
+            set_lr(opt, lr_at(args, step))
             opt.step()
         seconds = time.time() - start
         flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
@@ -245,7 +341,7 @@ def resume_worker(args):
                                     ctx)
 
     half = args.steps // 2
-    net = make_model(len(chars), ctx)
+    net = make_model(len(chars), ctx, seed=args.seed)
     model = DDP(net)
     opt = terse.optim.OneBitAdam(model.parameters(), lr=args.lr, weight_decay=0.01,
                                  codec="onebit", warmup_steps=args.warmup)
@@ -260,7 +356,7 @@ def resume_worker(args):
         result.update(loaded_steps=opt.steps, loaded_frozen_at=opt.frozen_at,
                       saved_world=saved["opt"]["terse"]["world_size"])
         first = half
-    gen = torch.Generator().manual_seed(7 + rank)
+    gen = torch.Generator().manual_seed(data_seed(args, rank))
     dist.barrier()
     for step in range(args.steps):
         at = torch.randint(0, len(mine) - ctx - 1, (batch,), generator=gen)
@@ -271,6 +367,7 @@ def resume_worker(args):
                                seq[:, 1:].reshape(-1))
         opt.zero_grad()
         loss.backward()
+        set_lr(opt, lr_at(args, step))
         opt.step()
         if args.phase == "save" and step + 1 == half:
             torch.save({"model": net.state_dict(), "opt": opt.state_dict()},
@@ -312,6 +409,7 @@ def launch(args, world, worker_args):
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TERSE_STORE", None)
+    isa_env(env, args.isa)
     port = free_port_pair()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
            "--master_addr", "127.0.0.1", "--master_port", str(port),
@@ -319,7 +417,8 @@ def launch(args, world, worker_args):
            "--log_dir", os.path.join(args.work, f"logs-{worker_args[0]}-{world}"),
            os.path.abspath(__file__)] + worker_args + [
            "--work", args.work, "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--lr", str(args.lr), "--ctx", str(args.ctx), "--batch", str(args.batch)]
+           "--lr", str(args.lr), "--ctx", str(args.ctx), "--batch", str(args.batch)] + \
+        noise_args(args)
     print("+", " ".join(cmd), flush=True)
     try:
         done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
@@ -329,15 +428,41 @@ def launch(args, world, worker_args):
         sys.exit(f"FAIL: torchrun exited with {done.returncode}")
 
 
-def drive(args):
-    require_torch()
-    os.makedirs(args.work, exist_ok=True)
+def run_worker(args, runs=None):
+    """One torchrun of the worker; its results.json."""
     result_file = os.path.join(args.work, "results.json")
     if os.path.exists(result_file):
         os.remove(result_file)
-    launch(args, args.world, ["worker"] + (["--all"] if args.all else []))
+    launch(args, args.world, ["worker"] + (["--all"] if args.all else []) +
+           (["--runs", runs] if runs else []))
     with open(result_file) as f:
-        results = json.load(f)
+        return json.load(f)
+
+
+def noise(args):
+    """The task's noise floor: the lossless run (the hook with codec none: terse's exact
+    allreduce, summed in another order than DDP's gloo) and the checked runs against AdamW, over
+    --seeds seeds on each of --isas (docs/convergence.md, "Noise floors")."""
+    import copy
+    require_torch()
+    os.makedirs(args.work, exist_ok=True)
+    runs = (args.runs or "adamw,hook-none,onebit-adam,hook-onebit").split(",")
+    results = []
+    for isa in args.isas.split(","):
+        for seed in range(args.seed, args.seed + args.seeds):
+            one = copy.copy(args)
+            one.isa, one.seed = isa, seed
+            results.append(((isa, seed), run_worker(one, ",".join(runs))))
+    summary = noise_table(runs[1:], results, runs[0])
+    with open(os.path.join(args.work, "noise.json"), "w") as f:
+        json.dump({"args": vars(args), "summary": summary,
+                   "runs": [[isa, seed, res] for (isa, seed), res in results]}, f, indent=1)
+
+
+def drive(args):
+    require_torch()
+    os.makedirs(args.work, exist_ok=True)
+    results = run_worker(args, args.runs)
     base = results["adamw"]["held_out"]
     failures = []
     print(f"{'run':<12} {'held-out':>9} {'vs adamw':>9} {'train':>7} {'seconds':>8}  frozen_at")
@@ -415,7 +540,7 @@ def resume(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("mode", choices=["drive", "worker", "resume", "resume-worker"])
+    p.add_argument("mode", choices=["drive", "worker", "resume", "resume-worker", "noise"])
     p.add_argument("--phase", choices=["save", "load"], help="resume-worker only")
     p.add_argument("--work", required=True)
     p.add_argument("--world", type=int, default=4)
@@ -424,13 +549,18 @@ def main():
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--ctx", type=int, default=64)
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--tolerance", type=float, default=0.02)
+    p.add_argument("--tolerance", type=float, default=0.035,
+                   help="relative bound on the held-out loss against AdamW: about twice the "
+                   "task's noise floor (docs/convergence.md, 'Noise floors')")
     p.add_argument("--timeout", type=int, default=600)
     p.add_argument("--all", action="store_true",
                    help="also OneBitAdam with topk and the hook with every other codec")
+    p.add_argument("--runs", default="", help="the runs, comma-separated (default: the checked "
+                   "three; hook-none is terse's exact allreduce)")
+    add_noise_args(p, "constant")
     args = p.parse_args()
     {"drive": drive, "worker": worker, "resume": resume,
-     "resume-worker": resume_worker}[args.mode](args)
+     "resume-worker": resume_worker, "noise": noise}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,17 @@ Runs (one torchrun of --world ranks; same model, data, seeds and steps for each)
   sharded-int8         the same with int8, no error feedback
   sharded-onebit-noef  onebit without error feedback: compression broken, must miss the bound
 
+The rate decays along half a cosine from --lr to a tenth of it (--schedule cosine, the default):
+at a constant rate the end of a run is wherever its last steps threw it, and the exact runs
+landed 0.5% (Xeon) and 1.1% (EPYC) from FSDP2's, codecs up to 2.5% apart between the two CPUs;
+decayed, none ends within 0.012% of FSDP2 over 3 seeds x 2 instruction sets, the codecs within
+0.1% (the noise floor: `noise` mode, docs/convergence.md "Noise floors").
+
 Checks (exit 1 with FAIL on any): first the comms alone, as FSDP2 calls them (comm_checks:
 AVG, SUM and PREMUL_SUM exact, the in-place all-gather exact, bad groups, dtypes and weight
-codecs refused with terse.fsdp's message); then none, int8, mxfp8 and bf16-int8 end within --tolerance (1%)
-of fsdp's held-out loss, int8-w8 within --weight-tolerance (5%), and broken does not (so the
-bound can fail); every
+codecs refused with terse.fsdp's message); then none, int8, mxfp8 and bf16-int8 end within
+--tolerance (1%) of fsdp's held-out loss, int8-w8 within --weight-tolerance (5%), and broken does
+not (so the bound can fail); every
 terse run used terse's comms on every unit; int8's weights differ from none's (the codec ran);
 on every rank the full (gathered) weights and every all-gather's output are bit-identical;
 onebit-ef's residuals take 4 bytes per parameter of each unit (and its checkpoints hold no
@@ -29,14 +35,17 @@ server residual), and its
 checkpoint (FSDP's state_dict, the optimizer's, terse.fsdp's residuals, torch.save/load with
 weights_only) resumed for 5 steps repeats the continued run bit for bit on every rank, while the
 same resume with zeroed residuals does not. sharded-onebit ends within --sharded-tolerance (2%)
-of fsdp's held-out loss and sharded-onebit-noef does not; sharded-int8 keeps under 0.3x
-OneBitAdam's optimizer state; sharded-onebit's checkpoint (every rank's, combine()d) resumes bit
-for bit at 4 ranks, and at 2 ranks (resume mode, its state re-laid out for FSDP2's 2-rank
-padding) follows the 4 ranks' continuation on the same global batches within --resume-tolerance
-(2%) above. SKIP (77) without
-a torch that has FSDP2's custom comms (2.8 or later).
+of fsdp's held-out loss, and sharded-onebit-noef at least --ef-gain (0.5%) above sharded-onebit
+(what error feedback buys, measured 0.9-2.3%); sharded-int8 keeps under 0.3x OneBitAdam's
+optimizer state; sharded-onebit's checkpoint (every rank's, combine()d) resumes bit for bit at 4
+ranks, and at 2 ranks (resume mode, its state re-laid out for FSDP2's 2-rank padding) follows the
+4 ranks' continuation on the same global batches within --resume-tolerance (2%) above; that
+checkpoint is taken half-way, where the rate is still 0.55 of --lr, and the run goes on from it.
+SKIP (77) without a torch that has FSDP2's custom comms (2.8 or later).
 
-    python3 tests/torch/fsdp_task.py drive --work /tmp/fsdp-task [--steps 120]
+    python3 tests/torch/fsdp_task.py drive --work /tmp/fsdp-task [--steps 120] [--isa avx2]
+    python3 tests/torch/fsdp_task.py noise --work /tmp/fsdp-noise --seeds 3 \
+        --runs fsdp,none,int8,mxfp8,sharded-onebit,sharded-onebit-noef
 """
 import argparse
 import hashlib
@@ -64,8 +73,12 @@ SHARDED = {"sharded-onebit": ("onebit", True, True), "sharded-int8": ("int8", Fa
            "sharded-onebit-grad": ("onebit", True, False)}
 SHARDED_BROKEN = {"sharded-onebit-noef"}
 SHARDED_WARMUP = 30   # --sharded-warmup
-# After sharded-onebit's checkpoint: CONTINUE steps on every topic's data at once (the same global
-# batch at any world size), the held-out loss every CONTINUE_EVERY, at 4 ranks and resumed at 2.
+# sharded-onebit's checkpoint is taken half-way, where the decaying rate is still 0.55 of --lr, so
+# the exact-resume check runs where the optimizer's state moves the weights most (at the last
+# step's tenth of the rate it hardly does), and the run then goes on from the reloaded checkpoint.
+# After it: CONTINUE steps on every topic's data at once (the same global batch at any world
+# size) at the checkpoint's rate, the held-out loss every CONTINUE_EVERY, at 4 ranks and resumed
+# at 2.
 CONTINUE, CONTINUE_EVERY, RESUME_WORLD = 20, 5, 2
 
 
@@ -78,10 +91,12 @@ def continuation_texts(world, rank, ctx):
 
 def continue_training(model, opt, texts, args, n_chars, held_out):
     """CONTINUE steps, each on `args.batch` sequences of every topic in `texts` (the same global
-    batch whatever the world size); the held-out loss every CONTINUE_EVERY steps."""
+    batch whatever the world size), at the rate of the half-way checkpoint; the held-out loss
+    every CONTINUE_EVERY steps."""
     import torch
     import torch.nn.functional as F
     curve = []
+    adam_task.set_lr(opt, adam_task.lr_at(args, args.steps // 2))
     for s in range(1, CONTINUE + 1):
         seqs = []
         for t, txt in texts:
@@ -146,7 +161,7 @@ def worker(args):
 
     results = {"comm": {"failures": comm_checks(rank, world)}}
     for name in args.runs.split(","):
-        model = adam_task.make_model(len(chars), ctx)
+        model = adam_task.make_model(len(chars), ctx, seed=args.seed)
         reference = adam_task.make_model(len(chars), ctx)   # evaluated with the full weights
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if name.startswith("bf16") else MixedPrecisionPolicy())
@@ -176,10 +191,10 @@ def worker(args):
                                         communicator=state.communicator)
         else:
             opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-        gen = torch.Generator().manual_seed(7 + rank)
+        gen = torch.Generator().manual_seed(adam_task.data_seed(args, rank))
 
-        def train(steps):
-            for _ in range(steps):
+        def train(steps, first=0):
+            for step in range(first, first + steps):
                 at = torch.randint(0, len(mine) - ctx - 1, (batch,), generator=gen)
                 seq = torch.stack([mine[a:a + ctx + 1] for a in at.tolist()])
                 logits = model(seq[:, :-1])
@@ -187,16 +202,69 @@ def worker(args):
                                        seq[:, 1:].reshape(-1))
                 opt.zero_grad()
                 loss.backward()
+                adam_task.set_lr(opt, adam_task.lr_at(args, step))
                 opt.step()
             return loss
 
         def local_weights():
             return torch.cat([p.detach().to_local().reshape(-1) for p in model.parameters()])
 
+        def sharded_checkpoint_checks(at):
+            """sharded-onebit's checkpoint after `at` steps: every rank's file, combine()d,
+            resumed for RESUME steps, must repeat the continued run bit for bit; then the
+            continuation the 2-rank resume repeats (resume()); then the checkpoint once more, from
+            which the run goes on (so its end is the uninterrupted run's, as the check shows)."""
+            out = {}
+            path = os.path.join(args.work, f"sharded-{rank}.pt")
+            torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                        "gen": gen.get_state()}, path)
+            full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v   # every rank gathers
+                    for k, v in model.state_dict().items()}
+            if rank == 0:
+                torch.save(full, os.path.join(args.work, "sharded-full.pt"))
+            dist.barrier()
+            train(RESUME, at)
+            continued = local_weights()
+            ckpts = [torch.load(os.path.join(args.work, f"sharded-{k}.pt"), weights_only=True)
+                     for k in range(world)]
+
+            def restore(optimizer=True):
+                model.load_state_dict(ckpts[rank]["model"])
+                if optimizer:
+                    opt.load_state_dict(combine([c["optim"] for c in ckpts]))
+                gen.set_state(ckpts[rank]["gen"])
+            restore()
+            train(RESUME, at)
+            exact = torch.equal(local_weights(), continued)
+            # The same without loading the optimizer (its state has moved on) must differ, or
+            # the check could not tell whether the state was restored.
+            restore(optimizer=False)
+            train(RESUME, at)
+            flags = torch.tensor([int(exact), int(not torch.equal(local_weights(), continued))])
+            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+            out["resume_exact"] = bool(flags[0]) and bool(flags[1])
+            restore()
+            out["curve"] = continue_training(model, opt, continuation_texts(world, rank, ctx),
+                                             args, len(chars), held_out_loss)
+            reference.load_state_dict(torch.load(os.path.join(args.work, "sharded-full.pt"),
+                                                 weights_only=True))
+            out["checkpoint_held_out"] = held_out_loss(reference)
+            restore()
+            return out
+
         dist.barrier()
         start = time.time()
-        loss = train(args.steps)
-        seconds = time.time() - start
+        if name == "sharded-onebit":
+            half = args.steps // 2
+            train(half)
+            seconds = time.time() - start
+            r_half = sharded_checkpoint_checks(half)
+            start = time.time()
+            loss = train(args.steps - half, half)
+            seconds += time.time() - start
+        else:
+            loss = train(args.steps)
+            seconds = time.time() - start
         full = {k: v.full_tensor() if hasattr(v, "full_tensor") else v   # buffers are not DTensors
                 for k, v in model.state_dict().items()}
         reference.load_state_dict(full)
@@ -229,36 +297,7 @@ def worker(args):
             r["unit_counts"] = {u: rs.feedback.count if rs.feedback is not None else 0
                                 for u, rs, _ in state.units}
         if name == "sharded-onebit":
-            # The sharded optimizer's checkpoint: every rank's file, combine()d, resumed for
-            # RESUME steps, must repeat the continued run bit for bit.
-            path = os.path.join(args.work, f"sharded-{rank}.pt")
-            torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
-                        "gen": gen.get_state()}, path)
-            dist.barrier()
-            train(RESUME)
-            continued = local_weights()
-            ckpts = [torch.load(os.path.join(args.work, f"sharded-{k}.pt"), weights_only=True)
-                     for k in range(world)]
-            model.load_state_dict(ckpts[rank]["model"])
-            opt.load_state_dict(combine([c["optim"] for c in ckpts]))
-            gen.set_state(ckpts[rank]["gen"])
-            train(RESUME)
-            exact = torch.equal(local_weights(), continued)
-            # The same without loading the optimizer (its state has moved on) must differ, or
-            # the check could not tell whether the state was restored.
-            model.load_state_dict(ckpts[rank]["model"])
-            gen.set_state(ckpts[rank]["gen"])
-            train(RESUME)
-            flags = torch.tensor([int(exact), int(not torch.equal(local_weights(), continued))])
-            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-            r["resume_exact"] = bool(flags[0]) and bool(flags[1])
-            # From the checkpoint again, the continuation the 2-rank resume repeats (resume()).
-            if rank == 0:
-                torch.save(full, os.path.join(args.work, "sharded-full.pt"))
-            model.load_state_dict(ckpts[rank]["model"])
-            opt.load_state_dict(combine([c["optim"] for c in ckpts]))
-            r["curve"] = continue_training(model, opt, continuation_texts(world, rank, ctx), args,
-                                           len(chars), held_out_loss)
+            r.update(r_half)
         if name == "onebit-ef":
             # Checkpoint: the residuals through torch.save/load (weights_only) with the model,
             # the optimizer and the data position; RESUME more steps from it must repeat the
@@ -266,7 +305,7 @@ def worker(args):
             path = os.path.join(args.work, f"ckpt-{rank}.pt")
             torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
                         "terse": state.state_dict(), "gen": gen.get_state()}, path)
-            train(RESUME)
+            train(RESUME, args.steps)
             continued = local_weights()
             for zero in (False, True):
                 ckpt = torch.load(path, weights_only=True)
@@ -276,7 +315,7 @@ def worker(args):
                 state.load_state_dict(ckpt["terse"])
                 if zero:
                     state.reset()
-                train(RESUME)
+                train(RESUME, args.steps)
                 r["resume_exact" if not zero else "resume_zeroed_differs"] = (
                     torch.equal(local_weights(), continued) != zero)
             flags = torch.tensor([int(r["resume_exact"]), int(r["resume_zeroed_differs"])])
@@ -314,7 +353,7 @@ def resume(args):
     mesh = init_device_mesh("cpu", (world,))
     chars = adam_task.alphabet()
     _, held_out_loss = adam_task.rank_text(rank, [rank], args.ctx)
-    model = adam_task.make_model(len(chars), args.ctx)
+    model = adam_task.make_model(len(chars), args.ctx, seed=args.seed)
     for layer in model.blocks.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -328,9 +367,10 @@ def resume(args):
     mine = model.state_dict()
     model.load_state_dict({k: distribute_tensor(full[k], mesh, v.placements)
                            if isinstance(v, DTensor) else full[k] for k, v in mine.items()})
-    saved = [torch.load(os.path.join(args.work, f"sharded-{k}.pt"), weights_only=True)["optim"]
-             for k in range(4)]
-    opt.load_state_dict(combine(saved))
+    if not args.fresh_optimizer:
+        saved = [torch.load(os.path.join(args.work, f"sharded-{k}.pt"),
+                            weights_only=True)["optim"] for k in range(4)]
+        opt.load_state_dict(combine(saved))
     out = {"frozen_at": opt.frozen_at, "steps": opt.steps,
            "start": held_out_loss(model)}
     out["curve"] = continue_training(model, opt, continuation_texts(world, rank, args.ctx), args,
@@ -341,7 +381,8 @@ def resume(args):
     dist.all_gather(gathered, flat)
     out["identical"] = all(torch.equal(g, gathered[0]) for g in gathered)
     if rank == 0:
-        with open(os.path.join(args.work, "resume.json"), "w") as f:
+        name = "resume-fresh.json" if args.fresh_optimizer else "resume.json"
+        with open(os.path.join(args.work, name), "w") as f:
             json.dump(out, f)
     dist.barrier()
     terse.ddp.shutdown()
@@ -412,6 +453,7 @@ def launch(args, worker_args):
     env["PYTHONPATH"] = os.path.join(adam_task.ROOT, "python") + os.pathsep + env.get(
         "PYTHONPATH", "")
     env.pop("TERSE_STORE", None)
+    adam_task.isa_env(env, args.isa)
     port = adam_task.free_port_pair()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
            "--master_addr", "127.0.0.1", "--master_port", str(port),
@@ -419,7 +461,7 @@ def launch(args, worker_args):
            os.path.abspath(__file__)] + worker_args + [
            "--work", args.work, "--steps", str(args.steps), "--lr", str(args.lr),
            "--ctx", str(args.ctx), "--batch", str(args.batch),
-           "--sharded-warmup", str(args.sharded_warmup)]
+           "--sharded-warmup", str(args.sharded_warmup)] + adam_task.noise_args(args)
     print("+", " ".join(cmd), flush=True)
     try:
         done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
@@ -448,16 +490,43 @@ def require_fsdp2():
         sys.exit(SKIP)
 
 
+def run_worker(args, runs):
+    """One torchrun of the worker over `runs`; its results.json."""
+    result_file = os.path.join(args.work, "results.json")
+    if os.path.exists(result_file):
+        os.remove(result_file)
+    launch(args, ["worker", "--runs", runs])
+    with open(result_file) as f:
+        return json.load(f)
+
+
+def noise(args):
+    """The task's noise floor: terse's exact collectives (none, summed in another order than
+    FSDP2's gloo) and the checked runs against FSDP2, over --seeds seeds on each of --isas
+    (docs/convergence.md, "Noise floors")."""
+    import copy
+    require_fsdp2()
+    os.makedirs(args.work, exist_ok=True)
+    runs = (args.runs if args.runs != ",".join(RUNS) else "fsdp,none").split(",")
+    results = []
+    for isa in args.isas.split(","):
+        for seed in range(args.seed, args.seed + args.seeds):
+            one = copy.copy(args)
+            one.isa, one.seed = isa, seed
+            res = run_worker(one, ",".join(runs))
+            res.pop("comm")
+            results.append(((isa, seed), res))
+    summary = adam_task.noise_table(runs[1:], results, runs[0])
+    with open(os.path.join(args.work, "noise.json"), "w") as f:
+        json.dump({"args": vars(args), "summary": summary,
+                   "runs": [[isa, seed, res] for (isa, seed), res in results]}, f, indent=1)
+
+
 def drive(args):
     require_fsdp2()
     import torch
     os.makedirs(args.work, exist_ok=True)
-    result_file = os.path.join(args.work, "results.json")
-    if os.path.exists(result_file):
-        os.remove(result_file)
-    launch(args, ["worker", "--runs", args.runs])
-    with open(result_file) as f:
-        results = json.load(f)
+    results = run_worker(args, args.runs)
     comm_failures = results.pop("comm")["failures"]
     base = results["fsdp"]["held_out"]
     limit = base * (1 + args.tolerance)
@@ -481,11 +550,7 @@ def drive(args):
         if name in WITHIN and r["held_out"] > limit:
             failures.append(f"{name} ends at {r['held_out']:.4f}, more than "
                             f"{args.tolerance:.0%} above FSDP2's {base:.4f}")
-        if name in SHARDED_BROKEN and r["held_out"] <= base * (1 + args.sharded_tolerance):
-            failures.append(f"{name} (onebit without error feedback) ends at "
-                            f"{r['held_out']:.4f}, within {args.sharded_tolerance:.0%} of FSDP2's "
-                            f"{base:.4f}: the sharded bound cannot tell broken compression")
-        elif name in SHARDED.keys() - SHARDED_BROKEN - {"sharded-onebit-grad"} and \
+        if name in SHARDED.keys() - SHARDED_BROKEN - {"sharded-onebit-grad"} and \
                 r["held_out"] > base * (1 + args.sharded_tolerance):
             failures.append(f"{name} ends at {r['held_out']:.4f}, more than "
                             f"{args.sharded_tolerance:.0%} above FSDP2's {base:.4f}")
@@ -505,6 +570,16 @@ def drive(args):
             if rs_calls < args.steps or ag_calls < args.steps:
                 failures.append(f"{name}: unit '{unit}' ran {rs_calls} reduce-scatters and "
                                 f"{ag_calls} all-gathers through terse in {args.steps} steps")
+    # What error feedback buys: the same optimizer without it (compression broken) must end
+    # measurably above the run with it. Against FSDP2's AdamW the broken run is not far off once
+    # the rate decays (+0.4%, docs/convergence.md "Noise floors"), so the check compares the
+    # sharded optimizer with itself, whose runs differ only in the error feedback.
+    if "sharded-onebit" in results and "sharded-onebit-noef" in results:
+        good, bad = results["sharded-onebit"]["held_out"], results["sharded-onebit-noef"]["held_out"]
+        if bad <= good * (1 + args.ef_gain):
+            failures.append(f"sharded-onebit-noef (onebit without error feedback) ends at "
+                            f"{bad:.4f}, within {args.ef_gain:.1%} of sharded-onebit's {good:.4f}: "
+                            f"the check cannot tell working error feedback from none")
     if "broken" in results and results["broken"]["held_out"] <= limit:
         failures.append(f"the broken reduce-scatter ends at {results['broken']['held_out']:.4f}, "
                         f"within {args.tolerance:.0%} of FSDP2's {base:.4f}: the bound cannot "
@@ -542,7 +617,8 @@ def drive(args):
           f"{args.tolerance:.0%} of FSDP2's own collectives, int8 weights within "
           f"{args.weight_tolerance:.0%}, the broken one outside, ranks bit-identical, the "
           f"residuals' checkpoint exact; FSDPShardedOneBitAdam with onebit within "
-          f"{args.sharded_tolerance:.0%} (without error feedback outside), its checkpoint exact "
+          f"{args.sharded_tolerance:.0%} (without error feedback {args.ef_gain:.1%} worse), its "
+          f"checkpoint exact "
           f"and resumed at {RESUME_WORLD} ranks within {args.resume_tolerance:.0%}")
 
 
@@ -551,6 +627,7 @@ def check_resume(args, four):
     import copy
     two_args = copy.copy(args)
     two_args.world = RESUME_WORLD
+
     out_file = os.path.join(args.work, "resume.json")
     if os.path.exists(out_file):
         os.remove(out_file)
@@ -560,17 +637,19 @@ def check_resume(args, four):
     failures = []
     print(f"sharded-onebit resumed at {RESUME_WORLD} ranks from the 4 ranks' checkpoint: held-out "
           f"every {CONTINUE_EVERY} steps {['%.4f' % x for x in two['curve']]} against the 4 "
-          f"ranks' {['%.4f' % x for x in four['curve']]} (checkpoint {four['held_out']:.4f}, "
+          f"ranks' {['%.4f' % x for x in four['curve']]} (checkpoint {four['checkpoint_held_out']:.4f}, "
           f"reloaded {two['start']:.4f})")
-    if two["frozen_at"] != args.sharded_warmup or two["steps"] != args.steps:
+    if two["frozen_at"] != args.sharded_warmup or two["steps"] != args.steps // 2:
         failures.append(f"the resumed optimizer is at step {two['steps']} frozen at "
-                        f"{two['frozen_at']}, not {args.steps} and {args.sharded_warmup}")
+                        f"{two['frozen_at']}, not {args.steps // 2} and {args.sharded_warmup}")
     if not two["identical"]:
         failures.append(f"the {RESUME_WORLD} resumed ranks' weights differ")
     # One-sided: at 2 ranks each rank's momentum spans two topics, so onebit loses less and the
-    # resumed curve may fall faster (2026-11-28: 1.0014 against 1.0406 after 20 steps). Losing
-    # the optimizer's state is what the bound is for: the same resume with a fresh optimizer
-    # (warm-up again) ended 5.4% above the 4 ranks' curve.
+    # resumed curve may fall faster. This bound says the resumed run trains on; it cannot tell a
+    # restored optimizer from a lost one (with the decaying rate, a resume with a fresh optimizer,
+    # `resume --fresh-optimizer`, also ends below the 4 ranks' curve: docs/optim.md). Lost state
+    # is caught where it can be exactly: the 4-rank resume above is bit for bit and differs
+    # without the optimizer, and optim_test moves every element's state (deserializeRemapped).
     for k, (a, b) in enumerate(zip(four["curve"], two["curve"])):
         if b > a * (1 + args.resume_tolerance):
             failures.append(f"resumed at {RESUME_WORLD} ranks, the held-out loss after "
@@ -581,7 +660,7 @@ def check_resume(args, four):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("mode", choices=["drive", "worker", "resume"])
+    p.add_argument("mode", choices=["drive", "worker", "resume", "noise"])
     p.add_argument("--work", required=True)
     p.add_argument("--world", type=int, default=4)
     p.add_argument("--runs", default=",".join(RUNS))
@@ -594,9 +673,14 @@ def main():
     p.add_argument("--sharded-tolerance", type=float, default=0.02)
     p.add_argument("--sharded-warmup", type=int, default=SHARDED_WARMUP)
     p.add_argument("--resume-tolerance", type=float, default=0.02)
+    p.add_argument("--fresh-optimizer", action="store_true",
+                   help="resume: do not load the optimizer's state (a lost state, measured by hand)")
+    p.add_argument("--ef-gain", type=float, default=0.005,
+                   help="how much worse sharded-onebit-noef must end than sharded-onebit")
     p.add_argument("--timeout", type=int, default=500)
+    adam_task.add_noise_args(p, "cosine")
     args = p.parse_args()
-    {"drive": drive, "worker": worker, "resume": resume}[args.mode](args)
+    {"drive": drive, "worker": worker, "resume": resume, "noise": noise}[args.mode](args)
 
 
 if __name__ == "__main__":

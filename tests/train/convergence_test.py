@@ -82,10 +82,11 @@ CLOSE_WITHOUT_EF = {"fp16": LOSS_TOL, "bf16": LOSS_TOL, "int8": LOSS_TOL, "fp8":
                     "mxfp8": FP8_TOL}
 
 
-def train(args, world, log, extra):
+def train(args, world, log, extra, env_extra=None):
     cmd = [args.terse_run, "-n", str(world), "--", args.terse_train] + COMMON + extra + ["--log", log]
     env = dict(os.environ)
     env.setdefault("UCX_NET_DEVICES", "lo")
+    env.update(env_extra or {})
     print("+", " ".join(cmd), flush=True)
     try:
         done = subprocess.run(cmd, env=env, timeout=RUN_TIMEOUT_S, stdout=subprocess.PIPE,
@@ -234,9 +235,48 @@ def resume(args):
     return failures
 
 
+# The noise floor of these tasks (docs/convergence.md, "Noise floors"): the same exact run with its
+# sums in another order (TERSE_SMALL_BYTES=0: the ring instead of recursive doubling for these
+# small models) is the smallest perturbation a training run can meet, and how far it moves the
+# final loss is what no codec bound can be tighter than. Measured beside the nearest codecs, over
+# seeds. terse-train's arithmetic is terse's own loops (no BLAS; terse's AVX2 kernels are held
+# bitwise to the portable ones by the codec tests), so another CPU runs the same bits.
+NOISE_RUNS = [
+    # (label, reference label, arguments, environment)
+    ("none", None, ["--codec", "none"], {}),
+    ("none-ring", "none", ["--codec", "none"], {"TERSE_SMALL_BYTES": "0"}),
+    ("fp16", "none", ["--codec", "fp16"], {}),
+    ("int8", "none", ["--codec", "int8"], {}),
+    ("adamw", None, ADAM + ["--optimizer", "adamw", "--codec", "none"], {}),
+    ("adamw-ring", "adamw", ADAM + ["--optimizer", "adamw", "--codec", "none"],
+     {"TERSE_SMALL_BYTES": "0"}),
+    ("onebit-adam", "adamw", ADAM + ADAM_RUNS[2][1], {}),
+]
+
+
+def noise(args):
+    ratios = {label: [] for label, ref, _, _ in NOISE_RUNS if ref}
+    for seed in range(1, args.seeds + 1):
+        final_loss = {}
+        for label, ref, extra, env in NOISE_RUNS:
+            run = train(args, WORLD, os.path.join(args.work, f"noise-{label}-{seed}.json"),
+                        extra + ["--seed", str(seed)], env)
+            final_loss[label] = final(run)[0]
+            if ref:
+                ratios[label].append(final_loss[label] / final_loss[ref])
+        print(f"seed {seed}: " + ", ".join(f"{k} {v:.5f}" for k, v in final_loss.items()),
+              flush=True)
+    for label, x in ratios.items():
+        print(f"{label}: final loss over its reference, min {min(x):.5f} max {max(x):.5f}, "
+              f"spread {max(abs(v - 1) for v in x):.5f} over {len(x)} seeds")
+    with open(os.path.join(args.work, "noise.json"), "w") as f:
+        json.dump(ratios, f, indent=1)
+    return []
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("mode", choices=["convergence", "resume", "adam"])
+    p.add_argument("mode", choices=["convergence", "resume", "adam", "noise"])
     p.add_argument("--terse-run", required=True)
     p.add_argument("--terse-train", required=True)
     p.add_argument("--work", required=True, help="directory for logs and checkpoints")
@@ -247,9 +287,11 @@ def main():
                    help="model of the convergence runs")
     p.add_argument("--split", default="iid", choices=["iid", "noniid"],
                    help="data split of the convergence runs")
+    p.add_argument("--seeds", type=int, default=4, help="noise: seeds 1..N")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    failures = {"convergence": convergence, "resume": resume, "adam": adam}[args.mode](args)
+    failures = {"convergence": convergence, "resume": resume, "adam": adam,
+                "noise": noise}[args.mode](args)
     for f in failures:
         print("FAIL:", f)
     print("PASS" if not failures else f"{len(failures)} failure(s)")
