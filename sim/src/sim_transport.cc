@@ -13,6 +13,8 @@
 #include <simgrid/s4u/Actor.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -254,14 +256,34 @@ class SimWorld {
   // rank (slots_), and once it has ended its receiving host's issuer takes it out with a get
   // and gives the mailbox back. The get is the issuer's, not a rank's: a got communication
   // stays in the getter's list of activities, and an issuer's list goes when it ends.
+  //
+  // The get takes the oldest put of its mailbox, so it must find this transfer's put and no
+  // other: were two puts ever in one mailbox, a get could take the other one while it still
+  // runs, and once keep() let go of this transfer's get, that running communication would
+  // write through a pointer into the freed get when it ends (heap corruption, or SimGrid's
+  // "Cannot copy N bytes: must be sizeof(void*)"). takeSlot keeps the slots exclusive; this
+  // check turns a breach into a clear stop instead of a corrupted heap.
   void drain(const std::shared_ptr<Transfer>& t) {
     static void* sink = nullptr;  // where SimGrid writes the put's payload pointer
     t->got = slots_[t->to][t->slot]->get_async<void>(&sink);
     t->gotAt = simgrid::s4u::Engine::get_clock();
+    if (t->got->get_impl() != t->comm->get_impl()) {
+      std::fprintf(stderr,
+                   "terse-sim: internal error: the mailbox of the transfer %d -> %d (slot %d) "
+                   "held another transfer's put; stopping before it corrupts memory\n",
+                   t->from, t->to, t->slot);
+      std::abort();
+    }
     freeSlots_[t->to].push_back(t->slot);
   }
 
   // A mailbox into `to` with nothing in it, its receiver set.
+  //
+  // A new slot's index is reserved before the first simcall: Mailbox::by_name and
+  // set_receiver are both simcalls, in which other actors run, and the issuers of other hosts
+  // sending to `to` at the same simulated time take slots of `to` too. Reserved after by_name,
+  // two issuers read the same size() and both took that slot, the same mailbox: two puts in
+  // one mailbox, which drain() cannot tell apart.
   int takeSlot(int to) {
     auto& free = freeSlots_[to];
     if (!free.empty()) {
@@ -270,10 +292,11 @@ class SimWorld {
       return slot;
     }
     const int slot = static_cast<int>(slots_[to].size());
+    slots_[to].push_back(nullptr);  // ours from here on; only our put and drain use it
     simgrid::s4u::Mailbox* m = simgrid::s4u::Mailbox::by_name("terse-sim-" + std::to_string(to) +
                                                               "-" + std::to_string(slot));
-    slots_[to].push_back(m);
-    m->set_receiver(anchor_[to]);  // a simcall: other actors run, the slot is ours already
+    m->set_receiver(anchor_[to]);
+    slots_[to][slot] = m;  // by index: other takers may have grown slots_[to] meanwhile
     return slot;
   }
 

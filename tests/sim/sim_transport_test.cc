@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -242,6 +243,60 @@ TEST(SimTransportScale, AllToAllOf256RanksCompletes) {
       EXPECT_EQ(r->traffic[i].bytesSent, 2u * (n - 1) * sizeof(uint64_t));
     }
     return std::string();
+  });
+}
+
+// Senders whose first messages to one receiver are matched at the same simulated time: their
+// hosts' put issuers all add a mailbox to the receiver's pool at once, and each transfer must
+// get a mailbox of its own. Two issuers once took the same one (SimWorld::takeSlot reserved the
+// new slot after a simcall): the receiver's host then took the other, still running, put out
+// of it, let go of that get later, and the running put wrote into the freed get when it ended
+// (heap corruption; terse-sim crashed on two-level and auto calls from 16 to 64 ranks). The
+// messages differ in size, so they end in another order than they were put; the small
+// messages after them make the world let go of the first ended transfers (every 256 kept)
+// while the longest still runs; every byte must arrive.
+TEST(SimTransportScale, SendersGrowingOneReceiversMailboxPoolAtOnceEachGetTheirOwn) {
+  const int n = 8;
+  simulate(n, [&](Transport& t) {
+    const int me = t.rank();
+    // Sender p's first message: the odd ranks' long (different nodes, 10 Gbit/s: milliseconds),
+    // the even ranks' short.
+    auto firstBytes = [](int p) -> size_t { return p % 2 ? (size_t{1} << 20) * p : 64 * p; };
+    constexpr int kSmall = 100;  // per sender, one at a time: 700 transfers in all
+    if (me == 0) {
+      std::vector<std::vector<uint8_t>> first(n);
+      std::vector<TransportRequest*> reqs;
+      for (int p = 1; p < n; ++p) {
+        first[p].assign(firstBytes(p), 0);
+        TransportRequest* q;
+        ASSERT_TRUE(t.irecv(p, 1, first[p].data(), first[p].size(), &q).isOk());
+        reqs.push_back(q);
+      }
+      for (int i = 0; i < kSmall; ++i)
+        for (int p = 1; p < n; ++p) {
+          uint64_t got = 0;
+          TransportRequest* q;
+          ASSERT_TRUE(t.irecv(p, 2, &got, sizeof got, &q).isOk());
+          ASSERT_EQ(waitOk(t, q), sizeof got);
+          ASSERT_EQ(got, static_cast<uint64_t>(p) << 32 | i);
+        }
+      for (int i = 0; i < n - 1; ++i) EXPECT_EQ(waitOk(t, reqs[i]), firstBytes(i + 1));
+      for (int p = 1; p < n; ++p)
+        ASSERT_EQ(std::count(first[p].begin(), first[p].end(), uint8_t(p)),
+                  static_cast<ptrdiff_t>(first[p].size()))
+            << "from rank " << p;
+    } else {
+      std::vector<uint8_t> mine(firstBytes(me), uint8_t(me));
+      TransportRequest* big;
+      ASSERT_TRUE(t.isend(0, 1, mine.data(), mine.size(), &big).isOk());
+      for (int i = 0; i < kSmall; ++i) {
+        const uint64_t v = static_cast<uint64_t>(me) << 32 | i;
+        TransportRequest* q;
+        ASSERT_TRUE(t.isend(0, 2, &v, sizeof v, &q).isOk());
+        ASSERT_EQ(waitOk(t, q), sizeof v);
+      }
+      EXPECT_EQ(waitOk(t, big), mine.size());
+    }
   });
 }
 
