@@ -16,9 +16,10 @@
 //                      compressed allgather.
 #pragma once
 
-#include "terse/collectives/engine.h"
+#include "terse/collectives/collective_op.h"
 #include "terse/collectives/step_lane.h"
 #include "terse/collectives/workspaces.h"
+#include "terse/transport/transport.h"
 
 #include <chrono>
 #include <cstddef>
@@ -27,8 +28,6 @@
 #include <vector>
 
 namespace terse::detail {
-
-using Arithmetic = CollectiveEngine::Arithmetic;
 
 // What a unit may use, and nothing else: the ranks it runs over (a transport, the world's or a
 // group's), the call's settings, named workspaces, the counters of the call in flight and the
@@ -52,7 +51,7 @@ class AlgorithmContext {
   };
 
   AlgorithmContext(Transport& transport, const Settings& settings, Workspaces& workspaces,
-                   CallCounters& counters, CollectiveEngine::ArithmeticHook* hook = nullptr)
+                   CallCounters& counters, ArithmeticHook* hook = nullptr)
       : transport_(&transport),
         settings_(settings),
         workspaces_(&workspaces),
@@ -111,7 +110,7 @@ class AlgorithmContext {
   Settings settings_;
   Workspaces* workspaces_;
   CallCounters* counters_;
-  CollectiveEngine::ArithmeticHook* hook_;
+  ArithmeticHook* hook_;
 };
 
 // ring.cc. After ringReduceScatterCore, chunk `rank` of `work` (float32, the whole tensor)

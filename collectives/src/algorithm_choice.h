@@ -5,7 +5,7 @@
 // the trials.
 #pragma once
 
-#include "terse/collectives/engine.h"
+#include "terse/collectives/collective_op.h"
 
 #include <cstddef>
 #include <string>

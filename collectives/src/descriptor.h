@@ -7,7 +7,7 @@
 // that fuzz/fuzz_peer.cc and the unit tests drive exactly what the engine runs.
 #pragma once
 
-#include "terse/collectives/engine.h"
+#include "terse/collectives/collective_op.h"
 #include "terse/common/status.h"
 
 #include <cstddef>

@@ -2,6 +2,8 @@
 
 #include "typed.h"
 
+#include "terse/collectives/partition.h"
+
 #include <algorithm>
 
 namespace terse {
@@ -35,7 +37,7 @@ Result<std::vector<std::vector<uint8_t>>> simulateCompressedCollective(
     residuals->server.resize(residuals->worker.size());
   const bool allreduce = kind == CollectiveKind::kAllReduce;
   auto chunkOf = [&](int j) {
-    return allreduce ? alignedChunkRange(count, n, j, CollectiveEngine::kChunkAlign)
+    return allreduce ? alignedChunkRange(count, n, j, kCollectiveChunkAlign)
                      : chunkRange(count, n, j);
   };
   size_t maxChunk = 0;

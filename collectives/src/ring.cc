@@ -5,6 +5,8 @@
 #include "requests.h"
 #include "typed.h"
 
+#include "terse/collectives/partition.h"
+
 #include <algorithm>
 #include <cstring>
 

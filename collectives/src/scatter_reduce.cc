@@ -13,6 +13,7 @@
 #include "requests.h"
 #include "typed.h"
 
+#include "terse/collectives/partition.h"
 #include "terse/kernels/numeric.h"
 
 #include <algorithm>
@@ -62,7 +63,7 @@ Status scatterReduce(const AlgorithmContext& ctx, const CollectiveOp& op, uint32
   const Codec& codec = *op.codec;
   const size_t es = dataTypeSize(op.dtype);
   auto chunkOf = [&](int j) {
-    return allreduce ? alignedChunkRange(op.count, n, j, CollectiveEngine::kChunkAlign)
+    return allreduce ? alignedChunkRange(op.count, n, j, kCollectiveChunkAlign)
                      : chunkRange(op.count, n, j);
   };
   size_t seg = ctx.segmentElements(), maxSegs = 0, maxChunk = 0;

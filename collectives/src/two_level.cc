@@ -21,6 +21,7 @@
 
 #include "typed.h"
 
+#include "terse/collectives/partition.h"
 #include "terse/collectives/step_lane.h"
 
 #include <algorithm>

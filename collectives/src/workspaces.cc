@@ -1,6 +1,6 @@
 #include "terse/collectives/workspaces.h"
 
-#include "terse/collectives/engine.h"
+#include "terse/collectives/collective_op.h"
 
 namespace terse::detail {
 

@@ -38,7 +38,7 @@ struct RankRecord {
 
 // Runs `unit` on n ranks, each on a context over its own transport, workspaces and counters.
 std::vector<RankRecord> runUnit(int n, const Unit& unit, size_t segmentElements = 1 << 16,
-                                CollectiveEngine::ArithmeticHook* hook = nullptr) {
+                                ArithmeticHook* hook = nullptr) {
   auto transports = testing::makeInProcWorld(n);
   std::vector<RankRecord> out(n);
   std::vector<std::thread> threads;
@@ -203,10 +203,10 @@ TEST(AlgorithmUnit, CompressedUnitsMatchTheSingleProcessModelBitForBit) {
 }
 
 // Counts what a unit hands to the arithmetic hook, and lets it run.
-class CountingHook : public CollectiveEngine::ArithmeticHook {
+class CountingHook : public ArithmeticHook {
  public:
-  bool take(detail::Arithmetic what, size_t elements) override {
-    (what == detail::Arithmetic::kReduce ? reduced : converted) += elements;
+  bool take(Arithmetic what, size_t elements) override {
+    (what == Arithmetic::kReduce ? reduced : converted) += elements;
     return false;
   }
   std::atomic<size_t> reduced{0}, converted{0};
@@ -260,10 +260,9 @@ struct TwoByTwo {
   }
   // Node steps over (nodeWs, nodeCounters, nodeHook), cross-node steps over their own.
   detail::TwoLevelContext context(const AlgorithmContext& world, Workspaces& nodeWs,
-                                  CallCounters& nodeCounters,
-                                  CollectiveEngine::ArithmeticHook* nodeHook, Workspaces& crossWs,
-                                  CallCounters& crossCounters,
-                                  CollectiveEngine::ArithmeticHook* crossHook, const Codec* none,
+                                  CallCounters& nodeCounters, ArithmeticHook* nodeHook,
+                                  Workspaces& crossWs, CallCounters& crossCounters,
+                                  ArithmeticHook* crossHook, const Codec* none,
                                   StepLane* lane = nullptr) {
     return detail::TwoLevelContext{
         world,

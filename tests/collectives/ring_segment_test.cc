@@ -4,6 +4,8 @@
 #include "algorithm.h"
 #include "requests.h"
 
+#include "terse/collectives/partition.h"
+
 #include <gtest/gtest.h>
 
 namespace terse {

@@ -6,7 +6,7 @@
 // engine's call sequence). tests/collectives and `terse-bench soak` check the engine against it.
 #pragma once
 
-#include "terse/collectives/engine.h"
+#include "terse/collectives/collective_op.h"
 
 #include <cstdint>
 #include <vector>

@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace terse {
-struct CollectiveOp;  // engine.h
+struct CollectiveOp;  // collective_op.h
 
 namespace detail {
 
