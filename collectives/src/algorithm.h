@@ -24,6 +24,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -64,6 +66,14 @@ class AlgorithmContext {
   size_t pipelineDepth() const { return settings_.pipelineDepth; }
   size_t smallBytes() const { return settings_.smallBytes; }
   const Settings& settings() const { return settings_; }
+  ArithmeticHook* hook() const { return hook_; }
+  // This context over another transport (a group's): the same settings, workspaces, counters
+  // and hook.
+  AlgorithmContext over(Transport& transport) const {
+    AlgorithmContext other = *this;
+    other.transport_ = &transport;
+    return other;
+  }
   // The count of bytes handed to the transport (RequestList adds each send's).
   uint64_t* bytesSent() const { return &counters_->bytesSent; }
   const CallCounters& counters() const { return *counters_; }
@@ -165,6 +175,43 @@ size_t twoLevelSegmentElements(size_t configured, int localSize, size_t count);
 inline bool twoLevelPipelines(size_t configured, int localSize, size_t count) {
   return count > twoLevelSegmentElements(configured, localSize, count);
 }
+// Two-level's state on one rank, made from the world's node layout: each node's ranks, this
+// rank's node and local index, the node's and the cross-node group's transports with their step
+// numbers, the uncompressed steps' codec, and what the cross-node steps keep of their own (their
+// residuals across calls, workspaces, counters, and the lane the engine gives a pipelined
+// allreduce). It owns what a TwoLevelContext borrows and builds it, so the engine and the tests
+// need not fill one field by field.
+struct TwoLevelLayout {
+  // The layout of `nodeOfRank` (the node of each rank of `world`, the same on every rank), its
+  // groups in tag spaces `localSpace` and `crossSpace`. Null where two-level cannot run (one
+  // node, one rank per node, nodes of different sizes), with *whyNot saying why; an error for a
+  // layout that is not one (wrong length, a node out of range).
+  static Result<std::unique_ptr<TwoLevelLayout>> make(Transport& world,
+                                                      const std::vector<int>& nodeOfRank,
+                                                      uint32_t localSpace, uint32_t crossSpace,
+                                                      std::string* whyNot);
+
+  // A call's context: `world` (the caller's), node steps over the node's transport with the
+  // world's workspaces, counters and hook, cross-node steps over the cross group's with the
+  // layout's own workspaces and counters (fold them into the call's afterwards,
+  // takeCrossCounters).
+  TwoLevelContext context(const AlgorithmContext& world);
+  // The cross-node steps' counts since the last call, reset.
+  CallCounters takeCrossCounters() { return std::exchange(crossCounters, CallCounters{}); }
+
+  std::vector<std::vector<int>> nodes;  // each node's ranks in rank order, nodes in node order
+  int node = 0, localIndex = 0;         // this rank's
+  std::unique_ptr<Transport> localTransport, crossTransport;
+  uint32_t localSeq = 0, crossSeq = 0;
+  std::shared_ptr<const Codec> none;  // the uncompressed steps' codec
+  // The cross-node step's error-feedback state in reduce-scatter and allgather (stepFeedback in
+  // two_level.cc): kept across calls instead of a tensor-slice allocation per call.
+  ErrorFeedback stepFeedback;
+  Workspaces crossWorkspaces;
+  CallCounters crossCounters;
+  std::unique_ptr<StepLane> lane;  // null: inline
+};
+
 Status twoLevelAllreduce(const TwoLevelContext& t, const CollectiveOp& op);
 Status twoLevelReduceScatter(const TwoLevelContext& t, const CollectiveOp& op);
 Status twoLevelAllgather(const TwoLevelContext& t, const CollectiveOp& op);

@@ -138,66 +138,15 @@ void CollectiveEngine::setTimeout(std::chrono::milliseconds timeout) { timeout_ 
 
 Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint32_t localSpace,
                                         uint32_t crossSpace) {
-  const int n = transport_.size(), r = transport_.rank();
-  if (static_cast<int>(nodeOfRank.size()) != n)
-    return errorInvalidArgument("two-level layout: %zu node entries for a world of %d",
-                                nodeOfRank.size(), n);
-  std::vector<std::vector<int>> nodes;  // the ranks of each node, in rank order
-  for (int i = 0; i < n; ++i) {
-    const int node = nodeOfRank[i];
-    if (node < 0 || node >= n)
-      return errorInvalidArgument("two-level layout: rank %d's node %d is outside 0..%d", i, node,
-                                  n - 1);
-    if (static_cast<int>(nodes.size()) <= node) nodes.resize(node + 1);
-    nodes[node].push_back(i);
-  }
-  nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const auto& v) { return v.empty(); }),
-              nodes.end());
-  twoLevel_.reset();
-  const size_t perNode = nodes[0].size();
-  if (nodes.size() == 1) {
-    twoLevelWhyNot_ = "every rank is on one node";
-    return Status::ok();
-  }
-  if (perNode == 1 &&
-      std::all_of(nodes.begin(), nodes.end(), [](const auto& v) { return v.size() == 1; })) {
-    twoLevelWhyNot_ = "every node has one rank";
-    return Status::ok();
-  }
-  for (const auto& v : nodes) {
-    if (v.size() != perNode) {
-      std::string sizes;
-      for (const auto& w : nodes) sizes += (sizes.empty() ? "" : "+") + std::to_string(w.size());
-      twoLevelWhyNot_ = "the nodes hold different numbers of ranks (" + sizes +
-                        "), so some local index has no rank on some node";
-      return Status::ok();
-    }
-  }
-  // This rank's node and local index; the cross group is the ranks of that local index, one per
-  // node, in node order.
-  std::vector<int> local, cross;
-  for (const auto& v : nodes) {
-    auto at = std::find(v.begin(), v.end(), r);
-    if (at != v.end()) local = v;
-  }
-  const size_t localIndex =
-      static_cast<size_t>(std::find(local.begin(), local.end(), r) - local.begin());
-  for (const auto& v : nodes) cross.push_back(v[localIndex]);
-  auto groups = std::make_unique<TwoLevel>();
-  TERSE_ASSIGN_OR_RETURN(groups->localTransport,
-                         createGroupTransport(transport_, local, localSpace));
-  TERSE_ASSIGN_OR_RETURN(groups->crossTransport,
-                         createGroupTransport(transport_, cross, crossSpace));
-  TERSE_ASSIGN_OR_RETURN(groups->none, makeCodec("none"));
-  groups->crossWorkspaces.setProvider(workspaces_.provider());
-  groups->nodes = nodes;
-  groups->localIndex = static_cast<int>(localIndex);
-  for (size_t k = 0; k < nodes.size(); ++k)
-    if (nodes[k][localIndex] == r) groups->node = static_cast<int>(k);
-  twoLevel_ = std::move(groups);
-  twoLevelWhyNot_.clear();
+  TERSE_ASSIGN_OR_RETURN(
+      auto layout, detail::TwoLevelLayout::make(transport_, nodeOfRank, localSpace, crossSpace,
+                                                &twoLevelWhyNot_));
+  if (layout) layout->crossWorkspaces.setProvider(workspaces_.provider());
+  twoLevel_ = std::move(layout);
   return Status::ok();
 }
+
+CollectiveEngine::~CollectiveEngine() = default;
 
 Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) const {
   const bool perCall = op.algorithm != Algorithm::kAuto;
@@ -669,27 +618,15 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
   // Two-level: units over child contexts on the node's and the cross-node group's transports.
   // The node steps share this engine's workspaces and counters; the cross-node steps have their
   // own, since a pipelined allreduce runs them on the lane at the same time.
-  TwoLevel& g = *twoLevel_;
+  detail::TwoLevelLayout& g = *twoLevel_;
   detail::AlgorithmContext::Settings settings = ctx.settings();
   if (op.twoLevelWhole) settings.twoLevelSegmentElements = ~size_t{0};
   if (!g.lane && laneFactory_ && op.kind == CollectiveKind::kAllReduce &&
       detail::twoLevelPipelines(settings.twoLevelSegmentElements, g.localTransport->size(),
                                 op.count))
     g.lane = laneFactory_();
-  const detail::TwoLevelContext t{
-      detail::AlgorithmContext(transport_, settings, workspaces_, counters_, arithmeticHook_.get()),
-      detail::AlgorithmContext(*g.localTransport, settings, workspaces_, counters_,
-                               arithmeticHook_.get()),
-      detail::AlgorithmContext(*g.crossTransport, settings, g.crossWorkspaces, g.crossCounters,
-                               arithmeticHook_.get()),
-      &g.nodes,
-      g.node,
-      g.localIndex,
-      g.none.get(),
-      &g.stepFeedback,
-      &g.localSeq,
-      &g.crossSeq,
-      g.lane.get()};
+  const detail::TwoLevelContext t = g.context(detail::AlgorithmContext(
+      transport_, settings, workspaces_, counters_, arithmeticHook_.get()));
   Status s = errorInvalidArgument("unknown collective kind %d", static_cast<int>(op.kind));
   switch (op.kind) {
     case CollectiveKind::kAllReduce: s = detail::twoLevelAllreduce(t, op); break;
@@ -697,8 +634,7 @@ Status CollectiveEngine::dispatch(const CollectiveOp& op, uint32_t seq) {
     case CollectiveKind::kAllGather: s = detail::twoLevelAllgather(t, op); break;
     case CollectiveKind::kBarrier: break;  // validate() refuses it before this point
   }
-  counters_ += g.crossCounters;
-  g.crossCounters = detail::CallCounters{};
+  counters_ += g.takeCrossCounters();
   return s;
 }
 

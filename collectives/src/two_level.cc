@@ -23,9 +23,11 @@
 
 #include "terse/collectives/partition.h"
 #include "terse/collectives/step_lane.h"
+#include "terse/transport/group.h"
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 namespace terse {
 
@@ -377,6 +379,82 @@ Status twoLevelAllgather(const TwoLevelContext& t, const CollectiveOp& op) {
                     packed + (ci * nodes + kk) * m * es, part.length * es);
     }
   return Status::ok();
+}
+
+Result<std::unique_ptr<TwoLevelLayout>> TwoLevelLayout::make(Transport& world,
+                                                             const std::vector<int>& nodeOfRank,
+                                                             uint32_t localSpace,
+                                                             uint32_t crossSpace,
+                                                             std::string* whyNot) {
+  const int n = world.size(), r = world.rank();
+  if (static_cast<int>(nodeOfRank.size()) != n)
+    return errorInvalidArgument("two-level layout: %zu node entries for a world of %d",
+                                nodeOfRank.size(), n);
+  std::vector<std::vector<int>> nodes;  // the ranks of each node, in rank order
+  for (int i = 0; i < n; ++i) {
+    const int node = nodeOfRank[i];
+    if (node < 0 || node >= n)
+      return errorInvalidArgument("two-level layout: rank %d's node %d is outside 0..%d", i, node,
+                                  n - 1);
+    if (static_cast<int>(nodes.size()) <= node) nodes.resize(node + 1);
+    nodes[node].push_back(i);
+  }
+  nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const auto& v) { return v.empty(); }),
+              nodes.end());
+  const size_t perNode = nodes[0].size();
+  if (nodes.size() == 1) {
+    *whyNot = "every rank is on one node";
+    return std::unique_ptr<TwoLevelLayout>();
+  }
+  if (perNode == 1 &&
+      std::all_of(nodes.begin(), nodes.end(), [](const auto& v) { return v.size() == 1; })) {
+    *whyNot = "every node has one rank";
+    return std::unique_ptr<TwoLevelLayout>();
+  }
+  for (const auto& v : nodes) {
+    if (v.size() != perNode) {
+      std::string sizes;
+      for (const auto& w : nodes) sizes += (sizes.empty() ? "" : "+") + std::to_string(w.size());
+      *whyNot = "the nodes hold different numbers of ranks (" + sizes +
+                "), so some local index has no rank on some node";
+      return std::unique_ptr<TwoLevelLayout>();
+    }
+  }
+  // This rank's node and local index; the cross group is the ranks of that local index, one per
+  // node, in node order.
+  std::vector<int> local, cross;
+  for (const auto& v : nodes) {
+    auto at = std::find(v.begin(), v.end(), r);
+    if (at != v.end()) local = v;
+  }
+  const size_t localIndex =
+      static_cast<size_t>(std::find(local.begin(), local.end(), r) - local.begin());
+  for (const auto& v : nodes) cross.push_back(v[localIndex]);
+  auto layout = std::make_unique<TwoLevelLayout>();
+  TERSE_ASSIGN_OR_RETURN(layout->localTransport, createGroupTransport(world, local, localSpace));
+  TERSE_ASSIGN_OR_RETURN(layout->crossTransport, createGroupTransport(world, cross, crossSpace));
+  TERSE_ASSIGN_OR_RETURN(layout->none, makeCodec("none"));
+  layout->nodes = nodes;
+  layout->localIndex = static_cast<int>(localIndex);
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (nodes[k][localIndex] == r) layout->node = static_cast<int>(k);
+  whyNot->clear();
+  return layout;
+}
+
+TwoLevelContext TwoLevelLayout::context(const AlgorithmContext& world) {
+  return TwoLevelContext{world,
+                         world.over(*localTransport),
+                         AlgorithmContext(*crossTransport, world.settings(), crossWorkspaces,
+                                          crossCounters, world.hook()),
+                         &nodes,
+                         node,
+                         localIndex,
+                         none.get(),
+                         &stepFeedback,
+                         &localSeq,
+                         &crossSeq,
+                         lane.get()};
 }
 
 }  // namespace detail

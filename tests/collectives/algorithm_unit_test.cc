@@ -241,21 +241,22 @@ TEST(AlgorithmUnit, TheContextsArithmeticHookSeesTheUnitsOwnArithmetic) {
   EXPECT_GE(hook.converted.load(), size_t{n} * count);
 }
 
-// Rank r's part of the 2 nodes x 2 ranks layout the two-level tests run on: its node's and its
-// cross-node group's transports over the world's, and the step state a TwoLevelContext borrows.
+// Rank r's part of the 2 nodes x 2 ranks layout the two-level tests run on: a TwoLevelLayout
+// over the world's transport (its node's and cross-node group's transports, the step state a
+// TwoLevelContext borrows), whose children the tests give workspaces, counters and hooks of
+// their own, to see which child did what.
 struct TwoByTwo {
-  const std::vector<std::vector<int>> nodes = {{0, 1}, {2, 3}};
-  int node = 0, local = 0;
-  std::unique_ptr<Transport> nodeT, crossT;
-  ErrorFeedback stepFeedback;
-  uint32_t nodeSeq = 0, crossSeq = 0;
+  std::unique_ptr<detail::TwoLevelLayout> layout;
+  uint32_t nodeSeq() const { return layout->localSeq; }
+  uint32_t crossSeq() const { return layout->crossSeq; }
 
   Status open(Transport& world, int r) {
-    node = r / 2;
-    local = r % 2;
-    TERSE_ASSIGN_OR_RETURN(nodeT, createGroupTransport(world, nodes[node], 1));
-    TERSE_ASSIGN_OR_RETURN(crossT,
-                           createGroupTransport(world, {nodes[0][local], nodes[1][local]}, 2));
+    std::string whyNot;
+    TERSE_ASSIGN_OR_RETURN(layout,
+                           detail::TwoLevelLayout::make(world, {0, 0, 1, 1}, 1, 2, &whyNot));
+    if (!layout) return errorInternal("rank %d: no two-level layout: %s", r, whyNot.c_str());
+    if (layout->node != r / 2 || layout->localIndex != r % 2)
+      return errorInternal("rank %d: node %d, local index %d", r, layout->node, layout->localIndex);
     return Status::ok();
   }
   // Node steps over (nodeWs, nodeCounters, nodeHook), cross-node steps over their own.
@@ -264,18 +265,14 @@ struct TwoByTwo {
                                   Workspaces& crossWs, CallCounters& crossCounters,
                                   ArithmeticHook* crossHook, const Codec* none,
                                   StepLane* lane = nullptr) {
-    return detail::TwoLevelContext{
-        world,
-        AlgorithmContext(*nodeT, world.settings(), nodeWs, nodeCounters, nodeHook),
-        AlgorithmContext(*crossT, world.settings(), crossWs, crossCounters, crossHook),
-        &nodes,
-        node,
-        local,
-        none,
-        &stepFeedback,
-        &nodeSeq,
-        &crossSeq,
-        lane};
+    detail::TwoLevelContext t = layout->context(world);
+    t.node =
+        AlgorithmContext(*layout->localTransport, world.settings(), nodeWs, nodeCounters, nodeHook);
+    t.cross = AlgorithmContext(*layout->crossTransport, world.settings(), crossWs, crossCounters,
+                               crossHook);
+    t.none = none;
+    t.lane = lane;
+    return t;
   }
 };
 
@@ -304,15 +301,14 @@ TEST(AlgorithmUnit, TwoLevelComposesFlatUnitsOverChildContexts) {
           const detail::TwoLevelContext t =
               layout.context(world, stepWorkspaces, stepCounters[r], &nodeHook, crossWorkspaces,
                              stepCounters[r], &crossHook, none.get());
-          const uint32_t& nodeSeq = layout.nodeSeq;
-          const uint32_t& crossSeq = layout.crossSeq;
           auto in = integers(r, count);
           CollectiveOp op = allreduceOf(in, results[r], *codec);
           op.algorithm = Algorithm::kTwoLevel;
           TERSE_RETURN_IF_ERROR(detail::twoLevelAllreduce(t, op));
           // Three steps: two inside the node, one across.
-          if (nodeSeq != 2 || crossSeq != 1)
-            return errorInternal("steps: %u in the node, %u across", nodeSeq, crossSeq);
+          if (layout.nodeSeq() != 2 || layout.crossSeq() != 1)
+            return errorInternal("steps: %u in the node, %u across", layout.nodeSeq(),
+                                 layout.crossSeq());
           return Status::ok();
         },
         1 << 16, &hook);
@@ -452,8 +448,8 @@ PipelineRun runPipeline(const std::string& spec, size_t count, size_t segmentEle
           }
           TERSE_RETURN_IF_ERROR(detail::twoLevelAllreduce(t, op));
         }
-        run.nodeSteps[r] = layout.nodeSeq;
-        run.crossSteps[r] = layout.crossSeq;
+        run.nodeSteps[r] = layout.nodeSeq();
+        run.crossSteps[r] = layout.crossSeq();
         run.laneJobs[r] = lane ? lane->jobs : 0;
         run.worker[r].assign(ef.worker(), ef.worker() + count);
         run.state[r] = ef.serialize();

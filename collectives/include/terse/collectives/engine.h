@@ -43,12 +43,14 @@ namespace terse {
 namespace detail {
 struct CallDescriptor;   // collectives/src/descriptor.h
 class AlgorithmContext;  // collectives/src/algorithm.h: what the algorithm units see
+struct TwoLevelLayout;   // collectives/src/algorithm.h: two-level's groups and state
 }  // namespace detail
 class AgreedSettings;  // terse/common/env.h
 
 class CollectiveEngine {
  public:
   CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout);
+  ~CollectiveEngine();
 
   // Runs one collective to completion on the calling thread. On error, every request it posted
   // has been cancelled and the message names the failing peer or the disagreement; recv is then
@@ -215,30 +217,11 @@ class CollectiveEngine {
   void countCall(const CollectiveOp& op, const Status& status,
                  std::chrono::steady_clock::time_point start, uint64_t bytesBefore);
 
-  // The two-level layout's groups (enableTwoLevel): this rank's node and its local index's
-  // ranks across nodes, each a group transport that the two-level units run child contexts over
-  // (collectives/src/algorithm.h, TwoLevelContext), with the groups' step sequence numbers.
-  struct TwoLevel {
-    std::unique_ptr<Transport> localTransport, crossTransport;
-    uint32_t localSeq = 0, crossSeq = 0;
-    std::shared_ptr<const Codec> none;    // the uncompressed steps' codec
-    std::vector<std::vector<int>> nodes;  // each node's ranks in rank order, nodes in node order
-    int node = 0, localIndex = 0;         // this rank's
-    // The cross-node step's error-feedback state in reduce-scatter and allgather (two_level.cc,
-    // stepFeedback): kept across calls instead of a tensor-slice allocation per call.
-    ErrorFeedback stepFeedback;
-    // The cross-node steps' own workspaces and counters: the pipelined allreduce runs them on
-    // `lane` while this engine's thread runs node steps in its own (counters folded into the
-    // call's after each call). The lane is made by the engine's factory at the first call that
-    // pipelines, and lives as long as the layout.
-    detail::Workspaces crossWorkspaces;
-    detail::CallCounters crossCounters;
-    std::unique_ptr<StepLane> lane;
-  };
-
   Transport& transport_;
   std::chrono::milliseconds timeout_;
-  std::unique_ptr<TwoLevel> twoLevel_;
+  // The two-level layout (enableTwoLevel; collectives/src/algorithm.h): its groups, their step
+  // numbers, the cross-node steps' own state and lane. Null: calls run flat.
+  std::unique_ptr<detail::TwoLevelLayout> twoLevel_;
   std::string twoLevelWhyNot_ = "no node layout was given (one node)";
   Algorithm defaultAlgorithm_ = Algorithm::kAuto;  // TERSE_ALGO
   struct Chosen {
