@@ -126,8 +126,10 @@ double maxAbsDiff(const Vec& a, const Vec& b) {
   return d;
 }
 
+// An empty vector's data() may be null, which memcmp must not be given even for 0 bytes (UBSan).
 bool bitEqual(const Vec& a, const Vec& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
 }
 
 ShardedOneBitAdamOptions baseOptions(const std::string& codec, int warmup) {
