@@ -47,9 +47,7 @@ void Nvfp4Codec::describe(size_t, wire::Header& h) const {
   h.flags = flags();
 }
 
-wire::Layout Nvfp4Codec::layout(const wire::Header& h) const {
-  return wire::nvfp4Layout(h.count);
-}
+wire::Layout Nvfp4Codec::layout(const wire::Header& h) const { return wire::nvfp4Layout(h.count); }
 
 Status Nvfp4Codec::checkParams(const wire::Header& h) const {
   if (h.param0 != num::kNvfp4Block || h.param1 != 0 || h.flags != flags())

@@ -90,26 +90,26 @@ class CodecBase : public Codec {
 
 // The payload overrides every codec declares (host path, and the device path in CUDA builds).
 #if TERSE_HAVE_CUDA
-#define TERSE_CODEC_DEVICE_OVERRIDES                                                           \
-  Status encodeDevice(const void* in, DataType dt, size_t n, float* residual,                  \
-                      const wire::Payload& payload, const CodecCall& call,                     \
-                      const wire::Header& h) const override;                                   \
-  Status decodeDevice(const wire::ConstPayload& payload, const wire::Header& h, void* out,     \
-                      DataType dt, size_t n, const CodecCall& call) const override;            \
-  Status decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header& h,      \
+#define TERSE_CODEC_DEVICE_OVERRIDES                                                              \
+  Status encodeDevice(const void* in, DataType dt, size_t n, float* residual,                     \
+                      const wire::Payload& payload, const CodecCall& call, const wire::Header& h) \
+      const override;                                                                             \
+  Status decodeDevice(const wire::ConstPayload& payload, const wire::Header& h, void* out,        \
+                      DataType dt, size_t n, const CodecCall& call) const override;               \
+  Status decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header& h,         \
                                 float* acc, size_t n, const CodecCall& call) const override;
 #else
 #define TERSE_CODEC_DEVICE_OVERRIDES
 #endif
-#define TERSE_CODEC_PAYLOAD_OVERRIDES                                                          \
-  wire::Layout layout(const wire::Header& h) const override;                                   \
-  Status encode(const void* in, DataType dt, size_t n, float* residual,                        \
-                const wire::Payload& payload, const CodecCall& call, const wire::Header& h)    \
-      const override;                                                                          \
-  Status decode(const wire::ConstPayload& payload, const wire::Header& h, void* out,           \
-                DataType dt, size_t n) const override;                                         \
-  Status decodeAccumulate(const wire::ConstPayload& payload, const wire::Header& h, float* acc, \
-                          size_t n) const override;                                            \
+#define TERSE_CODEC_PAYLOAD_OVERRIDES                                                             \
+  wire::Layout layout(const wire::Header& h) const override;                                      \
+  Status encode(const void* in, DataType dt, size_t n, float* residual,                           \
+                const wire::Payload& payload, const CodecCall& call, const wire::Header& h)       \
+      const override;                                                                             \
+  Status decode(const wire::ConstPayload& payload, const wire::Header& h, void* out, DataType dt, \
+                size_t n) const override;                                                         \
+  Status decodeAccumulate(const wire::ConstPayload& payload, const wire::Header& h, float* acc,   \
+                          size_t n) const override;                                               \
   TERSE_CODEC_DEVICE_OVERRIDES
 
 // Host-path helpers the codecs share (codecs.cc). Scratch reused by one thread across calls (the

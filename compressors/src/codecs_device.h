@@ -13,7 +13,9 @@ namespace terse {
 
 namespace cu = kernels::cuda;  // the codecs' device kernels
 
-inline cudaStream_t streamOf(const CodecCall& call) { return static_cast<cudaStream_t>(call.stream); }
+inline cudaStream_t streamOf(const CodecCall& call) {
+  return static_cast<cudaStream_t>(call.stream);
+}
 
 inline Status cudaCheck(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::ok();

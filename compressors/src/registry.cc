@@ -112,9 +112,9 @@ using Factory = std::shared_ptr<const Codec> (*)(CodecId id, const CodecOptions&
 struct CodecRow {
   CodecId id;
   const char* name;
-  const char* usage;                   // in the accepted-specs list
+  const char* usage;                     // in the accepted-specs list
   std::array<const Option*, 4> options;  // in the order they are parsed; unused slots null
-  const char* note;                    // after the option list in "it accepts ..."
+  const char* note;                      // after the option list in "it accepts ..."
   CodecOptions defaults;
   Factory make;
 };
@@ -135,22 +135,56 @@ constexpr CodecRow kCodecs[] = {
     {CodecId::kNone, "none", "none", {}, "", {}, makeCastCodec},
     {CodecId::kFp16, "fp16", "fp16", {}, "", {}, makeCastCodec},
     {CodecId::kBf16, "bf16", "bf16", {}, "", {}, makeCastCodec},
-    {CodecId::kInt8, "int8", "int8[:block=N][,round=nearest|stochastic][,seed=N]",
-     {&kBlock, &kRound, &kSeed}, "", withBlock(256), makeInt8Codec},
-    {CodecId::kOnebit, "onebit", "onebit[:block=N]", {&kBlock}, "", withBlock(2048), makeOnebitCodec},
+    {CodecId::kInt8,
+     "int8",
+     "int8[:block=N][,round=nearest|stochastic][,seed=N]",
+     {&kBlock, &kRound, &kSeed},
+     "",
+     withBlock(256),
+     makeInt8Codec},
+    {CodecId::kOnebit,
+     "onebit",
+     "onebit[:block=N]",
+     {&kBlock},
+     "",
+     withBlock(2048),
+     makeOnebitCodec},
     {CodecId::kTopk, "topk", "topk[:ratio=R]", {&kRatio}, "", withRatio(0.01), makeTopkCodec},
-    {CodecId::kFp8, "fp8", "fp8[:format=e4m3|e5m2][,block=N][,round=...][,seed=N]",
-     {&kFp8Format, &kBlock, &kRound, &kSeed}, "", withBlock(256), makeLowbitCodec},
-    {CodecId::kMxfp8, "mxfp8", "mxfp8[:round=...][,seed=N]", {&kRound, &kSeed},
-     " (the OCP MX block is always 32 elements)", withBlock(kernels::kMxBlock),
+    {CodecId::kFp8,
+     "fp8",
+     "fp8[:format=e4m3|e5m2][,block=N][,round=...][,seed=N]",
+     {&kFp8Format, &kBlock, &kRound, &kSeed},
+     "",
+     withBlock(256),
      makeLowbitCodec},
-    {CodecId::kMxfp4, "mxfp4", "mxfp4[:round=...][,seed=N]", {&kRound, &kSeed},
-     " (the OCP MX block is always 32 elements)", withBlock(kernels::kMxBlock),
+    {CodecId::kMxfp8,
+     "mxfp8",
+     "mxfp8[:round=...][,seed=N]",
+     {&kRound, &kSeed},
+     " (the OCP MX block is always 32 elements)",
+     withBlock(kernels::kMxBlock),
      makeLowbitCodec},
-    {CodecId::kInt4, "int4", "int4[:block=N][,round=...][,seed=N]", {&kBlock, &kRound, &kSeed},
-     "", withBlock(64), makeLowbitCodec},
-    {CodecId::kNvfp4, "nvfp4", "nvfp4[:round=...][,seed=N]", {&kRound, &kSeed},
-     " (the NVFP4 block is always 16 elements)", withBlock(16), makeNvfp4Codec},
+    {CodecId::kMxfp4,
+     "mxfp4",
+     "mxfp4[:round=...][,seed=N]",
+     {&kRound, &kSeed},
+     " (the OCP MX block is always 32 elements)",
+     withBlock(kernels::kMxBlock),
+     makeLowbitCodec},
+    {CodecId::kInt4,
+     "int4",
+     "int4[:block=N][,round=...][,seed=N]",
+     {&kBlock, &kRound, &kSeed},
+     "",
+     withBlock(64),
+     makeLowbitCodec},
+    {CodecId::kNvfp4,
+     "nvfp4",
+     "nvfp4[:round=...][,seed=N]",
+     {&kRound, &kSeed},
+     " (the NVFP4 block is always 16 elements)",
+     withBlock(16),
+     makeNvfp4Codec},
 };
 constexpr size_t kCodecCount = sizeof(kCodecs) / sizeof(kCodecs[0]);
 
@@ -189,7 +223,7 @@ bool isRegisteredCodec(uint8_t id) { return id < kCodecCount; }
 
 const char* codecName(CodecId id) {
   return isRegisteredCodec(static_cast<uint8_t>(id)) ? kCodecs[static_cast<size_t>(id)].name
-                                                      : "unknown";
+                                                     : "unknown";
 }
 
 Result<std::shared_ptr<const Codec>> makeCodec(const std::string& specIn) {

@@ -64,7 +64,8 @@ void nvfp4Quantize(const In* in, size_t n, Rounding rounding, uint64_t seed, flo
       float inv = num::int8InvScale(sv);
       for (size_t i = s; i < end; ++i) {
         float v = valueAt(in, residual, i);
-        uint32_t c = num::fpEncodeScaled<num::E2M1>(v, inv, st, st ? num::uniform01(seed, i) : 0.0f);
+        uint32_t c =
+            num::fpEncodeScaled<num::E2M1>(v, inv, st, st ? num::uniform01(seed, i) : 0.0f);
         if (residual) residual[i] = num::residualOf(v, num::fpDecode<num::E2M1>(c) * sv);
         if (i & 1)
           codes[i / 2] = static_cast<uint8_t>(codes[i / 2] | (c << 4));
@@ -86,9 +87,9 @@ void nvfp4DequantizeAccumulate(const float* tensorScale, const uint8_t* scales,
   decode(tensorScale, scales, codes, n, [acc](size_t i, float v) { acc[i] += v; });
 }
 
-#define TERSE_NVFP4(T)                                                                        \
-  template void nvfp4Quantize<T>(const T*, size_t, Rounding, uint64_t, float*, float*,        \
-                                 uint8_t*, uint8_t*);                                         \
+#define TERSE_NVFP4(T)                                                                           \
+  template void nvfp4Quantize<T>(const T*, size_t, Rounding, uint64_t, float*, float*, uint8_t*, \
+                                 uint8_t*);                                                      \
   template void nvfp4Dequantize<T>(const float*, const uint8_t*, const uint8_t*, size_t, T*);
 TERSE_NVFP4(float)
 TERSE_NVFP4(Half)

@@ -96,9 +96,9 @@ struct AddTo {
 }  // namespace
 
 template <typename In>
-cudaError_t nvfp4Quantize(const In* in, size_t n, Rounding rounding, uint64_t seed,
-                          float* residual, uint32_t* amaxScratch, float* tensorScale,
-                          uint8_t* scales, uint8_t* codes, cudaStream_t stream) {
+cudaError_t nvfp4Quantize(const In* in, size_t n, Rounding rounding, uint64_t seed, float* residual,
+                          uint32_t* amaxScratch, float* tensorScale, uint8_t* scales,
+                          uint8_t* codes, cudaStream_t stream) {
   if (amaxScratch == nullptr || tensorScale == nullptr) return cudaErrorInvalidValue;
   if (n > 0 && (in == nullptr || scales == nullptr || codes == nullptr))
     return cudaErrorInvalidValue;
@@ -135,9 +135,9 @@ cudaError_t nvfp4DequantizeAccumulate(const float* tensorScale, const uint8_t* s
   return detail::lastLaunchError();
 }
 
-#define TERSE_PER_TYPE(T)                                                                       \
+#define TERSE_PER_TYPE(T)                                                                        \
   template cudaError_t nvfp4Quantize<T>(const T*, size_t, Rounding, uint64_t, float*, uint32_t*, \
-                                        float*, uint8_t*, uint8_t*, cudaStream_t);              \
+                                        float*, uint8_t*, uint8_t*, cudaStream_t);               \
   template cudaError_t nvfp4Dequantize<T>(const float*, const uint8_t*, const uint8_t*, size_t,  \
                                           T*, cudaStream_t);
 TERSE_PER_TYPE(float)

@@ -27,10 +27,10 @@ enum class CodecId : uint8_t {
   kInt8 = 3,
   kOnebit = 4,
   kTopk = 5,
-  kFp8 = 6,    // fp8:format=e4m3|e5m2 (param1 says which), float32 scale per block
-  kMxfp8 = 7,  // OCP MXFP8: E4M3 elements, E8M0 scale per 32
-  kMxfp4 = 8,  // OCP MXFP4: E2M1 elements, E8M0 scale per 32
-  kInt4 = 9,   // 4-bit signed integers, float32 scale per block
+  kFp8 = 6,     // fp8:format=e4m3|e5m2 (param1 says which), float32 scale per block
+  kMxfp8 = 7,   // OCP MXFP8: E4M3 elements, E8M0 scale per 32
+  kMxfp4 = 8,   // OCP MXFP4: E2M1 elements, E8M0 scale per 32
+  kInt4 = 9,    // 4-bit signed integers, float32 scale per block
   kNvfp4 = 10,  // NVFP4: E2M1 elements, E4M3 scale per 16, float32 scale per message
 };
 const char* codecName(CodecId id);  // "none", "fp16", ...

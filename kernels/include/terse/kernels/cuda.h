@@ -56,9 +56,9 @@ cudaError_t lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const
 // message's largest magnitude between the kernels (the wire may be pinned host memory, where
 // device atomics are not to be relied on).
 template <typename In>
-cudaError_t nvfp4Quantize(const In* in, size_t n, Rounding rounding, uint64_t seed,
-                          float* residual, uint32_t* amaxScratch, float* tensorScale,
-                          uint8_t* scales, uint8_t* codes, cudaStream_t stream);
+cudaError_t nvfp4Quantize(const In* in, size_t n, Rounding rounding, uint64_t seed, float* residual,
+                          uint32_t* amaxScratch, float* tensorScale, uint8_t* scales,
+                          uint8_t* codes, cudaStream_t stream);
 template <typename Out>
 cudaError_t nvfp4Dequantize(const float* tensorScale, const uint8_t* scales, const uint8_t* codes,
                             size_t n, Out* out, cudaStream_t stream);
