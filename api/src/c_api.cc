@@ -283,14 +283,15 @@ terse_status_t terse_allreduce(terse_comm_t* comm, const void* send, void* recv,
                                terse_feedback_t* feedback) {
   TERSE_REQUIRE(comm, "terse_allreduce: comm");
   return guarded([&] {
-    return done(collective(comm, "terse_allreduce", terse::CollectiveKind::kAllReduce, count, dtype,
-                           op,
-                           [&] {
-                             return comm->comm->allreduceAsync(
-                                 send, recv, count, static_cast<terse::DataType>(dtype),
-                                 static_cast<terse::ReduceOp>(op), options(codec, feedback));
-                           })
-                    .wait());
+    return done(
+        collective(comm, "terse_allreduce", terse::CollectiveKind::kAllReduce, count, dtype, op,
+                   [&] {
+                     return terse::submitCall(*comm->comm, terse::CollectiveKind::kAllReduce, send,
+                                              recv, count, static_cast<terse::DataType>(dtype),
+                                              static_cast<terse::ReduceOp>(op),
+                                              options(codec, feedback), true);
+                   })
+            .wait());
   });
 }
 
@@ -302,9 +303,10 @@ terse_status_t terse_reduce_scatter(terse_comm_t* comm, const void* send, void* 
     return done(collective(comm, "terse_reduce_scatter", terse::CollectiveKind::kReduceScatter,
                            count, dtype, op,
                            [&] {
-                             return comm->comm->reduceScatterAsync(
-                                 send, recv, count, static_cast<terse::DataType>(dtype),
-                                 static_cast<terse::ReduceOp>(op), options(codec, feedback));
+                             return terse::submitCall(
+                                 *comm->comm, terse::CollectiveKind::kReduceScatter, send, recv,
+                                 count, static_cast<terse::DataType>(dtype),
+                                 static_cast<terse::ReduceOp>(op), options(codec, feedback), true);
                            })
                     .wait());
   });
@@ -317,9 +319,10 @@ terse_status_t terse_allgather(terse_comm_t* comm, const void* send, void* recv,
     return done(collective(comm, "terse_allgather", terse::CollectiveKind::kAllGather, count, dtype,
                            TERSE_SUM,
                            [&] {
-                             return comm->comm->allgatherAsync(send, recv, count,
-                                                               static_cast<terse::DataType>(dtype),
-                                                               options(codec, feedback));
+                             return terse::submitCall(
+                                 *comm->comm, terse::CollectiveKind::kAllGather, send, recv, count,
+                                 static_cast<terse::DataType>(dtype), terse::ReduceOp::kSum,
+                                 options(codec, feedback), true);
                            })
                     .wait());
   });
@@ -373,7 +376,7 @@ void terse_call_options_default(terse_call_options_t* options) {
 namespace {
 
 // The _ex forms: the options are read (or refused, as a rejected call every rank sees) before
-// the call is submitted; `work` NULL blocks.
+// the call is submitted; `work` NULL blocks (submit's second argument: the caller waits at once).
 template <typename Submit>
 terse_status_t submitEx(terse_comm_t* comm, const char* fn, terse::CollectiveKind kind,
                         size_t count, int dtype, int op, const terse_call_options_t* options,
@@ -396,7 +399,7 @@ terse_status_t submitEx(terse_comm_t* comm, const char* fn, terse::CollectiveKin
     } else {
       terse::CollectiveOptions o = ::options(options->codec, options->feedback);
       if (options->algorithm) o.algorithm = options->algorithm;
-      w = collective(comm, fn, kind, count, dtype, op, [&] { return submit(o); });
+      w = collective(comm, fn, kind, count, dtype, op, [&] { return submit(o, work == nullptr); });
     }
     if (work == nullptr) return done(w.wait());
     *work = liveWork().add(new terse_work{std::move(w)});
@@ -413,10 +416,10 @@ terse_status_t terse_allreduce_ex(terse_comm_t* comm, const void* send, void* re
                                   const terse_call_options_t* options, terse_work_t** work) {
   TERSE_REQUIRE(comm, "terse_allreduce_ex: comm");
   return submitEx(comm, "terse_allreduce_ex", terse::CollectiveKind::kAllReduce, count, dtype, op,
-                  options, work, [&](const terse::CollectiveOptions& o) {
-                    return comm->comm->allreduceAsync(send, recv, count,
-                                                      static_cast<terse::DataType>(dtype),
-                                                      static_cast<terse::ReduceOp>(op), o);
+                  options, work, [&](const terse::CollectiveOptions& o, bool blocking) {
+                    return terse::submitCall(*comm->comm, terse::CollectiveKind::kAllReduce, send,
+                                             recv, count, static_cast<terse::DataType>(dtype),
+                                             static_cast<terse::ReduceOp>(op), o, blocking);
                   });
 }
 
@@ -425,10 +428,10 @@ terse_status_t terse_reduce_scatter_ex(terse_comm_t* comm, const void* send, voi
                                        const terse_call_options_t* options, terse_work_t** work) {
   TERSE_REQUIRE(comm, "terse_reduce_scatter_ex: comm");
   return submitEx(comm, "terse_reduce_scatter_ex", terse::CollectiveKind::kReduceScatter, count,
-                  dtype, op, options, work, [&](const terse::CollectiveOptions& o) {
-                    return comm->comm->reduceScatterAsync(send, recv, count,
-                                                          static_cast<terse::DataType>(dtype),
-                                                          static_cast<terse::ReduceOp>(op), o);
+                  dtype, op, options, work, [&](const terse::CollectiveOptions& o, bool blocking) {
+                    return terse::submitCall(*comm->comm, terse::CollectiveKind::kReduceScatter,
+                                             send, recv, count, static_cast<terse::DataType>(dtype),
+                                             static_cast<terse::ReduceOp>(op), o, blocking);
                   });
 }
 
@@ -437,9 +440,10 @@ terse_status_t terse_allgather_ex(terse_comm_t* comm, const void* send, void* re
                                   terse_work_t** work) {
   TERSE_REQUIRE(comm, "terse_allgather_ex: comm");
   return submitEx(comm, "terse_allgather_ex", terse::CollectiveKind::kAllGather, count, dtype,
-                  TERSE_SUM, options, work, [&](const terse::CollectiveOptions& o) {
-                    return comm->comm->allgatherAsync(send, recv, count,
-                                                      static_cast<terse::DataType>(dtype), o);
+                  TERSE_SUM, options, work, [&](const terse::CollectiveOptions& o, bool blocking) {
+                    return terse::submitCall(*comm->comm, terse::CollectiveKind::kAllGather, send,
+                                             recv, count, static_cast<terse::DataType>(dtype),
+                                             terse::ReduceOp::kSum, o, blocking);
                   });
 }
 

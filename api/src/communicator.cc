@@ -131,8 +131,10 @@ struct Communicator::Impl {
 
   int rank() const { return transport_->rank(); }
   Result<std::shared_ptr<const Codec>> codec(const std::string& spec);
+  // wake: kByWaiter for the blocking forms, which wait at once (CollectiveWorker::Wake).
   Work submitCollective(CollectiveKind kind, const void* send, void* recv, size_t count,
-                        DataType type, ReduceOp op, const CollectiveOptions& options);
+                        DataType type, ReduceOp op, const CollectiveOptions& options,
+                        CollectiveWorker::Wake wake = CollectiveWorker::Wake::kNow);
   // A call whose arguments failed before it reached the engine (codec spec, or the C API's
   // enum checks): joins the ranks' agreement as rejected and completes with `why`.
   Work submitRejected(const CollectiveOp& call, Status why);
@@ -560,7 +562,8 @@ Result<std::shared_ptr<const Codec>> Communicator::Impl::codec(const std::string
 
 Work Communicator::Impl::submitCollective(CollectiveKind kind, const void* send, void* recv,
                                           size_t count, DataType type, ReduceOp op,
-                                          const CollectiveOptions& options) {
+                                          const CollectiveOptions& options,
+                                          CollectiveWorker::Wake wake) {
   CollectiveOp call;
   call.kind = kind;
   call.send = send;
@@ -596,25 +599,29 @@ Work Communicator::Impl::submitCollective(CollectiveKind kind, const void* send,
     }
     if (!made.isOk()) return submitRejected(call, std::move(made));
     // The pick (and the first call's calibration) happens in order on the worker thread.
-    return worker_->submit([this, call, selector, chosen]() mutable -> Status {
-      TERSE_RETURN_IF_ERROR(abortStatus());
-      call.requested = selector->spec();  // agreed on too: auto against int8 is a disagreement
-      TERSE_ASSIGN_OR_RETURN(call.codec, selector->choose(*engine_, call));
-      const std::string picked = call.codec->spec();
-      ++engine_->mutableStats().autoPicks[picked];
-      if (chosen) *chosen = picked;
-      return engine_->run(call);
-    });
+    return worker_->submit(
+        [this, call, selector, chosen]() mutable -> Status {
+          TERSE_RETURN_IF_ERROR(abortStatus());
+          call.requested = selector->spec();  // agreed on too: auto against int8 is a disagreement
+          TERSE_ASSIGN_OR_RETURN(call.codec, selector->choose(*engine_, call));
+          const std::string picked = call.codec->spec();
+          ++engine_->mutableStats().autoPicks[picked];
+          if (chosen) *chosen = picked;
+          return engine_->run(call);
+        },
+        wake);
   }
   auto parsed = codec(options.codec);
   if (!parsed.isOk()) return submitRejected(call, parsed.status());
   std::shared_ptr<const Codec> keep = parsed.value();
   call.codec = keep.get();
   if (chosen) *chosen = keep->spec();
-  return worker_->submit([this, call, keep] {
-    TERSE_RETURN_IF_ERROR(abortStatus());
-    return engine_->run(call);
-  });
+  return worker_->submit(
+      [this, call, keep] {
+        TERSE_RETURN_IF_ERROR(abortStatus());
+        return engine_->run(call);
+      },
+      wake);
 }
 
 Work Communicator::Impl::submitRejected(const CollectiveOp& call, Status why) {
@@ -642,6 +649,33 @@ Work Communicator::allgatherAsync(const void* send, void* recv, size_t count, Da
                                   const CollectiveOptions& options) {
   return impl_->submitCollective(CollectiveKind::kAllGather, send, recv, count, type,
                                  ReduceOp::kSum, options);
+}
+
+Work submitCall(Communicator& comm, CollectiveKind kind, const void* send, void* recv, size_t count,
+                DataType type, ReduceOp op, const CollectiveOptions& options, bool blocking) {
+  return CommunicatorAccess::impl(comm).submitCollective(
+      kind, send, recv, count, type, op, options,
+      blocking ? CollectiveWorker::Wake::kByWaiter : CollectiveWorker::Wake::kNow);
+}
+
+Status Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
+                               ReduceOp op, const CollectiveOptions& options) {
+  return submitCall(*this, CollectiveKind::kAllReduce, send, recv, count, type, op, options, true)
+      .wait();
+}
+
+Status Communicator::reduceScatter(const void* send, void* recv, size_t count, DataType type,
+                                   ReduceOp op, const CollectiveOptions& options) {
+  return submitCall(*this, CollectiveKind::kReduceScatter, send, recv, count, type, op, options,
+                    true)
+      .wait();
+}
+
+Status Communicator::allgather(const void* send, void* recv, size_t count, DataType type,
+                               const CollectiveOptions& options) {
+  return submitCall(*this, CollectiveKind::kAllGather, send, recv, count, type, ReduceOp::kSum,
+                    options, true)
+      .wait();
 }
 
 }  // namespace terse

@@ -136,30 +136,26 @@ class Communicator {
   // codec; a rank that disagrees makes the call fail on every rank (kInvalidUsage), never hang.
   // The *Async forms return at once; the calls run in submission order on the communicator's
   // worker thread, and buffers must stay valid (and send unmodified) until Work::wait() returns.
+  // The blocking forms run on the caller's thread when nothing is queued or running (no
+  // hand-off to the worker thread and back), else in turn like the others.
   // Results of compressed collectives are bit-identical on every rank.
   //
   // allreduce: send and recv hold `count` elements (recv == send is in place).
   Work allreduceAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                       const CollectiveOptions& options = {});
   Status allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
-                   const CollectiveOptions& options = {}) {
-    return allreduceAsync(send, recv, count, type, op, options).wait();
-  }
+                   const CollectiveOptions& options = {});
   // reduce-scatter: send holds `count` elements; recv gets this rank's part,
   // partOf(count) = chunkRange(count, size(), rank()) (the first count % size ranks get one more).
   Work reduceScatterAsync(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                           const CollectiveOptions& options = {});
   Status reduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
-                       const CollectiveOptions& options = {}) {
-    return reduceScatterAsync(send, recv, count, type, op, options).wait();
-  }
+                       const CollectiveOptions& options = {});
   // allgather: send holds this rank's part (partOf(count)), recv gets all `count` elements.
   Work allgatherAsync(const void* send, void* recv, size_t count, DataType type,
                       const CollectiveOptions& options = {});
   Status allgather(const void* send, void* recv, size_t count, DataType type,
-                   const CollectiveOptions& options = {}) {
-    return allgatherAsync(send, recv, count, type, options).wait();
-  }
+                   const CollectiveOptions& options = {});
   // {offset, length} of this rank's part of a `count`-element tensor in reduce-scatter/allgather.
   std::pair<size_t, size_t> partOf(size_t count) const;
   // Bytes this rank has handed to the transport for collectives so far (for benchmark tables;

@@ -8,6 +8,7 @@
 #include <terse/communicator.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace terse {
 
 class Transport;
 struct CollectiveOp;
+enum class CollectiveKind : uint8_t;  // terse/collectives/collective_op.h
 
 // TERSE_TIMEOUT_MS, the one place it is read (communicators and the CollNet plugin use it).
 Result<std::chrono::milliseconds> timeoutFromEnv();
@@ -46,5 +48,11 @@ Transport& transportOf(Communicator& comm);
 // A call whose arguments failed before it reached the engine (the C API's enum checks): joins
 // the ranks' agreement as rejected, so the peers fail the same call, and completes with `why`.
 Work submitRejected(Communicator& comm, const CollectiveOp& call, Status why);
+
+// A collective call of `kind` (allgather ignores `op`), as the *Async forms submit it; with
+// `blocking`, for a caller that waits on the Work at once, as the blocking forms do: it then
+// runs on the caller's thread when nothing is queued or running (CollectiveWorker::Wake).
+Work submitCall(Communicator& comm, CollectiveKind kind, const void* send, void* recv, size_t count,
+                DataType type, ReduceOp op, const CollectiveOptions& options, bool blocking);
 
 }  // namespace terse
