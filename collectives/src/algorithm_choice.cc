@@ -1,37 +1,14 @@
 #include "algorithm_choice.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 namespace terse::detail {
 
-size_t sizeClassOfBytes(size_t bytes) {
-  size_t c = 0;
-  while (c < 63 && (size_t{1} << c) < bytes) ++c;
-  return c;
-}
-
 std::string algorithmChoiceKey(CollectiveKind kind, const std::string& codecSpec, DataType dtype,
                                size_t sizeClass) {
   return std::string(collectiveName(kind)) + " " + codecSpec + " " + dataTypeName(dtype) + " 2^" +
          std::to_string(sizeClass) + " B";
-}
-
-std::vector<double> slowestOfRanks(const std::vector<float>& all, size_t candidates) {
-  std::vector<double> worst(candidates, 0.0);
-  if (candidates == 0) return worst;
-  for (size_t at = 0; at + candidates <= all.size(); at += candidates)
-    for (size_t i = 0; i < candidates; ++i) {
-      const double t = all[at + i];
-      // A rank's non-finite figure (NaN compares false) makes the candidate's figure NaN, so
-      // chooseByTime treats it as unusable on every rank alike.
-      if (std::isnan(t) || std::isnan(worst[i]))
-        worst[i] = std::nan("");
-      else
-        worst[i] = std::max(worst[i], t);
-    }
-  return worst;
 }
 
 AlgorithmChoice chooseByTime(double flatSeconds, double twoLevelSeconds, size_t elements,

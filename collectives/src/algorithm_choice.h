@@ -1,8 +1,9 @@
 // How `auto` picks flat or two-level for a call: by timing both at the call's own size once per
 // (collective, codec, element type, size class) and adopting the faster by the slowest rank's
 // figures, which every rank holds alike (docs/design.md, "Choosing the algorithm"). The pure
-// parts live here so tests can check them without ranks; CollectiveEngine::chooseAlgorithm runs
-// the trials.
+// parts live here so tests can check them without ranks; CollectiveEngine::chooseAlgorithm has
+// the trials timed by auto's measurement routine (terse/collectives/measure.h), which the codec
+// choice shares.
 #pragma once
 
 #include "terse/collectives/collective_op.h"
@@ -13,16 +14,9 @@
 
 namespace terse::detail {
 
-// Calls of (2^(c-1), 2^c] bytes share size class c (a call of 0 or 1 byte is class 0).
-size_t sizeClassOfBytes(size_t bytes);
-
 // The key a choice is kept and reported under, e.g. "allreduce int8 float32 2^26 B".
 std::string algorithmChoiceKey(CollectiveKind kind, const std::string& codecSpec, DataType dtype,
                                size_t sizeClass);
-
-// Each rank's candidate timings, rank after rank (`all[r * candidates + i]`), in; each
-// candidate's slowest rank out. Every rank computes the same from the same gathered figures.
-std::vector<double> slowestOfRanks(const std::vector<float>& all, size_t candidates);
 
 struct AlgorithmChoice {
   Algorithm algorithm = Algorithm::kFlat;

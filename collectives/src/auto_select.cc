@@ -1,66 +1,14 @@
 #include "terse/collectives/auto_select.h"
 
+#include "terse/collectives/measure.h"
 #include "terse/common/logging.h"
 #include "terse/kernels/element_type.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <limits>
 #include <vector>
 
 namespace terse {
-
-namespace {
-
-double seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Best of `reps` timings after one untimed warm-up: the machine is noisy and the minimum is the
-// least disturbed estimate of what the operation itself costs.
-template <typename F>
-Result<double> bestOf(int reps, F&& f) {
-  TERSE_RETURN_IF_ERROR(f());
-  double best = std::numeric_limits<double>::infinity();
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    TERSE_RETURN_IF_ERROR(f());
-    best = std::min(best, seconds(t0));
-  }
-  return best;
-}
-
-// Each rank's timings in, the slowest rank's figure for each entry out (an allgather of n small
-// arrays): every rank then decides on the same numbers.
-Result<std::vector<double>> slowestRank(CollectiveEngine& engine, const Codec* none,
-                                        const std::vector<float>& mine) {
-  const int n = engine.transport().size();
-  const size_t k = mine.size();
-  std::vector<float> all(k * n);
-  CollectiveOp gather;
-  gather.kind = CollectiveKind::kAllGather;
-  gather.send = mine.data();
-  gather.recv = all.data();
-  gather.count = k * n;
-  gather.codec = none;
-  gather.policyWork = true;
-  TERSE_RETURN_IF_ERROR(engine.run(gather));
-  std::vector<double> worst(k, 0.0);
-  for (int r = 0; r < n; ++r)
-    for (size_t i = 0; i < k; ++i) worst[i] = std::max<double>(worst[i], all[r * k + i]);
-  return worst;
-}
-
-// Powers of two: class c holds counts in (2^(c-1), 2^c].
-size_t sizeClassOf(size_t count) {
-  size_t c = 0;
-  while ((size_t{1} << c) < count) ++c;
-  return c;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<AutoSelector>> AutoSelector::create(const std::string& spec,
                                                            double contenderMargin) {
@@ -75,33 +23,28 @@ Result<std::unique_ptr<AutoSelector>> AutoSelector::create(const std::string& sp
   return s;
 }
 
-Status AutoSelector::calibrate(CollectiveEngine& engine, Algorithm algorithm) {
+Status AutoSelector::calibrate(CollectiveEngine& engine, Algorithm algorithm,
+                               const std::function<Status()>& agree) {
   const int n = engine.transport().size();
   const size_t k = codecs_.size();
   // Every candidate's own allreduce at two sizes on this communicator: the fit a_c + b_c * count
   // then holds the link (bandwidth and latency), the codec's speed on these cores, and how well
   // the pipeline overlaps the two, which a sum of separately timed parts would miss.
   const size_t sizes[2] = {size_t{1} << 16, size_t{1} << 20};
-  std::vector<float> buf(sizes[1]), out(sizes[1]);
-  for (size_t i = 0; i < buf.size(); ++i) buf[i] = std::sin(0.001f * static_cast<float>(i));
-  std::vector<float> mine(2 * k, 0.0f);
-  for (size_t c = 0; c < k; ++c) {
+  Measurement m;
+  m.what = "auto codec calibration";
+  m.agree = agree;
+  for (size_t c = 0; c < k; ++c)
     for (int s = 0; s < 2; ++s) {
       CollectiveOp op;
-      op.send = buf.data();
-      op.recv = out.data();
       op.count = sizes[s];
       op.codec = codecs_[c].get();
-      op.policyWork = true;
       op.algorithm = algorithm;
-      TERSE_ASSIGN_OR_RETURN(double t, bestOf(2, [&] { return engine.run(op); }));
-      mine[2 * c + s] = static_cast<float>(t);
+      m.candidates.push_back(op);
+      m.names.push_back(codecs_[c]->spec() + " at " + std::to_string(sizes[s]) + " elements");
     }
-  }
-
   // Every rank adopts the slowest rank's figures, so all of them decide alike.
-  TERSE_ASSIGN_OR_RETURN(std::vector<double> worst,
-                         slowestRank(engine, codecs_.front().get(), mine));
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> worst, measureCandidates(engine, m));
 
   Fit fit;
   fit.intercept.assign(k, 0.0);
@@ -139,32 +82,25 @@ std::vector<std::pair<std::string, double>> AutoSelector::predict(const Collecti
 }
 
 Result<size_t> AutoSelector::refine(CollectiveEngine& engine, const CollectiveOp& op,
-                                    const std::vector<size_t>& contenders) {
+                                    const std::vector<size_t>& contenders,
+                                    const std::function<Status()>& agree) {
+  // The call's own kind, type and size (capped as measure.h caps every trial).
   const size_t count = std::min(op.count, kMaxMeasuredElements);
-  const size_t bytes = count * dataTypeSize(op.dtype);
-  // The call's own kind, type and size on scratch buffers (the caller's may be in place, and
-  // its error-feedback state must not see trial codecs). Smooth varied values: zeros or a
-  // constant would take shortcuts no gradient takes.
-  std::vector<uint8_t> send(bytes), recv(bytes);
-  for (size_t i = 0; i < count; ++i)
-    storeElement(op.dtype, send.data(), i, std::sin(0.001f * static_cast<float>(i)));
-  std::vector<float> mine;
+  Measurement m;
+  m.what = "auto codec measurement at the call's size";
+  m.agree = agree;
   for (size_t c : contenders) {
     CollectiveOp trial;
     trial.kind = op.kind;
-    trial.policyWork = true;
-    trial.send = send.data();
-    trial.recv = recv.data();
     trial.count = count;
     trial.dtype = op.dtype;
     trial.op = op.op;
     trial.algorithm = op.algorithm;  // resolved by choose()
     trial.codec = codecs_[c].get();
-    TERSE_ASSIGN_OR_RETURN(double t, bestOf(2, [&] { return engine.run(trial); }));
-    mine.push_back(static_cast<float>(t));
+    m.candidates.push_back(trial);
+    m.names.push_back(codecs_[c]->spec());
   }
-  TERSE_ASSIGN_OR_RETURN(std::vector<double> worst,
-                         slowestRank(engine, codecs_.front().get(), mine));
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> worst, measureCandidates(engine, m));
   size_t best = 0;
   std::string report;
   for (size_t i = 0; i < contenders.size(); ++i) {
@@ -188,27 +124,29 @@ Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const Collec
   if (!algorithm.isOk()) return codecs_.front().get();
   CollectiveOp op = asked;
   op.algorithm = algorithm.value();
+  // The ranks agree on the call before the first measurement it needs (at most once).
   bool agreed = false;
-  auto agreeOnCall = [&]() -> Status {
+  const std::function<Status()> agreeOnCall = [&]() -> Status {
     if (agreed) return Status::ok();
     agreed = true;
     CollectiveOp mine = op;
     mine.codec = nullptr;  // not chosen yet
     return engine.agree(mine);
   };
-  if (!fits_.count(static_cast<int>(op.algorithm))) {
-    TERSE_RETURN_IF_ERROR(agreeOnCall());
-    TERSE_RETURN_IF_ERROR(calibrate(engine, op.algorithm).withContext("auto codec calibration"));
-  }
+  if (!fits_.count(static_cast<int>(op.algorithm)))
+    TERSE_RETURN_IF_ERROR(calibrate(engine, op.algorithm, agreeOnCall));
   auto predictions = predict(op, n);
   size_t best = 0;
   for (size_t c = 1; c < predictions.size(); ++c)
     if (predictions[c].second < predictions[best].second) best = c;
-  const size_t sizeClass = sizeClassOf(op.count);
+  const size_t es = dataTypeSize(op.dtype);
+  const size_t sizeClass = sizeClassOfBytes(op.count * es);
   if (op.count >= kMinRefinedElements) {
+    // Every call above kMaxMeasuredElements is measured at that size: they share one class.
+    const size_t measuredClass =
+        sizeClassOfBytes(std::min(op.count, kMaxMeasuredElements + 1) * es);
     const auto key = std::make_tuple(static_cast<int>(op.algorithm), static_cast<int>(op.kind),
-                                     static_cast<int>(op.dtype),
-                                     std::min(sizeClass, sizeClassOf(kMaxMeasuredElements) + 1));
+                                     static_cast<int>(op.dtype), measuredClass);
     auto it = refined_.find(key);
     if (it == refined_.end()) {
       std::vector<size_t> contenders;
@@ -217,11 +155,7 @@ Result<const Codec*> AutoSelector::choose(CollectiveEngine& engine, const Collec
           contenders.push_back(c);
       size_t pick = best;
       if (contenders.size() > 1) {
-        TERSE_RETURN_IF_ERROR(agreeOnCall());
-        auto measured = refine(engine, op, contenders);
-        if (!measured.isOk())
-          return measured.status().withContext("auto codec measurement at the call's size");
-        pick = measured.value();
+        TERSE_ASSIGN_OR_RETURN(pick, refine(engine, op, contenders, agreeOnCall));
       }
       it = refined_.emplace(key, pick).first;
     }

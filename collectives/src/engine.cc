@@ -1,4 +1,5 @@
 #include "terse/collectives/engine.h"
+#include "terse/collectives/measure.h"
 
 #include "algorithm.h"
 #include "algorithm_choice.h"
@@ -164,9 +165,8 @@ Result<Algorithm> CollectiveEngine::resolveAlgorithm(const CollectiveOp& op) con
   }
   if (!twoLevel_) return Algorithm::kFlat;
   if (op.codec) {
-    auto it = chosen_.find(
-        detail::algorithmChoiceKey(op.kind, op.codec->spec(), op.dtype,
-                                   detail::sizeClassOfBytes(op.count * dataTypeSize(op.dtype))));
+    auto it = chosen_.find(detail::algorithmChoiceKey(
+        op.kind, op.codec->spec(), op.dtype, sizeClassOfBytes(op.count * dataTypeSize(op.dtype))));
     if (it != chosen_.end()) return it->second.algorithm;
   }
   return Algorithm::kTwoLevel;
@@ -179,121 +179,54 @@ bool CollectiveEngine::choosesByMeasurement(const CollectiveOp& requested) const
 }
 
 Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
-  const size_t es = dataTypeSize(op->dtype);
-  const std::string key = detail::algorithmChoiceKey(op->kind, op->codec->spec(), op->dtype,
-                                                     detail::sizeClassOfBytes(op->count * es));
+  const std::string key =
+      detail::algorithmChoiceKey(op->kind, op->codec->spec(), op->dtype,
+                                 sizeClassOfBytes(op->count * dataTypeSize(op->dtype)));
   auto known = chosen_.find(key);
   if (known != chosen_.end()) {
     op->algorithm = known->second.algorithm;
     op->twoLevelWhole = known->second.twoLevelWhole;
     return Status::ok();
   }
+  // Flat, two-level and, for an allreduce that pipelines, two-level in one segment (the
+  // pipeline's second thread can cost more than its overlap saves where the ranks outnumber the
+  // cores), at the call's own size (measure.h caps it). Every rank decides alike whether the
+  // third runs (same count, settings and layout).
+  const size_t count = std::min(op->count, kMaxMeasuredElements);
+  Measurement m;
+  m.what = "auto algorithm choice";
+  m.feedback = op->feedback != nullptr;
   // The ranks agree on the call first: ranks that disagree on it (another size, say) must hear
   // of it from this call, not find themselves timing different trials.
-  {
+  m.agree = [&]() -> Status {
     CollectiveOp asked = *op;
     asked.algorithm = Algorithm::kAuto;
     const uint32_t seq = nextSeq();
     Status agreed = exchangeDescriptors(asked, seq);
-    if (agreed.code() == StatusCode::kInvalidUsage) return agreed;
-    if (!agreed.isOk()) return giveUp(asked, seq, std::move(agreed));
-  }
-  // Trials at the call's own size (capped: past 2^24 elements both algorithms are well into
-  // their bandwidth-bound regime) on scratch buffers, since the caller's may be in place and its
-  // residuals must not see trial calls. Smooth varied values, which no codec takes a shortcut on.
-  constexpr size_t kMaxTrialElements = size_t{1} << 24;
-  const int n = transport_.size(), r = transport_.rank();
-  const size_t count = std::min(op->count, kMaxTrialElements);
-  const Range mine = chunkRange(count, n, r);
-  const size_t sendCount = op->kind == CollectiveKind::kAllGather ? mine.length : count;
-  const size_t recvCount = op->kind == CollectiveKind::kReduceScatter ? mine.length : count;
-  // With a shared workspace provider (the simulation, whose thousands of ranks cannot each hold
-  // the tensor twice more and whose times do not depend on the values) the trials use two of its
-  // workspaces as they are; real ranks, buffers of their own for the trials only.
-  std::vector<uint8_t> ownSend, ownRecv;
-  uint8_t* send = nullptr;
-  uint8_t* recv = nullptr;
-  if (workspaces_.provider()) {
-    send = scratch(Workspace::kTrialSend, std::max<size_t>(1, sendCount) * es);
-    recv = scratch(Workspace::kTrialRecv, std::max<size_t>(1, recvCount) * es);
-  } else {
-    ownSend.resize(std::max<size_t>(1, sendCount) * es);
-    ownRecv.resize(std::max<size_t>(1, recvCount) * es);
-    send = ownSend.data();
-    recv = ownRecv.data();
-    for (size_t i = 0; i < sendCount; ++i)
-      storeElement(op->dtype, send, i,
-                   std::sin(0.001f * static_cast<float>(i + mine.begin) + static_cast<float>(r)));
-  }
-  std::unique_ptr<ErrorFeedback> feedback;
-  if (op->feedback) {
-    TERSE_ASSIGN_OR_RETURN(ErrorFeedback made, ErrorFeedback::create(op->codec->spec(), sendCount));
-    feedback = std::make_unique<ErrorFeedback>(std::move(made));
-  }
-  CollectiveOp trial;
-  trial.kind = op->kind;
-  trial.send = send;
-  trial.recv = recv;
-  trial.count = count;
-  trial.dtype = op->dtype;
-  trial.op = op->op;
-  trial.codec = op->codec;
-  trial.requested = op->requested;
-  trial.feedback = feedback.get();
-  trial.policyWork = true;
-  auto now = [&] {
-    if (clock_) return clock_();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
+    if (agreed.isOk() || agreed.code() == StatusCode::kInvalidUsage) return agreed;
+    return giveUp(asked, seq, std::move(agreed));
   };
-  // Flat, two-level and, for an allreduce that pipelines, two-level in one segment (the
-  // pipeline's second thread can cost more than its overlap saves where the ranks outnumber the
-  // cores). Every rank decides alike whether the third runs (same count, settings and layout).
-  struct Candidate {
-    Algorithm algorithm;
-    bool whole;
-    const char* name;
+  auto candidate = [&](Algorithm algorithm, bool whole, const char* name) {
+    CollectiveOp trial;
+    trial.kind = op->kind;
+    trial.count = op->count;
+    trial.dtype = op->dtype;
+    trial.op = op->op;
+    trial.codec = op->codec;
+    trial.requested = op->requested;
+    trial.algorithm = algorithm;
+    trial.twoLevelWhole = whole;
+    m.candidates.push_back(trial);
+    m.names.push_back(name);
   };
-  std::vector<Candidate> candidates = {{Algorithm::kFlat, false, "flat"},
-                                       {Algorithm::kTwoLevel, false, "twolevel"}};
+  candidate(Algorithm::kFlat, false, "flat");
+  candidate(Algorithm::kTwoLevel, false, "twolevel");
   if (op->kind == CollectiveKind::kAllReduce &&
       detail::twoLevelPipelines(twoLevelSegmentElems_, twoLevel_->localTransport->size(), count))
-    candidates.push_back({Algorithm::kTwoLevel, true, "twolevel in one segment"});
-  const size_t k = candidates.size();
-  // One untimed call of each, then two timed rounds alternating them (a load that drifts hits
-  // all alike), each after a barrier so that no call pays for the ranks' skew from the one
-  // before; the best of each.
-  std::vector<float> best(k, std::numeric_limits<float>::infinity());
-  // The trials' barriers are auto's, not the caller's: CollectiveStats::barriers counts the
-  // caller's (their bytes count nowhere, as every barrier's).
-  const uint64_t callersBarriers = stats_.barriers;
-  for (int round = 0; round < 3; ++round)
-    for (size_t c = 0; c < k; ++c) {
-      trial.algorithm = candidates[c].algorithm;
-      trial.twoLevelWhole = candidates[c].whole;
-      Status entered = barrier();
-      stats_.barriers = callersBarriers;
-      TERSE_RETURN_IF_ERROR(entered.withContext("auto algorithm choice"));
-      const double t0 = now();
-      TERSE_RETURN_IF_ERROR(run(trial).withContext(std::string("auto algorithm choice, trial of ") +
-                                                   candidates[c].name));
-      if (round > 0) best[c] = std::min(best[c], static_cast<float>(now() - t0));
-    }
-  // Every rank's figures to every rank (a small allgather), so all adopt the same choice.
-  std::vector<float> all(k * static_cast<size_t>(n));
-  std::copy(best.begin(), best.end(), all.begin() + k * r);
-  CollectiveOp gather;
-  gather.kind = CollectiveKind::kAllGather;
-  gather.send = all.data() + k * r;
-  gather.recv = all.data();
-  gather.count = all.size();
-  gather.codec = twoLevel_->none.get();
-  gather.algorithm = Algorithm::kFlat;
-  gather.policyWork = true;
-  TERSE_RETURN_IF_ERROR(run(gather).withContext("auto algorithm choice, gathering the times"));
-  const std::vector<double> worst = detail::slowestOfRanks(all, k);
+    candidate(Algorithm::kTwoLevel, true, "twolevel in one segment");
+  TERSE_ASSIGN_OR_RETURN(std::vector<double> worst, measureCandidates(*this, m));
   const detail::AlgorithmChoice choice =
-      detail::chooseByTime(worst[0], worst[1], count, k == 3 ? worst[2] : -1.0);
+      detail::chooseByTime(worst[0], worst[1], count, worst.size() == 3 ? worst[2] : -1.0);
   chosen_[key] = Chosen{choice.algorithm, choice.twoLevelWhole};
   const std::string chosen = std::string(algorithmName(choice.algorithm)) +
                              (choice.twoLevelWhole ? " in one segment" : "");
@@ -303,6 +236,11 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
   op->algorithm = choice.algorithm;
   op->twoLevelWhole = choice.twoLevelWhole;
   return Status::ok();
+}
+
+double CollectiveEngine::now() const {
+  if (clock_) return clock_();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void CollectiveEngine::setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider) {

@@ -16,16 +16,22 @@
 // its extrapolation to 64 MiB missed by more than the gap between close candidates. So the
 // first call of each (kind, type, power-of-two size class) above the calibrated range, where
 // the model leaves more than one candidate within kContenderMargin of its best, times those
-// contenders' own collective of that kind, type and size (capped at kMaxMeasuredElements) on
-// scratch buffers, best of two after a warm-up, and the class keeps the fastest by the slowest
-// rank's figures. The contenders, sizes and order follow from agreed figures, so every rank
-// runs the same measurement. Picks are logged at INFO the first time each (size class, codec)
-// appears, with the measured times when a class was refined.
+// contenders' own collective of that kind, type and size (capped at kMaxMeasuredElements), and
+// the class keeps the fastest by the slowest rank's figures. The contenders, sizes and order
+// follow from agreed figures, so every rank runs the same measurement. Picks are logged at INFO
+// the first time each (size class, codec) appears, with the measured times when a class was
+// refined.
+//
+// Calibration and refinement time their collectives with auto's one measurement routine
+// (measure.h), which the engine's choice of algorithm uses too: scratch buffers, a warm-up
+// round, best of two timed rounds on the engine's clock (the simulator's simulated time under
+// terse-sim), the slowest rank's figures. Size classes are measure.h's, by bytes.
 #pragma once
 
 #include "terse/collectives/engine.h"
 #include "terse/compressors/auto_spec.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,17 +66,19 @@ class AutoSelector {
 
   // Candidates predicted within this factor of the best are measured at the call's own size.
   static constexpr double kContenderMargin = 1.3;
-  // Calls above 2^20 elements are refined; measurement buffers stop at 2^24 elements (every
-  // larger call shares the 2^24 class: by then time grows linearly for every codec).
+  // Calls above 2^20 elements are refined. Measurements stop at kMaxMeasuredElements
+  // (measure.h): every larger call shares one class, measured at that size.
   static constexpr size_t kMinRefinedElements = (size_t{1} << 20) + 1;
-  static constexpr size_t kMaxMeasuredElements = size_t{1} << 24;
 
  private:
-  // Fits the model for `algorithm` (a resolved one: flat or two-level).
-  Status calibrate(CollectiveEngine& engine, Algorithm algorithm);
+  // Fits the model for `algorithm` (a resolved one: flat or two-level). `agree`: the ranks'
+  // agreement on the caller's call, run before the first trial.
+  Status calibrate(CollectiveEngine& engine, Algorithm algorithm,
+                   const std::function<Status()>& agree);
   // Index into codecs_ of the measured-fastest contender for op's class.
   Result<size_t> refine(CollectiveEngine& engine, const CollectiveOp& op,
-                        const std::vector<size_t>& contenders);
+                        const std::vector<size_t>& contenders,
+                        const std::function<Status()>& agree);
 
   AutoSpec spec_;
   double contenderMargin_ = kContenderMargin;

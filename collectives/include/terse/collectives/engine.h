@@ -109,6 +109,9 @@ class CollectiveEngine {
   // and its groups' engines ask for the same slots while holding earlier answers).
   using WorkspaceProvider = detail::Workspaces::Provider;
   void setWorkspaceProvider(std::shared_ptr<WorkspaceProvider> provider);
+  const std::shared_ptr<WorkspaceProvider>& workspaceProvider() const {
+    return workspaces_.provider();
+  }
 
   // Where the engine's own host arithmetic goes: the float32 sums of uncompressed data and the
   // conversions between the caller's type and float32, which no codec call covers. By default
@@ -131,9 +134,11 @@ class CollectiveEngine {
     twoLevelSegmentElems_ = std::max<size_t>(bytes / 4, 1);
   }
 
-  // The clock auto's algorithm trials are timed with, in seconds (default: steady_clock). The
-  // simulation gives its simulated clock, so its `auto` picks what is faster in simulated time.
+  // The clock auto's measurements (measure.h: its codec and its algorithm choices) are timed
+  // with, in seconds (default: steady_clock). The simulation gives its simulated clock, so its
+  // `auto` picks what is faster in simulated time.
   void setClock(std::function<double()> clock) { clock_ = std::move(clock); }
+  double now() const;
 
   // The settings every rank of a communicator shares (terse/common/env.h, AgreedSettings): the
   // segments, the small-message threshold, the agreement's direct ranks and the default
