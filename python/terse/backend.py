@@ -228,11 +228,12 @@ class TerseBackend(_C10dBackend):
         fb = self._feedback.get(key)
         if fb is None:
             if len(self._feedback) >= self.terse_options.max_feedback_states:
-                raise RuntimeError(
+                # Refused in the collective's place, so the other ranks fail it too.
+                self.comm._refused(RuntimeError(
                     f"terse: this group keeps error feedback for {len(self._feedback)} buffers "
                     f"already (max_feedback_states); residuals are kept per buffer address, so "
                     f"reduce the same buffers every step (as DDP does) or make the group with "
-                    f"feedback=False")
+                    f"feedback=False"))()
             fb = self._feedback[key] = Feedback(self.terse_options.codec, tensor.numel())
         return fb
 
@@ -325,7 +326,8 @@ class TerseBackend(_C10dBackend):
         return rows
 
     def _describe(self, name, tensor, op="", root=-1, extra=""):
-        return f"{name} {op} {str(tensor.dtype)[6:]} {tuple(tensor.shape)} {root} {extra}"
+        text = f"{name}{' ' + op if op else ''} {str(tensor.dtype)[6:]} {tuple(tensor.shape)}"
+        return text + (f" root {root}" if root >= 0 else "") + (f" {extra}" if extra else "")
 
     @staticmethod
     def _as_bytes(tensor):
@@ -581,8 +583,8 @@ class TerseBackend(_C10dBackend):
             if self.comm.rank == root:
                 data = torch.cat([self._as_bytes(t.detach().to("cpu")) for t in ins])
                 if data.numel() != n * self.comm.size:
-                    raise RuntimeError("terse: scatter: the root's inputs differ in size from "
-                                       "the output")
+                    self.comm._refused(RuntimeError(  # the others fail the call too
+                        "terse: scatter: the root's inputs differ in size from the output"))()
             else:
                 data = torch.zeros(n * self.comm.size, dtype=torch.uint8)
             rows = self._gather_bytes(self._describe(name, out, root=root), data, size=data.numel())
@@ -593,22 +595,27 @@ class TerseBackend(_C10dBackend):
 
     def _all_to_all(self, name, send_parts, recv_parts):
         """send_parts[d]: the uint8 bytes for rank d; recv_parts[s]: the tensor to fill from
-        rank s. Every rank's whole send buffer goes to everyone (world times the bytes), with a
-        first exchange of the layouts."""
-        world = self.comm.size
-        lengths = torch.tensor([p.numel() for p in send_parts], dtype=torch.int64)
-        data = torch.cat([lengths.view(torch.uint8)] + list(send_parts))
+        rank s. Every rank's whole send buffer goes to everyone (world times the bytes), after a
+        first exchange of the sizes. Each rank's sizes (sent to and expected from every rank)
+        travel with its data, so every rank checks every pair and a mismatch fails everywhere."""
+        world, me = self.comm.size, self.comm.rank
+        sends = torch.tensor([p.numel() for p in send_parts], dtype=torch.int64)
+        recvs = torch.tensor([o.numel() * o.element_size() for o in recv_parts],
+                             dtype=torch.int64)
+        data = torch.cat([sends.view(torch.uint8), recvs.view(torch.uint8)] + list(send_parts))
         rows = self._gather_bytes(f"{name} {world}", data)
+        layout = [row[:16 * world].clone().view(torch.int64).view(2, world) for row in rows]
+        wrong = [f"rank {s} sends {layout[s][0][d]} bytes to rank {d}, which expects "
+                 f"{layout[d][1][s]}" for s in range(world) for d in range(world)
+                 if layout[s][0][d] != layout[d][1][s]]
+        if wrong:
+            raise RuntimeError(f"terse: {name}: the ranks' split sizes disagree: "
+                               f"{'; '.join(wrong[:4])}")
         for s, out in enumerate(recv_parts):
-            row = rows[s]
-            their = row[:8 * world].clone().view(torch.int64).tolist()
-            start = 8 * world + sum(their[:self.comm.rank])
-            n = their[self.comm.rank]
-            want = out.numel() * out.element_size()
-            if n != want:
-                raise RuntimeError(f"terse: {name}: rank {s} sends {n} bytes to rank "
-                                   f"{self.comm.rank}, which expects {want}")
-            out.copy_(self._from_bytes(row[start:start + n], out.detach().contiguous()))
+            sent = layout[s][0].tolist()
+            start = 16 * world + sum(sent[:me])
+            out.copy_(self._from_bytes(rows[s][start:start + sent[me]],
+                                       out.detach().contiguous()))
 
     def alltoall_base(self, output, input,  # noqa: A002 -- c10d's names
                       output_split_sizes, input_split_sizes, opts):

@@ -280,6 +280,12 @@ def mismatches(dist, torch, group, rank, world, ck, tag):
         ("AVG of int32 on rank 0 (refused there), SUM elsewhere",
          lambda: dist.all_reduce(i.clone(), op=R.AVG if rank == 0 else R.SUM, group=group),
          ["terse"]),
+        ("all_to_all_single: rank 0 expects 2 rows from each, the others send 1",
+         lambda: dist.all_to_all_single(torch.empty(2 * world if rank == 0 else world),
+                                        torch.ones(world), output_split_sizes=[2 if rank == 0
+                                                                               else 1] * world,
+                                        input_split_sizes=[1] * world, group=group),
+         ["split sizes disagree", "which expects 8"]),
         ("float32 SUM on rank 0, int32 MAX elsewhere",
          lambda: dist.all_reduce(torch.ones(6) if rank == 0 else i.clone(),
                                  op=R.SUM if rank == 0 else R.MAX, group=group), ["terse"]),
@@ -351,6 +357,13 @@ def ranks_worker(args):
     exact = matrix_exact_on(dist, torch, fast, rank, world, ck)
     ck.log.append(f"int8 group: {exact} exact collectives stayed exact")
 
+    capped = dist.new_group(pg_options=terse.backend.Options(codec="onebit", feedback=True,
+                                                             max_feedback_states=1))
+    a, b = torch.ones(64), torch.ones(32)
+    dist.all_reduce(a, group=capped)
+    ck.expect("a second residual over max_feedback_states=1",
+              lambda: dist.all_reduce(b, group=capped), ["max_feedback_states"])
+    dist.all_reduce(a, group=capped)  # the first buffer still works
     ck.expect("send", lambda: dist.send(torch.ones(2), dst=(rank + 1) % world),
               ["point-to-point"])
     ck.expect("recv", lambda: dist.recv(torch.ones(2), src=(rank + 1) % world),
@@ -520,6 +533,28 @@ def unit(args):
     ck.expect("a bad codec", lambda: terse.backend.Options(codec="zstd"), ["zstd"])
     ck.check(terse.backend.Options("onebit").feedback and not terse.backend.Options().feedback,
              "feedback defaults")
+    class BrokenStore:
+        def set(self, key, value):
+            raise OSError("the disk is full")
+
+        def check(self, keys):
+            return False
+
+        def add(self, key, n):
+            return 1
+
+        def get(self, key):
+            raise KeyError(key)
+    from terse.comm import Communicator
+
+    def broken():
+        try:
+            Communicator.over_store(0, 2, BrokenStore(), "broken", 2000)
+        except terse.TerseError as e:
+            assert isinstance(e.__cause__, OSError), f"cause {e.__cause__!r}"
+            raise
+    ck.expect("a store that fails", broken, ["caller's store"])
+    ck.expect("rank 3 of 2", lambda: Communicator.over_store(3, 2, BrokenStore()), ["rank 3 of 2"])
     t = torch.arange(6.)
     dist.all_reduce(t)  # still works after the refusals
     ck.check(t.tolist() == [0., 1., 2., 3., 4., 5.], f"after the refusals: {t.tolist()}")
