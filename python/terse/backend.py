@@ -34,7 +34,13 @@ import warnings
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend as _C10dBackend
+
+try:
+    from torch._C._distributed_c10d import Backend as _C10dBackend
+except ImportError as _error:  # torch 1.x: no c10d Backend class to subclass
+    raise ImportError(f"terse.backend needs torch 2.8 or later (a c10d Backend that Python can "
+                      f"subclass, register_backend with devices=); this is torch "
+                      f"{torch.__version__}. The DDP hook (terse.ddp) works with it.") from _error
 
 from . import _lib
 from .comm import _DTYPES, Communicator, Feedback, canonical_spec, codec_info
@@ -181,7 +187,15 @@ class TerseBackend(_C10dBackend):
             # The queue thread reads CUDA tensors on its own stream: what the caller's stream
             # queued must be finished first.
             torch.cuda.current_stream().synchronize()
-        return _Work(self.comm._submit(body), list(outputs))
+        devices = {t.device for t in outputs if t.device.type == "cuda"}
+
+        def run():
+            result = body()
+            for device in devices:
+                # What the queue thread wrote into CUDA outputs is finished before wait() returns.
+                torch.cuda.current_stream(device).synchronize()
+            return result
+        return _Work(self.comm._submit(run if devices else body), list(outputs))
 
     def _refuse(self, name, error):
         """A call this rank refuses still takes its place in the ranks' sequence, so the others

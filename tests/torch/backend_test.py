@@ -46,6 +46,12 @@ def require_torch():
         print(f"SKIP: torch is not importable by {sys.executable} ({e})")
         sys.exit(SKIP)
     sys.path.insert(0, os.environ.get("TERSE_PYTHON_DIR", os.path.join(ROOT, "python")))
+    import torch
+    version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if version < (2, 8):
+        print(f"SKIP: terse.backend needs torch 2.8 or later; {sys.executable} has "
+              f"{torch.__version__}")
+        sys.exit(SKIP)
 
 
 class Checks:
@@ -73,21 +79,34 @@ class Checks:
         self.failures.append(f"{name}: no error (expected one with {words})")
 
 
+def close(a, b):
+    """Within 1% (or 0.01) of the reference: terse's float sums, whose order may differ."""
+    import torch
+    return torch.allclose(a.cpu().double(), b.cpu().double(), rtol=1e-2, atol=1e-2)
+
+
 def same_bits(a, b):
     import torch
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if a.numel() == 0:
         return True
-    return torch.equal(a.contiguous().view(-1).view(torch.uint8),
-                       b.contiguous().view(-1).view(torch.uint8))
+    return torch.equal(a.cpu().contiguous().view(-1).view(torch.uint8),
+                       b.cpu().contiguous().view(-1).view(torch.uint8))
 
 
 # ---------------------------------------------------------------------------------------------
 # The matrix
 
+DEVICE = "cpu"  # where matrix() makes its tensors (gpu mode: "cuda")
+
+
 def inputs(dtype, shape, case, rank, op="SUM"):
-    """Rank `rank`'s input for `case`: every rank can make every rank's."""
+    """Rank `rank`'s input for `case` on DEVICE: every rank can make every rank's."""
+    return _inputs(dtype, shape, case, rank, op).to(DEVICE)
+
+
+def _inputs(dtype, shape, case, rank, op):
     import torch
     # crc32, not hash(): str hashes differ between processes (PYTHONHASHSEED).
     g = torch.Generator().manual_seed(zlib.crc32(f"{case}/{rank}".encode()))
@@ -157,8 +176,7 @@ def matrix(dist, torch, group, rank, world, ck, tag):
                 stats["calls"] += 1
                 terse_float = dtype in FLOATS and op in ("SUM", "AVG")
                 if terse_float:
-                    close = torch.allclose(t.double(), want.double(), rtol=1e-2, atol=1e-2)
-                    ck.check(close, f"{case}: not close to the reference")
+                    ck.check(close(t, want), f"{case}: not close to the reference")
                     if not same_bits(t, want):
                         stats["close_not_identical"].append(case)
                 else:
@@ -169,23 +187,23 @@ def matrix(dist, torch, group, rank, world, ck, tag):
                 for async_op in (False, True):
                     case = f"{tag}-rs-{name}-{op}-{async_op}"
                     xs = [inputs(dtype, (world * 5,), case, r, op) for r in range(world)]
-                    out = torch.empty(5, dtype=dtype)
+                    out = torch.empty(5, dtype=dtype, device=DEVICE)
                     run(lambda a: dist.reduce_scatter_tensor(out, xs[rank].clone(),
                                                              op=getattr(R, op), group=group,
                                                              async_op=a), async_op)
                     want = reference(op, xs, world)[rank * 5:(rank + 1) * 5]
-                    ok = torch.allclose(out.double(), want.double(), rtol=1e-2, atol=1e-2) \
+                    ok = close(out, want) \
                         if dtype in FLOATS and op in ("SUM", "AVG") else same_bits(out, want)
                     ck.check(ok, f"{case}: differs from the reference")
                     stats["calls"] += 1
                 case = f"{tag}-rsl-{name}-{op}"
                 sizes = [r + 2 for r in range(world)]  # uneven parts
                 xs = [inputs(dtype, (sum(sizes),), case, r, op) for r in range(world)]
-                out = torch.empty(sizes[rank], dtype=dtype)
+                out = torch.empty(sizes[rank], dtype=dtype, device=DEVICE)
                 dist.reduce_scatter(out, list(xs[rank].split(sizes)), op=getattr(R, op),
                                     group=group)
                 want = reference(op, xs, world).split(sizes)[rank]
-                ok = torch.allclose(out.double(), want.double(), rtol=1e-2, atol=1e-2) \
+                ok = close(out, want) \
                     if dtype in FLOATS and op in ("SUM", "AVG") else same_bits(out, want)
                 ck.check(ok, f"{case}: differs from the reference")
                 root = world - 1
@@ -195,7 +213,7 @@ def matrix(dist, torch, group, rank, world, ck, tag):
                 dist.reduce(t, group_dst=root, op=getattr(R, op), group=group)
                 if rank == root:
                     want = reference(op, xs, world)
-                    ok = torch.allclose(t.double(), want.double(), rtol=1e-2, atol=1e-2) \
+                    ok = close(t, want) \
                         if dtype in FLOATS and op in ("SUM", "AVG") else same_bits(t, want)
                     ck.check(ok, f"{case}: differs from the reference")
                 stats["calls"] += 2
@@ -204,11 +222,12 @@ def matrix(dist, torch, group, rank, world, ck, tag):
         for async_op in (False, True):
             case = f"{tag}-ag-{name}-{async_op}"
             xs = [inputs(dtype, (3, 2), case, r) for r in range(world)]
-            out = torch.empty((world * 3, 2), dtype=dtype)
+            out = torch.empty((world * 3, 2), dtype=dtype, device=DEVICE)
             run(lambda a: dist.all_gather_into_tensor(out, xs[rank], group=group, async_op=a),
                 async_op)
             ck.check(same_bits(out, torch.cat(xs)), f"{case}: all_gather_into_tensor")
-            outs = [torch.empty(r + 1, dtype=dtype) for r in range(world)]  # uneven sizes
+            # uneven sizes
+            outs = [torch.empty(r + 1, dtype=dtype, device=DEVICE) for r in range(world)]
             xs = [inputs(dtype, (r + 1,), case + "u", r) for r in range(world)]
             run(lambda a: dist.all_gather(outs, xs[rank], group=group, async_op=a), async_op)
             ck.check(all(same_bits(o, x) for o, x in zip(outs, xs)), f"{case}: all_gather")
@@ -217,13 +236,14 @@ def matrix(dist, torch, group, rank, world, ck, tag):
             run(lambda a: dist.broadcast(t, group_src=world - 1, group=group, async_op=a), async_op)
             ck.check(same_bits(t, want), f"{case}: broadcast")
             t = inputs(dtype, (4,), case + "g", rank)
-            gl = [torch.empty(4, dtype=dtype) for _ in range(world)] if rank == 0 else None
+            gl = [torch.empty(4, dtype=dtype, device=DEVICE) for _ in range(world)] \
+                if rank == 0 else None
             run(lambda a: dist.gather(t, gl, group_dst=0, group=group, async_op=a), async_op)
             if rank == 0:
                 ck.check(all(same_bits(o, inputs(dtype, (4,), case + "g", r))
                              for r, o in enumerate(gl)), f"{case}: gather")
             parts = [inputs(dtype, (3,), case + "s", r) for r in range(world)]
-            out = torch.empty(3, dtype=dtype)
+            out = torch.empty(3, dtype=dtype, device=DEVICE)
             run(lambda a: dist.scatter(out, parts if rank == 0 else None, group_src=0, group=group,
                                        async_op=a), async_op)
             ck.check(same_bits(out, parts[rank]), f"{case}: scatter")
@@ -231,14 +251,16 @@ def matrix(dist, torch, group, rank, world, ck, tag):
             sends = [[inputs(dtype, (s + d + 1, 2), f"{case}a{s}{d}", s) for d in range(world)]
                      for s in range(world)]
             inp = torch.cat(sends[rank])
-            out = torch.empty((sum(s + rank + 1 for s in range(world)), 2), dtype=dtype)
+            out = torch.empty((sum(s + rank + 1 for s in range(world)), 2), dtype=dtype,
+                              device=DEVICE)
             run(lambda a: dist.all_to_all_single(
                 out, inp, output_split_sizes=[s + rank + 1 for s in range(world)],
                 input_split_sizes=[rank + d + 1 for d in range(world)], group=group,
                 async_op=a), async_op)
             ck.check(same_bits(out, torch.cat([sends[s][rank] for s in range(world)])),
                      f"{case}: all_to_all_single")
-            outs = [torch.empty((s + rank + 1, 2), dtype=dtype) for s in range(world)]
+            outs = [torch.empty((s + rank + 1, 2), dtype=dtype, device=DEVICE)
+                    for s in range(world)]
             run(lambda a: dist.all_to_all(outs, sends[rank], group=group, async_op=a), async_op)
             ck.check(all(same_bits(outs[s], sends[s][rank]) for s in range(world)),
                      f"{case}: all_to_all")
@@ -247,7 +269,8 @@ def matrix(dist, torch, group, rank, world, ck, tag):
     g = torch.Generator().manual_seed(rank)
     bits = torch.randint(-32768, 32767, (999,), generator=g, dtype=torch.int16)
     bits[:4] = torch.tensor([0x7E01, -0x8000, 0x7C00, 0x0001], dtype=torch.int16)
-    out = torch.empty(world * 999, dtype=torch.float16)
+    bits = bits.to(DEVICE)
+    out = torch.empty(world * 999, dtype=torch.float16, device=DEVICE)
     dist.all_gather_into_tensor(out, bits.view(torch.float16), group=group)
     mine = out.view(torch.int16)[rank * 999:(rank + 1) * 999]
     ck.check(torch.equal(mine, bits), f"{tag}: float16 bit patterns changed by all_gather")
@@ -255,6 +278,7 @@ def matrix(dist, torch, group, rank, world, ck, tag):
     dist.broadcast(t, group_src=0, group=group)
     g0 = torch.Generator().manual_seed(0)
     want = torch.randint(-32768, 32767, (999,), generator=g0, dtype=torch.int16)
+    want = want.to(DEVICE)
     want[:4] = bits[:4]
     ck.check(torch.equal(t.view(torch.int16), want), f"{tag}: broadcast changed bit patterns")
     work = dist.barrier(group=group, async_op=True)
@@ -566,6 +590,35 @@ def unit(args):
 
 
 # ---------------------------------------------------------------------------------------------
+# gpu: the matrix on CUDA tensors (needs a GPU; not registered with ctest, run it by hand or
+# from a device check: backend_test.py gpu --world 2)
+
+def gpu_worker(args):
+    require_torch()
+    import torch
+    import torch.distributed as dist
+    import terse.backend
+    from terse import _lib
+    if not torch.cuda.is_available():
+        print("SKIP: no CUDA device")
+        sys.exit(SKIP)
+    global DEVICE
+    DEVICE = "cuda"
+    torch.cuda.set_device(0)  # every rank on cuda:0, where terse's device path runs
+    dist.init_process_group("terse", timeout=datetime.timedelta(seconds=120))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    ck = Checks()
+    stats = matrix(dist, torch, None, rank, world, ck, "gpu")
+    backend = dist.group.WORLD._get_backend(torch.device("cuda"))
+    ck.log.append(f"gpu: {stats['calls']} collectives on CUDA tensors; library CUDA "
+                  f"(built, usable) {_lib.cuda_info()}; staged: {backend.staged_why or 'no'}; "
+                  f"float SUM/AVG not bit-identical to the reference: "
+                  f"{len(stats['close_not_identical'])}")
+    mismatches(dist, torch, None, rank, world, ck, "gpu")
+    save(args, rank, ck)
+
+
+# ---------------------------------------------------------------------------------------------
 # terse-run: terse's launcher and store instead of torchrun's
 
 def terse_run_worker(args):
@@ -616,6 +669,10 @@ def terse_run(args):
 
 def run_torchrun(args, mode):
     require_torch()
+    import torch
+    if mode == "gpu" and not torch.cuda.is_available():
+        print("SKIP: no CUDA device")
+        sys.exit(SKIP)
     from ddp_hooks import free_port_pair
     os.makedirs(args.work, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", TERSE_CPU_THREADS="1",
@@ -660,7 +717,7 @@ def collect(args, cmd, env, mode="terse-run"):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["unit", "ranks", "ranks-worker", "train", "train-worker",
-                                    "terse-run", "terse-run-worker"])
+                                    "terse-run", "terse-run-worker", "gpu", "gpu-worker"])
     p.add_argument("--terse-run", default=os.path.join(ROOT, "build", "bin", "terse-run"))
     p.add_argument("--world", type=int, default=2)
     p.add_argument("--work", default="/tmp/terse-backend-test")
@@ -670,7 +727,7 @@ def main():
         unit(args)
     elif args.mode.endswith("-worker"):
         {"ranks-worker": ranks_worker, "train-worker": train_worker,
-         "terse-run-worker": terse_run_worker}[args.mode](args)
+         "terse-run-worker": terse_run_worker, "gpu-worker": gpu_worker}[args.mode](args)
     elif args.mode == "terse-run":
         terse_run(args)
     else:
