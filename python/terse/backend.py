@@ -206,7 +206,8 @@ class TerseBackend(_C10dBackend):
 
     def _host(self, tensor):
         """(host tensor to run on, copy-back or None): CPU tensors as they are (contiguous),
-        CUDA tensors staged through a host copy taken now, on the caller's stream."""
+        CUDA tensors staged through a host copy (on the queue thread, after _queue synchronised
+        the caller's stream)."""
         if tensor.device.type == "cpu":
             if tensor.is_contiguous():
                 return tensor, None
