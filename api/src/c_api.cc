@@ -10,6 +10,7 @@
 #include "terse/kernels/device.h"
 #include "terse/optim/onebit_adam.h"
 #include "terse/optim/sharded_onebit_adam.h"
+#include "terse/rendezvous/store.h"
 
 #include <cstddef>
 #include <cstring>
@@ -183,6 +184,54 @@ terse_status_t copyOut(const char* fn, const void* data, size_t bytes, void* buf
   return done(terse::Status::ok());
 }
 
+// The caller's store (terse_store_ops_t) behind terse's Store interface. Calls are serialised
+// here, as the interface promises, so the caller's functions never run concurrently.
+class CallbackStore : public terse::Store {
+ public:
+  explicit CallbackStore(const terse_store_ops_t& ops) : ops_(ops) {}
+
+  terse::Status set(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ops_.set(ops_.user, key.c_str(), value.data(), value.size()) != 0)
+      return terse::errorSystem("the caller's store failed to set key %s", key.c_str());
+    return terse::Status::ok();
+  }
+
+  terse::Result<std::optional<std::string>> tryGet(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int found = 0;
+    const void* value = nullptr;
+    size_t size = 0;
+    if (ops_.get(ops_.user, key.c_str(), &found, &value, &size) != 0)
+      return terse::errorSystem("the caller's store failed to get key %s", key.c_str());
+    if (!found) return std::optional<std::string>();
+    return std::optional<std::string>(bytes(value, size));
+  }
+
+  terse::Result<std::optional<std::string>> setIfAbsent(const std::string& key,
+                                                        const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    int found = 0;
+    const void* existing = nullptr;
+    size_t size = 0;
+    if (ops_.set_if_absent(ops_.user, key.c_str(), value.data(), value.size(), &found, &existing,
+                           &size) != 0)
+      return terse::errorSystem("the caller's store failed to claim key %s", key.c_str());
+    if (!found) return std::optional<std::string>();
+    return std::optional<std::string>(bytes(existing, size));
+  }
+
+  std::string describe() const override { return "caller's store"; }
+
+ private:
+  static std::string bytes(const void* data, size_t size) {
+    return size == 0 ? std::string() : std::string(static_cast<const char*>(data), size);
+  }
+
+  terse_store_ops_t ops_;
+  std::mutex mu_;
+};
+
 }  // namespace
 
 extern "C" {
@@ -204,6 +253,38 @@ terse_status_t terse_comm_create(terse_comm_t** comm) {
   TERSE_REQUIRE(comm, "terse_comm_create: comm");
   return guarded([&] {
     auto made = terse::Communicator::createFromEnv();
+    if (!made.isOk()) return fail(made.status());
+    *comm = new terse_comm{std::move(made).value()};
+    return done(terse::Status::ok());
+  });
+}
+
+terse_status_t terse_comm_create_with_store(int rank, int size, const terse_store_ops_t* store,
+                                            const char* scope, int64_t timeout_ms,
+                                            terse_comm_t** comm) {
+  TERSE_REQUIRE(comm, "terse_comm_create_with_store: comm");
+  TERSE_REQUIRE(store, "terse_comm_create_with_store: store");
+  return guarded([&] {
+    if (store->struct_size != sizeof(terse_store_ops_t))
+      return fail(terse::errorInvalidArgument(
+          "terse_comm_create_with_store: store->struct_size is %zu, this library's "
+          "terse_store_ops_t has %zu bytes",
+          store->struct_size, sizeof(terse_store_ops_t)));
+    if (!store->set || !store->get || !store->set_if_absent)
+      return fail(terse::errorInvalidArgument(
+          "terse_comm_create_with_store: store->set, get and set_if_absent must all be given"));
+    if (size < 1 || rank < 0 || rank >= size)
+      return fail(terse::errorInvalidArgument(
+          "terse_comm_create_with_store: rank %d of %d is not a rank of the world", rank, size));
+    std::chrono::milliseconds timeout(timeout_ms);
+    if (timeout_ms <= 0) {
+      auto fromEnv = terse::timeoutFromEnv();
+      if (!fromEnv.isOk()) return fail(fromEnv.status());
+      timeout = fromEnv.value();
+    }
+    CallbackStore callbacks(*store);
+    auto made = terse::Communicator::createUcx(rank, size, callbacks, timeout,
+                                               scope && *scope ? scope : "comm");
     if (!made.isOk()) return fail(made.status());
     *comm = new terse_comm{std::move(made).value()};
     return done(terse::Status::ok());

@@ -41,6 +41,31 @@ void terse_cuda_info(int* built, int* usable);
 /* Creates this process's communicator from the launcher's environment (terse-run, mpirun, srun,
  * torchrun; see docs/env.md). Blocks until every rank arrived or TERSE_TIMEOUT_MS passed. */
 terse_status_t terse_comm_create(terse_comm_t** comm);
+/* A store the caller provides, for bindings whose framework already has one (the Python
+ * package hands PyTorch's c10d store over): terse meets the other ranks through it instead of
+ * TERSE_STORE. Every function returns 0 on success and nonzero on failure (the creation then fails
+ * naming the key). Values are opaque bytes; keys are NUL-terminated text. get: *found 1 and
+ * *value/*size the value (owned by the caller's side and valid until its next call on this store),
+ * or *found 0 when the key does not exist yet (terse polls). set_if_absent: sets key only if it
+ * does not exist, atomically with respect to the other ranks; *found 0 when this call set it,
+ * else 1 with *value/*size the value that was there. The functions are called only during
+ * terse_comm_create_with_store, one at a time, from the calling thread or terse's. */
+typedef struct terse_store_ops {
+  size_t struct_size; /* sizeof(terse_store_ops_t) */
+  void* user;         /* passed back to every function */
+  int (*set)(void* user, const char* key, const void* value, size_t size);
+  int (*get)(void* user, const char* key, int* found, const void** value, size_t* size);
+  int (*set_if_absent)(void* user, const char* key, const void* value, size_t size, int* found,
+                       const void** existing, size_t* existing_size);
+} terse_store_ops_t;
+/* A communicator of `size` ranks in which this process is `rank`, meeting the others through
+ * `store` with keys under `scope` (every rank of the communicator passes the same scope;
+ * communicators sharing a store need different ones; NULL means "comm"). timeout_ms <= 0 takes
+ * TERSE_TIMEOUT_MS. The transport and the other TERSE_* settings come from the environment as in
+ * terse_comm_create. Blocks until every rank arrived or the timeout passed. */
+terse_status_t terse_comm_create_with_store(int rank, int size, const terse_store_ops_t* store,
+                                            const char* scope, int64_t timeout_ms,
+                                            terse_comm_t** comm);
 /* Finishes queued collectives, then closes the connections. NULL is accepted. */
 void terse_comm_destroy(terse_comm_t* comm);
 int terse_comm_rank(const terse_comm_t* comm);

@@ -1,6 +1,7 @@
 """terse from Python: the C API (libterse.so) through ctypes; a PyTorch DDP communication hook
-(terse.ddp), OneBitAdam (terse.optim) and FSDP2 comms (terse.fsdp), which import torch; the rest
-of the package does not. docs/pytorch.md."""
+(terse.ddp), OneBitAdam (terse.optim), FSDP2 comms (terse.fsdp) and the torch.distributed backend
+"terse" (terse.backend, registered when imported), which import torch; the rest of the package
+does not. docs/pytorch.md."""
 from ._lib import TerseError, library_path, version
 from .comm import Communicator, Feedback, canonical_spec, parse_feedback_header
 

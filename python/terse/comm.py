@@ -89,8 +89,36 @@ class Communicator(_lib.Handle):
     _what = "the communicator"
 
     def __init__(self):
+        self._create(_lib.lib().terse_comm_create)
+        self._describe()
+
+    @classmethod
+    def over_store(cls, rank, size, store, scope="comm", timeout_ms=0):
+        """A communicator of ``size`` ranks in which this process is ``rank``, meeting the others
+        through ``store`` (``terse_comm_create_with_store``) instead of TERSE_STORE: anything with
+        torch's c10d Store methods ``set(key, bytes)``, ``get(key)``, ``check([key])`` and
+        ``add(key, n)``. This module does not import torch; terse.backend hands c10d's store of
+        each process group here. ``scope`` keeps communicators that share the store apart (every
+        rank of one passes the same); ``timeout_ms`` <= 0 takes TERSE_TIMEOUT_MS. Collective over
+        the ``size`` ranks."""
+        for what, value in (("rank", rank), ("size", size)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"terse: {what} must be an int, not {type(value).__name__}")
+        ops = _StoreOps(store)
+        self = cls.__new__(cls)
+        try:
+            self._create(_lib.require(["terse_comm_create_with_store"], "Communicator.over_store")
+                         .terse_comm_create_with_store, rank, size, ctypes.byref(ops.struct),
+                         scope.encode() if scope else None, int(timeout_ms))
+        except _lib.TerseError as error:
+            if ops.error is not None:
+                raise error from ops.error  # the store's own exception says what went wrong
+            raise
+        self._describe()
+        return self
+
+    def _describe(self):
         l = _lib.lib()
-        self._create(l.terse_comm_create)
         handle = self._handle
         self._lock = threading.Lock()
         self._queue = None   # concurrent.futures executor of one thread, made by allreduce_async
@@ -307,6 +335,74 @@ class Communicator(_lib.Handle):
         ``part`` may be the view of ``out`` at this rank's offset (in place). Returns out."""
         return self._in_order(self._sharded_call("allgather", part, out, codec, "avg",
                                                  feedback))
+
+
+_STORE_SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p,
+                              ctypes.c_size_t)
+_STORE_GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                              ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p),
+                              ctypes.POINTER(ctypes.c_size_t))
+_STORE_CLAIM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p,
+                                ctypes.c_size_t, ctypes.POINTER(ctypes.c_int),
+                                ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t))
+
+
+class _StoreOpsStruct(ctypes.Structure):
+    """terse_store_ops_t (terse.h)."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("user", ctypes.c_void_p),
+                ("set", _STORE_SET), ("get", _STORE_GET), ("set_if_absent", _STORE_CLAIM)]
+
+
+class _StoreOps:
+    """A c10d-like store behind terse_store_ops_t. The callbacks keep the last value they handed
+    to C alive until the next call (the contract in terse.h), and remember the first exception
+    the store raised, which the failed creation then names."""
+
+    def __init__(self, store):
+        self.store = store
+        self.error = None
+        self._last = None
+        self.struct = _StoreOpsStruct(struct_size=ctypes.sizeof(_StoreOpsStruct),
+                                      set=_STORE_SET(self._set), get=_STORE_GET(self._get),
+                                      set_if_absent=_STORE_CLAIM(self._claim))
+
+    def _hand_back(self, data, value, size):
+        self._last = ctypes.create_string_buffer(bytes(data), max(len(data), 1))
+        value[0] = ctypes.cast(self._last, ctypes.c_void_p).value
+        size[0] = len(data)
+
+    def _guarded(self, body):
+        try:
+            body()
+            return 0
+        except BaseException as error:  # noqa: BLE001 -- must not unwind through C
+            if self.error is None:
+                self.error = error
+            return 1
+
+    def _set(self, _user, key, value, size):
+        return self._guarded(lambda: self.store.set(key.decode(), ctypes.string_at(value, size)))
+
+    def _get(self, _user, key, found, value, size):
+        def body():
+            name = key.decode()
+            found[0] = 1 if self.store.check([name]) else 0
+            if found[0]:
+                self._hand_back(self.store.get(name), value, size)
+        return self._guarded(body)
+
+    def _claim(self, _user, key, value, size, found, existing, existing_size):
+        # c10d's compare_set cannot tell "I set it" from "it held the same value", so the claim is
+        # a counter: the first to add() writes the value, the others read it (get waits for it).
+        def body():
+            name = key.decode()
+            if self.store.add(name + "/claim", 1) == 1:
+                found[0] = 0
+                self.store.set(name, ctypes.string_at(value, size))
+            else:
+                found[0] = 1
+                self._hand_back(self.store.get(name), existing, existing_size)
+        return self._guarded(body)
 
 
 _HEADER = struct.Struct("<IIIiQQQ")  # docs/wire-format.md, "Error-feedback checkpoint"
