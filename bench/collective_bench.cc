@@ -314,8 +314,7 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       // What auto can run: flat without a two-level layout or with TERSE_ALGO=flat; otherwise
       // the engine measures both and the row names what its timed calls ran (Run::ran).
       if (algo == "auto") {
-        auto env = envEnum("TERSE_ALGO");
-        bool flat = env.isOk() && env.value() == "flat";
+        const bool flat = engineOf(comm).defaultAlgorithm() == Algorithm::kFlat;
         p.algoLabel = !flat && comm.twoLevelUnavailable().empty() ? "twolevel" : "flat";
       }
       if (isAutoSpec(spec)) {

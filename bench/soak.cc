@@ -502,7 +502,7 @@ int soakMain(int argc, char** argv) {
     }
   }
   if (!opt.seedGiven) {
-    auto fixed = envInt("TERSE_TEST_SEED");
+    auto fixed = kTestSeedSetting.readInt();
     if (fixed.isOk()) {
       opt.seed = static_cast<uint64_t>(fixed.value());
     } else {

@@ -29,8 +29,9 @@ inline const EnvSetting kFuzzWriteSeedsSetting{
 // formats, so they stay valid when a format changes.
 template <typename WriteSeeds>
 void maybeWriteSeeds(WriteSeeds write) {
-  const char* dir = std::getenv("TERSE_FUZZ_WRITE_SEEDS");
-  if (!dir || !*dir) return;
+  const std::string dirText = kFuzzWriteSeedsSetting.readRaw();  // "" when unset
+  const char* dir = dirText.c_str();
+  if (!*dir) return;
   int count = 0;
   auto put = [&](const std::vector<uint8_t>& bytes) {
     std::string path = std::string(dir) + "/seed-" + std::to_string(count++);

@@ -66,11 +66,11 @@ const EnvSetting kEfPeriodSetting{
 Result<Config> loadConfig() {
   Config c;
   TERSE_ASSIGN_OR_RETURN(c.timeout, timeoutFromEnv());
-  TERSE_ASSIGN_OR_RETURN(std::string periodValue, envString(kEfPeriodSetting.name()));
+  TERSE_ASSIGN_OR_RETURN(std::string periodValue, kEfPeriodSetting.readText());
   auto parsedPeriod = parsePeriodSetting(periodValue);
   if (!parsedPeriod.isOk()) return parsedPeriod.status().withContext(kEfPeriodSetting.name());
   const PeriodSetting period = parsedPeriod.value();
-  TERSE_ASSIGN_OR_RETURN(std::string spec, envString(kCodecSetting.name()));
+  TERSE_ASSIGN_OR_RETURN(std::string spec, kCodecSetting.readText());
   if (spec.empty()) spec = "none";
   TERSE_ASSIGN_OR_RETURN(bool needsFeedback, validateSpec(&spec));
   const bool off = !period.learn && period.period == 0;

@@ -98,9 +98,9 @@ std::vector<std::string> splitList(const std::string& text) {
 
 Result<DeviceInfo> discoverDevice() {
   DeviceInfo dev;
-  TERSE_ASSIGN_OR_RETURN(std::string ifname, envString("TERSE_NET_IFNAME"));
-  TERSE_ASSIGN_OR_RETURN(int64_t speed, envInt("TERSE_NET_SPEED_MBPS"));
-  TERSE_ASSIGN_OR_RETURN(int64_t maxRecvs, envInt("TERSE_NET_MAX_RECVS"));
+  TERSE_ASSIGN_OR_RETURN(std::string ifname, kNetIfnameSetting.readText());
+  TERSE_ASSIGN_OR_RETURN(int64_t speed, kNetSpeedMbpsSetting.readInt());
+  TERSE_ASSIGN_OR_RETURN(int64_t maxRecvs, kNetMaxRecvsSetting.readInt());
   if (maxRecvs < 1 || maxRecvs > kMaxGroupedRecvs)
     return errorInvalidArgument("TERSE_NET_MAX_RECVS=%lld is out of range: use 1..%d",
                                 static_cast<long long>(maxRecvs), kMaxGroupedRecvs);

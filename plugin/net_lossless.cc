@@ -55,8 +55,8 @@ Status checkFrameSize(size_t frameBytes, size_t capacity) {
 
 Result<LosslessConfig> readLosslessConfig() {
   LosslessConfig c;
-  TERSE_ASSIGN_OR_RETURN(c.enabled, envBool("TERSE_NET_LOSSLESS"));
-  TERSE_ASSIGN_OR_RETURN(int64_t minBytes, envInt("TERSE_NET_LOSSLESS_MIN_BYTES"));
+  TERSE_ASSIGN_OR_RETURN(c.enabled, kNetLosslessSetting.readBool());
+  TERSE_ASSIGN_OR_RETURN(int64_t minBytes, kNetLosslessMinBytesSetting.readInt());
   // Below a few hundred bytes the header and zstd's own framing eat any gain.
   if (minBytes < 256 || minBytes > (int64_t{1} << 30))
     return errorInvalidArgument(

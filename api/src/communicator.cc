@@ -1,5 +1,7 @@
 #include "terse/api/internal.h"
 
+#include "settings.h"
+
 #include "terse/collectives/auto_select.h"
 #include "terse/collectives/engine.h"
 #include "terse/collectives/worker.h"
@@ -25,7 +27,8 @@
 
 namespace terse {
 
-// Settings read in this file (terse/common/env.h: declared next to their readers).
+// Settings of the api layer's own (terse/common/env.h). The rest of what a communicator reads is
+// declared by the layer that uses it and read in settings.cc.
 const EnvSetting kTimeoutMsSetting{
     {"TERSE_TIMEOUT_MS", "int", "300000",
      "Per-operation timeout in milliseconds for rendezvous, transport and collectives. A peer "
@@ -50,7 +53,7 @@ static_assert(kFaultPhases[3].value == Communicator::kReservedTagBase &&
               "transport/fault.h's barrier phase and Communicator::kReservedTagBase disagree");
 
 Result<std::chrono::milliseconds> timeoutFromEnv() {
-  TERSE_ASSIGN_OR_RETURN(int64_t ms, envInt(kTimeoutMsSetting.name()));  // 1 ms .. a year
+  TERSE_ASSIGN_OR_RETURN(int64_t ms, kTimeoutMsSetting.readInt());  // 1 ms .. a year
   return std::chrono::milliseconds(ms);
 }
 
@@ -101,7 +104,7 @@ struct Communicator::Impl {
   };
 
   Impl(std::shared_ptr<Shared> shared, std::unique_ptr<Transport> group, std::vector<int> rootRanks,
-       std::chrono::milliseconds timeout, AgreedSettings settings)
+       std::chrono::milliseconds timeout, CommSettings settings)
       : shared_(std::move(shared)),
         group_(std::move(group)),
         transport_(group_ ? group_.get() : shared_->transport.get()),
@@ -109,10 +112,9 @@ struct Communicator::Impl {
         timeout_(timeout),
         settings_(std::move(settings)),
         topology_(Topology::singleNode(transport_->size(), transport_->rank())),
-        engine_(std::make_unique<CollectiveEngine>(*transport_, timeout)),
+        engine_(std::make_unique<CollectiveEngine>(*transport_, timeout, settings_.engine)),
         ownWorker_(std::make_unique<CollectiveWorker>()),
         worker_(ownWorker_.get()) {
-    engine_->configure(settings_);
     shared_->transport->addDriver();
     // Two-level allreduce's cross-node steps run on a thread of their own beside the node steps
     // (step_lane.h), a driver of the shared transport while it has jobs outstanding.
@@ -151,9 +153,10 @@ struct Communicator::Impl {
   Transport* transport_;        // group_, or the shared transport itself
   std::vector<int> rootRanks_;  // this communicator's ranks as ranks of the shared transport
   std::chrono::milliseconds timeout_;
-  // The settings every rank shares, as read and compared when the world's communicator was
-  // made; split communicators inherit them rather than read the environment again.
-  AgreedSettings settings_;
+  // The settings as read (and, for those every rank shares, compared) when the world's
+  // communicator was made (settings.h); split communicators inherit them rather than read the
+  // environment again.
+  CommSettings settings_;
   Topology topology_;
   mutable std::mutex abortMutex_;
   Status abortWhy_;
@@ -216,17 +219,9 @@ CollectiveStats Communicator::stats() {
 
 namespace {
 
-// The settings of a communicator whose ranks are threads of this process (one environment, so
-// nothing to compare): a malformed value, which checkEnvironment() refuses where communicators
-// are made for users, keeps its default here as in an engine built alone.
-AgreedSettings processSettings() {
-  auto read = AgreedSettings::fromEnvironment();
-  return read.isOk() ? std::move(read).value() : AgreedSettings::defaults();
-}
-
 std::unique_ptr<Communicator> communicatorWithSettings(std::unique_ptr<Transport> transport,
                                                        std::chrono::milliseconds timeout,
-                                                       AgreedSettings settings) {
+                                                       CommSettings settings) {
   auto shared = std::make_shared<CommunicatorAccess::Impl::Shared>();
   std::vector<int> ranks(transport->size());
   for (int r = 0; r < transport->size(); ++r) ranks[r] = r;
@@ -239,7 +234,7 @@ std::unique_ptr<Communicator> communicatorWithSettings(std::unique_ptr<Transport
 
 std::unique_ptr<Communicator> communicatorFromTransport(std::unique_ptr<Transport> transport,
                                                         std::chrono::milliseconds timeout) {
-  return communicatorWithSettings(std::move(transport), timeout, processSettings());
+  return communicatorWithSettings(std::move(transport), timeout, readInProcessSettings());
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
@@ -335,7 +330,7 @@ namespace {
 // against the layout.
 Result<std::unique_ptr<Communicator>> communicatorWithLayout(
     std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
-    const std::vector<std::string>& nodeKeys, AgreedSettings settings) {
+    const std::vector<std::string>& nodeKeys, CommSettings settings) {
   if (static_cast<int>(nodeKeys.size()) != transport->size())
     return errorInvalidArgument("%zu node keys for a world of %d ranks", nodeKeys.size(),
                                 transport->size());
@@ -367,7 +362,7 @@ Result<std::unique_ptr<Communicator>> communicatorFromTransport(
     const std::vector<std::string>& nodeKeys) {
   TERSE_ASSIGN_OR_RETURN(
       std::unique_ptr<Communicator> comm,
-      communicatorWithLayout(std::move(transport), timeout, nodeKeys, processSettings()));
+      communicatorWithLayout(std::move(transport), timeout, nodeKeys, readInProcessSettings()));
   TERSE_RETURN_IF_ERROR(twoLevelSettingHonoured(*comm));
   return comm;
 }
@@ -376,10 +371,14 @@ Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
     const std::vector<std::string>& nodeKeys, std::chrono::milliseconds timeout) {
   const int size = static_cast<int>(nodeKeys.size());
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
-  const AgreedSettings settings = processSettings();  // read once for every rank
+  // Read once for every rank (one environment). Faults are parsed before any rank attaches, so
+  // a malformed TERSE_FAULT leaves the fabric free for a retry.
+  CommSettings settings = readInProcessSettings();
+  TERSE_ASSIGN_OR_RETURN(settings.transport.faults, readFaultRules());
   std::vector<std::unique_ptr<Communicator>> world;
   for (int r = 0; r < size; ++r) {
-    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t,
+                           createInProcTransport(fabric, r, settings.transport));
     TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                            communicatorWithLayout(std::move(t), timeout, nodeKeys, settings));
     TERSE_RETURN_IF_ERROR(twoLevelSettingHonoured(*comm));
@@ -391,10 +390,14 @@ Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
 Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
     int size, std::chrono::milliseconds timeout) {
   TERSE_ASSIGN_OR_RETURN(std::shared_ptr<InProcFabric> fabric, makeInProcFabric(size));
-  const AgreedSettings settings = processSettings();  // read once for every rank
+  // Read once for every rank (one environment). Faults are parsed before any rank attaches, so
+  // a malformed TERSE_FAULT leaves the fabric free for a retry.
+  CommSettings settings = readInProcessSettings();
+  TERSE_ASSIGN_OR_RETURN(settings.transport.faults, readFaultRules());
   std::vector<std::unique_ptr<Communicator>> world;
   for (int r = 0; r < size; ++r) {
-    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, createInProcTransport(fabric, r));
+    TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t,
+                           createInProcTransport(fabric, r, settings.transport));
     world.push_back(communicatorWithSettings(std::move(t), timeout, settings));
   }
   return world;
@@ -408,22 +411,25 @@ Result<std::unique_ptr<Communicator>> Communicator::createUcx(int rank, int size
     return errorInvalidArgument("timeout %lld ms is outside 1..%lld ms",
                                 static_cast<long long>(timeout.count()),
                                 static_cast<long long>(kMaxTimeoutMs));
-  TERSE_ASSIGN_OR_RETURN(Topology topology, exchangeTopology(store, scope, rank, size, timeout));
-  // The settings every rank must share, read once and compared through the store before any
-  // connection exists: every rank reads every rank's values and reaches the same verdict, so a
-  // rank that set TERSE_SEGMENT_BYTES alone fails creation everywhere with the setting's name
-  // instead of corrupting the first call. The communicator (and its splits) then run with
-  // these values, not with what the environment says later.
-  TERSE_ASSIGN_OR_RETURN(AgreedSettings settings, AgreedSettings::fromEnvironment());
+  // Every setting this communicator (and its splits) runs with, read once, here.
+  TERSE_ASSIGN_OR_RETURN(CommSettings settings, readCommSettings());
+  TERSE_ASSIGN_OR_RETURN(Topology topology,
+                         exchangeTopology(store, scope, rank, size, timeout, settings.node));
+  // The settings every rank must share are compared through the store before any connection
+  // exists: every rank reads every rank's values and reaches the same verdict, so a rank that
+  // set TERSE_SEGMENT_BYTES alone fails creation everywhere with the setting's name instead of
+  // corrupting the first call. The communicator (and its splits) then run with these values,
+  // not with what the environment says later.
   TERSE_ASSIGN_OR_RETURN(
       std::vector<std::string> published,
-      storeAllGather(store, scope + "/settings", rank, size, settings.encode(), timeout));
+      storeAllGather(store, scope + "/settings", rank, size, settings.agreed.encode(), timeout));
   TERSE_RETURN_IF_ERROR(AgreedSettings::compare(published));
   AddressAllGather exchange = [&](const std::string& mine) {
     return storeAllGather(store, scope, rank, size, mine, timeout);
   };
-  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
-                         createUcxTransport(rank, size, exchange, timeout, topology.nodeOfRank));
+  TERSE_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> transport,
+      createUcxTransport(rank, size, exchange, timeout, topology.nodeOfRank, settings.transport));
   TERSE_INFO(kSubsysInit,
              "rank %d of %d: communicator over %s (store %s, timeout %lld ms); %s, this rank is "
              "local rank %d of %d on node %d",
@@ -451,10 +457,10 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
   // Every TERSE_* setting is checked now, so a typo fails here with its name rather than later,
   // silently or on the collective thread.
   TERSE_RETURN_IF_ERROR(checkEnvironment());
-  TERSE_ASSIGN_OR_RETURN(BootstrapInfo info, readBootstrapEnv());
+  TERSE_ASSIGN_OR_RETURN(BootstrapInfo info, bootstrapInfoFrom(readBootstrapVariables()));
   setLogRank(info.rank);
   TERSE_ASSIGN_OR_RETURN(std::chrono::milliseconds timeout, timeoutFromEnv());
-  TERSE_ASSIGN_OR_RETURN(std::string backend, envEnum("TERSE_TRANSPORT"));
+  TERSE_ASSIGN_OR_RETURN(std::string backend, kTransportSetting.readEnum());
   if (backend == "inproc")
     return errorInvalidUsage(
         "TERSE_TRANSPORT=inproc connects threads of one process (terse's own tests build such "
@@ -487,6 +493,10 @@ const Topology& Communicator::topology() const { return impl_->topology_; }
 std::chrono::milliseconds Communicator::timeout() const { return impl_->timeout_; }
 
 Transport& transportOf(Communicator& comm) { return *CommunicatorAccess::impl(comm).transport_; }
+
+const CollectiveEngine& engineOf(Communicator& comm) {
+  return *CommunicatorAccess::impl(comm).engine_;
+}
 
 Work submitRejected(Communicator& comm, const CollectiveOp& call, Status why) {
   return CommunicatorAccess::impl(comm).submitRejected(call, std::move(why));

@@ -22,7 +22,8 @@
 
 namespace terse {
 
-// Settings read in this file (terse/common/env.h: declared next to their readers).
+// The engine's settings (terse/common/env.h). It never reads them: its communicator, or the
+// tool that builds it, passes their values in EngineSettings.
 const EnvSetting kSegmentBytesSetting{
     {"TERSE_SEGMENT_BYTES", "int", "1048576",
      "Pipeline segment of the collectives, in bytes of float32 (rounded to a multiple of 65536 "
@@ -74,15 +75,6 @@ using detail::RequestList;
 
 namespace {
 
-// The engine's tunables. Communicators check every TERSE_* variable when they are created
-// (checkEnvironment), so a malformed value has already failed there with its name; an engine
-// built directly (unit tests) over a malformed value keeps the registered default.
-size_t tunable(const EnvSetting& setting) {
-  auto v = envInt(setting.name());
-  if (v.isOk()) return static_cast<size_t>(v.value());
-  return std::strtoull(setting.info().defaultValue, nullptr, 10);
-}
-
 // [begin, end) of a buffer's bytes, for the overlap check.
 struct ByteSpan {
   uintptr_t begin, end;
@@ -91,34 +83,40 @@ struct ByteSpan {
 
 }  // namespace
 
-CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout)
+EngineSettings EngineSettings::defaults() {
+  // An empty snapshot answers every setting with its registered default.
+  return from(AgreedSettings(),
+              static_cast<size_t>(AgreedSettings().number(kPipelineDepthSetting)));
+}
+
+EngineSettings EngineSettings::from(const AgreedSettings& agreed, size_t pipelineDepth) {
+  EngineSettings out;
+  out.segmentBytes = static_cast<size_t>(agreed.number(kSegmentBytesSetting));
+  out.twoLevelSegmentBytes = static_cast<size_t>(agreed.number(kTwoLevelSegmentBytesSetting));
+  out.smallBytes = static_cast<size_t>(agreed.number(kSmallBytesSetting));
+  out.directAgreementRanks = static_cast<size_t>(agreed.number(kAgreementDirectRanksSetting));
+  out.pipelineDepth = pipelineDepth;
+  // The snapshot holds a choice of the declaration's, which parseAlgorithm knows.
+  auto parsed = parseAlgorithm(agreed.text(kAlgoSetting));
+  if (parsed.isOk()) out.algorithm = parsed.value();
+  return out;
+}
+
+CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout,
+                                   const EngineSettings& settings)
     : transport_(transport), timeout_(timeout) {
-  setSegmentBytes(tunable(kSegmentBytesSetting));
-  setTwoLevelSegmentBytes(tunable(kTwoLevelSegmentBytesSetting));
-  smallBytes_ = tunable(kSmallBytesSetting);
-  directAgreementRanks_ = tunable(kAgreementDirectRanksSetting);
-  setPipelineDepth(tunable(kPipelineDepthSetting));
-  // Like the tunables: a malformed value failed at communicator creation; here it means auto.
-  auto algo = envEnum(kAlgoSetting.name());
-  if (algo.isOk()) {
-    auto parsed = parseAlgorithm(algo.value());
-    if (parsed.isOk()) defaultAlgorithm_ = parsed.value();
-  }
+  setSegmentBytes(settings.segmentBytes);
+  setTwoLevelSegmentBytes(settings.twoLevelSegmentBytes);
+  smallBytes_ = settings.smallBytes;
+  directAgreementRanks_ = settings.directAgreementRanks;
+  setPipelineDepth(settings.pipelineDepth);
+  defaultAlgorithm_ = settings.algorithm;
 }
 
 uint32_t CollectiveEngine::nextSeq() {
   // The calls' numbers stay below the two-level steps' flag (requests.h, makeTag), wrapping
   // alike on every rank.
   return seq_++ & ~detail::kStepSeqFlag;
-}
-
-void CollectiveEngine::configure(const AgreedSettings& settings) {
-  setSegmentBytes(static_cast<size_t>(settings.number(kSegmentBytesSetting)));
-  setTwoLevelSegmentBytes(static_cast<size_t>(settings.number(kTwoLevelSegmentBytesSetting)));
-  smallBytes_ = static_cast<size_t>(settings.number(kSmallBytesSetting));
-  directAgreementRanks_ = static_cast<size_t>(settings.number(kAgreementDirectRanksSetting));
-  auto parsed = parseAlgorithm(settings.text(kAlgoSetting));
-  if (parsed.isOk()) defaultAlgorithm_ = parsed.value();
 }
 
 void CollectiveEngine::setSegmentBytes(size_t bytes) {

@@ -1,4 +1,5 @@
 #include "terse/common/env.h"
+#include "terse/common/env_by_name.h"
 
 #include <algorithm>
 #include <cctype>
@@ -108,23 +109,55 @@ std::string matchChoice(const EnvVarInfo& info, const std::string& word) {
 }
 
 // The variable's text, or its default when unset or empty.
-Result<std::string> valueOf(const char* name, const EnvVarInfo** info) {
-  *info = findVar(name);
-  if (*info == nullptr)
-    return errorInternal("environment variable %s is not in terse's registry", name);
-  const char* value = std::getenv(name);
-  return std::string(value != nullptr && *value != '\0' ? value : (*info)->defaultValue);
+std::string valueOf(const EnvVarInfo& info) {
+  const char* value = std::getenv(info.name);
+  return std::string(value != nullptr && *value != '\0' ? value : info.defaultValue);
+}
+
+Result<int64_t> intOf(const EnvVarInfo& info) {
+  const std::string text = valueOf(info);
+  if (text.empty()) return errorInvalidArgument("%s is not set and has no default", info.name);
+  return parseIntSetting(info.name, text, info.min, info.max);
+}
+
+Result<bool> boolOf(const EnvVarInfo& info) {
+  const std::string text = valueOf(info);
+  const char* t = text.c_str();
+  if (!strcasecmp(t, "1") || !strcasecmp(t, "true") || !strcasecmp(t, "yes") ||
+      !strcasecmp(t, "on"))
+    return true;
+  if (!strcasecmp(t, "0") || !strcasecmp(t, "false") || !strcasecmp(t, "no") ||
+      !strcasecmp(t, "off") || text.empty())
+    return false;
+  return errorInvalidArgument("%s='%s' is not a boolean (accepted: %s)", info.name,
+                              quoted(text).c_str(), envAccepted(info).c_str());
+}
+
+Result<std::string> enumOf(const EnvVarInfo& info) {
+  const std::string text = valueOf(info);
+  std::string choice = matchChoice(info, text);
+  if (choice.empty())
+    return errorInvalidArgument("%s='%s' is not one of %s", info.name, quoted(text).c_str(),
+                                envAccepted(info).c_str());
+  return choice;
+}
+
+// A getter asked of a setting of another type: a programming error.
+Status typeIs(const EnvVarInfo& info, const char* want, const char* alsoOk = nullptr) {
+  if (std::strcmp(info.type, want) == 0 || (alsoOk && std::strcmp(info.type, alsoOk) == 0))
+    return Status::ok();
+  return errorInternal("%s is declared as %s, not read as %s", info.name, info.type, want);
 }
 
 Status checkOne(const EnvVarInfo& v) {
   const std::string type = v.type;
-  if (envRaw(v.name).empty()) return Status::ok();  // unset, and no default to check
-  if (type == "int") return envInt(v.name).status();
-  if (type == "bool") return envBool(v.name).status();
-  if (type == "enum") return envEnum(v.name).status();
-  if (type == "string" && v.check != nullptr) return v.check(v.name, envRaw(v.name));
+  if (valueOf(v).empty()) return Status::ok();  // unset, and no default to check
+  if (type == "int") return intOf(v).status();
+  if (type == "bool") return boolOf(v).status();
+  if (type == "enum") return enumOf(v).status();
+  if (type == "string" && v.check != nullptr) return v.check(v.name, valueOf(v));
   if (type == "list") {
-    const std::string text = envRaw(v.name);
+    const std::string text = valueOf(v);
     size_t pos = !text.empty() && text[0] == '^' ? 1 : 0;
     while (pos <= text.size()) {
       size_t comma = text.find(',', pos);
@@ -166,18 +199,6 @@ std::string envAccepted(const EnvVarInfo& info) {
   return std::string();
 }
 
-std::string envRaw(const char* name) {
-  const char* value = std::getenv(name);
-  if (value != nullptr && *value != '\0') return value;
-  const EnvVarInfo* info = findVar(name);
-  return info ? info->defaultValue : "";
-}
-
-Result<std::string> envString(const char* name) {
-  const EnvVarInfo* info = nullptr;
-  return valueOf(name, &info);
-}
-
 Result<int64_t> parseIntSetting(const char* name, const std::string& text, int64_t min,
                                 int64_t max) {
   // strtoll alone would skip leading blanks and read 0x.. or 010 in other bases with base 0;
@@ -200,35 +221,70 @@ Result<int64_t> parseIntSetting(const char* name, const std::string& text, int64
   return static_cast<int64_t>(value);
 }
 
+Result<int64_t> EnvSetting::readInt() const {
+  TERSE_RETURN_IF_ERROR(typeIs(info_, "int"));
+  return intOf(info_);
+}
+
+Result<bool> EnvSetting::readBool() const {
+  TERSE_RETURN_IF_ERROR(typeIs(info_, "bool"));
+  return boolOf(info_);
+}
+
+Result<std::string> EnvSetting::readEnum() const {
+  TERSE_RETURN_IF_ERROR(typeIs(info_, "enum"));
+  return enumOf(info_);
+}
+
+Result<std::string> EnvSetting::readText() const {
+  TERSE_RETURN_IF_ERROR(typeIs(info_, "string", "list"));
+  return valueOf(info_);
+}
+
+std::string EnvSetting::readRaw() const { return valueOf(info_); }
+
+bool EnvSetting::isSet() const {
+  const char* value = std::getenv(info_.name);
+  return value != nullptr && *value != '\0';
+}
+
+// The by-name getters of terse/common/env_by_name.h (tests only): the same parsers, found
+// through the registry.
+const EnvSetting* findEnvSetting(const char* name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const EnvSetting* s : r.settings)
+    if (std::strcmp(s->name(), name) == 0) return s;
+  return nullptr;
+}
+
+namespace {
+Result<const EnvVarInfo*> registered(const char* name) {
+  const EnvVarInfo* info = findVar(name);
+  if (info == nullptr)
+    return errorInternal("environment variable %s is not in terse's registry", name);
+  return info;
+}
+}  // namespace
+
 Result<int64_t> envInt(const char* name) {
-  const EnvVarInfo* info = nullptr;
-  TERSE_ASSIGN_OR_RETURN(std::string text, valueOf(name, &info));
-  if (text.empty()) return errorInvalidArgument("%s is not set and has no default", name);
-  return parseIntSetting(name, text, info->min, info->max);
+  TERSE_ASSIGN_OR_RETURN(const EnvVarInfo* info, registered(name));
+  return intOf(*info);
 }
 
 Result<bool> envBool(const char* name) {
-  const EnvVarInfo* info = nullptr;
-  TERSE_ASSIGN_OR_RETURN(std::string text, valueOf(name, &info));
-  const char* t = text.c_str();
-  if (!strcasecmp(t, "1") || !strcasecmp(t, "true") || !strcasecmp(t, "yes") ||
-      !strcasecmp(t, "on"))
-    return true;
-  if (!strcasecmp(t, "0") || !strcasecmp(t, "false") || !strcasecmp(t, "no") ||
-      !strcasecmp(t, "off") || text.empty())
-    return false;
-  return errorInvalidArgument("%s='%s' is not a boolean (accepted: %s)", name, quoted(text).c_str(),
-                              envAccepted(*info).c_str());
+  TERSE_ASSIGN_OR_RETURN(const EnvVarInfo* info, registered(name));
+  return boolOf(*info);
 }
 
 Result<std::string> envEnum(const char* name) {
-  const EnvVarInfo* info = nullptr;
-  TERSE_ASSIGN_OR_RETURN(std::string text, valueOf(name, &info));
-  std::string choice = matchChoice(*info, text);
-  if (choice.empty())
-    return errorInvalidArgument("%s='%s' is not one of %s", name, quoted(text).c_str(),
-                                envAccepted(*info).c_str());
-  return choice;
+  TERSE_ASSIGN_OR_RETURN(const EnvVarInfo* info, registered(name));
+  return enumOf(*info);
+}
+
+Result<std::string> envString(const char* name) {
+  TERSE_ASSIGN_OR_RETURN(const EnvVarInfo* info, registered(name));
+  return valueOf(*info);
 }
 
 Status checkEnvironment() {
@@ -248,14 +304,14 @@ Result<AgreedSettings::Value> agreedValue(const EnvVarInfo& info, bool set) {
   v.set = set;
   const std::string type = info.type;
   if (type == "int") {
-    TERSE_ASSIGN_OR_RETURN(v.number, envInt(info.name));
+    TERSE_ASSIGN_OR_RETURN(v.number, intOf(info));
     v.text = std::to_string(v.number);
   } else if (type == "bool") {
-    TERSE_ASSIGN_OR_RETURN(bool b, envBool(info.name));
+    TERSE_ASSIGN_OR_RETURN(bool b, boolOf(info));
     v.number = b ? 1 : 0;
     v.text = b ? "1" : "0";
   } else if (type == "enum") {
-    TERSE_ASSIGN_OR_RETURN(v.text, envEnum(info.name));
+    TERSE_ASSIGN_OR_RETURN(v.text, enumOf(info));
     const std::vector<std::string> choices = splitChoices(info.choices);
     v.number = std::find(choices.begin(), choices.end(), v.text) - choices.begin();
   } else {

@@ -92,7 +92,7 @@ void defaultSink(LogLevel level, uint64_t, const char* file, int line, const cha
 
 void reloadLogConfig() {
   LogConfig& cfg = rawConfig();
-  std::string level = envRaw("TERSE_DEBUG");
+  std::string level = kDebugSetting.readRaw();
   LogLevel l = LogLevel::kWarn;
   if (!strcasecmp(level.c_str(), "NONE"))
     l = LogLevel::kNone;
@@ -101,7 +101,7 @@ void reloadLogConfig() {
   else if (!strcasecmp(level.c_str(), "TRACE"))
     l = LogLevel::kTrace;
   cfg.level.store(static_cast<int>(l));
-  cfg.subsys.store(parseSubsys(envRaw("TERSE_DEBUG_SUBSYS")));
+  cfg.subsys.store(parseSubsys(kDebugSubsysSetting.readRaw()));
 }
 
 void setLogSink(LogSink sink) { config().sink.store(sink); }

@@ -122,7 +122,7 @@ thread_local bool Pool::busy = false;
 
 Pool& pool() {
   static Pool p([] {
-    auto configured = envInt("TERSE_CPU_THREADS");
+    auto configured = kCpuThreadsSetting.readInt();
     int64_t n = configured.isOk() ? configured.value() : 0;
     if (n <= 0) n = std::max(1u, std::thread::hardware_concurrency());
     return static_cast<size_t>(n);

@@ -18,7 +18,8 @@
 
 namespace terse {
 
-// Settings read in this file (terse/common/env.h: declared next to their readers).
+// The bootstrap's settings (terse/common/env.h). The entry point reads them with the launchers'
+// variables (BootstrapVariables) and passes their text here.
 const EnvSetting kRankSetting{
     {"TERSE_RANK", "int", "",
      "This process's rank. When unset, taken from OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID "
@@ -47,23 +48,34 @@ const EnvSetting kStoreSetting{
 
 namespace {
 
-// The first of `names` that is set. terse's own variable comes first and is read through the
-// registry; the launchers' are parsed by the same strict parser with the same range (a world
-// size of 2^31 must be refused as such, not wrap to a negative int).
-Result<std::optional<int64_t>> firstInt(const EnvSetting& setting,
+// The launchers' variables each of terse's own falls back on, in order.
+const std::initializer_list<const char*> kRankFallbacks = {"OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                                           "SLURM_PROCID", "RANK"};
+const std::initializer_list<const char*> kSizeFallbacks = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                                           "SLURM_NTASKS", "WORLD_SIZE"};
+const std::initializer_list<const char*> kLocalRankFallbacks = {"OMPI_COMM_WORLD_LOCAL_RANK",
+                                                                "SLURM_LOCALID", "LOCAL_RANK"};
+const std::initializer_list<const char*> kLocalSizeFallbacks = {
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"};
+const std::initializer_list<const char*> kTorchrunStore = {"MASTER_ADDR", "MASTER_PORT"};
+
+// The first of `names` that is set. terse's own variable comes first, parsed as its declaration
+// says; the launchers' are parsed by the same strict parser with the same range (a world size
+// of 2^31 must be refused as such, not wrap to a negative int).
+Result<std::optional<int64_t>> firstInt(const BootstrapVariables& vars, const EnvSetting& setting,
                                         std::initializer_list<const char*> fallbacks,
                                         std::string* source) {
   const char* terseName = setting.name();
-  const char* own = std::getenv(terseName);
-  if (own != nullptr && *own != '\0') {
-    TERSE_ASSIGN_OR_RETURN(int64_t v, envInt(terseName));
+  const int64_t min = setting.info().min, max = setting.info().max;
+  const std::string own = vars.get(terseName);
+  if (!own.empty()) {
+    TERSE_ASSIGN_OR_RETURN(int64_t v, parseIntSetting(terseName, own, min, max));
     *source = terseName;
     return std::optional<int64_t>(v);
   }
-  const int64_t min = setting.info().min, max = setting.info().max;
   for (const char* name : fallbacks) {
-    const char* text = std::getenv(name);
-    if (text == nullptr || *text == '\0') continue;
+    const std::string text = vars.get(name);
+    if (text.empty()) continue;
     auto v = parseIntSetting(name, text, min, max);
     if (!v.isOk())
       return v.status().withContext(std::string("read because ") + terseName + " is unset");
@@ -86,21 +98,32 @@ std::string headerOf(int size) {
 
 }  // namespace
 
-Result<BootstrapInfo> readBootstrapEnv() {
+std::string BootstrapVariables::get(const std::string& name) const {
+  auto it = values.find(name);
+  return it != values.end() ? it->second : std::string();
+}
+
+const std::vector<std::string>& bootstrapVariableNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const EnvSetting* s : {&kRankSetting, &kWorldSizeSetting, &kLocalRankSetting,
+                                &kLocalSizeSetting, &kStoreSetting})
+      out.push_back(s->name());
+    for (auto list :
+         {kRankFallbacks, kSizeFallbacks, kLocalRankFallbacks, kLocalSizeFallbacks, kTorchrunStore})
+      for (const char* name : list) out.push_back(name);
+    return out;
+  }();
+  return names;
+}
+
+Result<BootstrapInfo> bootstrapInfoFrom(const BootstrapVariables& vars) {
   BootstrapInfo info;
   std::string sizeSource, localSource;
-  TERSE_ASSIGN_OR_RETURN(
-      auto rank,
-      firstInt(kRankSetting, {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"},
-               &info.rankSource));
-  TERSE_ASSIGN_OR_RETURN(
-      auto size,
-      firstInt(kWorldSizeSetting,
-               {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}, &sizeSource));
-  TERSE_ASSIGN_OR_RETURN(
-      auto local,
-      firstInt(kLocalRankSetting, {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"},
-               &localSource));
+  TERSE_ASSIGN_OR_RETURN(auto rank, firstInt(vars, kRankSetting, kRankFallbacks, &info.rankSource));
+  TERSE_ASSIGN_OR_RETURN(auto size, firstInt(vars, kWorldSizeSetting, kSizeFallbacks, &sizeSource));
+  TERSE_ASSIGN_OR_RETURN(auto local,
+                         firstInt(vars, kLocalRankSetting, kLocalRankFallbacks, &localSource));
   if (!rank && !size) {
     // Nothing launched us as part of a world: a single rank.
     info.rank = 0;
@@ -123,10 +146,8 @@ Result<BootstrapInfo> readBootstrapEnv() {
                                 info.rank, info.rankSource.c_str(), info.size - 1, info.size);
   info.localRank = local ? static_cast<int>(*local) : info.rank;
   std::string localSizeSource;
-  TERSE_ASSIGN_OR_RETURN(auto localSize, firstInt(kLocalSizeSetting,
-                                                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                                                   "LOCAL_WORLD_SIZE"},
-                                                  &localSizeSource));
+  TERSE_ASSIGN_OR_RETURN(auto localSize,
+                         firstInt(vars, kLocalSizeSetting, kLocalSizeFallbacks, &localSizeSource));
   if (local) info.launcherLocalRank = static_cast<int>(*local);
   if (localSize) info.launcherLocalSize = static_cast<int>(*localSize);
   info.localSource = localSource + (localSize ? (local ? " and " : "") + localSizeSource : "");
@@ -134,13 +155,14 @@ Result<BootstrapInfo> readBootstrapEnv() {
     return errorInvalidArgument("local rank %d (from %s) is negative", info.localRank,
                                 localSource.c_str());
 
-  TERSE_ASSIGN_OR_RETURN(info.store, envString("TERSE_STORE"));
+  info.store = vars.get(kStoreSetting.name());
   if (info.store.empty()) {
     // torchrun: PyTorch's own TCP store already listens on MASTER_PORT (torch.distributed and
     // terse run in the same job), so terse's store takes the next port.
-    const char* addr = std::getenv("MASTER_ADDR");
-    const char* port = std::getenv("MASTER_PORT");
-    if (addr && *addr && port && *port) {
+    const std::string addrText = vars.get("MASTER_ADDR"), portText = vars.get("MASTER_PORT");
+    const char* addr = addrText.c_str();
+    const char* port = portText.c_str();
+    if (*addr && *port) {
       errno = 0;
       char* end = nullptr;
       long p = std::strtol(port, &end, 10);

@@ -9,7 +9,7 @@
 
 namespace terse {
 
-// Settings read in this file (terse/common/env.h: declared next to their readers).
+// TERSE_NODE's declaration (bootstrap.h: the communicator reads it and passes its value).
 const EnvSetting kNodeSetting{
     {"TERSE_NODE", "string", "",
      "This rank's node: ranks with the same value share a node (shared memory, uncompressed "
@@ -67,8 +67,7 @@ Topology Topology::singleNode(int size, int rank) {
   return t;
 }
 
-Result<std::string> nodeKey() {
-  TERSE_ASSIGN_OR_RETURN(std::string node, envString("TERSE_NODE"));
+std::string nodeKey(const std::string& node) {
   if (!node.empty()) return "TERSE_NODE=" + node;
   // The host's name alone can repeat across machines (containers named alike); its boot id
   // cannot, and ranks in one container see the same one.
@@ -80,10 +79,10 @@ Result<std::string> nodeKey() {
 }
 
 Result<Topology> exchangeTopology(Store& store, const std::string& prefix, int rank, int size,
-                                  std::chrono::milliseconds timeout) {
-  TERSE_ASSIGN_OR_RETURN(std::string mine, nodeKey());
-  TERSE_ASSIGN_OR_RETURN(std::vector<std::string> keys,
-                         storeAllGather(store, prefix + "/node", rank, size, mine, timeout));
+                                  std::chrono::milliseconds timeout, const std::string& node) {
+  TERSE_ASSIGN_OR_RETURN(
+      std::vector<std::string> keys,
+      storeAllGather(store, prefix + "/node", rank, size, nodeKey(node), timeout));
   return Topology::fromNodeKeys(keys, rank);
 }
 

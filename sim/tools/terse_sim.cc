@@ -2,6 +2,7 @@
 // Prints the predicted time, algorithm and bus bandwidth in nccl-tests' columns and the bytes
 // that crossed the busiest NIC; --json writes the same row.
 #include "terse/collectives/engine.h"
+#include "terse/common/env.h"
 #include "terse/sim/runner.h"
 #include "terse/sim/sizing_codec.h"
 
@@ -210,6 +211,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "terse-sim: %s\n", real.status().message().c_str());
     return 2;
   }
+  // The engine's settings (TERSE_SEGMENT_BYTES, TERSE_ALGO, ...), read once here: the engine
+  // never reads the environment, and every simulated rank runs with the same values, as a
+  // communicator's ranks do. A malformed value keeps its default, as it did when the engine
+  // read them itself.
+  auto agreed = AgreedSettings::fromEnvironment();
+  auto depth = kPipelineDepthSetting.readInt();
+  const EngineSettings engineSettings = EngineSettings::from(
+      agreed.isOk() ? agreed.value() : AgreedSettings::defaults(),
+      depth.isOk() ? static_cast<size_t>(depth.value()) : EngineSettings::defaults().pipelineDepth);
   sim::ThroughputModel model = sim::ThroughputModel::uniform(0, 0);
   std::string computeNote = "compute not charged";
   if (!o.model.empty()) {
@@ -294,7 +304,7 @@ int main(int argc, char** argv) {
   auto result = sim::runSimulation(
       o.platform, topt,
       [&](Transport& t) {
-        CollectiveEngine engine(t, std::chrono::hours(24));  // simulated time
+        CollectiveEngine engine(t, std::chrono::hours(24), engineSettings);  // simulated time
         engine.setWorkspaceProvider(workspaces);
         engine.setArithmeticHook(arithmetic);
         engine.setStepLanes(sim::makeActorLane);

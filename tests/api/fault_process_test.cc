@@ -19,6 +19,7 @@
 
 #include "terse/api/internal.h"
 #include "terse/common/env.h"
+#include "terse/common/env_by_name.h"
 #include "terse/compressors/auto_spec.h"
 #include "terse/compressors/codec.h"
 #include "terse/communicator.h"

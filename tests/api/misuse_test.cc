@@ -5,6 +5,7 @@
 #include "terse/api/internal.h"
 #include "terse/collectives/worker.h"
 #include "terse/common/env.h"
+#include "terse/common/env_by_name.h"
 #include "terse/communicator.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"

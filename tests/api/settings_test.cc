@@ -1,5 +1,6 @@
 // The TERSE_* settings as a whole (terse/common/env.h): every variable read anywhere outside
-// tests/ is declared exactly once, next to its reader; docs/env.md documents exactly the declared
+// tests/ is declared exactly once and read through its declaration, only by the entry points
+// (nothing below api/ reads the environment); docs/env.md documents exactly the declared
 // ones with the type, default and accepted values the parser enforces; the library's
 // declarations are all linked into its registry; and a malformed value of each is rejected at
 // start-up with a message naming it.
@@ -32,8 +33,14 @@ std::string readFile(const fs::path& path) {
 }
 
 // What the sources outside tests/ declare and read: name -> "dir/file" of each occurrence.
+// Reads by name that bypass the declarations (getenv of a TERSE_* name, the test-only by-name
+// getters, a setting object that is no declaration's) land in `read` under a name that is
+// declared nowhere, and `byName` / `environmentReads` list where the rules of
+// terse/common/env.h are broken.
 struct SourceScan {
   std::map<std::string, std::vector<std::string>> declared, read;
+  std::vector<std::string> byName;            // "file: call" of a by-name getter
+  std::vector<std::string> environmentReads;  // "file: call" of a read below api/
 };
 
 // The top-level directories that are not code of terse's (build trees, docs, tests and their
@@ -42,18 +49,40 @@ bool skippedDirectory(const std::string& name) {
   return name.rfind("build", 0) == 0 || name == "docs" || name == "tests" || name[0] == '.';
 }
 
+// The layers that take their settings as values and read no environment (terse/common/env.h).
+bool belowApi(const std::string& where) {
+  const std::string dir = where.substr(0, where.find('/'));
+  return dir == "collectives" || dir == "transport" || dir == "rendezvous" ||
+         dir == "compressors" || dir == "kernels" || dir == "optim";
+}
+
+// UCX's own variables (UCX_TLS, UCX_RNDV_THRESH), which ucp_config_read() takes from the
+// environment itself: terse looks at them where UCX does, so its choices follow UCX's
+// (transport/src/ucx_core.cc says why). No TERSE_* variable is read there.
+bool ucxOwnVariables(const std::string& where) { return where == "transport/src/ucx_core.cc"; }
+
 const SourceScan& scanSources() {
   static const SourceScan scan = [] {
     SourceScan out;
-    // A declaration is the start of an EnvVarInfo: the name and one of the five types.
+    // A declaration is the start of an EnvVarInfo: the name and one of the five types; the
+    // constant's identifier where it has one (const EnvSetting kStoreSetting{{"TERSE_STORE", ...).
     const std::regex declaration(
         R"re(\{\s*"(TERSE_[A-Z0-9_]+)"\s*,\s*"(int|bool|string|enum|list)")re");
-    // A read: C/C++ getenv or terse's getters, Python's os.environ / os.getenv.
-    const std::regex cxxRead(
-        R"re(\b(getenv|envInt|envBool|envEnum|envString|envRaw)\s*\(\s*"(TERSE_[A-Z0-9_]+)")re");
+    const std::regex named(R"re(\b(k[A-Za-z0-9_]+)\s*\{\s*\{\s*"(TERSE_[A-Z0-9_]+)")re");
+    // A read: a declaration's typed getter, C/C++ getenv of a TERSE_* name, Python's os.environ
+    // / os.getenv.
+    const std::regex typedRead(
+        R"re(\b([A-Za-z0-9_]+)\s*(\.|->)\s*read(Int|Bool|Enum|Text|Raw)\s*\(\s*\))re");
+    const std::regex cxxRead(R"re(\bgetenv\s*\(\s*"(TERSE_[A-Z0-9_]+)")re");
+    const std::regex byName(
+        R"re(\b(envInt|envBool|envEnum|envString|envRaw|findEnvSetting)\s*\(|env_by_name\.h)re");
+    const std::regex anyRead(
+        R"re(\b(getenv|secure_getenv|fromEnvironment|checkEnvironment)\s*\(|\.read(Int|Bool|Enum|Text|Raw)\s*\()re");
     const std::regex pyRead(
         R"re(\bos\.(environ\.get\s*\(|environ\s*\[|getenv\s*\()\s*["'](TERSE_[A-Z0-9_]+))re");
     const fs::path root(TERSE_SOURCE_DIR);
+    std::map<std::string, std::string> nameOf;                    // identifier -> TERSE_* name
+    std::vector<std::pair<std::string, std::string>> typedReads;  // (identifier, file)
     for (const auto& top : fs::directory_iterator(root)) {
       if (!top.is_directory() || skippedDirectory(top.path().filename().string())) continue;
       for (const auto& entry : fs::recursive_directory_iterator(top.path())) {
@@ -66,13 +95,32 @@ const SourceScan& scanSources() {
         if (cxx) {
           for (std::sregex_iterator it(text.begin(), text.end(), declaration), end; it != end; ++it)
             out.declared[(*it)[1]].push_back(where);
-          for (std::sregex_iterator it(text.begin(), text.end(), cxxRead), end; it != end; ++it)
-            out.read[(*it)[2]].push_back(where);
+          for (std::sregex_iterator it(text.begin(), text.end(), named), end; it != end; ++it)
+            nameOf[(*it)[1]] = (*it)[2];
+          for (std::sregex_iterator it(text.begin(), text.end(), typedRead), end; it != end; ++it)
+            typedReads.emplace_back((*it)[1], where);
+          for (std::sregex_iterator it(text.begin(), text.end(), cxxRead), end; it != end; ++it) {
+            out.read[(*it)[1]].push_back(where);
+            out.byName.push_back(where + ": " + it->str());
+          }
+          const bool parser =
+              where == "common/src/env.cc" || where == "common/include/terse/common/env_by_name.h";
+          if (!parser)
+            for (std::sregex_iterator it(text.begin(), text.end(), byName), end; it != end; ++it)
+              out.byName.push_back(where + ": " + it->str());
+          if (belowApi(where) && !ucxOwnVariables(where))
+            for (std::sregex_iterator it(text.begin(), text.end(), anyRead), end; it != end; ++it)
+              out.environmentReads.push_back(where + ": " + it->str());
         } else {
           for (std::sregex_iterator it(text.begin(), text.end(), pyRead), end; it != end; ++it)
             out.read[(*it)[2]].push_back(where);
         }
       }
+    }
+    for (const auto& [identifier, where] : typedReads) {
+      auto it = nameOf.find(identifier);
+      out.read[it != nameOf.end() ? it->second : "(no declaration named " + identifier + ")"]
+          .push_back(where);
     }
     return out;
   }();
@@ -91,8 +139,20 @@ TEST(Settings, SourceScanFindsTheKnownDeclarationsAndReads) {
   EXPECT_EQ(scan.declared.count("TERSE_SEGMENT_BYTES"), 1u);
   EXPECT_EQ(scan.declared.count("TERSE_FAULT"), 1u);
   EXPECT_EQ(scan.read.count("TERSE_LIBRARY"), 1u) << "the Python package's read";
-  EXPECT_EQ(scan.read.count("TERSE_STORE"), 1u);
+  EXPECT_EQ(scan.read.count("TERSE_TIMEOUT_MS"), 1u) << "a typed read (readInt())";
+  EXPECT_EQ(scan.read.count("TERSE_FAULT"), 1u) << "a typed read (readText())";
   EXPECT_GE(scan.declared.size(), 20u);
+}
+
+// Settings are read through their declarations, never by their names (the by-name getters of
+// terse/common/env_by_name.h are for tests), and only by the entry points: nothing below api/
+// reads the environment (terse/common/env.h).
+TEST(Settings, ReadsGoThroughDeclarationsAndOnlyAtTheEntryPoints) {
+  const SourceScan& scan = scanSources();
+  EXPECT_TRUE(scan.byName.empty()) << "read by name: " << joined(scan.byName);
+  EXPECT_TRUE(scan.environmentReads.empty())
+      << "read below api/ (take the value as an argument instead): "
+      << joined(scan.environmentReads);
 }
 
 TEST(Settings, EveryVariableReadIsDeclaredExactlyOnce) {

@@ -2,6 +2,7 @@
 // tag space of its own, running interleaved with the parent without cross-talk; splits of
 // splits; a negative color; disagreement and a dead member inside a split communicator.
 #include "terse/api/internal.h"
+#include "terse/collectives/engine.h"
 #include "terse/communicator.h"
 #include "terse/transport/group.h"
 #include "terse/transport/inproc.h"
@@ -432,6 +433,44 @@ TEST(Split, ChildrenRunWithTheSettingsTheirWorldWasMadeWith) {
     EXPECT_EQ(childBytes[r], 2u * 208u) << "rank " << r;
     EXPECT_EQ(freshBytes[r], 3u * 96u) << "rank " << r;
   }
+}
+
+// A split child runs with the settings its world read when it was made (api/src/settings.h),
+// not with what the environment says at the split: the ranks compared those values, and a
+// child built from a changed environment could differ from its peers. TERSE_PIPELINE_DEPTH,
+// each rank's own, was read again by each child's engine before.
+TEST(Split, ChildrenKeepTheWorldsSettingsWhateverTheEnvironmentSaysLater) {
+  const int n = 4;
+  setenv("TERSE_PIPELINE_DEPTH", "3", 1);
+  setenv("TERSE_SEGMENT_BYTES", "262144", 1);  // 65536 float32 elements
+  auto made = createInProcWorld(n, milliseconds(30000));
+  setenv("TERSE_PIPELINE_DEPTH", "7", 1);
+  setenv("TERSE_SEGMENT_BYTES", "4194304", 1);
+  ASSERT_TRUE(made.isOk()) << made.status().toString();
+  std::vector<std::unique_ptr<Communicator>> world = std::move(made).value();
+  std::vector<std::unique_ptr<Communicator>> children(n);
+  onEachRank(n, [&](int r) {
+    auto child = world[r]->split(r % 2, r);
+    ASSERT_TRUE(child.isOk()) << child.status().toString();
+    children[r] = std::move(child).value();
+  });
+  unsetenv("TERSE_PIPELINE_DEPTH");
+  unsetenv("TERSE_SEGMENT_BYTES");
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(children[r]);
+    EXPECT_EQ(engineOf(*children[r]).pipelineDepth(), 3u) << "rank " << r;
+    EXPECT_EQ(engineOf(*children[r]).segmentElements(), 65536u) << "rank " << r;
+    EXPECT_EQ(engineOf(*world[r]).pipelineDepth(), 3u) << "rank " << r;
+  }
+  // And the child works with them.
+  onEachRank(n, [&](int r) {
+    std::vector<float> in(1 << 18, 1.0f), out(in.size());
+    ASSERT_TRUE(children[r]
+                    ->allreduce(in.data(), out.data(), in.size(), DataType::kFloat32,
+                                ReduceOp::kSum, CollectiveOptions{"none"})
+                    .isOk());
+    EXPECT_EQ(out[12345], 2.0f);
+  });
 }
 
 // TERSE_ALGO=twolevel where the world cannot run it fails creation with the reason, rather

@@ -1,4 +1,5 @@
 #include "terse/common/env.h"
+#include "terse/common/env_by_name.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +12,8 @@ namespace {
 // Declarations of this test's own, so the parser is tested without the layers above common
 // (docs/env.md's variables are checked in tests/api/settings_test.cc, which links them all).
 const EnvSetting kTestDepth{{"TERSE_ENVTEST_DEPTH", "int", "1", "a 1..8 knob", 1, 8}};
-const EnvSetting kTestTimeout{{"TERSE_ENVTEST_TIMEOUT_MS", "int", "300000", "a default", 1, 400000}};
+const EnvSetting kTestTimeout{
+    {"TERSE_ENVTEST_TIMEOUT_MS", "int", "300000", "a default", 1, 400000}};
 
 TEST(Env, TypedGettersValidate) {
   setenv("TERSE_CPU_THREADS", "3", 1);

@@ -35,14 +35,39 @@ class EnvGuard {
   EnvGuard() { clear(); }
   ~EnvGuard() { clear(); }
   static void clear() {
-    for (const char* v :
-         {"TERSE_RANK", "TERSE_WORLD_SIZE", "TERSE_LOCAL_RANK", "TERSE_STORE",
-          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
-          "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "RANK", "WORLD_SIZE",
-          "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
-      unsetenv(v);
+    for (const std::string& v : bootstrapVariableNames()) unsetenv(v.c_str());
   }
 };
+
+// What a communicator does when it is made from the environment (api/src/settings.cc): the
+// variables the bootstrap consults, read here, and handed to it.
+Result<BootstrapInfo> readBootstrapEnv() {
+  BootstrapVariables vars;
+  for (const std::string& name : bootstrapVariableNames()) {
+    const char* value = std::getenv(name.c_str());
+    if (value != nullptr && *value != '\0') vars.values[name] = value;
+  }
+  return bootstrapInfoFrom(vars);
+}
+
+// The bootstrap reads nothing itself: what it is given decides, whatever the environment says.
+TEST(Bootstrap, UsesOnlyTheVariablesItIsGiven) {
+  EnvGuard guard;
+  setenv("TERSE_RANK", "1", 1);
+  setenv("TERSE_WORLD_SIZE", "2", 1);
+  setenv("TERSE_STORE", "/tmp/from-the-environment", 1);
+  BootstrapVariables vars;
+  vars.values = {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"TERSE_STORE", "h:99"}};
+  auto info = bootstrapInfoFrom(vars);
+  ASSERT_TRUE(info.isOk()) << info.status().toString();
+  EXPECT_EQ(info->rank, 3);
+  EXPECT_EQ(info->size, 4);
+  EXPECT_EQ(info->rankSource, "SLURM_PROCID");
+  EXPECT_EQ(info->store, "h:99");
+  auto alone = bootstrapInfoFrom(BootstrapVariables());
+  ASSERT_TRUE(alone.isOk()) << alone.status().toString();
+  EXPECT_EQ(alone->size, 1) << "nothing given: a world of one";
+}
 
 TEST(Bootstrap, ParseHostPort) {
   std::string host;
@@ -436,20 +461,16 @@ TEST(Topology, NodesAreNumberedByTheirLowestRankAndLocalRanksFollowRankOrder) {
 
 TEST(Topology, ExchangedThroughTheStoreFromTerseNode) {
   auto store = createMemoryStore();
-  setenv("TERSE_NODE", "rack1", 1);
-  auto key = nodeKey();
-  ASSERT_TRUE(key.isOk());
-  EXPECT_EQ(*key, "TERSE_NODE=rack1");
-  unsetenv("TERSE_NODE");
-  auto host = nodeKey();
-  ASSERT_TRUE(host.isOk());
-  EXPECT_NE(host->find('/'), std::string::npos) << "hostname/boot id: " << *host;
+  // TERSE_NODE's value as the communicator read it (the rendezvous never reads it itself).
+  EXPECT_EQ(nodeKey("rack1"), "TERSE_NODE=rack1");
+  const std::string host = nodeKey("");
+  EXPECT_NE(host.find('/'), std::string::npos) << "hostname/boot id: " << host;
   // Ranks as threads all see this process's key: one node.
   std::vector<Topology> got(3);
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r)
     threads.emplace_back([&, r] {
-      auto t = exchangeTopology(*store, "topo", r, 3, std::chrono::milliseconds(10000));
+      auto t = exchangeTopology(*store, "topo", r, 3, std::chrono::milliseconds(10000), "");
       ASSERT_TRUE(t.isOk()) << t.status().toString();
       got[r] = *t;
     });

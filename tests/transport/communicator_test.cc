@@ -125,6 +125,22 @@ TEST(Communicator, TcpSendsEagerlyUnlessTheUserDecides) {
       << bad.status().toString();
 }
 
+// TERSE_FAULT is read where the world is made (api/src/settings.cc) and handed to the
+// transports: a malformed value fails the creation naming it, so a typo never silently runs a
+// fault-free test, and a world made after it is fixed has every rank.
+TEST(Communicator, MalformedFaultRulesFailWorldCreation) {
+  setenv("TERSE_FAULT", "kill:after=3", 1);
+  auto bad = createInProcWorld(2, milliseconds(10000));
+  unsetenv("TERSE_FAULT");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("TERSE_FAULT"), std::string::npos)
+      << bad.status().toString();
+  auto fine = createInProcWorld(2, milliseconds(10000));
+  ASSERT_TRUE(fine.isOk()) << fine.status().toString();
+  EXPECT_EQ(transportOf(*(*fine)[1]).describe(), "inproc");
+}
+
 TEST(Communicator, BarrierTimesOutNamingTheAbsentRank) {
   auto comms = makeInProc(2, milliseconds(100));
   Status s = comms[0]->barrier();  // rank 1 never enters

@@ -41,7 +41,8 @@ Result<std::vector<std::string>> MemoryAllGather::operator()(int rank, const std
   return values_;
 }
 
-void runThreads(Backend backend, int worldSize, const std::function<void(Transport&)>& fn) {
+void runThreads(Backend backend, int worldSize, const std::function<void(Transport&)>& fn,
+                const TransportSettings& settings) {
   std::shared_ptr<InProcFabric> fabric;
   if (backend == Backend::kInProc) {
     auto f = makeInProcFabric(worldSize);
@@ -56,10 +57,10 @@ void runThreads(Backend backend, int worldSize, const std::function<void(Transpo
   for (int r = 0; r < worldSize; ++r) {
     threads.emplace_back([&, r] {
       Result<std::unique_ptr<Transport>> t =
-          fabric ? createInProcTransport(fabric, r)
+          fabric ? createInProcTransport(fabric, r, settings)
                  : createUcxTransport(
                        r, worldSize, [&](const std::string& mine) { return exchange(r, mine); },
-                       kTestTimeout);
+                       kTestTimeout, {}, settings);
       if (!t.isOk()) {
         ADD_FAILURE() << "rank " << r << ": " << t.status().toString();
         finished.fetch_add(1);

@@ -2,6 +2,7 @@
 // the same conformance tests check each backend.
 #pragma once
 
+#include "terse/transport/settings.h"
 #include "terse/transport/transport.h"
 
 #include <chrono>
@@ -37,8 +38,9 @@ class MemoryAllGather {
 
 // Creates the world's transports (one per thread), runs fn(transport) on each, then meets at a
 // barrier before tearing down so no rank sees a peer leave early. Failures inside fn are gtest
-// failures of the calling test.
-void runThreads(Backend backend, int worldSize, const std::function<void(Transport&)>& fn);
+// failures of the calling test. `settings` go to the backend's factory (fault rules, ...).
+void runThreads(Backend backend, int worldSize, const std::function<void(Transport&)>& fn,
+                const TransportSettings& settings = TransportSettings());
 
 // The byte the pattern puts at `index` of message `seq` from `src` to `dst`: an independent
 // reference that makes misordered, misrouted or truncated messages visible.

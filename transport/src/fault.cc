@@ -1,4 +1,5 @@
 #include "terse/transport/fault.h"
+#include "terse/transport/settings.h"
 
 #include "request.h"
 #include "terse/common/env.h"
@@ -20,7 +21,8 @@ static Status checkFaultSetting(const char* name, const std::string& value) {
   return parseFaultRules(value).status().withContext(name);
 }
 
-// Settings read in this file (terse/common/env.h: declared next to their readers).
+// TERSE_FAULT's declaration (transport/settings.h: the communicator reads it and hands the
+// rules to the factories).
 const EnvSetting kFaultSetting{
     {"TERSE_FAULT", "string", "",
      "Fault injection for tests (off when empty): rules separated by ';', e.g. "
@@ -283,11 +285,6 @@ Result<std::vector<FaultRule>> parseFaultRules(const std::string& text) {
     start = semi + 1;
   }
   return rules;
-}
-
-Result<std::vector<FaultRule>> faultRulesFromEnv() {
-  TERSE_ASSIGN_OR_RETURN(std::string text, envString("TERSE_FAULT"));
-  return parseFaultRules(text);
 }
 
 std::unique_ptr<Transport> injectFaults(std::unique_ptr<Transport> inner,

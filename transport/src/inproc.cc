@@ -368,16 +368,15 @@ Result<std::shared_ptr<InProcFabric>> makeInProcFabric(int size) {
 }
 
 Result<std::unique_ptr<Transport>> createInProcTransport(std::shared_ptr<InProcFabric> fabric,
-                                                         int rank) {
+                                                         int rank,
+                                                         const TransportSettings& settings) {
   if (!fabric) return errorInvalidArgument("createInProcTransport: null fabric");
   if (rank < 0 || rank >= fabric->size())
     return errorInvalidArgument("rank %d is outside the fabric's world of %d", rank,
                                 fabric->size());
-  // Faults are parsed before attaching, so a malformed TERSE_FAULT leaves the rank free to retry.
-  TERSE_ASSIGN_OR_RETURN(std::vector<FaultRule> rules, faultRulesFromEnv());
   TERSE_RETURN_IF_ERROR(fabric->attach(rank));
   return injectFaults(std::unique_ptr<Transport>(new InProcTransport(std::move(fabric), rank)),
-                      std::move(rules));
+                      settings.faults);
 }
 
 }  // namespace terse

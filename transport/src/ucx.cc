@@ -32,7 +32,8 @@
 
 namespace terse {
 
-// Settings read in this file (terse/common/env.h: declared next to their readers).
+// TERSE_UCX_TCP_EAGER's declaration (transport/settings.h: the communicator reads it and
+// passes TransportSettings::ucxTcpEager).
 const EnvSetting kUcxTcpEagerSetting{
     {"TERSE_UCX_TCP_EAGER", "int", "1",
      "With UCX_TLS naming only tcp (and self) and no UCX_RNDV_THRESH of the user's, terse's "
@@ -81,7 +82,8 @@ struct PeerErrorArg {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(int rank, int size, std::chrono::milliseconds timeout, std::vector<int> nodeOfRank)
+  UcxTransport(int rank, int size, std::chrono::milliseconds timeout, std::vector<int> nodeOfRank,
+               bool eagerSetting)
       : rank_(rank),
         size_(size),
         timeout_(timeout),
@@ -103,18 +105,15 @@ class UcxTransport final : public Transport {
     // receiver busy compressing or reducing answers late: at 1 Gbit/s the compressed collectives'
     // half- and quarter-size segments lost 10-15% of the link to it (docs/benchmarks.md). Sending
     // eagerly lets TCP's own buffers carry the data while the receiver computes. On with
-    // TERSE_UCX_TCP_EAGER (default 1) and no UCX_RNDV_THRESH of the user's.
-    auto eager = envInt("TERSE_UCX_TCP_EAGER");
-    if (!eager.isOk()) envError_ = eager.status();
-    eagerTcp_ =
-        ucxTlsOnlyTcp(tls) && !ucxUserSet("RNDV_THRESH") && eager.isOk() && eager.value() != 0;
+    // TERSE_UCX_TCP_EAGER (default 1, TransportSettings::ucxTcpEager) and no UCX_RNDV_THRESH of
+    // the user's.
+    eagerTcp_ = ucxTlsOnlyTcp(tls) && !ucxUserSet("RNDV_THRESH") && eagerSetting;
     if (eagerTcp_) describe_ = "ucx(" + tls + ", eager)";
   }
 
   ~UcxTransport() override { shutdown(); }
 
   Status init(const AddressAllGather& allgather) {
-    TERSE_RETURN_IF_ERROR(envError_);
     UcxWorkerOptions options;
     options.threadMode = UCS_THREAD_MODE_SINGLE;
     if (eagerTcp_)
@@ -840,7 +839,6 @@ class UcxTransport final : public Transport {
   std::string describe_;
   char noticeSink_[512];   // discardNotices() receives notices nobody asked for into it
   bool eagerTcp_ = false;  // UCX_TLS=tcp: rendezvous threshold raised (see the constructor)
-  Status envError_;        // a malformed TERSE_UCX_TCP_EAGER, reported by init()
 };
 
 }  // namespace
@@ -848,20 +846,21 @@ class UcxTransport final : public Transport {
 Result<std::unique_ptr<Transport>> createUcxTransport(int rank, int size,
                                                       const AddressAllGather& allgather,
                                                       std::chrono::milliseconds timeout,
-                                                      std::vector<int> nodeOfRank) {
+                                                      std::vector<int> nodeOfRank,
+                                                      const TransportSettings& settings) {
   if (size < 1 || size > kMaxRanks)
     return errorInvalidArgument("world size %d is outside [1, 2^24]", size);
   if (rank < 0 || rank >= size)
     return errorInvalidArgument("rank %d is outside the world of %d ranks", rank, size);
   if (!allgather) return errorInvalidArgument("createUcxTransport: no address exchange given");
-  TERSE_ASSIGN_OR_RETURN(std::vector<FaultRule> rules, faultRulesFromEnv());
   if (!nodeOfRank.empty() && static_cast<int>(nodeOfRank.size()) != size)
     return errorInvalidArgument("createUcxTransport: %zu node numbers for a world of %d ranks",
                                 nodeOfRank.size(), size);
-  auto t = std::make_unique<UcxTransport>(rank, size, timeout, std::move(nodeOfRank));
+  auto t = std::make_unique<UcxTransport>(rank, size, timeout, std::move(nodeOfRank),
+                                          settings.ucxTcpEager);
   TERSE_RETURN_IF_ERROR(
       t->init(allgather).withContext("creating the UCX transport of rank " + std::to_string(rank)));
-  return injectFaults(std::move(t), std::move(rules));
+  return injectFaults(std::move(t), settings.faults);
 }
 
 }  // namespace terse

@@ -11,6 +11,10 @@
 
 namespace terse {
 
+// UCX's own variables, which ucp_config_read() takes from the environment itself: terse looks at
+// the same variables so that its choices (eager TCP, peer mode, a tweak the user overrides)
+// follow what UCX will do, which a value read earlier and passed down could contradict. They
+// are UCX's, not settings of terse's (no TERSE_* variable is read here).
 std::string ucxTlsFromEnv() {
   const char* tls = std::getenv("UCX_TLS");
   return tls != nullptr ? tls : "";

@@ -16,6 +16,7 @@
 namespace terse {
 
 class Transport;
+class CollectiveEngine;
 struct CollectiveOp;
 enum class CollectiveKind : uint8_t;  // terse/collectives/collective_op.h
 
@@ -44,6 +45,11 @@ Result<std::vector<std::unique_ptr<Communicator>>> createInProcWorld(
 // benchmarks of the transport underneath, and for naming it in their output. Same thread rule
 // as the communicator's own calls.
 Transport& transportOf(Communicator& comm);
+
+// The engine `comm` runs its calls with, for tests and benchmarks that check what it was built
+// with (pipelineDepth(), segmentElements(), defaultAlgorithm(): its settings, which it never
+// changes). Not for running calls: those go through the communicator.
+const CollectiveEngine& engineOf(Communicator& comm);
 
 // A call whose arguments failed before it reached the engine (the C API's enum checks): joins
 // the ranks' agreement as rejected, so the peers fail the same call, and completes with `why`.

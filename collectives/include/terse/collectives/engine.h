@@ -46,10 +46,35 @@ class AlgorithmContext;  // collectives/src/algorithm.h: what the algorithm unit
 struct TwoLevelLayout;   // collectives/src/algorithm.h: two-level's groups and state
 }  // namespace detail
 class AgreedSettings;  // terse/common/env.h
+class EnvSetting;      // terse/common/env.h
+
+// TERSE_PIPELINE_DEPTH, the engine's one setting that each rank may choose alone: the entry
+// points read it (api/src/settings.h, terse-sim) and pass it in EngineSettings.
+extern const EnvSetting kPipelineDepthSetting;
+
+// The engine's tunables, as values: the engine never reads the environment. A communicator
+// makes them from the settings it read and compared at its creation (api/src/settings.h), and
+// its splits inherit them; an engine built alone (unit tests, the simulator's own runs) gets the
+// registered defaults unless it is handed others.
+struct EngineSettings {
+  size_t segmentBytes = 0;                 // TERSE_SEGMENT_BYTES
+  size_t twoLevelSegmentBytes = 0;         // TERSE_TWOLEVEL_SEGMENT_BYTES
+  size_t smallBytes = 0;                   // TERSE_SMALL_BYTES
+  size_t directAgreementRanks = 0;         // TERSE_AGREEMENT_DIRECT_RANKS
+  size_t pipelineDepth = 1;                // TERSE_PIPELINE_DEPTH (per rank)
+  Algorithm algorithm = Algorithm::kAuto;  // TERSE_ALGO: what calls that ask for auto run
+
+  // Every tunable at its registered default.
+  static EngineSettings defaults();
+  // The values every rank shares from `agreed` (read and compared by the communicator), with
+  // this rank's pipeline depth.
+  static EngineSettings from(const AgreedSettings& agreed, size_t pipelineDepth);
+};
 
 class CollectiveEngine {
  public:
-  CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout);
+  CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout,
+                   const EngineSettings& settings = EngineSettings::defaults());
   ~CollectiveEngine();
 
   // Runs one collective to completion on the calling thread. On error, every request it posted
@@ -140,12 +165,7 @@ class CollectiveEngine {
   void setClock(std::function<double()> clock) { clock_ = std::move(clock); }
   double now() const;
 
-  // The settings every rank of a communicator shares (terse/common/env.h, AgreedSettings): the
-  // segments, the small-message threshold, the agreement's direct ranks and the default
-  // algorithm, as the communicator read and compared them at its creation. An engine built
-  // alone reads them from the environment instead (its constructor).
-  void configure(const AgreedSettings& settings);
-  // TERSE_ALGO as configured: what calls that ask for auto run.
+  // TERSE_ALGO as constructed (EngineSettings::algorithm): what calls that ask for auto run.
   Algorithm defaultAlgorithm() const { return defaultAlgorithm_; }
 
   // Elements per pipeline segment are derived from this (default TERSE_SEGMENT_BYTES).

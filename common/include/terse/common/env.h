@@ -5,11 +5,16 @@
 // (NCCL_PARAM and UCX's per-component config tables are the models). Constructing the constant
 // registers it: the registry is whatever the program links, so checkEnvironment() checks exactly
 // the settings of the code present, and the documentation test (tests/api/settings_test.cc)
-// checks docs/env.md against every declaration of the library, plugin and tools. A setting read
-// by several layers is declared by the lowest of them, which offers a function to the others.
-// tests/api/settings_test.cc also scans the sources: every TERSE_* name read anywhere outside
-// tests/ is declared exactly once. Values are read at each call so tests can setenv; callers on
-// hot paths cache them.
+// checks docs/env.md against every declaration of the library, plugin and tools.
+//
+// Who reads: a setting is read through its declaration's typed getters (readInt(), readText(),
+// ...), never by its name, and only by the entry points: api/ when a communicator is made (one
+// snapshot per communicator, api/src/settings.h, handed down to the engine, the transports and
+// the rendezvous as typed values), the NCCL plugin, the tools, and the two process-wide services
+// of common/ (logging, the CPU thread pool). Nothing in transport/, rendezvous/, collectives/,
+// compressors/, kernels/ or optim/ reads the environment: a layer declares the settings it uses
+// (the declaration is the registry's entry and the documentation) and takes their values as
+// arguments. tests/api/settings_test.cc scans the sources for reads that bypass this.
 //
 // A setting that decides the messages ranks exchange or the arithmetic they must do alike
 // (segment sizes, the algorithm, how ranks agree on a call) is declared EnvAgreement::kEveryRank.
@@ -72,7 +77,8 @@ enum class EnvAgreement {
 //   const EnvSetting kSegmentBytes{{"TERSE_SEGMENT_BYTES", /*type*/ "int", /*default*/ "1048576",
 //                                   "Pipeline segment ...", int64_t{1} << 18, int64_t{1} << 30},
 //                                  EnvAgreement::kEveryRank};
-// The getters below take the variable's name; the declaration only has to be linked.
+// The layer that declares a setting the entry points read exports the constant in its header
+// (extern const EnvSetting k...Setting;).
 class EnvSetting {
  public:
   explicit EnvSetting(const EnvVarInfo& info, EnvAgreement agreement = EnvAgreement::kPerRank);
@@ -81,6 +87,20 @@ class EnvSetting {
   EnvSetting& operator=(const EnvSetting&) = delete;
   const EnvVarInfo& info() const { return info_; }
   const char* name() const { return info_.name; }
+
+  // The variable's value now, parsed as its type says: unset or empty is the default; a
+  // malformed or out-of-range value is a kInvalidArgument naming the variable, its value and
+  // what is accepted. Asking for another type than the declared one is a kInternal.
+  Result<int64_t> readInt() const;
+  Result<bool> readBool() const;
+  // An enum's value in the spelling of its choices (e.g. "INFO" for "info").
+  Result<std::string> readEnum() const;
+  // A string's (or list's) text, unchecked: its own parser (info().check) is the reader's.
+  Result<std::string> readText() const;
+  // The raw value or the default, no validation (for logging's own bootstrap).
+  std::string readRaw() const;
+  // Whether the variable is set (to anything but the empty string).
+  bool isSet() const;
 
  private:
   EnvVarInfo info_;
@@ -98,17 +118,7 @@ std::vector<std::string> envConflicts();
 // "1/0, true/false, yes/no, on/off", or "" for free-form strings.
 std::string envAccepted(const EnvVarInfo& info);
 
-// Typed getters. Unregistered names are a programming error (kInternal), which keeps the
-// registry complete.
-Result<int64_t> envInt(const char* name);
-Result<bool> envBool(const char* name);
-// An enum's value in the spelling of its choices (e.g. "INFO" for "info").
-Result<std::string> envEnum(const char* name);
-Result<std::string> envString(const char* name);
-// The raw value or the default, no validation (for logging's own bootstrap).
-std::string envRaw(const char* name);
-
-// The parser behind envInt, for integers terse reads from other programs' variables (the
+// The parser behind readInt(), for integers terse reads from other programs' variables (the
 // launchers' OMPI_COMM_WORLD_SIZE, SLURM_PROCID, ...): base 10, optional sign, nothing else, in
 // [min, max]. `name` only labels the message.
 Result<int64_t> parseIntSetting(const char* name, const std::string& text, int64_t min,

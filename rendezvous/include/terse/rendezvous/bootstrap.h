@@ -10,11 +10,14 @@
 #include <terse/topology.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace terse {
+
+class EnvSetting;  // terse/common/env.h
 
 struct BootstrapInfo {
   int rank = 0;
@@ -28,11 +31,24 @@ struct BootstrapInfo {
   std::string rankSource;   // the variable the rank came from, for messages
 };
 
-// Reads TERSE_RANK / TERSE_WORLD_SIZE / TERSE_LOCAL_RANK / TERSE_STORE, falling back to
+// The variables a rank learns who it is from, as the entry point read them (the rendezvous
+// never reads the environment): the value of each name of bootstrapVariableNames() that is set
+// to a non-empty text.
+struct BootstrapVariables {
+  std::map<std::string, std::string> values;
+  // `name`'s value, or "" when it is not set.
+  std::string get(const std::string& name) const;
+};
+
+// The names bootstrapInfoFrom consults: terse's TERSE_RANK, TERSE_WORLD_SIZE, TERSE_LOCAL_RANK,
+// TERSE_LOCAL_SIZE and TERSE_STORE, and the launchers' variables it falls back on.
+const std::vector<std::string>& bootstrapVariableNames();
+
+// From TERSE_RANK / TERSE_WORLD_SIZE / TERSE_LOCAL_RANK / TERSE_STORE, falling back to
 // OMPI_COMM_WORLD_*, PMI_*, SLURM_* and torchrun's RANK / WORLD_SIZE / LOCAL_RANK /
 // MASTER_ADDR with MASTER_PORT+1 (PyTorch's store holds MASTER_PORT itself). Missing or malformed
 // values are errors that say what to set.
-Result<BootstrapInfo> readBootstrapEnv();
+Result<BootstrapInfo> bootstrapInfoFrom(const BootstrapVariables& vars);
 
 // Parses "host:port" into its parts; false when `spec` is not of that form (then it is a path).
 bool parseHostPort(const std::string& spec, std::string* host, int* port);
@@ -53,12 +69,16 @@ Result<std::vector<std::string>> storeAllGather(Store& store, const std::string&
 
 namespace terse {
 
-// This process's node key: "TERSE_NODE=<value>" when TERSE_NODE is set (hosts emulated on one
-// machine, tests), else "<hostname>/<boot id>".
-Result<std::string> nodeKey();
+// TERSE_NODE's declaration (the communicator reads it and passes its value here).
+extern const EnvSetting kNodeSetting;
 
-// Every rank publishes its node key under <prefix>/node; all derive the same Topology.
+// This process's node key: "TERSE_NODE=<node>" when `node` (TERSE_NODE's value) is not empty
+// (hosts emulated on one machine, tests), else "<hostname>/<boot id>".
+std::string nodeKey(const std::string& node);
+
+// Every rank publishes its node key (nodeKey(node)) under <prefix>/node; all derive the same
+// Topology.
 Result<Topology> exchangeTopology(Store& store, const std::string& prefix, int rank, int size,
-                                  std::chrono::milliseconds timeout);
+                                  std::chrono::milliseconds timeout, const std::string& node);
 
 }  // namespace terse

@@ -3,8 +3,11 @@
 // broken world into errors (never a hang, a crash or a wrong result reported as success).
 //
 // Off by default and free when off: the backends' factories (createUcxTransport,
-// createInProcTransport) wrap their transport only when TERSE_FAULT names a rule for its rank;
-// otherwise callers get the backend itself and no operation pays anything.
+// createInProcTransport) wrap their transport only when the rules they are given
+// (TransportSettings::faults, transport/settings.h: TERSE_FAULT as the communicator read it)
+// name its rank; otherwise callers get the backend itself and no operation pays anything. A
+// malformed TERSE_FAULT fails the communicator's creation, so a typo never silently runs a
+// fault-free test.
 //
 // TERSE_FAULT holds rules separated by ';', each an action followed by ':key=value' fields:
 //
@@ -80,10 +83,5 @@ Result<std::vector<FaultRule>> parseFaultRules(const std::string& text);
 // itself when none does.
 std::unique_ptr<Transport> injectFaults(std::unique_ptr<Transport> inner,
                                         std::vector<FaultRule> rules);
-
-// The rules of TERSE_FAULT (unset or empty: none). The backends' factories call it before they
-// build anything: a malformed TERSE_FAULT fails the creation, so a typo never silently runs a
-// fault-free test.
-Result<std::vector<FaultRule>> faultRulesFromEnv();
 
 }  // namespace terse

@@ -10,6 +10,7 @@
 // the other ranks that involves it fails with kRemoteError naming it.
 #pragma once
 
+#include "terse/transport/settings.h"
 #include "terse/transport/transport.h"
 
 #include <memory>
@@ -21,8 +22,10 @@ class InProcFabric;
 // A fabric for `size` ranks (1 <= size <= 2^24). Each rank attaches exactly once.
 Result<std::shared_ptr<InProcFabric>> makeInProcFabric(int size);
 
-// The transport of `rank` on `fabric`. Thread-safety as transport.h: one thread drives it.
-Result<std::unique_ptr<Transport>> createInProcTransport(std::shared_ptr<InProcFabric> fabric,
-                                                         int rank);
+// The transport of `rank` on `fabric`, wrapped in the fault decorator where `settings.faults`
+// name its rank. Thread-safety as transport.h: one thread drives it.
+Result<std::unique_ptr<Transport>> createInProcTransport(
+    std::shared_ptr<InProcFabric> fabric, int rank,
+    const TransportSettings& settings = TransportSettings());
 
 }  // namespace terse

@@ -22,6 +22,7 @@
 // The caller's timeout bounds everything else.
 #pragma once
 
+#include "terse/transport/settings.h"
 #include "terse/transport/transport.h"
 
 #include <functional>
@@ -37,10 +38,11 @@ using AddressAllGather = std::function<Result<std::vector<std::string>>(const st
 
 // Creates the transport of `rank` in a world of `size` (1 <= size <= 2^24). `timeout` bounds the
 // endpoint shutdown at destruction. `nodeOfRank` (empty, or one node number per rank, as
-// Topology::nodeOfRank) says which peers share this rank's node. Thread-safety as transport.h.
-Result<std::unique_ptr<Transport>> createUcxTransport(int rank, int size,
-                                                      const AddressAllGather& allgather,
-                                                      std::chrono::milliseconds timeout,
-                                                      std::vector<int> nodeOfRank = {});
+// Topology::nodeOfRank) says which peers share this rank's node. `settings`: the fault rules
+// and TERSE_UCX_TCP_EAGER as the caller read them (transport/settings.h). Thread-safety as
+// transport.h.
+Result<std::unique_ptr<Transport>> createUcxTransport(
+    int rank, int size, const AddressAllGather& allgather, std::chrono::milliseconds timeout,
+    std::vector<int> nodeOfRank = {}, const TransportSettings& settings = TransportSettings());
 
 }  // namespace terse
