@@ -45,10 +45,10 @@ terse_status_t terse_comm_create(terse_comm_t** comm);
  * package hands PyTorch's c10d store over): terse meets the other ranks through it instead of
  * TERSE_STORE. Every function returns 0 on success and nonzero on failure (the creation then fails
  * naming the key). Values are opaque bytes; keys are NUL-terminated text. get: *found 1 and
- * *value/*size the value (owned by the caller's side and valid until its next call on this store),
- * or *found 0 when the key does not exist yet (terse polls). set_if_absent: sets key only if it
- * does not exist, atomically with respect to the other ranks; *found 0 when this call set it,
- * else 1 with *value/*size the value that was there. The functions are called only during
+ * *value and *size the value (owned by the caller's side and valid until its next call on this
+ * store), or *found 0 when the key does not exist yet (terse polls). set_if_absent: sets key only
+ * if it does not exist, atomically with respect to the other ranks; *found 0 when this call set it,
+ * else 1 with *value and *size the value that was there. The functions are called only during
  * terse_comm_create_with_store, one at a time, from the calling thread or terse's. */
 typedef struct terse_store_ops {
   size_t struct_size; /* sizeof(terse_store_ops_t) */
