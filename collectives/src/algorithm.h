@@ -38,19 +38,7 @@ namespace terse::detail {
 // simulator can build one over a transport and workspaces of its own, with no engine at all.
 class AlgorithmContext {
  public:
-  struct Settings {
-    std::chrono::milliseconds timeout{60000};
-    // Elements per pipeline segment (a multiple of every codec block size) and how many segment
-    // rounds a compressed unit runs ahead (TERSE_SEGMENT_BYTES, TERSE_PIPELINE_DEPTH).
-    size_t segmentElements = size_t{1} << 20;
-    size_t pipelineDepth = 1;
-    // Uncompressed allreduces of at most this many float32 bytes use recursive doubling
-    // (TERSE_SMALL_BYTES).
-    size_t smallBytes = 0;
-    // Elements per segment of the pipelined two-level allreduce (TERSE_TWOLEVEL_SEGMENT_BYTES;
-    // two_level.cc rounds it to whole 65536-element blocks per local rank).
-    size_t twoLevelSegmentElements = size_t{4} << 20;
-  };
+  using Settings = UnitSettings;  // collective_op.h
 
   AlgorithmContext(Transport& transport, const Settings& settings, Workspaces& workspaces,
                    CallCounters& counters, ArithmeticHook* hook = nullptr)

@@ -104,10 +104,11 @@ EngineSettings EngineSettings::from(const AgreedSettings& agreed, size_t pipelin
 
 CollectiveEngine::CollectiveEngine(Transport& transport, std::chrono::milliseconds timeout,
                                    const EngineSettings& settings)
-    : transport_(transport), timeout_(timeout) {
+    : transport_(transport) {
+  unit_.timeout = timeout;
   setSegmentBytes(settings.segmentBytes);
   setTwoLevelSegmentBytes(settings.twoLevelSegmentBytes);
-  smallBytes_ = settings.smallBytes;
+  unit_.smallBytes = settings.smallBytes;
   directAgreementRanks_ = settings.directAgreementRanks;
   setPipelineDepth(settings.pipelineDepth);
   defaultAlgorithm_ = settings.algorithm;
@@ -124,16 +125,16 @@ void CollectiveEngine::setSegmentBytes(size_t bytes) {
   // that, so a segment boundary never cuts a block. Capped so tag indices stay in range.
   constexpr size_t kUnit = 65536;
   size_t elems = bytes / sizeof(float);
-  segmentElems_ = std::max(kUnit, elems / kUnit * kUnit);
+  unit_.segmentElements = std::max(kUnit, elems / kUnit * kUnit);
 }
 
-void CollectiveEngine::setSmallBytes(size_t bytes) { smallBytes_ = bytes; }
+void CollectiveEngine::setSmallBytes(size_t bytes) { unit_.smallBytes = bytes; }
 
 void CollectiveEngine::setPipelineDepth(size_t depth) {
-  depth_ = std::min<size_t>(8, std::max<size_t>(1, depth));
+  unit_.pipelineDepth = std::min<size_t>(8, std::max<size_t>(1, depth));
 }
 
-void CollectiveEngine::setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+void CollectiveEngine::setTimeout(std::chrono::milliseconds timeout) { unit_.timeout = timeout; }
 
 Status CollectiveEngine::enableTwoLevel(const std::vector<int>& nodeOfRank, uint32_t localSpace,
                                         uint32_t crossSpace) {
@@ -220,7 +221,8 @@ Status CollectiveEngine::chooseAlgorithm(CollectiveOp* op) {
   candidate(Algorithm::kFlat, false, "flat");
   candidate(Algorithm::kTwoLevel, false, "twolevel");
   if (op->kind == CollectiveKind::kAllReduce &&
-      detail::twoLevelPipelines(twoLevelSegmentElems_, twoLevel_->localTransport->size(), count))
+      detail::twoLevelPipelines(unit_.twoLevelSegmentElements, twoLevel_->localTransport->size(),
+                                count))
     candidate(Algorithm::kTwoLevel, true, "twolevel in one segment");
   TERSE_ASSIGN_OR_RETURN(std::vector<double> worst, measureCandidates(*this, m));
   const detail::AlgorithmChoice choice =
@@ -251,14 +253,7 @@ void CollectiveEngine::setArithmeticHook(std::shared_ptr<ArithmeticHook> hook) {
 }
 
 detail::AlgorithmContext CollectiveEngine::context() {
-  detail::AlgorithmContext::Settings settings;
-  settings.timeout = timeout_;
-  settings.segmentElements = segmentElems_;
-  settings.pipelineDepth = depth_;
-  settings.smallBytes = smallBytes_;
-  settings.twoLevelSegmentElements = twoLevelSegmentElems_;
-  return detail::AlgorithmContext(transport_, settings, workspaces_, counters_,
-                                  arithmeticHook_.get());
+  return detail::AlgorithmContext(transport_, unit_, workspaces_, counters_, arithmeticHook_.get());
 }
 
 Status CollectiveEngine::validate(const CollectiveOp& op, bool needCodec) const {
@@ -356,7 +351,7 @@ Status CollectiveEngine::exchangeDescriptors(const CollectiveOp& op, uint32_t se
     return disseminateDescriptor(op.kind, mine, seq, rejected);
   auto* theirs = reinterpret_cast<CallDescriptor*>(
       scratch(Workspace::kDescriptors, sizeof(CallDescriptor) * n));
-  RequestList reqs(transport_, timeout_, &counters_.bytesSent);
+  RequestList reqs(transport_, unit_.timeout, &counters_.bytesSent);
   std::vector<size_t> recvSlot(n, 0);
   const uint64_t tag = makeTag(seq, detail::kPhaseDescriptor, 0);
   for (int i = 0; i < n; ++i) {
@@ -386,7 +381,7 @@ Status CollectiveEngine::disseminateDescriptor(CollectiveKind kind, const CallDe
   detail::CallSummary known = detail::summarizeCall(r, mine), outgoing{}, heard{};
   int round = 0;
   // One request list for all rounds: each round ends with waitAll, which empties it.
-  RequestList reqs(transport_, timeout_, &counters_.bytesSent);
+  RequestList reqs(transport_, unit_.timeout, &counters_.bytesSent);
   // 64-bit: doubling an int past 2^30 ranks would overflow.
   for (int64_t distance = 1; distance < n; distance *= 2, ++round) {
     const int to = static_cast<int>((r + distance) % n);

@@ -11,6 +11,7 @@
 
 #include <terse/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -73,6 +74,23 @@ struct CollectiveOp {
   // Two-level allreduce in one segment instead of the pipeline (auto's measured choice where the
   // pipeline's overlap costs more than it saves; every rank adopts the same choice).
   bool twoLevelWhole = false;
+};
+
+// What the algorithm units (collectives/src/algorithm.h) run a call with besides its ranks and
+// buffers: one value the engine keeps and lends to each call's context, and tests or the
+// simulator fill for contexts of their own.
+struct UnitSettings {
+  std::chrono::milliseconds timeout{60000};
+  // Elements per pipeline segment (a multiple of every codec block size) and how many segment
+  // rounds a compressed unit runs ahead (TERSE_SEGMENT_BYTES, TERSE_PIPELINE_DEPTH).
+  size_t segmentElements = size_t{1} << 20;
+  size_t pipelineDepth = 1;
+  // Uncompressed allreduces of at most this many float32 bytes use recursive doubling
+  // (TERSE_SMALL_BYTES).
+  size_t smallBytes = 0;
+  // Elements per segment of the pipelined two-level allreduce (TERSE_TWOLEVEL_SEGMENT_BYTES;
+  // two_level.cc rounds it to whole 65536-element blocks per local rank).
+  size_t twoLevelSegmentElements = size_t{4} << 20;
 };
 
 // Allreduce's internal chunk boundaries are multiples of this many elements.

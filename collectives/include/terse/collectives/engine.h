@@ -156,7 +156,7 @@ class CollectiveEngine {
   // Segment of the pipelined two-level allreduce (default TERSE_TWOLEVEL_SEGMENT_BYTES, bytes
   // of float32). Every rank of the world must set the same.
   void setTwoLevelSegmentBytes(size_t bytes) {
-    twoLevelSegmentElems_ = std::max<size_t>(bytes / 4, 1);
+    unit_.twoLevelSegmentElements = std::max<size_t>(bytes / 4, 1);
   }
 
   // The clock auto's measurements (measure.h: its codec and its algorithm choices) are timed
@@ -179,11 +179,11 @@ class CollectiveEngine {
   void setDirectAgreementRanks(size_t ranks) { directAgreementRanks_ = ranks; }
   // Segment rounds compressed ahead of the one being reduced (1-8, TERSE_PIPELINE_DEPTH).
   void setPipelineDepth(size_t depth);
-  size_t pipelineDepth() const { return depth_; }
+  size_t pipelineDepth() const { return unit_.pipelineDepth; }
 
   // Elements per segment for a given codec: a multiple of every block size terse accepts, so a
   // segment never splits a compression block.
-  size_t segmentElements() const { return segmentElems_; }
+  size_t segmentElements() const { return unit_.segmentElements; }
   // kCollectiveChunkAlign and kMaxCollectiveElements (collective_op.h) by their older names.
   static constexpr size_t kChunkAlign = kCollectiveChunkAlign;
   static constexpr size_t kMaxElements = kMaxCollectiveElements;
@@ -198,7 +198,7 @@ class CollectiveEngine {
   CollectiveStats& mutableStats() { return stats_; }  // the api layer adds auto's picks
 
   Transport& transport() { return transport_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  std::chrono::milliseconds timeout() const { return unit_.timeout; }
   void setTimeout(std::chrono::milliseconds timeout);
 
  private:
@@ -243,7 +243,8 @@ class CollectiveEngine {
                  std::chrono::steady_clock::time_point start, uint64_t bytesBefore);
 
   Transport& transport_;
-  std::chrono::milliseconds timeout_;
+  // The timeout, segments, pipeline depth and small-message threshold the units run with.
+  UnitSettings unit_;
   // The two-level layout (enableTwoLevel; collectives/src/algorithm.h): its groups, their step
   // numbers, the cross-node steps' own state and lane. Null: calls run flat.
   std::unique_ptr<detail::TwoLevelLayout> twoLevel_;
@@ -259,12 +260,8 @@ class CollectiveEngine {
   // The call in flight's bytes sent and codec stages (scatter_reduce.cc, ring.cc); countCall
   // moves the seconds into stats_, bytesSent keeps counting (bytesSent()).
   detail::CallCounters counters_;
-  size_t segmentElems_;
-  size_t twoLevelSegmentElems_;
   StepLaneFactory laneFactory_;
-  size_t smallBytes_;
   size_t directAgreementRanks_;  // TERSE_AGREEMENT_DIRECT_RANKS
-  size_t depth_ = 1;
   uint32_t seq_ = 0;
   detail::Workspaces workspaces_;                   // grow-only, reused across calls
   std::shared_ptr<ArithmeticHook> arithmeticHook_;  // sim/: charges and skips own arithmetic
