@@ -59,21 +59,12 @@ bool warned(const char* needle) { return warnings(needle) > 0; }
 
 // One CollNet table of any version through v11-shaped calls (v12 has v11's members and
 // signatures except getProperties and makeVDevice, which the harness does not call through it).
-class CollApi {
+class CollApi : public LoadedTable {
  public:
-  CollApi(const char* path, int version) : version_(version) {
-    dl_ = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    HARNESS_CHECK(dl_ != nullptr, "dlopen(%s): %s", path, dlerror());
-    std::string sym = "ncclCollNetPlugin_v" + std::to_string(version);
-    table_ = dlsym(dl_, sym.c_str());
-    HARNESS_CHECK(table_ != nullptr, "dlsym(%s) failed", sym.c_str());
-  }
+  CollApi(const char* path, int version) : LoadedTable(path, "ncclCollNetPlugin_v", version) {}
   ~CollApi() {
     if (version_ >= 11 && ctx_ != nullptr) v11()->finalize(ctx_);
-    dlclose(dl_);
   }
-  CollApi(const CollApi&) = delete;
-  CollApi& operator=(const CollApi&) = delete;
 
   const char* name() const { return v11()->name; }
   ncclResult_t init() {
@@ -101,8 +92,7 @@ class CollApi {
   ncclResult_t ireducescatter(void* cc, std::vector<ncclNetSGE_v11_t>& parts, void* recv,
                               size_t bpr, size_t wOff, size_t wBytes, int t, int op, void** req) {
     if (version_ == 8) {
-      std::vector<ncclNetSGE_v8_t> p8;
-      for (auto& p : parts) p8.push_back({p.mhandle, p.address, static_cast<uint32_t>(p.size)});
+      std::vector<ncclNetSGE_v8_t> p8 = sgeV8(parts);
       return v8()->ireducescatter(cc, static_cast<int>(p8.size()), p8.data(), recv, bpr, wOff,
                                   wBytes, t, op, nullptr, req);
     }
@@ -112,8 +102,7 @@ class CollApi {
   ncclResult_t iallgather(void* cc, void* send, std::vector<ncclNetSGE_v11_t>& parts, size_t bpr,
                           size_t wOff, size_t wBytes, void** req) {
     if (version_ == 8) {
-      std::vector<ncclNetSGE_v8_t> p8;
-      for (auto& p : parts) p8.push_back({p.mhandle, p.address, static_cast<uint32_t>(p.size)});
+      std::vector<ncclNetSGE_v8_t> p8 = sgeV8(parts);
       return v8()->iallgather(cc, send, static_cast<int>(p8.size()), p8.data(), bpr, wOff, wBytes,
                               nullptr, req);
     }
@@ -126,14 +115,16 @@ class CollApi {
   ncclResult_t closeListen(void* lc) { return v11()->closeListen(lc); }
 
  private:
+  // v8's scatter-gather entries hold a 32-bit size.
+  static std::vector<ncclNetSGE_v8_t> sgeV8(const std::vector<ncclNetSGE_v11_t>& parts) {
+    std::vector<ncclNetSGE_v8_t> p8;
+    for (auto& p : parts) p8.push_back({p.mhandle, p.address, static_cast<uint32_t>(p.size)});
+    return p8;
+  }
   // name..closeListen share slots in every version; only some signatures differ.
   const ncclCollNet_v11_t* v11() const { return static_cast<const ncclCollNet_v11_t*>(table_); }
   const ncclCollNet_v10_t* v10() const { return static_cast<const ncclCollNet_v10_t*>(table_); }
   const ncclCollNet_v8_t* v8() const { return static_cast<const ncclCollNet_v8_t*>(table_); }
-  int version_;
-  void* dl_ = nullptr;
-  const void* table_ = nullptr;
-  void* ctx_ = nullptr;
 };
 
 void useLoopback() {
@@ -165,15 +156,7 @@ void* joinWorld(CollApi& api, const Exchange& ex, const std::string& key, int ra
 
 ncclResult_t waitColl(CollApi& api, void* req, int* size, int timeoutSec = 120) {
   HARNESS_CHECK(req != nullptr, "no request");
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
-  int done = 0;
-  while (!done) {
-    ncclResult_t r = api.test(req, &done, size);
-    if (r != ncclSuccess) return r;
-    HARNESS_CHECK(std::chrono::steady_clock::now() < deadline, "request not done in %ds",
-                  timeoutSec);
-  }
-  return ncclSuccess;
+  return waitRequest(api, req, size, timeoutSec);
 }
 
 // iallreduce, then test() until done: returns the size test() reported.
