@@ -53,7 +53,7 @@ def torchrun_env(extra_python_path=None):
     env.setdefault("UCX_NET_DEVICES", "lo")
     env.setdefault("TERSE_CPU_THREADS", "1")
     env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = python_path()
     env.pop("TERSE_STORE", None)
     return env
 
@@ -104,6 +104,20 @@ def noise_floor(args, runs, run_worker, table):
     with open(os.path.join(args.work, "noise.json"), "w") as f:
         json.dump({"args": vars(args), "summary": summary,
                    "runs": [[isa, seed, res] for (isa, seed), res in results]}, f, indent=1)
+
+
+def python_path():
+    """PYTHONPATH with terse's Python package (python/) first."""
+    return os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")])
+
+
+def run_workers(script, mode, work, envs, timeout, *extra):
+    """`script` <mode>-worker --work <work>/<mode>-rank<r>.json [extra] once per env of `envs`
+    (rank r has envs[r]), through run_ranks; returns [(Popen, its results path)]."""
+    outs = [os.path.join(work, f"{mode}-rank{r}.json") for r in range(len(envs))]
+    ranks = [([sys.executable, os.path.abspath(script), f"{mode}-worker", "--work", out, *extra],
+              env) for out, env in zip(outs, envs)]
+    return list(zip(run_ranks(ranks, timeout), outs))
 
 
 def run_ranks(ranks, timeout):

@@ -207,20 +207,16 @@ def order(args):
     work = args.work or tempfile.mkdtemp(prefix="terse-order-")
     os.makedirs(work, exist_ok=True)
     store = tempfile.mkdtemp(prefix="store-", dir=work)
-    ranks, outs = [], []
+    envs = []
     for rank in range(2):
         env = dict(os.environ, TERSE_RANK=str(rank), TERSE_WORLD_SIZE="2", TERSE_STORE=store,
                    UCX_NET_DEVICES="lo", TERSE_CPU_THREADS="1", TERSE_TIMEOUT_MS="30000",
-                   PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"),
-                                               os.environ.get("PYTHONPATH", "")]))
+                   PYTHONPATH=_testlib.python_path())
         for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(v, None)
-        outs.append(os.path.join(work, f"order-rank{rank}.json"))
-        ranks.append(([sys.executable, os.path.abspath(__file__), "order-worker", "--work",
-                       outs[-1]], env))
-    procs = _testlib.run_ranks(ranks, args.timeout)
+        envs.append(env)
     results = []
-    for p, out in zip(procs, outs):
+    for p, out in _testlib.run_workers(__file__, "order", work, envs, args.timeout):
         if p.returncode != 0 or not os.path.exists(out):
             sys.exit(f"FAIL: a rank exited with {p.returncode}")
         with open(out) as f:
@@ -345,19 +341,12 @@ def gpu(args):
     os.makedirs(work, exist_ok=True)
     store = tempfile.mkdtemp(prefix="store-", dir=work)
     port = free_port_pair()
-    ranks, outs = [], []
-    for rank in range(2):
-        env = dict(os.environ, TERSE_RANK=str(rank), TERSE_WORLD_SIZE="2", TERSE_STORE=store,
-                   RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), UCX_NET_DEVICES="lo", CUDA_VISIBLE_DEVICES="0",
-                   PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"),
-                                               os.environ.get("PYTHONPATH", "")]))
-        outs.append(os.path.join(work, f"gpu-rank{rank}.json"))
-        ranks.append(([sys.executable, os.path.abspath(__file__), "gpu-worker", "--work",
-                       outs[-1]], env))
-    procs = _testlib.run_ranks(ranks, args.timeout)
+    envs = [dict(os.environ, TERSE_RANK=str(rank), TERSE_WORLD_SIZE="2", TERSE_STORE=store,
+                 RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 UCX_NET_DEVICES="lo", CUDA_VISIBLE_DEVICES="0", PYTHONPATH=_testlib.python_path())
+            for rank in range(2)]
     results = []
-    for p, out in zip(procs, outs):
+    for p, out in _testlib.run_workers(__file__, "gpu", work, envs, args.timeout):
         if not os.path.exists(out):
             sys.exit(f"FAIL: a rank exited with {p.returncode} and wrote no results")
         with open(out) as f:

@@ -157,19 +157,16 @@ def launch(args, mode, world=2, extra_env=None):
     work = args.work or tempfile.mkdtemp(prefix=f"terse-{mode}-")
     os.makedirs(work, exist_ok=True)
     store = tempfile.mkdtemp(prefix="store-", dir=work)
-    ranks, outs = [], []
+    envs = []
     for rank in range(world):
         env = dict(os.environ, TERSE_RANK=str(rank), TERSE_WORLD_SIZE=str(world),
                    TERSE_STORE=store, UCX_NET_DEVICES="lo", TERSE_CPU_THREADS="1",
                    OMP_NUM_THREADS="1", TERSE_TIMEOUT_MS="30000", **(extra_env or {}))
         for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(v, None)
-        outs.append(os.path.join(work, f"{mode}-rank{rank}.json"))
-        ranks.append(([sys.executable, os.path.abspath(__file__), f"{mode}-worker", "--work",
-                       outs[-1], "--store", store], env))
-    procs = _testlib.run_ranks(ranks, args.timeout)
+        envs.append(env)
     results = []
-    for p, out in zip(procs, outs):
+    for p, out in _testlib.run_workers(__file__, mode, work, envs, args.timeout, "--store", store):
         if p.returncode == SKIP:
             print("SKIP: a rank skipped (see its output)")
             sys.exit(SKIP)
