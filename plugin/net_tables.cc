@@ -227,14 +227,21 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
   });
 }
 
+// The comm NCCL passed, as a `kind` ("send", "receive") comm, or why it is not one.
+template <typename CommT>
+Result<CommT*> commAs(void* comm, const char* entry, const char* kind) {
+  auto* typed = dynamic_cast<CommT*>(static_cast<Comm*>(comm));
+  if (typed == nullptr) return errorInvalidArgument("%s: the comm is not a %s comm", entry, kind);
+  return typed;
+}
+
 ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void*,
                    void** request) {
   return guarded("isend", [&]() -> Status {
     TERSE_RETURN_IF_ERROR(notNull(sendComm, "isend", "sendComm"));
     TERSE_RETURN_IF_ERROR(notNull(request, "isend", "request"));
     *request = nullptr;
-    auto* send = dynamic_cast<SendComm*>(static_cast<Comm*>(sendComm));
-    if (send == nullptr) return errorInvalidArgument("isend: the comm is not a send comm");
+    TERSE_ASSIGN_OR_RETURN(SendComm * send, commAs<SendComm>(sendComm, "isend", "send"));
     std::lock_guard<std::mutex> lock(send->context()->mutex());
     NetRequest* r = nullptr;
     TERSE_RETURN_IF_ERROR(
@@ -250,8 +257,7 @@ ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
     TERSE_RETURN_IF_ERROR(notNull(recvComm, "irecv", "recvComm"));
     TERSE_RETURN_IF_ERROR(notNull(request, "irecv", "request"));
     *request = nullptr;  // overwrites NCCL's optional-completion marker: we always return one
-    auto* recv = dynamic_cast<RecvComm*>(static_cast<Comm*>(recvComm));
-    if (recv == nullptr) return errorInvalidArgument("irecv: the comm is not a receive comm");
+    TERSE_ASSIGN_OR_RETURN(RecvComm * recv, commAs<RecvComm>(recvComm, "irecv", "receive"));
     std::lock_guard<std::mutex> lock(recv->context()->mutex());
     NetRequest* r = nullptr;
     TERSE_RETURN_IF_ERROR(recv->context()->irecv(recv, n, data, sizes, tags, mhandles, &r));
@@ -281,26 +287,25 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   });
 }
 
-ncclResult_t closeSend(void* sendComm) {
-  return guarded("closeSend", [&]() -> Status {
-    if (sendComm == nullptr) return Status::ok();
-    auto* send = dynamic_cast<SendComm*>(static_cast<Comm*>(sendComm));
-    if (send == nullptr) return errorInvalidArgument("closeSend: the comm is not a send comm");
-    NetContext* c = send->context();
+// closeSend and closeRecv: NULL closes nothing; a comm of the other kind is refused.
+template <typename CommT>
+ncclResult_t closeComm(void* comm, const char* entry, const char* kind,
+                       Status (NetContext::*close)(CommT*)) {
+  return guarded(entry, [&]() -> Status {
+    if (comm == nullptr) return Status::ok();
+    TERSE_ASSIGN_OR_RETURN(CommT * typed, commAs<CommT>(comm, entry, kind));
+    NetContext* c = typed->context();
     std::lock_guard<std::mutex> lock(c->mutex());
-    return c->closeSend(send);
+    return (c->*close)(typed);
   });
 }
 
+ncclResult_t closeSend(void* sendComm) {
+  return closeComm<SendComm>(sendComm, "closeSend", "send", &NetContext::closeSend);
+}
+
 ncclResult_t closeRecv(void* recvComm) {
-  return guarded("closeRecv", [&]() -> Status {
-    if (recvComm == nullptr) return Status::ok();
-    auto* recv = dynamic_cast<RecvComm*>(static_cast<Comm*>(recvComm));
-    if (recv == nullptr) return errorInvalidArgument("closeRecv: the comm is not a receive comm");
-    NetContext* c = recv->context();
-    std::lock_guard<std::mutex> lock(c->mutex());
-    return c->closeRecv(recv);
-  });
+  return closeComm<RecvComm>(recvComm, "closeRecv", "receive", &NetContext::closeRecv);
 }
 
 ncclResult_t closeListen(void* listenComm) {

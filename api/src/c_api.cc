@@ -30,6 +30,12 @@ struct terse_work {
 struct terse_feedback {
   terse::ErrorFeedback state;
 };
+struct terse_onebit_adam {
+  terse::OneBitAdam state;
+};
+struct terse_sharded_onebit_adam {
+  terse::ShardedOneBitAdam state;
+};
 
 namespace terse {
 
@@ -232,6 +238,65 @@ class CallbackStore : public terse::Store {
   std::mutex mu_;
 };
 
+// TERSE_REQUIRE's message for a NULL argument, where the names are not literals.
+terse_status_t nullArgument(const char* fn, const char* arg) {
+  const std::string message = std::string(fn) + ": " + arg + " is NULL";
+  return fail(TERSE_INVALID_ARGUMENT, message.c_str());
+}
+
+// The one ending of every call that makes a state for the caller (create, deserialize): a new
+// handle owning it, or the reason it could not be made.
+template <typename Handle, typename State>
+terse_status_t handOut(terse::Result<State> made, Handle** out) {
+  if (!made.isOk()) return fail(made.status());
+  *out = new Handle{std::move(made).value()};
+  return done(terse::Status::ok());
+}
+
+// Every *_serialize: the handle's state as bytes, handed back by copyOut. `fn` names the call
+// and `arg` its handle argument.
+template <typename Handle>
+terse_status_t serializeOut(const char* fn, const char* arg, const Handle* handle, void* buffer,
+                            size_t* size) {
+  if (!handle) return nullArgument(fn, arg);
+  if (!size) return nullArgument(fn, "size");
+  return guarded([&] {
+    std::vector<uint8_t> bytes = handle->state.serialize();
+    return copyOut(fn, bytes.data(), bytes.size(), buffer, size);
+  });
+}
+
+// The single-buffer *_deserialize: `load` makes the state from (buffer, size).
+template <typename Handle, typename Load>
+terse_status_t deserializeOut(const char* fn, const char* arg, const void* buffer, Handle** out,
+                              Load load) {
+  if (!buffer) return nullArgument(fn, "buffer");
+  if (!out) return nullArgument(fn, arg);
+  return guarded([&] { return handOut(load(), out); });
+}
+
+// The members the two Adam option structs share, both ways between C and C++.
+template <typename COptions, typename Options>
+void adamDefaults(COptions* options, const Options& d) {
+  *options = COptions{};
+  options->struct_size = sizeof(COptions);
+  options->beta1 = d.beta1;
+  options->beta2 = d.beta2;
+  options->eps = d.eps;
+  options->weight_decay = d.weightDecay;
+  options->codec = nullptr;
+  options->warmup_steps = d.warmupSteps;
+}
+template <typename COptions, typename Options>
+void adamFromC(const COptions* options, Options& o) {
+  o.beta1 = options->beta1;
+  o.beta2 = options->beta2;
+  o.eps = options->eps;
+  o.weightDecay = options->weight_decay;
+  if (options->codec) o.codec = options->codec;  // else the C++ default
+  o.warmupSteps = options->warmup_steps;
+}
+
 }  // namespace
 
 extern "C" {
@@ -251,12 +316,7 @@ void terse_cuda_info(int* built, int* usable) {
 
 terse_status_t terse_comm_create(terse_comm_t** comm) {
   TERSE_REQUIRE(comm, "terse_comm_create: comm");
-  return guarded([&] {
-    auto made = terse::Communicator::createFromEnv();
-    if (!made.isOk()) return fail(made.status());
-    *comm = new terse_comm{std::move(made).value()};
-    return done(terse::Status::ok());
-  });
+  return guarded([&] { return handOut(terse::Communicator::createFromEnv(), comm); });
 }
 
 terse_status_t terse_comm_create_with_store(int rank, int size, const terse_store_ops_t* store,
@@ -637,12 +697,7 @@ terse_status_t terse_comm_stats_auto_pick(terse_comm_t* comm, size_t index, char
 terse_status_t terse_feedback_create(const char* codec, size_t count, terse_feedback_t** feedback) {
   TERSE_REQUIRE(codec, "terse_feedback_create: codec");
   TERSE_REQUIRE(feedback, "terse_feedback_create: feedback");
-  return guarded([&] {
-    auto made = terse::ErrorFeedback::create(codec, count);
-    if (!made.isOk()) return fail(made.status());
-    *feedback = new terse_feedback{std::move(made).value()};
-    return done(terse::Status::ok());
-  });
+  return guarded([&] { return handOut(terse::ErrorFeedback::create(codec, count), feedback); });
 }
 
 void terse_feedback_destroy(terse_feedback_t* feedback) { delete feedback; }
@@ -673,43 +728,21 @@ terse_status_t terse_feedback_worker(terse_feedback_t* feedback, float** residua
 
 terse_status_t terse_feedback_serialize(const terse_feedback_t* feedback, void* buffer,
                                         size_t* size) {
-  TERSE_REQUIRE(feedback, "terse_feedback_serialize: feedback");
-  TERSE_REQUIRE(size, "terse_feedback_serialize: size");
-  return guarded([&] {
-    std::vector<uint8_t> bytes = feedback->state.serialize();
-    return copyOut("terse_feedback_serialize", bytes.data(), bytes.size(), buffer, size);
-  });
+  return serializeOut("terse_feedback_serialize", "feedback", feedback, buffer, size);
 }
 
 terse_status_t terse_feedback_deserialize(const void* buffer, size_t size,
                                           terse_feedback_t** feedback) {
-  TERSE_REQUIRE(buffer, "terse_feedback_deserialize: buffer");
-  TERSE_REQUIRE(feedback, "terse_feedback_deserialize: feedback");
-  return guarded([&] {
-    auto made = terse::ErrorFeedback::deserialize(buffer, size);
-    if (!made.isOk()) return fail(made.status());
-    *feedback = new terse_feedback{std::move(made).value()};
-    return done(terse::Status::ok());
-  });
+  return deserializeOut("terse_feedback_deserialize", "feedback", buffer, feedback,
+                        [&] { return terse::ErrorFeedback::deserialize(buffer, size); });
 }
 
 // ---- OneBitAdam ------------------------------------------------------------------------------
 
-struct terse_onebit_adam {
-  terse::OneBitAdam state;
-};
-
 void terse_onebit_adam_options_default(terse_onebit_adam_options_t* options) {
   if (!options) return;
   terse::OneBitAdamOptions d;
-  *options = terse_onebit_adam_options_t{};
-  options->struct_size = sizeof(terse_onebit_adam_options_t);
-  options->beta1 = d.beta1;
-  options->beta2 = d.beta2;
-  options->eps = d.eps;
-  options->weight_decay = d.weightDecay;
-  options->codec = nullptr;
-  options->warmup_steps = d.warmupSteps;
+  adamDefaults(options, d);
   options->variance_check_interval = d.varianceCheckInterval;
   options->variance_tolerance = d.varianceTolerance;
   options->min_warmup_steps = d.minWarmupSteps;
@@ -729,21 +762,13 @@ terse_status_t terse_onebit_adam_create(size_t count, const terse_onebit_adam_op
         options->struct_size, sizeof(terse_onebit_adam_options_t)));
   return guarded([&] {
     terse::OneBitAdamOptions o;
-    o.beta1 = options->beta1;
-    o.beta2 = options->beta2;
-    o.eps = options->eps;
-    o.weightDecay = options->weight_decay;
-    o.codec = options->codec ? options->codec : "onebit";
-    o.warmupSteps = options->warmup_steps;
+    adamFromC(options, o);
     o.varianceCheckInterval = options->variance_check_interval;
     o.varianceTolerance = options->variance_tolerance;
     o.minWarmupSteps = options->min_warmup_steps;
     o.maxWarmupSteps = options->max_warmup_steps;
     o.averageGradients = options->average_gradients != 0;
-    auto made = terse::OneBitAdam::create(count, o);
-    if (!made.isOk()) return fail(made.status());
-    *adam = new terse_onebit_adam{std::move(made).value()};
-    return done(terse::Status::ok());
+    return handOut(terse::OneBitAdam::create(count, o), adam);
   });
 }
 
@@ -770,43 +795,21 @@ int64_t terse_onebit_adam_frozen_at(const terse_onebit_adam_t* adam) {
 
 terse_status_t terse_onebit_adam_serialize(const terse_onebit_adam_t* adam, void* buffer,
                                            size_t* size) {
-  TERSE_REQUIRE(adam, "terse_onebit_adam_serialize: adam");
-  TERSE_REQUIRE(size, "terse_onebit_adam_serialize: size");
-  return guarded([&] {
-    std::vector<uint8_t> bytes = adam->state.serialize();
-    return copyOut("terse_onebit_adam_serialize", bytes.data(), bytes.size(), buffer, size);
-  });
+  return serializeOut("terse_onebit_adam_serialize", "adam", adam, buffer, size);
 }
 
 terse_status_t terse_onebit_adam_deserialize(const void* buffer, size_t size,
                                              terse_onebit_adam_t** adam) {
-  TERSE_REQUIRE(buffer, "terse_onebit_adam_deserialize: buffer");
-  TERSE_REQUIRE(adam, "terse_onebit_adam_deserialize: adam");
-  return guarded([&] {
-    auto made = terse::OneBitAdam::deserialize(buffer, size);
-    if (!made.isOk()) return fail(made.status());
-    *adam = new terse_onebit_adam{std::move(made).value()};
-    return done(terse::Status::ok());
-  });
+  return deserializeOut("terse_onebit_adam_deserialize", "adam", buffer, adam,
+                        [&] { return terse::OneBitAdam::deserialize(buffer, size); });
 }
 
 // ---- ShardedOneBitAdam -----------------------------------------------------------------------
 
-struct terse_sharded_onebit_adam {
-  terse::ShardedOneBitAdam state;
-};
-
 void terse_sharded_onebit_adam_options_default(terse_sharded_onebit_adam_options_t* options) {
   if (!options) return;
   terse::ShardedOneBitAdamOptions d;
-  *options = terse_sharded_onebit_adam_options_t{};
-  options->struct_size = sizeof(terse_sharded_onebit_adam_options_t);
-  options->beta1 = d.beta1;
-  options->beta2 = d.beta2;
-  options->eps = d.eps;
-  options->weight_decay = d.weightDecay;
-  options->codec = nullptr;
-  options->warmup_steps = d.warmupSteps;
+  adamDefaults(options, d);
   options->error_feedback = d.errorFeedback ? 1 : 0;
   options->param_codec = nullptr;
   options->local_momentum = d.localMomentum ? 1 : 0;
@@ -827,19 +830,11 @@ terse_status_t terse_sharded_onebit_adam_create(size_t count, int world_size, in
         options->struct_size, sizeof(terse_sharded_onebit_adam_options_t)));
   return guarded([&] {
     terse::ShardedOneBitAdamOptions o;
-    o.beta1 = options->beta1;
-    o.beta2 = options->beta2;
-    o.eps = options->eps;
-    o.weightDecay = options->weight_decay;
-    o.codec = options->codec ? options->codec : terse::ShardedOneBitAdamOptions{}.codec;
-    o.warmupSteps = options->warmup_steps;
+    adamFromC(options, o);
     o.errorFeedback = options->error_feedback != 0;
     o.paramCodec = options->param_codec ? options->param_codec : "none";
     o.localMomentum = hasLocal && options->local_momentum != 0;
-    auto made = terse::ShardedOneBitAdam::create(count, world_size, rank, o);
-    if (!made.isOk()) return fail(made.status());
-    *adam = new terse_sharded_onebit_adam{std::move(made).value()};
-    return done(terse::Status::ok());
+    return handOut(terse::ShardedOneBitAdam::create(count, world_size, rank, o), adam);
   });
 }
 
@@ -890,12 +885,7 @@ size_t terse_sharded_onebit_adam_state_bytes(const terse_sharded_onebit_adam_t* 
 
 terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_adam_t* adam,
                                                    void* buffer, size_t* size) {
-  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_serialize: adam");
-  TERSE_REQUIRE(size, "terse_sharded_onebit_adam_serialize: size");
-  return guarded([&] {
-    std::vector<uint8_t> bytes = adam->state.serialize();
-    return copyOut("terse_sharded_onebit_adam_serialize", bytes.data(), bytes.size(), buffer, size);
-  });
+  return serializeOut("terse_sharded_onebit_adam_serialize", "adam", adam, buffer, size);
 }
 
 extern "C++" {  // a template inside the C API's extern "C" block
@@ -911,10 +901,7 @@ terse_status_t shardedAdamFromParts(const char* what, const void* const* parts, 
   return guarded([&] {
     std::vector<std::pair<const void*, size_t>> views;
     for (size_t i = 0; i < num_parts; ++i) views.emplace_back(parts[i], sizes[i]);
-    terse::Result<terse::ShardedOneBitAdam> made = load(views);
-    if (!made.isOk()) return fail(made.status());
-    *adam = new terse_sharded_onebit_adam{std::move(made).value()};
-    return done(terse::Status::ok());
+    return handOut(load(views), adam);
   });
 }
 }  // namespace

@@ -1,6 +1,5 @@
 // int8: a float32 absmax scale per block, an int8 per element.
-#include "codecs.h"
-#include "codecs_device.h"
+#include "codec_block_scaled.h"
 #include "registry.h"
 
 #include <cstdio>
@@ -8,20 +7,59 @@
 namespace terse {
 namespace {
 
-class Int8Codec final : public CodecBase {
+class Int8Codec final : public BlockScaledCodec<Int8Codec, float, int8_t> {
  public:
+  static constexpr const char* kName = "int8";
   Int8Codec(uint32_t block, kernels::Rounding rounding, uint64_t seed);
   CodecId id() const override { return CodecId::kInt8; }
   std::string spec() const override;
   bool wantsErrorFeedback() const override { return false; }
-  double wireBytesPerElement() const override;
+  double wireBytesPerElement() const override { return 1.0 + 4.0 / block_; }
 
  protected:
-  void describe(size_t n, wire::Header& h) const override;
+  void describe(size_t, wire::Header& h) const override {
+    h.param0 = block_;
+    h.flags = rounding_ == kernels::Rounding::kStochastic ? wire::kFlagStochastic : 0;
+  }
+  wire::Layout layout(const wire::Header& h) const override {
+    return wire::int8Layout(h.count, block_);
+  }
   Status checkParams(const wire::Header& h) const override;
-  TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
+  friend BlockScaledCodec;
+  template <typename T>
+  void quantize(const T* src, size_t b, size_t len, const CodecCall& call, float* residual,
+                float* scales, int8_t* q) const {
+    // offset b keeps element i's random draw uniform01(seed, i) whatever the chunking
+    k::int8Quantize(src, len, block_, rounding_, roundingSeed(seed_, call.nonce), b, residual,
+                    scales + b / block_, q + b);
+  }
+  template <typename T>
+  void dequantize(const float* scales, const int8_t* q, size_t n, T* dst) const {
+    k::int8Dequantize(scales, q, n, block_, dst);
+  }
+  void dequantizeAccumulate(const float* scales, const int8_t* q, size_t n, float* acc) const {
+    k::int8DequantizeAccumulate(scales, q, n, block_, acc);
+  }
+#if TERSE_HAVE_CUDA
+  template <typename T>
+  cudaError_t quantizeDevice(const T* src, size_t n, const CodecCall& call, float* residual,
+                             float* scales, int8_t* q, cudaStream_t s) const {
+    return cu::int8Quantize(src, n, block_, rounding_, roundingSeed(seed_, call.nonce), 0, residual,
+                            scales, q, s);
+  }
+  template <typename T>
+  cudaError_t dequantizeDevice(const float* scales, const int8_t* q, size_t n, T* dst,
+                               cudaStream_t s) const {
+    return cu::int8Dequantize(scales, q, n, block_, dst, s);
+  }
+  cudaError_t dequantizeAccumulateDevice(const float* scales, const int8_t* q, size_t n, float* acc,
+                                         cudaStream_t s) const {
+    return cu::int8DequantizeAccumulate(scales, q, n, block_, acc, s);
+  }
+#endif
+
   uint32_t block_;
   kernels::Rounding rounding_;
   uint64_t seed_;
@@ -40,17 +78,6 @@ std::string Int8Codec::spec() const {
   return buf;
 }
 
-double Int8Codec::wireBytesPerElement() const { return 1.0 + 4.0 / block_; }
-
-void Int8Codec::describe(size_t, wire::Header& h) const {
-  h.param0 = block_;
-  h.flags = rounding_ == kernels::Rounding::kStochastic ? wire::kFlagStochastic : 0;
-}
-
-wire::Layout Int8Codec::layout(const wire::Header& h) const {
-  return wire::int8Layout(h.count, block_);
-}
-
 Status Int8Codec::checkParams(const wire::Header& h) const {
   bool stochastic = h.flags & wire::kFlagStochastic;
   if (h.param0 != block_ || stochastic != (rounding_ == kernels::Rounding::kStochastic) ||
@@ -61,72 +88,6 @@ Status Int8Codec::checkParams(const wire::Header& h) const {
         h.param0, stochastic ? "stochastic" : "nearest", spec().c_str());
   return Status::ok();
 }
-
-Status Int8Codec::encode(const void* in, DataType dt, size_t n, float* residual,
-                         const wire::Payload& payload, const CodecCall& call,
-                         const wire::Header&) const {
-  auto* scales = payload.at<float>(wire::kScales);
-  auto* q = payload.at<int8_t>(wire::kCodes);
-  uint64_t seed = roundingSeed(seed_, call.nonce);
-  withScaledChunks(in, dt, n, call.scale, [&](auto* src, size_t b, size_t len) {
-    // offset b keeps element i's random draw uniform01(seed, i) whatever the chunking
-    k::int8Quantize(src, len, block_, rounding_, seed, b, residual ? residual + b : nullptr,
-                    scales + b / block_, q + b);
-  });
-  return Status::ok();
-}
-
-Status Int8Codec::decode(const wire::ConstPayload& payload, const wire::Header&, void* out,
-                         DataType dt, size_t n) const {
-  auto* scales = payload.at<const float>(wire::kScales);
-  auto* q = payload.at<const int8_t>(wire::kCodes);
-  withType(dt, out, [&](auto* dst) { k::int8Dequantize(scales, q, n, block_, dst); });
-  return Status::ok();
-}
-
-Status Int8Codec::decodeAccumulate(const wire::ConstPayload& payload, const wire::Header&,
-                                   float* acc, size_t n) const {
-  auto* scales = payload.at<const float>(wire::kScales);
-  auto* q = payload.at<const int8_t>(wire::kCodes);
-  k::int8DequantizeAccumulate(scales, q, n, block_, acc);
-  return Status::ok();
-}
-
-#if TERSE_HAVE_CUDA
-
-Status Int8Codec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                               const wire::Payload& payload, const CodecCall& call,
-                               const wire::Header&) const {
-  auto* scales = payload.at<float>(wire::kScales);
-  auto* q = payload.at<int8_t>(wire::kCodes);
-  uint64_t seed = roundingSeed(seed_, call.nonce);
-  cudaStream_t s = streamOf(call);
-  StreamScratch tmp(s);
-  cudaError_t e = withScaledDevice(in, dt, n, call.scale, tmp, s, [&](auto* src) {
-    return cu::int8Quantize(src, n, block_, rounding_, seed, 0, residual, scales, q, s);
-  });
-  return cudaCheck(e, "int8 compress");
-}
-
-Status Int8Codec::decodeDevice(const wire::ConstPayload& payload, const wire::Header&, void* out,
-                               DataType dt, size_t n, const CodecCall& call) const {
-  auto* scales = payload.at<const float>(wire::kScales);
-  auto* q = payload.at<const int8_t>(wire::kCodes);
-  cudaError_t e = withType(dt, out, [&](auto* dst) {
-    return cu::int8Dequantize(scales, q, n, block_, dst, streamOf(call));
-  });
-  return cudaCheck(e, "int8 decompress");
-}
-
-Status Int8Codec::decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header&,
-                                         float* acc, size_t n, const CodecCall& call) const {
-  auto* scales = payload.at<const float>(wire::kScales);
-  auto* q = payload.at<const int8_t>(wire::kCodes);
-  return cudaCheck(cu::int8DequantizeAccumulate(scales, q, n, block_, acc, streamOf(call)),
-                   "int8 decompress-accumulate");
-}
-
-#endif
 
 std::shared_ptr<const Codec> makeInt8Codec(CodecId, const CodecOptions& o) {
   return std::make_shared<Int8Codec>(o.block, o.rounding, o.seed);

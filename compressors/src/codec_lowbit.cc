@@ -1,6 +1,5 @@
 // fp8, mxfp8, mxfp4, int4: the blockwise low-bit formats of kernels' LowbitFormat.
-#include "codecs.h"
-#include "codecs_device.h"
+#include "codec_block_scaled.h"
 #include "registry.h"
 
 #include <cstdio>
@@ -10,8 +9,9 @@ namespace {
 
 // fp8, mxfp8, mxfp4, int4: blockwise low-bit formats (kernels' LowbitFormat); payload:
 // wire::lowbitLayout.
-class LowbitCodec final : public CodecBase {
+class LowbitCodec final : public BlockScaledCodec<LowbitCodec, unsigned char, uint8_t> {
  public:
+  static constexpr const char* kName = "low-bit";
   LowbitCodec(kernels::LowbitFormat format, uint32_t block, kernels::Rounding rounding,
               uint64_t seed);
   CodecId id() const override;
@@ -22,10 +22,47 @@ class LowbitCodec final : public CodecBase {
 
  protected:
   void describe(size_t n, wire::Header& h) const override;
+  wire::Layout layout(const wire::Header& h) const override {
+    return wire::lowbitLayout(format_, h.count, block_);
+  }
   Status checkParams(const wire::Header& h) const override;
-  TERSE_CODEC_PAYLOAD_OVERRIDES
 
  private:
+  friend BlockScaledCodec;
+  template <typename T>
+  void quantize(const T* src, size_t b, size_t len, const CodecCall& call, float* residual,
+                unsigned char* scales, uint8_t* codes) const {
+    // chunks are whole blocks (and even), so scales and codes of a chunk start on bytes
+    k::lowbitQuantize(format_, src, len, block_, rounding_, roundingSeed(seed_, call.nonce), b,
+                      residual, scales + b / block_ * kernels::lowbitScaleBytes(format_),
+                      codes + kernels::lowbitCodeBytes(format_, b));
+  }
+  template <typename T>
+  void dequantize(const unsigned char* scales, const uint8_t* codes, size_t n, T* dst) const {
+    k::lowbitDequantize(format_, scales, codes, n, block_, dst);
+  }
+  void dequantizeAccumulate(const unsigned char* scales, const uint8_t* codes, size_t n,
+                            float* acc) const {
+    k::lowbitDequantizeAccumulate(format_, scales, codes, n, block_, acc);
+  }
+#if TERSE_HAVE_CUDA
+  template <typename T>
+  cudaError_t quantizeDevice(const T* src, size_t n, const CodecCall& call, float* residual,
+                             unsigned char* scales, uint8_t* codes, cudaStream_t s) const {
+    return cu::lowbitQuantize(format_, src, n, block_, rounding_, roundingSeed(seed_, call.nonce),
+                              0, residual, scales, codes, s);
+  }
+  template <typename T>
+  cudaError_t dequantizeDevice(const unsigned char* scales, const uint8_t* codes, size_t n, T* dst,
+                               cudaStream_t s) const {
+    return cu::lowbitDequantize(format_, scales, codes, n, block_, dst, s);
+  }
+  cudaError_t dequantizeAccumulateDevice(const unsigned char* scales, const uint8_t* codes,
+                                         size_t n, float* acc, cudaStream_t s) const {
+    return cu::lowbitDequantizeAccumulate(format_, scales, codes, n, block_, acc, s);
+  }
+#endif
+
   uint32_t param1() const;
   uint8_t flags() const;
   kernels::LowbitFormat format_;
@@ -73,10 +110,6 @@ double LowbitCodec::wireBytesPerElement() const {
   return code + static_cast<double>(kernels::lowbitScaleBytes(format_)) / block_;
 }
 
-wire::Layout LowbitCodec::layout(const wire::Header& h) const {
-  return wire::lowbitLayout(format_, h.count, block_);
-}
-
 void LowbitCodec::describe(size_t, wire::Header& h) const {
   h.param0 = block_;
   h.param1 = param1();
@@ -105,77 +138,6 @@ Status LowbitCodec::checkParams(const wire::Header& h) const {
   }
   return Status::ok();
 }
-
-Status LowbitCodec::encode(const void* in, DataType dt, size_t n, float* residual,
-                           const wire::Payload& payload, const CodecCall& call,
-                           const wire::Header&) const {
-  auto* scales = payload.at<unsigned char>(wire::kScales);
-  auto* codes = payload.at<uint8_t>(wire::kCodes);
-  size_t scaleBytes = kernels::lowbitScaleBytes(format_);
-  uint64_t seed = roundingSeed(seed_, call.nonce);
-  withScaledChunks(in, dt, n, call.scale, [&](auto* src, size_t b, size_t len) {
-    // chunks are whole blocks (and even), so scales and codes of a chunk start on bytes
-    k::lowbitQuantize(format_, src, len, block_, rounding_, seed, b,
-                      residual ? residual + b : nullptr, scales + b / block_ * scaleBytes,
-                      codes + kernels::lowbitCodeBytes(format_, b));
-  });
-  return Status::ok();
-}
-
-Status LowbitCodec::decode(const wire::ConstPayload& payload, const wire::Header&, void* out,
-                           DataType dt, size_t n) const {
-  auto* scales = payload.at<const unsigned char>(wire::kScales);
-  auto* codes = payload.at<const uint8_t>(wire::kCodes);
-  withType(dt, out,
-           [&](auto* dst) { k::lowbitDequantize(format_, scales, codes, n, block_, dst); });
-  return Status::ok();
-}
-
-Status LowbitCodec::decodeAccumulate(const wire::ConstPayload& payload, const wire::Header&,
-                                     float* acc, size_t n) const {
-  auto* scales = payload.at<const unsigned char>(wire::kScales);
-  auto* codes = payload.at<const uint8_t>(wire::kCodes);
-  k::lowbitDequantizeAccumulate(format_, scales, codes, n, block_, acc);
-  return Status::ok();
-}
-
-#if TERSE_HAVE_CUDA
-
-Status LowbitCodec::encodeDevice(const void* in, DataType dt, size_t n, float* residual,
-                                 const wire::Payload& payload, const CodecCall& call,
-                                 const wire::Header&) const {
-  auto* scales = payload.at<unsigned char>(wire::kScales);
-  auto* codes = payload.at<uint8_t>(wire::kCodes);
-  uint64_t seed = roundingSeed(seed_, call.nonce);
-  cudaStream_t s = streamOf(call);
-  StreamScratch tmp(s);
-  cudaError_t e = withScaledDevice(in, dt, n, call.scale, tmp, s, [&](auto* src) {
-    return cu::lowbitQuantize(format_, src, n, block_, rounding_, seed, 0, residual, scales, codes,
-                              s);
-  });
-  return cudaCheck(e, "low-bit compress");
-}
-
-Status LowbitCodec::decodeDevice(const wire::ConstPayload& payload, const wire::Header&, void* out,
-                                 DataType dt, size_t n, const CodecCall& call) const {
-  auto* scales = payload.at<const unsigned char>(wire::kScales);
-  auto* codes = payload.at<const uint8_t>(wire::kCodes);
-  cudaError_t e = withType(dt, out, [&](auto* dst) {
-    return cu::lowbitDequantize(format_, scales, codes, n, block_, dst, streamOf(call));
-  });
-  return cudaCheck(e, "low-bit decompress");
-}
-
-Status LowbitCodec::decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header&,
-                                           float* acc, size_t n, const CodecCall& call) const {
-  auto* scales = payload.at<const unsigned char>(wire::kScales);
-  auto* codes = payload.at<const uint8_t>(wire::kCodes);
-  return cudaCheck(
-      cu::lowbitDequantizeAccumulate(format_, scales, codes, n, block_, acc, streamOf(call)),
-      "low-bit decompress-accumulate");
-}
-
-#endif
 
 // fp8 (format 0 e4m3, 1 e5m2), mxfp8, mxfp4, int4.
 std::shared_ptr<const Codec> makeLowbitCodec(CodecId id, const CodecOptions& o) {

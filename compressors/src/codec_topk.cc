@@ -102,38 +102,50 @@ Status TopkCodec::checkParams(const wire::Header& h) const {
   return Status::ok();
 }
 
+namespace {
+
+// A message's k indices (ascending, 32-bit) and their values, k from the header.
+template <typename Index, typename Value>
+struct Sections {
+  Index* indices;
+  Value* values;
+  size_t k;
+};
+Sections<uint32_t, float> sections(const wire::Payload& p, const wire::Header& h) {
+  return {p.at<uint32_t>(wire::kIndices), p.at<float>(wire::kValues), h.param0};
+}
+Sections<const uint32_t, const float> sections(const wire::ConstPayload& p, const wire::Header& h) {
+  return {p.at<const uint32_t>(wire::kIndices), p.at<const float>(wire::kValues), h.param0};
+}
+
+}  // namespace
+
 Status TopkCodec::encode(const void* in, DataType dt, size_t n, float* residual,
                          const wire::Payload& payload, const CodecCall& call,
                          const wire::Header& h) const {
   TERSE_RETURN_IF_ERROR(checkIndexable(n));
-  size_t want = h.param0;
-  auto* indices = payload.at<uint32_t>(wire::kIndices);
-  auto* values = payload.at<float>(wire::kValues);
+  const auto sp = sections(payload, h);
   void* scratch = topkScratch(k::topkScratchBytes(n));
   size_t got = withScaled(in, dt, n, call.scale, [&](auto* src) {
-    return k::topkCompress(src, n, want, residual, scratch, indices, values);
+    return k::topkCompress(src, n, sp.k, residual, scratch, sp.indices, sp.values);
   });
-  if (got != want) return errorInternal("topk selected %zu of %zu values", got, want);
+  if (got != sp.k) return errorInternal("topk selected %zu of %zu values", got, sp.k);
   return Status::ok();
 }
 
 Status TopkCodec::decode(const wire::ConstPayload& payload, const wire::Header& h, void* out,
                          DataType dt, size_t n) const {
-  size_t kk = h.param0;
-  auto* indices = payload.at<const uint32_t>(wire::kIndices);
-  auto* values = payload.at<const float>(wire::kValues);
-  bool ok =
-      withType(dt, out, [&](auto* dst) { return k::topkDecompress(indices, values, kk, n, dst); });
-  if (!ok) return badIndices(kk, n);
+  const auto sp = sections(payload, h);
+  bool ok = withType(
+      dt, out, [&](auto* dst) { return k::topkDecompress(sp.indices, sp.values, sp.k, n, dst); });
+  if (!ok) return badIndices(sp.k, n);
   return Status::ok();
 }
 
 Status TopkCodec::decodeAccumulate(const wire::ConstPayload& payload, const wire::Header& h,
                                    float* acc, size_t n) const {
-  size_t kk = h.param0;
-  auto* indices = payload.at<const uint32_t>(wire::kIndices);
-  auto* values = payload.at<const float>(wire::kValues);
-  if (!k::topkDecompressAccumulate(indices, values, kk, n, acc)) return badIndices(kk, n);
+  const auto sp = sections(payload, h);
+  if (!k::topkDecompressAccumulate(sp.indices, sp.values, sp.k, n, acc)) return badIndices(sp.k, n);
   return Status::ok();
 }
 
@@ -158,46 +170,40 @@ Status TopkCodec::encodeDevice(const void* in, DataType dt, size_t n, float* res
                                const wire::Payload& payload, const CodecCall& call,
                                const wire::Header& h) const {
   TERSE_RETURN_IF_ERROR(checkIndexable(n));
-  size_t want = h.param0;
-  auto* indices = payload.at<uint32_t>(wire::kIndices);
-  auto* values = payload.at<float>(wire::kValues);
+  const auto sp = sections(payload, h);
   cudaStream_t s = streamOf(call);
   StreamScratch tmp(s), scratch(s);
   size_t scratchBytes = cu::topkScratchBytes(n);
   TERSE_RETURN_IF_ERROR(cudaCheck(scratch.allocate(scratchBytes), "topk scratch allocation"));
   size_t got = 0;
   cudaError_t e = withScaledDevice(in, dt, n, call.scale, tmp, s, [&](auto* src) {
-    return cu::topkCompress(src, n, want, residual, scratch.get(), scratchBytes, indices, values,
-                            &got, s);
+    return cu::topkCompress(src, n, sp.k, residual, scratch.get(), scratchBytes, sp.indices,
+                            sp.values, &got, s);
   });
   TERSE_RETURN_IF_ERROR(cudaCheck(e, "topk compress"));
-  if (got != want) return errorInternal("topk selected %zu of %zu values on the device", got, want);
+  if (got != sp.k) return errorInternal("topk selected %zu of %zu values on the device", got, sp.k);
   return Status::ok();
 }
 
 Status TopkCodec::decodeDevice(const wire::ConstPayload& payload, const wire::Header& h, void* out,
                                DataType dt, size_t n, const CodecCall& call) const {
-  size_t kk = h.param0;
-  auto* indices = payload.at<const uint32_t>(wire::kIndices);
-  auto* values = payload.at<const float>(wire::kValues);
+  const auto sp = sections(payload, h);
   bool valid = false;
   cudaError_t e = withType(dt, out, [&](auto* dst) {
-    return cu::topkDecompress(indices, values, kk, n, dst, &valid, streamOf(call));
+    return cu::topkDecompress(sp.indices, sp.values, sp.k, n, dst, &valid, streamOf(call));
   });
   TERSE_RETURN_IF_ERROR(cudaCheck(e, "topk decompress"));
-  return valid ? Status::ok() : badIndices(kk, n);
+  return valid ? Status::ok() : badIndices(sp.k, n);
 }
 
 Status TopkCodec::decodeAccumulateDevice(const wire::ConstPayload& payload, const wire::Header& h,
                                          float* acc, size_t n, const CodecCall& call) const {
-  size_t kk = h.param0;
-  auto* indices = payload.at<const uint32_t>(wire::kIndices);
-  auto* values = payload.at<const float>(wire::kValues);
+  const auto sp = sections(payload, h);
   bool valid = false;
-  TERSE_RETURN_IF_ERROR(
-      cudaCheck(cu::topkDecompressAccumulate(indices, values, kk, n, acc, &valid, streamOf(call)),
-                "topk decompress-accumulate"));
-  return valid ? Status::ok() : badIndices(kk, n);
+  TERSE_RETURN_IF_ERROR(cudaCheck(
+      cu::topkDecompressAccumulate(sp.indices, sp.values, sp.k, n, acc, &valid, streamOf(call)),
+      "topk decompress-accumulate"));
+  return valid ? Status::ok() : badIndices(sp.k, n);
 }
 
 #endif

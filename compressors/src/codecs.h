@@ -1,7 +1,9 @@
 // The codecs' common part (private to compressors; callers go through makeCodec): CodecBase,
 // which checks arguments and messages, writes headers and places payloads by each codec's
 // layout, and the helpers the codecs share. Each codec is one file, codec_<name>.cc: its class,
-// host and device paths and factory; its row in registry.cc makes it reachable.
+// host and device paths and factory; its row in registry.cc makes it reachable. The codecs whose
+// payload is per-block scales and codes (int8, onebit, the low-bit formats) take their payload
+// methods from codec_block_scaled.h and give only their kernel calls.
 #pragma once
 
 #include "terse/compressors/codec.h"

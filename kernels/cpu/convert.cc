@@ -94,8 +94,6 @@ void scaleInPlace(float* acc, size_t n, float scale) {
   TERSE_CONVERT(In, Half)     \
   TERSE_CONVERT(In, BFloat16) \
   template void accumulate<In>(const In*, float*, size_t);
-TERSE_CONVERT_ALL(float)
-TERSE_CONVERT_ALL(Half)
-TERSE_CONVERT_ALL(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_CONVERT_ALL)
 
 }  // namespace terse::kernels::cpu

@@ -2,8 +2,10 @@
 #pragma once
 
 #include "terse/common/parallel.h"
+#include "terse/kernels/instantiate.h"
 #include "terse/kernels/kernels.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -28,6 +30,15 @@ void forRange(size_t n, size_t align, Body&& body) {
     return;
   }
   parallelFor(n, align, kMinPerThread, [&](size_t b, size_t e) { body(b, e); });
+}
+
+// Runs body(blockIndex, begin, length) for every block of `block` elements (the last may be
+// shorter), whole blocks spread over threads.
+template <typename Body>
+void forBlocks(size_t n, size_t block, Body&& body) {
+  forRange(n, block, [&](size_t b, size_t e) {
+    for (size_t s = b; s < e; s += block) body(s / block, s, std::min(block, e - s));
+  });
 }
 
 }  // namespace terse::kernels::cpu::detail

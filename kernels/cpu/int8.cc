@@ -227,21 +227,13 @@ TERSE_AVX2 void dequantizeAccBlockAvx2(float scale, const int8_t* TERSE_RESTRICT
 }
 #endif
 
-// Runs body(blockIndex, begin, length) for every block, blocks spread over threads.
-template <typename Body>
-void forBlocks(size_t n, size_t block, Body&& body) {
-  detail::forRange(n, block, [&](size_t b, size_t e) {
-    for (size_t s = b; s < e; s += block) body(s / block, s, std::min(block, e - s));
-  });
-}
-
 }  // namespace
 
 template <typename In>
 void int8Quantize(const In* in, size_t n, size_t block, Rounding rounding, uint64_t seed,
                   uint64_t offset, float* residual, float* scales, int8_t* q) {
   bool avx = detail::useAvx2();
-  forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+  detail::forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
 #if TERSE_CPU_HAVE_AVX2_PATH
     if (avx)
       return quantizeBlockAvx2(in + s, len, rounding, seed, offset + s,
@@ -254,7 +246,7 @@ void int8Quantize(const In* in, size_t n, size_t block, Rounding rounding, uint6
 
 template <typename Out>
 void int8Dequantize(const float* scales, const int8_t* q, size_t n, size_t block, Out* out) {
-  forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+  detail::forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
     dequantizeBlock(scales[bi], q + s, len, out + s);
   });
 }
@@ -262,7 +254,7 @@ void int8Dequantize(const float* scales, const int8_t* q, size_t n, size_t block
 void int8DequantizeAccumulate(const float* scales, const int8_t* q, size_t n, size_t block,
                               float* acc) {
   bool avx = detail::useAvx2();
-  forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+  detail::forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
 #if TERSE_CPU_HAVE_AVX2_PATH
     if (avx) return dequantizeAccBlockAvx2(scales[bi], q + s, len, acc + s);
 #endif
@@ -274,8 +266,6 @@ void int8DequantizeAccumulate(const float* scales, const int8_t* q, size_t n, si
   template void int8Quantize<T>(const T*, size_t, size_t, Rounding, uint64_t, uint64_t, float*, \
                                 float*, int8_t*);                                               \
   template void int8Dequantize<T>(const float*, const int8_t*, size_t, size_t, T*);
-TERSE_INT8(float)
-TERSE_INT8(Half)
-TERSE_INT8(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_INT8)
 
 }  // namespace terse::kernels::cpu

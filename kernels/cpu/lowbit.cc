@@ -833,8 +833,6 @@ void lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const uint8_
   template void lowbitQuantize<T>(LowbitFormat, const T*, size_t, size_t, Rounding, uint64_t, \
                                   uint64_t, float*, void*, uint8_t*);                         \
   template void lowbitDequantize<T>(LowbitFormat, const void*, const uint8_t*, size_t, size_t, T*);
-TERSE_LOWBIT(float)
-TERSE_LOWBIT(Half)
-TERSE_LOWBIT(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_LOWBIT)
 
 }  // namespace terse::kernels::cpu

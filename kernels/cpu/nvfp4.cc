@@ -91,9 +91,7 @@ void nvfp4DequantizeAccumulate(const float* tensorScale, const uint8_t* scales,
   template void nvfp4Quantize<T>(const T*, size_t, Rounding, uint64_t, float*, float*, uint8_t*, \
                                  uint8_t*);                                                      \
   template void nvfp4Dequantize<T>(const float*, const uint8_t*, const uint8_t*, size_t, T*);
-TERSE_NVFP4(float)
-TERSE_NVFP4(Half)
-TERSE_NVFP4(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_NVFP4)
 #undef TERSE_NVFP4
 
 }  // namespace terse::kernels::cpu

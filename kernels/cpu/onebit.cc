@@ -182,13 +182,6 @@ TERSE_AVX2 void decompressAccBlockAvx2(float scale, const uint32_t* TERSE_RESTRI
 }
 #endif
 
-template <typename Body>
-void forBlocks(size_t n, size_t block, Body&& body) {
-  detail::forRange(n, block, [&](size_t b, size_t e) {
-    for (size_t s = b; s < e; s += block) body(s / block, s, std::min(block, e - s));
-  });
-}
-
 }  // namespace
 
 template <typename In>
@@ -196,7 +189,7 @@ void onebitCompress(const In* in, size_t n, size_t block, float* residual, float
                     uint32_t* bits) {
   // Blocks are powers of two >= 32, so every block starts on a word boundary.
   bool avx = detail::useAvx2();
-  forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+  detail::forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
 #if TERSE_CPU_HAVE_AVX2_PATH
     if (avx)
       return compressBlockAvx2(in + s, len, residual ? residual + s : nullptr, scales + bi,
@@ -209,7 +202,7 @@ void onebitCompress(const In* in, size_t n, size_t block, float* residual, float
 template <typename Out>
 void onebitDecompress(const float* scales, const uint32_t* bits, size_t n, size_t block, Out* out) {
   bool avx = detail::useAvx2();
-  forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+  detail::forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
 #if TERSE_CPU_HAVE_AVX2_PATH
     if (avx) return decompressBlockAvx2(scales[bi], bits + s / 32, len, out + s);
 #endif
@@ -220,7 +213,7 @@ void onebitDecompress(const float* scales, const uint32_t* bits, size_t n, size_
 void onebitDecompressAccumulate(const float* scales, const uint32_t* bits, size_t n, size_t block,
                                 float* acc) {
   bool avx = detail::useAvx2();
-  forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+  detail::forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
 #if TERSE_CPU_HAVE_AVX2_PATH
     if (avx) return decompressAccBlockAvx2(scales[bi], bits + s / 32, len, acc + s);
 #endif
@@ -231,8 +224,6 @@ void onebitDecompressAccumulate(const float* scales, const uint32_t* bits, size_
 #define TERSE_ONEBIT(T)                                                                 \
   template void onebitCompress<T>(const T*, size_t, size_t, float*, float*, uint32_t*); \
   template void onebitDecompress<T>(const float*, const uint32_t*, size_t, size_t, T*);
-TERSE_ONEBIT(float)
-TERSE_ONEBIT(Half)
-TERSE_ONEBIT(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_ONEBIT)
 
 }  // namespace terse::kernels::cpu

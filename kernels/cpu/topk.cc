@@ -544,8 +544,6 @@ bool topkDecompressAccumulate(const uint32_t* indices, const float* values, size
 #define TERSE_TOPK(T)                                                                          \
   template size_t topkCompress<T>(const T*, size_t, size_t, float*, void*, uint32_t*, float*); \
   template bool topkDecompress<T>(const uint32_t*, const float*, size_t, size_t, T*);
-TERSE_TOPK(float)
-TERSE_TOPK(Half)
-TERSE_TOPK(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_TOPK)
 
 }  // namespace terse::kernels::cpu

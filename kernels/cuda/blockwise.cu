@@ -187,9 +187,7 @@ cudaError_t onebitCompress(const In* in, size_t n, size_t block, float* residual
                                        float*, float*, int8_t*, cudaStream_t);                 \
   template cudaError_t onebitCompress<T>(const T*, size_t, size_t, float*, float*, uint32_t*,  \
                                          cudaStream_t);
-TERSE_PER_TYPE(float)
-TERSE_PER_TYPE(Half)
-TERSE_PER_TYPE(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_PER_TYPE)
 #undef TERSE_PER_TYPE
 
 }  // namespace terse::kernels::cuda

@@ -262,9 +262,7 @@ cudaError_t onebitDecompressAccumulate(const float* scales, const uint32_t* bits
   TERSE_CONVERT(In, float)     \
   TERSE_CONVERT(In, Half)      \
   TERSE_CONVERT(In, BFloat16)
-TERSE_CONVERT_FROM(float)
-TERSE_CONVERT_FROM(Half)
-TERSE_CONVERT_FROM(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_CONVERT_FROM)
 #undef TERSE_CONVERT_FROM
 #undef TERSE_CONVERT
 
@@ -274,9 +272,7 @@ TERSE_CONVERT_FROM(BFloat16)
                                          cudaStream_t);                                       \
   template cudaError_t onebitDecompress<T>(const float*, const uint32_t*, size_t, size_t, T*, \
                                            cudaStream_t);
-TERSE_PER_TYPE(float)
-TERSE_PER_TYPE(Half)
-TERSE_PER_TYPE(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_PER_TYPE)
 #undef TERSE_PER_TYPE
 
 }  // namespace terse::kernels::cuda

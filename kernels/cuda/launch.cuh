@@ -3,6 +3,7 @@
 #pragma once
 
 #include "terse/kernels/cuda.h"
+#include "terse/kernels/instantiate.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +82,18 @@ template <>
 struct Vec4<Half> : Vec4Bits16<Half> {};
 template <>
 struct Vec4<BFloat16> : Vec4Bits16<BFloat16> {};
+
+// Where a decoder puts element i's value v: stored as Out (decompress), or added to a float32
+// accumulator (decompress-accumulate); the low-bit and nvfp4 decoders take either.
+template <typename Out>
+struct StoreOut {
+  Out* out;
+  __device__ void operator()(size_t i, float v) const { num::store(out, i, v); }
+};
+struct AddTo {
+  float* acc;
+  __device__ void operator()(size_t i, float v) const { acc[i] += v; }
+};
 
 // The device flag that the topk decoders use to validate indices before writing. One 4-byte
 // allocation per (host thread, device), made on first use and reused: the decoders synchronize

@@ -126,16 +126,6 @@ __global__ void decodeKernel(const typename P::Scale* scales, const uint8_t* cod
   }
 }
 
-template <typename Out>
-struct StoreOut {
-  Out* out;
-  __device__ void operator()(size_t i, float v) const { num::store(out, i, v); }
-};
-struct AddTo {
-  float* acc;
-  __device__ void operator()(size_t i, float v) const { acc[i] += v; }
-};
-
 template <typename Fn>
 cudaError_t withPolicy(LowbitFormat f, Fn&& fn) {
   switch (f) {
@@ -187,7 +177,7 @@ cudaError_t lowbitDequantize(LowbitFormat f, const void* scales, const uint8_t* 
   return withPolicy(f, [&](auto p) {
     using P = decltype(p);
     decodeKernel<P><<<gridFor((n + 1) / 2), kThreads, 0, stream>>>(
-        static_cast<const typename P::Scale*>(scales), codes, n, block, StoreOut<Out>{out});
+        static_cast<const typename P::Scale*>(scales), codes, n, block, detail::StoreOut<Out>{out});
     return detail::lastLaunchError();
   });
 }
@@ -200,7 +190,7 @@ cudaError_t lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const
   return withPolicy(f, [&](auto p) {
     using P = decltype(p);
     decodeKernel<P><<<gridFor((n + 1) / 2), kThreads, 0, stream>>>(
-        static_cast<const typename P::Scale*>(scales), codes, n, block, AddTo{acc});
+        static_cast<const typename P::Scale*>(scales), codes, n, block, detail::AddTo{acc});
     return detail::lastLaunchError();
   });
 }
@@ -211,9 +201,7 @@ cudaError_t lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const
                                          cudaStream_t);                                       \
   template cudaError_t lowbitDequantize<T>(LowbitFormat, const void*, const uint8_t*, size_t, \
                                            size_t, T*, cudaStream_t);
-TERSE_PER_TYPE(float)
-TERSE_PER_TYPE(Half)
-TERSE_PER_TYPE(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_PER_TYPE)
 #undef TERSE_PER_TYPE
 
 }  // namespace terse::kernels::cuda

@@ -83,16 +83,6 @@ __global__ void decodeKernel(const float* tensorScale, const uint8_t* scales, co
   }
 }
 
-template <typename Out>
-struct StoreOut {
-  Out* out;
-  __device__ void operator()(size_t i, float v) const { num::store(out, i, v); }
-};
-struct AddTo {
-  float* acc;
-  __device__ void operator()(size_t i, float v) const { acc[i] += v; }
-};
-
 }  // namespace
 
 template <typename In>
@@ -121,7 +111,7 @@ cudaError_t nvfp4Dequantize(const float* tensorScale, const uint8_t* scales, con
   if (n == 0) return cudaSuccess;
   if (!tensorScale || !scales || !codes || !out) return cudaErrorInvalidValue;
   decodeKernel<<<gridFor((n + 1) / 2), kThreads, 0, stream>>>(tensorScale, scales, codes, n,
-                                                              StoreOut<Out>{out});
+                                                              detail::StoreOut<Out>{out});
   return detail::lastLaunchError();
 }
 
@@ -131,7 +121,7 @@ cudaError_t nvfp4DequantizeAccumulate(const float* tensorScale, const uint8_t* s
   if (n == 0) return cudaSuccess;
   if (!tensorScale || !scales || !codes || !acc) return cudaErrorInvalidValue;
   decodeKernel<<<gridFor((n + 1) / 2), kThreads, 0, stream>>>(tensorScale, scales, codes, n,
-                                                              AddTo{acc});
+                                                              detail::AddTo{acc});
   return detail::lastLaunchError();
 }
 
@@ -140,9 +130,7 @@ cudaError_t nvfp4DequantizeAccumulate(const float* tensorScale, const uint8_t* s
                                         float*, uint8_t*, uint8_t*, cudaStream_t);               \
   template cudaError_t nvfp4Dequantize<T>(const float*, const uint8_t*, const uint8_t*, size_t,  \
                                           T*, cudaStream_t);
-TERSE_PER_TYPE(float)
-TERSE_PER_TYPE(Half)
-TERSE_PER_TYPE(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_PER_TYPE)
 #undef TERSE_PER_TYPE
 
 }  // namespace terse::kernels::cuda

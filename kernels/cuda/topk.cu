@@ -262,9 +262,7 @@ cudaError_t topkDecompressAccumulate(const uint32_t* indices, const float* value
                                        float*, size_t*, cudaStream_t);                             \
   template cudaError_t topkDecompress<T>(const uint32_t*, const float*, size_t, size_t, T*, bool*, \
                                          cudaStream_t);
-TERSE_PER_TYPE(float)
-TERSE_PER_TYPE(Half)
-TERSE_PER_TYPE(BFloat16)
+TERSE_FOR_EACH_ELEMENT_TYPE(TERSE_PER_TYPE)
 #undef TERSE_PER_TYPE
 
 }  // namespace terse::kernels::cuda

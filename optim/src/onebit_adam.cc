@@ -1,6 +1,7 @@
 // OneBitAdam's state and step (the design is in onebit_adam.h and docs/optim.md).
 #include "terse/optim/onebit_adam.h"
 
+#include "adam_common.h"
 #include "checkpoint_io.h"
 #include "kernels.h"
 #include "terse/kernels/device.h"
@@ -20,17 +21,10 @@ constexpr uint32_t kMagic = 0x41424f54;  // "TOBA" little-endian
 constexpr uint32_t kVersion = 1;
 constexpr size_t kMaxSpecBytes = 256;
 
-bool inUnit(float b) { return std::isfinite(b) && b >= 0.0f && b < 1.0f; }
-
 }  // namespace
 
 Status validateOneBitAdamOptions(const OneBitAdamOptions& o) {
-  if (!inUnit(o.beta1) || !inUnit(o.beta2))
-    return errorInvalidArgument("OneBitAdam: betas (%g, %g) must lie in [0, 1)", o.beta1, o.beta2);
-  if (!(std::isfinite(o.eps) && o.eps > 0.0f))
-    return errorInvalidArgument("OneBitAdam: eps %g must be a positive number", o.eps);
-  if (!(std::isfinite(o.weightDecay) && o.weightDecay >= 0.0f))
-    return errorInvalidArgument("OneBitAdam: weight decay %g must be >= 0", o.weightDecay);
+  TERSE_RETURN_IF_ERROR(optim::validateAdamHyperparameters("OneBitAdam", o));
   if (o.warmupSteps < 0)
     return errorInvalidArgument(
         "OneBitAdam: warmup steps %lld must be >= 0 (0 decides from the variance)",
@@ -143,29 +137,6 @@ Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float l
   return devP ? stepDevice(comm, params, grads, lr, stream) : stepHost(comm, params, grads, lr);
 }
 
-namespace {
-
-// Adam's bias correction of the second moment after t updates, 1 - beta2^t.
-double varianceCorrection(float beta2, int64_t t) {
-  return 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
-}
-
-optim::AdamStepScalars scalarsFor(const OneBitAdamOptions& o, float lr, int64_t t,
-                                  int64_t varianceT) {
-  optim::AdamStepScalars s;
-  s.beta1 = o.beta1;
-  s.beta2 = o.beta2;
-  s.eps = o.eps;
-  s.decayFactor = 1.0f - lr * o.weightDecay;
-  double c1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(t));
-  double c2 = varianceCorrection(o.beta2, varianceT);
-  s.stepSize = static_cast<float>(lr / c1);
-  s.sqrtC2 = static_cast<float>(std::sqrt(c2));
-  return s;
-}
-
-}  // namespace
-
 Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const float* vNext) const {
   const OneBitAdamOptions& o = options_;
   switch (warmupEndAt(t)) {
@@ -177,7 +148,7 @@ Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const fl
   // The first measurement only records (recordVarianceCheck): every rank has the same step
   // count, so all skip this check alike.
   if (vCheck_.empty()) return false;
-  const double c2 = varianceCorrection(o.beta2, t);
+  const double c2 = optim::varianceCorrection(o.beta2, t);
   auto vhatAt = [&](size_t i) { return static_cast<float>(vNext[i] / c2); };
   double diff = 0.0, norm = 0.0;
   for (size_t i = 0; i < count_; ++i) {
@@ -195,7 +166,8 @@ Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const fl
 
 void OneBitAdam::recordVarianceCheck(int64_t t, const float* vNext) {
   if (warmupEndAt(t) != WarmupEnd::kMeasure) return;
-  const double c2 = varianceCorrection(options_.beta2, t);  // vhat as varianceSettled reads it
+  const double c2 =
+      optim::varianceCorrection(options_.beta2, t);  // vhat as varianceSettled reads it
   vCheck_.resize(count_);
   for (size_t i = 0; i < count_; ++i) vCheck_[i] = static_cast<float>(vNext[i] / c2);
 }
@@ -210,7 +182,7 @@ Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, flo
       Status s = comm.allreduce(grads, grads, n, DataType::kFloat32, ReduceOp::kAvg);
       if (!s.isOk()) return s.withContext("OneBitAdam: averaging the warm-up gradients");
     }
-    optim::AdamStepScalars s = scalarsFor(o, lr, t, t);
+    optim::AdamStepScalars s = optim::adamScalars(o, lr, t, t);
     float* m = m_.data();
     float* v = v_.data();
     if (warmupEndAt(t) == WarmupEnd::kMeasure) {
@@ -231,7 +203,7 @@ Status OneBitAdam::stepHost(Communicator& comm, float* params, float* grads, flo
   }
   // Compressed phase: u = (beta1 m + (1 - beta1) g) / denom goes through the allreduce
   // (adam_math.h says why the preconditioned momentum); m and p change only once it succeeded.
-  optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  optim::AdamStepScalars sc = optim::adamScalars(o, lr, t, frozenAt_);
   std::vector<float>& u = scratch_;  // reused: no allocation per step
   u.resize(n);
   const float* m = m_.data();
@@ -274,7 +246,7 @@ Status OneBitAdam::stepDevice(Communicator& comm, float* params, float* grads, f
       Status s = comm.allreduce(grads, grads, n, DataType::kFloat32, ReduceOp::kAvg, co);
       if (!s.isOk()) return s.withContext("OneBitAdam: averaging the warm-up gradients");
     }
-    const optim::AdamStepScalars sc = scalarsFor(o, lr, t, t);
+    const optim::AdamStepScalars sc = optim::adamScalars(o, lr, t, t);
     std::vector<float> vNext;
     if (warmupEndAt(t) == WarmupEnd::kMeasure) {
       // The variance this step leaves, computed on the host from the current one and the
@@ -296,7 +268,7 @@ Status OneBitAdam::stepDevice(Communicator& comm, float* params, float* grads, f
     if (settled.value()) frozenAt_ = t;
     return Status::ok();
   }
-  optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  optim::AdamStepScalars sc = optim::adamScalars(o, lr, t, frozenAt_);
   TERSE_RETURN_IF_ERROR(device_->u.reserve(4 * n).status());
   auto* du = static_cast<float*>(device_->u.data());
   TERSE_RETURN_IF_ERROR(optim::cuda::preconditioned(du, dm, grads, dv, n, sc, stream));
@@ -316,14 +288,7 @@ std::vector<uint8_t> OneBitAdam::serialize() const {
   pullToHost();
   const OneBitAdamOptions& o = options_;
   optim::CheckpointWriter w(kMagic, kVersion);
-  w.put<uint64_t>(count_);
-  w.put<int64_t>(steps_);
-  w.put<int64_t>(frozenAt_);
-  w.put<float>(o.beta1);
-  w.put<float>(o.beta2);
-  w.put<float>(o.eps);
-  w.put<float>(o.weightDecay);
-  w.put<int64_t>(o.warmupSteps);
+  optim::putAdamHeader(w, count_, steps_, frozenAt_, o);
   w.put<int64_t>(o.varianceCheckInterval);
   w.put<float>(o.varianceTolerance);
   w.put<uint32_t>(o.averageGradients ? 1 : 0);
@@ -349,8 +314,7 @@ Result<OneBitAdam> OneBitAdam::deserialize(const void* bytes, size_t size) {
   OneBitAdamOptions& o = a.options_;
   uint64_t count = 0;
   uint32_t avg = 0, specLen = 0;
-  bool ok = r.get(&count) && r.get(&a.steps_) && r.get(&a.frozenAt_) && r.get(&o.beta1) &&
-            r.get(&o.beta2) && r.get(&o.eps) && r.get(&o.weightDecay) && r.get(&o.warmupSteps) &&
+  bool ok = optim::getAdamHeader(r, &count, &a.steps_, &a.frozenAt_, o) &&
             r.get(&o.varianceCheckInterval) && r.get(&o.varianceTolerance) && r.get(&avg) &&
             r.get(&o.minWarmupSteps) && r.get(&o.maxWarmupSteps) && r.get(&specLen);
   if (!ok || specLen == 0 || specLen > kMaxSpecBytes || avg > 1)

@@ -1,6 +1,7 @@
 // ShardedOneBitAdam's state, step and checkpoint (design: sharded_onebit_adam.h, docs/optim.md).
 #include "terse/optim/sharded_onebit_adam.h"
 
+#include "adam_common.h"
 #include "checkpoint_io.h"
 #include "kernels.h"
 #include "terse/collectives/partition.h"
@@ -22,22 +23,6 @@ constexpr uint32_t kMagic = 0x414f5354;  // "TSOA" little-endian
 // writes 1 whenever it can, so such checkpoints stay byte for byte what they were.
 constexpr uint32_t kVersion = 2;
 constexpr size_t kMaxSpecBytes = 256;
-
-bool inUnit(float b) { return std::isfinite(b) && b >= 0.0f && b < 1.0f; }
-
-optim::AdamStepScalars scalarsFor(const ShardedOneBitAdamOptions& o, float lr, int64_t t,
-                                  int64_t varianceT) {
-  optim::AdamStepScalars s;
-  s.beta1 = o.beta1;
-  s.beta2 = o.beta2;
-  s.eps = o.eps;
-  s.decayFactor = 1.0f - lr * o.weightDecay;
-  double c1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(t));
-  double c2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(varianceT));
-  s.stepSize = static_cast<float>(lr / c1);
-  s.sqrtC2 = static_cast<float>(std::sqrt(c2));
-  return s;
-}
 
 // 2^e and 2^-e for every exponent the state can hold (index e + 128), so the loops multiply.
 struct Pow2Table {
@@ -186,10 +171,9 @@ Result<Part> parsePart(const void* bytes, size_t size) {
   Part a;
   uint32_t ef = 0, specLen = 0, local = 0;
   const bool v2 = r.version() >= 2;
-  bool ok = r.get(&a.count) && r.get(&a.steps) && r.get(&a.frozenAt) && r.get(&a.o.beta1) &&
-            r.get(&a.o.beta2) && r.get(&a.o.eps) && r.get(&a.o.weightDecay) &&
-            r.get(&a.o.warmupSteps) && r.get(&ef) && (!v2 || r.get(&local)) && r.get(&specLen) &&
-            specLen > 0 && specLen <= kMaxSpecBytes && ef <= 1 && local <= 1;
+  bool ok = optim::getAdamHeader(r, &a.count, &a.steps, &a.frozenAt, a.o) && r.get(&ef) &&
+            (!v2 || r.get(&local)) && r.get(&specLen) && specLen > 0 && specLen <= kMaxSpecBytes &&
+            ef <= 1 && local <= 1;
   if (ok) {
     a.o.errorFeedback = ef == 1;
     a.o.localMomentum = local == 1;
@@ -256,13 +240,7 @@ Result<Part> parsePart(const void* bytes, size_t size) {
 }  // namespace
 
 Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& o) {
-  if (!inUnit(o.beta1) || !inUnit(o.beta2))
-    return errorInvalidArgument("ShardedOneBitAdam: betas (%g, %g) must lie in [0, 1)", o.beta1,
-                                o.beta2);
-  if (!(std::isfinite(o.eps) && o.eps > 0.0f))
-    return errorInvalidArgument("ShardedOneBitAdam: eps %g must be a positive number", o.eps);
-  if (!(std::isfinite(o.weightDecay) && o.weightDecay >= 0.0f))
-    return errorInvalidArgument("ShardedOneBitAdam: weight decay %g must be >= 0", o.weightDecay);
+  TERSE_RETURN_IF_ERROR(optim::validateAdamHyperparameters("ShardedOneBitAdam", o));
   if (o.warmupSteps < 1)
     return errorInvalidArgument(
         "ShardedOneBitAdam: warmup steps %lld must be >= 1 (the automatic warm-up is "
@@ -340,7 +318,7 @@ const std::vector<float>& ShardedOneBitAdam::variance() const {
 
 Status ShardedOneBitAdam::gatherExponents(Communicator& comm, const float* v, float lr, int64_t t) {
   const size_t len = m_.size();
-  const optim::AdamStepScalars sc = scalarsFor(options_, lr, t, t);
+  const optim::AdamStepScalars sc = optim::adamScalars(options_, lr, t, t);
   std::vector<float> mine(len);
   for (size_t i = 0; i < len; ++i) mine[i] = static_cast<float>(optim::adamScaleExponent(v[i], sc));
   scratch_.resize(count_);
@@ -375,7 +353,7 @@ void ShardedOneBitAdam::valuesToSend(const float* grads, float* x) const {
 
 void ShardedOneBitAdam::warmupShard(const float* gAvg, const float* p, float* mNew, float* vNew,
                                     float* pNew, float lr, int64_t t) const {
-  const optim::AdamStepScalars sc = scalarsFor(options_, lr, t, t);
+  const optim::AdamStepScalars sc = optim::adamScalars(options_, lr, t, t);
   for (size_t i = 0, len = m_.size(); i < len; ++i) {
     const float g = gAvg[i];
     const float m = optim::adamMomentum(m_[i], g, sc.beta1);
@@ -388,7 +366,7 @@ void ShardedOneBitAdam::warmupShard(const float* gAvg, const float* p, float* mN
 
 void ShardedOneBitAdam::compressedShard(const float* avg, const float* p, float* mNew, float* pNew,
                                         float lr, int64_t t) const {
-  const optim::AdamStepScalars sc = scalarsFor(options_, lr, t, frozenAt_);
+  const optim::AdamStepScalars sc = optim::adamScalars(options_, lr, t, frozenAt_);
   const Pow2Table& tab = pow2();
   const int8_t* e = scaleExp_.data() + offset_;
   const bool fromAverage = options_.localMomentum;
@@ -670,7 +648,7 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
   if (!frozen()) {
     Status s = comm.reduceScatter(grads, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
     if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
-    const optim::AdamStepScalars sc = scalarsFor(o, lr, t, t);
+    const optim::AdamStepScalars sc = optim::adamScalars(o, lr, t, t);
     TERSE_RETURN_IF_ERROR(device::copyAsync(pNew, params + off, 4 * len, stream));
     TERSE_RETURN_IF_ERROR(optim::cuda::adamWarmup(pNew, gAvg, dm, dv, len, sc, stream));
     const bool freeze = t >= o.warmupSteps;
@@ -714,7 +692,7 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
   co.feedback = hasFeedback_ ? &feedback_ : nullptr;
   Status s = comm.reduceScatter(x, gAvg, n, DataType::kFloat32, ReduceOp::kAvg, co);
   if (!s.isOk()) return s.withContext("ShardedOneBitAdam: reduce-scattering the gradients");
-  const optim::AdamStepScalars sc = scalarsFor(o, lr, t, frozenAt_);
+  const optim::AdamStepScalars sc = optim::adamScalars(o, lr, t, frozenAt_);
   const bool lossyGather = o.paramCodec != "none";
   if (lossyGather && !d.masterCurrent) {
     TERSE_RETURN_IF_ERROR(d.master.reserve(4 * len).status());
@@ -744,14 +722,7 @@ std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   pullToHost();
   const ShardedOneBitAdamOptions& o = options_;
   optim::CheckpointWriter w(kMagic, o.localMomentum ? kVersion : 1);
-  w.put<uint64_t>(count_);
-  w.put<int64_t>(steps_);
-  w.put<int64_t>(frozenAt_);
-  w.put<float>(o.beta1);
-  w.put<float>(o.beta2);
-  w.put<float>(o.eps);
-  w.put<float>(o.weightDecay);
-  w.put<int64_t>(o.warmupSteps);
+  optim::putAdamHeader(w, count_, steps_, frozenAt_, o);
   w.put<uint32_t>(hasFeedback_ ? 1 : 0);
   if (o.localMomentum) w.put<uint32_t>(1);
   w.put<uint32_t>(static_cast<uint32_t>(o.codec.size()));

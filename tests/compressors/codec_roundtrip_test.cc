@@ -55,6 +55,27 @@ struct Reference {
     return p == std::string::npos ? 0 : std::stoul(s.substr(p + 6));
   }
 
+  // int8 and int4: per block the scale is absmax / levels and every decoded value an integer
+  // multiple of it within +-levels, off by half a step (a whole one when stochastic) at most.
+  void checkIntegerGrid(const std::vector<float>& d, double levels,
+                        const std::string& where) const {
+    const size_t n = x.size(), block = blockOf();
+    const bool stochastic = codec.spec().find("stochastic") != std::string::npos;
+    for (size_t b = 0; b < n; b += block) {
+      size_t e = std::min(n, b + block);
+      double absmax = 0;
+      for (size_t i = b; i < e; ++i) absmax = std::max(absmax, std::fabs((double)x[i]));
+      double scale = absmax / levels;
+      double bound = (stochastic ? 1.0 : 0.5) * scale * (1 + 1e-5) + 1e-30;
+      for (size_t i = b; i < e; ++i) {
+        ASSERT_LE(std::fabs(d[i] - (double)x[i]), bound) << where << " i=" << i;
+        double q = scale > 0 ? d[i] / scale : 0;  // decoded values are integer multiples
+        ASSERT_NEAR(q, std::round(q), 1e-3) << where << " i=" << i;
+        ASSERT_LE(std::fabs(q), levels + 1e-3);
+      }
+    }
+  }
+
   // Checks the decoded values d against x within the codec's documented bound.
   void check(const std::vector<float>& d, const std::string& where) const {
     ASSERT_EQ(d.size(), x.size());
@@ -84,24 +105,7 @@ struct Reference {
           ASSERT_LE(std::fabs(d[i] - (double)x[i]), std::fabs((double)x[i]) * std::ldexp(1.0, -8))
               << where << " i=" << i;
         break;
-      case CodecId::kInt8: {
-        size_t block = blockOf();
-        bool stochastic = codec.spec().find("stochastic") != std::string::npos;
-        for (size_t b = 0; b < n; b += block) {
-          size_t e = std::min(n, b + block);
-          double absmax = 0;
-          for (size_t i = b; i < e; ++i) absmax = std::max(absmax, std::fabs((double)x[i]));
-          double scale = absmax / 127.0;
-          double bound = (stochastic ? 1.0 : 0.5) * scale * (1 + 1e-5) + 1e-30;
-          for (size_t i = b; i < e; ++i) {
-            ASSERT_LE(std::fabs(d[i] - (double)x[i]), bound) << where << " i=" << i;
-            double q = scale > 0 ? d[i] / scale : 0;  // decoded values are integer multiples
-            ASSERT_NEAR(q, std::round(q), 1e-3) << where << " i=" << i;
-            ASSERT_LE(std::fabs(q), 127.0 + 1e-3);
-          }
-        }
-        break;
-      }
+      case CodecId::kInt8: checkIntegerGrid(d, 127.0, where); break;
       case CodecId::kOnebit: {
         size_t block = blockOf();
         for (size_t b = 0; b < n; b += block) {
@@ -158,25 +162,7 @@ struct Reference {
         }
         break;
       }
-      case CodecId::kInt4: {
-        size_t block = blockOf();
-        bool stochastic = codec.spec().find("stochastic") != std::string::npos;
-        for (size_t b = 0; b < n; b += block) {
-          size_t e = std::min(n, b + block);
-          double absmax = 0;
-          for (size_t i = b; i < e; ++i) absmax = std::max(absmax, std::fabs((double)x[i]));
-          double scale = absmax / 7.0;
-          for (size_t i = b; i < e; ++i) {
-            ASSERT_LE(std::fabs(d[i] - (double)x[i]),
-                      (stochastic ? 1.0 : 0.5) * scale * (1 + 1e-5) + 1e-30)
-                << where << " i=" << i;
-            double q = scale > 0 ? d[i] / scale : 0;  // integer multiples of the scale
-            ASSERT_NEAR(q, std::round(q), 1e-3) << where << " i=" << i;
-            ASSERT_LE(std::fabs(q), 7.0 + 1e-3);
-          }
-        }
-        break;
-      }
+      case CodecId::kInt4: checkIntegerGrid(d, 7.0, where); break;
       case CodecId::kNvfp4:
         // Not in this suite's list: nvfp4_test.cc checks it bit for bit against a reference.
         FAIL() << "no round-trip bound for nvfp4 here";

@@ -467,9 +467,15 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
       ASSERT_EQ(num::floatBits(o[0].res[i]), num::floatBits(o[1].res[i]))
           << "residual " << i << ": " << o[0].res[i] << " vs " << o[1].res[i];
   };
-  auto asBytes = [](const auto& v) {
-    auto* p = reinterpret_cast<const uint8_t*>(v.data());
-    return std::vector<uint8_t>(p, p + v.size() * sizeof(v[0]));
+  // The bytes of the vectors, one after the other.
+  auto asBytes = [](const auto&... vs) {
+    std::vector<uint8_t> b;
+    auto append = [&b](const auto& v) {
+      auto* p = reinterpret_cast<const uint8_t*>(v.data());
+      b.insert(b.end(), p, p + v.size() * sizeof(v[0]));
+    };
+    (append(vs), ...);
+    return b;
   };
   auto h = typed<Half>(raw);
   for (size_t block : {32, 256, 2048}) {
@@ -481,12 +487,7 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
         cpu::int8Quantize(h.data(), n, block, rounding, 77, 5, res, scales.data(), q.data());
         std::vector<float> out(n);
         cpu::int8Dequantize(scales.data(), q.data(), n, block, out.data());
-        auto b = asBytes(scales);
-        auto c = asBytes(q);
-        auto d = asBytes(out);
-        b.insert(b.end(), c.begin(), c.end());
-        b.insert(b.end(), d.begin(), d.end());
-        return b;
+        return asBytes(scales, q, out);
       });
     // float32 blocks at the top of the range, where a decoded value can round past FLT_MAX and
     // the residual must become 0, next to blocks just under and over kTameBlockMaxKey
@@ -507,10 +508,7 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
         std::vector<int8_t> q(n);
         cpu::int8Quantize(big.data(), n, block, Rounding::kNearest, 77, 5,
                           withResidual ? res : nullptr, scales.data(), q.data());
-        auto b = asBytes(scales);
-        auto c = asBytes(q);
-        b.insert(b.end(), c.begin(), c.end());
-        return b;
+        return asBytes(scales, q);
       });
     runBoth([&](float* res) {
       std::vector<float> scales((n + block - 1) / block);
@@ -518,12 +516,7 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
       cpu::onebitCompress(raw.data(), n, block, res, scales.data(), bits.data());
       std::vector<BFloat16> out(n);
       cpu::onebitDecompress(scales.data(), bits.data(), n, block, out.data());
-      auto b = asBytes(scales);
-      auto c = asBytes(bits);
-      auto d = asBytes(out);
-      b.insert(b.end(), c.begin(), c.end());
-      b.insert(b.end(), d.begin(), d.end());
-      return b;
+      return asBytes(scales, bits, out);
     });
   }
   runBoth([&](float* res) {

@@ -165,6 +165,14 @@ def worker(args):
     def int8_ratio(got, xs, want):
         err = (got.double() - want.double()).abs()
         return (err / int8_sum_bound([x.double() for x in xs], want.double())).max().item()
+
+    def check_int8_bound(what, got, xs, want):
+        """int8's sum bound for `what`: a failure past it, else a check naming the margin."""
+        ratio = int8_ratio(got, xs, want)
+        if ratio > 1.0:
+            failures.append(f"{what}: error {ratio:.3f} times the bound")
+        else:
+            checks.append(f"{what} within its bound (worst {ratio:.3f} of it)")
     try:
         for count in (1, 1000, (1 << 20) + 3):
             # Small integers: every order of summation gives the exact sum.
@@ -182,13 +190,8 @@ def worker(args):
             elif lossy:
                 # Through int8 integers are not exact: the codec's bound holds.
                 mine, theirs = (x, other) if rank == 0 else (other, x)
-                ratio = int8_ratio(t.cpu(), [mine, theirs], want)
-                if ratio > 1.0:
-                    failures.append(f"collnet {args.codec} allreduce of {count} float32 "
-                                    f"integers: error {ratio:.3f} times the bound")
-                else:
-                    checks.append(f"collnet {args.codec} allreduce of {count} float32 integers "
-                                  f"within its bound (worst {ratio:.3f} of it)")
+                check_int8_bound(f"collnet {args.codec} allreduce of {count} float32 integers",
+                                 t.cpu(), [mine, theirs], want)
             elif not torch.equal(t.cpu(), want):
                 bad = (t.cpu() != want).sum().item()
                 failures.append(f"allreduce of {count} float32: {bad} elements differ")
@@ -209,13 +212,8 @@ def worker(args):
                 exact = xs[0].double() + xs[1].double()
                 err = (t.cpu().double() - exact).abs()
                 if args.codec.startswith("int8"):
-                    ratio = int8_ratio(t.cpu(), xs, exact)
-                    if ratio > 1.0:
-                        failures.append(f"collnet {args.codec} allreduce of {count}: error "
-                                        f"{ratio:.3f} times the bound")
-                    else:
-                        checks.append(f"collnet {args.codec} allreduce of {count} float32 within "
-                                      f"its bound (worst {ratio:.3f} of it)")
+                    check_int8_bound(f"collnet {args.codec} allreduce of {count} float32",
+                                     t.cpu(), xs, exact)
                 else:
                     rel = err.max().item() / exact.abs().max().item()
                     checks.append(f"collnet {args.codec} allreduce of {count}: max error {rel:.3g} "

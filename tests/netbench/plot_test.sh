@@ -12,18 +12,38 @@ trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/raw"
 echo '{"ranks": 2, "iters": 3, "warmup": 1, "cpus": 2, "command": "fixture"}' >"$dir/setup.json"
 
-# terse row: bytes codec time_us ratio err; busbw follows from the time (2 ranks: factor 1).
-terse_rows() {
-  local first=1 bytes codec t ratio err
+# Each of $3... in directory $1 must be a PNG (its 8-byte signature); $2 ends the message.
+expect_pngs() {
+  local d=$1 what=$2 png
+  shift 2
+  for png in "$@"; do
+    if [[ $(head -c 8 "$d/$png" 2>/dev/null | od -An -tx1 | tr -d ' \n') != 89504e470d0a1a0a ]]; then
+      echo "FAIL: $png missing or not a PNG$what"
+      fails=1
+    fi
+  done
+}
+
+# The rows on stdin (whitespace-separated fields) as a JSON array: $1 prints one row's object
+# from its fields.
+json_rows() {
+  local row=$1 first=1 line
   echo "["
-  while read -r bytes codec t ratio err; do
+  while read -r line; do
     ((first)) || echo ","
     first=0
-    awk -v b="$bytes" -v c="$codec" -v t="$t" -v q="$ratio" -v e="$err" 'BEGIN {
-      printf "{\"collective\": \"allreduce\", \"ranks\": 2, \"bytes\": %d, \"codec\": \"%s\", \"time_us\": %s, \"algbw_gbs\": %f, \"busbw_gbs\": %f, \"wire_bytes\": %d, \"ratio\": %s, \"maxrelerr\": %s}", b, c, t, b / t / 1000, b / t / 1000, b / q, q, e }'
+    # shellcheck disable=SC2086  # the fields are words
+    "$row" $line
   done
   echo "]"
 }
+
+# terse row: bytes codec time_us ratio err; busbw follows from the time (2 ranks: factor 1).
+terse_row() {
+  awk -v b="$1" -v c="$2" -v t="$3" -v q="$4" -v e="$5" 'BEGIN {
+    printf "{\"collective\": \"allreduce\", \"ranks\": 2, \"bytes\": %d, \"codec\": \"%s\", \"time_us\": %s, \"algbw_gbs\": %f, \"busbw_gbs\": %f, \"wire_bytes\": %d, \"ratio\": %s, \"maxrelerr\": %s}", b, c, t, b / t / 1000, b / t / 1000, b / q, q, e }'
+}
+terse_rows() { json_rows terse_row; }
 mpi_rows() {
   local bytes=$1 t=$2
   awk -v b="$bytes" -v t="$t" 'BEGIN { printf "[{\"collective\": \"allreduce\", \"impl\": \"openmpi\", \"ranks\": 2, \"bytes\": %d, \"time_us\": %s, \"algbw_gbs\": %f, \"busbw_gbs\": %f}]\n", b, t, b / t / 1000, b / t / 1000 }'
@@ -68,12 +88,7 @@ if grep -Eq '^\| 10 \| [0-9]+M \| OpenMPI' "$dir/results.md"; then
 fi
 rows=$(grep -Ec '^\| (1|10) \| [0-9]+M \|' "$dir/results.md")
 [[ $rows == 10 ]] || { echo "FAIL: results.md has $rows data rows, expected 10"; fails=1; }
-for png in busbw-1gbit.png busbw-10gbit.png speedup.png; do
-  if [[ $(head -c 8 "$dir/$png" 2>/dev/null | od -An -tx1 | tr -d ' \n') != 89504e470d0a1a0a ]]; then
-    echo "FAIL: $png missing or not a PNG"
-    fails=1
-  fi
-done
+expect_pngs "$dir" "" busbw-1gbit.png busbw-10gbit.png speedup.png
 "$py" - "$dir/results.json" <<'PY' || fails=1
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
@@ -89,18 +104,12 @@ PY
 dir2="$dir/algos"
 mkdir -p "$dir2/raw"
 echo '{"ranks": 4, "hosts": 2, "ranks_per_host": 2, "algos": "flat twolevel", "iters": 3, "warmup": 1, "cpus": 2, "command": "fixture"}' >"$dir2/setup.json"
-algo_rows() {
-  # bytes codec algorithm time_us err
-  local first=1 bytes codec algo t err
-  echo "["
-  while read -r bytes codec algo t err; do
-    ((first)) || echo ","
-    first=0
-    awk -v b="$bytes" -v c="$codec" -v a="$algo" -v t="$t" -v e="$err" 'BEGIN {
-      printf "{\"collective\": \"allreduce\", \"ranks\": 4, \"bytes\": %d, \"codec\": \"%s\", \"algorithm\": \"%s\", \"time_us\": %s, \"algbw_gbs\": %f, \"busbw_gbs\": %f, \"wire_bytes\": %d, \"ratio\": 1, \"maxrelerr\": %s}", b, c, a, t, b / t / 1000, 1.5 * b / t / 1000, b, e }'
-  done
-  echo "]"
+# algorithm row: bytes codec algorithm time_us err
+algo_row() {
+  awk -v b="$1" -v c="$2" -v a="$3" -v t="$4" -v e="$5" 'BEGIN {
+    printf "{\"collective\": \"allreduce\", \"ranks\": 4, \"bytes\": %d, \"codec\": \"%s\", \"algorithm\": \"%s\", \"time_us\": %s, \"algbw_gbs\": %f, \"busbw_gbs\": %f, \"wire_bytes\": %d, \"ratio\": 1, \"maxrelerr\": %s}", b, c, a, t, b / t / 1000, 1.5 * b / t / 1000, b, e }'
 }
+algo_rows() { json_rows algo_row; }
 printf '%s\n' "1048576 none flat 20000 1e-7" "1048576 int8 flat 8000 7e-3" \
   "1048576 none twolevel 16000 1e-7" "1048576 int8 twolevel 5000 6e-3" | algo_rows >"$dir2/raw/t-1M.json"
 printf '%s\n' "4194304 none flat 80000 1e-7" "4194304 int8 flat 32000 7e-3" \
@@ -130,12 +139,7 @@ if ! grep -Eq "^\| 1 \| 4M \| int8 \| 32.0 \| 7.00e-03 \| 16.0 \| 6.00e-03 \| $(
   echo "FAIL: no side-by-side row for int8 at 4M in the two-algorithm results.md"
   fails=1
 fi
-for png in busbw-1gbit.png speedup.png algo-speedup.png; do
-  if [[ $(head -c 8 "$dir2/$png" 2>/dev/null | od -An -tx1 | tr -d ' \n') != 89504e470d0a1a0a ]]; then
-    echo "FAIL: $png missing or not a PNG (two algorithms)"
-    fails=1
-  fi
-done
+expect_pngs "$dir2" " (two algorithms)" busbw-1gbit.png speedup.png algo-speedup.png
 "$py" - "$dir2/results.json" <<'PY' || fails=1
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]

@@ -1,21 +1,13 @@
 /* OneBitAdam through libterse.so from C, as a world of one: options and their size guard, steps
  * across the freeze, checkpoint size query / round trip / corruption, and NULL arguments. */
+#include "c_check.h"
+
 #include <terse/terse.h>
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures = 0;
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed (%s)\n", __FILE__, __LINE__, #cond, \
-              terse_last_error());                                                 \
-      ++failures;                                                                  \
-    }                                                                              \
-  } while (0)
 
 int main(void) {
   enum { N = 3000 };

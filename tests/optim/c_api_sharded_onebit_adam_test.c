@@ -5,6 +5,8 @@
  * (and a struct of the first release, which ends before it) and the split's misuse. */
 #define _XOPEN_SOURCE 700 /* fork, waitpid, setenv, mkdtemp under -std=c99 */
 
+#include "c_check.h"
+
 #include <terse/terse.h>
 
 #include <math.h>
@@ -16,16 +18,6 @@
 #include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int failures = 0;
-#define CHECK(cond)                                                                \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed (%s)\n", __FILE__, __LINE__, #cond, \
-              terse_last_error());                                                 \
-      ++failures;                                                                  \
-    }                                                                              \
-  } while (0)
 
 /* One rank of a two-process world over the file store `store`: reduce + update on the rank's
  * shard + terse_allgather give step()'s parameters bit for bit across the freeze (local

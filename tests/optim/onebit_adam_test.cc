@@ -3,6 +3,7 @@
 // codec is AdamW with the variance frozen after the warm-up; onebit keeps ranks bit-identical;
 // checkpoints round-trip and resume exactly; bad input is an error. Ranks are threads over the
 // in-process transport.
+#include "adam_reference.h"
 #include "terse/api/internal.h"
 #include "terse/kernels/device.h"
 #include "terse/optim/onebit_adam.h"
@@ -21,25 +22,7 @@
 namespace terse {
 namespace {
 
-using Vec = std::vector<float>;
-
-// Deterministic per-(rank, step) gradients: a shared signal plus rank-specific noise, so the
-// ranks disagree (non-IID) and averaging matters.
-Vec gradient(int rank, int step, size_t n) {
-  std::mt19937 gen(static_cast<uint32_t>(1000 * step + 7 * rank + 1));
-  std::normal_distribution<float> noise(0.0f, 1.0f);
-  Vec g(n);
-  for (size_t i = 0; i < n; ++i)
-    g[i] = std::sin(0.01f * static_cast<float>(i) + 0.1f * static_cast<float>(step)) +
-           (0.5f + 0.5f * static_cast<float>(rank)) * noise(gen);
-  return g;
-}
-
-Vec initialParams(size_t n) {
-  Vec p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = 0.5f * std::cos(0.37f * static_cast<float>(i));
-  return p;
-}
+using namespace adam_reference;  // Vec, the gradients and the reference AdamW
 
 // Runs `steps` steps of OneBitAdam on `world` thread-ranks; returns each rank's parameters.
 // `before` (optional) runs on rank 0's optimizer before every step (for checkpoint tests).
@@ -65,7 +48,7 @@ std::vector<Vec> runWorld(int world, size_t n, int steps, const OneBitAdamOption
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       for (int s = firstStep; s < firstStep + steps; ++s) {
-        Vec g = gradient(r, s, n);
+        Vec g = noiseGradient(r, s, n);
         Status st = opts[r].step(*comms.value()[r], params[r].data(), g.data(), lr);
         if (!st.isOk()) {
           result[r] = st;
@@ -79,41 +62,33 @@ std::vector<Vec> runWorld(int world, size_t n, int steps, const OneBitAdamOption
   return params;
 }
 
-// Reference AdamW (torch.optim.AdamW's formulas) in double, on the ranks' averaged gradients,
-// with the variance frozen after `freezeAfter` steps (0: never).
-Vec referenceAdamW(int world, size_t n, int steps, const OneBitAdamOptions& o, double lr,
-                   int freezeAfter) {
-  std::vector<double> p(n), m(n, 0.0), v(n, 0.0);
-  Vec p0 = initialParams(n);
-  for (size_t i = 0; i < n; ++i) p[i] = p0[i];
-  double c2Frozen = 0.0;
-  for (int t = 1; t <= steps; ++t) {
-    std::vector<double> g(n, 0.0);
-    for (int r = 0; r < world; ++r) {
-      Vec gr = gradient(r, t, n);
-      for (size_t i = 0; i < n; ++i) g[i] += gr[i] / world;
-    }
-    bool frozen = freezeAfter > 0 && t > freezeAfter;
-    double c1 = 1.0 - std::pow(o.beta1, t);
-    if (!frozen) c2Frozen = 1.0 - std::pow(o.beta2, t);
-    for (size_t i = 0; i < n; ++i) {
-      p[i] *= 1.0 - lr * o.weightDecay;
-      m[i] = o.beta1 * m[i] + (1.0 - o.beta1) * g[i];
-      if (!frozen) v[i] = o.beta2 * v[i] + (1.0 - o.beta2) * g[i] * g[i];
-      p[i] -= lr / c1 * m[i] / (std::sqrt(v[i]) / std::sqrt(c2Frozen) + o.eps);
-    }
-  }
-  return Vec(p.begin(), p.end());
+// Two thread-ranks with an OneBitAdam(n, o) each, parameters from initialParams(n):
+// body(rank, adam, comm, params) runs on each; returns the ranks' parameters.
+std::vector<Vec> runTwoRanks(
+    size_t n, const OneBitAdamOptions& o,
+    const std::function<void(int rank, OneBitAdam& adam, Communicator& comm, Vec& params)>& body) {
+  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
+  EXPECT_TRUE(comms.isOk()) << comms.status().toString();
+  if (!comms.isOk()) return {};
+  std::vector<Vec> params(2, initialParams(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto a = OneBitAdam::create(n, o);
+      ASSERT_TRUE(a.isOk());
+      body(r, *a, *comms.value()[r], params[r]);
+    });
+  for (auto& t : threads) t.join();
+  return params;
 }
 
-double maxAbsDiff(const Vec& a, const Vec& b) {
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
-  return d;
-}
-
-bool bitEqual(const Vec& a, const Vec& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+// Runs `step`, keeping in `slowest` the longest any step took, in seconds.
+Status timedStep(double& slowest, const std::function<Status()>& step) {
+  auto t0 = std::chrono::steady_clock::now();
+  Status got = step();
+  slowest = std::max(slowest,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return got;
 }
 
 OneBitAdamOptions baseOptions(const std::string& codec, int warmup) {
@@ -184,7 +159,7 @@ TEST(OneBitAdam, CoordinatesWithoutGradientsOnlyDecay) {
     threads.emplace_back([&, r] {
       auto a = OneBitAdam::create(n, o);
       for (int s = 1; s <= 10 && a.isOk(); ++s) {
-        Vec g = gradient(r, s, n);
+        Vec g = noiseGradient(r, s, n);
         for (size_t i = 0; i < n; i += 2) g[i] = 0.0f;
         st[r] = a->step(*comms.value()[r], params[r].data(), g.data(), 1e-2f);
         if (!st[r].isOk()) return;
@@ -229,7 +204,7 @@ TEST(OneBitAdam, NanGradientOnOneRankPropagatesAsInAdamW) {
           return;
         }
         for (int s = 1; s <= 12; ++s) {
-          Vec g = gradient(r, s, n);
+          Vec g = noiseGradient(r, s, n);
           if (r == 1 && s == 2) g[kBad] = NAN;
           st[r] = a->step(*comms.value()[r], params[r].data(), g.data(), 1e-2f);
           if (!st[r].isOk()) return;
@@ -419,28 +394,18 @@ TEST(OneBitAdam, AStepRefusedOnOneRankFailsThatStepOnEveryRank) {
   // warm-up (averaged gradients) and in the compressed phase alike.
   const size_t n = 1000;
   OneBitAdamOptions o = baseOptions("onebit", 2);
-  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
-  ASSERT_TRUE(comms.isOk());
-  std::vector<Vec> params(2, initialParams(n));
   std::vector<std::vector<Status>> st(2);
   std::vector<double> slowest(2, 0.0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      auto a = OneBitAdam::create(n, o);
-      ASSERT_TRUE(a.isOk());
-      for (int s = 1; s <= 6; ++s) {
-        Vec g = gradient(r, s, n);
-        bool refuse = r == 1 && (s == 2 || s == 5);  // step 2: warm-up; step 5: compressed
-        auto t0 = std::chrono::steady_clock::now();
-        st[r].push_back(
-            a->step(*comms.value()[r], params[r].data(), g.data(), refuse ? std::nanf("") : 1e-2f));
-        slowest[r] =
-            std::max(slowest[r],
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-    });
-  for (auto& t : threads) t.join();
+  std::vector<Vec> params = runTwoRanks(n, o, [&](int r, OneBitAdam& a, Communicator& c, Vec& p) {
+    for (int s = 1; s <= 6; ++s) {
+      Vec g = noiseGradient(r, s, n);
+      bool refuse = r == 1 && (s == 2 || s == 5);  // step 2: warm-up; step 5: compressed
+      st[r].push_back(timedStep(slowest[r], [&] {
+        return a.step(c, p.data(), g.data(), refuse ? std::nanf("") : 1e-2f);
+      }));
+    }
+  });
+  ASSERT_EQ(params.size(), 2u);
   for (int s : {1, 3, 4, 6}) {
     EXPECT_TRUE(st[0][s - 1].isOk()) << "step " << s << ": " << st[0][s - 1].toString();
     EXPECT_TRUE(st[1][s - 1].isOk()) << "step " << s << ": " << st[1][s - 1].toString();
@@ -465,34 +430,24 @@ TEST(OneBitAdam, ARefusedMeasuringStepOfTheAutomaticWarmupFailsOnEveryRank) {
   o.varianceCheckInterval = 2;
   o.minWarmupSteps = 1000;  // measure, never freeze
   o.maxWarmupSteps = 2000;
-  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
-  ASSERT_TRUE(comms.isOk());
-  std::vector<Vec> params(2, initialParams(n));
   std::vector<std::vector<Status>> st(2);
   std::vector<double> slowest(2, 0.0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      auto a = OneBitAdam::create(n, o);
-      ASSERT_TRUE(a.isOk());
-      int tries = 0;
-      for (int s = 1; s <= 6; ++s) {
-        Vec g = gradient(0, s, n);  // the caller averaged: every rank holds the same gradient
-        bool refuse = (r == 1 && s == 4 && tries == 0) || (s == 3 && tries == 0);
-        auto t0 = std::chrono::steady_clock::now();
-        Status got = a->step(*comms.value()[r], params[r].data(), g.data(), refuse ? -1.0f : 1e-2f);
-        slowest[r] =
-            std::max(slowest[r],
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        st[r].push_back(got);
-        if (!got.isOk() && tries++ == 0) {
-          --s;  // both ranks retry the step that failed, as a training loop would
-          continue;
-        }
-        tries = 0;
+  std::vector<Vec> params = runTwoRanks(n, o, [&](int r, OneBitAdam& a, Communicator& c, Vec& p) {
+    int tries = 0;
+    for (int s = 1; s <= 6; ++s) {
+      Vec g = noiseGradient(0, s, n);  // the caller averaged: every rank holds the same gradient
+      bool refuse = (r == 1 && s == 4 && tries == 0) || (s == 3 && tries == 0);
+      Status got = timedStep(slowest[r],
+                             [&] { return a.step(c, p.data(), g.data(), refuse ? -1.0f : 1e-2f); });
+      st[r].push_back(got);
+      if (!got.isOk() && tries++ == 0) {
+        --s;  // both ranks retry the step that failed, as a training loop would
+        continue;
       }
-    });
-  for (auto& t : threads) t.join();
+      tries = 0;
+    }
+  });
+  ASSERT_EQ(params.size(), 2u);
   // Calls: 1, 2, 3 (refused), 3, 4 (refused on 1, failed on 0), 4, 5, 6.
   ASSERT_EQ(st[0].size(), 8u);
   ASSERT_EQ(st[1].size(), 8u);
@@ -525,7 +480,7 @@ TEST(OneBitAdam, DevicePathMatchesHost) {
   ASSERT_TRUE(dp.reserve(4 * n).isOk() && dg.reserve(4 * n).isOk());
   ASSERT_TRUE(device::copyAsync(dp.data(), p.data(), 4 * n, nullptr).isOk());
   for (int s = 1; s <= 3; ++s) {
-    Vec g = gradient(0, s, n);
+    Vec g = noiseGradient(0, s, n);
     ASSERT_TRUE(device::copyAsync(dg.data(), g.data(), 4 * n, nullptr).isOk());
     ASSERT_TRUE(host->step(*comms.value()[0], p.data(), g.data(), 1e-2f).isOk());
     ASSERT_TRUE(dev->step(*comms.value()[0], static_cast<float*>(dp.data()),

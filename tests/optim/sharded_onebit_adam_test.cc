@@ -4,6 +4,7 @@
 // small non-IID task within 2% of OneBitAdam and fails that bound without error feedback; the
 // compressed phase really sends compressed bytes; state per rank is measured; checkpoints
 // re-shard to another world size. Ranks are threads over the in-process transport.
+#include "adam_reference.h"
 #include "terse/api/internal.h"
 #include "terse/collectives/partition.h"
 #include "terse/kernels/device.h"
@@ -30,31 +31,22 @@
 namespace terse {
 namespace {
 
-using Vec = std::vector<float>;
+using namespace adam_reference;  // Vec, the gradients and the reference AdamW
 using GradFn = std::function<Vec(int rank, int step, const Vec& params)>;
-
-// Deterministic per-(rank, step) gradients with rank-specific noise (non-IID), as in
-// onebit_adam_test.cc.
-Vec noiseGradient(int rank, int step, size_t n) {
-  std::mt19937 gen(static_cast<uint32_t>(1000 * step + 7 * rank + 1));
-  std::normal_distribution<float> noise(0.0f, 1.0f);
-  Vec g(n);
-  for (size_t i = 0; i < n; ++i)
-    g[i] = std::sin(0.01f * static_cast<float>(i) + 0.1f * static_cast<float>(step)) +
-           (0.5f + 0.5f * static_cast<float>(rank)) * noise(gen);
-  return g;
-}
-
-Vec initialParams(size_t n) {
-  Vec p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = 0.5f * std::cos(0.37f * static_cast<float>(i));
-  return p;
-}
 
 struct RunResult {
   std::vector<Vec> params;
   std::vector<uint64_t> bytesSent;  // per rank, during the run
 };
+
+// body(rank, comm) on `world` thread-ranks over a fresh in-process world.
+void onThreadRanks(int world, const std::function<void(int rank, Communicator& comm)>& body) {
+  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk()) << comms.status().toString();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { body(r, *comms.value()[r]); });
+  for (auto& t : threads) t.join();
+}
 
 // `steps` steps of ShardedOneBitAdam on `world` thread-ranks from `start` (one replica per rank).
 RunResult runSharded(int world, std::vector<Vec> start, int steps, int firstStep, float lr,
@@ -93,45 +85,6 @@ std::vector<ShardedOneBitAdam> makeSharded(int world, size_t n, const ShardedOne
   return v;
 }
 
-// Reference AdamW in double on the ranks' averaged noiseGradient, variance frozen after
-// `freezeAfter` steps (0: never).
-Vec referenceAdamW(int world, size_t n, int steps, const ShardedOneBitAdamOptions& o, double lr,
-                   int freezeAfter) {
-  std::vector<double> p(n), m(n, 0.0), v(n, 0.0);
-  Vec p0 = initialParams(n);
-  for (size_t i = 0; i < n; ++i) p[i] = p0[i];
-  double c2Frozen = 0.0;
-  for (int t = 1; t <= steps; ++t) {
-    std::vector<double> g(n, 0.0);
-    for (int r = 0; r < world; ++r) {
-      Vec gr = noiseGradient(r, t, n);
-      for (size_t i = 0; i < n; ++i) g[i] += gr[i] / world;
-    }
-    bool frozen = freezeAfter > 0 && t > freezeAfter;
-    double c1 = 1.0 - std::pow(o.beta1, t);
-    if (!frozen) c2Frozen = 1.0 - std::pow(o.beta2, t);
-    for (size_t i = 0; i < n; ++i) {
-      p[i] *= 1.0 - lr * o.weightDecay;
-      m[i] = o.beta1 * m[i] + (1.0 - o.beta1) * g[i];
-      if (!frozen) v[i] = o.beta2 * v[i] + (1.0 - o.beta2) * g[i] * g[i];
-      p[i] -= lr / c1 * m[i] / (std::sqrt(v[i]) / std::sqrt(c2Frozen) + o.eps);
-    }
-  }
-  return Vec(p.begin(), p.end());
-}
-
-double maxAbsDiff(const Vec& a, const Vec& b) {
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
-  return d;
-}
-
-// An empty vector's data() may be null, which memcmp must not be given even for 0 bytes (UBSan).
-bool bitEqual(const Vec& a, const Vec& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
-}
-
 ShardedOneBitAdamOptions baseOptions(const std::string& codec, int warmup) {
   ShardedOneBitAdamOptions o;
   o.codec = codec;
@@ -143,6 +96,14 @@ ShardedOneBitAdamOptions baseOptions(const std::string& codec, int warmup) {
 
 GradFn noiseGrads(size_t n) {
   return [n](int r, int s, const Vec&) { return noiseGradient(r, s, n); };
+}
+
+// `steps` steps of `opts` (one per rank) from initialParams(n) on noiseGrads(n), at lr 1e-3:
+// the run the checkpoint tests save.
+RunResult runFromStart(std::vector<ShardedOneBitAdam>& opts, size_t n, int steps) {
+  const int world = static_cast<int>(opts.size());
+  return runSharded(world, std::vector<Vec>(world, initialParams(n)), steps, 1, 1e-3f, opts,
+                    noiseGrads(n));
 }
 
 TEST(ShardedOneBitAdam, WarmupIsAdamWOnTheFullTensor) {
@@ -305,8 +266,7 @@ TEST(ShardedOneBitAdam, CompressedPhaseSendsCompressedBytes) {
   const size_t n = 65536;
   auto run = [&](const std::string& codec) {
     auto opts = makeSharded(4, n, baseOptions(codec, 1));
-    auto out =
-        runSharded(4, std::vector<Vec>(4, initialParams(n)), 40, 1, 1e-3f, opts, noiseGrads(n));
+    auto out = runFromStart(opts, n, 40);
     return out.bytesSent[0];
   };
   uint64_t none = run("none"), onebit = run("onebit");
@@ -318,8 +278,6 @@ TEST(ShardedOneBitAdam, CompressedPhaseSendsCompressedBytes) {
 
 TEST(ShardedOneBitAdam, StateBytesPerRankAreAQuarterOfOneBitAdamsAtFourRanks) {
   const size_t n = 1 << 20;
-  auto comms = createInProcWorld(4, std::chrono::milliseconds(20000));
-  ASSERT_TRUE(comms.isOk());
   // Both optimizers after one compressed step (so every residual exists), 4 ranks.
   std::vector<OneBitAdam> full;
   for (int r = 0; r < 4; ++r) {
@@ -331,23 +289,20 @@ TEST(ShardedOneBitAdam, StateBytesPerRankAreAQuarterOfOneBitAdamsAtFourRanks) {
   auto noEfOptions = baseOptions("int8", 1);
   noEfOptions.errorFeedback = false;
   auto noEf = makeSharded(4, n, noEfOptions);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r)
-    threads.emplace_back([&, r] {
-      Vec p = initialParams(n);
+  onThreadRanks(4, [&](int r, Communicator& c) {
+    Vec p = initialParams(n);
+    for (int s = 1; s <= 2; ++s) {
+      Vec g = noiseGradient(r, s, n);
+      EXPECT_TRUE(full[r].step(c, p.data(), g.data(), 1e-3f).isOk());
+    }
+    for (auto* set : {&withEf, &noEf}) {
+      Vec q = initialParams(n);
       for (int s = 1; s <= 2; ++s) {
         Vec g = noiseGradient(r, s, n);
-        EXPECT_TRUE(full[r].step(*comms.value()[r], p.data(), g.data(), 1e-3f).isOk());
+        EXPECT_TRUE((*set)[r].step(c, q.data(), g.data(), 1e-3f).isOk());
       }
-      for (auto* set : {&withEf, &noEf}) {
-        Vec q = initialParams(n);
-        for (int s = 1; s <= 2; ++s) {
-          Vec g = noiseGradient(r, s, n);
-          EXPECT_TRUE((*set)[r].step(*comms.value()[r], q.data(), g.data(), 1e-3f).isOk());
-        }
-      }
-    });
-  for (auto& t : threads) t.join();
+    }
+  });
   const ErrorFeedback& fb = full[0].feedback();
   const double fullBytes = 4.0 * (full[0].momentum().size() + full[0].variance().size() +
                                   fb.count() + fb.serverLength());
@@ -363,6 +318,19 @@ TEST(ShardedOneBitAdam, StateBytesPerRankAreAQuarterOfOneBitAdamsAtFourRanks) {
   EXPECT_EQ(withEf[0].stateBytes(), 2 * 4 * (n / 4) + n + 4 * n);
   EXPECT_LT(plain / fullBytes, 0.25);
   EXPECT_LT(ef / fullBytes, 0.55);
+}
+
+// Continues `a` and `b` (the saved optimizers and those loaded back, say) from the same
+// parameters for `steps` steps from step `firstStep` on noiseGrads(n): every rank's parameters
+// must come out bit-identical. Returns a's run.
+RunResult expectSameContinuation(std::vector<ShardedOneBitAdam>& a,
+                                 std::vector<ShardedOneBitAdam>& b, const std::vector<Vec>& from,
+                                 int steps, int firstStep, size_t n) {
+  const int world = static_cast<int>(a.size());
+  RunResult ra = runSharded(world, from, steps, firstStep, 1e-3f, a, noiseGrads(n));
+  RunResult rb = runSharded(world, from, steps, firstStep, 1e-3f, b, noiseGrads(n));
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(bitEqual(ra.params[r], rb.params[r])) << "rank " << r;
+  return ra;
 }
 
 std::vector<std::vector<uint8_t>> saveAll(const std::vector<ShardedOneBitAdam>& opts) {
@@ -383,17 +351,25 @@ std::vector<ShardedOneBitAdam> loadAll(const std::vector<std::vector<uint8_t>>& 
   return out;
 }
 
+// 4 ranks trained `steps` steps from the start and checkpointed: what the checkpoint tests load.
+struct Saved {
+  std::vector<ShardedOneBitAdam> opts;
+  RunResult run;
+  std::vector<std::vector<uint8_t>> parts;
+};
+Saved trainAndSave(size_t n, const ShardedOneBitAdamOptions& o, int steps) {
+  Saved saved{makeSharded(4, n, o), {}, {}};
+  saved.run = runFromStart(saved.opts, n, steps);
+  saved.parts = saveAll(saved.opts);
+  return saved;
+}
+
 TEST(ShardedOneBitAdam, CheckpointAtTheSameWorldSizeResumesBitIdentically) {
   const size_t n = 9001;
   auto o = baseOptions("onebit", 5);
-  auto opts = makeSharded(4, n, o);
-  auto first =
-      runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
-  auto parts = saveAll(opts);
+  auto [opts, first, parts] = trainAndSave(n, o, 12);
   auto resumed = loadAll(parts, 4);
-  auto a = runSharded(4, first.params, 10, 13, 1e-3f, opts, noiseGrads(n));
-  auto b = runSharded(4, first.params, 10, 13, 1e-3f, resumed, noiseGrads(n));
-  for (int r = 0; r < 4; ++r) EXPECT_TRUE(bitEqual(a.params[r], b.params[r])) << "rank " << r;
+  auto a = expectSameContinuation(opts, resumed, first.params, 10, 13, n);
   EXPECT_GT(maxAbsDiff(a.params[0], first.params[0]), 0.0);
 }
 
@@ -403,10 +379,7 @@ TEST(ShardedOneBitAdam, CheckpointAtFourRanksResumesAtTwo) {
   // average): the re-sharded moments and exponents are the same numbers.
   const size_t n = 9001;
   auto o = baseOptions("none", 5);
-  auto opts = makeSharded(4, n, o);
-  auto first =
-      runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
-  auto parts = saveAll(opts);
+  auto [opts, first, parts] = trainAndSave(n, o, 12);
   auto at2 = loadAll(parts, 2);
   EXPECT_EQ(at2[0].steps(), 12);
   EXPECT_EQ(at2[1].frozenAt(), 5);
@@ -422,9 +395,8 @@ TEST(ShardedOneBitAdam, CheckpointAtFourRanksResumesAtTwo) {
   EXPECT_GT(maxAbsDiff(ref.params[0], first.params[0]), 1e-4);
   // With onebit's residuals: re-loading at 2 keeps training and the ranks identical.
   auto o1 = baseOptions("onebit", 5);
-  auto ob = makeSharded(4, n, o1);
-  auto f1 = runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, ob, noiseGrads(n));
-  auto ob2 = loadAll(saveAll(ob), 2);
+  auto [ob, f1, obParts] = trainAndSave(n, o1, 12);
+  auto ob2 = loadAll(obParts, 2);
   auto g1 = runSharded(2, {f1.params[0], f1.params[1]}, 10, 13, 1e-3f, ob2, noiseGrads(n));
   EXPECT_TRUE(bitEqual(g1.params[0], g1.params[1]));
 }
@@ -440,16 +412,11 @@ TEST(ShardedOneBitAdam, BadInputIsAnError) {
   // A state made for 4 ranks refuses a 2-rank communicator (on every rank, no hang).
   const size_t n = 100;
   auto opts = makeSharded(4, n, baseOptions("onebit", 2));
-  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
-  ASSERT_TRUE(comms.isOk());
   std::vector<Status> st(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      Vec p = initialParams(n), g = noiseGradient(r, 1, n);
-      st[r] = opts[r].step(*comms.value()[r], p.data(), g.data(), 1e-3f);
-    });
-  for (auto& t : threads) t.join();
+  onThreadRanks(2, [&](int r, Communicator& c) {
+    Vec p = initialParams(n), g = noiseGradient(r, 1, n);
+    st[r] = opts[r].step(c, p.data(), g.data(), 1e-3f);
+  });
   EXPECT_FALSE(st[0].isOk());
   EXPECT_FALSE(st[1].isOk());
   // Checkpoints: a flipped byte, a missing part, a part given twice.
@@ -537,31 +504,25 @@ std::vector<std::vector<Vec>> runShardedOnDevice(int world, size_t n, int steps,
                                                  std::vector<ShardedOneBitAdam>& opts,
                                                  std::vector<Status>& st) {
   std::vector<std::vector<Vec>> after(steps, std::vector<Vec>(world, Vec(n)));
-  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
-  EXPECT_TRUE(comms.isOk());
   st.assign(world, Status::ok());
-  if (!comms.isOk()) return after;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      device::DeviceBuffer dp, dg;
-      if (!dp.reserve(4 * n).isOk() || !dg.reserve(4 * n).isOk()) {
-        st[r] = errorSystem("device allocation failed");
-        return;
-      }
-      Vec p = initialParams(n);
-      (void)device::copyAsync(dp.data(), p.data(), 4 * n, nullptr);
-      for (int s = 1; s <= steps && st[r].isOk(); ++s) {
-        Vec g = noiseGradient(r, s, n);
-        (void)device::copyAsync(dg.data(), g.data(), 4 * n, nullptr);
-        (void)device::synchronize(nullptr);
-        st[r] = opts[r].step(*comms.value()[r], static_cast<float*>(dp.data()),
-                             static_cast<const float*>(dg.data()), 1e-3f);
-        (void)device::copyAsync(after[s - 1][r].data(), dp.data(), 4 * n, nullptr);
-        (void)device::synchronize(nullptr);
-      }
-    });
-  for (auto& t : threads) t.join();
+  onThreadRanks(world, [&](int r, Communicator& c) {
+    device::DeviceBuffer dp, dg;
+    if (!dp.reserve(4 * n).isOk() || !dg.reserve(4 * n).isOk()) {
+      st[r] = errorSystem("device allocation failed");
+      return;
+    }
+    Vec p = initialParams(n);
+    (void)device::copyAsync(dp.data(), p.data(), 4 * n, nullptr);
+    for (int s = 1; s <= steps && st[r].isOk(); ++s) {
+      Vec g = noiseGradient(r, s, n);
+      (void)device::copyAsync(dg.data(), g.data(), 4 * n, nullptr);
+      (void)device::synchronize(nullptr);
+      st[r] = opts[r].step(c, static_cast<float*>(dp.data()), static_cast<const float*>(dg.data()),
+                           1e-3f);
+      (void)device::copyAsync(after[s - 1][r].data(), dp.data(), 4 * n, nullptr);
+      (void)device::synchronize(nullptr);
+    }
+  });
   return after;
 }
 
@@ -695,31 +656,24 @@ std::vector<std::vector<Vec>> runRecorded(int world, size_t n, int steps, float 
                                           std::vector<ShardedOneBitAdam>& opts,
                                           std::vector<Status>& st) {
   std::vector<std::vector<Vec>> after(steps, std::vector<Vec>(world));
-  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
-  EXPECT_TRUE(comms.isOk());
   st.assign(world, Status::ok());
-  if (!comms.isOk()) return after;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      Communicator& c = *comms.value()[r];
-      ShardedOneBitAdam& a = opts[r];
-      const size_t off = a.shardOffset(), len = a.shardLength();
-      Vec p = initialParams(n), reduced(len), shard(len);
-      for (int s = 1; s <= steps && st[r].isOk(); ++s) {
-        Vec g = noiseGradient(r, s, n);
-        if (!split) {
-          st[r] = a.step(c, p.data(), g.data(), lr);
-        } else {
-          st[r] = a.reduce(c, g.data(), reduced.data());
-          shard.assign(p.begin() + off, p.begin() + off + len);
-          if (st[r].isOk()) st[r] = a.update(c, shard.data(), reduced.data(), lr);
-          if (st[r].isOk()) st[r] = c.allgather(shard.data(), p.data(), n, DataType::kFloat32);
-        }
-        after[s - 1][r] = p;
+  onThreadRanks(world, [&](int r, Communicator& c) {
+    ShardedOneBitAdam& a = opts[r];
+    const size_t off = a.shardOffset(), len = a.shardLength();
+    Vec p = initialParams(n), reduced(len), shard(len);
+    for (int s = 1; s <= steps && st[r].isOk(); ++s) {
+      Vec g = noiseGradient(r, s, n);
+      if (!split) {
+        st[r] = a.step(c, p.data(), g.data(), lr);
+      } else {
+        st[r] = a.reduce(c, g.data(), reduced.data());
+        shard.assign(p.begin() + off, p.begin() + off + len);
+        if (st[r].isOk()) st[r] = a.update(c, shard.data(), reduced.data(), lr);
+        if (st[r].isOk()) st[r] = c.allgather(shard.data(), p.data(), n, DataType::kFloat32);
       }
-    });
-  for (auto& t : threads) t.join();
+      after[s - 1][r] = p;
+    }
+  });
   return after;
 }
 
@@ -752,10 +706,31 @@ TEST(ShardedOneBitAdam, ReduceAndUpdateThenAllGatherIsStepBitForBit) {
   }
 }
 
+// Step 1's reduce() on two thread-ranks: each rank's status.
+std::vector<Status> firstReduceOnTwoRanks(std::vector<ShardedOneBitAdam>& opts, size_t n) {
+  std::vector<Status> st(2);
+  onThreadRanks(2, [&](int r, Communicator& c) {
+    Vec g = noiseGradient(r, 1, n), red(opts[r].shardLength());
+    st[r] = opts[r].reduce(c, g.data(), red.data());
+  });
+  return st;
+}
+
+// Step 1's reduce() on every rank, then rank 1 alone finishes the step with update(): rank 0 is
+// left between reduce() and update() for the misuse that follows. Returns rank r's parameters.
+Vec reduceThenRankOneUpdates(int r, Communicator& c, ShardedOneBitAdam& opt, size_t n, const Vec& g,
+                             Vec& red) {
+  Vec p = initialParams(n);
+  Vec shard(p.begin() + opt.shardOffset(), p.begin() + opt.shardOffset() + opt.shardLength());
+  EXPECT_TRUE(opt.reduce(c, g.data(), red.data()).isOk());
+  if (r == 1) {
+    EXPECT_TRUE(opt.update(c, shard.data(), red.data(), 1e-3f).isOk());
+  }
+  return p;
+}
+
 TEST(ShardedOneBitAdam, ReduceAndUpdateMisuseIsRefused) {
   const size_t n = 1000;
-  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
-  ASSERT_TRUE(comms.isOk());
   // The peers' call must fail because this rank's refusal took its place (the message names the
   // refusing rank), not because they waited for a call that never came (a timeout).
   auto refusedBy = [](const Status& s, int rank) {
@@ -765,24 +740,13 @@ TEST(ShardedOneBitAdam, ReduceAndUpdateMisuseIsRefused) {
   };
   {
     // Rank 0 reduces twice (a second backward pass); rank 1 goes on to the next step's reduce.
-    auto comms2 = createInProcWorld(2, std::chrono::milliseconds(20000));
-    ASSERT_TRUE(comms2.isOk());
     auto opts = makeSharded(2, n, baseOptions("onebit", 5));
     std::vector<Status> second(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        Communicator& c = *comms2.value()[r];
-        Vec g = noiseGradient(r, 1, n), p = initialParams(n), red(opts[r].shardLength());
-        Vec shard(p.begin() + opts[r].shardOffset(),
-                  p.begin() + opts[r].shardOffset() + opts[r].shardLength());
-        EXPECT_TRUE(opts[r].reduce(c, g.data(), red.data()).isOk());
-        if (r == 1) {
-          EXPECT_TRUE(opts[r].update(c, shard.data(), red.data(), 1e-3f).isOk());
-        }
-        second[r] = opts[r].reduce(c, g.data(), red.data());
-      });
-    for (auto& t : threads) t.join();
+    onThreadRanks(2, [&](int r, Communicator& c) {
+      Vec g = noiseGradient(r, 1, n), red(opts[r].shardLength());
+      reduceThenRankOneUpdates(r, c, opts[r], n, g, red);
+      second[r] = opts[r].reduce(c, g.data(), red.data());
+    });
     EXPECT_EQ(second[0].code(), StatusCode::kInvalidUsage) << second[0].toString();
     EXPECT_TRUE(refusedBy(second[1], 0)) << second[1].toString();
   }
@@ -800,35 +764,22 @@ TEST(ShardedOneBitAdam, ReduceAndUpdateMisuseIsRefused) {
 
     auto atFreeze = makeSharded(2, n, baseOptions("onebit", 1));
     std::vector<Status> st(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        Communicator& c = *comms.value()[r];
-        Vec g = noiseGradient(r, 1, n), q = initialParams(n), red2(atFreeze[r].shardLength());
-        if (r == 0)
-          st[r] = atFreeze[r].update(c, q.data(), red2.data(), 1e-3f);
-        else
-          st[r] = atFreeze[r].reduce(c, g.data(), red2.data());
-      });
-    for (auto& t : threads) t.join();
+    onThreadRanks(2, [&](int r, Communicator& c) {
+      Vec g = noiseGradient(r, 1, n), q = initialParams(n), red2(atFreeze[r].shardLength());
+      if (r == 0)
+        st[r] = atFreeze[r].update(c, q.data(), red2.data(), 1e-3f);
+      else
+        st[r] = atFreeze[r].reduce(c, g.data(), red2.data());
+    });
     EXPECT_EQ(st[0].code(), StatusCode::kInvalidUsage) << st[0].toString();
     EXPECT_TRUE(refusedBy(st[1], 0)) << st[1].toString();
   }
   {
     // A lossy parameter codec belongs to step()'s all-gather: reduce() refuses it on every rank.
-    auto c2 = createInProcWorld(2, std::chrono::milliseconds(20000));
-    ASSERT_TRUE(c2.isOk());
     auto o = baseOptions("onebit", 5);
     o.paramCodec = "int8";
     auto opts = makeSharded(2, n, o);
-    std::vector<Status> st(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        Vec g = noiseGradient(r, 1, n), red(opts[r].shardLength());
-        st[r] = opts[r].reduce(*c2.value()[r], g.data(), red.data());
-      });
-    for (auto& t : threads) t.join();
+    const std::vector<Status> st = firstReduceOnTwoRanks(opts, n);
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].toString();
       EXPECT_EQ(opts[r].steps(), 0);
@@ -836,24 +787,13 @@ TEST(ShardedOneBitAdam, ReduceAndUpdateMisuseIsRefused) {
   }
   {
     // step() between reduce() and update() on rank 0; rank 1 finishes its step and steps again.
-    auto c2 = createInProcWorld(2, std::chrono::milliseconds(20000));
-    ASSERT_TRUE(c2.isOk());
     auto opts = makeSharded(2, n, baseOptions("onebit", 5));
     std::vector<Status> st(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        Communicator& c = *c2.value()[r];
-        Vec g = noiseGradient(r, 1, n), p = initialParams(n), red(opts[r].shardLength());
-        Vec shard(p.begin() + opts[r].shardOffset(),
-                  p.begin() + opts[r].shardOffset() + opts[r].shardLength());
-        EXPECT_TRUE(opts[r].reduce(c, g.data(), red.data()).isOk());
-        if (r == 1) {
-          EXPECT_TRUE(opts[r].update(c, shard.data(), red.data(), 1e-3f).isOk());
-        }
-        st[r] = opts[r].step(c, p.data(), g.data(), 1e-3f);
-      });
-    for (auto& t : threads) t.join();
+    onThreadRanks(2, [&](int r, Communicator& c) {
+      Vec g = noiseGradient(r, 1, n), red(opts[r].shardLength());
+      Vec p = reduceThenRankOneUpdates(r, c, opts[r], n, g, red);
+      st[r] = opts[r].step(c, p.data(), g.data(), 1e-3f);
+    });
     EXPECT_EQ(st[0].code(), StatusCode::kInvalidUsage) << st[0].toString();
     EXPECT_TRUE(refusedBy(st[1], 0)) << st[1].toString();
     EXPECT_EQ(opts[0].steps(), 0);
@@ -873,18 +813,12 @@ TEST(ShardedOneBitAdam, LocalMomentumCheckpointAtTheSameWorldSizeResumesBitIdent
   auto o = localMomentumOptions("onebit", 5);
   for (int saveAt : {3, 12}) {  // before the freeze (no local momentum yet) and after it
     SCOPED_TRACE("saved at step " + std::to_string(saveAt));
-    auto opts = makeSharded(4, n, o);
-    auto first =
-        runSharded(4, std::vector<Vec>(4, initialParams(n)), saveAt, 1, 1e-3f, opts, noiseGrads(n));
-    auto parts = saveAll(opts);
+    auto [opts, first, parts] = trainAndSave(n, o, saveAt);
     for (const auto& p : parts) EXPECT_EQ(checkpointVersion(p), 2u);
     auto resumed = loadAll(parts, 4);
-    auto a = runSharded(4, first.params, 10, saveAt + 1, 1e-3f, opts, noiseGrads(n));
-    auto b = runSharded(4, first.params, 10, saveAt + 1, 1e-3f, resumed, noiseGrads(n));
-    for (int r = 0; r < 4; ++r) {
-      EXPECT_TRUE(bitEqual(a.params[r], b.params[r])) << "rank " << r;
+    auto a = expectSameContinuation(opts, resumed, first.params, 10, saveAt + 1, n);
+    for (int r = 0; r < 4; ++r)
       EXPECT_TRUE(resumed[r].serialize() == opts[r].serialize()) << "rank " << r;
-    }
     EXPECT_TRUE(opts[0].frozen());
     EXPECT_GT(maxAbsDiff(a.params[0], first.params[0]), 0.0);
   }
@@ -896,10 +830,8 @@ TEST(ShardedOneBitAdam, LocalMomentumCheckpointAtFourRanksResumesAtTwo) {
   // gradients. Any other mix of the old local momenta (say new rank j taking old rank j's)
   // changes that average and the parameters.
   const size_t n = 9001;
-  auto opts = makeSharded(4, n, localMomentumOptions("none", 5));
-  auto first =
-      runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
-  auto at2 = loadAll(saveAll(opts), 2);
+  auto [opts, first, parts] = trainAndSave(n, localMomentumOptions("none", 5), 12);
+  auto at2 = loadAll(parts, 2);
   EXPECT_EQ(at2[0].steps(), 12);
   EXPECT_TRUE(at2[1].options().localMomentum);
   auto paired = [n](int r, int s, const Vec&) { return noiseGradient(r % 2, s, n); };
@@ -910,9 +842,8 @@ TEST(ShardedOneBitAdam, LocalMomentumCheckpointAtFourRanksResumesAtTwo) {
   EXPECT_LT(diff, 1e-6);
   EXPECT_GT(maxAbsDiff(ref.params[0], first.params[0]), 1e-4);
   // onebit + error feedback re-loaded at 2: training goes on, ranks identical and finite.
-  auto ob = makeSharded(4, n, localMomentumOptions("onebit", 5));
-  auto f1 = runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, ob, noiseGrads(n));
-  auto ob2 = loadAll(saveAll(ob), 2);
+  auto [ob, f1, obParts] = trainAndSave(n, localMomentumOptions("onebit", 5), 12);
+  auto ob2 = loadAll(obParts, 2);
   auto g1 = runSharded(2, {f1.params[0], f1.params[1]}, 10, 13, 1e-3f, ob2, noiseGrads(n));
   EXPECT_TRUE(bitEqual(g1.params[0], g1.params[1]));
   bool finite = true;
@@ -925,8 +856,8 @@ TEST(ShardedOneBitAdam, LocalMomentumCheckpointCorruptionAndVersions) {
   const size_t n = 1001;
   auto opts = makeSharded(2, n, localMomentumOptions("none", 2));
   auto plainOpts = makeSharded(2, n, baseOptions("none", 2));
-  runSharded(2, std::vector<Vec>(2, initialParams(n)), 4, 1, 1e-3f, opts, noiseGrads(n));
-  runSharded(2, std::vector<Vec>(2, initialParams(n)), 4, 1, 1e-3f, plainOpts, noiseGrads(n));
+  runFromStart(opts, n, 4);
+  runFromStart(plainOpts, n, 4);
   // Without local momentum the format stays version 1 (readers of the first release load it).
   for (const auto& p : saveAll(plainOpts)) EXPECT_EQ(checkpointVersion(p), 1u);
   auto parts = saveAll(opts);
@@ -961,8 +892,8 @@ TEST(ShardedOneBitAdam, LocalMomentumStateBytesIncludeTheWholeTensor) {
   const size_t n = 1 << 16;
   auto withEf = makeSharded(4, n, localMomentumOptions("onebit", 1));
   auto noEf = makeSharded(4, n, localMomentumOptions("int8", 1));
-  runSharded(4, std::vector<Vec>(4, initialParams(n)), 2, 1, 1e-3f, withEf, noiseGrads(n));
-  runSharded(4, std::vector<Vec>(4, initialParams(n)), 2, 1, 1e-3f, noEf, noiseGrads(n));
+  runFromStart(withEf, n, 2);
+  runFromStart(noEf, n, 2);
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(noEf[r].stateBytes(), 2 * 4 * (n / 4) + n + 4 * n) << "rank " << r;
     EXPECT_EQ(withEf[r].stateBytes(), 2 * 4 * (n / 4) + n + 4 * n + 4 * n) << "rank " << r;
@@ -1067,30 +998,23 @@ TEST(ShardedOneBitAdam, RemappedWithTheIdentityMapIsDeserializeBitForBit) {
     auto o = baseOptions("none", 5);
     o.paramCodec = paramCodec;
     auto opts = makeSharded(4, n, o);
-    auto first =
-        runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
+    auto first = runFromStart(opts, n, 12);
     ASSERT_TRUE(opts[0].frozen());
     auto parts = saveAll(opts);
     auto plain = loadAll(parts, 4);
     auto remapped = remapAll(parts, 4, identity);
     for (int r = 0; r < 4; ++r)
       EXPECT_TRUE(remapped[r].serialize() == plain[r].serialize()) << "rank " << r;
-    auto a = runSharded(4, first.params, 5, 13, 1e-3f, plain, noiseGrads(n));
-    auto b = runSharded(4, first.params, 5, 13, 1e-3f, remapped, noiseGrads(n));
-    for (int r = 0; r < 4; ++r) {
-      EXPECT_TRUE(bitEqual(a.params[r], b.params[r])) << "rank " << r;
+    auto a = expectSameContinuation(plain, remapped, first.params, 5, 13, n);
+    for (int r = 0; r < 4; ++r)
       EXPECT_TRUE(remapped[r].serialize() == plain[r].serialize()) << "rank " << r;
-    }
     EXPECT_GT(maxAbsDiff(a.params[0], first.params[0]), 1e-4);
   }
   // onebit + error feedback + local momentum: every new rank's local momentum and worker
   // residual is the old ranks' average (deserialize would give each rank its own back), so the
   // average the next reduce-scatter injects is kept; training then goes on, ranks identical.
   auto o = localMomentumOptions("onebit", 5);
-  auto opts = makeSharded(4, n, o);
-  auto first =
-      runSharded(4, std::vector<Vec>(4, initialParams(n)), 12, 1, 1e-3f, opts, noiseGrads(n));
-  auto parts = saveAll(opts);
+  auto [opts, first, parts] = trainAndSave(n, o, 12);
   auto remapped = remapAll(parts, 4, identity);
   const std::string codec = opts[0].options().codec;
   std::vector<LocalState> old;
@@ -1266,7 +1190,7 @@ TEST(ShardedOneBitAdam, RemappedBadMapsAreRefused) {
   // world builds a state its peers refused.
   const size_t n = 100;
   auto opts = makeSharded(4, n, localMomentumOptions("onebit", 2));
-  runSharded(4, std::vector<Vec>(4, initialParams(n)), 4, 1, 1e-3f, opts, noiseGrads(n));
+  runFromStart(opts, n, 4);
   auto parts = saveAll(opts);
   std::vector<std::pair<const void*, size_t>> views;
   for (const auto& p : parts) views.emplace_back(p.data(), p.size());
@@ -1440,16 +1364,7 @@ TEST(ShardedOneBitAdam, OptionsThatDifferBetweenRanksAreRefusedByReduceOnEveryRa
     auto o = baseOptions("int8", r == 0 ? 1 : 2);
     opts.push_back(ShardedOneBitAdam::create(n, 2, r, o).value());
   }
-  auto comms = createInProcWorld(2, std::chrono::milliseconds(20000));
-  ASSERT_TRUE(comms.isOk());
-  std::vector<Status> st(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      Vec g = noiseGradient(r, 1, n), red(opts[r].shardLength());
-      st[r] = opts[r].reduce(*comms.value()[r], g.data(), red.data());
-    });
-  for (auto& t : threads) t.join();
+  const std::vector<Status> st = firstReduceOnTwoRanks(opts, n);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].toString();
     EXPECT_NE(
@@ -1585,29 +1500,23 @@ TEST(ShardedOneBitAdam, ReduceAndUpdateTakeNullBuffersWhereThereIsNothingToMove)
     auto byStep = makeSharded(world, n, o), bySplit = makeSharded(world, n, o);
     std::vector<Status> st1;
     auto want = runRecorded(world, n, steps, 1e-2f, false, byStep, st1);
-    auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
-    ASSERT_TRUE(comms.isOk());
     std::vector<Vec> params(world, initialParams(n));
     std::vector<Status> st(world);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r)
-      threads.emplace_back([&, r] {
-        Communicator& c = *comms.value()[r];
-        ShardedOneBitAdam& a = bySplit[r];
-        const size_t off = a.shardOffset(), len = a.shardLength();
-        Vec reduced(len), shard(len);
-        float* red = len ? reduced.data() : nullptr;
-        float* sh = len ? shard.data() : nullptr;
-        for (int s = 1; s <= steps && st[r].isOk(); ++s) {
-          Vec g = noiseGradient(r, s, n);
-          st[r] = a.reduce(c, n ? g.data() : nullptr, red);
-          shard.assign(params[r].begin() + off, params[r].begin() + off + len);
-          if (st[r].isOk()) st[r] = a.update(c, sh, red, 1e-2f);
-          if (st[r].isOk())
-            st[r] = c.allgather(sh, n ? params[r].data() : nullptr, n, DataType::kFloat32);
-        }
-      });
-    for (auto& t : threads) t.join();
+    onThreadRanks(world, [&](int r, Communicator& c) {
+      ShardedOneBitAdam& a = bySplit[r];
+      const size_t off = a.shardOffset(), len = a.shardLength();
+      Vec reduced(len), shard(len);
+      float* red = len ? reduced.data() : nullptr;
+      float* sh = len ? shard.data() : nullptr;
+      for (int s = 1; s <= steps && st[r].isOk(); ++s) {
+        Vec g = noiseGradient(r, s, n);
+        st[r] = a.reduce(c, n ? g.data() : nullptr, red);
+        shard.assign(params[r].begin() + off, params[r].begin() + off + len);
+        if (st[r].isOk()) st[r] = a.update(c, sh, red, 1e-2f);
+        if (st[r].isOk())
+          st[r] = c.allgather(sh, n ? params[r].data() : nullptr, n, DataType::kFloat32);
+      }
+    });
     for (int r = 0; r < world; ++r) {
       ASSERT_TRUE(st1[r].isOk()) << st1[r].toString();
       ASSERT_TRUE(st[r].isOk()) << "rank " << r << ": " << st[r].toString();
@@ -1625,26 +1534,20 @@ TEST(ShardedOneBitAdam, NullBuffersWithElementsToMoveAreRefusedOnEveryRank) {
   const size_t n = 3;
   const int world = 4;
   auto opts = makeSharded(world, n, baseOptions("int8", 1));
-  auto comms = createInProcWorld(world, std::chrono::milliseconds(20000));
-  ASSERT_TRUE(comms.isOk());
   std::vector<Status> nullGrad(world), nullShard(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      Communicator& c = *comms.value()[r];
-      ShardedOneBitAdam& a = opts[r];
-      Vec g = noiseGradient(r, 1, n), red(a.shardLength()), shard(a.shardLength(), 0.5f);
-      float* redp = a.shardLength() ? red.data() : nullptr;
-      nullGrad[r] = a.reduce(c, r == 3 ? nullptr : g.data(), redp);
-      if (nullGrad[r].isOk()) return;
-      Status s = a.reduce(c, g.data(), redp);
-      if (!s.isOk()) {
-        nullShard[r] = s;
-        return;
-      }
-      nullShard[r] = a.update(c, r == 0 ? nullptr : (redp ? shard.data() : nullptr), redp, 1e-2f);
-    });
-  for (auto& t : threads) t.join();
+  onThreadRanks(world, [&](int r, Communicator& c) {
+    ShardedOneBitAdam& a = opts[r];
+    Vec g = noiseGradient(r, 1, n), red(a.shardLength()), shard(a.shardLength(), 0.5f);
+    float* redp = a.shardLength() ? red.data() : nullptr;
+    nullGrad[r] = a.reduce(c, r == 3 ? nullptr : g.data(), redp);
+    if (nullGrad[r].isOk()) return;
+    Status s = a.reduce(c, g.data(), redp);
+    if (!s.isOk()) {
+      nullShard[r] = s;
+      return;
+    }
+    nullShard[r] = a.update(c, r == 0 ? nullptr : (redp ? shard.data() : nullptr), redp, 1e-2f);
+  });
   for (int r = 0; r < world; ++r) {
     ASSERT_FALSE(nullGrad[r].isOk()) << "rank " << r;
     if (r == 3) {

@@ -92,6 +92,12 @@ void expectTable(const char* tableName, const std::vector<Member>& members, size
 #define F(S, f) \
   Member { #f, Kind::kPtr, offsetof(S, f) }
 
+// `base` with `more` after it: a later version's members are an earlier one's and its own.
+std::vector<Member> appended(std::vector<Member> base, std::initializer_list<Member> more) {
+  base.insert(base.end(), more);
+  return base;
+}
+
 TEST(PluginAbiLayout, HelperStructs) {
   using DH = ncclNetDeviceHandle_v11_t;
   expectLayout("ncclNetDeviceHandle_v11_t",
@@ -121,35 +127,33 @@ TEST(PluginAbiLayout, HelperStructs) {
                sizeof(S8));
 }
 
+// ncclNetProperties v9..v12: the same members up to maxCollBytes (vProps of v12 holds 8
+// devices, the others' 4); v11 appends maxMultiRequestSize, v12 then railId and planeId.
+template <typename P>
+std::vector<Member> propertiesV9Members(Kind vProps) {
+  return appended({M(P, name, kPtr), M(P, pciPath, kPtr), M(P, guid, kU64), M(P, ptrSupport, kInt),
+                   M(P, regIsGlobal, kInt), M(P, forceFlush, kInt), M(P, speed, kInt),
+                   M(P, port, kInt), M(P, latency, kFloat), M(P, maxComms, kInt),
+                   M(P, maxRecvs, kInt), M(P, netDeviceType, kInt), M(P, netDeviceVersion, kInt)},
+                  {Member{"vProps", vProps, offsetof(P, vProps)}, M(P, maxP2pBytes, kSize),
+                   M(P, maxCollBytes, kSize)});
+}
+
 TEST(PluginAbiLayout, PropertiesOfEveryVersion) {
   using P12 = ncclNetProperties_v12_t;
   expectLayout(
       "ncclNetProperties_v12_t",
-      {M(P12, name, kPtr), M(P12, pciPath, kPtr), M(P12, guid, kU64), M(P12, ptrSupport, kInt),
-       M(P12, regIsGlobal, kInt), M(P12, forceFlush, kInt), M(P12, speed, kInt), M(P12, port, kInt),
-       M(P12, latency, kFloat), M(P12, maxComms, kInt), M(P12, maxRecvs, kInt),
-       M(P12, netDeviceType, kInt), M(P12, netDeviceVersion, kInt), M(P12, vProps, kVProps8),
-       M(P12, maxP2pBytes, kSize), M(P12, maxCollBytes, kSize), M(P12, maxMultiRequestSize, kInt),
-       M(P12, railId, kI16), M(P12, planeId, kI16)},
+      appended(propertiesV9Members<P12>(Kind::kVProps8),
+               {M(P12, maxMultiRequestSize, kInt), M(P12, railId, kI16), M(P12, planeId, kI16)}),
       sizeof(P12));
   using P11 = ncclNetProperties_v11_t;
   expectLayout(
       "ncclNetProperties_v11_t",
-      {M(P11, name, kPtr), M(P11, pciPath, kPtr), M(P11, guid, kU64), M(P11, ptrSupport, kInt),
-       M(P11, regIsGlobal, kInt), M(P11, forceFlush, kInt), M(P11, speed, kInt), M(P11, port, kInt),
-       M(P11, latency, kFloat), M(P11, maxComms, kInt), M(P11, maxRecvs, kInt),
-       M(P11, netDeviceType, kInt), M(P11, netDeviceVersion, kInt), M(P11, vProps, kVProps4),
-       M(P11, maxP2pBytes, kSize), M(P11, maxCollBytes, kSize), M(P11, maxMultiRequestSize, kInt)},
+      appended(propertiesV9Members<P11>(Kind::kVProps4), {M(P11, maxMultiRequestSize, kInt)}),
       sizeof(P11));
-  using P10 = ncclNetProperties_v10_t;  // also v9
-  expectLayout(
-      "ncclNetProperties_v10_t",
-      {M(P10, name, kPtr), M(P10, pciPath, kPtr), M(P10, guid, kU64), M(P10, ptrSupport, kInt),
-       M(P10, regIsGlobal, kInt), M(P10, forceFlush, kInt), M(P10, speed, kInt), M(P10, port, kInt),
-       M(P10, latency, kFloat), M(P10, maxComms, kInt), M(P10, maxRecvs, kInt),
-       M(P10, netDeviceType, kInt), M(P10, netDeviceVersion, kInt), M(P10, vProps, kVProps4),
-       M(P10, maxP2pBytes, kSize), M(P10, maxCollBytes, kSize)},
-      sizeof(P10));
+  expectLayout("ncclNetProperties_v10_t",  // also v9
+               propertiesV9Members<ncclNetProperties_v10_t>(Kind::kVProps4),
+               sizeof(ncclNetProperties_v10_t));
   using P8 = ncclNetProperties_v8_t;
   expectLayout("ncclNetProperties_v8_t",
                {M(P8, name, kPtr), M(P8, pciPath, kPtr), M(P8, guid, kU64), M(P8, ptrSupport, kInt),
@@ -159,24 +163,23 @@ TEST(PluginAbiLayout, PropertiesOfEveryVersion) {
                sizeof(P8));
 }
 
-// ncclNet_v11 and v12: the same 22 members in the same order.
+// ncclNet v8..v12 share the member order up to irecvConsumed (v8's last); v9 and v10 append
+// makeVDevice, v11 and v12 then finalize and setNetAttr.
 template <typename T>
-std::vector<Member> netV11Members() {
-  return {F(T, name),        F(T, init),        F(T, devices),       F(T, getProperties),
-          F(T, listen),      F(T, connect),     F(T, accept),        F(T, regMr),
-          F(T, regMrDmaBuf), F(T, deregMr),     F(T, isend),         F(T, irecv),
-          F(T, iflush),      F(T, test),        F(T, closeSend),     F(T, closeRecv),
-          F(T, closeListen), F(T, getDeviceMr), F(T, irecvConsumed), F(T, makeVDevice),
-          F(T, finalize),    F(T, setNetAttr)};
+std::vector<Member> netV8Members() {
+  return {F(T, name),        F(T, init),        F(T, devices),      F(T, getProperties),
+          F(T, listen),      F(T, connect),     F(T, accept),       F(T, regMr),
+          F(T, regMrDmaBuf), F(T, deregMr),     F(T, isend),        F(T, irecv),
+          F(T, iflush),      F(T, test),        F(T, closeSend),    F(T, closeRecv),
+          F(T, closeListen), F(T, getDeviceMr), F(T, irecvConsumed)};
 }
-// v10 and v9: up to makeVDevice; v8: up to irecvConsumed.
 template <typename T>
 std::vector<Member> netV9Members() {
-  return {F(T, name),        F(T, init),        F(T, devices),       F(T, getProperties),
-          F(T, listen),      F(T, connect),     F(T, accept),        F(T, regMr),
-          F(T, regMrDmaBuf), F(T, deregMr),     F(T, isend),         F(T, irecv),
-          F(T, iflush),      F(T, test),        F(T, closeSend),     F(T, closeRecv),
-          F(T, closeListen), F(T, getDeviceMr), F(T, irecvConsumed), F(T, makeVDevice)};
+  return appended(netV8Members<T>(), {F(T, makeVDevice)});
+}
+template <typename T>
+std::vector<Member> netV11Members() {
+  return appended(netV9Members<T>(), {F(T, finalize), F(T, setNetAttr)});
 }
 
 TEST(PluginAbiLayout, NetTables) {
@@ -184,13 +187,7 @@ TEST(PluginAbiLayout, NetTables) {
   expectTable("ncclNet_v11_t", netV11Members<ncclNet_v11_t>(), sizeof(ncclNet_v11_t));
   expectTable("ncclNet_v10_t", netV9Members<ncclNet_v10_t>(), sizeof(ncclNet_v10_t));
   expectTable("ncclNet_v9_t", netV9Members<ncclNet_v9_t>(), sizeof(ncclNet_v9_t));
-  using T = ncclNet_v8_t;
-  expectTable("ncclNet_v8_t",
-              {F(T, name), F(T, init), F(T, devices), F(T, getProperties), F(T, listen),
-               F(T, connect), F(T, accept), F(T, regMr), F(T, regMrDmaBuf), F(T, deregMr),
-               F(T, isend), F(T, irecv), F(T, iflush), F(T, test), F(T, closeSend), F(T, closeRecv),
-               F(T, closeListen), F(T, getDeviceMr), F(T, irecvConsumed)},
-              sizeof(T));
+  expectTable("ncclNet_v8_t", netV8Members<ncclNet_v8_t>(), sizeof(ncclNet_v8_t));
 }
 
 // ncclCollNet v9..v12 share the member order; v11/v12 end with finalize, v8 has no makeVDevice.
@@ -203,27 +200,22 @@ std::vector<Member> collNetMembers() {
           F(T, closeListen)};
 }
 
+template <typename T>
+std::vector<Member> collNetV9Members() {
+  return appended(collNetMembers<T>(), {F(T, makeVDevice)});
+}
+template <typename T>
+std::vector<Member> collNetV11Members() {
+  return appended(collNetV9Members<T>(), {F(T, finalize)});
+}
+
 TEST(PluginAbiLayout, CollNetTables) {
-  {
-    using T = ncclCollNet_v12_t;
-    auto m = collNetMembers<T>();
-    m.push_back(F(T, makeVDevice));
-    m.push_back(F(T, finalize));
-    expectTable("ncclCollNet_v12_t", m, sizeof(T));
-  }
-  {
-    using T = ncclCollNet_v11_t;
-    auto m = collNetMembers<T>();
-    m.push_back(F(T, makeVDevice));
-    m.push_back(F(T, finalize));
-    expectTable("ncclCollNet_v11_t", m, sizeof(T));
-  }
-  {
-    using T = ncclCollNet_v9_t;  // v10 is the same table
-    auto m = collNetMembers<T>();
-    m.push_back(F(T, makeVDevice));
-    expectTable("ncclCollNet_v9_t", m, sizeof(T));
-  }
+  expectTable("ncclCollNet_v12_t", collNetV11Members<ncclCollNet_v12_t>(),
+              sizeof(ncclCollNet_v12_t));
+  expectTable("ncclCollNet_v11_t", collNetV11Members<ncclCollNet_v11_t>(),
+              sizeof(ncclCollNet_v11_t));
+  // v10 is the same table as v9
+  expectTable("ncclCollNet_v9_t", collNetV9Members<ncclCollNet_v9_t>(), sizeof(ncclCollNet_v9_t));
   expectTable("ncclCollNet_v8_t", collNetMembers<ncclCollNet_v8_t>(), sizeof(ncclCollNet_v8_t));
 }
 

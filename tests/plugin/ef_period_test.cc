@@ -56,6 +56,14 @@ CallSequence learner(size_t maxWarmup = CallSequence::kDefaultMaxWarmup) {
   return CallSequence(s);
 }
 
+// TERSE_COLLNET_EF_PERIOD=<period>: given, not learned.
+CallSequence givenPeriod(size_t period) {
+  PeriodSetting s;
+  s.learn = false;
+  s.period = period;
+  return CallSequence(s);
+}
+
 // A clean sequence of period P is learned with the call that completes its third copy; every
 // later call uses the residual of its position, and positions follow the steps exactly.
 void expectLearnsCleanly(const std::vector<CallKey>& step) {
@@ -213,10 +221,7 @@ TEST(EfPeriod, APeriodLongerThanTheBoundAllowsIsNotFound) {
 }
 
 TEST(EfPeriod, ExplicitPeriodUsesResidualsFromTheFirstCall) {
-  PeriodSetting s;
-  s.learn = false;
-  s.period = 2;
-  CallSequence seq(s);
+  CallSequence seq = givenPeriod(2);
   Trace t = feed(seq, {key(1000), key(777)}, 10);
   EXPECT_EQ(t.learned, 0u);
   EXPECT_EQ(t.changes, 0u);
@@ -240,10 +245,7 @@ TEST(EfPeriod, ExplicitPeriodUsesResidualsFromTheFirstCall) {
 }
 
 TEST(EfPeriod, ExplicitZeroIsOff) {
-  PeriodSetting s;
-  s.learn = false;
-  s.period = 0;
-  CallSequence seq(s);
+  CallSequence seq = givenPeriod(0);
   Trace t = feed(seq, {key(1)}, 20);
   for (const auto& d : t.decisions) EXPECT_FALSE(d.residual);
   EXPECT_EQ(t.learned + t.changes + t.gaveUp, 0u);

@@ -54,25 +54,40 @@ constexpr int kAbiVersions[] = {TERSE_NCCL_ABI_VERSIONS};
 constexpr int kNewestAbi = TERSE_NCCL_ABI_NEWEST;
 static_assert(kAbiVersions[0] == kNewestAbi, "TERSE_NCCL_ABI_VERSIONS starts with the newest");
 
-// One loaded table of any version, seen through v11-shaped calls. v12 has v11's members and
-// signatures except getProperties (v12 properties) and makeVDevice, so it runs the v11 calls;
-// a version newer than the harness knows is called as the newest it knows.
-class NetApi {
+// The plugin as NCCL loads it: dlopen of the library, dlsym of the table `prefix`<version>
+// (ncclNetPlugin_v11, ncclCollNetPlugin_v8, ...), dlclose when it goes. NetApi here and
+// collnet_plugin_test's CollApi call the table through it; ctx_ is a v11+ table's context.
+class LoadedTable {
  public:
-  NetApi(const char* path, int version) : version_(version) {
+  LoadedTable(const char* path, const char* prefix, int version) : version_(version) {
     dl_ = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     HARNESS_CHECK(dl_ != nullptr, "dlopen(%s): %s", path, dlerror());
-    std::string sym = "ncclNetPlugin_v" + std::to_string(version);
+    std::string sym = prefix + std::to_string(version);
     table_ = dlsym(dl_, sym.c_str());
     HARNESS_CHECK(table_ != nullptr, "dlsym(%s) failed", sym.c_str());
   }
-  ~NetApi() {
+  ~LoadedTable() {
     if (dl_ != nullptr) dlclose(dl_);
   }
-  NetApi(const NetApi&) = delete;
-  NetApi& operator=(const NetApi&) = delete;
+  LoadedTable(const LoadedTable&) = delete;
+  LoadedTable& operator=(const LoadedTable&) = delete;
 
   int version() const { return version_; }
+
+ protected:
+  int version_;
+  void* dl_ = nullptr;
+  const void* table_ = nullptr;
+  void* ctx_ = nullptr;
+};
+
+// One loaded table of any version, seen through v11-shaped calls. v12 has v11's members and
+// signatures except getProperties (v12 properties) and makeVDevice, so it runs the v11 calls;
+// a version newer than the harness knows is called as the newest it knows.
+class NetApi : public LoadedTable {
+ public:
+  NetApi(const char* path, int version) : LoadedTable(path, "ncclNetPlugin_v", version) {}
+
   const char* name() const { return *static_cast<const char* const*>(table_); }
 
   ncclResult_t init(ncclDebugLogger_t logger = nullptr) {
@@ -177,11 +192,6 @@ class NetApi {
   const ncclNet_v10_t* v10() const { return static_cast<const ncclNet_v10_t*>(table_); }
   const ncclNet_v9_t* v9() const { return static_cast<const ncclNet_v9_t*>(table_); }
   const ncclNet_v8_t* v8() const { return static_cast<const ncclNet_v8_t*>(table_); }
-
-  int version_;
-  void* dl_ = nullptr;
-  const void* table_ = nullptr;
-  void* ctx_ = nullptr;
 };
 
 // Files in a directory as a tiny key-value store between forked ranks.
@@ -255,7 +265,9 @@ inline void closeLink(NetApi& api, Link& link) {
 }
 
 // Tests a request until done; returns the final result code (so error paths can be checked).
-inline ncclResult_t waitRequest(NetApi& api, void* req, int* sizes, int timeoutSec = 120) {
+// Api is NetApi or collnet_plugin_test's CollApi (both have test(request, done, sizes)).
+template <typename Api>
+ncclResult_t waitRequest(Api& api, void* req, int* sizes, int timeoutSec = 120) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
   int done = 0;
   while (!done) {

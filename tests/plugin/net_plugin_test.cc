@@ -101,32 +101,50 @@ std::string variantName(const testing::TestParamInfo<Variant>& info) {
          (info.param.lossless ? "_lossless" : "");
 }
 
-class NetPluginTest : public testing::TestWithParam<Variant> {
- protected:
-  void SetUp() override { dir_ = makeTempDir(); }
-  void TearDown() override { removeTree(dir_); }
-  std::string dir_;
-};
-
 void useVariant(const Variant& v) {
   useLoopback(v.tls);
   useLossless(v.lossless);
 }
 
+class NetPluginTest : public testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override { dir_ = makeTempDir(); }
+  void TearDown() override { removeTree(dir_); }
+
+  // The frame of these tests: two ranks over the variant, each with its table initialised and
+  // connected to the other under `key`; body(rank, api, link, props) runs on each, then both
+  // meet at "<key>-done", close the link and finalize.
+  void runPair(const std::string& key,
+               const std::function<void(int rank, NetApi& api, Link& link,
+                                        const ncclNetProperties_v11_t& props)>& body) {
+    const Variant v = GetParam();
+    auto codes = runRanks(2, [&](int rank) {
+      useVariant(v);
+      NetApi api(kPluginPath, v.version);
+      NCCL_OK(api.init());
+      ncclNetProperties_v11_t props;
+      NCCL_OK(api.getProperties(0, &props));
+      Exchange ex(dir_);
+      Link link = connectPeers(api, ex, key, rank, 1 - rank, 1 - rank);
+      body(rank, api, link, props);
+      ex.barrier(key + "-done", rank, 2);
+      closeLink(api, link);
+      NCCL_OK(api.finalize());
+    });
+    expectAllPassed(codes);
+  }
+
+  std::string dir_;
+};
+
 // Sizes from 0 bytes to 64 MiB both ways at once, each receive larger than its send, with
 // registration checks, reported sizes, and untouched bytes past the message.
 TEST_P(NetPluginTest, SizesBothWaysReceiveLargerThanSend) {
-  const Variant v = GetParam();
-  auto codes = runRanks(2, [&](int rank) {
-    useVariant(v);
-    NetApi api(kPluginPath, v.version);
+  runPair("sizes", [&](int rank, NetApi& api, Link& link, const ncclNetProperties_v11_t& props) {
     HARNESS_CHECK(std::string(api.name()) == "terse", "table name is '%s'", api.name());
-    NCCL_OK(api.init());
     int ndev = 0;
     NCCL_OK(api.devices(&ndev));
     HARNESS_CHECK(ndev == 1, "devices reported %d", ndev);
-    ncclNetProperties_v11_t props;
-    NCCL_OK(api.getProperties(0, &props));
     HARNESS_CHECK((props.ptrSupport & NCCL_PTR_HOST) && !(props.ptrSupport & NCCL_PTR_DMABUF),
                   "ptrSupport %#x", props.ptrSupport);
     HARNESS_CHECK(props.speed > 0 && props.maxComms > 0 && props.maxRecvs >= 1 &&
@@ -135,9 +153,7 @@ TEST_P(NetPluginTest, SizesBothWaysReceiveLargerThanSend) {
                   props.maxComms, props.maxRecvs, props.maxP2pBytes);
     HARNESS_CHECK(std::string(props.name) == "lo", "device name '%s'", props.name);
 
-    Exchange ex(dir_);
     int peer = 1 - rank;
-    Link link = connectPeers(api, ex, "sizes", rank, peer, peer);
     const std::vector<size_t> sizes = {0, 1, 7, 4096, 65537, (1u << 20) + 3, 8u << 20, 64u << 20};
     const size_t extra = 4096 + 13;
     for (size_t k = 0; k < sizes.size(); ++k) {
@@ -179,25 +195,28 @@ TEST_P(NetPluginTest, SizesBothWaysReceiveLargerThanSend) {
     if (!(props.ptrSupport & NCCL_PTR_CUDA))
       HARNESS_CHECK(api.regMr(link.sendComm, small.data(), 64, NCCL_PTR_CUDA, &mh) != ncclSuccess,
                     "regMr(CUDA) must fail when ptrSupport lacks NCCL_PTR_CUDA");
-    ex.barrier("sizes-done", rank, 2);
-    closeLink(api, link);
-    NCCL_OK(api.finalize());
   });
-  expectAllPassed(codes);
+}
+
+// Posts post(next), post(next + 1), ... below `limit` until the plugin answers a NULL request
+// (its window is full), keeping each (index, request) in `inFlight`; `firstNullAt` (if still
+// -1) gets the number in flight at the first NULL.
+void postWhileAccepted(int& next, int limit, std::deque<std::pair<int, void*>>& inFlight,
+                       int& firstNullAt, const std::function<void*(int)>& post) {
+  while (next < limit) {
+    void* req = post(next);
+    if (req == nullptr) {
+      if (firstNullAt < 0) firstNullAt = static_cast<int>(inFlight.size());
+      return;
+    }
+    inFlight.emplace_back(next++, req);
+  }
 }
 
 // At most 32 receives (and 32 x maxRecvs sends) in flight; the next post gets a NULL request.
 // Messages keep their posting order on the tag.
 TEST_P(NetPluginTest, BackpressureAndOrdering) {
-  const Variant v = GetParam();
-  auto codes = runRanks(2, [&](int rank) {
-    useVariant(v);
-    NetApi api(kPluginPath, v.version);
-    NCCL_OK(api.init());
-    ncclNetProperties_v11_t props;
-    NCCL_OK(api.getProperties(0, &props));
-    Exchange ex(dir_);
-    Link link = connectPeers(api, ex, "bp", rank, 1 - rank, 1 - rank);
+  runPair("bp", [&](int rank, NetApi& api, Link& link, const ncclNetProperties_v11_t& props) {
     const int kMessages = 700;
     const size_t kCap = 64 << 10;
     auto sizeOf = [](int i) { return static_cast<size_t>((i * 7919) % (64 << 10)); };
@@ -206,17 +225,13 @@ TEST_P(NetPluginTest, BackpressureAndOrdering) {
       std::deque<std::pair<int, void*>> inFlight;
       int next = 0, firstNullAt = -1;
       while (next < kMessages || !inFlight.empty()) {
-        while (next < kMessages) {
-          bufs[next].resize(sizeOf(next));
-          fillPattern(bufs[next].data(), bufs[next].size(), next);
+        postWhileAccepted(next, kMessages, inFlight, firstNullAt, [&](int i) {
+          bufs[i].resize(sizeOf(i));
+          fillPattern(bufs[i].data(), bufs[i].size(), i);
           void* req = nullptr;
-          NCCL_OK(api.isend(link.sendComm, bufs[next].data(), bufs[next].size(), 7, nullptr, &req));
-          if (req == nullptr) {
-            if (firstNullAt < 0) firstNullAt = static_cast<int>(inFlight.size());
-            break;
-          }
-          inFlight.emplace_back(next++, req);
-        }
+          NCCL_OK(api.isend(link.sendComm, bufs[i].data(), bufs[i].size(), 7, nullptr, &req));
+          return req;
+        });
         int done = 0, size = -1;
         NCCL_OK(api.test(inFlight.front().second, &done, &size));
         if (done) {
@@ -233,18 +248,14 @@ TEST_P(NetPluginTest, BackpressureAndOrdering) {
       std::deque<std::pair<int, void*>> inFlight;
       int posted = 0, received = 0, firstNullAt = -1;
       while (received < kMessages) {
-        while (posted < kMessages) {
-          void* data = bufs[posted % bufs.size()].data();
+        postWhileAccepted(posted, kMessages, inFlight, firstNullAt, [&](int i) {
+          void* data = bufs[i % bufs.size()].data();
           size_t cap = kCap;
           int tag = 7;
           void* req = nullptr;
           NCCL_OK(api.irecv(link.recvComm, 1, &data, &cap, &tag, nullptr, &req));
-          if (req == nullptr) {
-            if (firstNullAt < 0) firstNullAt = static_cast<int>(inFlight.size());
-            break;
-          }
-          inFlight.emplace_back(posted++, req);
-        }
+          return req;
+        });
         int done = 0, size = -1;
         NCCL_OK(api.test(inFlight.front().second, &done, &size));
         if (done) {
@@ -260,26 +271,14 @@ TEST_P(NetPluginTest, BackpressureAndOrdering) {
       HARNESS_CHECK(firstNullAt == NCCL_NET_MAX_REQUESTS, "first NULL receive after %d requests",
                     firstNullAt);
     }
-    ex.barrier("bp-done", rank, 2);
-    closeLink(api, link);
-    NCCL_OK(api.finalize());
   });
-  expectAllPassed(codes);
 }
 
 // Grouped receives (n = maxRecvs): the tag picks the buffer, whatever order the sends come in.
 TEST_P(NetPluginTest, GroupedReceivesMatchByTag) {
-  const Variant v = GetParam();
-  auto codes = runRanks(2, [&](int rank) {
-    useVariant(v);
-    NetApi api(kPluginPath, v.version);
-    NCCL_OK(api.init());
-    ncclNetProperties_v11_t props;
-    NCCL_OK(api.getProperties(0, &props));
+  runPair("grp", [&](int rank, NetApi& api, Link& link, const ncclNetProperties_v11_t& props) {
     const int n = props.maxRecvs;
     HARNESS_CHECK(n > 1, "maxRecvs is %d; grouped receives need > 1", n);
-    Exchange ex(dir_);
-    Link link = connectPeers(api, ex, "grp", rank, 1 - rank, 1 - rank);
     const int kGroups = 40, kWindow = 4;
     auto sizeOf = [](int g, int t) {
       return static_cast<size_t>(((g * 131 + t * 977) % 97) * 2113);
@@ -346,23 +345,13 @@ TEST_P(NetPluginTest, GroupedReceivesMatchByTag) {
       }
       for (auto& [g, r] : inFlight) finish(g, r);
     }
-    ex.barrier("grp-done", rank, 2);
-    closeLink(api, link);
-    NCCL_OK(api.finalize());
   });
-  expectAllPassed(codes);
 }
 
 // LL (16-byte lines {data, flag, data, flag}) and LL128 (8-byte flag per 128 bytes) buffers,
 // reused step after step as NCCL does: every line must carry this step's flag and data.
 TEST_P(NetPluginTest, LlShapedBuffersBitExact) {
-  const Variant v = GetParam();
-  auto codes = runRanks(2, [&](int rank) {
-    useVariant(v);
-    NetApi api(kPluginPath, v.version);
-    NCCL_OK(api.init());
-    Exchange ex(dir_);
-    Link link = connectPeers(api, ex, "ll", rank, 1 - rank, 1 - rank);
+  runPair("ll", [&](int rank, NetApi& api, Link& link, const ncclNetProperties_v11_t&) {
     const size_t kLines = 4096;
     std::vector<uint32_t> ll(kLines * 4), llIn(kLines * 4, 0);
     std::vector<uint64_t> ll128(kLines * 16), ll128In(kLines * 16, 0);
@@ -411,11 +400,7 @@ TEST_P(NetPluginTest, LlShapedBuffersBitExact) {
       }
     }
     for (int i = 0; i < 4; ++i) NCCL_OK(api.deregMr(i % 2 ? link.recvComm : link.sendComm, mh[i]));
-    ex.barrier("ll-done", rank, 2);
-    closeLink(api, link);
-    NCCL_OK(api.finalize());
   });
-  expectAllPassed(codes);
 }
 
 // Every table version over tcp; the newest, v11 and v8 also over shared memory.

@@ -55,12 +55,13 @@ import json
 import math
 import os
 import random
-import subprocess
 import sys
 import time
 
-SKIP = 77
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _testlib  # beside this script
+
+SKIP = _testlib.SKIP
+ROOT = _testlib.ROOT
 
 # The port picker of the other torch tests: it draws below the kernel's ephemeral range, where no
 # client socket of a concurrent test can take terse's store port between the check and the bind
@@ -313,12 +314,7 @@ def worker(args):
         if rank == 0:
             print(f"rank 0: {name}: held-out {results[name]['held_out']:.4f} "
                   f"({seconds:.1f} s)", flush=True)
-    if rank == 0:
-        with open(os.path.join(args.work, "results.json"), "w") as f:
-            json.dump(results, f, indent=1)
-    dist.barrier()
-    terse.ddp.shutdown()
-    dist.destroy_process_group()
+    _testlib.finish_worker(rank, os.path.join(args.work, "results.json"), results, indent=1)
 
 
 def resume_worker(args):
@@ -378,54 +374,26 @@ def resume_worker(args):
     dist.all_gather(gathered, flat)
     result.update(held_out=held_out_loss(net), steps=opt.steps, frozen_at=opt.frozen_at,
                   identical=all(torch.equal(g, gathered[0]) for g in gathered))
-    if rank == 0:
-        with open(os.path.join(args.work, f"{args.phase}-{world}.json"), "w") as f:
-            json.dump(result, f, indent=1)
-    dist.barrier()
-    terse.ddp.shutdown()
-    dist.destroy_process_group()
+    _testlib.finish_worker(rank, os.path.join(args.work, f"{args.phase}-{world}.json"), result,
+                           indent=1)
 
 
 # ---- the driver -------------------------------------------------------------------------------
 
 def require_torch():
-    try:
-        import torch  # noqa: F401
-        import torch.distributed as dist
-    except ImportError as e:
-        print(f"SKIP: torch is not importable by {sys.executable} ({e}); install Debian's "
-              f"python3-torch (scripts/install-deps.sh does)")
-        sys.exit(SKIP)
-    if not dist.is_available() or not dist.is_gloo_available():
-        print("SKIP: this torch has no torch.distributed with gloo")
-        sys.exit(SKIP)
+    _testlib.require_torch(_testlib.DEBIAN_HINT, gloo=True)
 
 
 def launch(args, world, worker_args):
     """torchrun of `world` ranks of this script with worker_args; exits with FAIL if they do."""
-    env = dict(os.environ)
-    env.setdefault("UCX_NET_DEVICES", "lo")
-    env.setdefault("TERSE_CPU_THREADS", "1")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("TERSE_STORE", None)
-    isa_env(env, args.isa)
-    port = free_port_pair()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
-           "--master_addr", "127.0.0.1", "--master_port", str(port),
-           "--redirects", "1", "--tee", "1",
-           "--log_dir", os.path.join(args.work, f"logs-{worker_args[0]}-{world}"),
-           os.path.abspath(__file__)] + worker_args + [
-           "--work", args.work, "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--lr", str(args.lr), "--ctx", str(args.ctx), "--batch", str(args.batch)] + \
-        noise_args(args)
-    print("+", " ".join(cmd), flush=True)
-    try:
-        done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
-    if done.returncode != 0:
-        sys.exit(f"FAIL: torchrun exited with {done.returncode}")
+    env = isa_env(_testlib.torchrun_env(), args.isa)
+    _testlib.torchrun(
+        __file__, world, free_port_pair(),
+        os.path.join(args.work, f"logs-{worker_args[0]}-{world}"),
+        worker_args + ["--work", args.work, "--steps", str(args.steps), "--warmup",
+                       str(args.warmup), "--lr", str(args.lr), "--ctx", str(args.ctx),
+                       "--batch", str(args.batch)] + noise_args(args),
+        env, args.timeout)
 
 
 def run_worker(args, runs=None):
@@ -443,20 +411,10 @@ def noise(args):
     """The task's noise floor: the lossless run (the hook with codec none: terse's exact
     allreduce, summed in another order than DDP's gloo) and the checked runs against AdamW, over
     --seeds seeds on each of --isas (docs/convergence.md, "Noise floors")."""
-    import copy
     require_torch()
-    os.makedirs(args.work, exist_ok=True)
     runs = (args.runs or "adamw,hook-none,onebit-adam,hook-onebit").split(",")
-    results = []
-    for isa in args.isas.split(","):
-        for seed in range(args.seed, args.seed + args.seeds):
-            one = copy.copy(args)
-            one.isa, one.seed = isa, seed
-            results.append(((isa, seed), run_worker(one, ",".join(runs))))
-    summary = noise_table(runs[1:], results, runs[0])
-    with open(os.path.join(args.work, "noise.json"), "w") as f:
-        json.dump({"args": vars(args), "summary": summary,
-                   "runs": [[isa, seed, res] for (isa, seed), res in results]}, f, indent=1)
+    _testlib.noise_floor(args, runs, run_worker,
+                         lambda results: noise_table(runs[1:], results, runs[0]))
 
 
 def drive(args):

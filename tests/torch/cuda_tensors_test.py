@@ -32,34 +32,16 @@ Exit status 77 (ctest SKIP_RETURN_CODE) when torch cannot be imported.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-SKIP = 77
+import _testlib
+from _testlib import HERE, ROOT, SKIP, expect_raises
 
 
 def require_torch():
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: torch is not importable by {sys.executable} ({e})")
-        sys.exit(SKIP)
-    sys.path.insert(0, os.environ.get("TERSE_PYTHON_DIR", os.path.join(ROOT, "python")))
-
-
-def expect_raises(kind, fn, *words):
-    try:
-        fn()
-    except kind as e:
-        text = f"{type(e).__name__}: {e}"
-        for w in words:
-            assert w in text, f"{kind.__name__} message lacks {w!r}: {text}"
-        return text
-    raise AssertionError(f"expected {kind.__name__} mentioning {words}")
+    _testlib.require_torch(terse_python=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,28 +207,16 @@ def order(args):
     work = args.work or tempfile.mkdtemp(prefix="terse-order-")
     os.makedirs(work, exist_ok=True)
     store = tempfile.mkdtemp(prefix="store-", dir=work)
-    procs = []
+    envs = []
     for rank in range(2):
         env = dict(os.environ, TERSE_RANK=str(rank), TERSE_WORLD_SIZE="2", TERSE_STORE=store,
                    UCX_NET_DEVICES="lo", TERSE_CPU_THREADS="1", TERSE_TIMEOUT_MS="30000",
-                   PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"),
-                                               os.environ.get("PYTHONPATH", "")]))
+                   PYTHONPATH=_testlib.python_path())
         for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(v, None)
-        out = os.path.join(work, f"order-rank{rank}.json")
-        procs.append((subprocess.Popen([sys.executable, os.path.abspath(__file__),
-                                        "order-worker", "--work", out], env=env,
-                                       start_new_session=True), out))
-    deadline = time.monotonic() + args.timeout
-    for p, _ in procs:
-        try:
-            p.wait(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q, _ in procs:
-                q.kill()
-            sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
+        envs.append(env)
     results = []
-    for p, out in procs:
+    for p, out in _testlib.run_workers(__file__, "order", work, envs, args.timeout):
         if p.returncode != 0 or not os.path.exists(out):
             sys.exit(f"FAIL: a rank exited with {p.returncode}")
         with open(out) as f:
@@ -371,26 +341,12 @@ def gpu(args):
     os.makedirs(work, exist_ok=True)
     store = tempfile.mkdtemp(prefix="store-", dir=work)
     port = free_port_pair()
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, TERSE_RANK=str(rank), TERSE_WORLD_SIZE="2", TERSE_STORE=store,
-                   RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), UCX_NET_DEVICES="lo", CUDA_VISIBLE_DEVICES="0",
-                   PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python"),
-                                               os.environ.get("PYTHONPATH", "")]))
-        out = os.path.join(work, f"gpu-rank{rank}.json")
-        procs.append((subprocess.Popen([sys.executable, os.path.abspath(__file__), "gpu-worker",
-                                        "--work", out], env=env, start_new_session=True), out))
-    deadline = time.monotonic() + args.timeout
-    for p, _ in procs:
-        try:
-            p.wait(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q, _ in procs:
-                q.kill()
-            sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
+    envs = [dict(os.environ, TERSE_RANK=str(rank), TERSE_WORLD_SIZE="2", TERSE_STORE=store,
+                 RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                 UCX_NET_DEVICES="lo", CUDA_VISIBLE_DEVICES="0", PYTHONPATH=_testlib.python_path())
+            for rank in range(2)]
     results = []
-    for p, out in procs:
+    for p, out in _testlib.run_workers(__file__, "gpu", work, envs, args.timeout):
         if not os.path.exists(out):
             sys.exit(f"FAIL: a rank exited with {p.returncode} and wrote no results")
         with open(out) as f:

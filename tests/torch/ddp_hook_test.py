@@ -50,9 +50,9 @@ import subprocess
 import sys
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-SKIP = 77
+import _testlib
+from _testlib import ROOT, SKIP, FakeBucket, expect_raises
+
 CODECS = ["none", "fp16", "bf16", "int8", "onebit", "topk"]
 # auto within the lossy budget of int8 (none, fp16, bf16, int8: no error feedback): the ddp test
 # holds it to the bound of whichever of those it picks; the unit test runs both budgets.
@@ -71,16 +71,7 @@ from ddp_hooks import free_port_pair  # noqa: E402
 
 
 def require_torch():
-    try:
-        import torch  # noqa: F401
-        import torch.distributed as dist
-    except ImportError as e:
-        print(f"SKIP: torch is not importable by {sys.executable} ({e}); install Debian's "
-              f"python3-torch (scripts/install-deps.sh does)")
-        sys.exit(SKIP)
-    if not dist.is_available() or not dist.is_gloo_available():
-        print(f"SKIP: this torch ({torch.__version__}) has no torch.distributed with gloo")
-        sys.exit(SKIP)
+    _testlib.require_torch(_testlib.DEBIAN_HINT, gloo=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -757,22 +748,6 @@ def peer_death_worker(args):
 # ---------------------------------------------------------------------------------------------
 # unit: a world of one
 
-class FakeBucket:
-    """GradBucket's interface (PyTorch >= 1.10)."""
-
-    def __init__(self, tensor, index, params):
-        self._t, self._i, self._p = tensor, index, params
-
-    def buffer(self):
-        return self._t
-
-    def index(self):
-        return self._i
-
-    def parameters(self):
-        return self._p
-
-
 class OldBucket:
     """GradBucket's interface before PyTorch 1.10 (get_tensor / get_index, no parameters)."""
 
@@ -784,19 +759,6 @@ class OldBucket:
 
     def get_index(self):
         return self._i
-
-
-def expect_raises(kind, fn, *words):
-    try:
-        fn()
-    except kind as e:
-        # With the class name: torch 1.13 wraps an exception raised in a comm hook in a
-        # RuntimeError whose text names it ("TerseError: ..."), 2.x lets the TerseError through.
-        text = f"{type(e).__name__}: {e}"
-        for w in words:
-            assert w in text, f"{kind.__name__} message lacks {w!r}: {text}"
-        return text
-    raise AssertionError(f"expected {kind.__name__} mentioning {words}")
 
 
 def unit(args):

@@ -31,34 +31,16 @@ seconds.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-SKIP = 77
+import _testlib
+from _testlib import SKIP, expect_raises
 
 
 def require_torch():
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: torch is not importable by {sys.executable} ({e})")
-        sys.exit(SKIP)
-    sys.path.insert(0, os.environ.get("TERSE_PYTHON_DIR", os.path.join(ROOT, "python")))
-
-
-def expect(kind, fn, *words):
-    try:
-        fn()
-    except kind as e:
-        text = f"{type(e).__name__}: {e}"
-        for w in words:
-            assert w in text, f"{kind.__name__} message lacks {w!r}: {text}"
-        return text
-    raise AssertionError(f"expected {kind.__name__} mentioning {words}")
+    _testlib.require_torch(terse_python=True)
 
 
 class Net:
@@ -153,7 +135,7 @@ def unit(args):
         a.emb.weight.requires_grad_(True)
         oa.zero_grad()
         a.loss(0).backward()
-        expect(ValueError, oa.step, "requires_grad=False", "[0]", "new optimizer")
+        expect_raises(ValueError, oa.step, "requires_grad=False", "[0]", "new optimizer")
         assert torch.equal(a.emb.weight, start[0])
         print(f"ok: {name}: a step without gradients is none; a parameter unfrozen later is a "
               f"clear error")
@@ -163,7 +145,7 @@ def unit(args):
     oa = ShardedOneBitAdam(a.parameters(), lr=1e-2, codec="none", warmup_steps=2,
                            param_codec="int8")
     a.loss(1).backward()
-    expect(ValueError, oa.step, "param_codec='int8'", "zeros_like")
+    expect_raises(ValueError, oa.step, "param_codec='int8'", "zeros_like")
     print("ok: ShardedOneBitAdam with param_codec int8 refuses a parameter without a gradient")
 
 
@@ -175,28 +157,16 @@ def launch(args, mode, world=2, extra_env=None):
     work = args.work or tempfile.mkdtemp(prefix=f"terse-{mode}-")
     os.makedirs(work, exist_ok=True)
     store = tempfile.mkdtemp(prefix="store-", dir=work)
-    procs = []
+    envs = []
     for rank in range(world):
         env = dict(os.environ, TERSE_RANK=str(rank), TERSE_WORLD_SIZE=str(world),
                    TERSE_STORE=store, UCX_NET_DEVICES="lo", TERSE_CPU_THREADS="1",
                    OMP_NUM_THREADS="1", TERSE_TIMEOUT_MS="30000", **(extra_env or {}))
         for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(v, None)
-        out = os.path.join(work, f"{mode}-rank{rank}.json")
-        procs.append((subprocess.Popen([sys.executable, os.path.abspath(__file__),
-                                        f"{mode}-worker", "--work", out,
-                                        "--store", store], env=env,
-                                       start_new_session=True), out))
-    deadline = time.monotonic() + args.timeout
-    for p, _ in procs:
-        try:
-            p.wait(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q, _ in procs:
-                q.kill()
-            sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
+        envs.append(env)
     results = []
-    for p, out in procs:
+    for p, out in _testlib.run_workers(__file__, mode, work, envs, args.timeout, "--store", store):
         if p.returncode == SKIP:
             print("SKIP: a rank skipped (see its output)")
             sys.exit(SKIP)

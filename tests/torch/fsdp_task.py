@@ -56,9 +56,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import _testlib  # noqa: E402
 import adam_task  # noqa: E402  (the text, the model, the port picker)
 
-SKIP = 77
+SKIP = _testlib.SKIP
 RESUME = 5   # steps after the checkpoint in onebit-ef's resume check
 RUNS = ["fsdp", "none", "int8", "mxfp8", "int8-w8", "bf16-int8", "onebit-ef", "broken",
         "sharded-onebit", "sharded-int8", "sharded-onebit-noef"]
@@ -325,12 +326,7 @@ def worker(args):
             torch.save(flat, os.path.join(args.work, f"weights-{name}.pt"))
             print(f"rank 0: {name}: held-out {r['held_out']:.4f} ({seconds:.1f} s)", flush=True)
         results[name] = r
-    if rank == 0:
-        with open(os.path.join(args.work, "results.json"), "w") as f:
-            json.dump(results, f, indent=1)
-    dist.barrier()
-    terse.ddp.shutdown()
-    dist.destroy_process_group()
+    _testlib.finish_worker(rank, os.path.join(args.work, "results.json"), results, indent=1)
 
 
 def resume(args):
@@ -380,13 +376,8 @@ def resume(args):
     gathered = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(gathered, flat)
     out["identical"] = all(torch.equal(g, gathered[0]) for g in gathered)
-    if rank == 0:
-        name = "resume-fresh.json" if args.fresh_optimizer else "resume.json"
-        with open(os.path.join(args.work, name), "w") as f:
-            json.dump(out, f)
-    dist.barrier()
-    terse.ddp.shutdown()
-    dist.destroy_process_group()
+    name = "resume-fresh.json" if args.fresh_optimizer else "resume.json"
+    _testlib.finish_worker(rank, os.path.join(args.work, name), out)
 
 
 def comm_checks(rank, world):
@@ -445,43 +436,18 @@ def comm_checks(rank, world):
 
 def launch(args, worker_args):
     """torchrun of --world ranks of this script (adam_task.launch's settings); FAIL if they do."""
-    import subprocess
-    env = dict(os.environ)
-    env.setdefault("UCX_NET_DEVICES", "lo")
-    env.setdefault("TERSE_CPU_THREADS", "1")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONPATH"] = os.path.join(adam_task.ROOT, "python") + os.pathsep + env.get(
-        "PYTHONPATH", "")
-    env.pop("TERSE_STORE", None)
-    adam_task.isa_env(env, args.isa)
-    port = adam_task.free_port_pair()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(args.world),
-           "--master_addr", "127.0.0.1", "--master_port", str(port),
-           "--redirects", "1", "--tee", "1", "--log_dir", os.path.join(args.work, "logs"),
-           os.path.abspath(__file__)] + worker_args + [
-           "--work", args.work, "--steps", str(args.steps), "--lr", str(args.lr),
-           "--ctx", str(args.ctx), "--batch", str(args.batch),
-           "--sharded-warmup", str(args.sharded_warmup)] + adam_task.noise_args(args)
-    print("+", " ".join(cmd), flush=True)
-    try:
-        done = subprocess.run(cmd, env=env, timeout=args.timeout, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        sys.exit(f"FAIL: the ranks did not finish within {args.timeout} s")
-    if done.returncode != 0:
-        sys.exit(f"FAIL: torchrun exited with {done.returncode}")
+    env = adam_task.isa_env(_testlib.torchrun_env(), args.isa)
+    _testlib.torchrun(
+        __file__, args.world, adam_task.free_port_pair(), os.path.join(args.work, "logs"),
+        worker_args + ["--work", args.work, "--steps", str(args.steps), "--lr", str(args.lr),
+                       "--ctx", str(args.ctx), "--batch", str(args.batch),
+                       "--sharded-warmup", str(args.sharded_warmup)] + adam_task.noise_args(args),
+        env, args.timeout)
 
 
 def require_fsdp2():
-    try:
-        import torch  # noqa: F401
-        import torch.distributed as dist
-    except ImportError as e:
-        print(f"SKIP: torch is not importable by {sys.executable} ({e}); scripts/torch-env.sh "
-              f"sets up the torch the tests use")
-        sys.exit(SKIP)
-    if not dist.is_available() or not dist.is_gloo_available():
-        print("SKIP: this torch has no torch.distributed with gloo")
-        sys.exit(SKIP)
+    _testlib.require_torch(_testlib.VENV_HINT, gloo=True)
+    import torch
     try:
         from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather  # noqa: F401
     except ImportError:
@@ -504,22 +470,15 @@ def noise(args):
     """The task's noise floor: terse's exact collectives (none, summed in another order than
     FSDP2's gloo) and the checked runs against FSDP2, over --seeds seeds on each of --isas
     (docs/convergence.md, "Noise floors")."""
-    import copy
     require_fsdp2()
-    os.makedirs(args.work, exist_ok=True)
     runs = (args.runs if args.runs != ",".join(RUNS) else "fsdp,none").split(",")
-    results = []
-    for isa in args.isas.split(","):
-        for seed in range(args.seed, args.seed + args.seeds):
-            one = copy.copy(args)
-            one.isa, one.seed = isa, seed
-            res = run_worker(one, ",".join(runs))
-            res.pop("comm")
-            results.append(((isa, seed), res))
-    summary = adam_task.noise_table(runs[1:], results, runs[0])
-    with open(os.path.join(args.work, "noise.json"), "w") as f:
-        json.dump({"args": vars(args), "summary": summary,
-                   "runs": [[isa, seed, res] for (isa, seed), res in results]}, f, indent=1)
+
+    def without_comm(one, runs_):
+        res = run_worker(one, runs_)
+        res.pop("comm")
+        return res
+    _testlib.noise_floor(args, runs, without_comm,
+                         lambda results: adam_task.noise_table(runs[1:], results, runs[0]))
 
 
 def drive(args):
