@@ -113,6 +113,7 @@ _SIGNATURES = (
 # still loads for everything else; require() names what a feature needs and the library lacks.
 _NEWER_SIGNATURES = (
     ("terse_cuda_info", None, (_c.POINTER(_int), _c.POINTER(_int))),
+    ("terse_comm_shrink", _status, (_ptr, _c.POINTER(_int), _int, _ptrs)),
     ("terse_allreduce_ex", _status,
      (_ptr, _ptr, _ptr, _size, _dtype, _op, _ptr, _ptrs)),
     ("terse_onebit_adam_create", _status, (_size, _ptr, _ptrs)),
