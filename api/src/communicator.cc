@@ -554,6 +554,9 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<int
   std::unique_ptr<Communicator> made;
   Status s = impl_->worker_->run([&]() -> Status {
     const auto started = std::chrono::steady_clock::now();
+    // Bad arguments take no shrink number, so every survivor's next shrink still meets the
+    // others' under the same keys.
+    TERSE_RETURN_IF_ERROR(checkShrinkExclude(rank(), size(), exclude));
     const std::string prefix = impl_->scope_ + "/shrink" + std::to_string(impl_->shrinks_++);
     SharedTransport* old = impl_->shared_->transport.get();
     TERSE_ASSIGN_OR_RETURN(SurvivorAgreement agreed,

@@ -131,20 +131,10 @@ Status storeFailed(const Status& s, Store& store) {
 
 }  // namespace
 
-Result<SurvivorAgreement> agreeOnSurvivors(Store& store, const std::string& prefix, int rank,
-                                           int size, const std::vector<int>& exclude,
-                                           const std::function<bool(int)>& processGone,
-                                           std::chrono::milliseconds timeout) {
-  using rendezvous_detail::encodeCheckIn;
-  using rendezvous_detail::encodeDecision;
-  using rendezvous_detail::parseCheckIn;
-  using rendezvous_detail::parseDecision;
+Status checkShrinkExclude(int rank, int size, const std::vector<int>& exclude) {
   if (rank < 0 || rank >= size)
     return errorInvalidArgument("shrink: rank %d outside a world of %d", rank, size);
-  std::vector<int> asked = exclude;
-  std::sort(asked.begin(), asked.end());
-  asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
-  for (int r : asked) {
+  for (int r : exclude) {
     if (r < 0 || r >= size)
       return errorInvalidArgument("shrink: exclude names rank %d, outside this world of %d ranks",
                                   r, size);
@@ -154,6 +144,21 @@ Result<SurvivorAgreement> agreeOnSurvivors(Store& store, const std::string& pref
           "others exclude it, or leave it out when it does not check in)",
           rank);
   }
+  return Status::ok();
+}
+
+Result<SurvivorAgreement> agreeOnSurvivors(Store& store, const std::string& prefix, int rank,
+                                           int size, const std::vector<int>& exclude,
+                                           const std::function<bool(int)>& processGone,
+                                           std::chrono::milliseconds timeout) {
+  using rendezvous_detail::encodeCheckIn;
+  using rendezvous_detail::encodeDecision;
+  using rendezvous_detail::parseCheckIn;
+  using rendezvous_detail::parseDecision;
+  TERSE_RETURN_IF_ERROR(checkShrinkExclude(rank, size, exclude));
+  std::vector<int> asked = exclude;
+  std::sort(asked.begin(), asked.end());
+  asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
   const std::string me = std::to_string(rank);
   auto key = [&](const char* what, int r) { return prefix + "/" + what + "/" + std::to_string(r); };
   {

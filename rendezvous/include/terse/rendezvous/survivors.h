@@ -41,6 +41,10 @@ Result<SurvivorAgreement> agreeOnSurvivors(Store& store, const std::string& pref
                                            const std::function<bool(int)>& processGone,
                                            std::chrono::milliseconds timeout);
 
+// The exclude list's own check (agreeOnSurvivors makes it first): kInvalidArgument for a rank
+// outside 0..size-1 or `rank` itself. A refusal checks nothing in, so the call can be retried.
+Status checkShrinkExclude(int rank, int size, const std::vector<int>& exclude);
+
 namespace rendezvous_detail {
 
 // Why a rank is gone, as written in a decision.
