@@ -16,8 +16,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -381,6 +386,174 @@ TEST(ShrinkProcesses, MembersThatCannotReachEachOtherNeverMakeTwoWorlds) {
       if (!goneRank[o.rank]) EXPECT_EQ(o.report, wentOn) << "rank " << o.rank;
   }
 }
+
+// ---- The kill matrix's shrink cases: a training loop that survives a kill ----------------------
+//
+// Each rank keeps weights w and runs steps: a gradient from (step, world rank), averaged over
+// the world, then w -= 0.1 * that; in the split cases each step also averages the gradient over
+// the rank's parity child (a call the victim may die in; its result differs between the children
+// and stays out of w). One victim, drawn with its world size (3-5 ranks), dies by SIGKILL at a
+// random point: at a send or receive of a random tag phase after a random count (TERSE_FAULT, set
+// for the victim alone: inside the warm-up's first calls, a step's call, a split child's call or
+// the split itself), or between steps; a victim still alive after the last step dies before the
+// check step, so every case shrinks. The survivors shrink on the failure, agree on the last step
+// they all completed (a victim killed at a receive may have let some of them finish a call that
+// others failed: those roll back one step), split again, go on, and must end with bit-identical
+// weights, each within the timeout. Every draw comes from one seed, printed (TERSE_TEST_SEED
+// replays it).
+
+uint64_t baseSeed() {
+  static const uint64_t seed = [] {
+    const char* fixed = std::getenv("TERSE_TEST_SEED");
+    if (fixed && *fixed) return static_cast<uint64_t>(std::strtoll(fixed, nullptr, 10));
+    return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }();
+  return seed;
+}
+
+struct TrainCase {
+  const char* codec;
+  bool split;
+};
+
+class ShrinkKill : public ::testing::TestWithParam<TrainCase> {};
+
+constexpr int kSteps = 8;
+constexpr size_t kWeights = 3000;
+
+// The training loop of one rank; reports "<steps> <hash of w>" and returns 0 when it finished.
+int train(int worldRank, const TrainCase& c, int victim, int selfKillAt) {
+  auto made = Communicator::createFromEnv();
+  if (!made.isOk()) {
+    reportFromChild("create: " + made.status().toString());
+    return 2;
+  }
+  std::unique_ptr<Communicator> comm = std::move(made).value(), child;
+  auto splitNow = [&]() -> Status {
+    if (!c.split) return Status::ok();
+    auto half = comm->split(comm->rank() % 2, comm->rank());
+    if (!half.isOk()) return half.status();
+    child = std::move(half).value();
+    return Status::ok();
+  };
+  std::vector<float> w(kWeights, 0.0f), before = w, grad(kWeights), avg(kWeights), half(kWeights);
+  const CollectiveOptions options{c.codec, nullptr};
+  int step = 0, shrinks = 0;
+  Status failed = splitNow();
+  // The step after kSteps is the check step: the victim never gets past it alive.
+  while (step <= kSteps) {
+    if (failed.isOk()) {
+      if (worldRank == victim && step == selfKillAt) raise(SIGKILL);
+      for (size_t i = 0; i < kWeights; ++i)
+        grad[i] = std::sin(0.37f * static_cast<float>(step) + 0.01f * static_cast<float>(i)) *
+                  static_cast<float>(worldRank + 1);
+      failed = comm->allreduce(grad.data(), avg.data(), kWeights, DataType::kFloat32,
+                               ReduceOp::kAvg, options);
+      if (failed.isOk() && child)
+        failed = child->allreduce(grad.data(), half.data(), kWeights, DataType::kFloat32,
+                                  ReduceOp::kAvg, options);
+      if (failed.isOk()) {
+        if (step < kSteps) {
+          before = w;
+          for (size_t i = 0; i < kWeights; ++i) w[i] -= 0.1f * avg[i];
+        }
+        ++step;
+        continue;
+      }
+    }
+    // A failure: the old world (and its child) is done with.
+    if (++shrinks > 1) {
+      reportFromChild("a second failure: " + failed.toString());
+      return 3;
+    }
+    child.reset();
+    auto shrunk = comm->shrink();
+    if (!shrunk.isOk()) {
+      reportFromChild("shrink: " + shrunk.status().toString() + "\nafter " + failed.toString());
+      return 4;
+    }
+    comm = std::move(shrunk).value();
+    // The last step every survivor completed: one allgather of the step counts.
+    std::vector<float> mine(1, static_cast<float>(step)), all(comm->size());
+    const auto part = comm->partOf(all.size());
+    Status agreed =
+        comm->allgather(mine.data(), all.data(), all.size(), DataType::kFloat32, {"none"});
+    if (!agreed.isOk() || part.second != 1) {
+      reportFromChild("agreeing on the step: " + agreed.toString());
+      return 5;
+    }
+    const int resume = static_cast<int>(*std::min_element(all.begin(), all.end()));
+    if (step - resume > 1 || step < resume) return 6;
+    if (step > resume && resume < kSteps) {  // this rank finished a step others failed
+      w = before;
+      std::fprintf(stderr, "[ rollback ] rank %d: step %d back to %d\n", worldRank, step, resume);
+    }
+    step = resume;
+    failed = splitNow();
+  }
+  uint64_t hash = 1469598103934665603ull;
+  for (float v : w) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    hash = (hash ^ bits) * 1099511628211ull;
+  }
+  reportFromChild(std::to_string(comm->size()) + " ranks, weights " + std::to_string(hash));
+  return 0;
+}
+
+TEST_P(ShrinkKill, SurvivorsShrinkAndFinishWithIdenticalWeights) {
+  const TrainCase c = GetParam();
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  uint64_t h = baseSeed();
+  for (unsigned char ch : std::string(info->name())) h = (h ^ ch) * 1099511628211ull;
+  std::mt19937_64 rng(h);
+  std::printf("[ seed     ] TERSE_TEST_SEED=%lld replays %s\n", static_cast<long long>(baseSeed()),
+              info->name());
+  const int n = 3 + static_cast<int>(rng() % 3);
+  const int victim = static_cast<int>(rng() % n);
+  static const char* kPhases[] = {"", ":phase=descriptor", ":phase=reduce", ":phase=gather"};
+  std::string fault;
+  int selfKillAt = kSteps;  // the check step, unless drawn
+  if (rng() % 4 == 0) {
+    selfKillAt = static_cast<int>(rng() % kSteps);  // between steps
+  } else {
+    fault = "kill:rank=" + std::to_string(victim) + kPhases[rng() % 4] +
+            (rng() % 2 ? ":after_sends=" : ":after_recvs=") + std::to_string(rng() % 40);
+  }
+  std::printf(
+      "[ draw     ] %d ranks, victim %d, %s\n", n, victim,
+      fault.empty() ? ("killed before step " + std::to_string(selfKillAt)).c_str() : fault.c_str());
+  const std::string dir = makeTempDir();
+  std::vector<int> ranks(n);
+  for (int r = 0; r < n; ++r) ranks[r] = r;
+  auto outcomes = runProcesses(
+      n, ranks,
+      [&](int rank) {
+        EnvMap e = env(dir);
+        if (rank == victim && !fault.empty()) e["TERSE_FAULT"] = fault;
+        return e;
+      },
+      [&](int rank) { return train(rank, c, victim, selfKillAt); }, std::chrono::seconds(180));
+  ASSERT_EQ(static_cast<int>(outcomes.size()), n);
+  EXPECT_EQ(outcomes[victim].signal, SIGKILL) << describe(outcomes[victim]);
+  std::string weights;
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    const RankOutcome& o = outcomes[r];
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+    if (weights.empty()) weights = o.report;
+    EXPECT_EQ(o.report, weights) << "rank " << r << " ends with other weights";
+    EXPECT_EQ(o.report.rfind(std::to_string(n - 1) + " ranks, weights ", 0), 0u) << o.report;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, ShrinkKill,
+                         ::testing::Values(TrainCase{"none", false}, TrainCase{"int8", false},
+                                           TrainCase{"fp16", false}, TrainCase{"bf16", false},
+                                           TrainCase{"none", true}, TrainCase{"int8", true}),
+                         [](const ::testing::TestParamInfo<TrainCase>& p) {
+                           return std::string(p.param.codec) + (p.param.split ? "_split" : "");
+                         });
 
 // What a shrink refuses at once, on one rank: a split communicator, a bad exclude list.
 TEST(ShrinkProcesses, MisuseIsAnErrorAtOnce) {
