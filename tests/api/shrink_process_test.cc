@@ -178,6 +178,34 @@ TEST(ShrinkProcesses, RankZeroKilledBetweenCalls) {
   expectSurvivorsWentOn(outcomes, 0);
 }
 
+// Rank 0 dies while it serves the TCP store: the survivors' shrink cannot meet, and each says
+// why (the store ended with rank 0) and what to use instead, within its timeout.
+TEST(ShrinkProcesses, RankZerosTcpStoreEndsWithItAndTheShrinkSaysSo) {
+  const int port = freeLoopbackPort();
+  auto outcomes = runProcesses(
+      kWorld, {0, 1, 2, 3}, [&](int) { return env("127.0.0.1:" + std::to_string(port), 3000); },
+      [&](int rank) -> int {
+        auto made = Communicator::createFromEnv();
+        if (!made.isOk()) return 2;
+        std::string wrong;
+        if (!step(**made, rank, 10.0f, &wrong).isOk()) return 3;
+        if (rank == 0) raise(SIGKILL);
+        if (step(**made, rank, 10.0f, &wrong).isOk()) return 4;
+        auto shrunk = (*made)->shrink();
+        reportFromChild(shrunk.status().toString());
+        return !shrunk.isOk() &&
+                       shrunk.status().message().find("ends with rank 0") != std::string::npos
+                   ? 0
+                   : 5;
+      },
+      std::chrono::seconds(120));
+  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
+  EXPECT_EQ(outcomes[0].signal, SIGKILL) << describe(outcomes[0]);
+  for (int r = 1; r < kWorld; ++r)
+    EXPECT_TRUE(outcomes[r].exited && outcomes[r].code == 0)
+        << describe(outcomes[r]) << ": " << outcomes[r].report;
+}
+
 // Rank 3 dies at its 10th reduce-phase send: inside a call, with the others waiting on it. The
 // TCP store served by rank 0 does here, since rank 0 lives.
 TEST(ShrinkProcesses, LastRankKilledInsideACall) {
