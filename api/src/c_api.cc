@@ -393,6 +393,24 @@ terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_co
   });
 }
 
+terse_status_t terse_comm_shrink(terse_comm_t* comm, const int* exclude, int n_exclude,
+                                 terse_comm_t** out) {
+  TERSE_REQUIRE(comm, "terse_comm_shrink: comm");
+  TERSE_REQUIRE(out, "terse_comm_shrink: out");
+  return guarded([&] {
+    *out = nullptr;
+    if (n_exclude < 0 || (n_exclude > 0 && exclude == nullptr))
+      return fail(terse::errorInvalidArgument(
+          "terse_comm_shrink: %d excluded ranks at %p (NULL with 0 for none)", n_exclude,
+          static_cast<const void*>(exclude)));
+    std::vector<int> ranks(exclude, exclude + n_exclude);
+    auto made = comm->comm->shrink(ranks);
+    if (!made.isOk()) return fail(made.status());
+    *out = new terse_comm{std::move(made).value()};
+    return done(terse::Status::ok());
+  });
+}
+
 terse_status_t terse_comm_reject(terse_comm_t* comm, const char* why) {
   TERSE_REQUIRE(comm, "terse_comm_reject: comm");
   return guarded([&] {

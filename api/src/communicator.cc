@@ -10,6 +10,7 @@
 #include "terse/common/env.h"
 #include "terse/common/logging.h"
 #include "terse/rendezvous/bootstrap.h"
+#include "terse/rendezvous/survivors.h"
 #include "terse/transport/fault.h"
 #include "terse/transport/give_up.h"
 #include "terse/transport/group.h"
@@ -169,6 +170,11 @@ struct Communicator::Impl {
   // This communicator's collective thread (~Impl stops it before the engine goes).
   std::unique_ptr<CollectiveWorker> ownWorker_;
   CollectiveWorker* worker_;
+  // Where a shrink meets (world communicators made through a store this process keeps): the
+  // store, this communicator's key scope in it, and how many shrinks were started on it.
+  std::shared_ptr<Store> store_;
+  std::string scope_;
+  unsigned shrinks_ = 0;
 };
 
 // The internal entry points (terse/api/internal.h) reach the private constructor through this.
@@ -473,8 +479,11 @@ Result<std::unique_ptr<Communicator>> Communicator::createFromEnv() {
   }
   TERSE_INFO(kSubsysBoot, "rank %d of %d (rank from %s), local rank %d, store %s", info.rank,
              info.size, info.rankSource.c_str(), info.localRank, store->describe().c_str());
+  const std::string scope = nextStorePrefix();
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                         createUcx(info.rank, info.size, *store, timeout, nextStorePrefix()));
+                         createUcx(info.rank, info.size, *store, timeout, scope));
+  comm->impl_->store_ = store;  // kept for shrink()
+  comm->impl_->scope_ = scope;
   // The launcher's idea of this rank's node against terse's own (from the node keys): they
   // differ when TERSE_NODE splits a host the launcher sees as one, or the launcher's variables
   // are stale. terse's topology decides; the difference is worth a line.
@@ -537,6 +546,70 @@ void Communicator::abort(const Status& why) {
     impl_->transport_->progress();
     return Status::ok();
   });
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<int>& exclude,
+                                                           std::vector<int>* gone) {
+  if (impl_->group_)
+    return errorUnsupported(
+        "shrink: this communicator was split from another; shrink the world communicator and "
+        "split the new one again");
+  if (!impl_->store_)
+    return errorUnsupported(
+        "shrink: this communicator keeps no store to meet through (only communicators from "
+        "createFromEnv or terse_comm_create do)");
+  // In order with this communicator's calls, on its thread; after a failure or an abort too,
+  // which is when it is needed. The old connections are not used: the agreement goes through
+  // the store, and the new world gets connections of its own.
+  std::unique_ptr<Communicator> made;
+  Status s = impl_->worker_->run([&]() -> Status {
+    const auto started = std::chrono::steady_clock::now();
+    // Bad arguments take no shrink number, so every survivor's next shrink still meets the
+    // others' under the same keys.
+    TERSE_RETURN_IF_ERROR(checkShrinkExclude(rank(), size(), exclude));
+    const std::string prefix = impl_->scope_ + "/shrink" + std::to_string(impl_->shrinks_++);
+    SharedTransport* old = impl_->shared_->transport.get();
+    TERSE_ASSIGN_OR_RETURN(SurvivorAgreement agreed,
+                           agreeOnSurvivors(
+                               *impl_->store_, prefix, rank(), size(), exclude,
+                               [old](int r) { return old->peerProcessGone(r); }, impl_->timeout_));
+    auto created = createUcx(agreed.newRank, static_cast<int>(agreed.members.size()),
+                             *impl_->store_, impl_->timeout_, prefix + "/world");
+    if (!created.isOk())
+      return created.status().withContext("shrink: creating the new world (" + agreed.describe +
+                                          ")");
+    std::unique_ptr<Communicator> next = std::move(created).value();
+    // Returns only once every member has reached the others: a barrier on the new world (in
+    // worlds up to TERSE_AGREEMENT_DIRECT_RANKS every pair exchanges a message), whose outcome
+    // each member then publishes in the store. A barrier can succeed on some members and fail
+    // on others (those it reached before the link failed), so every member reads every
+    // outcome and all refuse together, never some going on with a world that others left.
+    const Status reached = next->barrier();
+    const std::string outcome = reached.isOk() ? "ok" : reached.toString();
+    auto outcomes =
+        storeAllGather(*impl_->store_, prefix + "/ready", agreed.newRank,
+                       static_cast<int>(agreed.members.size()), outcome, impl_->timeout_);
+    if (!outcomes.isOk())
+      return outcomes.status().withContext("shrink: confirming the new world's connections");
+    for (size_t i = 0; i < outcomes.value().size(); ++i)
+      if (outcomes.value()[i] != "ok")
+        return errorRemote(
+            "shrink: rank %zu of the new world (%s) could not reach the others, so no survivor "
+            "goes on: %s",
+            i, agreed.describe.c_str(),
+            printableBytes(outcomes.value()[i].data(), outcomes.value()[i].size(), 600).c_str());
+    next->impl_->store_ = impl_->store_;
+    next->impl_->scope_ = prefix + "/world";
+    TERSE_INFO(kSubsysInit, "rank %d of %d is rank %d of %d after a shrink (%s) in %.3f s", rank(),
+               size(), agreed.newRank, static_cast<int>(agreed.members.size()),
+               agreed.describe.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    if (gone) *gone = agreed.gone;
+    made = std::move(next);
+    return Status::ok();
+  });
+  if (!s.isOk()) return s;
+  return made;
 }
 
 Status Communicator::Impl::abortStatus() const {

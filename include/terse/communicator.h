@@ -116,6 +116,20 @@ class Communicator {
   // spaces).
   Result<std::unique_ptr<Communicator>> split(int color, int key);
 
+  // After a failure (or on request, naming live ranks in `exclude`): the ranks still running
+  // agree, through the store, on who is gone and form a new communicator without them, ranks
+  // renumbered densely in the old order (docs/reliability.md, "Shrinking after a failure"). Every
+  // survivor calls it, on the world communicator (not on a split), with the same or no
+  // `exclude`; a rank being left out does not call it (if it does, it gets kRemoteError saying it
+  // was left out). Ranks whose process is seen to have ended on this host are known gone at
+  // once; any other rank that has not called shrink within the timeout is left out by every
+  // survivor alike. Survivors that cannot all confirm the same world all fail. Needs a store
+  // that outlives the dead ranks and was kept by the communicator: createFromEnv's (a TCP store
+  // served by rank 0 ends with rank 0). `gone`, when given, receives the old ranks left out.
+  // This communicator is left as it is (destroy it); the new one has its own connections.
+  Result<std::unique_ptr<Communicator>> shrink(const std::vector<int>& exclude = {},
+                                               std::vector<int>* gone = nullptr);
+
   // See the thread-safety note above. `why` becomes this rank's error for every operation.
   void abort(const Status& why);
 

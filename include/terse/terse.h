@@ -83,6 +83,15 @@ terse_status_t terse_comm_barrier(terse_comm_t* comm);
  * It shares comm's connections and collective thread in a tag space of its own (at most 62
  * splits per world); destroy it with terse_comm_destroy, before or after comm. */
 terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_comm_t** out);
+/* After a failure (or on request: `exclude` names n_exclude live ranks to leave out; NULL and 0
+ * for none): the ranks still running agree through the store on who is gone and *out becomes a
+ * new communicator of them, ranked densely in comm's order (ncclCommShrink's shape; see
+ * docs/reliability.md, "Shrinking after a failure"). Every survivor calls it on a communicator
+ * from terse_comm_create (not a split one) with the same exclude list; a rank left out gets
+ * TERSE_REMOTE_ERROR. comm stays as it was: destroy it. Needs a store that outlives the dead
+ * ranks (TERSE_STORE=<directory>; the TCP store served by rank 0 ends with rank 0). */
+terse_status_t terse_comm_shrink(terse_comm_t* comm, const int* exclude, int n_exclude,
+                                 terse_comm_t** out);
 /* For bindings (the Python package uses it): refuses this rank's next collective call on comm,
  * whose arguments the binding itself found invalid before any terse_* call could see them (a
  * non-contiguous tensor, say). The refused call still takes its place in the ranks' sequence, so

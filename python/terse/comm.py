@@ -88,8 +88,13 @@ class Communicator(_lib.Handle):
     _destroy = "terse_comm_destroy"
     _what = "the communicator"
 
-    def __init__(self):
-        self._create(_lib.lib().terse_comm_create)
+    def __init__(self, _shrunk_from=None, _exclude=()):
+        if _shrunk_from is None:
+            self._create(_lib.lib().terse_comm_create)
+        else:
+            _lib.require(("terse_comm_shrink",), "Communicator.shrink")
+            ranks = (ctypes.c_int * max(len(_exclude), 1))(*_exclude)
+            self._create(_lib.lib().terse_comm_shrink, _shrunk_from, ranks, len(_exclude))
         self._describe()
 
     @classmethod
@@ -182,6 +187,22 @@ class Communicator(_lib.Handle):
 
     def barrier(self):
         self._locked(_lib.lib().terse_comm_barrier)
+
+    def shrink(self, exclude=()):
+        """After a failure (or on request: ``exclude`` lists live ranks to leave out), a new
+        Communicator of the ranks still running, renumbered densely in this one's order
+        (``terse_comm_shrink``; docs/reliability.md, "Shrinking after a failure"). Every survivor
+        calls it with the same ``exclude``; a rank left out gets a TerseError. This communicator
+        stays as it is: close it. Needs a store that outlives the dead ranks (TERSE_STORE set to
+        a directory; the TCP store served by rank 0 ends with rank 0)."""
+        exclude = [int(r) for r in exclude]
+        shrunk = []
+
+        def run():
+            with self._lock:
+                shrunk.append(Communicator(_shrunk_from=self._h(), _exclude=exclude))
+        self._in_order(run)
+        return shrunk[0]
 
     def abort(self, reason=None):
         """Fails every pending and later call of this rank (any thread may call it)."""

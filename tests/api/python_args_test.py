@@ -240,6 +240,40 @@ def two_communicators():
     return 0
 
 
+def shrink_on_request():
+    """Under terse-run --store <dir>: the last rank is left out on request while it lives (it
+    closes its communicator and leaves); the others' Communicator.shrink gives a communicator of
+    them, ranked densely in world order, whose allreduce sums their values (issue #48)."""
+    comm = Communicator()
+    n, rank = comm.size, comm.rank
+    if rank == n - 1:
+        comm.close()
+        return 0
+    if rank == 0:
+        try:
+            comm.shrink(exclude=[n])
+            print(f"python_args_test: FAILED: shrink accepted rank {n} of a world of {n}")
+            return 1
+        except _lib.TerseError as error:
+            if "outside" not in str(error):
+                print(f"python_args_test: FAILED: shrink(exclude=[{n}]) said {error}")
+                return 1
+    # Only rank 0 was refused; a refusal of the arguments checks nothing in, so its next shrink
+    # still meets the others'.
+    new = comm.shrink(exclude=[n - 1])
+    t = Tensor([float(rank + 1)] * 5)
+    new.allreduce(t, codec="none", op="sum")
+    want = float((n - 1) * n // 2)
+    if (new.rank, new.size) != (rank, n - 1) or list(t.buf) != [want] * 5:
+        print(f"python_args_test: FAILED: after the shrink rank {new.rank} of {new.size}, "
+              f"allreduce {list(t.buf)} (expected rank {rank} of {n - 1}, sum {want})")
+        return 1
+    new.close()
+    comm.close()
+    print(f"python_args_test: rank {rank}: shrunk to {n - 1} ranks")
+    return 0
+
+
 class Odd(Tensor):
     """A tensor comm.py must refuse: not contiguous, or of a dtype terse does not reduce."""
     def __init__(self, values, dtype="torch.float32", contiguous=True):
@@ -326,6 +360,8 @@ if __name__ == "__main__":
         sys.exit(two_communicators())
     if sys.argv[1:] == ["refused-arguments"]:
         sys.exit(refused_arguments())
+    if sys.argv[1:] == ["shrink-on-request"]:
+        sys.exit(shrink_on_request())
     for var in ("TERSE_RANK", "TERSE_WORLD_SIZE", "TERSE_STORE", "RANK", "WORLD_SIZE"):
         os.environ.pop(var, None)
     print(f"python_args_test: terse from {os.path.dirname(terse.__file__)}, "

@@ -204,6 +204,7 @@ class FaultTransport final : public Transport {
   void progress() override { inner_->progress(); }
   void abort(const Status& why) override { inner_->abort(why); }
   void disconnect(int peer, const Status& why) override { inner_->disconnect(peer, why); }
+  bool peerProcessGone(int peer) const override { return inner_->peerProcessGone(peer); }
 
  private:
   struct Armed {

@@ -364,6 +364,13 @@ class UcxTransport final : public Transport {
     aborted_.store(true, std::memory_order_release);
   }
 
+  // A peer's host and pid are fixed once the transport exists, so any thread may ask.
+  bool peerProcessGone(int peer) const override {
+    if (peer < 0 || peer >= static_cast<int>(peers_.size()) || peer == rank_) return false;
+    const PeerInfo& info = peers_[peer];
+    return info.sameHost && info.pid > 0 && info.pid != getpid() && !processAlive(info.pid);
+  }
+
   void disconnect(int peer, const Status& why) override {
     if (peer < 0 || peer >= size_ || peer == rank_ || ucx_.worker == nullptr) return;
     Status reason =

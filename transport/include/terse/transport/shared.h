@@ -42,6 +42,7 @@ class SharedTransport final : public Transport {
   // Not under the lock: an abort comes from any thread and must not wait for a driver's turn.
   void abort(const Status& why) override { inner_->abort(why); }
   void disconnect(int peer, const Status& why) override;
+  bool peerProcessGone(int peer) const override { return inner_->peerProcessGone(peer); }
 
  private:
   std::unique_ptr<Transport> inner_;

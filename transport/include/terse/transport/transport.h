@@ -75,6 +75,12 @@ class Transport {
   // a link that fails silently) and its operations with this rank run into their timeout.
   // Driving thread only.
   virtual void disconnect(int peer, const Status& why) = 0;
+
+  // Whether this process can see that `peer`'s process has ended: only for a peer on this host
+  // (same host and pid namespace), whose pid it learned at creation; false when it cannot tell.
+  // Evidence for a shrink (Communicator::shrink), which then need not wait out its timeout for
+  // that rank. Any thread; valid after abort().
+  virtual bool peerProcessGone(int /*peer*/) const { return false; }
 };
 
 }  // namespace terse
