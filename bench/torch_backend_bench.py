@@ -267,7 +267,7 @@ def drive(args):
     title = f"median over {args.rounds} rounds" if args.rounds > 1 else "one round"
     print(f"== speed-up over gloo (gloo's time / the backend's; DDP: steps/s ratio), {title}, "
           f"{args.world} ranks, {human(gloo['bytes'])}, {label}")
-    print(f"   {'backend':<14}" + "".join(f"{k:>16}" for k in kinds))
+    print(f"   {'backend':<14}" + "".join(f"{k:>22}" for k in kinds))
     for b, ratios in rows.items():
         cells = []
         for k in kinds:
@@ -275,7 +275,7 @@ def drive(args):
             cell = f"{statistics.median(values):.2f}x"
             if len(values) > 1:
                 cell += f" ({values[0]:.2f}-{values[-1]:.2f})"
-            cells.append(f"{cell:>16}")
+            cells.append(f"{cell:>22}")
         print(f"   {b:<14}" + "".join(cells))
     if args.json:
         with open(args.json, "w") as f:
