@@ -202,15 +202,17 @@ def run_backend(args, backend, out):
                     "TERSE_NODE", "PYTHONPATH", "OMP_NUM_THREADS", "TORCH_CPP_LOG_LEVEL")] + \
                 [sys.executable] + worker_args
             procs.append(subprocess.Popen(cmd, env=rank_env, start_new_session=True))
+    # The first rank to fail (or the deadline) ends the run: its peers would otherwise wait
+    # for it until terse's or torch's timeout.
     deadline = time.monotonic() + args.timeout
     failed = None
-    for p in procs:
-        try:
-            rc = p.wait(max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-        if rc != 0 and failed is None:
-            failed = rc
+    while failed is None and any(p.poll() is None for p in procs):
+        failed = next((p.returncode for p in procs if p.returncode not in (None, 0)), None)
+        if time.monotonic() > deadline:
+            failed = "timeout"
+        time.sleep(0.2)
+    if failed is None:
+        failed = next((p.returncode for p in procs if p.returncode != 0), None)
     if failed is not None:
         for p in procs:
             if p.poll() is None:
@@ -238,6 +240,9 @@ def table(result, label):
 
 def drive(args):
     backends = args.backends.split()
+    bad = [b for b in backends if b != "gloo" and b.partition(":")[0] != "terse"]
+    if bad:
+        sys.exit(f"torch_backend_bench: unknown backend {bad[0]!r} (gloo, terse, terse:CODEC)")
     if "gloo" not in backends:
         sys.exit("torch_backend_bench: --backends must include gloo (the ratios' baseline)")
     cores = os.cpu_count() or 1

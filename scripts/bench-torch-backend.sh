@@ -60,10 +60,11 @@ if [[ -z $network ]]; then
   exec "${bench[@]}" "${extra[@]}"
 fi
 
+# shellcheck source=scripts/lib/netns.sh
 . "$root_dir/scripts/lib/netns.sh"
 netns_usable || { echo "bench-torch-backend: SKIP: $NETNS_ERROR" >&2; exit $kSkip; }
 stale=$(netns_list "$prefix")
-[[ -z $stale ]] || { echo "bench-torch-backend: SKIP: namespaces of an earlier run still exist ($(echo $stale)); another run may be active, or delete them (ip netns del NAME) or pick another --prefix" >&2; exit $kSkip; }
+[[ -z $stale ]] || { echo "bench-torch-backend: SKIP: namespaces of an earlier run still exist ($(tr '\n' ' ' <<<"$stale")); another run may be active, or delete them (ip netns del NAME) or pick another --prefix" >&2; exit $kSkip; }
 net=10.214.0 # host i is $net.i on a bridge of our own; nothing routes to or from it
 created=0
 teardown() {

@@ -486,8 +486,9 @@ class TerseBackend(_C10dBackend):
         def body():
             if self._device_ok(input, output) or self._host_float_ok(input, output):
                 # Straight into the output, exact (codec none copies float bits): the raw-bytes
-                # path below costs four extra copies of the output on the CPU, which made a
-                # 64 MiB all_gather 0.66x gloo's (docs/pytorch.md, "The backend against gloo").
+                # path below copies the input twice (padded, behind its header) and the gathered
+                # rows twice (joined, into the output), which made a 64 MiB all_gather on the
+                # CPU 0.66x gloo's (docs/pytorch.md, "The backend against gloo").
                 # A size that differs between ranks is caught by terse's own agreement.
                 self._terse_call("allgather", ctypes.c_void_p(input.data_ptr()),
                                  ctypes.c_void_p(output.data_ptr()), output.numel(), input,
