@@ -236,6 +236,13 @@ class TerseBackend(_C10dBackend):
                 return False
         return True
 
+    @staticmethod
+    def _host_float_ok(*tensors):
+        """Whether terse can work on the tensors' own memory on the host: contiguous CPU
+        float32/float16/bfloat16 tensors."""
+        return all(t.device.type == "cpu" and t.is_contiguous() and str(t.dtype) in _DTYPES
+                   for t in tensors)
+
     def _feedback_for(self, kind, tensor):
         if not self.terse_options.feedback:
             return None
@@ -477,14 +484,16 @@ class TerseBackend(_C10dBackend):
             self._refuse(name, error)
 
         def body():
-            if self._device_ok(input, output):
-                count = output.numel()
-                half = str(input.dtype) in _DTYPES
-                if half:  # exact for float tensors: codec none copies them
-                    self._terse_call("allgather", ctypes.c_void_p(input.data_ptr()),
-                                     ctypes.c_void_p(output.data_ptr()), count, input, _lib.SUM,
-                                     "none", None)
-                    return [output]
+            if self._device_ok(input, output) or self._host_float_ok(input, output):
+                # Straight into the output, exact (codec none copies float bits): the raw-bytes
+                # path below copies the input twice (padded, behind its header) and the gathered
+                # rows twice (joined, into the output), which made a 64 MiB all_gather on the
+                # CPU 0.66x gloo's (docs/pytorch.md, "The backend against gloo").
+                # A size that differs between ranks is caught by terse's own agreement.
+                self._terse_call("allgather", ctypes.c_void_p(input.data_ptr()),
+                                 ctypes.c_void_p(output.data_ptr()), output.numel(), input,
+                                 _lib.SUM, "none", None)
+                return [output]
             host = input.detach().to("cpu").contiguous()
             rows = self._gather_bytes(self._describe(name, input), self._as_bytes(host),
                                       size=host.numel() * host.element_size())

@@ -310,6 +310,12 @@ def mismatches(dist, torch, group, rank, world, ck, tag):
                                                                                else 1] * world,
                                         input_split_sizes=[1] * world, group=group),
          ["split sizes disagree", "which expects 8"]),
+        # float all_gather_into_tensor goes straight to terse's allgather (no descriptor):
+        # terse's own agreement must catch the sizes.
+        ("all_gather_into_tensor of 4 floats on rank 0, 5 elsewhere",
+         lambda: dist.all_gather_into_tensor(torch.empty(world * (4 if rank == 0 else 5)),
+                                             torch.ones(4 if rank == 0 else 5), group=group),
+         ["terse"]),
         ("float32 SUM on rank 0, int32 MAX elsewhere",
          lambda: dist.all_reduce(torch.ones(6) if rank == 0 else i.clone(),
                                  op=R.SUM if rank == 0 else R.MAX, group=group), ["terse"]),
