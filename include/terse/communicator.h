@@ -108,12 +108,12 @@ class Communicator {
   // Sub-communicators (MPI_Comm_split / ncclCommSplit): collective over this communicator;
   // ranks that pass the same `color` form a new communicator, ordered by `key` (ties by rank).
   // A negative color takes part but joins none: the result is then null. The new communicator
-  // shares this one's connections and collective thread (its calls run in submission order
-  // with this one's) in a tag space of its own, so calls on different communicators never
-  // match; either may be destroyed first (the connections live while one uses them). A rank that
-  // dies fails the calls of every communicator containing it, and a failure that makes one of them
-  // give up aborts the shared connections, so the others fail too. At most 62 splits per world (tag
-  // spaces).
+  // shares this one's connections, in a tag space of its own so calls on different
+  // communicators never match, and has a collective thread of its own (docs/api.md, "the
+  // ordering rule"); either may be destroyed first (the connections live while one uses them). A
+  // rank that dies fails the calls of every communicator containing it, and a failure that makes
+  // one of them give up aborts the shared connections, so the others fail too. At most 62 splits
+  // per world (tag spaces).
   Result<std::unique_ptr<Communicator>> split(int color, int key);
 
   // After a failure (or on request, naming live ranks in `exclude`): the ranks still running

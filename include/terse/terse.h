@@ -80,7 +80,7 @@ int terse_comm_node_count(const terse_comm_t* comm);
 terse_status_t terse_comm_barrier(terse_comm_t* comm);
 /* A sub-communicator (MPI_Comm_split): collective over `comm`; ranks passing the same `color`
  * form *out, ordered by `key` (ties by rank). A negative color takes part and gets *out = NULL.
- * It shares comm's connections and collective thread in a tag space of its own (at most 62
+ * It shares comm's connections (not its collective thread) in a tag space of its own (at most 62
  * splits per world); destroy it with terse_comm_destroy, before or after comm. */
 terse_status_t terse_comm_split(terse_comm_t* comm, int color, int key, terse_comm_t** out);
 /* After a failure (or on request: `exclude` names n_exclude live ranks to leave out; NULL and 0
