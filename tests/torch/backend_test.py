@@ -33,19 +33,14 @@ import sys
 import time
 import zlib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-SKIP = 77
+import _testlib
+from _testlib import ROOT, SKIP
+
 sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
 
 
 def require_torch():
-    try:
-        import torch  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: torch is not importable by {sys.executable} ({e})")
-        sys.exit(SKIP)
-    sys.path.insert(0, os.environ.get("TERSE_PYTHON_DIR", os.path.join(ROOT, "python")))
+    _testlib.require_torch(terse_python=True)
     import torch
     version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
     if version < (2, 8):
