@@ -11,12 +11,20 @@
 // The JSON rows also carry rmsrelerr, the root mean square of got - exact over max|exact|: the
 // maximum is one element's, the RMS what the codec does on average, and algorithms can differ in
 // one and not the other (docs/benchmarks.md, "Accuracy: two-level against flat").
+//
+// --device cuda puts send and recv in device memory (cudaMalloc), so the communicator takes its
+// device path (codecs on the GPU, docs/cuda.md); the input is the same values copied there, and
+// the check copies the result back outside the timed span. The JSON rows then also say
+// "buffers": "cuda", and carry compress_us / reduce_us: the codec parts of a call as the
+// communicator's statistics count them (for CUDA buffers the time to run the compress kernels,
+// which synchronize, and to queue the decoders), the slowest rank's, beside time_us.
 #include "subcommand.h"
 
 #include "terse/api/internal.h"
 #include "terse/collectives/engine.h"
 #include "terse/common/env.h"
 #include "terse/compressors/auto_spec.h"
+#include "terse/kernels/device.h"
 #include "terse/kernels/element_type.h"
 #include "terse/kernels/numeric.h"
 
@@ -65,6 +73,7 @@ struct Options {
   std::vector<std::string> algos;  // allreduce's algorithm (--algo), each with every codec
   std::string json;
   bool interleave = false;
+  bool cudaBuffers = false;  // --device cuda
   Input input;
 };
 
@@ -116,6 +125,8 @@ void usage(const char* name) {
       "      --algo A          auto | flat | twolevel (repeatable; each with every codec) [auto]\n"
       "      --interleave      time the codecs call by call in turn (one call of each, then\n"
       "                        again), so a load that drifts during the run hits all alike\n"
+      "      --device D        host | cuda: where send and recv live; cuda exits 77 (skip)\n"
+      "                        when this build or machine has no usable CUDA device [host]\n"
       "Ranks come from terse-run, mpirun, srun or torchrun (see docs/env.md).\n",
       name);
 }
@@ -195,6 +206,14 @@ int parse(int argc, char** argv, Options* o) {
       o->algos.push_back(v);
     } else if (a == "--interleave") {
       o->interleave = true;
+    } else if (a == "--device") {
+      std::string v = value();
+      if (v == "host")
+        o->cudaBuffers = false;
+      else if (v == "cuda")
+        o->cudaBuffers = true;
+      else
+        return bad(v.c_str());
     } else if (a == "--codec") {
       std::string v = value();
       if (v == "all")
@@ -270,6 +289,13 @@ std::vector<double> exactResult(CollectiveKind kind, DataType dt, ReduceOp op, c
 int runKind(CollectiveKind kind, int argc, char** argv) {
   Options o;
   if (int rc = parse(argc, argv, &o)) return rc == 1 ? 0 : rc;
+  // Before the communicator, so that every rank skips alike and no peer waits for one that left.
+  if (o.cudaBuffers && !device::available()) {
+    std::printf("SKIP: terse-bench %s --device cuda: %s\n", collectiveName(kind),
+                device::built() ? "no usable CUDA device on this machine"
+                                : "this build has no CUDA (TERSE_HAVE_CUDA off)");
+    return 77;
+  }
   auto created = Communicator::createFromEnv();
   if (!created.isOk()) {
     std::fprintf(stderr, "terse-bench: %s\n", created.status().toString().c_str());
@@ -283,9 +309,10 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
 
   FILE* json = nullptr;
   if (rank == 0) {
-    std::printf("# terse-bench %s: %d ranks over %s, %s, %s, %d warmup + %d timed calls\n",
+    std::printf("# terse-bench %s: %d ranks over %s, %s, %s, %d warmup + %d timed calls%s\n",
                 collectiveName(kind), n, transportOf(comm).describe().c_str(),
-                dataTypeName(o.dtype), reduceOpName(o.op), o.warmup, o.iters);
+                dataTypeName(o.dtype), reduceOpName(o.op), o.warmup, o.iters,
+                o.cudaBuffers ? ", CUDA buffers" : "");
     if (o.input.shape != Input::Shape::kUniform || o.input.seed != 0)
       std::printf("# input: %s, seed %llu\n", shapeName(o.input.shape),
                   static_cast<unsigned long long>(o.input.seed));
@@ -355,11 +382,34 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
     // fresh call before it reads it. One per codec cost 64 MiB a plan at 64 MiB (1.2 GB a rank
     // for bench-network.sh's ten codecs and two algorithms, 8 ranks of which filled this machine).
     std::vector<uint8_t> recv(recvCount * es, 0);
+    // --device cuda: the same input in device memory; the calls read and write only these.
+    device::DeviceBuffer dsend, drecv;
+    const void* sendPtr = send.data();
+    void* recvPtr = recv.data();
+    auto deviceFail = [&](const Status& st) {
+      std::fprintf(stderr, "[rank %d] terse-bench: device buffers: %s\n", rank,
+                   st.toString().c_str());
+      return 1;
+    };
+    if (o.cudaBuffers) {
+      // reserve(0) may hand back no memory: one byte keeps the pointers device pointers.
+      auto s = dsend.reserve(std::max<size_t>(send.size(), 1));
+      if (!s.isOk()) return deviceFail(s.status());
+      auto d = drecv.reserve(std::max<size_t>(recv.size(), 1));
+      if (!d.isOk()) return deviceFail(d.status());
+      Status st = device::copyAsync(dsend.data(), send.data(), send.size(), nullptr);
+      if (st.isOk()) st = device::zeroAsync(drecv.data(), recv.size(), nullptr);
+      if (st.isOk()) st = device::synchronize(nullptr);
+      if (!st.isOk()) return deviceFail(st);
+      sendPtr = dsend.data();
+      recvPtr = drecv.data();
+    }
     // Per codec: residuals, options, and what its timed calls took and sent.
     struct Run {
       std::unique_ptr<ErrorFeedback> ef;
       CollectiveOptions opts;
       double seconds = 0;
+      double compressSeconds = 0, reduceSeconds = 0;  // the statistics' codec parts
       uint64_t wire = 0;
       std::string chosen;  // the codec that ran the last call (auto's pick)
       std::string ran;     // the algorithm that ran the last timed call (auto's choice)
@@ -378,14 +428,21 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       Run& run = runs[c];
       switch (kind) {
         case CollectiveKind::kAllReduce:
-          return comm.allreduce(send.data(), recv.data(), count, o.dtype, o.op, run.opts);
+          return comm.allreduce(sendPtr, recvPtr, count, o.dtype, o.op, run.opts);
         case CollectiveKind::kReduceScatter:
-          return comm.reduceScatter(send.data(), recv.data(), count, o.dtype, o.op, run.opts);
+          return comm.reduceScatter(sendPtr, recvPtr, count, o.dtype, o.op, run.opts);
         case CollectiveKind::kAllGather:
-          return comm.allgather(send.data(), recv.data(), count, o.dtype, run.opts);
+          return comm.allgather(sendPtr, recvPtr, count, o.dtype, run.opts);
         case CollectiveKind::kBarrier: break;  // not a benchmarked collective
       }
       return Status::ok();
+    };
+    // This kind's statistics (their codec parts are read around each timed call).
+    auto kindStats = [&] {
+      CollectiveStats s = comm.stats();
+      return kind == CollectiveKind::kAllReduce       ? s.allreduce
+             : kind == CollectiveKind::kReduceScatter ? s.reduceScatter
+                                                      : s.allgather;
     };
     auto timed = [&](size_t c) {
       // Which algorithm the call ran, from the statistics' count per algorithm (read outside
@@ -393,11 +450,15 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       std::map<std::string, uint64_t> algoCalls;
       if (plans[c].algo == "auto") algoCalls = comm.stats().algorithmCalls;
       uint64_t sentBefore = comm.bytesSent();
+      const CollectiveStats::Kind before = kindStats();
       auto t0 = std::chrono::steady_clock::now();
       Status st = call(c);
       runs[c].seconds +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       runs[c].wire += comm.bytesSent() - sentBefore;
+      const CollectiveStats::Kind after = kindStats();
+      runs[c].compressSeconds += after.compressSeconds - before.compressSeconds;
+      runs[c].reduceSeconds += after.reduceSeconds - before.reduceSeconds;
       if (plans[c].algo == "auto" && st.isOk())
         for (const auto& [name, calls] : comm.stats().algorithmCalls)
           if (calls > algoCalls[name]) runs[c].ran = name;
@@ -438,6 +499,11 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
       if (run.ef) run.ef->reset();
       if (o.check) st = call(c);
       if (!st.isOk()) return fail(st);
+      if (o.check && o.cudaBuffers) {  // the result back to the host, outside the timed span
+        st = device::copyAsync(recv.data(), drecv.data(), recv.size(), nullptr);
+        if (st.isOk()) st = device::synchronize(nullptr);
+        if (!st.isOk()) return deviceFail(st);
+      }
       // Slowest rank's time, and the largest error anywhere, via an uncompressed allgather.
       double err = 0, maxRef = 0, squares = 0;
       if (o.check && count > 0) {
@@ -449,17 +515,24 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
           maxRef = std::max(maxRef, std::fabs(ref[i]));
         }
       }
-      // Time, largest error, largest |exact| and mean squared error of this rank's elements.
-      constexpr int kStats = 4;
+      // Time, largest error, largest |exact|, mean squared error of this rank's elements, and
+      // the codec parts of the time (compress, reduce).
+      constexpr int kStats = 6;
       std::vector<float> stats(kStats * n, 0.0f),
-          mineStats = {float(us), float(err), float(maxRef),
-                       float(recvCount ? squares / double(recvCount) : 0.0)};
+          mineStats = {float(us),
+                       float(err),
+                       float(maxRef),
+                       float(recvCount ? squares / double(recvCount) : 0.0),
+                       float(run.compressSeconds * 1e6 / o.iters),
+                       float(run.reduceSeconds * 1e6 / o.iters)};
       // Every rank sends exactly kStats values: the balanced split of kStats * n gives each that.
       st = comm.allgather(mineStats.data(), stats.data(), kStats * n, DataType::kFloat32);
       if (!st.isOk()) return fail(st);
-      double tmax = 0, emax = 0, rmax = 0, meanSquares = 0;
+      double tmax = 0, emax = 0, rmax = 0, meanSquares = 0, compressUs = 0, reduceUs = 0;
       for (int r = 0; r < n; ++r) {
         tmax = std::max<double>(tmax, stats[kStats * r]);
+        compressUs = std::max<double>(compressUs, stats[kStats * r + 4]);
+        reduceUs = std::max<double>(reduceUs, stats[kStats * r + 5]);
         emax = std::max<double>(emax, stats[kStats * r + 1]);
         rmax = std::max<double>(rmax, stats[kStats * r + 2]);
         // Weighted by how many elements rank r holds (reduce-scatter's parts differ by one).
@@ -495,13 +568,14 @@ int runKind(CollectiveKind kind, int argc, char** argv) {
               "\"algbw_gbs\": %.6f, "
               "\"busbw_gbs\": %.6f, \"wire_bytes\": %.0f, \"ratio\": %.4f, "
               "\"maxrelerr\": %.6e, \"rmsrelerr\": %.6e, \"input\": \"%s\", \"seed\": %llu, "
-              "\"chosen\": \"%s\"}",
+              "\"chosen\": \"%s\", \"buffers\": \"%s\", \"compress_us\": %.3f, "
+              "\"reduce_us\": %.3f}",
               firstRow ? "" : ",\n", collectiveName(kind), n, transportOf(comm).describe().c_str(),
               count * es, count, dataTypeName(o.dtype), reduceOpName(o.op), label,
               plans[c].algoLabel.c_str(), tmax, algbw, algbw * busFactor, wire,
               wire > 0 ? plain / wire : 0.0, o.check ? rel : 0.0, o.check ? rms : 0.0,
               shapeName(o.input.shape), static_cast<unsigned long long>(o.input.seed),
-              run.chosen.c_str());
+              run.chosen.c_str(), o.cudaBuffers ? "cuda" : "host", compressUs, reduceUs);
       }
       firstRow = false;
     }
