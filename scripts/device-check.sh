@@ -7,25 +7,39 @@
 # Uses the folder scripts/device-prepare.sh filled (${TERSE_DEVICE_KIT:-.device-kit}: Debian
 # packages, unpacked into a private prefix inside it, never into /), configures and builds only
 # what the checks need for the GPU it finds (its compute capability, every core), then runs each
-# stage timed, a failure reported without stopping the rest (in the order 2, 3, 4, 1: the quick
-# ones first, so a slow test suite cannot starve them of the budget):
-#   1 gpu-tests  ctest -L gpu (kernels, device codecs and collectives, CollNet GPU buffers) and
-#                OneBitAdam.DevicePathMatchesHost; compute-sanitizer memcheck over the kernel
-#                tests while time allows
-#   2 gpu-bench  terse-bench gpukernels: GB/s of every codec kernel against a device-to-device
-#                copy in the same run; goal: fp16, bf16, int8, fp8, mxfp8, mxfp4 >= 0.8 of it
-#   3 torch-cuda tests/torch/cuda_tensors_test.py gpu: the DDP hook with every codec and
-#                OneBitAdam on CUDA tensors, 2 ranks on the GPU
-#   4 nccl-net / nccl-collnet  tests/gpu/nccl_plugin_job.py: torch's NCCL backend, 2 processes
-#                as 2 hosts, bytes through libnccl-net-terse.so; then CollNet with int8
-# and writes OUT/summary.json and OUT/summary.md (plus OUT/check.log, every stage's output),
-# all within TERSE_DEVICE_BUDGET_S (480 s). Exit 0 when no stage that ran failed.
+# stage timed, under its own limit, a failure reported without stopping the rest, most valuable
+# first (the limits; what an H200 is expected to take, docs/cuda.md, "Checking on a lent GPU"):
+#   gpu-bench    (60 s; ~2)   terse-bench gpukernels: GB/s of every codec kernel against a
+#                device-to-device copy in the same run; goal: fp16, bf16, int8, fp8, mxfp8, mxfp4
+#                >= 0.8 of it
+#   nccl-net / nccl-collnet (60 s each; ~8, ~18)  tests/gpu/nccl_plugin_job.py: torch's NCCL
+#                backend, 2 processes as 2 hosts, bytes through libnccl-net-terse.so; then CollNet
+#                with int8
+#   nccl-perf    (100 s; ~80) tests/gpu/nccl_perf_job.py allreduce: busbw from 4 MiB to 1 GiB
+#                over loopback with NCCL's Socket, terse's net plugin and its CollNet with none,
+#                fp16, int8, mxfp8
+#   netem        (100 s; ~95, ~1 where namespaces are refused) the same over emulated links
+#                (namespaces + tc, scripts/lib/netns.sh) at 10 and 25 Gbit/s, and DDP at 10
+#   ddp          (80 s; ~75)  nccl_perf_job.py ddp: a ~100M-parameter transformer, steps/s and
+#                loss with Socket and with CollNet int8, up to 200 steps each as time allows
+#   gpu-tests    (90 s; ~33)  ctest -L gpu (kernels, device codecs and collectives, CollNet GPU
+#                buffers) and OneBitAdam.DevicePathMatchesHost
+#   coll-device  (75 s; ~55)  terse-bench allreduce/reducescatter/allgather, every codec, CUDA
+#                and host buffers, 2 and 4 ranks on the GPU; the overlap run
+#   torch-cuda   (60 s; ~14)  tests/torch/cuda_tensors_test.py gpu: the DDP hook with every
+#                codec and OneBitAdam on CUDA tensors, 2 ranks on the GPU
+#   memcheck     (what is left, at most 150 s) compute-sanitizer over the kernel tests
+# and writes OUT/summary.json and OUT/summary.md (plus OUT/check.log, every stage's output, and
+# busbw.png where a Python has matplotlib), all within TERSE_DEVICE_BUDGET_S (480 s).
+# Exit 0 when no stage that ran failed.
 #
 # --dry-run (no GPU needed; ctest's Scripts.DeviceCheckDryRun): configures a fresh build from the
 # kit and checks that UCX, zstd, GoogleTest and Google Benchmark came from it, links and runs a
 # probe against the kit's libraries, and runs stages 1-4 against an existing build
 # (--build-dir, default TERSE_BUILD_DIR or build) where it is built, each of which must report
-# its skip cleanly; it builds nothing else.
+# its skip cleanly; the new stages also run their CPU-side logic (the NCCL jobs' plans and their
+# timer and DDP step as gloo smoke tests on the CPU, terse-bench on host buffers), so the summary
+# parses real output and draws its plot; it builds nothing else.
 set -uo pipefail
 set -a   # every variable below is exported: stages run their functions in a child bash (timeout): stages run their functions in a child bash (timeout)
 cd "$(dirname "$0")/.."
@@ -223,7 +237,7 @@ configure() {
   fi
 }
 targets=(gpu_kernels_test gpu_device_codecs_test gpu_device_collectives_test plugin_collnet_gpu_test
-         optim_test terse-bench terse_c nccl-net-terse)
+         optim_test terse-bench terse-run terse_c nccl-net-terse)
 if [ $kit_ok = 1 ] || [ $dry = 0 ]; then
   stage configure 150 configure
 else
@@ -245,7 +259,7 @@ built() { [ -x "$bdir/bin/$1" ] || [ -e "$bdir/lib/$1" ]; }
 export TERSE_LIBRARY=$bdir/lib/libterse.so
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 
-# ---- 2: GPU codec bandwidth against a device copy ---------------------------------------------
+# ---- GPU codec bandwidth against a device copy ---------------------------------------------
 if built terse-bench && ! "$bdir/bin/terse-bench" --help 2>&1 | grep -q gpukernels; then
   record gpu-bench skip 0 "terse-bench in $bdir has no gpukernels (a build without CUDA)"
 elif built terse-bench && [ $gpu = 1 ]; then
@@ -256,26 +270,127 @@ else
   record gpu-bench skip 0 "terse-bench not built in $bdir"
 fi
 
-# ---- 3: PyTorch on CUDA tensors -------------------------------------------------------------
-if built libterse.so; then
-  stage torch-cuda 120 "$py" tests/torch/cuda_tensors_test.py gpu --work "$logs/torch-cuda" \
-    --json "$logs/torch-cuda.json" --timeout 110
-else
-  record torch-cuda skip 0 "libterse.so not built in $bdir"
-fi
-
-# ---- 4: a real NCCL job through the plugin --------------------------------------------------
+# ---- a real NCCL job through the plugin --------------------------------------------------
 if built libnccl-net-terse.so; then
-  stage nccl-net 90 "$py" tests/gpu/nccl_plugin_job.py net --plugin "$bdir/lib/libnccl-net-terse.so" \
-    --work "$logs/nccl" --timeout 80
-  stage nccl-collnet 90 "$py" tests/gpu/nccl_plugin_job.py collnet --codec int8 \
-    --plugin "$bdir/lib/libnccl-net-terse.so" --work "$logs/nccl" --timeout 80
+  stage nccl-net 60 "$py" tests/gpu/nccl_plugin_job.py net --plugin "$bdir/lib/libnccl-net-terse.so" \
+    --work "$logs/nccl" --timeout 50
+  stage nccl-collnet 60 "$py" tests/gpu/nccl_plugin_job.py collnet --codec int8 \
+    --plugin "$bdir/lib/libnccl-net-terse.so" --work "$logs/nccl" --timeout 50
 else
   record nccl-net skip 0 "libnccl-net-terse.so not built in $bdir"
   record nccl-collnet skip 0 "libnccl-net-terse.so not built in $bdir"
 fi
 
-# ---- 1: the GPU tests ----------------------------------------------------------------------
+# ---- issue 45: NCCL jobs timed end to end (tests/gpu/nccl_perf_job.py) ---------------------
+# Without a GPU (the dry run) each stage prints its jobs' plans and runs the job script's gloo
+# smoke test on the CPU (link "cpu-smoke"), so the summary parses and plots real output, then
+# reports its skip.
+perf_transports="socket net collnet-none collnet-fp16 collnet-int8 collnet-mxfp8"
+perf_job() {
+  "$py" "$root/tests/gpu/nccl_perf_job.py" "$@" --plugin "$bdir/lib/libnccl-net-terse.so"
+}
+export -f perf_job   # the stages run their functions in a child bash
+# Each job stops starting sizes after --seconds (start-up and NCCL's set-up come on top, ~5 s).
+nccl_perf() {
+  local t rc=0 ok=0
+  if [ $gpu = 0 ]; then
+    for t in $perf_transports; do perf_job allreduce --transport "$t" --plan >/dev/null || return 1; done
+    perf_job allreduce --device cpu --transport socket --link cpu-smoke --min 4K --max 64K \
+      --factor 4 --time-per-size 0.02 --seconds 20 --work "$logs/nccl-perf" || return 1
+    echo "SKIP: no GPU: the plans of $(echo $perf_transports | wc -w) jobs printed, the timer's gloo smoke test ran on the CPU"
+    return 77
+  fi
+  for t in $perf_transports; do
+    if perf_job allreduce --transport "$t" --work "$logs/nccl-perf" --seconds 8 \
+        --time-per-size 0.25; then ok=$((ok + 1)); else rc=1; fi
+  done
+  echo "ok: $ok of $(echo $perf_transports | wc -w) transports timed, 4 MiB to 1 GiB over loopback"
+  return $rc
+}
+if built libnccl-net-terse.so; then
+  stage nccl-perf 100 nccl_perf
+else
+  record nccl-perf skip 0 "libnccl-net-terse.so not built in $bdir"
+fi
+
+# Emulated links: two namespaces joined by a bridge, shaped by tc (scripts/lib/netns.sh, as
+# scripts/bench-network.sh). Where the machine refuses (no root, no netns in the container, no
+# sch_tbf, or CUDA unusable inside a namespace) the stage skips and records why.
+netem_prefix=tdc
+netem() {
+  # shellcheck source=lib/netns.sh
+  . "$root/scripts/lib/netns.sh"
+  local net=10.47.0 rate t rc=0 sizes=(--min 4M --max 256M --factor 4)
+  if ! netns_usable; then echo "SKIP: emulated links unavailable: $NETNS_ERROR"; return 77; fi
+  if [ $gpu = 0 ]; then
+    perf_job allreduce --transport collnet-int8 --netns $netem_prefix --addr-net $net "${sizes[@]}" --plan || return 1
+    echo "SKIP: no GPU (namespaces usable here; the plan printed, none created)"
+    return 77
+  fi
+  trap 'netns_delete $netem_prefix' EXIT
+  trap 'netns_delete $netem_prefix; exit 1' TERM INT
+  netns_delete $netem_prefix
+  if ! netns_setup $netem_prefix $net 2 || ! netns_wait_reachable $netem_prefix $net 2; then
+    echo "SKIP: emulated links unavailable: $NETNS_ERROR"
+    return 77
+  fi
+  local probe
+  if ! probe=$(ip netns exec $netem_prefix-h1 "$py" -c 'import torch; print(torch.cuda.device_count())' 2>&1) ||
+    [ "$(echo "$probe" | tail -1)" = 0 ]; then
+    echo "SKIP: CUDA is not usable inside a network namespace here: $(echo "$probe" | tail -1)"
+    return 77
+  fi
+  for rate in 10 25; do
+    netns_shape $netem_prefix 2 $rate || { echo "SKIP: $NETNS_ERROR"; return 77; }
+    # The targets' pair first (Socket, CollNet int8), then the rest as time allows.
+    local list="socket collnet-int8"
+    [ $rate = 10 ] && list="socket collnet-int8 net"
+    for t in $list; do
+      perf_job allreduce --transport "$t" --netns $netem_prefix --addr-net $net --link "${rate}gbit" \
+        "${sizes[@]}" --seconds 6 --time-per-size 0.2 --work "$logs/netem" || rc=1
+    done
+    if [ $rate = 10 ]; then
+      for t in socket collnet-int8; do
+        perf_job ddp --transport "$t" --netns $netem_prefix --addr-net $net --link 10gbit \
+          --seconds 14 --work "$logs/netem" || rc=1
+      done
+    fi
+  done
+  [ $rc = 0 ] && echo "ok: 10 and 25 Gbit/s emulated links (netns + tc tbf): allreduce and DDP timed"
+  return $rc
+}
+if built libnccl-net-terse.so; then
+  stage netem 100 netem
+  # A stage killed at its limit cannot clean up after itself: no namespace outlives the check.
+  (. "$root/scripts/lib/netns.sh" && [ "$(id -u)" = 0 ] && netns_delete $netem_prefix) 2>/dev/null || true
+else
+  record netem skip 0 "libnccl-net-terse.so not built in $bdir"
+fi
+
+# DDP on the ~100M-parameter transformer over loopback: Socket, then CollNet int8, up to 200
+# steps each in 30 s (what does not fit is said in the summary: the steps both ran).
+ddp() {
+  local t rc=0
+  if [ $gpu = 0 ]; then
+    # One run (the comparison of two is unit-tested on recorded samples): the dry run stays short.
+    perf_job ddp --device cpu --transport socket --link cpu-smoke --layers 1 --width 32 --seq 16 \
+      --batch 2 --steps 4 --warmup 1 --seconds 30 --work "$logs/ddp" || return 1
+    echo "SKIP: no GPU: the DDP step's gloo smoke test ran on the CPU (tiny model)"
+    return 77
+  fi
+  for t in socket collnet-int8; do
+    perf_job ddp --transport "$t" --steps 200 --seconds 30 --work "$logs/ddp" || rc=1
+  done
+  [ $rc = 0 ] && echo "ok: DDP steps/s and losses with Socket and CollNet int8 over loopback"
+  return $rc
+}
+if built libnccl-net-terse.so; then
+  stage ddp 80 ddp
+else
+  record ddp skip 0 "libnccl-net-terse.so not built in $bdir"
+fi
+
+# ---- the GPU tests ----------------------------------------------------------------------
 gpu_tests() {
   local rc=0 ran b
   local bins=(gpu_kernels_test gpu_device_codecs_test gpu_device_collectives_test plugin_collnet_gpu_test)
@@ -310,10 +425,58 @@ gpu_tests() {
   echo "ok: $ran gpu tests and OneBitAdam.DevicePathMatchesHost passed"
 }
 if built gpu_kernels_test; then
-  stage gpu-tests 200 gpu_tests
+  stage gpu-tests 90 gpu_tests
 else
   record gpu-tests skip 0 "not built in $bdir (a CPU-only build?)"
 fi
+# ---- issue 45: collectives on device buffers (terse-bench --device cuda) -------------------
+# Every codec, CUDA then host buffers, 2 and 4 ranks sharing the GPU, 32 MiB; then the overlap
+# run: the same CUDA allreduce with one pipeline segment per chunk (TERSE_SEGMENT_BYTES = 1 GiB)
+# against the default segments (1 MiB), whose compress kernels overlap the previous segment's
+# transfer. Each invocation has its own limit, so one slow run costs only its share.
+coll_device() {
+  local np kind buf rc=0 runs=0
+  local bench=("$bdir/bin/terse-run") common=(-b 32M -e 32M -n 3 -w 1 --codec all)
+  mkdir -p "$logs/coll"
+  if [ $gpu = 0 ]; then
+    timeout 60 "${bench[@]}" -n 2 "$bdir/bin/terse-bench" allreduce -b 64K -e 64K -n 1 -w 0 \
+      --codec none --codec int8 -J "$logs/coll/2-allreduce-host.json" || return 1
+    timeout 60 "${bench[@]}" -n 2 "$bdir/bin/terse-bench" allreduce -b 64K --device cuda
+    [ $? = 77 ] || { echo "FAIL: terse-bench --device cuda did not skip without a GPU"; return 1; }
+    echo "SKIP: no GPU: host buffers ran (64 KiB), --device cuda skipped as it must"
+    return 77
+  fi
+  one() {  # NP KIND BUF [TAG [ENV...]]
+    local np=$1 kind=$2 buf=$3 tag=${4:+-$4}
+    shift 4 2>/dev/null || shift 3
+    echo "== $np ranks, $kind, $buf buffers${tag}"
+    env "$@" timeout 40 "${bench[@]}" -n "$np" "$bdir/bin/terse-bench" "$kind" "${common[@]}" \
+      --device "$buf" -J "$logs/coll/$np-$kind-$buf$tag.json" || rc=1
+    runs=$((runs + 1))
+  }
+  for kind in allreduce reducescatter allgather; do one 2 $kind cuda; done
+  one 2 allreduce cuda serial TERSE_SEGMENT_BYTES=1073741824
+  for kind in allreduce reducescatter allgather; do one 2 $kind host; done
+  for kind in allreduce reducescatter allgather; do one 4 $kind cuda; done
+  for kind in allreduce reducescatter allgather; do one 4 $kind host; done
+  [ $rc = 0 ] && echo "ok: $runs terse-bench runs on CUDA and host buffers"
+  return $rc
+}
+if built terse-bench && built terse-run; then
+  stage coll-device 75 coll_device
+else
+  record coll-device skip 0 "terse-bench or terse-run not built in $bdir"
+fi
+
+# ---- PyTorch on CUDA tensors -------------------------------------------------------------
+if built libterse.so; then
+  stage torch-cuda 60 "$py" tests/torch/cuda_tensors_test.py gpu --work "$logs/torch-cuda" \
+    --json "$logs/torch-cuda.json" --timeout 55
+else
+  record torch-cuda skip 0 "libterse.so not built in $bdir"
+fi
+
+# ---- memcheck: while time allows ----------------------------------------------------------
 memcheck() {
   local cs
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -339,17 +502,23 @@ else
 fi
 
 # ---- the summary ---------------------------------------------------------------------------
-for f in "$logs"/*.log "$logs"/nccl/*.log; do
+for f in "$logs"/*.log "$logs"/nccl/*.log "$logs"/{nccl-perf,netem,ddp}/*-rank[01].log; do
   [ -f "$f" ] || continue
   echo "===== $(basename "$f") (last 400 lines)"
   tail -n 400 "$f"
 done >"$out/check.log"
 # A failed stage's whole log comes back too (check.log keeps the last 400 lines of each), at
-# most five of them, each its last 4 MiB: the device tool returns 8 files at most.
-cut -f1,2 "$results" | awk -F'\t' '$2 == "fail" {print $1}' | head -5 | while read -r name; do
+# most four of them, each its last 4 MiB: the device tool returns 8 files at most (with
+# summary.json, summary.md, check.log and busbw.png).
+cut -f1,2 "$results" | awk -F'\t' '$2 == "fail" {print $1}' | head -4 | while read -r name; do
   [ -f "$logs/$name.log" ] && tail -c 4194304 "$logs/$name.log" >"$out/failed-$name.log"
 done
-python3 "$root/scripts/device-summary.py" --logs "$logs" --out "$out" --dry-run "$dry" \
+# The summary's Python: the first with matplotlib (for the bus bandwidth plot), else python3.
+summary_py=python3
+for cand in python3 /usr/bin/python3 "$py"; do
+  if "$cand" -c 'import matplotlib' >/dev/null 2>&1; then summary_py=$cand; break; fi
+done
+"$summary_py" "$root/scripts/device-summary.py" --logs "$logs" --out "$out" --dry-run "$dry" \
   --elapsed $(($(date +%s) - start)) --budget "$budget"
 status=$?
 rm -rf "$logs"

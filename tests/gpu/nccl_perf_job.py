@@ -244,12 +244,23 @@ def worker(args):
             out.update(ddp_run(args, torch, dist, dev, rank, world, agree, t_start))
     except Exception as e:  # noqa: BLE001 -- reported in the result
         out["failures"].append(f"rank {rank}: {type(e).__name__}: {e}")
+    for line in out["failures"]:
+        print(f"FAIL: {line}", flush=True)
     if rank == 0:
         with open(os.path.join(args.work, f"{args.name}-result0.json"), "w") as f:
             json.dump(out, f)
     try:
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001
+        pass
+    # Rank 0 serves both stores: it leaves last, so no rank loses its store while tearing down.
+    try:
+        store.add("left", 1)
+        if rank == 0:
+            deadline = time.monotonic() + 30
+            while store.add("left", 0) < world and time.monotonic() < deadline:
+                time.sleep(0.05)
+    except Exception:  # noqa: BLE001 -- a peer gone already: nothing left to wait for
         pass
     return 1 if out["failures"] else 0
 
