@@ -35,7 +35,7 @@
 #
 # --dry-run (no GPU needed; ctest's Scripts.DeviceCheckDryRun): configures a fresh build from the
 # kit and checks that UCX, zstd, GoogleTest and Google Benchmark came from it, links and runs a
-# probe against the kit's libraries, and runs stages 1-4 against an existing build
+# probe against the kit's libraries, and runs every stage against an existing build
 # (--build-dir, default TERSE_BUILD_DIR or build) where it is built, each of which must report
 # its skip cleanly; the new stages also run their CPU-side logic (the NCCL jobs' plans and their
 # timer and DDP step as gloo smoke tests on the CPU, terse-bench on host buffers), so the summary
@@ -244,7 +244,7 @@ else
   record configure skip 0 "no kit to configure from"
 fi
 if [ $dry = 1 ]; then
-  record build skip 0 "dry run: builds nothing; stages 1-4 use the existing build"
+  record build skip 0 "dry run: builds nothing; every stage uses the existing build"
   bdir=${build_dir:-${TERSE_BUILD_DIR:-build}}
   case "$bdir" in /*) ;; *) bdir=$root/$bdir ;; esac
 else
@@ -301,10 +301,12 @@ nccl_perf() {
     return 77
   fi
   for t in $perf_transports; do
+    # Within the stage's 100 s: a job takes its 8 s plus ~6 s of start-up and set-up.
+    if [ $SECONDS -gt 85 ]; then echo "NOTE: no time left for $t"; continue; fi
     if perf_job allreduce --transport "$t" --work "$logs/nccl-perf" --seconds 8 \
         --time-per-size 0.25; then ok=$((ok + 1)); else rc=1; fi
   done
-  echo "ok: $ok of $(echo $perf_transports | wc -w) transports timed, 4 MiB to 1 GiB over loopback"
+  [ $rc = 0 ] && echo "ok: $ok of $(echo $perf_transports | wc -w) transports timed, 4 MiB to 1 GiB over loopback"
   return $rc
 }
 if built libnccl-net-terse.so; then
@@ -346,13 +348,15 @@ netem() {
     local list="socket collnet-int8"
     [ $rate = 10 ] && list="socket collnet-int8 net"
     for t in $list; do
+      if [ $SECONDS -gt 88 ]; then echo "NOTE: no time left for $t at $rate Gbit/s"; continue; fi
       perf_job allreduce --transport "$t" --netns $netem_prefix --addr-net $net --link "${rate}gbit" \
-        "${sizes[@]}" --seconds 6 --time-per-size 0.2 --work "$logs/netem" || rc=1
+        "${sizes[@]}" --seconds 5 --time-per-size 0.2 --work "$logs/netem" || rc=1
     done
     if [ $rate = 10 ]; then
       for t in socket collnet-int8; do
+        if [ $SECONDS -gt 80 ]; then echo "NOTE: no time left for DDP $t"; continue; fi
         perf_job ddp --transport "$t" --netns $netem_prefix --addr-net $net --link 10gbit \
-          --seconds 14 --work "$logs/netem" || rc=1
+          --seconds 12 --work "$logs/netem" || rc=1
       done
     fi
   done
@@ -380,7 +384,7 @@ ddp() {
   fi
   for t in socket collnet-int8; do
     perf_job ddp --transport "$t" --steps 200 --seconds 30 --work "$logs/ddp" || rc=1
-  done
+  done  # 2 x (30 s + ~6 s of start-up and teardown) in the stage's 80
   [ $rc = 0 ] && echo "ok: DDP steps/s and losses with Socket and CollNet int8 over loopback"
   return $rc
 }
@@ -449,6 +453,9 @@ coll_device() {
   one() {  # NP KIND BUF [TAG [ENV...]]
     local np=$1 kind=$2 buf=$3 tag=${4:+-$4}
     shift 4 2>/dev/null || shift 3
+    # The stage's 75 s: no run starts that could not finish (each is bounded at 40 s, most
+    # take ~4 s); the rest is said, not timed out.
+    if [ $SECONDS -gt 60 ]; then echo "NOTE: no time left for $np ranks $kind $buf$tag"; return; fi
     echo "== $np ranks, $kind, $buf buffers${tag}"
     env "$@" timeout 40 "${bench[@]}" -n "$np" "$bdir/bin/terse-bench" "$kind" "${common[@]}" \
       --device "$buf" -J "$logs/coll/$np-$kind-$buf$tag.json" || rc=1

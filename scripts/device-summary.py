@@ -251,6 +251,8 @@ def plot_busbw(rows, out_dir, title):
             st = plot_network.style_for(t, order)
             label = {"socket": "NCCL Socket", "net": "terse net plugin"}.get(
                 t, t.replace("collnet-", "terse CollNet "))
+            if link == "cpu-smoke":  # the dry run's gloo stand-in measures no transport
+                label = f"gloo smoke test (as {t})"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, color=st["color"],
                     linestyle=st["linestyle"], marker=st["marker"])
         m = re.fullmatch(r"(\d+)gbit", link)
