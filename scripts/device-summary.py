@@ -323,6 +323,9 @@ def job_markdown(summary):
                f"(batch {d.get('batch')} x {d.get('seq')} tokens a rank), "
                f"{d.get('steps_per_s', 0):.3f} steps/s; loss "
                + (f"{losses[0]:.4f} -> {losses[-1]:.4f}" if losses else "-")
+               + (f"; NCCL's algorithms (calls): " + ", ".join(
+                   f"{k} {v}" for k, v in sorted(d["nccl_algorithms"].items()))
+                  if d.get("nccl_algorithms") else "")
                + ("; " + "; ".join(d["failures"]) if d.get("failures") else "")]
     if summary.get("plots") or summary.get("plot_note"):
         md += ["", "Plots: " + (", ".join(summary.get("plots") or []) or summary["plot_note"])]

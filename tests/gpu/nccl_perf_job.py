@@ -80,8 +80,9 @@ def rank_env(transport, rank, world, plugin, iface, master, port, store_port):
     env = {"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master,
            "MASTER_PORT": str(port), "TERSE_JOB_STORE_PORT": str(store_port), "NCCL_HOSTID": f"terse-host-{rank}",
            "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
-           "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,TUNING",
-           "NCCL_SOCKET_IFNAME": iface, "CUDA_VISIBLE_DEVICES": "0"}
+           "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,TUNING,COLL",
+           "NCCL_SOCKET_IFNAME": iface, "GLOO_SOCKET_IFNAME": iface,
+           "CUDA_VISIBLE_DEVICES": "0"}
     if transport == "socket":
         # No plugin named (the driver also drops an inherited NCCL_NET_PLUGIN): NCCL's own.
         env.update(NCCL_NET="Socket", NCCL_COLLNET_ENABLE="0")
@@ -108,8 +109,17 @@ def algorithms_from_log(text):
     return out
 
 
+def algorithm_counts(text):
+    """How many calls NCCL ran with each 'ALGO/proto' (whether CollNet carried DDP's buckets)."""
+    counts = {}
+    for m in ALGO.finditer(text):
+        key = f"{m.group(2)}/{m.group(3)}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def log_facts(text):
-    return {"net_plugin_loaded": bool(re.search(r"Loaded net plugin", text)),
+    return {"nccl_algorithms": algorithm_counts(text),"net_plugin_loaded": bool(re.search(r"Loaded net plugin", text)),
             "using_network": (re.search(r"Using network (\S+)", text) or [None, None])[1],
             "collnet_connected": bool(re.search(r"CollNet/terse : rank \d+ of \d+ connected",
                                                 text))}
