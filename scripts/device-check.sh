@@ -350,13 +350,13 @@ netem() {
     for t in $list; do
       if [ $SECONDS -gt 88 ]; then echo "NOTE: no time left for $t at $rate Gbit/s"; continue; fi
       perf_job allreduce --transport "$t" --netns $netem_prefix --addr-net $net --link "${rate}gbit" \
-        "${sizes[@]}" --seconds 5 --time-per-size 0.2 --work "$logs/netem" || rc=1
+        --tag "-${rate}gbit" "${sizes[@]}" --seconds 5 --time-per-size 0.2 --work "$logs/netem" || rc=1
     done
     if [ $rate = 10 ]; then
       for t in socket collnet-int8; do
         if [ $SECONDS -gt 80 ]; then echo "NOTE: no time left for DDP $t"; continue; fi
         perf_job ddp --transport "$t" --netns $netem_prefix --addr-net $net --link 10gbit \
-          --seconds 12 --work "$logs/netem" || rc=1
+          --tag -10gbit --seconds 12 --work "$logs/netem" || rc=1
       done
     fi
   done
