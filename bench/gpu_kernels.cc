@@ -183,9 +183,19 @@ int gpuKernelsMain(int argc, char** argv) {
          return kc::int8Quantize(in, n, int8Block, kernels::Rounding::kNearest, 0, 0, residual,
                                  scales, q, stream);
        }},
+      {"int8Quantize f32", 5,
+       [&] {
+         return kc::int8Quantize(in, n, int8Block, kernels::Rounding::kNearest, 0, 0, nullptr,
+                                 scales, q, stream);
+       }},
       {"int8Quantize f32 stochastic", 5,
        [&] {
          return kc::int8Quantize(in, n, int8Block, kernels::Rounding::kStochastic, 1, 0, nullptr,
+                                 scales, q, stream);
+       }},
+      {"int8Quantize f32 stoch +residual", 13,
+       [&] {
+         return kc::int8Quantize(in, n, int8Block, kernels::Rounding::kStochastic, 1, 0, residual,
                                  scales, q, stream);
        }},
       {"int8Dequantize f32", 5,
@@ -194,6 +204,8 @@ int gpuKernelsMain(int argc, char** argv) {
        [&] { return kc::int8DequantizeAccumulate(scales, q, n, int8Block, acc, stream); }},
       {"onebitCompress f32 +residual", 12.125,
        [&] { return kc::onebitCompress(in, n, onebitBlock, residual, scales, bits, stream); }},
+      {"onebitCompress f32", 4.125,
+       [&] { return kc::onebitCompress(in, n, onebitBlock, nullptr, scales, bits, stream); }},
       {"onebitDecompress f32", 4.125,
        [&] { return kc::onebitDecompress(scales, bits, n, onebitBlock, out, stream); }},
       {"onebitDecompressAccumulate", 8.125,
@@ -217,7 +229,7 @@ int gpuKernelsMain(int argc, char** argv) {
                                 {"mxfp4", kc::LowbitFormat::kMxfp4, kernels::kMxBlock},
                                 {"int4", kc::LowbitFormat::kInt4, 64}};
   std::vector<std::string> names;  // the cases keep pointers to these
-  names.reserve(4 * 4);
+  names.reserve(4 * 5);
   for (const LowbitCase& l : lowbits) {
     const double code = kernels::lowbitIsNibbles(l.format) ? 0.5 : 1.0;
     const double scale = static_cast<double>(kernels::lowbitScaleBytes(l.format)) / l.block;
@@ -232,6 +244,11 @@ int gpuKernelsMain(int argc, char** argv) {
     cases.push_back({names.back().c_str(), 12 + code + scale, [&, f, block] {
                        return kc::lowbitQuantize(f, in, n, block, kernels::Rounding::kNearest, 0, 0,
                                                  residual, scales, codes, stream);
+                     }});
+    names.push_back(std::string(l.name) + "Quantize f32 stoch +residual");
+    cases.push_back({names.back().c_str(), 12 + code + scale, [&, f, block] {
+                       return kc::lowbitQuantize(f, in, n, block, kernels::Rounding::kStochastic, 1,
+                                                 0, residual, scales, codes, stream);
                      }});
     names.push_back(std::string(l.name) + "Dequantize f32");
     cases.push_back({names.back().c_str(), 4 + code + scale, [&, f, block] {

@@ -1,7 +1,9 @@
 // Elementwise CUDA kernels: casts (none/fp16/bf16 codecs), accumulation, scaling, and the
-// int8/onebit decoders. Each output element depends on one input element (plus its block's
-// scale), so every result is bitwise identical to the CPU path: both use numeric.h and the
-// build disables FMA contraction (sources.cmake) so a*b+c rounds twice on both sides.
+// int8/onebit decoders (blockcodec.cuh's group decoder). Each output element depends on one input
+// element (plus its block's scale), so every result is bitwise identical to the CPU path: both use
+// numeric.h and the build disables FMA contraction (sources.cmake) so a*b+c rounds twice on both
+// sides.
+#include "blockcodec.cuh"
 #include "launch.cuh"
 
 #include <array>
@@ -106,47 +108,6 @@ __global__ void scaleKernel(float* acc, size_t n, float scale) {
   }
 }
 
-// ---- int8 / onebit decoders ---------------------------------------------------------------
-template <typename Out>
-__global__ void int8DequantizeKernel(const float* scales, const int8_t* q, size_t n, size_t block,
-                                     Out* out) {
-  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * kThreads) {
-    num::store(out, i, num::int8Dequantize(q[i], scales[i / block]));
-  }
-}
-
-__global__ void int8DequantizeAccumulateKernel(const float* scales, const int8_t* q, size_t n,
-                                               size_t block, float* acc) {
-  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * kThreads) {
-    acc[i] = acc[i] + num::int8Dequantize(q[i], scales[i / block]);
-  }
-}
-
-__device__ __forceinline__ float onebitValue(const float* scales, const uint32_t* bits, size_t i,
-                                             size_t block) {
-  bool bit = (bits[i / 32] >> (i % 32)) & 1u;
-  return num::onebitDecode(bit, scales[i / block]);
-}
-
-template <typename Out>
-__global__ void onebitDecompressKernel(const float* scales, const uint32_t* bits, size_t n,
-                                       size_t block, Out* out) {
-  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * kThreads) {
-    num::store(out, i, onebitValue(scales, bits, i, block));
-  }
-}
-
-__global__ void onebitDecompressAccumulateKernel(const float* scales, const uint32_t* bits,
-                                                 size_t n, size_t block, float* acc) {
-  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * kThreads) {
-    acc[i] = acc[i] + onebitValue(scales, bits, i, block);
-  }
-}
-
 template <typename T>
 bool vecAligned(const T* p) {
   return detail::aligned(p, Vec4<T>::kBytes);
@@ -222,8 +183,8 @@ cudaError_t int8Dequantize(const float* scales, const int8_t* q, size_t n, size_
   if (n == 0) return cudaSuccess;
   if (block == 0 || scales == nullptr || q == nullptr || out == nullptr)
     return cudaErrorInvalidValue;
-  int8DequantizeKernel<Out><<<gridFor(n), kThreads, 0, stream>>>(scales, q, n, block, out);
-  return detail::lastLaunchError();
+  return detail::launchGroupDecode<detail::Int8Codec>(
+      scales, reinterpret_cast<const uint8_t*>(q), n, block, detail::GroupStore<Out>{out}, stream);
 }
 
 cudaError_t int8DequantizeAccumulate(const float* scales, const int8_t* q, size_t n, size_t block,
@@ -231,8 +192,8 @@ cudaError_t int8DequantizeAccumulate(const float* scales, const int8_t* q, size_
   if (n == 0) return cudaSuccess;
   if (block == 0 || scales == nullptr || q == nullptr || acc == nullptr)
     return cudaErrorInvalidValue;
-  int8DequantizeAccumulateKernel<<<gridFor(n), kThreads, 0, stream>>>(scales, q, n, block, acc);
-  return detail::lastLaunchError();
+  return detail::launchGroupDecode<detail::Int8Codec>(scales, reinterpret_cast<const uint8_t*>(q),
+                                                      n, block, detail::GroupAdd{acc}, stream);
 }
 
 template <typename Out>
@@ -241,8 +202,9 @@ cudaError_t onebitDecompress(const float* scales, const uint32_t* bits, size_t n
   if (n == 0) return cudaSuccess;
   if (block == 0 || scales == nullptr || bits == nullptr || out == nullptr)
     return cudaErrorInvalidValue;
-  onebitDecompressKernel<Out><<<gridFor(n), kThreads, 0, stream>>>(scales, bits, n, block, out);
-  return detail::lastLaunchError();
+  return detail::launchGroupDecode<detail::OnebitCodec>(
+      scales, reinterpret_cast<const uint8_t*>(bits), n, block, detail::GroupStore<Out>{out},
+      stream);
 }
 
 cudaError_t onebitDecompressAccumulate(const float* scales, const uint32_t* bits, size_t n,
@@ -250,9 +212,8 @@ cudaError_t onebitDecompressAccumulate(const float* scales, const uint32_t* bits
   if (n == 0) return cudaSuccess;
   if (block == 0 || scales == nullptr || bits == nullptr || acc == nullptr)
     return cudaErrorInvalidValue;
-  onebitDecompressAccumulateKernel<<<gridFor(n), kThreads, 0, stream>>>(scales, bits, n, block,
-                                                                        acc);
-  return detail::lastLaunchError();
+  return detail::launchGroupDecode<detail::OnebitCodec>(
+      scales, reinterpret_cast<const uint8_t*>(bits), n, block, detail::GroupAdd{acc}, stream);
 }
 
 // ---- explicit instantiations ----------------------------------------------------------------

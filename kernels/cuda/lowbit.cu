@@ -2,9 +2,12 @@
 // policies like kernels/cpu/lowbit.cc, so both write the same bytes: the scale comes from an
 // integer max (order independent), and every element from the same formulas.
 //
-// Encoding: 32-element blocks (every mx format) take one warp per block, a lane per element;
-// larger blocks take one CUDA block each, a thread per element pair. Each element is read and
-// written by one thread only, so the residual is read before it is overwritten.
+// Encoding: blocks up to tiling::kMaxRegisterBlock (every codec default: mx 32, int4 64, fp8
+// 256) take blockcodec.cuh's one-pass register kernel, a group of lanes per codec block; larger
+// blocks take one CUDA block each, a thread per element pair. Each element is read and written
+// by one thread only, so the residual is read before it is overwritten. Decoding is
+// blockcodec.cuh's group decoder.
+#include "blockcodec.cuh"
 #include "launch.cuh"
 
 #include <cub/block/block_reduce.cuh>
@@ -12,10 +15,7 @@
 namespace terse::kernels::cuda {
 namespace {
 
-using detail::gridFor;
 using detail::kThreads;
-
-constexpr int kWarpsPerBlock = kThreads / 32;
 
 struct MaxKeyOp {
   __device__ __forceinline__ uint32_t operator()(uint32_t a, uint32_t b) const {
@@ -42,32 +42,6 @@ __device__ __forceinline__ uint32_t encodeOne(const In* in, size_t i, float* res
   uint32_t c = P::encode(v, inv, st, st ? num::uniform01(seed, offset + i) : 0.0f);
   if (residual) residual[i] = num::residualOf(v, P::decode(c) * sv);
   return c;
-}
-
-// Blocks of exactly 32: warp w of the grid takes codec blocks w, w + warps, ...
-template <typename P, typename In>
-__global__ void quantizeWarpKernel(const In* in, size_t n, bool st, uint64_t seed, uint64_t offset,
-                                   float* residual, typename P::Scale* scales, uint8_t* codes) {
-  const unsigned lane = threadIdx.x & 31u;
-  size_t warp = (size_t{blockIdx.x} * kThreads + threadIdx.x) / 32;
-  size_t warps = size_t{gridDim.x} * kWarpsPerBlock;
-  size_t blocks = blockCount(n, 32);
-  for (size_t b = warp; b < blocks; b += warps) {
-    size_t i = b * 32 + lane;
-    bool inRange = i < n;
-    uint32_t key = inRange ? num::magnitudeKey(inputValue(in, residual, i)) : 0u;
-    for (int d = 16; d > 0; d >>= 1) key = MaxKeyOp{}(key, __shfl_xor_sync(0xffffffffu, key, d));
-    typename P::Scale s = P::scaleFromKey(key);
-    if (lane == 0) scales[b] = s;
-    float inv = P::factor(s), sv = P::scaleValue(s);
-    uint32_t c = inRange ? encodeOne<P>(in, i, residual, inv, sv, st, seed, offset) : 0u;
-    if constexpr (P::kNibbles) {
-      uint32_t hi = __shfl_down_sync(0xffffffffu, c, 1);
-      if (inRange && (lane & 1u) == 0) codes[i / 2] = static_cast<uint8_t>(c | (hi << 4));
-    } else {
-      if (inRange) codes[i] = static_cast<uint8_t>(c);
-    }
-  }
 }
 
 // Larger blocks: CUDA block per codec block, thread t takes element pairs 2t, 2t+1, ...
@@ -104,28 +78,6 @@ __global__ void quantizeBlockKernel(const In* in, size_t n, size_t block, bool s
   }
 }
 
-// Decoding: a thread per element pair; put(i, value) stores or accumulates.
-template <typename P, typename Put>
-__global__ void decodeKernel(const typename P::Scale* scales, const uint8_t* codes, size_t n,
-                             size_t block, Put put) {
-  size_t pairs = (n + 1) / 2;
-  for (size_t p = blockIdx.x * size_t{kThreads} + threadIdx.x; p < pairs;
-       p += size_t{gridDim.x} * kThreads) {
-    size_t i = 2 * p;
-    uint32_t lo, hi;
-    if constexpr (P::kNibbles) {
-      uint32_t byte = codes[p];
-      lo = byte & 0xfu;
-      hi = byte >> 4;
-    } else {
-      lo = codes[i];
-      hi = i + 1 < n ? codes[i + 1] : 0u;
-    }
-    put(i, P::decode(lo) * P::scaleValue(scales[i / block]));
-    if (i + 1 < n) put(i + 1, P::decode(hi) * P::scaleValue(scales[(i + 1) / block]));
-  }
-}
-
 template <typename Fn>
 cudaError_t withPolicy(LowbitFormat f, Fn&& fn) {
   switch (f) {
@@ -155,15 +107,12 @@ cudaError_t lowbitQuantize(LowbitFormat f, const In* in, size_t n, size_t block,
   return withPolicy(f, [&](auto p) {
     using P = decltype(p);
     auto* sc = static_cast<typename P::Scale*>(scales);
-    size_t blocks = blockCount(n, block);
-    if (block == 32) {
-      size_t grid = (blocks + kWarpsPerBlock - 1) / kWarpsPerBlock;
-      quantizeWarpKernel<P, In><<<gridForBlocks(grid), kThreads, 0, stream>>>(
-          in, n, st, seed, offset, residual, sc, codes);
-    } else {
-      quantizeBlockKernel<P, In><<<gridForBlocks(blocks), kThreads, 0, stream>>>(
-          in, n, block, st, seed, offset, residual, sc, codes);
+    if (detail::registerQuantizeFits(block)) {
+      return detail::launchRegisterQuantize<detail::LowbitCodec<P>>(in, n, block, st, seed, offset,
+                                                                    residual, sc, codes, stream);
     }
+    quantizeBlockKernel<P, In><<<gridForBlocks(blockCount(n, block)), kThreads, 0, stream>>>(
+        in, n, block, st, seed, offset, residual, sc, codes);
     return detail::lastLaunchError();
   });
 }
@@ -176,9 +125,9 @@ cudaError_t lowbitDequantize(LowbitFormat f, const void* scales, const uint8_t* 
     return cudaErrorInvalidValue;
   return withPolicy(f, [&](auto p) {
     using P = decltype(p);
-    decodeKernel<P><<<gridFor((n + 1) / 2), kThreads, 0, stream>>>(
-        static_cast<const typename P::Scale*>(scales), codes, n, block, detail::StoreOut<Out>{out});
-    return detail::lastLaunchError();
+    return detail::launchGroupDecode<detail::LowbitCodec<P>>(
+        static_cast<const typename P::Scale*>(scales), codes, n, block,
+        detail::GroupStore<Out>{out}, stream);
   });
 }
 
@@ -189,9 +138,9 @@ cudaError_t lowbitDequantizeAccumulate(LowbitFormat f, const void* scales, const
     return cudaErrorInvalidValue;
   return withPolicy(f, [&](auto p) {
     using P = decltype(p);
-    decodeKernel<P><<<gridFor((n + 1) / 2), kThreads, 0, stream>>>(
-        static_cast<const typename P::Scale*>(scales), codes, n, block, detail::AddTo{acc});
-    return detail::lastLaunchError();
+    return detail::launchGroupDecode<detail::LowbitCodec<P>>(
+        static_cast<const typename P::Scale*>(scales), codes, n, block, detail::GroupAdd{acc},
+        stream);
   });
 }
 

@@ -10,6 +10,7 @@
 #include "terse/kernels/cuda.h"
 #include "terse/kernels/device.h"
 #include "terse/kernels/kernels.h"
+#include "terse/kernels/tiling.h"
 
 #include <gtest/gtest.h>
 
@@ -161,6 +162,101 @@ TEST(GpuDevice, PointerKinds) {
   EXPECT_EQ(device::memoryKind(nullptr), device::MemoryKind::kHost);
 }
 
+// ---- the kernels' split of the work, emulated on the CPU (no device needed) --------------------
+// blockcodec.cuh's kernels take their index math from tiling.h; running the same functions
+// over every (warp, step, lane, chunk) of a small grid shows that each element of each codec
+// block is read and written by exactly one lane, that one lane writes each scale, and that
+// vector accesses only ever cover whole, aligned chunks inside one codec block.
+void emulateQuantizeSplit(size_t n, size_t block, size_t warps) {
+  SCOPED_TRACE("n=" + std::to_string(n) + " block=" + std::to_string(block) +
+               " warps=" + std::to_string(warps));
+  const tiling::QuantShape shape = tiling::quantShapeFor(block);
+  ASSERT_NE(shape.lanes, 0u);
+  ASSERT_EQ(tiling::kWarp % shape.lanes, 0u);
+  ASSERT_GE(size_t{shape.lanes} * shape.chunks * tiling::kChunk, block) << "block must fit";
+  const size_t blocks = tiling::blockCount(n, block);
+  std::vector<int> seen(n, 0), scaleWriters(blocks, 0);
+  for (size_t warp = 0; warp < warps; ++warp) {
+    size_t steps = 0;
+    for (size_t step = 0; tiling::codecBlockOf(warp, warps, step, 0, shape.lanes) < blocks;
+         ++step) {
+      ASSERT_LT(++steps, n + 2) << "the step loop must end";
+      for (unsigned laneInWarp = 0; laneInWarp < tiling::kWarp; ++laneInWarp) {
+        const unsigned lane = laneInWarp % shape.lanes;
+        const size_t b = tiling::codecBlockOf(warp, warps, step, laneInWarp, shape.lanes);
+        if (b < blocks && lane == 0) ++scaleWriters[b];
+        for (unsigned j = 0; j < shape.chunks; ++j) {
+          const tiling::Range r = tiling::chunkRange(n, block, b, shape.lanes, lane, j);
+          ASSERT_LE(r.first, r.last);
+          ASSERT_LE(r.last - r.first, tiling::kChunk);
+          if (r.first == r.last) continue;
+          ASSERT_LT(b, blocks);
+          ASSERT_GE(r.first, b * block);
+          ASSERT_LE(r.last, std::min(n, (b + 1) * block)) << "a chunk stays in its codec block";
+          // The kernels' vector path: block % kChunk == 0 and a full chunk.
+          if (block % tiling::kChunk == 0 && r.last - r.first == tiling::kChunk) {
+            ASSERT_EQ(r.first % tiling::kChunk, 0u);
+          }
+          if (block % tiling::kChunk == 0 && r.last - r.first < tiling::kChunk) {
+            ASSERT_EQ(r.last, n) << "only the array's tail is a partial chunk";
+          }
+          // Nibble codes pair elements 2p, 2p + 1 in one chunk: chunks start even for even blocks.
+          if (block % 2 == 0) {
+            ASSERT_EQ(r.first % 2, 0u);
+          }
+          for (size_t i = r.first; i < r.last; ++i) ++seen[i];
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "element " << i;
+  for (size_t b = 0; b < blocks; ++b) ASSERT_EQ(scaleWriters[b], 1) << "scale " << b;
+}
+
+TEST(GpuTiling, QuantizeSplitCoversEveryElementOnce) {
+  const size_t blocksUnderTest[] = {1,   2,   3,   4,   7,   8,   30,  32,  34,  60,   64,  66,
+                                    100, 128, 130, 250, 256, 260, 500, 512, 516, 1000, 1024};
+  for (size_t block : blocksUnderTest)
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{31}, size_t{33}, block - 1, block,
+                     block + 1, 3 * block + 5, size_t{1000}, size_t{4099}})
+      for (size_t warps : {1, 3, 64}) emulateQuantizeSplit(n, block, warps);
+  EXPECT_EQ(tiling::quantShapeFor(tiling::kMaxRegisterBlock + 1).lanes, 0u);
+  EXPECT_EQ(tiling::quantShapeFor(0).lanes, 0u);
+}
+
+TEST(GpuTiling, DecodeSplitCoversEveryElementOnce) {
+  for (size_t n : {0, 1, 15, 16, 17, 1000, 4099}) {
+    std::vector<int> seen(n, 0);
+    for (size_t g = 0; g < tiling::decodeGroups(n); ++g) {
+      const tiling::Range r = tiling::decodeRange(n, g);
+      ASSERT_EQ(r.first % tiling::kDecodeGroup, 0u);
+      ASSERT_LT(r.first, r.last);
+      ASSERT_LE(r.last - r.first, tiling::kDecodeGroup);
+      for (size_t i = r.first; i < r.last; ++i) ++seen[i];
+    }
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "n=" << n << " element " << i;
+  }
+}
+
+// The decoders find each element's scale with tiling::ScaleWalk (one division per group, a step
+// at each block boundary); on the CPU it lands on i / block for every element.
+TEST(GpuTiling, DecodeScaleWalkMatchesDivision) {
+  for (size_t block : {1, 2, 3, 5, 16, 17, 32, 100, 256, 4096})
+    for (size_t n : {1, 15, 16, 17, 1000, 4099}) {
+      for (size_t g = 0; g < tiling::decodeGroups(n); ++g) {
+        const tiling::Range r = tiling::decodeRange(n, g);
+        tiling::ScaleWalk walk(r.first, block);
+        for (size_t k = 0; k < tiling::kDecodeGroup; ++k) {
+          const size_t i = r.first + k;
+          if (i < r.last) walk.advance(i);
+          if (i < r.last) {
+            ASSERT_EQ(walk.index, i / block) << "block=" << block << " n=" << n << " i=" << i;
+          }
+        }
+      }
+    }
+}
+
 // ---- convert / accumulate / scale ----------------------------------------------------------
 template <typename In, typename Out>
 void checkConvert(size_t n, float scale, bool withResidual, size_t shift) {
@@ -272,12 +368,13 @@ TEST(GpuKernelsFloat, ScaleInPlaceMatchesCpuBitwise) {
 
 // ---- int8 ------------------------------------------------------------------------------------
 template <typename In>
-void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool withResidual) {
+void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool withResidual,
+               size_t shift = 0) {
   size_t n = in.size();
   SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) +
                " block=" + std::to_string(block) +
                " stochastic=" + std::to_string(rounding == Rounding::kStochastic) +
-               " residual=" + std::to_string(withResidual));
+               " residual=" + std::to_string(withResidual) + " shift=" + std::to_string(shift));
   size_t blocks = (n + block - 1) / block;
   const uint64_t seed = 0x5eed, offset = 977;
   auto residual = randomResidual(n, 41 + n);
@@ -286,9 +383,10 @@ void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool 
   cpu::int8Quantize(in.data(), n, block, rounding, seed, offset,
                     withResidual ? cpuResidual.data() : nullptr, cpuScales.data(), cpuQ.data());
 
-  DeviceArray<In> dIn(n);
-  DeviceArray<float> dResidual(n), dScales(blocks);
-  DeviceArray<int8_t> dQ(n);
+  // shift > 0: pointers off their vector alignment, so the kernels take their scalar accesses.
+  DeviceArray<In> dIn(n, shift);
+  DeviceArray<float> dResidual(n, shift), dScales(blocks);
+  DeviceArray<int8_t> dQ(n, shift);
   ASSERT_CUDA(dIn.upload(in));
   ASSERT_CUDA(dResidual.upload(residual));
   ASSERT_CUDA(cuda::int8Quantize(dIn.get(), n, block, rounding, seed, offset,
@@ -305,7 +403,7 @@ void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool 
     using Out = decltype(outTag);
     std::vector<Out> cpuOut(n);
     cpu::int8Dequantize(cpuScales.data(), cpuQ.data(), n, block, cpuOut.data());
-    DeviceArray<Out> dOut(n);
+    DeviceArray<Out> dOut(n, shift);
     ASSERT_CUDA(cuda::int8Dequantize(dScales.get(), dQ.get(), n, block, dOut.get(), nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
     expectSame(dOut.download(), cpuOut, std::string("int8 dequantize to ") + typeName<Out>());
@@ -316,7 +414,7 @@ void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool 
   auto acc = randomResidual(n, 43 + n);
   std::vector<float> cpuAcc = acc;
   cpu::int8DequantizeAccumulate(cpuScales.data(), cpuQ.data(), n, block, cpuAcc.data());
-  DeviceArray<float> dAcc(n);
+  DeviceArray<float> dAcc(n, shift);
   ASSERT_CUDA(dAcc.upload(acc));
   ASSERT_CUDA(
       cuda::int8DequantizeAccumulate(dScales.get(), dQ.get(), n, block, dAcc.get(), nullptr));
@@ -327,21 +425,32 @@ void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool 
 TYPED_TEST(GpuKernels, Int8MatchesCpuBitwise) {
   TERSE_REQUIRE_DEVICE();
   for (size_t n : kSizes)
-    for (size_t block : {256, 100, 4096})
+    // 30: not a multiple of the 4-element chunk; 1000, 1024: the largest register shape; 4096:
+    // the CUDA-block-per-codec-block kernel.
+    for (size_t block : {256, 100, 30, 1000, 1024, 4096})
       for (Rounding r : {Rounding::kNearest, Rounding::kStochastic})
         for (bool withResidual : {false, true})
           checkInt8(randomValues<TypeParam>(n, 40 + n), block, r, withResidual);
 }
 
+TYPED_TEST(GpuKernels, Int8MisalignedPointersMatchCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  for (size_t n : kSizes)
+    for (size_t block : {256, 32})
+      for (bool withResidual : {false, true})
+        checkInt8(randomValues<TypeParam>(n, 44 + n), block, Rounding::kStochastic, withResidual,
+                  1);
+}
+
 // ---- low-bit formats (fp8, mxfp8, mxfp4, int4) -------------------------------------------------
 template <typename In>
 void checkLowbit(const std::vector<In>& in, kernels::LowbitFormat f, size_t block,
-                 Rounding rounding, bool withResidual) {
+                 Rounding rounding, bool withResidual, size_t shift = 0) {
   size_t n = in.size();
   SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) + " format=" +
                std::to_string(static_cast<int>(f)) + " block=" + std::to_string(block) +
                " stochastic=" + std::to_string(rounding == Rounding::kStochastic) +
-               " residual=" + std::to_string(withResidual));
+               " residual=" + std::to_string(withResidual) + " shift=" + std::to_string(shift));
   size_t scaleBytes = ((n + block - 1) / block) * kernels::lowbitScaleBytes(f);
   size_t codeBytes = kernels::lowbitCodeBytes(f, n);
   const uint64_t seed = 0x5eed, offset = 978;  // even: nibble formats start on a byte
@@ -351,9 +460,9 @@ void checkLowbit(const std::vector<In>& in, kernels::LowbitFormat f, size_t bloc
   cpu::lowbitQuantize(f, in.data(), n, block, rounding, seed, offset,
                       withResidual ? cpuResidual.data() : nullptr, cpuScales.data(),
                       cpuCodes.data());
-  DeviceArray<In> dIn(n);
-  DeviceArray<float> dResidual(n);
-  DeviceArray<uint8_t> dScales(scaleBytes), dCodes(codeBytes);
+  DeviceArray<In> dIn(n, shift);
+  DeviceArray<float> dResidual(n, shift);
+  DeviceArray<uint8_t> dScales(scaleBytes), dCodes(codeBytes, shift);
   ASSERT_CUDA(dIn.upload(in));
   ASSERT_CUDA(dResidual.upload(residual));
   ASSERT_CUDA(cuda::lowbitQuantize(f, dIn.get(), n, block, rounding, seed, offset,
@@ -367,7 +476,7 @@ void checkLowbit(const std::vector<In>& in, kernels::LowbitFormat f, size_t bloc
     using Out = decltype(outTag);
     std::vector<Out> cpuOut(n);
     cpu::lowbitDequantize(f, cpuScales.data(), cpuCodes.data(), n, block, cpuOut.data());
-    DeviceArray<Out> dOut(n);
+    DeviceArray<Out> dOut(n, shift);
     ASSERT_CUDA(
         cuda::lowbitDequantize(f, dScales.get(), dCodes.get(), n, block, dOut.get(), nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
@@ -379,7 +488,7 @@ void checkLowbit(const std::vector<In>& in, kernels::LowbitFormat f, size_t bloc
   auto acc = randomResidual(n, 53 + n);
   std::vector<float> cpuAcc = acc;
   cpu::lowbitDequantizeAccumulate(f, cpuScales.data(), cpuCodes.data(), n, block, cpuAcc.data());
-  DeviceArray<float> dAcc(n);
+  DeviceArray<float> dAcc(n, shift);
   ASSERT_CUDA(dAcc.upload(acc));
   ASSERT_CUDA(cuda::lowbitDequantizeAccumulate(f, dScales.get(), dCodes.get(), n, block, dAcc.get(),
                                                nullptr));
@@ -396,7 +505,8 @@ TYPED_TEST(GpuKernels, LowbitMatchesCpuBitwise) {
   };
   for (F c :
        {F{LowbitFormat::kFp8E4M3, 256}, F{LowbitFormat::kFp8E5M2, 32}, F{LowbitFormat::kMxfp8, 32},
-        F{LowbitFormat::kMxfp4, 32}, F{LowbitFormat::kInt4, 64}, F{LowbitFormat::kInt4, 4096}})
+        F{LowbitFormat::kMxfp4, 32}, F{LowbitFormat::kInt4, 64}, F{LowbitFormat::kInt4, 4096},
+        F{LowbitFormat::kFp8E4M3, 34}, F{LowbitFormat::kInt4, 66}, F{LowbitFormat::kFp8E5M2, 1024}})
     for (size_t n : kSizes)
       for (Rounding r : {Rounding::kNearest, Rounding::kStochastic})
         for (bool withResidual : {false, true}) {
@@ -408,6 +518,16 @@ TYPED_TEST(GpuKernels, LowbitMatchesCpuBitwise) {
           }
           checkLowbit(in, c.f, c.block, r, withResidual);
         }
+}
+
+TYPED_TEST(GpuKernels, LowbitMisalignedPointersMatchCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  using kernels::LowbitFormat;
+  for (LowbitFormat f : {LowbitFormat::kFp8E4M3, LowbitFormat::kMxfp4, LowbitFormat::kInt4})
+    for (size_t n : kSizes)
+      for (bool withResidual : {false, true})
+        checkLowbit(randomValues<TypeParam>(n, 64 + n), f, f == LowbitFormat::kFp8E4M3 ? 256 : 32,
+                    Rounding::kStochastic, withResidual, 1);
 }
 
 TYPED_TEST(GpuKernels, Int8NonFiniteBlocksMatchCpu) {
@@ -423,10 +543,11 @@ TYPED_TEST(GpuKernels, Int8NonFiniteBlocksMatchCpu) {
 
 // ---- onebit ----------------------------------------------------------------------------------
 template <typename In>
-void checkOnebit(const std::vector<In>& in, size_t block, bool withResidual) {
+void checkOnebit(const std::vector<In>& in, size_t block, bool withResidual, size_t shift = 0) {
   size_t n = in.size();
   SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) +
-               " block=" + std::to_string(block) + " residual=" + std::to_string(withResidual));
+               " block=" + std::to_string(block) + " residual=" + std::to_string(withResidual) +
+               " shift=" + std::to_string(shift));
   size_t blocks = (n + block - 1) / block, words = (n + 31) / 32;
   auto residual = randomResidual(n, 51 + n);
   std::vector<float> cpuResidual = residual, cpuScales(blocks);
@@ -434,8 +555,8 @@ void checkOnebit(const std::vector<In>& in, size_t block, bool withResidual) {
   cpu::onebitCompress(in.data(), n, block, withResidual ? cpuResidual.data() : nullptr,
                       cpuScales.data(), cpuBits.data());
 
-  DeviceArray<In> dIn(n);
-  DeviceArray<float> dResidual(n), dScales(blocks);
+  DeviceArray<In> dIn(n, shift);
+  DeviceArray<float> dResidual(n, shift), dScales(blocks);
   DeviceArray<uint32_t> dBits(words);
   ASSERT_CUDA(dIn.upload(in));
   ASSERT_CUDA(dResidual.upload(residual));
@@ -463,7 +584,7 @@ void checkOnebit(const std::vector<In>& in, size_t block, bool withResidual) {
     using Out = decltype(outTag);
     std::vector<Out> cpuOut(n);
     cpu::onebitDecompress(gpuScales.data(), gpuBits.data(), n, block, cpuOut.data());
-    DeviceArray<Out> dOut(n);
+    DeviceArray<Out> dOut(n, shift);
     ASSERT_CUDA(cuda::onebitDecompress(dScales.get(), dBits.get(), n, block, dOut.get(), nullptr));
     ASSERT_CUDA(cudaDeviceSynchronize());
     expectSame(dOut.download(), cpuOut, std::string("onebit decompress to ") + typeName<Out>());
@@ -474,7 +595,7 @@ void checkOnebit(const std::vector<In>& in, size_t block, bool withResidual) {
   auto acc = randomResidual(n, 53 + n);
   std::vector<float> cpuAcc = acc;
   cpu::onebitDecompressAccumulate(gpuScales.data(), gpuBits.data(), n, block, cpuAcc.data());
-  DeviceArray<float> dAcc(n);
+  DeviceArray<float> dAcc(n, shift);
   ASSERT_CUDA(dAcc.upload(acc));
   ASSERT_CUDA(
       cuda::onebitDecompressAccumulate(dScales.get(), dBits.get(), n, block, dAcc.get(), nullptr));
@@ -484,11 +605,15 @@ void checkOnebit(const std::vector<In>& in, size_t block, bool withResidual) {
 
 TYPED_TEST(GpuKernels, OnebitMatchesCpu) {
   TERSE_REQUIRE_DEVICE();
-  // The CPU path supports power-of-two blocks >= 32 (what the codec uses).
+  // The CPU path supports blocks that are multiples of 32 (the codec uses powers of two). 32 to
+  // 2048 take the one-pass tile kernel (96: tiles of 21 blocks, 2016 elements); 4096 the
+  // two-kernel path.
   for (size_t n : kSizes)
-    for (size_t block : {32, 2048})
-      for (bool withResidual : {false, true})
+    for (size_t block : {32, 96, 2048, 4096})
+      for (bool withResidual : {false, true}) {
         checkOnebit(randomValues<TypeParam>(n, 50 + n), block, withResidual);
+        if (block == 2048) checkOnebit(randomValues<TypeParam>(n, 50 + n), block, withResidual, 1);
+      }
 }
 
 TYPED_TEST(GpuKernels, OnebitZerosAndNonFiniteMatchCpu) {
