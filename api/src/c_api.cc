@@ -901,6 +901,32 @@ size_t terse_sharded_onebit_adam_state_bytes(const terse_sharded_onebit_adam_t* 
   return adam ? adam->state.stateBytes() : 0;
 }
 
+terse_status_t terse_sharded_onebit_adam_set_buddy_copy(terse_sharded_onebit_adam_t* adam, int on) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_set_buddy_copy: adam");
+  adam->state.setBuddyCopy(on != 0);
+  return done(terse::Status::ok());
+}
+
+size_t terse_sharded_onebit_adam_buddy_bytes(const terse_sharded_onebit_adam_t* adam) {
+  return adam ? adam->state.buddyBytes() : 0;
+}
+
+terse_status_t terse_sharded_onebit_adam_shrink(terse_sharded_onebit_adam_t* adam,
+                                                terse_comm_t* shrunk, const void* const* lost_parts,
+                                                const size_t* lost_sizes, size_t num_lost) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_shrink: adam");
+  TERSE_REQUIRE(shrunk, "terse_sharded_onebit_adam_shrink: shrunk");
+  if (num_lost > 0 && (!lost_parts || !lost_sizes))
+    return fail(terse::errorInvalidArgument(
+        "terse_sharded_onebit_adam_shrink: %s is NULL for %zu lost parts",
+        !lost_parts ? "lost_parts" : "lost_sizes", num_lost));
+  return guarded([&] {
+    std::vector<std::pair<const void*, size_t>> views;
+    for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
+    return done(adam->state.shrink(*shrunk->comm, views));
+  });
+}
+
 terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_adam_t* adam,
                                                    void* buffer, size_t* size) {
   return serializeOut("terse_sharded_onebit_adam_serialize", "adam", adam, buffer, size);

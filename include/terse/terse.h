@@ -300,6 +300,21 @@ terse_status_t terse_sharded_onebit_adam_shard(const terse_sharded_onebit_adam_t
                                                size_t* offset, size_t* length);
 /* Bytes of optimizer state this rank keeps (moments, scales, residuals). 0 for NULL. */
 size_t terse_sharded_onebit_adam_state_bytes(const terse_sharded_onebit_adam_t* adam);
+/* The buddy copy (docs/optim.md "Buddy copy and shrink"): nonzero keeps a copy of one other rank's
+ * shard state, refreshed at the end of every step, so that _shrink rebuilds a dead rank's shard
+ * with nothing lost. Costs one partner's non-replicated state (_buddy_bytes, part of
+ * _state_bytes). Off by default and after _deserialize; every rank must set the same (the next
+ * step checks). A setter rather than an options field so the options struct keeps its size. */
+terse_status_t terse_sharded_onebit_adam_set_buddy_copy(terse_sharded_onebit_adam_t* adam, int on);
+size_t terse_sharded_onebit_adam_buddy_bytes(const terse_sharded_onebit_adam_t* adam);
+/* After terse_comm_shrink: continue on `shrunk` (collective over it). The dead ranks' shards come
+ * from the buddy copies, or else from lost_parts (their serialized parts of the caller's last
+ * checkpoint; moments as old as it, worker residual dropped); the state re-shards as
+ * _deserialize does. A dead shard in neither: TERSE_INVALID_ARGUMENT on every survivor naming the
+ * lost old ranks, state unchanged. lost_parts/lost_sizes may be NULL with num_lost 0. */
+terse_status_t terse_sharded_onebit_adam_shrink(terse_sharded_onebit_adam_t* adam,
+                                                terse_comm_t* shrunk, const void* const* lost_parts,
+                                                const size_t* lost_sizes, size_t num_lost);
 /* This rank's checkpoint part, sized like terse_feedback_serialize. */
 terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_adam_t* adam,
                                                    void* buffer, size_t* size);

@@ -73,6 +73,23 @@ def combine(state_dicts):
     return out
 
 
+def _lost_blobs(lost_parts):
+    """The checkpoint parts in `lost_parts` (None, a state_dict or combine() of some, or a list of
+    them), as bytes."""
+    if lost_parts is None:
+        return []
+    if isinstance(lost_parts, dict):
+        lost_parts = [lost_parts]
+    blobs = []
+    for sd in lost_parts:
+        ours = sd.get("terse") if isinstance(sd, dict) else None
+        if not isinstance(ours, dict) or "parts" not in ours:
+            raise ValueError("terse: lost_parts must be state_dict()s of the optimizer (or their "
+                             "combine()), as the ranks saved them")
+        blobs += [t.numpy().tobytes() for t in ours["parts"]]
+    return blobs
+
+
 class _Sharded:
     """What ShardedOneBitAdam and FSDPShardedOneBitAdam share: their codec settings and their
     cores (ShardedCore, each over rank comm.rank's shard)."""
@@ -134,8 +151,9 @@ class ShardedOneBitAdam(_Sharded, FlatOptimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="int8", warmup_steps=100, error_feedback=False, param_codec="none",
-                 local_momentum=None, communicator=None):
+                 local_momentum=None, communicator=None, buddy_copy=False):
         self._comm = communicator
+        self._buddy = bool(buddy_copy)
         self._core = None
         # Every rank checks its own arguments, then all agree on the parameters' layout: a rank
         # whose arguments are refused, or whose layout differs, fails construction everywhere.
@@ -154,6 +172,7 @@ class ShardedOneBitAdam(_Sharded, FlatOptimizer):
         self._flat_g = torch.empty(self.count, dtype=torch.float32)
         self._alias_params()
         self._core = self._new_core(self.count)
+        self._core.set_buddy_copy(self._buddy)
 
     @property
     def shard(self):
@@ -198,9 +217,22 @@ class ShardedOneBitAdam(_Sharded, FlatOptimizer):
         comm = self.communicator
         core = ShardedCore.from_parts(blobs, comm.size, comm.rank)
         super().load_state_dict(state_dict)
+        core.set_buddy_copy(self._buddy)
         old, self._core = self._core, core
         old.close()
         self.codec = ours["codec"]
+
+    def shrink(self, communicator, lost_parts=None):
+        """After ``Communicator.shrink``: continue on ``communicator`` (the survivors; collective
+        over it). The dead ranks' shards come from the buddy copies (``buddy_copy=True``: nothing
+        lost, the state is what a checkpoint of every rank would load as at the smaller world), or
+        else from ``lost_parts``: the dead ranks' state_dict()s of the last checkpoint (a list of
+        them, or their combine(); other ranks' parts in it are ignored), whose moments are then as
+        old as that checkpoint. A dead rank's shard in neither raises TerseError on every survivor
+        naming the lost ranks, and the optimizer stays as it was. The parameters keep their
+        values (every rank has them all); the old communicator is the caller's to close."""
+        self._core.shrink(communicator, _lost_blobs(lost_parts))
+        self._comm = communicator
 
 
 class _Unit:
