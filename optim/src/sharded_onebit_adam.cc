@@ -303,6 +303,7 @@ struct ShardedOneBitAdam::Buddy {
   int64_t step = -1;                   // the step it is of; -1: none yet
   bool hasV = false;                   // v travels only while it changes, and once at the start
   std::vector<float> m, v, master, localM, worker;
+  std::vector<float> params;      // its parameter shard, from update() (FSDP: nobody else has it)
   std::vector<float> send, recv;  // scratch
 };
 
@@ -501,7 +502,8 @@ size_t ShardedOneBitAdam::scratchBytes() const {
 size_t ShardedOneBitAdam::buddyBytes() const {
   if (!buddy_) return 0;
   const Buddy& b = *buddy_;
-  return 4 * (b.m.size() + b.v.size() + b.master.size() + b.localM.size() + b.worker.size());
+  return 4 * (b.m.size() + b.v.size() + b.master.size() + b.localM.size() + b.worker.size() +
+              b.params.size());
 }
 
 void ShardedOneBitAdam::setBuddyCopy(bool on) {
@@ -511,7 +513,8 @@ void ShardedOneBitAdam::setBuddyCopy(bool on) {
   agreed_ = false;  // the next step checks that every rank did the same
 }
 
-Status ShardedOneBitAdam::refreshBuddy(Communicator& comm, bool vChanged) {
+Status ShardedOneBitAdam::refreshBuddy(Communicator& comm, bool vChanged, const float* paramShard,
+                                       bool withParams) {
   if (!options_.buddyCopy || world_ == 1) return Status::ok();
   const char* what = "ShardedOneBitAdam: refreshing the buddy copy (the step itself completed)";
   if (!buddy_) buddy_ = std::make_unique<Buddy>();
@@ -537,7 +540,8 @@ Status ShardedOneBitAdam::refreshBuddy(Communicator& comm, bool vChanged) {
   const bool withMaster = options_.paramCodec != "none" && frozen() && steps_ > frozenAt_;
   const bool withLocal = options_.localMomentum && frozen();
   const bool withWorker = hasFeedback_ && frozen();
-  const size_t shardWords = most * (1 + (withV ? 1 : 0) + (withMaster ? 1 : 0));
+  const size_t shardWords =
+      most * (1 + (withV ? 1 : 0) + (withMaster ? 1 : 0) + (withParams ? 1 : 0));
   const size_t record = shardWords + count_ * ((withLocal ? 1 : 0) + (withWorker ? 1 : 0));
   const size_t len = m_.size();
   b.send.assign(record, 0.0f);
@@ -551,6 +555,7 @@ Status ShardedOneBitAdam::refreshBuddy(Communicator& comm, bool vChanged) {
   if (withMaster) put(master_.data(), master_.size(), most);
   if (withLocal) put(localM_.data(), count_, count_);
   if (withWorker) put(feedback_.worker(), count_, count_);
+  if (withParams) put(paramShard, len, most);
   b.recv.resize(record * b.group.size());
   Status g = b.pair->allgather(b.send.data(), b.recv.data(), b.recv.size(), DataType::kFloat32);
   if (!g.isOk()) return g.withContext(what);
@@ -575,6 +580,10 @@ Status ShardedOneBitAdam::refreshBuddy(Communicator& comm, bool vChanged) {
     take(b.worker, count_, count_);
   else
     b.worker.clear();
+  if (withParams)
+    take(b.params, theirs, most);
+  else
+    b.params.clear();
   b.hasV = true;
   b.step = steps_;
   return Status::ok();
@@ -649,7 +658,7 @@ Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* g
   Status s = device::isDeviceMemory(params) ? stepDevice(comm, params, grads, lr, stream)
                                             : stepHost(comm, params, grads, lr);
   if (!s.isOk()) return s;
-  return refreshBuddy(comm, warm);
+  return refreshBuddy(comm, warm, nullptr, false);
 }
 
 Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const float* grads,
@@ -801,7 +810,7 @@ Status ShardedOneBitAdam::update(Communicator& comm, float* paramShard, const fl
   std::copy(pNew, pNew + len, paramShard);
   steps_ = t;
   reduced_ = false;
-  return refreshBuddy(comm, warm);
+  return refreshBuddy(comm, warm, paramShard, true);
 }
 
 // The device path: the same steps with the state in device memory. The moments change in place
@@ -1114,8 +1123,8 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserializeRemapped(
   return a;
 }
 
-Status ShardedOneBitAdam::shrink(Communicator& shrunk,
-                                 const std::vector<std::pair<const void*, size_t>>& lostParts) {
+Result<ShardedOneBitAdam::ShrunkParts> ShardedOneBitAdam::shrinkParts(
+    Communicator& shrunk, const std::vector<std::pair<const void*, size_t>>& lostParts) {
   const char* what = "ShardedOneBitAdam::shrink";
   const int n = shrunk.size();
   if (reduced_) {
@@ -1288,23 +1297,41 @@ Status ShardedOneBitAdam::shrink(Communicator& shrunk,
     }
     mine.push_back(writePart(*made));
   }
-  // One blob per survivor: [part count, then each part's length (8 bytes) and bytes]. A rank
-  // that could not make its share sends no parts, which every rank's deserialize then refuses.
+  // One blob per survivor: [entry count, then per entry (kind << 32 | old rank), length, bytes;
+  // 8 bytes each] with kind 0 a rank's part and 1 a dead rank's parameter shard (floats). A rank
+  // that could not make its share sends no entries, which every rank then refuses.
   std::vector<uint8_t> blob;
   auto putU64 = [&](uint64_t v) {
     for (int k = 0; k < 8; ++k) blob.push_back(static_cast<uint8_t>(v >> (8 * k)));
   };
-  putU64(failed.isOk() ? mine.size() : 0);
-  if (failed.isOk())
-    for (const auto& part : mine) {
-      putU64(part.size());
-      blob.insert(blob.end(), part.begin(), part.end());
-    }
+  auto putEntry = [&](uint64_t kind, int oldRank, const void* bytes, size_t size) {
+    putU64(kind << 32 | static_cast<uint32_t>(oldRank));
+    putU64(size);
+    const auto* p = static_cast<const uint8_t*>(bytes);
+    blob.insert(blob.end(), p, p + size);
+  };
+  std::vector<int> paramsOf;  // the dead ranks whose parameter shards this rank gives
+  if (failed.isOk() && haveBuddy && !buddy_->params.empty() &&
+      survivors[supplier[buddy_->holds]] == rank_)
+    paramsOf.push_back(buddy_->holds);
+  putU64(failed.isOk() ? mine.size() + paramsOf.size() : 0);
+  if (failed.isOk()) {
+    putEntry(0, rank_, mine[0].data(), mine[0].size());
+    size_t k = 1;
+    for (int d : dead)
+      if (survivors[supplier[d]] == rank_) {
+        putEntry(0, d, mine[k].data(), mine[k].size());
+        ++k;
+      }
+    for (int d : paramsOf) putEntry(1, d, buddy_->params.data(), 4 * buddy_->params.size());
+  }
   std::vector<std::vector<uint8_t>> blobs;
   g = allgatherBytes(shrunk, blob, 0, &blobs);
   if (!g.isOk()) return g.withContext("ShardedOneBitAdam::shrink: gathering the shards");
   if (!failed.isOk()) return failed;
-  std::vector<std::pair<const void*, size_t>> parts;
+  ShrunkParts out;
+  out.parts.resize(world_);
+  out.params.resize(world_);
   std::vector<int> emptyFrom;
   for (int i = 0; i < n; ++i) {
     const std::vector<uint8_t>& b = blobs[i];
@@ -1314,24 +1341,37 @@ Status ShardedOneBitAdam::shrink(Communicator& shrunk,
         v |= static_cast<uint64_t>(b[at + k]) << (8 * k);
       return v;
     };
-    const uint64_t count = getU64(0);
-    if (count == 0) emptyFrom.push_back(survivors[i]);
+    const uint64_t entries = getU64(0);
+    if (entries == 0) emptyFrom.push_back(survivors[i]);
     size_t at = 8;
-    for (uint64_t k = 0; k < count && at + 8 <= b.size(); ++k) {
-      const uint64_t len = getU64(at);
-      at += 8;
-      if (len > b.size() - at) break;
-      parts.emplace_back(b.data() + at, len);
+    for (uint64_t k = 0; k < entries && at + 16 <= b.size(); ++k) {
+      const uint64_t tag = getU64(at), len = getU64(at + 8);
+      at += 16;
+      const int oldRank = static_cast<int>(tag & 0xffffffffu);
+      if (len > b.size() - at || oldRank < 0 || oldRank >= world_) break;
+      if (tag >> 32 == 0) {
+        out.parts[oldRank].assign(b.begin() + at, b.begin() + at + len);
+      } else {
+        out.params[oldRank].resize(len / 4);
+        std::memcpy(out.params[oldRank].data(), b.data() + at, len / 4 * 4);
+      }
       at += len;
     }
   }
   if (!emptyFrom.empty())
     return errorInvalidArgument(
-        "%s: old rank(s) %s could not give the shards they hold (their "
-        "error says why)",
-        what, rankList(emptyFrom).c_str());
-  auto next = deserialize(parts, n, shrunk.rank());
-  if (!next.isOk()) return next.status().withContext(what);
+        "%s: old rank(s) %s could not give the shards they hold (their error says why)", what,
+        rankList(emptyFrom).c_str());
+  return out;
+}
+
+Status ShardedOneBitAdam::shrink(Communicator& shrunk,
+                                 const std::vector<std::pair<const void*, size_t>>& lostParts) {
+  TERSE_ASSIGN_OR_RETURN(ShrunkParts got, shrinkParts(shrunk, lostParts));
+  std::vector<std::pair<const void*, size_t>> parts;
+  for (const auto& p : got.parts) parts.emplace_back(p.data(), p.size());
+  auto next = deserialize(parts, shrunk.size(), shrunk.rank());
+  if (!next.isOk()) return next.status().withContext("ShardedOneBitAdam::shrink");
   const bool buddyCopy = options_.buddyCopy;
   *this = std::move(next).value();
   options_.buddyCopy = buddyCopy;  // rebuilt on the new world at the next step

@@ -3,7 +3,8 @@
 // the communicator and the optimizer and go on. With a buddy copy the state they continue from is
 // bit-identical to deserialize() of every old rank's part at the smaller world; from a checkpoint
 // the dead shard's moments are the checkpoint's; a pair that died together is an error on every
-// survivor, naming both. The stores are file stores (they outlive any rank).
+// survivor, naming both; the split step's copy keeps the parameter shard. The stores are file
+// stores (they outlive any rank).
 #include "../transport/process_harness.h"
 
 #include "terse/collectives/partition.h"
@@ -254,6 +255,72 @@ INSTANTIATE_TEST_SUITE_P(
         // Both members of a pair: nothing holds their shards.
         Case{"PairDiedTogether", 4, {0, 1}, true, 5, 0, false, true}),
     [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
+
+// The split step (reduce() + update(), FSDPShardedOneBitAdam's): the buddy copy keeps the
+// partner's parameter shard too, since nobody else has it. 3 ranks (a ring), rank 2 dies after
+// the freeze; shrinkParts gives every survivor every old rank's part as it was saved and rank 2's
+// parameter shard as it was.
+TEST(ShardedShrinkSplitStep, TheBuddyCopyKeepsTheParameterShard) {
+  const std::string dir = makeTempDir();
+  constexpr int kWorld = 3, kVictim = 2;
+  auto outcomes = runProcesses(
+      kWorld, {0, 1, 2}, [&](int) { return env(dir); },
+      [&](int rank) -> int {
+        auto made = Communicator::createFromEnv();
+        if (!made.isOk()) return 2;
+        std::unique_ptr<Communicator> comm = std::move(made).value();
+        ShardedOneBitAdamOptions o;
+        o.warmupSteps = kWarmup;
+        o.buddyCopy = true;
+        auto opt = ShardedOneBitAdam::create(kCount, kWorld, rank, o);
+        if (!opt.isOk()) return 3;
+        std::vector<float> shard(opt->shardLength(), 0.25f), reduced(opt->shardLength());
+        for (int s = 0; s < 5; ++s) {
+          Status st = opt->reduce(*comm, gradient(s, rank).data(), reduced.data());
+          if (st.isOk()) st = opt->update(*comm, shard.data(), reduced.data(), kLr);
+          if (!st.isOk()) {
+            reportFromChild("step: " + st.toString());
+            return 4;
+          }
+        }
+        writeFile(dir + "/part_" + std::to_string(rank), opt->serialize());
+        std::vector<uint8_t> bytes(4 * shard.size());
+        std::memcpy(bytes.data(), shard.data(), bytes.size());
+        writeFile(dir + "/shard_" + std::to_string(rank), bytes);
+        if (!comm->barrier().isOk()) return 5;
+        if (rank == kVictim) raise(SIGKILL);
+        if (opt->reduce(*comm, gradient(5, rank).data(), reduced.data()).isOk()) return 6;
+        auto shrunk = comm->shrink();
+        if (!shrunk.isOk()) return 7;
+        comm.reset();
+        auto got = opt->shrinkParts(**shrunk);
+        if (!got.isOk()) {
+          reportFromChild("shrinkParts: " + got.status().toString());
+          return 8;
+        }
+        for (int r = 0; r < kWorld; ++r)
+          if (got->parts[r] != readFile(dir + "/part_" + std::to_string(r))) {
+            reportFromChild("old rank " + std::to_string(r) + "'s part differs");
+            return 9;
+          }
+        const std::vector<uint8_t> victim = readFile(dir + "/shard_2");
+        if (got->params[kVictim].size() * 4 != victim.size() ||
+            std::memcmp(got->params[kVictim].data(), victim.data(), victim.size()) != 0 ||
+            !got->params[0].empty() || !got->params[1].empty()) {
+          reportFromChild("the victim's parameter shard is not what it saved");
+          return 10;
+        }
+        if (opt->worldSize() != kWorld) return 11;  // left as it was
+        reportFromChild("ok");
+        return 0;
+      },
+      std::chrono::seconds(180));
+  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
+  EXPECT_EQ(outcomes[kVictim].signal, SIGKILL) << describe(outcomes[kVictim]);
+  for (int r = 0; r < kVictim; ++r)
+    EXPECT_TRUE(outcomes[r].exited && outcomes[r].code == 0)
+        << describe(outcomes[r]) << ": " << outcomes[r].report;
+}
 
 }  // namespace
 }  // namespace terse::testing

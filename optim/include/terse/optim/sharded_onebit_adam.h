@@ -153,6 +153,18 @@ class ShardedOneBitAdam {
   // buddy copy (if on) is rebuilt on the new world at the next step.
   Status shrink(Communicator& shrunk,
                 const std::vector<std::pair<const void*, size_t>>& lostParts = {});
+  // shrink()'s gathering alone, for a caller that re-shards with its own element order
+  // (FSDPShardedOneBitAdam: FSDP2 lays the elements out per world size): every old rank's
+  // checkpoint part as of now, indexed by old rank (the dead ranks' rebuilt as shrink() does),
+  // for deserializeRemapped(); and, indexed alike, each dead rank's parameter shard where its
+  // buddy copy holds one (kept by update(), whose callers have no other copy of it; empty
+  // otherwise). Collective over `shrunk` as shrink() is; this state is left as it is.
+  struct ShrunkParts {
+    std::vector<std::vector<uint8_t>> parts;
+    std::vector<std::vector<float>> params;
+  };
+  Result<ShrunkParts> shrinkParts(
+      Communicator& shrunk, const std::vector<std::pair<const void*, size_t>>& lostParts = {});
 
   // This rank's part of a world-size-independent checkpoint (versioned, checksummed): options,
   // step, its shard's offset and moments, the exponents, its residual. deserialize() takes the
@@ -213,7 +225,8 @@ class ShardedOneBitAdam {
   // The buddy copy: the group of this rank (sorted old ranks), the pair communicator, and the
   // copy of the member before this one in the group, as of step `step`.
   struct Buddy;
-  Status refreshBuddy(Communicator& comm, bool vChanged);
+  // After a step (or update(), whose parameter shard `paramShard` the copy holds too).
+  Status refreshBuddy(Communicator& comm, bool vChanged, const float* paramShard, bool withParams);
   std::vector<uint8_t> partOfBuddy(const std::vector<uint8_t>& own) const;
 
   size_t count_ = 0;
