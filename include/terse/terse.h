@@ -315,6 +315,20 @@ size_t terse_sharded_onebit_adam_buddy_bytes(const terse_sharded_onebit_adam_t* 
 terse_status_t terse_sharded_onebit_adam_shrink(terse_sharded_onebit_adam_t* adam,
                                                 terse_comm_t* shrunk, const void* const* lost_parts,
                                                 const size_t* lost_sizes, size_t num_lost);
+/* _shrink's gathering alone, for a caller that re-shards in its own element order
+ * (FSDPShardedOneBitAdam): collective over `shrunk` like _shrink; the state is left as it is and
+ * the result kept in `adam` for _shrunk_parts: every old rank's checkpoint part as of now (the
+ * dead ranks' rebuilt), for _deserialize_remapped, and each dead rank's parameter shard where its
+ * buddy copy (kept by _update) holds one. */
+terse_status_t terse_sharded_onebit_adam_shrink_parts(terse_sharded_onebit_adam_t* adam,
+                                                      terse_comm_t* shrunk,
+                                                      const void* const* lost_parts,
+                                                      const size_t* lost_sizes, size_t num_lost);
+/* That result, sized like terse_feedback_serialize: u64 old world size, then per old rank in
+ * order: u64 part bytes, the part, u64 parameter-shard floats (0: none), the floats; all
+ * little-endian. Empty (size 0) before any _shrink_parts. */
+terse_status_t terse_sharded_onebit_adam_shrunk_parts(const terse_sharded_onebit_adam_t* adam,
+                                                      void* buffer, size_t* size);
 /* This rank's checkpoint part, sized like terse_feedback_serialize. */
 terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_adam_t* adam,
                                                    void* buffer, size_t* size);

@@ -139,6 +139,8 @@ _NEWER_SIGNATURES = (
     ("terse_sharded_onebit_adam_set_buddy_copy", _status, (_ptr, _int)),
     ("terse_sharded_onebit_adam_buddy_bytes", _size, (_ptr,)),
     ("terse_sharded_onebit_adam_shrink", _status, (_ptr, _ptr, _ptrs, _sizes, _size)),
+    ("terse_sharded_onebit_adam_shrink_parts", _status, (_ptr, _ptr, _ptrs, _sizes, _size)),
+    ("terse_sharded_onebit_adam_shrunk_parts", _status, (_ptr, _ptr, _sizes)),
     ("terse_sharded_onebit_adam_serialize", _status, (_ptr, _ptr, _sizes)),
     ("terse_sharded_onebit_adam_deserialize", _status,
      (_ptrs, _sizes, _size, _int, _int, _ptrs)),

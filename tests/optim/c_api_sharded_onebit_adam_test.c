@@ -109,11 +109,21 @@ static int twoRanks(int rank, const char* store) {
   if (rank == 0) {
     terse_comm_t* alone = NULL;
     const int out[1] = {1};
+    size_t off = 1, len = 0;
     CHECK(terse_comm_shrink(comm, out, 1, &alone) == TERSE_OK);
     CHECK(terse_sharded_onebit_adam_shrink(buddy, alone, NULL, NULL, 1) == TERSE_INVALID_ARGUMENT);
     CHECK(terse_sharded_onebit_adam_shrink(NULL, alone, NULL, NULL, 0) == TERSE_INVALID_ARGUMENT);
+    /* The gathering alone first: both old ranks' parts, the state left as it was. */
+    size_t bytes = 1;
+    CHECK(terse_sharded_onebit_adam_shrunk_parts(buddy, NULL, &bytes) == TERSE_OK && bytes == 0);
+    CHECK(terse_sharded_onebit_adam_shrink_parts(buddy, alone, NULL, NULL, 0) == TERSE_OK);
+    CHECK(terse_sharded_onebit_adam_shrunk_parts(buddy, NULL, &bytes) == TERSE_OK && bytes > 8);
+    unsigned char* all = malloc(bytes);
+    CHECK(all && terse_sharded_onebit_adam_shrunk_parts(buddy, all, &bytes) == TERSE_OK &&
+          all[0] == 2 && all[1] == 0);
+    free(all);
+    CHECK(terse_sharded_onebit_adam_shard(buddy, &off, &len) == TERSE_OK && len == M - M / 2);
     CHECK(terse_sharded_onebit_adam_shrink(buddy, alone, NULL, NULL, 0) == TERSE_OK);
-    size_t off = 1, len = 0;
     CHECK(terse_sharded_onebit_adam_shard(buddy, &off, &len) == TERSE_OK && off == 0 && len == M);
     CHECK(terse_sharded_onebit_adam_steps(buddy) == 3);
     CHECK(terse_sharded_onebit_adam_step(buddy, alone, params, grads, 1e-2f) == TERSE_OK);
