@@ -80,7 +80,8 @@ struct ShardedOneBitAdamOptions {
   // last three form a ring when the world is odd), refreshed at the end of every step, so that
   // shrink() can rebuild a dead rank's shard with nothing lost. Costs one partner's
   // non-replicated state in memory (m and v of its shard, its master shard, its local momentum
-  // and worker residual where those options are on) and its changes per step on a pair
+  // and worker residual where those options are on; on the split step, update()'s parameter
+  // shard, which FSDP2 keeps nowhere else) and its changes per step on a pair
   // communicator split once (docs/optim.md, "Buddy copy and shrink"). Not in checkpoints.
   bool buddyCopy = false;
 };
