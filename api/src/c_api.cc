@@ -817,6 +817,12 @@ void terse_onebit_adam_reset_residuals(terse_onebit_adam_t* adam) {
   if (adam) adam->state.resetFeedback();
 }
 
+terse_status_t terse_onebit_adam_shrink(terse_onebit_adam_t* adam, terse_comm_t* shrunk) {
+  TERSE_REQUIRE(adam, "terse_onebit_adam_shrink: adam");
+  TERSE_REQUIRE(shrunk, "terse_onebit_adam_shrink: shrunk");
+  return guarded([&] { return done(adam->state.shrink(*shrunk->comm)); });
+}
+
 int64_t terse_onebit_adam_steps(const terse_onebit_adam_t* adam) {
   return adam ? adam->state.steps() : -1;
 }

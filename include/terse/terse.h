@@ -266,6 +266,10 @@ terse_status_t terse_onebit_adam_serialize(const terse_onebit_adam_t* adam, void
                                            size_t* size);
 terse_status_t terse_onebit_adam_deserialize(const void* buffer, size_t size,
                                              terse_onebit_adam_t** adam);
+/* After terse_comm_shrink: continue on `shrunk` (collective over it). The replicated state stays;
+ * the error-feedback residuals are re-laid out for the new world (worker residual kept, server
+ * residuals re-cut, the dead ranks' share lost; terse_feedback_relayout). */
+terse_status_t terse_onebit_adam_shrink(terse_onebit_adam_t* adam, terse_comm_t* shrunk);
 
 /* ---- ShardedOneBitAdam (optim/, docs/optim.md "Sharded OneBitAdam") ---------------------------
  * OneBitAdam with ZeRO-1/2 sharded state: each rank keeps the full parameters but the moments

@@ -126,6 +126,7 @@ _NEWER_SIGNATURES = (
     ("terse_onebit_adam_frozen_at", _i64, (_ptr,)),
     ("terse_onebit_adam_serialize", _status, (_ptr, _ptr, _sizes)),
     ("terse_onebit_adam_deserialize", _status, (_ptr, _size, _ptrs)),
+    ("terse_onebit_adam_shrink", _status, (_ptr, _ptr)),
     ("terse_sharded_onebit_adam_create", _status, (_size, _int, _int, _ptr, _ptrs)),
     ("terse_sharded_onebit_adam_destroy", None, (_ptr,)),
     ("terse_sharded_onebit_adam_step", _status,

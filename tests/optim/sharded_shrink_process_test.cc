@@ -3,13 +3,14 @@
 // the communicator and the optimizer and go on. With a buddy copy the state they continue from is
 // bit-identical to deserialize() of every old rank's part at the smaller world; from a checkpoint
 // the dead shard's moments are the checkpoint's; a pair that died together is an error on every
-// survivor, naming both; the split step's copy keeps the parameter shard. The stores are file
-// stores (they outlive any rank).
+// survivor, naming both; the split step's copy keeps the parameter shard. OneBitAdam (replicated)
+// continues too. The stores are file stores (they outlive any rank).
 #include "../transport/process_harness.h"
 
 #include "terse/collectives/partition.h"
 #include "terse/common/status.h"
 #include "terse/communicator.h"
+#include "terse/optim/onebit_adam.h"
 #include "terse/optim/sharded_onebit_adam.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,9 @@ struct Case {
   bool richState;    // error feedback, local momentum and an int8 parameter all-gather
   bool expectLost;   // shrink() must fail on every survivor, naming the victims
 };
+
+// For gtest's (and so ctest's) test names: the case's name, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<float> gradient(int step, int rank) {
   std::vector<float> g(kCount);
@@ -320,6 +325,76 @@ TEST(ShardedShrinkSplitStep, TheBuddyCopyKeepsTheParameterShard) {
   for (int r = 0; r < kVictim; ++r)
     EXPECT_TRUE(outcomes[r].exited && outcomes[r].code == 0)
         << describe(outcomes[r]) << ": " << outcomes[r].report;
+}
+
+// OneBitAdam (replicated state): 4 ranks past the freeze with onebit, rank 2 SIGKILLed; the
+// survivors' failed step leaves the state as it was, the shrink keeps the moments and re-lays out
+// the residuals for 3 ranks, and 3 more steps leave the survivors bit-identical.
+TEST(OneBitAdamShrink, SurvivorsGoOnBitIdentical) {
+  const std::string dir = makeTempDir();
+  constexpr int kWorld = 4, kVictim = 2;
+  auto outcomes = runProcesses(
+      kWorld, {0, 1, 2, 3}, [&](int) { return env(dir); },
+      [&](int rank) -> int {
+        auto made = Communicator::createFromEnv();
+        if (!made.isOk()) return 2;
+        std::unique_ptr<Communicator> comm = std::move(made).value();
+        OneBitAdamOptions o;
+        o.warmupSteps = kWarmup;
+        auto opt = OneBitAdam::create(kCount, o);
+        if (!opt.isOk()) return 3;
+        std::vector<float> params(kCount, 0.5f);
+        for (int s = 0; s < 6; ++s) {
+          std::vector<float> g = gradient(s, rank);
+          if (!opt->step(*comm, params.data(), g.data(), kLr).isOk()) return 4;
+        }
+        if (!comm->barrier().isOk()) return 5;
+        if (rank == kVictim) raise(SIGKILL);
+        const std::vector<float> m = opt->momentum(), v = opt->variance(), kept = params;
+        std::vector<float> g = gradient(6, rank);
+        if (opt->step(*comm, params.data(), g.data(), kLr).isOk() || opt->steps() != 6) return 6;
+        params = kept;
+        auto shrunk = comm->shrink();
+        if (!shrunk.isOk()) return 7;
+        comm.reset();
+        Status s = opt->shrink(**shrunk);
+        if (!s.isOk()) {
+          reportFromChild("shrink: " + s.toString());
+          return 8;
+        }
+        if (opt->momentum() != m || opt->variance() != v || opt->steps() != 6) return 9;
+        // The server residual now lies on this rank's chunk of the new world's allreduce.
+        const auto chunk = Communicator::allreduceChunk(kCount, 3, (*shrunk)->rank());
+        if (opt->feedback().serverWorldSize() != 3 ||
+            opt->feedback().serverOffset() != chunk.first ||
+            opt->feedback().serverLength() != chunk.second) {
+          reportFromChild("the server residual is not laid out for 3 ranks");
+          return 12;
+        }
+        for (int k = 6; k < 9; ++k) {
+          g = gradient(k, rank);
+          Status st = opt->step(**shrunk, params.data(), g.data(), kLr);
+          if (!st.isOk()) {
+            reportFromChild("step after the shrink: " + st.toString());
+            return 10;
+          }
+        }
+        reportFromChild(std::to_string((*shrunk)->size()) + " ranks, weights " +
+                        std::to_string(hashOf(params)));
+        return 0;
+      },
+      std::chrono::seconds(180));
+  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
+  EXPECT_EQ(outcomes[kVictim].signal, SIGKILL) << describe(outcomes[kVictim]);
+  std::string first;
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kVictim) continue;
+    const RankOutcome& o = outcomes[r];
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+    if (first.empty()) first = o.report;
+    EXPECT_EQ(o.report, first) << "rank " << r << " ends with other weights";
+  }
+  EXPECT_EQ(first.rfind("3 ranks, weights ", 0), 0u) << first;
 }
 
 }  // namespace

@@ -10,6 +10,8 @@ they shrink the communicator and the optimizer and train on:
   checkpoint as lost_parts, and end bit-identical;
 - pair: buddy_copy=True, ranks 0 and 1 (each other's buddies) die: every survivor's shrink raises
   a TerseError naming both, and the optimizer is unchanged;
+- onebit: terse.optim.OneBitAdam (replicated state, onebit with its residuals), rank 1 dies: the
+  survivors' OneBitAdam.shrink keeps the moments and they train on bit-identical;
 - fsdp: FSDPShardedOneBitAdam (buddy_copy=True) under FSDP2 on 3 ranks over gloo, rank 1 dies:
   shrink_state gives the full weights as they were (its parameter shards from rank 0's copy) and
   every old rank's optimizer state; the 2 survivors re-shard a new model over a new process
@@ -35,6 +37,7 @@ CASES = {  # victims, buddy copy, checkpoint step (0: none)
     "checkpoint": ([3], False, 4),
     "pair": ([0, 1], True, 0),
     "fsdp": ([1], True, 0),
+    "onebit": ([1], False, 0),
 }
 
 
@@ -68,8 +71,13 @@ def worker(args):
     comm = terse.comm.Communicator()
     rank = comm.rank
     model = net(torch)
-    opt = ShardedOneBitAdam(model.parameters(), lr=LR, codec="int8", warmup_steps=WARMUP,
-                            error_feedback=True, communicator=comm, buddy_copy=buddy)
+    if args.case == "onebit":
+        from terse.optim import OneBitAdam
+        opt = OneBitAdam(model.parameters(), lr=LR, codec="onebit", warmup_steps=WARMUP,
+                         communicator=comm)
+    else:
+        opt = ShardedOneBitAdam(model.parameters(), lr=LR, codec="int8", warmup_steps=WARMUP,
+                                error_feedback=True, communicator=comm, buddy_copy=buddy)
 
     def step(t):
         x, y = batch(torch, rank, t)
@@ -98,6 +106,16 @@ def worker(args):
     if checkpoint_at:
         lost = [torch.load(os.path.join(args.work, f"ckpt-{v}.pt")) for v in victims]
     before = opt._core.to_bytes()
+    if args.case == "onebit":
+        opt.shrink(new)
+        # The step and the phase as they were (optim_shrink_process_test compares the moments).
+        out["phase_kept"] = opt.steps == STEPS and opt.frozen_at == WARMUP
+        for t in range(STEPS, STEPS + 3):
+            step(t)
+        out.update(digest=digest(model), steps=opt.steps, world=new.size)
+        with open(os.path.join(args.work, f"result-{args.case}-{rank}.json"), "w") as f:
+            json.dump(out, f)
+        return
     try:
         opt.shrink(new, lost_parts=lost)
     except TerseError as e:
@@ -250,6 +268,10 @@ def drive(args):
         assert "old rank(s) 0, 1 is lost" in r.get("error", ""), f"FAIL: pair: {r}"
         assert r["unchanged"], "FAIL: pair: a failed shrink changed the optimizer"
     print(f"ok: pair: both buddies dead is an error on every survivor: {res[0]['error']}")
+    res = launch(args, "onebit")
+    assert all(r["phase_kept"] for r in res), res
+    assert len({r["digest"] for r in res}) == 1 and all(r["world"] == 3 for r in res), res
+    print("ok: onebit: OneBitAdam's 3 survivors shrank it and trained on, bit-identical")
     try:
         import torch.distributed as dist
         from torch.distributed.fsdp import fully_shard  # noqa: F401
