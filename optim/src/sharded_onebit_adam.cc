@@ -1152,9 +1152,10 @@ Result<ShardedOneBitAdam::ShrunkParts> ShardedOneBitAdam::shrinkParts(
     if (!std::binary_search(survivors.begin(), survivors.end(), r)) dead.push_back(r);
   pullToHost();
 
-  // What this rank can give of each dead rank's shard: 2 its current buddy copy, 1 its copy a
-  // step or more behind or a checkpoint part. Parts of survivors are ignored (a caller may pass a
-  // whole checkpoint); a part of another run is an error.
+  // What this rank can give of each dead rank's shard, best first: 3 its current buddy copy, 2 a
+  // checkpoint part of this very step, 1 a buddy copy a step behind or an older checkpoint part.
+  // Parts of survivors are ignored (a caller may pass a whole checkpoint); a part of another run
+  // is an error.
   ShardedOneBitAdamOptions plain = options_;
   plain.buddyCopy = false;
   const std::vector<uint8_t> ours = agreedRecord(count_, steps_, frozenAt_, plain);
