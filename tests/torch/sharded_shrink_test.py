@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-from _testlib import ROOT, SKIP, require_torch
+from _testlib import ROOT, require_torch
 
 WARMUP, STEPS, LR = 3, 6, 1e-2
 CASES = {  # victims, buddy copy, checkpoint step (0: none)
