@@ -293,12 +293,16 @@ constexpr size_t groupCodeBytes() {
   return kDecodeGroup * D::kCodeBits / 8;
 }
 
+// How a decode group loads its codes: one vector load (codes aligned to the group's bytes),
+// 32-bit words (4-byte aligned, as codes inside a message are), or byte by byte.
+enum class CodeLoad { kVector, kWords, kBytes };
+
 // One thread per group of kDecodeGroup elements: one load of the group's codes, one division
 // for its first scale index (tiling::ScaleWalk), then a step at each block boundary.
 template <typename D, typename Put>
 __global__ void __launch_bounds__(kThreads)
     groupDecodeKernel(const typename D::Scale* scales, const uint8_t* codes, size_t n, size_t block,
-                      bool vec, Put put) {
+                      CodeLoad load, bool vecOut, Put put) {
   constexpr unsigned kBits = D::kCodeBits;
   constexpr unsigned kBytes = static_cast<unsigned>(groupCodeBytes<D>());
   static_assert(kBytes == 16 || kBytes == 8 || kBytes == 2, "one vector load per group");
@@ -309,7 +313,13 @@ __global__ void __launch_bounds__(kThreads)
     const Range r = tiling::decodeRange(n, g);
     const uint8_t* src = codes + r.first / 8 * kBits;  // r.first is a multiple of 16
     uint32_t w[4] = {0u, 0u, 0u, 0u};
-    if (vec && r.last - r.first == kDecodeGroup) {
+    const bool whole = r.last - r.first == kDecodeGroup;
+    if (whole && load == CodeLoad::kWords && kBytes >= 4) {
+      // Codes inside a message start 4-byte aligned (after the header and the padded scales), so
+      // this is the path real wire buffers take when they are not 16-byte aligned.
+#pragma unroll
+      for (unsigned k = 0; k < kBytes / 4; ++k) w[k] = reinterpret_cast<const uint32_t*>(src)[k];
+    } else if (whole && load == CodeLoad::kVector) {
       if constexpr (kBytes == 16) {
         uint4 x = *reinterpret_cast<const uint4*>(src);
         w[0] = x.x;
@@ -339,16 +349,21 @@ __global__ void __launch_bounds__(kThreads)
       const uint32_t c = (w[(k * kBits) / 32] >> ((k * kBits) % 32)) & kMask;
       v[k] = D::value(c, s);
     }
-    put(r, vec, v);
+    put(r, vecOut, v);
   }
 }
 
 template <typename D, typename Put>
 cudaError_t launchGroupDecode(const typename D::Scale* scales, const uint8_t* codes, size_t n,
                               size_t block, Put put, cudaStream_t stream) {
-  const bool vec = aligned(codes, groupCodeBytes<D>()) && aligned(put.target(), Put::kAlign);
+  // The codes' alignment and the output's are independent: a message's codes are only 4-byte
+  // aligned (header, padded scales), which must not cost the output its vector stores.
+  const CodeLoad load = aligned(codes, groupCodeBytes<D>()) ? CodeLoad::kVector
+                        : aligned(codes, 4)                 ? CodeLoad::kWords
+                                                            : CodeLoad::kBytes;
+  const bool vecOut = aligned(put.target(), Put::kAlign);
   groupDecodeKernel<D, Put><<<gridFor(tiling::decodeGroups(n)), kThreads, 0, stream>>>(
-      scales, codes, n, block, vec, put);
+      scales, codes, n, block, load, vecOut, put);
   return lastLaunchError();
 }
 
