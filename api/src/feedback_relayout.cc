@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -213,16 +214,38 @@ Status relayoutFeedback(Communicator& shrunk, int oldRank, int oldWorld,
   plain.algorithm = "flat";
   const auto fail = [](const Status& s) { return s.withContext("relayoutFeedback"); };
 
+  // The view of every tensor's server residuals, the states one after another, made before the
+  // exchange: a survivor short of memory says so in its record, and every survivor then fails
+  // alike, rather than the others waiting in the allreduce for one that threw.
+  Holding own = describe(oldRank, oldWorld, feedback);
+  std::vector<size_t> base;
+  size_t total = 0;
+  for (const ErrorFeedback* ef : feedback) {
+    base.push_back(total);
+    const size_t count = ef ? ef->count() : 0;
+    if (own.error.empty() && count > kMaxCollectiveElements - total)
+      own.error = "the states hold more than 2^60 elements together";
+    if (own.error.empty()) total += count;
+  }
+  std::vector<float> view;
+  if (own.error.empty()) {
+    try {
+      view.assign(total, 0.0f);
+    } catch (const std::bad_alloc&) {
+      own.error = "out of memory for the view of " + std::to_string(total) + " float residuals";
+    }
+  }
+
   // 1. Every survivor's record: first their lengths (one float each), then the records padded
   //    to the longest.
-  const std::vector<float> mine = encode(describe(oldRank, oldWorld, feedback));
+  const std::vector<float> mine = encode(own);
   std::vector<float> lengths(static_cast<size_t>(n), 0.0f);
   {
-    std::vector<float> own(1, static_cast<float>(mine.size()));
+    std::vector<float> send(1, static_cast<float>(mine.size()));
     if (mine.size() >= (size_t{1} << 24))
-      own[0] = -1.0f;  // too long to count exactly in a float: every rank refuses below
+      send[0] = -1.0f;  // too long to count exactly in a float: every rank refuses below
     Status s =
-        shrunk.allgather(own.data(), lengths.data(), lengths.size(), DataType::kFloat32, plain);
+        shrunk.allgather(send.data(), lengths.data(), lengths.size(), DataType::kFloat32, plain);
     if (!s.isOk()) return fail(s);
   }
   size_t longest = 0;
@@ -233,10 +256,10 @@ Status relayoutFeedback(Communicator& shrunk, int oldRank, int oldWorld,
   }
   std::vector<float> records(longest * static_cast<size_t>(n), 0.0f);
   {
-    std::vector<float> own(longest, 0.0f);
-    std::copy(mine.begin(), mine.end(), own.begin());
+    std::vector<float> send(longest, 0.0f);
+    std::copy(mine.begin(), mine.end(), send.begin());
     Status s =
-        shrunk.allgather(own.data(), records.data(), records.size(), DataType::kFloat32, plain);
+        shrunk.allgather(send.data(), records.data(), records.size(), DataType::kFloat32, plain);
     if (!s.isOk()) return fail(s);
   }
   std::vector<Holding> all(static_cast<size_t>(n));
@@ -246,17 +269,7 @@ Status relayoutFeedback(Communicator& shrunk, int oldRank, int oldWorld,
       return fail(errorInvalidUsage("rank %d's record is malformed (another terse version?)", r));
   TERSE_RETURN_IF_ERROR(fail(judge(all)));
 
-  // 2. The view of every tensor's server residuals, the states one after another.
-  size_t total = 0;
-  std::vector<size_t> base;
-  for (const StateInfo& s : all[0].states) {
-    base.push_back(total);
-    if (s.count > kMaxCollectiveElements - total)
-      return fail(errorInvalidArgument("the states hold more than %zu elements together",
-                                       static_cast<size_t>(kMaxCollectiveElements)));
-    total += static_cast<size_t>(s.count);
-  }
-  std::vector<float> view(total, 0.0f);
+  // 2. The survivors agree, so every one has the same counts, total and view size.
   for (size_t i = 0; i < feedback.size(); ++i)
     if (feedback[i]->serverWorldSize() != 0) feedback[i]->copyServerTo(view.data() + base[i]);
   if (total > 0) {

@@ -193,6 +193,53 @@ TEST(ErrorFeedback, EmptyServerChunkIsValidOnBothPaths) {
   }
 }
 
+// The pieces relayoutFeedback (communicator.h) moves residuals to another world with.
+TEST(ErrorFeedback, CopyServerToAndSetServerFromMoveTheServerResidual) {
+  auto ef = filled("onebit:block=64", 1000, 4, 250, 250);
+  const std::vector<float> worker(ef.worker(), ef.worker() + 1000);
+  std::vector<float> full(1000, 9.0f);
+  ef.copyServerTo(full.data());
+  EXPECT_EQ(full[249], 9.0f);  // outside the chunk: left alone
+  EXPECT_EQ(full[250], -3.0f);
+  EXPECT_EQ(full[499], 249 * 0.5f - 3.0f);
+  EXPECT_EQ(full[500], 9.0f);
+  // Another world's chunk, read from the view at its own offsets; the worker residual stays.
+  ASSERT_TRUE(ef.setServerFrom(3, 200, 300, full.data()).isOk());
+  EXPECT_EQ(ef.serverWorldSize(), 3);
+  EXPECT_EQ(ef.serverRegions(), 1u);
+  EXPECT_EQ(ef.serverOffset(), 200u);
+  EXPECT_EQ(ef.serverLength(), 300u);
+  const float* s = ef.server(3, 200, 300);  // the same chunk: kept, not restarted
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s[0], 9.0f);
+  EXPECT_EQ(s[50], -3.0f);
+  EXPECT_EQ(s[299], 249 * 0.5f - 3.0f);
+  EXPECT_EQ(std::vector<float>(ef.worker(), ef.worker() + 1000), worker);
+  // A null view means zeros; an empty chunk is kept as the partition; bad chunks change nothing.
+  ASSERT_TRUE(ef.setServerFrom(2, 500, 500, nullptr).isOk());
+  EXPECT_EQ(ef.server(2, 500, 500)[7], 0.0f);
+  ASSERT_TRUE(ef.setServerFrom(5, 1000, 0, full.data()).isOk());
+  EXPECT_EQ(ef.serverWorldSize(), 5);
+  EXPECT_EQ(ef.serverOffset(), 1000u);
+  const auto before = ef.serialize();
+  EXPECT_EQ(ef.setServerFrom(2, 900, 101, full.data()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ef.setServerFrom(0, 0, 10, full.data()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ef.serialize(), before);
+}
+
+TEST(ErrorFeedback, AnAllgatherUseIsRememberedAndCopied) {
+  auto ef = ErrorFeedback::create("onebit", 10).value();
+  EXPECT_FALSE(ef.usedForAllgather());
+  ef.prepareFor("onebit:block=2048");  // allreduce, reduce-scatter
+  EXPECT_FALSE(ef.usedForAllgather());
+  ef.prepareFor("onebit:block=2048", true);
+  EXPECT_TRUE(ef.usedForAllgather());
+  ErrorFeedback copy = ef;
+  EXPECT_TRUE(copy.usedForAllgather());
+  ef.reset();  // zeroes the residuals; the state is still an allgather's part
+  EXPECT_TRUE(ef.usedForAllgather());
+}
+
 TEST(ErrorFeedback, CopiesAreIndependentAndMovesKeepTheState) {
   auto ef = filled("onebit:block=64", 1000, 4, 250, 250);
   ErrorFeedback copy = ef;  // copy construction

@@ -206,5 +206,27 @@ TEST(DeviceCodec, ErrorFeedbackMovesBetweenHostAndDevice) {
   EXPECT_EQ(back[5], 0.0f);
 }
 
+// relayoutFeedback's pieces on a state whose residuals are on the device: copyServerTo and
+// setServerFrom bring them to the host first.
+TEST(DeviceCodec, ServerResidualMovesToAnotherWorldFromTheDevice) {
+  TERSE_REQUIRE_DEVICE();
+  auto ef = ErrorFeedback::create("topk", 1000).value();
+  auto s = ef.deviceServer(2, 500, 500, nullptr);
+  ASSERT_OK(s);
+  std::vector<float> twos(500, 2.0f);
+  ASSERT_OK(device::copyAsync(s.value(), twos.data(), 2000, nullptr));
+  ASSERT_OK(device::synchronize(nullptr));
+  std::vector<float> full(1000, 0.0f);
+  ef.copyServerTo(full.data());
+  EXPECT_FALSE(ef.residualsOnDevice());
+  EXPECT_EQ(full[499], 0.0f);
+  EXPECT_EQ(full[500], 2.0f);
+  ASSERT_OK(ef.deviceWorker(nullptr));  // back on the device
+  ASSERT_OK(ef.setServerFrom(3, 0, 667, full.data()));
+  EXPECT_FALSE(ef.residualsOnDevice());
+  EXPECT_EQ(ef.server(3, 0, 667)[666], 2.0f);
+  EXPECT_EQ(ef.server(3, 0, 667)[499], 0.0f);
+}
+
 }  // namespace
 }  // namespace terse
