@@ -369,12 +369,13 @@ TEST(GpuKernelsFloat, ScaleInPlaceMatchesCpuBitwise) {
 // ---- int8 ------------------------------------------------------------------------------------
 template <typename In>
 void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool withResidual,
-               size_t shift = 0) {
+               size_t shift = 0, size_t codeShift = 0) {
   size_t n = in.size();
   SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) +
                " block=" + std::to_string(block) +
                " stochastic=" + std::to_string(rounding == Rounding::kStochastic) +
-               " residual=" + std::to_string(withResidual) + " shift=" + std::to_string(shift));
+               " residual=" + std::to_string(withResidual) + " shift=" + std::to_string(shift) +
+               " codeShift=" + std::to_string(codeShift));
   size_t blocks = (n + block - 1) / block;
   const uint64_t seed = 0x5eed, offset = 977;
   auto residual = randomResidual(n, 41 + n);
@@ -386,7 +387,9 @@ void checkInt8(const std::vector<In>& in, size_t block, Rounding rounding, bool 
   // shift > 0: pointers off their vector alignment, so the kernels take their scalar accesses.
   DeviceArray<In> dIn(n, shift);
   DeviceArray<float> dResidual(n, shift), dScales(blocks);
-  DeviceArray<int8_t> dQ(n, shift);
+  // codeShift: the codes alone moved, as inside a message (4-byte aligned after the header and
+  // the padded scales) while the decoders' outputs stay aligned.
+  DeviceArray<int8_t> dQ(n, shift + codeShift);
   ASSERT_CUDA(dIn.upload(in));
   ASSERT_CUDA(dResidual.upload(residual));
   ASSERT_CUDA(cuda::int8Quantize(dIn.get(), n, block, rounding, seed, offset,
@@ -440,6 +443,24 @@ TYPED_TEST(GpuKernels, Int8MisalignedPointersMatchCpuBitwise) {
       for (bool withResidual : {false, true})
         checkInt8(randomValues<TypeParam>(n, 44 + n), block, Rounding::kStochastic, withResidual,
                   1);
+}
+
+TYPED_TEST(GpuKernels, Int8CodesAtMessageAlignmentMatchCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  // Codes 4 or 8 bytes past a 16-byte boundary take the decoders' 32-bit-word loads; 1 byte
+  // past, the byte loads; the outputs stay aligned either way.
+  for (size_t n : kSizes)
+    for (size_t codeShift : {4, 8, 1})
+      checkInt8(randomValues<TypeParam>(n, 46 + n), 256, Rounding::kNearest, true, 0, codeShift);
+}
+
+TEST(GpuKernelsFloat, Int8BeyondOneGridPassMatchesCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  // More elements than one pass of the capped grids covers (8192 CUDA blocks): the quantizer's
+  // and the decoders' grid-stride loops run more than once.
+  const size_t n = (size_t{1} << 25) + 19;
+  for (size_t block : {32, 256})
+    checkInt8(randomValues<float>(n, 47), block, Rounding::kStochastic, true);
 }
 
 // ---- low-bit formats (fp8, mxfp8, mxfp4, int4) -------------------------------------------------
