@@ -371,37 +371,37 @@ struct StepState {
   size_t stepRecords = 0, epochRecords = 0;
 };
 
-// TERSE_TRAIN_HALT=<rank>:<step>, a test hook: that rank (of the world at start) prints
-// "halting before step <step> (pid <pid>)" and stops itself (SIGSTOP) between two steps, for a
-// driver to SIGKILL it there: a kill between calls at a step the driver chose.
-struct Halt {
-  int rank = -1;
-  uint64_t step = 0;
-};
-
-Result<Halt> haltFromEnv() {
-  Halt h;
+// TERSE_TRAIN_HALT=<rank>:<step>[,<rank>:<step>...], a test hook: each named rank (of the world
+// at start) prints "halting before step <step> (pid <pid>)" and stops itself (SIGSTOP) between
+// two steps, for a driver to SIGKILL it there: a kill between calls at a step the driver chose
+// (two ranks at the same step: two deaths at once). Returns the step this rank halts before, or
+// none.
+Result<std::optional<uint64_t>> haltFromEnv(int rank) {
+  std::optional<uint64_t> mine;
   const char* v = std::getenv("TERSE_TRAIN_HALT");
-  if (!v || !*v) return h;
-  unsigned long long step = 0;
-  int rank = -1, used = 0;
-  if (std::sscanf(v, "%d:%llu%n", &rank, &step, &used) != 2 || v[used] != '\0' || rank < 0)
-    return errorInvalidArgument("TERSE_TRAIN_HALT wants <rank>:<step>, got '%s'", v);
-  h.rank = rank;
-  h.step = step;
-  return h;
+  if (!v || !*v) return mine;
+  for (const char* p = v;;) {
+    unsigned long long step = 0;
+    int r = -1, used = 0;
+    if (std::sscanf(p, "%d:%llu%n", &r, &step, &used) != 2 || r < 0 ||
+        (p[used] != '\0' && p[used] != ','))
+      return errorInvalidArgument(
+          "TERSE_TRAIN_HALT wants <rank>:<step>[,<rank>:<step>...], got '%s'", v);
+    if (r == rank) mine = step;
+    if (p[used] == '\0') return mine;
+    p += used + 1;
+  }
 }
 
 Status run(const Options& o) {
   TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::createFromEnv());
   int rank = comm->rank(), world = comm->size();
-  const int startRank = rank;
   if (o.batch % static_cast<size_t>(world) != 0)
     return errorInvalidArgument(
         "the global batch %zu is not a multiple of the world size %d: pick "
         "--batch divisible by -n",
         o.batch, world);
-  TERSE_ASSIGN_OR_RETURN(const Halt halt, haltFromEnv());
+  TERSE_ASSIGN_OR_RETURN(const std::optional<uint64_t> haltAt, haltFromEnv(rank));
   if (o.shrinkOnFailure && o.optimizer == "onebit-adam")
     return errorUnsupported(
         "--shrink-on-failure does not support --optimizer onebit-adam yet (its compressed "
@@ -681,7 +681,7 @@ Status run(const Options& o) {
   };
 
   while (step < endStep) {
-    if (halt.rank == startRank && halt.step == step) {
+    if (haltAt == step) {
       std::printf("halting before step %llu (pid %d)\n", static_cast<unsigned long long>(step),
                   static_cast<int>(::getpid()));
       std::fflush(stdout);

@@ -3,12 +3,12 @@
 
 Each case runs WORLD ranks with a file store, kills one rank with SIGKILL, and checks that
   - the survivors finish (terse-run exits 0 naming the dead rank), all with bit-identical final
-    weights, at WORLD - 1 ranks, having shrunk once at the step their log records;
+    weights, at the smaller world, having shrunk at the step their log records;
   - no survivor waited past the timeout (TERSE_TIMEOUT_MS): neither the shrink nor the time
     from the failure (or from the kill) to the next completed step reaches it;
   - the final held-out loss is within LOSS_TOL (2%, relative) of a run that continues from the
     same step at the smaller world without a failure: a WORLD-rank run stopped there with a
-    checkpoint, resumed at WORLD - 1 ranks (the resume mode of convergence_test.py).
+    checkpoint, resumed at the smaller world (the resume mode of convergence_test.py).
 
   between:  rank 1 is stopped by TERSE_TRAIN_HALT before a step and SIGKILLed there by this
             driver (a kill between calls); also prints the time from the kill to the next
@@ -17,6 +17,7 @@ Each case runs WORLD ranks with a file store, kills one rank with SIGKILL, and c
             successor writes the log.
   inside:   the victim dies inside a call (TERSE_FAULT=kill:..., set for the victim alone, so the
             renumbered survivors never match its rule).
+  two:      ranks 1 and 2 killed before the same step (4 ranks go on as 2).
   random:   a victim, a way (between steps or inside a call) and a point drawn from a seed
             (printed; TERSE_TEST_SEED replays it).
   figures:  --kills kills between steps (no reference runs): the median time from the kill to
@@ -54,10 +55,11 @@ NEXT = re.compile(r"^\[\d+\] rank \d+ of \d+: step \d+ after the shrink done at 
 SHRUNK = re.compile(r"^\[\d+\] rank \d+ of \d+ \(was .*; shrink ([0-9.]+) s")
 
 
-def kill_run(args, name, extra, victim, halt_step=None, fault=None):
-    """Runs WORLD ranks of terse-train --shrink-on-failure and kills `victim`: SIGKILL from here
-    when it halts before `halt_step`, or by its TERSE_FAULT rule `fault`. Returns what the
-    survivors said and their log; failures are collected, not raised."""
+def kill_run(args, name, extra, victims, halt_step=None, fault=None):
+    """Runs WORLD ranks of terse-train --shrink-on-failure and kills `victims` (a list): SIGKILL
+    from here when they halt before `halt_step`, or one victim by its TERSE_FAULT rule `fault`.
+    Returns what the survivors said and their log; failures are collected, not raised."""
+    survivors = WORLD - len(victims)
     store = os.path.join(args.work, name + "-store")
     shutil.rmtree(store, ignore_errors=True)
     os.makedirs(store)
@@ -69,10 +71,10 @@ def kill_run(args, name, extra, victim, halt_step=None, fault=None):
     env.setdefault("UCX_NET_DEVICES", "lo")
     env["TERSE_TIMEOUT_MS"] = str(TIMEOUT_MS)
     if halt_step is not None:
-        env["TERSE_TRAIN_HALT"] = f"{victim}:{halt_step}"
+        env["TERSE_TRAIN_HALT"] = ",".join(f"{v}:{halt_step}" for v in victims)
     if fault is not None:
         # For the victim alone: after the shrink a survivor may hold the victim's old rank number.
-        train = ["sh", "-c", f'if [ "$TERSE_RANK" = {victim} ]; then export TERSE_FAULT="{fault}"; '
+        train = ["sh", "-c", f'if [ "$TERSE_RANK" = {victims[0]} ]; then export TERSE_FAULT="{fault}"; '
                  'fi; exec "$@"', "sh"] + train
     cmd = [args.terse_run, "-n", str(WORLD), "--keep-going", "--store", store, "--"] + train
     print("+", " ".join(f"{k}={env[k]}" for k in ("TERSE_TRAIN_HALT",) if k in env),
@@ -86,27 +88,28 @@ def kill_run(args, name, extra, victim, halt_step=None, fault=None):
     for line in proc.stdout:
         out.append(line)
         m = HALTING.match(line)
-        if m and int(m.group(1)) == victim and killed_at is None:
+        if m and int(m.group(1)) in victims:
             os.kill(int(m.group(3)), signal.SIGKILL)
-            killed_at = time.monotonic()
+            killed_at = time.monotonic()  # the last kill
     rc = proc.wait()
     watchdog.cancel()
     r = {"output": "".join(out), "rc": rc, "killed_at": killed_at, "log": log, "failures": []}
     fail = r["failures"].append
     if rc != 0:
         fail(f"{name}: terse-run exited {rc}")
-    if f"rank {victim} was killed by signal 9" not in r["output"]:
-        fail(f"{name}: rank {victim} did not die by SIGKILL")
+    for v in victims:
+        if f"rank {v} was killed by signal 9" not in r["output"]:
+            fail(f"{name}: rank {v} did not die by SIGKILL")
     finals = [FINAL.match(x) for x in out if FINAL.match(x)]
     hashes = {m.group(3) for m in finals}
-    if len(finals) != WORLD - 1 or len(hashes) != 1 or any(
-            int(m.group(2)) != WORLD - 1 for m in finals):
-        fail(f"{name}: want {WORLD - 1} survivors at {WORLD - 1} ranks with one final weights "
+    if len(finals) != survivors or len(hashes) != 1 or any(
+            int(m.group(2)) != survivors for m in finals):
+        fail(f"{name}: want {survivors} survivors at {survivors} ranks with one final weights "
              f"hash, got {[m.group(0) for m in finals]}")
     r["next"] = [(float(m.group(1)), float(m.group(2))) for m in map(NEXT.match, out) if m]
     r["shrink"] = [float(m.group(1)) for m in map(SHRUNK.match, out) if m]
     slowest = max([d for _, d in r["next"]] + r["shrink"] + [0])
-    if len(r["next"]) != WORLD - 1 or slowest >= TIMEOUT_MS / 1000:
+    if len(r["next"]) < survivors or slowest >= TIMEOUT_MS / 1000:
         fail(f"{name}: {len(r['next'])} survivors reported their next step, the slowest "
              f"{slowest:.3f} s after the failure (timeout {TIMEOUT_MS / 1000:.0f} s)")
     if killed_at is not None and r["next"]:
@@ -116,9 +119,12 @@ def kill_run(args, name, extra, victim, halt_step=None, fault=None):
     if os.path.exists(log):
         with open(log) as f:
             r["run"] = json.load(f)
+        # Two deaths at once are one shrink when the survivors see both before they decide, else
+        # two: either way every victim is left out and the world ends at `survivors`.
         shrinks = r["run"]["shrinks"]
-        if len(shrinks) != 1 or shrinks[0]["gone"] != [victim] or shrinks[0]["world"] != WORLD - 1:
-            fail(f"{name}: the log's shrinks {shrinks} are not one shrink leaving out rank {victim}")
+        gone = sorted(g for x in shrinks for g in x["gone"])
+        if not shrinks or gone != sorted(victims) or shrinks[-1]["world"] != survivors:
+            fail(f"{name}: the log's shrinks {shrinks} do not leave out ranks {victims}")
         if halt_step is not None and shrinks and shrinks[0]["step"] != halt_step:
             fail(f"{name}: killed before step {halt_step}, went on from step {shrinks[0]['step']}")
     else:
@@ -128,16 +134,16 @@ def kill_run(args, name, extra, victim, halt_step=None, fault=None):
     return r
 
 
-def reference(args, name, extra, step):
+def reference(args, name, extra, step, survivors):
     """The run without a failure: WORLD ranks stopped at `step` with a checkpoint, resumed at
-    WORLD - 1 ranks (from the start when `step` is 0)."""
+    `survivors` ranks (from the start when `step` is 0)."""
     ckpt = os.path.join(args.work, name + "-ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)
     if step == 0:
-        return ct.train(args, WORLD - 1, os.path.join(args.work, name + "-ref.json"), BASE + extra)
+        return ct.train(args, survivors, os.path.join(args.work, name + "-ref.json"), BASE + extra)
     ct.train(args, WORLD, os.path.join(args.work, name + "-prefix.json"),
              BASE + extra + ["--checkpoint", ckpt, "--stop-at", str(step)])
-    return ct.train(args, WORLD - 1, os.path.join(args.work, name + "-ref.json"),
+    return ct.train(args, survivors, os.path.join(args.work, name + "-ref.json"),
                     BASE + extra + ["--resume", ckpt])
 
 
@@ -145,18 +151,19 @@ def held_out(run):
     return run["epochs"][-1]["test_loss"]
 
 
-def check_case(args, name, extra, victim, halt_step=None, fault=None):
-    r = kill_run(args, name, extra, victim, halt_step, fault)
+def check_case(args, name, extra, victims, halt_step=None, fault=None):
+    r = kill_run(args, name, extra, victims, halt_step, fault)
+    survivors = WORLD - len(victims)
     failures = r["failures"]
     if "run" not in r:
         return failures
     step = r["run"]["shrinks"][0]["step"] if r["run"]["shrinks"] else 0
-    ref = reference(args, name, extra, step)
+    ref = reference(args, name, extra, step, survivors)
     got, want = held_out(r["run"]), held_out(ref)
     same = [s for s in r["run"]["steps"] if s[0] > step] == ref["steps"]
     extra_info = f", {r['kill_to_step']:.3f} s from the kill to the next step" \
         if "kill_to_step" in r else ""
-    print(f"{name}: shrank to {WORLD - 1} ranks at step {step}; held-out loss {got:.5f}, the "
+    print(f"{name}: shrank to {survivors} ranks at step {step}; held-out loss {got:.5f}, the "
           f"continuation without a failure {want:.5f} ({(got / want - 1) * 100:+.3f}%, curve "
           f"{'identical' if same else 'different'}){extra_info}")
     if abs(got - want) > ct.LOSS_TOL * want:
@@ -191,7 +198,7 @@ def random_case(args):
         how = fault
     print(f"seed {s} (TERSE_TEST_SEED={s} replays it): victim {victim}, {' '.join(codec)}, {how}",
           flush=True)
-    return check_case(args, "random", codec, victim, halt, fault)
+    return check_case(args, "random", codec, [victim], halt, fault)
 
 
 def figures(args):
@@ -199,7 +206,7 @@ def figures(args):
     times, failures = [], []
     for k in range(args.kills):
         step = rng.randrange(50, 800)
-        r = kill_run(args, f"figure-{k}", CODEC, 1 + k % (WORLD - 1), halt_step=step)
+        r = kill_run(args, f"figure-{k}", CODEC, [1 + k % (WORLD - 1)], halt_step=step)
         failures += r["failures"]
         if "kill_to_step" in r:
             times.append(r["kill_to_step"])
@@ -212,9 +219,10 @@ def figures(args):
 
 
 CASES = {
-    "between": lambda a: check_case(a, "between", CODEC, 1, halt_step=100),
-    "rank0": lambda a: check_case(a, "rank0", ["--codec", "none"], 0, halt_step=300),
-    "inside": lambda a: check_case(a, "inside", CODEC, 2,
+    "between": lambda a: check_case(a, "between", CODEC, [1], halt_step=100),
+    "rank0": lambda a: check_case(a, "rank0", ["--codec", "none"], [0], halt_step=300),
+    "two": lambda a: check_case(a, "two", CODEC, [1, 2], halt_step=200),
+    "inside": lambda a: check_case(a, "inside", CODEC, [2],
                                    fault="kill:rank=2:phase=reduce:after_recvs=700"),
     "random": random_case,
     "figures": figures,
