@@ -22,6 +22,9 @@ Each case runs WORLD ranks with a file store, kills one rank with SIGKILL, and c
             (printed; TERSE_TEST_SEED replays it).
   figures:  --kills kills between steps (no reference runs): the median time from the kill to
             the next completed step.
+  residual-cost: --kills kills between steps with onebit and error feedback: the survivors'
+            held-out loss (the dead rank's residuals lost) against the same continuation with
+            every residual kept (a checkpoint resumed with re-partitioned residuals).
 
 terse-train has no split communicator: kills inside a split child are covered by
 tests/api/shrink_process_test.cc (Matrix/ShrinkKill.*_split). Standard library only.
@@ -218,6 +221,40 @@ def figures(args):
     return failures
 
 
+# The loss cost of a lost residual: onebit with error feedback, a rank killed between steps.
+# The survivors re-lay out their residuals for the new world and go on without the dead rank's
+# (its worker residual and its chunk of the server residual are lost); the reference resumes a
+# checkpoint of the same step at the smaller world with every rank's residuals re-partitioned
+# (nothing lost). The same --hidden 64 as Train.Resume, so the server chunks really move.
+ONEBIT = ["--codec", "onebit", "--hidden", "64"]
+
+
+def residual_cost(args):
+    rng = random.Random(seed())
+    costs, failures = [], []
+    for k in range(args.kills):
+        step, victim = rng.randrange(50, 800), rng.randrange(WORLD)
+        name = f"residual-{k}"
+        r = kill_run(args, name, ONEBIT, [victim], halt_step=step)
+        failures += r["failures"]
+        if "run" not in r:
+            continue
+        ref = reference(args, name, ONEBIT, step, WORLD - 1)
+        got, want = held_out(r["run"]), held_out(ref)
+        costs.append(got / want - 1)
+        print(f"rank {victim} killed before step {step}: held-out loss {got:.5f} with its "
+              f"residual lost, {want:.5f} with every residual kept ({costs[-1] * 100:+.3f}%)",
+              flush=True)
+        if abs(got - want) > ct.LOSS_TOL * want:
+            failures.append(f"{name}: held-out loss {got:.5f} not within {ct.LOSS_TOL:.0%} of "
+                            f"{want:.5f}")
+    if costs:
+        print(f"loss cost of a lost residual over {len(costs)} kills: median "
+              f"{statistics.median(costs) * 100:+.3f}%, min {min(costs) * 100:+.3f}%, max "
+              f"{max(costs) * 100:+.3f}%")
+    return failures
+
+
 CASES = {
     "between": lambda a: check_case(a, "between", CODEC, [1], halt_step=100),
     "rank0": lambda a: check_case(a, "rank0", ["--codec", "none"], [0], halt_step=300),
@@ -226,6 +263,7 @@ CASES = {
                                    fault="kill:rank=2:phase=reduce:after_recvs=700"),
     "random": random_case,
     "figures": figures,
+    "residual-cost": residual_cost,
 }
 
 
@@ -235,7 +273,7 @@ def main():
     p.add_argument("--terse-run", required=True)
     p.add_argument("--terse-train", required=True)
     p.add_argument("--work", required=True, help="directory for logs, stores and checkpoints")
-    p.add_argument("--kills", type=int, default=7, help="figures: how many kills")
+    p.add_argument("--kills", type=int, default=7, help="figures, residual-cost: how many kills")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
     failures = CASES[args.mode](args)
