@@ -402,10 +402,6 @@ Status run(const Options& o) {
         "--batch divisible by -n",
         o.batch, world);
   TERSE_ASSIGN_OR_RETURN(const std::optional<uint64_t> haltAt, haltFromEnv(rank));
-  if (o.shrinkOnFailure && o.optimizer == "onebit-adam")
-    return errorUnsupported(
-        "--shrink-on-failure does not support --optimizer onebit-adam yet (its compressed "
-        "momentum's residuals are not re-laid out for the shrunk world)");
 
   Dataset train, test;
   makeDatasets(o.data, &train, &test);
@@ -421,12 +417,6 @@ Status run(const Options& o) {
   // onebit-adam sends no gradients: the codec compresses OneBitAdam's momentum instead.
   const bool momentumPath = o.optimizer == "onebit-adam";
   const bool useFeedback = o.feedback && codec != "none" && !momentumPath;
-  if (o.shrinkOnFailure && useFeedback)
-    return errorUnsupported(
-        "--shrink-on-failure with error feedback (codec '%s') is not supported yet: the "
-        "residuals are not re-laid out for the shrunk world; use --no-ef or a codec without "
-        "residuals (none, fp16, bf16, int8)",
-        codec.c_str());
   std::optional<OneBitAdam> adam;
   if (o.optimizer != "sgd") {
     OneBitAdamOptions ao;
@@ -667,6 +657,25 @@ Status run(const Options& o) {
     const bool back = step > lowest;
     if (back) TERSE_RETURN_IF_ERROR(restore(previous));
     step = lowest;
+    if (useFeedback) {
+      // Each survivor keeps its own worker residual; the server residuals move to the chunks
+      // the new world gives each rank, the dead ranks' chunks lost (relayoutFeedback).
+      std::vector<ErrorFeedback*> states;
+      for (ErrorFeedback& ef : feedback) states.push_back(&ef);
+      TERSE_RETURN_IF_ERROR(relayoutFeedback(*comm, oldRank, oldWorld, states)
+                                .withContext("re-laying out the residuals after the shrink"));
+    }
+    if (adam && momentumPath) {
+      // OneBitAdam's moments, step and phase are replicated and stay; its compressed momentum's
+      // residuals are re-laid out like the gradients'. Through a copy and replaceFeedback rather
+      // than OneBitAdam::shrink, which moves nothing on a state restored by deserialize() (it
+      // does not know the world of its last step), as every survivor's is here.
+      ErrorFeedback residuals = adam->feedback();
+      TERSE_RETURN_IF_ERROR(
+          relayoutFeedback(*comm, oldRank, oldWorld, {&residuals})
+              .withContext("re-laying out OneBitAdam's residuals after the shrink"));
+      TERSE_RETURN_IF_ERROR(adam->replaceFeedback(std::move(residuals)));
+    }
     shrinks.push_back(ShrinkRecord{step, world, gone});
     std::string names;
     for (int r : gone) names += (names.empty() ? "" : ",") + std::to_string(r);
