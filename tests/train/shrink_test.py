@@ -18,6 +18,11 @@ Each case runs WORLD ranks with a file store, kills one rank with SIGKILL, and c
   inside:   the victim dies inside a call (TERSE_FAULT=kill:..., set for the victim alone, so the
             renumbered survivors never match its rule).
   two:      ranks 1 and 2 killed before the same step (4 ranks go on as 2).
+  feedback: rank 3 killed between steps of onebit with error feedback (the survivors re-lay out
+            their residuals; the dead rank's are lost).
+  adam-warmup, adam-freeze: --optimizer onebit-adam, a rank killed between steps during the
+            warm-up (before step 150) and at the freeze (before step 301: step 300, the first
+            whose momentum is compressed, has left residuals, which the survivors re-lay out).
   random:   a victim, a way (between steps or inside a call) and a point drawn from a seed
             (printed; TERSE_TEST_SEED replays it).
   figures:  --kills kills between steps (no reference runs): the median time from the kill to
@@ -227,6 +232,11 @@ def figures(args):
 # checkpoint of the same step at the smaller world with every rank's residuals re-partitioned
 # (nothing lost). The same --hidden 64 as Train.Resume, so the server chunks really move.
 ONEBIT = ["--codec", "onebit", "--hidden", "64"]
+# OneBitAdam as Train.OneBitAdamResume runs it: its variance freezes after ADAM_WARMUP steps and
+# from then on the momentum goes through onebit with error feedback.
+ADAM_WARMUP = 300
+ADAM = ["--optimizer", "onebit-adam", "--lr", "0.01", "--warmup", str(ADAM_WARMUP), "--codec",
+        "onebit", "--hidden", "64"]
 
 
 def residual_cost(args):
@@ -261,6 +271,9 @@ CASES = {
     "two": lambda a: check_case(a, "two", CODEC, [1, 2], halt_step=200),
     "inside": lambda a: check_case(a, "inside", CODEC, [2],
                                    fault="kill:rank=2:phase=reduce:after_recvs=700"),
+    "feedback": lambda a: check_case(a, "feedback", ONEBIT, [3], halt_step=400),
+    "adam-warmup": lambda a: check_case(a, "adam-warmup", ADAM, [1], halt_step=150),
+    "adam-freeze": lambda a: check_case(a, "adam-freeze", ADAM, [2], halt_step=ADAM_WARMUP + 1),
     "random": random_case,
     "figures": figures,
     "residual-cost": residual_cost,
