@@ -667,9 +667,9 @@ Status run(const Options& o) {
     }
     if (adam && momentumPath) {
       // OneBitAdam's moments, step and phase are replicated and stay; its compressed momentum's
-      // residuals are re-laid out like the gradients'. Through a copy and replaceFeedback rather
-      // than OneBitAdam::shrink, which moves nothing on a state restored by deserialize() (it
-      // does not know the world of its last step), as every survivor's is here.
+      // residuals are re-laid out like the gradients', by the old rank and world known here:
+      // the rollback restored the optimizer from its serialized form, which does not record the
+      // world its residuals were laid out for.
       ErrorFeedback residuals = adam->feedback();
       TERSE_RETURN_IF_ERROR(
           relayoutFeedback(*comm, oldRank, oldWorld, {&residuals})
