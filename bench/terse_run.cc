@@ -2,6 +2,8 @@
 // TERSE_LOCAL_RANK and TERSE_STORE set, prefixes every output line with "[rank] ", and when a
 // rank fails (non-zero exit or a signal) stops the others and exits non-zero saying which rank
 // failed and how. Rank 0 serves the TCP store on a free loopback port unless --store is given.
+// With --keep-going a rank killed by a signal is reported and the others run on (for jobs that
+// shrink their communicator and continue, docs/reliability.md).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,19 +28,26 @@ volatile sig_atomic_t gInterrupted = 0;
 void onSignal(int sig) { gInterrupted = sig; }
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: terse-run -n N [--nodes K [--node I]] [--store host:port|dir] [--] command\n"
-               "       [args...]\n\n"
-               "Starts N ranks of command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,\n"
-               "TERSE_LOCAL_RANK and TERSE_STORE set (by default a TCP store served by rank 0 on\n"
-               "a free 127.0.0.1 port). --nodes K emulates K nodes: the ranks are split into K\n"
-               "blocks of consecutive ranks (the first N %% K one rank larger), each with its own\n"
-               "TERSE_NODE, and TERSE_LOCAL_RANK / TERSE_LOCAL_SIZE within it. --node I starts\n"
-               "only node I's ranks, for one terse-run per node (each in its own network\n"
-               "namespace or on its own host; --store then names the store node 0's rank 0\n"
-               "serves, the same for all). Output lines are prefixed with [rank]. If a rank\n"
-               "exits non-zero or dies, the others are stopped (SIGTERM, then SIGKILL after\n"
-               "3 s) and terse-run exits non-zero naming the rank.\n");
+  std::fprintf(
+      out,
+      "usage: terse-run -n N [--nodes K [--node I]] [--store host:port|dir] [--keep-going]\n"
+      "       [--] command [args...]\n\n"
+      "Starts N ranks of command on this machine with TERSE_RANK, TERSE_WORLD_SIZE,\n"
+      "TERSE_LOCAL_RANK and TERSE_STORE set (by default a TCP store served by rank 0 on\n"
+      "a free 127.0.0.1 port). --nodes K emulates K nodes: the ranks are split into K\n"
+      "blocks of consecutive ranks (the first N %% K one rank larger), each with its own\n"
+      "TERSE_NODE, and TERSE_LOCAL_RANK / TERSE_LOCAL_SIZE within it. --node I starts\n"
+      "only node I's ranks, for one terse-run per node (each in its own network\n"
+      "namespace or on its own host; --store then names the store node 0's rank 0\n"
+      "serves, the same for all). Output lines are prefixed with [rank]. If a rank\n"
+      "exits non-zero or dies, the others are stopped (SIGTERM, then SIGKILL after\n"
+      "3 s) and terse-run exits non-zero naming the rank.\n\n"
+      "--keep-going: a rank killed by a signal (kill -9, a crash) does not stop the\n"
+      "others: terse-run names it, waits for the rest, and exits 0 if every other rank\n"
+      "exits 0 (a rank that exits non-zero still stops the others and fails the run).\n"
+      "For jobs whose survivors shrink their communicator and continue (terse-train\n"
+      "--shrink-on-failure); give --store <dir> too, since the default TCP store is\n"
+      "served by rank 0 and ends with it.\n");
 }
 
 int freeLoopbackPort() {
@@ -106,6 +115,7 @@ struct Rank {
 int main(int argc, char** argv) {
   int n = 0, nodes = 1, onlyNode = -1;
   std::string store;
+  bool keepGoing = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -143,6 +153,8 @@ int main(int argc, char** argv) {
         return 2;
       }
       onlyNode = static_cast<int>(v);
+    } else if (a == "--keep-going") {
+      keepGoing = true;
     } else if (a == "--store" && i + 1 < argc) {
       store = argv[++i];
     } else if (!a.empty() && a[0] == '-') {
@@ -256,6 +268,7 @@ int main(int argc, char** argv) {
   }
 
   int firstFailed = -1;
+  std::vector<int> died;  // --keep-going: ranks ended by a signal, tolerated
   int running = started;
   bool stopping = false;
   auto killAt = std::chrono::steady_clock::time_point::max();
@@ -296,7 +309,11 @@ int main(int argc, char** argv) {
       ranks[r].running = false;
       ranks[r].status = status;
       --running;
-      if (failed(status) && firstFailed < 0 && !stopping) {
+      if (keepGoing && WIFSIGNALED(status) && !stopping) {
+        died.push_back(r);
+        std::fprintf(stderr, "terse-run: rank %d %s; the others keep going (--keep-going)\n", r,
+                     howItEnded(status).c_str());
+      } else if (failed(status) && firstFailed < 0 && !stopping) {
         firstFailed = r;
         std::string why = "rank " + std::to_string(r) + " " + howItEnded(status);
         stopOthers(why.c_str());
@@ -323,5 +340,18 @@ int main(int argc, char** argv) {
     return 128 + WTERMSIG(status);
   }
   if (gInterrupted) return 128 + gInterrupted;
+  if (!died.empty()) {
+    std::string names;
+    for (int r : died) names += (names.empty() ? "" : ", ") + std::to_string(r);
+    if (static_cast<int>(died.size()) == started) {
+      // Nobody survived: nothing finished the job.
+      const int status = ranks[died.front()].status;
+      std::fprintf(stderr, "terse-run: FAILED: every rank died (ranks %s)\n", names.c_str());
+      return 128 + WTERMSIG(status);
+    }
+    std::fprintf(stderr, "terse-run: rank%s %s died; the %d other%s exited 0 (--keep-going)\n",
+                 died.size() > 1 ? "s" : "", names.c_str(), started - static_cast<int>(died.size()),
+                 started - static_cast<int>(died.size()) > 1 ? "s" : "");
+  }
   return 0;
 }

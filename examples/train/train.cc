@@ -12,6 +12,10 @@
 // that never leaves warm-up) on the gradients averaged as above; --optimizer onebit-adam sends
 // no gradients at all: OneBitAdam averages them during --warmup steps, then allreduces its
 // momentum with --codec and error feedback (docs/optim.md).
+//
+// --shrink-on-failure (under terse-run --keep-going --store <dir>): when a step fails because a
+// rank died, the survivors shrink the communicator, agree on the last step they all completed,
+// and go on at the smaller world (docs/convergence.md, "Training through a kill").
 #include "checkpoint.h"
 #include "model.h"
 
@@ -20,8 +24,12 @@
 
 #include <terse/terse.h>
 
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +63,7 @@ struct Options {
   std::string log, checkpointDir, resumeDir;
   uint64_t checkpointAt = 0, stopAt = 0;
   bool quiet = false;
+  bool shrinkOnFailure = false;
 };
 
 void usage(FILE* out) {
@@ -83,7 +92,11 @@ void usage(FILE* out) {
       "  --checkpoint-at STEP      ... after this many steps (default: at the end)\n"
       "  --stop-at STEP            stop after this many steps (simulated interruption)\n"
       "  --resume DIR              continue from a checkpoint (any world size)\n"
-      "  --quiet                   no per-epoch lines\n");
+      "  --quiet                   no per-epoch lines\n"
+      "  --shrink-on-failure       when a rank dies, the survivors shrink the communicator,\n"
+      "                            go back to the last step they all completed and go on\n"
+      "                            (run under terse-run --keep-going --store DIR; --batch\n"
+      "                            must divide by every world size it may shrink to)\n");
 }
 
 bool parseOptions(int argc, char** argv, Options* o) {
@@ -200,6 +213,8 @@ bool parseOptions(int argc, char** argv, Options* o) {
       o->resumeDir = v;
     } else if (a == "--quiet") {
       o->quiet = true;
+    } else if (a == "--shrink-on-failure") {
+      o->shrinkOnFailure = true;
     } else {
       std::fprintf(stderr, "terse-train: unknown option '%s' (see --help)\n", a.c_str());
       return false;
@@ -224,6 +239,12 @@ struct EpochRecord {
   uint64_t epoch, step;
   float trainLoss, trainAcc, testLoss, testAcc;
 };
+// --shrink-on-failure: the step the survivors went on from, the new world and who was gone.
+struct ShrinkRecord {
+  uint64_t step;
+  int world;
+  std::vector<int> gone;
+};
 
 // Loss and accuracy over a whole set: each rank evaluates a contiguous 1/world of the rows and
 // the sums are allreduced uncompressed.
@@ -244,7 +265,8 @@ Status evaluate(Communicator& comm, const Model& model, const Dataset& data, flo
 
 Status writeLog(const Options& o, const std::string& codec, bool feedback, int world, size_t params,
                 uint64_t startStep, uint64_t totalSteps, const std::vector<StepRecord>& steps,
-                const std::vector<EpochRecord>& epochs, uint64_t bytesSent) {
+                const std::vector<EpochRecord>& epochs, uint64_t bytesSent,
+                const std::vector<ShrinkRecord>& shrinks) {
   FILE* f = std::fopen(o.log.c_str(), "w");
   if (!f) return errorSystem("cannot write the log '%s': %s", o.log.c_str(), std::strerror(errno));
   std::fprintf(f,
@@ -261,7 +283,14 @@ Status writeLog(const Options& o, const std::string& codec, bool feedback, int w
                static_cast<unsigned long long>(startStep),
                static_cast<unsigned long long>(totalSteps),
                static_cast<unsigned long long>(bytesSent));
-  std::fprintf(f, "  \"steps\": [");
+  std::fprintf(f, "  \"shrinks\": [");
+  for (size_t i = 0; i < shrinks.size(); ++i) {
+    std::string gone;
+    for (int r : shrinks[i].gone) gone += (gone.empty() ? "" : ", ") + std::to_string(r);
+    std::fprintf(f, "%s\n    {\"step\": %llu, \"world\": %d, \"gone\": [%s]}", i ? "," : "",
+                 static_cast<unsigned long long>(shrinks[i].step), shrinks[i].world, gone.c_str());
+  }
+  std::fprintf(f, "%s],\n  \"steps\": [", shrinks.empty() ? "" : "\n  ");
   for (size_t i = 0; i < steps.size(); ++i)
     std::fprintf(f, "%s\n    [%llu, %.9g, %.9g]", i ? "," : "",
                  static_cast<unsigned long long>(steps[i].step), steps[i].loss, steps[i].acc);
@@ -315,15 +344,64 @@ Result<OneBitAdam> loadAdam(const std::string& dir, int rank) {
   return adam;
 }
 
+// CLOCK_MONOTONIC seconds: one clock for every process of the host, so a test driver can
+// subtract the time it killed a rank from the time a survivor completed its next step.
+double monotonicSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// FNV-1a over the parameters' bits: survivors that must hold identical weights print it.
+uint64_t weightsHash(const std::vector<float>& w) {
+  uint64_t h = 1469598103934665603ull;
+  for (float v : w) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
+// What a rank needs to go back to the start of a step (--shrink-on-failure).
+struct StepState {
+  std::vector<float> params, momentum;
+  std::vector<ErrorFeedback> feedback;
+  std::vector<uint8_t> adam;  // OneBitAdam::serialize()
+  size_t stepRecords = 0, epochRecords = 0;
+};
+
+// TERSE_TRAIN_HALT=<rank>:<step>[,<rank>:<step>...], a test hook: each named rank (of the world
+// at start) prints "halting before step <step> (pid <pid>)" and stops itself (SIGSTOP) between
+// two steps, for a driver to SIGKILL it there: a kill between calls at a step the driver chose
+// (two ranks at the same step: two deaths at once). Returns the step this rank halts before, or
+// none.
+Result<std::optional<uint64_t>> haltFromEnv(int rank) {
+  std::optional<uint64_t> mine;
+  const char* v = std::getenv("TERSE_TRAIN_HALT");
+  if (!v || !*v) return mine;
+  for (const char* p = v;;) {
+    unsigned long long step = 0;
+    int r = -1, used = 0;
+    if (std::sscanf(p, "%d:%llu%n", &r, &step, &used) != 2 || r < 0 ||
+        (p[used] != '\0' && p[used] != ','))
+      return errorInvalidArgument(
+          "TERSE_TRAIN_HALT wants <rank>:<step>[,<rank>:<step>...], got '%s'", v);
+    if (r == rank) mine = step;
+    if (p[used] == '\0') return mine;
+    p += used + 1;
+  }
+}
+
 Status run(const Options& o) {
-  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> commPtr, Communicator::createFromEnv());
-  Communicator& comm = *commPtr;
-  const int rank = comm.rank(), world = comm.size();
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Communicator::createFromEnv());
+  int rank = comm->rank(), world = comm->size();
   if (o.batch % static_cast<size_t>(world) != 0)
     return errorInvalidArgument(
         "the global batch %zu is not a multiple of the world size %d: pick "
         "--batch divisible by -n",
         o.batch, world);
+  TERSE_ASSIGN_OR_RETURN(const std::optional<uint64_t> haltAt, haltFromEnv(rank));
 
   Dataset train, test;
   makeDatasets(o.data, &train, &test);
@@ -428,6 +506,12 @@ Status run(const Options& o) {
         "bucket(s), %d ranks\n",
         o.model.c_str(), count, o.optimizer.c_str(), codec.c_str(),
         useFeedback ? "on" : (momentumPath ? "on the momentum" : "off"), buckets.size(), world);
+  if (o.shrinkOnFailure) {
+    // Every rank, even with --quiet: a driver that kills ranks needs their pids.
+    std::printf("rank %d of %d: pid %d, shrinking on failure\n", rank, world,
+                static_cast<int>(::getpid()));
+    std::fflush(stdout);
+  }
 
   const uint64_t startStep = step;
   const uint64_t checkpointAt =
@@ -435,7 +519,11 @@ Status run(const Options& o) {
   const uint64_t endStep = o.stopAt ? std::min<uint64_t>(o.stopAt, totalSteps) : totalSteps;
   std::vector<StepRecord> steps;
   std::vector<EpochRecord> epochs;
-  while (step < endStep) {
+  std::vector<ShrinkRecord> shrinks;
+
+  // One step: every call of it (gradients, statistics, the epoch's evaluation, a checkpoint's
+  // barrier) must succeed for the step to count; `step` moves on only then.
+  auto oneStep = [&]() -> Status {
     const uint64_t epoch = step / perEpoch;
     std::vector<size_t> rows =
         batchRows(train, o.split, o.seed, epoch, step % perEpoch, o.batch, rank, world);
@@ -444,61 +532,196 @@ Status run(const Options& o) {
     for (size_t b = 0; b < buckets.size() && !momentumPath; ++b) {
       float* g = grad.data() + buckets[b].offset;
       TERSE_RETURN_IF_ERROR(
-          comm.allreduce(g, g, buckets[b].length, DataType::kFloat32, ReduceOp::kAvg,
-                         CollectiveOptions{codec, useFeedback ? &feedback[b] : nullptr})
+          comm->allreduce(g, g, buckets[b].length, DataType::kFloat32, ReduceOp::kAvg,
+                          CollectiveOptions{codec, useFeedback ? &feedback[b] : nullptr})
               .withContext("allreduce of bucket " + buckets[b].name));
     }
     float stats[2] = {static_cast<float>(loss),
                       static_cast<float>(correct) / static_cast<float>(rows.size())};
-    TERSE_RETURN_IF_ERROR(comm.allreduce(stats, stats, 2, DataType::kFloat32, ReduceOp::kAvg));
+    TERSE_RETURN_IF_ERROR(comm->allreduce(stats, stats, 2, DataType::kFloat32, ReduceOp::kAvg));
 
     const double progress = static_cast<double>(step) / static_cast<double>(totalSteps);
     const float lr = static_cast<float>(o.lr * 0.5 * (1.0 + std::cos(M_PI * progress)));
     const float mu = static_cast<float>(o.momentum);
     float* p = model.params().data();
     if (adam) {
-      TERSE_RETURN_IF_ERROR(adam->step(comm, p, grad.data(), lr));
+      TERSE_RETURN_IF_ERROR(adam->step(*comm, p, grad.data(), lr));
     } else {
       for (size_t i = 0; i < count; ++i) {
         momentum[i] = mu * momentum[i] + grad[i];
         p[i] -= lr * momentum[i];
       }
     }
-    ++step;
-    steps.push_back(StepRecord{step, stats[0], stats[1]});
+    const uint64_t done = step + 1;
+    steps.push_back(StepRecord{done, stats[0], stats[1]});
 
-    if (step % perEpoch == 0) {
-      EpochRecord e{step / perEpoch, step, 0, 0, 0, 0};
-      TERSE_RETURN_IF_ERROR(evaluate(comm, model, train, &e.trainLoss, &e.trainAcc));
-      TERSE_RETURN_IF_ERROR(evaluate(comm, model, test, &e.testLoss, &e.testAcc));
+    if (done % perEpoch == 0) {
+      EpochRecord e{done / perEpoch, done, 0, 0, 0, 0};
+      TERSE_RETURN_IF_ERROR(evaluate(*comm, model, train, &e.trainLoss, &e.trainAcc));
+      TERSE_RETURN_IF_ERROR(evaluate(*comm, model, test, &e.testLoss, &e.testAcc));
       epochs.push_back(e);
       if (rank == 0 && !o.quiet)
         std::printf(
             "epoch %llu/%zu step %llu train_loss %.5f train_acc %.4f test_loss %.5f "
             "test_acc %.4f\n",
             static_cast<unsigned long long>(e.epoch), o.epochs,
-            static_cast<unsigned long long>(step), e.trainLoss, e.trainAcc, e.testLoss, e.testAcc);
+            static_cast<unsigned long long>(done), e.trainLoss, e.trainAcc, e.testLoss, e.testAcc);
       std::fflush(stdout);
     }
-    if (!o.checkpointDir.empty() && step == checkpointAt) {
+    if (!o.checkpointDir.empty() && done == checkpointAt) {
       ::mkdir(o.checkpointDir.c_str(), 0755);  // an existing directory is fine
       if (rank == 0)
         TERSE_RETURN_IF_ERROR(
-            saveModel(o.checkpointDir, ModelState{step, world, useFeedback ? codec : std::string(),
+            saveModel(o.checkpointDir, ModelState{done, world, useFeedback ? codec : std::string(),
                                                   model.params(), momentum}));
       if (useFeedback) TERSE_RETURN_IF_ERROR(saveFeedback(o.checkpointDir, rank, feedback));
       if (adam) TERSE_RETURN_IF_ERROR(saveAdam(o.checkpointDir, rank, *adam));
       // Nobody leaves (or overwrites) before every file is complete.
-      TERSE_RETURN_IF_ERROR(comm.barrier());
+      TERSE_RETURN_IF_ERROR(comm->barrier());
       if (rank == 0 && !o.quiet)
-        std::printf("checkpoint at step %llu in '%s'\n", static_cast<unsigned long long>(step),
+        std::printf("checkpoint at step %llu in '%s'\n", static_cast<unsigned long long>(done),
                     o.checkpointDir.c_str());
     }
+    step = done;
+    return Status::ok();
+  };
+
+  // --shrink-on-failure: the state at the start of the step in progress (`current`) and of the
+  // step before it (`previous`), for the rank that failed a step and the one that completed a
+  // step the others failed.
+  StepState previous, current;
+  auto save = [&](StepState* s) {
+    s->params = model.params();
+    s->momentum = momentum;
+    s->feedback = feedback;
+    if (adam) s->adam = adam->serialize();
+    s->stepRecords = steps.size();
+    s->epochRecords = epochs.size();
+  };
+  auto restore = [&](const StepState& s) -> Status {
+    model.params() = s.params;
+    momentum = s.momentum;
+    feedback = s.feedback;
+    if (adam) {
+      TERSE_ASSIGN_OR_RETURN(OneBitAdam back,
+                             OneBitAdam::deserialize(s.adam.data(), s.adam.size()));
+      adam = std::move(back);
+    }
+    steps.resize(s.stepRecords, StepRecord{});
+    epochs.resize(s.epochRecords, EpochRecord{});
+    return Status::ok();
+  };
+  double failedAt = 0, shrinkSeconds = 0;
+  bool reportNextStep = false;
+
+  // After a failed call: the survivors shrink, agree on the last step they all completed (a
+  // rank dying inside a call may have let some survivors finish a step the others failed), and
+  // those one step ahead go back one step. The new world takes the data as a run started at its
+  // size would (batchRows with the new rank and world: the same global batch, cut into new
+  // shares), so it must divide the global batch.
+  auto shrinkAfter = [&](const Status& failure) -> Status {
+    failedAt = monotonicSeconds();
+    std::printf("rank %d of %d: step %llu failed (%s); shrinking\n", rank, world,
+                static_cast<unsigned long long>(step + 1), failure.toString().c_str());
+    std::fflush(stdout);
+    TERSE_RETURN_IF_ERROR(restore(current));
+    std::vector<int> gone;
+    auto shrunk = comm->shrink({}, &gone);
+    if (!shrunk.isOk())
+      return shrunk.status().withContext("shrinking after the failure of step " +
+                                         std::to_string(step + 1) + " (" + failure.toString() +
+                                         ")");
+    const int oldRank = rank, oldWorld = world;
+    comm = std::move(shrunk).value();  // the old communicator is done with
+    rank = comm->rank();
+    world = comm->size();
+    shrinkSeconds = monotonicSeconds() - failedAt;
+    if (o.batch % static_cast<size_t>(world) != 0)
+      return errorInvalidArgument(
+          "after a shrink to %d ranks the global batch %zu is not a multiple of the world size: "
+          "with --shrink-on-failure pick a --batch that every world size it may shrink to "
+          "divides (e.g. 120 for 5, 4, 3 and 2 ranks)",
+          world, o.batch);
+    // Step counts are exact in floats up to 2^24, far beyond any run of this example.
+    std::vector<float> mine(1, static_cast<float>(step)), all(static_cast<size_t>(world));
+    TERSE_RETURN_IF_ERROR(
+        comm->allgather(mine.data(), all.data(), all.size(), DataType::kFloat32, {"none"})
+            .withContext("agreeing on the last completed step after the shrink"));
+    const auto lowest = static_cast<uint64_t>(*std::min_element(all.begin(), all.end()));
+    const auto highest = static_cast<uint64_t>(*std::max_element(all.begin(), all.end()));
+    if (highest - lowest > 1)
+      return errorInternal(
+          "after the shrink the survivors are at steps %llu..%llu, more than "
+          "one step apart",
+          static_cast<unsigned long long>(lowest), static_cast<unsigned long long>(highest));
+    const bool back = step > lowest;
+    if (back) TERSE_RETURN_IF_ERROR(restore(previous));
+    step = lowest;
+    if (useFeedback) {
+      // Each survivor keeps its own worker residual; the server residuals move to the chunks
+      // the new world gives each rank, the dead ranks' chunks lost (relayoutFeedback).
+      std::vector<ErrorFeedback*> states;
+      for (ErrorFeedback& ef : feedback) states.push_back(&ef);
+      TERSE_RETURN_IF_ERROR(relayoutFeedback(*comm, oldRank, oldWorld, states)
+                                .withContext("re-laying out the residuals after the shrink"));
+    }
+    if (adam && momentumPath) {
+      // OneBitAdam's moments, step and phase are replicated and stay; its compressed momentum's
+      // residuals are re-laid out like the gradients', by the old rank and world known here:
+      // the rollback restored the optimizer from its serialized form, which does not record the
+      // world its residuals were laid out for.
+      ErrorFeedback residuals = adam->feedback();
+      TERSE_RETURN_IF_ERROR(
+          relayoutFeedback(*comm, oldRank, oldWorld, {&residuals})
+              .withContext("re-laying out OneBitAdam's residuals after the shrink"));
+      TERSE_RETURN_IF_ERROR(adam->replaceFeedback(std::move(residuals)));
+    }
+    shrinks.push_back(ShrinkRecord{step, world, gone});
+    std::string names;
+    for (int r : gone) names += (names.empty() ? "" : ",") + std::to_string(r);
+    std::printf(
+        "rank %d of %d (was %d of %d): rank(s) %s gone; going on from step %llu%s; "
+        "shrink %.3f s\n",
+        rank, world, oldRank, oldWorld, names.c_str(), static_cast<unsigned long long>(step),
+        back ? " (back one step)" : "", shrinkSeconds);
+    std::fflush(stdout);
+    reportNextStep = true;
+    return Status::ok();
+  };
+
+  while (step < endStep) {
+    if (haltAt == step) {
+      std::printf("halting before step %llu (pid %d)\n", static_cast<unsigned long long>(step),
+                  static_cast<int>(::getpid()));
+      std::fflush(stdout);
+      std::raise(SIGSTOP);
+    }
+    if (o.shrinkOnFailure) save(&current);
+    Status done = oneStep();
+    if (done.isOk()) {
+      if (reportNextStep) {
+        const double now = monotonicSeconds();
+        std::printf(
+            "rank %d of %d: step %llu after the shrink done at monotonic %.6f (%.3f s "
+            "after the failure)\n",
+            rank, world, static_cast<unsigned long long>(step), now, now - failedAt);
+        std::fflush(stdout);
+        reportNextStep = false;
+      }
+      if (o.shrinkOnFailure) std::swap(previous, current);
+      continue;
+    }
+    if (!o.shrinkOnFailure) return done;
+    TERSE_RETURN_IF_ERROR(shrinkAfter(done));
   }
   if (rank == 0 && !o.log.empty())
     TERSE_RETURN_IF_ERROR(writeLog(o, codec, useFeedback, world, count, startStep, totalSteps,
-                                   steps, epochs, comm.bytesSent()));
-  return comm.barrier();
+                                   steps, epochs, comm->bytesSent(), shrinks));
+  if (o.shrinkOnFailure)
+    std::printf("rank %d of %d: final weights %016llx after step %llu\n", rank, world,
+                static_cast<unsigned long long>(weightsHash(model.params())),
+                static_cast<unsigned long long>(step));
+  return comm->barrier();
 }
 
 }  // namespace

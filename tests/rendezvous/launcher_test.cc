@@ -60,6 +60,38 @@ TEST(TerseRun, KilledRankIsNamedWithItsSignal) {
   EXPECT_NE(r.output.find("rank 2 was killed by signal 9"), std::string::npos) << r.output;
 }
 
+// --keep-going: a rank killed by a signal is named, the others run to their end, and the run
+// succeeds when they all exit 0 (the survivors of a shrink, docs/reliability.md).
+TEST(TerseRun, KeepGoingNamesTheDeadRankAndWaitsForTheOthers) {
+  // The survivors outlive the kill by a while: without --keep-going they would be stopped and
+  // never print "done".
+  Outcome r = run(kRun +
+                  " -n 3 --keep-going -- sh -c 'if [ $TERSE_RANK = 1 ]; then kill -9 $$; fi; "
+                  "sleep 1; echo done'");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 was killed by signal 9"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[0] done"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[2] done"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[1] done"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 died; the 2 others exited 0"), std::string::npos) << r.output;
+}
+
+TEST(TerseRun, KeepGoingStillFailsWhenASurvivorFails) {
+  // Rank 0 dies; rank 2 then exits 5: that stops rank 1 (sleeping) and fails the run.
+  Outcome r = run(kRun +
+                  " -n 3 --keep-going -- sh -c 'case $TERSE_RANK in 0) kill -9 $$;; 2) sleep 1; "
+                  "exit 5;; esac; sleep 100'");
+  EXPECT_EQ(r.code, 5) << r.output;  // not 124: rank 1 was stopped
+  EXPECT_NE(r.output.find("rank 0 was killed by signal 9"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("FAILED: rank 2 exited with code 5"), std::string::npos) << r.output;
+}
+
+TEST(TerseRun, KeepGoingFailsWhenEveryRankDies) {
+  Outcome r = run(kRun + " -n 2 --keep-going -- sh -c 'kill -9 $$'");
+  EXPECT_EQ(r.code, 128 + 9) << r.output;
+  EXPECT_NE(r.output.find("every rank died"), std::string::npos) << r.output;
+}
+
 TEST(TerseRun, UsageErrors) {
   EXPECT_EQ(run(kRun + " echo hi").code, 2);
   EXPECT_EQ(run(kRun + " -n 0 echo hi").code, 2);
