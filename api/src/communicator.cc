@@ -178,6 +178,8 @@ struct Communicator::Impl {
   std::shared_ptr<Store> store_;
   std::string scope_;
   unsigned shrinks_ = 0;
+  // {rank, size} in the communicator this one was shrunk from; {-1, 0} if not made by shrink.
+  std::pair<int, int> shrunkFrom_{-1, 0};
 };
 
 // The internal entry points (terse/api/internal.h) reach the private constructor through this.
@@ -603,6 +605,7 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<int
             printableBytes(outcomes.value()[i].data(), outcomes.value()[i].size(), 600).c_str());
     next->impl_->store_ = impl_->store_;
     next->impl_->scope_ = prefix + "/world";
+    next->impl_->shrunkFrom_ = {rank(), size()};
     TERSE_INFO(kSubsysInit, "rank %d of %d is rank %d of %d after a shrink (%s) in %.3f s", rank(),
                size(), agreed.newRank, static_cast<int>(agreed.members.size()),
                agreed.describe.c_str(),
@@ -614,6 +617,8 @@ Result<std::unique_ptr<Communicator>> Communicator::shrink(const std::vector<int
   if (!s.isOk()) return s;
   return made;
 }
+
+std::pair<int, int> Communicator::shrunkFrom() const { return impl_->shrunkFrom_; }
 
 Status Communicator::Impl::abortStatus() const {
   std::lock_guard<std::mutex> lock(abortMutex_);

@@ -129,6 +129,10 @@ class Communicator {
   // This communicator is left as it is (destroy it); the new one has its own connections.
   Result<std::unique_ptr<Communicator>> shrink(const std::vector<int>& exclude = {},
                                                std::vector<int>* gone = nullptr);
+  // For a communicator that shrink() made: {this rank's rank, the size} in the communicator it
+  // was shrunk from, which relayoutFeedback and the optimizers' shrink need and which a state
+  // reloaded from a checkpoint no longer knows. {-1, 0} for any other communicator.
+  std::pair<int, int> shrunkFrom() const;
 
   // See the thread-safety note above. `why` becomes this rank's error for every operation.
   void abort(const Status& why);

@@ -134,19 +134,21 @@ Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float l
     if (nextStepCommunicates()) (void)comm.reject(bad).wait();
     return bad;
   }
-  commWorld_ = comm.size();
-  commRank_ = comm.rank();
   return devP ? stepDevice(comm, params, grads, lr, stream) : stepHost(comm, params, grads, lr);
 }
 
 Status OneBitAdam::shrink(Communicator& shrunk) {
   // Every survivor has stepped as often as the others (the state is replicated), so all talk
-  // or none does.
-  if (commWorld_ == 0) return Status::ok();
-  Status s = relayoutFeedback(shrunk, commRank_, commWorld_, {&feedback_});
+  // or none does: decided on the step count, which a state reloaded from a checkpoint keeps,
+  // and not on the world of the last step, which it does not (a rolled-back survivor's case).
+  if (steps_ == 0) return Status::ok();
+  const auto [oldRank, oldWorld] = shrunk.shrunkFrom();
+  if (oldWorld == 0)
+    return errorInvalidArgument(
+        "OneBitAdam::shrink: the communicator was not made by Communicator::shrink, so this "
+        "rank's place in the old world is unknown");
+  Status s = relayoutFeedback(shrunk, oldRank, oldWorld, {&feedback_});
   if (!s.isOk()) return s.withContext("OneBitAdam::shrink");
-  commWorld_ = shrunk.size();
-  commRank_ = shrunk.rank();
   return Status::ok();
 }
 

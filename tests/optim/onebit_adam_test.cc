@@ -178,6 +178,24 @@ TEST(OneBitAdam, CoordinatesWithoutGradientsOnlyDecay) {
   EXPECT_TRUE(bitEqual(params[0], params[1]));
 }
 
+TEST(OneBitAdam, ShrinkOnACommunicatorNotMadeByShrinkIsRefused) {
+  // shrink() takes this rank's place in the old world from the shrunk communicator; one that
+  // shrink did not make has none, and the residuals must not be re-cut from a guess.
+  auto comms = createInProcWorld(1, std::chrono::milliseconds(20000));
+  ASSERT_TRUE(comms.isOk());
+  Communicator& comm = *comms.value()[0];
+  EXPECT_EQ(comm.shrunkFrom(), std::make_pair(-1, 0));
+  auto a = OneBitAdam::create(64, baseOptions("onebit", 1));
+  ASSERT_TRUE(a.isOk());
+  EXPECT_TRUE(a->shrink(comm).isOk()) << "before any step there is nothing to move";
+  Vec p = initialParams(64), g = noiseGradient(0, 1, 64);
+  ASSERT_TRUE(a->step(comm, p.data(), g.data(), 1e-2f).isOk());
+  Status s = a->shrink(comm);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.toString();
+  EXPECT_NE(s.toString().find("not made by Communicator::shrink"), std::string::npos)
+      << s.toString();
+}
+
 // Issue #35: a NaN in one rank's gradient during warm-up. The averaged gradient of that
 // coordinate is NaN on every rank, and AdamW (which the warm-up is) makes its m, v and p NaN.
 // A test of the form !(v > 0) once took the NaN variance for a zero one: the coordinate kept

@@ -330,7 +330,10 @@ TEST(ShardedShrinkSplitStep, TheBuddyCopyKeepsTheParameterShard) {
 // OneBitAdam (replicated state): 4 ranks past the freeze with onebit, rank 2 SIGKILLed; the
 // survivors' failed step leaves the state as it was, the shrink keeps the moments and re-lays out
 // the residuals for 3 ranks, and 3 more steps leave the survivors bit-identical.
-TEST(OneBitAdamShrink, SurvivorsGoOnBitIdentical) {
+// reload: the survivors go back to the state they saved before the failed step through
+// serialize()/deserialize(), as a training loop that rolls back does (terse-train), so the
+// optimizer has not stepped on any communicator since it was made.
+void oneBitAdamSurvivorsGoOn(bool reload) {
   const std::string dir = makeTempDir();
   constexpr int kWorld = 4, kVictim = 2;
   auto outcomes = runProcesses(
@@ -351,9 +354,15 @@ TEST(OneBitAdamShrink, SurvivorsGoOnBitIdentical) {
         if (!comm->barrier().isOk()) return 5;
         if (rank == kVictim) raise(SIGKILL);
         const std::vector<float> m = opt->momentum(), v = opt->variance(), kept = params;
+        const std::vector<uint8_t> saved = opt->serialize();
         std::vector<float> g = gradient(6, rank);
         if (opt->step(*comm, params.data(), g.data(), kLr).isOk() || opt->steps() != 6) return 6;
         params = kept;
+        if (reload) {
+          auto back = OneBitAdam::deserialize(saved.data(), saved.size());
+          if (!back.isOk()) return 11;
+          opt = std::move(back);
+        }
         auto shrunk = comm->shrink();
         if (!shrunk.isOk()) return 7;
         comm.reset();
@@ -396,6 +405,10 @@ TEST(OneBitAdamShrink, SurvivorsGoOnBitIdentical) {
   }
   EXPECT_EQ(first.rfind("3 ranks, weights ", 0), 0u) << first;
 }
+
+TEST(OneBitAdamShrink, SurvivorsGoOnBitIdentical) { oneBitAdamSurvivorsGoOn(false); }
+
+TEST(OneBitAdamShrink, SurvivorsGoOnAfterReloadingTheirState) { oneBitAdamSurvivorsGoOn(true); }
 
 }  // namespace
 }  // namespace terse::testing

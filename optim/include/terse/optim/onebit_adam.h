@@ -150,9 +150,6 @@ class OneBitAdam {
   std::vector<float> scratch_;
   std::vector<float> vCheck_;  // automatic warm-up: vhat at the previous check (empty before)
   ErrorFeedback feedback_;
-  // The world of the last step (the residuals' layout): size 0 before the first step.
-  int commWorld_ = 0;
-  int commRank_ = -1;
   mutable std::unique_ptr<Device> device_;
 };
 
