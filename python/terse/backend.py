@@ -103,16 +103,21 @@ class _Work(dist.Work):
         super().__init__()
         self._done = done  # concurrent.futures.Future
         devices = sorted({t.device for t in outputs if t.device.type == "cuda"}, key=str)
-        self._future = torch.futures.Future(devices=devices) if devices else \
+        completed = torch.futures.Future(devices=devices) if devices else \
             torch.futures.Future()
 
-        def finish(f):
-            error = f.exception()
+        # A failure must reach C++ readers of the future (DDP's reducer) as the future's error.
+        # Future.set_exception does not do that: it stores the exception as the future's value
+        # and raises it only when Python unwraps it, so the reducer read an exception object as
+        # its tensors and crashed (SIGSEGV in parseCppCommHookResult when a peer died). A `then`
+        # callback that raises marks the future it returns with a real error instead.
+        def outputs_or_raise(_):
+            error = done.exception()
             if error is not None:
-                self._future.set_exception(error)
-            else:
-                self._future.set_result(outputs)
-        done.add_done_callback(finish)
+                raise error
+            return outputs
+        self._future = completed.then(outputs_or_raise)
+        done.add_done_callback(lambda _: completed.set_result(None))
 
     def wait(self, timeout=None):
         seconds = None
