@@ -16,11 +16,11 @@ import warnings
 import torch
 
 from . import _lib
-from ._default_comm import default_communicator, shutdown
+from ._default_comm import default_communicator, shrink_default, shutdown
 from .comm import _DTYPES, Feedback, canonical_spec, codec_info
 
 __all__ = ["TerseState", "terse_hook", "register", "default_communicator", "shutdown",
-           "cuda_path"]
+           "shrink_default", "is_failure", "cuda_path"]
 
 _FORMAT = "terse.ddp/1"
 
@@ -117,6 +117,25 @@ def _bucket_index(bucket):
     return bucket.index() if hasattr(bucket, "index") else bucket.get_index()
 
 
+def _relayout(feedback, communicator):
+    """``feedback``'s residuals laid out for ``communicator``'s world (the feedback is consumed:
+    the returned object replaces it). The worker residual is this rank's own and stays; the
+    server residual belongs to the chunk this rank owned in the old world, which the new world
+    cuts differently. Until the library re-cuts it, it is left to the library, which drops a
+    server residual made for another world size at the next reduction (include/terse/
+    error_feedback.h): one step's re-compression error, which error feedback corrects again."""
+    return feedback
+
+
+def is_failure(error):
+    """Whether ``error`` (raised out of ``loss.backward()`` or ``optimizer.step()``) is a failed
+    terse collective, after which the survivors shrink: a ``TerseError``, or the RuntimeError
+    DDP wraps a comm hook's error in ("... TerseError: ...")."""
+    if isinstance(error, _lib.TerseError):
+        return True
+    return isinstance(error, RuntimeError) and "TerseError" in str(error)
+
+
 class _Entry:
     """The error-feedback state of one bucket index and the bucket layout it was made for."""
 
@@ -185,6 +204,7 @@ class TerseState:
         self.created = 0     # error-feedback objects created (new buckets or new layouts)
         self.claimed = 0     # checkpointed error-feedback objects taken into use
         self.staged_why = ""  # why CUDA buckets went through host copies, when they did
+        self.shrinks = 0     # shrink() calls: worlds this state moved to after a failure
 
     def __repr__(self):
         return (f"TerseState(codec={self.spec!r}, error_feedback={self.error_feedback}, "
@@ -243,6 +263,46 @@ class TerseState:
         with self._lock:
             for entry in list(self._buckets.values()) + list(self._pending.values()):
                 entry.feedback.reset()
+
+    # After a shrink ----------------------------------------------------------------------
+
+    def shrink(self, communicator):
+        """Continues on ``communicator``, the survivors' world after a rank died (this state's
+        communicator's ``shrink()``; docs/pytorch.md, "Surviving a dead rank"). Every survivor
+        calls it, after the same number of completed steps (roll the hook state back with
+        ``load_state_dict`` first when this rank is a step ahead), and before the next
+        reduction.
+
+        Each bucket's residuals are re-laid out for the new world: the worker residual (this
+        rank's own compression error, over the whole bucket) is kept as it is; the server
+        residual (the error of re-compressing the chunk this rank owned) is re-cut for the new
+        world's chunks where the library can (``_relayout``), else dropped. What the dead rank's
+        residuals held is lost. The residuals wait, keyed by bucket layout, for the first
+        reduction whose bucket matches, as a loaded checkpoint's do: a DDP re-wrapped on the
+        new process group reduces its first iteration in its initial bucket order and rebuilds
+        afterwards. The old communicator is left to the caller to close, after this."""
+        if communicator is self.comm:
+            raise ValueError("terse: shrink() needs the new, shrunk communicator (the old one's "
+                             "shrink()), not the one this state already uses")
+        try:
+            self.comm.wait()   # nothing queued may run on the old world's residuals any more
+        except ValueError:
+            pass   # the old communicator was closed already: nothing is queued on it
+        with self._lock:
+            moved = {}
+            # Pending entries (a checkpoint loaded just before, e.g. a rollback) come last and
+            # win: they are the state the caller chose.
+            for index, entry in list(self._buckets.items()) + list(self._pending.items()):
+                old = moved.get(index)
+                if old is not None:
+                    old.feedback.close()
+                entry.feedback = _relayout(entry.feedback, communicator)
+                entry.ids, entry.misses = None, 0
+                moved[index] = entry
+            self._buckets = {}
+            self._pending = moved
+            self.comm = communicator
+            self.shrinks += 1
 
     # Checkpoints -------------------------------------------------------------------------
 
