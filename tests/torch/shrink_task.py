@@ -12,7 +12,13 @@ A chosen rank dies by SIGKILL at a chosen point:
 - fault: inside a call, at a send or a receive (TERSE_FAULT for the victim alone, e.g.
   kill:after_sends=20 or kill:phase=gather:after_recvs=12; a victim killed at a receive may
   have sent all some survivors needed, which then finish the step the others failed);
-- random: a step, a way and a victim drawn from --seed (printed; pass it to replay).
+- random: a step, a way and a victim drawn from --seed (printed; pass it to replay);
+- fsdp: FSDP2 with terse.fsdp's comms (onebit gradients) instead of DDP; the victim kills itself
+  between steps. The dead rank's shards are gone, so the survivors go back to the last full
+  checkpoint (every CHECKPOINT_EVERY steps), shard a new model over the new world and move the
+  residuals over (TerseFSDP.shrink); the failure-free continuation loads every old rank's
+  residuals of that checkpoint (the victim's file included) as a checkpoint at another world
+  size.
 
 The survivors see a failed collective (terse.ddp.is_failure of what backward() raised), shrink
 terse's process-wide communicator (terse.ddp.shrink_default), agree on the last step they all
@@ -63,7 +69,9 @@ CASES = {
     "hook": ("onebit", 4, 1, "hook", 6),
     "fault": ("int8", 4, 3, "fault", "after_sends=20"),
     "fault-recv": ("onebit", 3, 1, "fault", "phase=gather:after_recvs=12"),
+    "fsdp": ("onebit", 3, 2, "fsdp", 10),
 }
+CHECKPOINT_EVERY = 4   # the FSDP case's full checkpoints (the dead rank's shards are gone)
 
 
 def random_case(seed):
@@ -71,7 +79,8 @@ def random_case(seed):
     world = rng.choice((3, 4))
     how = rng.choice(("between", "hook", "fault"))
     if how == "fault":
-        at = f"{rng.choice(('after_sends', 'after_recvs'))}={rng.randrange(world, world * (STEPS - 4))}"
+        trigger = rng.choice(("after_sends", "after_recvs"))
+        at = f"{trigger}={rng.randrange(world, world * (STEPS - 4))}"
     else:
         at = rng.randrange(1, STEPS - 3)
     return (rng.choice(("onebit", "int8")), world, rng.randrange(world), how, at)
@@ -234,6 +243,138 @@ def worker(args):
     dist.destroy_process_group()
 
 
+def fsdp_worker(args):
+    """The FSDP2 case: terse.fsdp's comms (onebit gradients, residuals per unit) on a CPU mesh
+    over gloo. The dead rank's shards are gone, so the survivors go back to the last full
+    checkpoint (every CHECKPOINT_EVERY steps, kept in memory here; a file in practice), load it
+    into a new model, shard that over the new world and move terse.fsdp's residuals over
+    (TerseFSDP.shrink)."""
+    require_torch(gloo=True, terse_python=True)
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.fsdp import fully_shard
+        import terse.fsdp
+    except ImportError as e:
+        print(f"SKIP: FSDP2's custom comms are not in this torch ({e})")
+        sys.exit(SKIP)
+    import terse.ddp
+    torch.set_num_threads(1)
+    codec, _, victim, _, at = json.loads(args.case)
+    rank, world = int(os.environ["TERSE_RANK"]), int(os.environ["TERSE_WORLD_SIZE"])
+    old_rank = rank
+    generation = 0
+
+    def init_group(r, n):
+        dist.init_process_group("gloo", init_method=f"file://{args.store}-torch{generation}",
+                                rank=r, world_size=n)
+
+    def sharded(full, comm, residuals=None):
+        """A model of the full weights `full`, sharded over the current world with terse's
+        comms: the residuals of `residuals` (a TerseFSDP) moved over, or fresh ones."""
+        model = net(torch)
+        model.load_state_dict(full)
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        if residuals is None:
+            return model, terse.fsdp.apply(model, grad_codec=codec, communicator=comm)
+        return model, residuals.shrink(model, comm)
+
+    def full_weights(model):
+        return {k: v.full_tensor().clone() for k, v in model.state_dict().items()}
+
+    def train_step(model, opt, step, r):
+        x, y = batch(torch, step, r)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    init_group(rank, world)
+    comm = terse.ddp.default_communicator()
+    start = {k: v.clone() for k, v in net(torch).state_dict().items()}
+    start_loss = heldout_loss(torch, net(torch))
+    model, state = sharded(start, comm)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    done = 0
+    checkpoint = (0, start, state.state_dict())   # (step, full weights, terse.fsdp residuals)
+    result = {"old_rank": rank}
+    recovering = False
+    while done < STEPS:
+        if rank == victim and done == at and generation == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            train_step(model, opt, done, rank)
+            done += 1
+            if done % CHECKPOINT_EVERY == 0:
+                checkpoint = (done, full_weights(model), state.state_dict())
+                # Every rank's residuals on disk too, for the reference run below.
+                torch.save(checkpoint[2], f"{args.store}-fsdp-step{done}-rank{rank}.pt")
+        except Exception as error:
+            if not terse.ddp.is_failure(error) or generation > 0:
+                raise
+            result["failed"] = time.time()
+            result["error"] = str(error)[-400:]
+            result["reached"] = done
+            new, old = terse.ddp.shrink_default()
+            result["shrunk"] = time.time()
+            table = torch.zeros(new.size)
+            table[new.rank] = checkpoint[0]
+            new.allreduce(table, "none", "sum")
+            if len(set(table.tolist())) != 1:
+                raise AssertionError(f"survivors hold different checkpoints: {table.tolist()}")
+            k, weights, residuals = checkpoint
+            state.load_state_dict(residuals)   # the old world's, as of step k
+            result["agreed"], result["rolled_back"] = k, done - k
+            done = k
+            del model, opt
+            gc.collect()
+            dist.destroy_process_group()
+            generation += 1
+            rank, world = new.rank, new.size
+            init_group(rank, world)
+            model, state = sharded(weights, new, residuals=state)
+            # Units with residuals, now laid out for the new world (the root has no parameters).
+            result["carried"] = [name for name, rs, _ in state.units if rs.feedback is not None]
+            old.close()
+            opt = torch.optim.SGD(model.parameters(), lr=LR)
+            recovering = True
+            continue
+        if recovering:
+            result["next_step"] = time.time()
+            recovering = False
+    if generation == 0:
+        raise AssertionError("no failure was seen: the victim did not die")
+    full = full_weights(model)
+    h = hashlib.sha256()
+    for v in full.values():
+        h.update(v.numpy().tobytes())
+    plain = net(torch)
+    plain.load_state_dict(full)
+    result.update(rank=rank, world=world, digest=h.hexdigest(), heldout=heldout_loss(torch, plain),
+                  start_loss=start_loss, shrinks=1, residual_bytes=state.residual_bytes())
+
+    # The failure-free continuation from the checkpoint at the smaller world: every old rank's
+    # residuals of step k (the victim's file included) moved to the new world as a checkpoint
+    # at another world size is (TerseFSDP.load_state_dict of all of them: averaged, re-laid
+    # out).
+    model, state = sharded(weights, new)
+    state.load_state_dict([torch.load(f"{args.store}-fsdp-step{k}-rank{r}.pt")
+                           for r in range(world + 1)])
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(k, STEPS):
+        train_step(model, opt, step, rank)
+    plain.load_state_dict(full_weights(model))
+    result["reference"] = heldout_loss(torch, plain)
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    dist.barrier()
+    terse.ddp.shutdown()
+    dist.destroy_process_group()
+
+
 # ---- the driver ----------------------------------------------------------------------------
 
 def run_case(args, name, case):
@@ -244,7 +385,7 @@ def run_case(args, name, case):
         shutil.rmtree(store)
     os.makedirs(store)
     for f in os.listdir(work):
-        if f.startswith("store-torch"):
+        if f.startswith("store-"):
             os.remove(os.path.join(work, f))
     procs, outs, deaths = [], [], {}
     for r in range(world):
@@ -261,7 +402,8 @@ def run_case(args, name, case):
             os.remove(out)
         outs.append(out)
         procs.append(subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "worker", "--case", json.dumps(case),
+            [sys.executable, os.path.abspath(__file__),
+             "fsdp-worker" if how == "fsdp" else "worker", "--case", json.dumps(case),
              "--store", store, "--out", out], env=env, start_new_session=True))
 
     def watch(r, p):
@@ -300,7 +442,8 @@ def run_case(args, name, case):
         assert res["digest"] == first["digest"], \
             f"FAIL {label}: {who}'s weights differ from survivor {first['old_rank']}'s"
         assert res["agreed"] == first["agreed"], f"FAIL {label}: steps differ: {results}"
-        assert 0 <= res["rolled_back"] <= 1, f"{label}: {who}: {res}"
+        assert 0 <= res["rolled_back"] <= (CHECKPOINT_EVERY if how == "fsdp" else 1), \
+            f"{label}: {who}: {res}"
         detect, recover = res["failed"] - died, res["next_step"] - died
         assert detect < timeout and recover < timeout, \
             (f"FAIL {label}: {who} took {detect:.2f} s to see the failure and {recover:.2f} s to "
@@ -310,6 +453,8 @@ def run_case(args, name, case):
             (f"FAIL {label}: {who}: held-out loss {res['heldout']:.5f} vs {res['reference']:.5f} "
              f"without the failure ({100 * gap:.2f}% > {100 * LOSS_BOUND:.0f}%)")
         assert res["heldout"] < 0.5 * res["start_loss"], f"{label}: did not train: {res}"
+        if how == "fsdp":
+            assert res["carried"] == ["0", "2"], f"{label}: {who}: residuals not carried: {res}"
         recoveries.append(recover)
     print(f"ok {label}: agreed on step {first['agreed']} (rolled back: "
           f"{[r['rolled_back'] for r in results]}), held-out {first['heldout']:.5f} vs "
@@ -324,6 +469,12 @@ def drive(args):
     require_torch(gloo=True, terse_python=True)
     os.makedirs(args.work, exist_ok=True)
     names = args.cases.split(",")
+    if "fsdp" in names:
+        try:
+            import terse.fsdp  # noqa: F401
+        except ImportError as e:
+            print(f"SKIP: {e}")
+            sys.exit(SKIP)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     summary = {}
     start = time.monotonic()
@@ -348,7 +499,7 @@ def drive(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("mode", choices=["drive", "worker"])
+    p.add_argument("mode", choices=["drive", "worker", "fsdp-worker"])
     p.add_argument("--work", default="/tmp/terse-shrink-task")
     p.add_argument("--cases", default="between,hook,fault,random")
     p.add_argument("--seed", type=int, default=None, help="the random case's seed")
@@ -357,10 +508,7 @@ def main():
     p.add_argument("--store", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.mode == "drive":
-        drive(args)
-    else:
-        worker(args)
+    {"drive": drive, "worker": worker, "fsdp-worker": fsdp_worker}[args.mode](args)
 
 
 if __name__ == "__main__":
