@@ -211,6 +211,7 @@ def worker(args):
             rank, world = new.rank, new.size
             init_group(rank, world)
             ddp = wrap(state)
+            result["regrouped"] = time.time()
             snaps = {k: snaps[k]}
             recovering = True
             continue
@@ -336,6 +337,7 @@ def fsdp_worker(args):
             rank, world = new.rank, new.size
             init_group(rank, world)
             model, state = sharded(weights, new, residuals=state)
+            result["regrouped"] = time.time()
             # Units with residuals, now laid out for the new world (the root has no parameters).
             result["carried"] = [name for name, rs, _ in state.units if rs.feedback is not None]
             old.close()
@@ -435,7 +437,7 @@ def run_case(args, name, case):
     died = deaths[victim]
     timeout = TIMEOUT_MS / 1000
     first = results[0]
-    recoveries = []
+    recoveries, phases = [], []
     for res in results:
         who = f"survivor {res['old_rank']} (now {res['rank']} of {res['world']})"
         assert res["world"] == world - 1 and res["shrinks"] == 1, f"{label}: {who}: {res}"
@@ -456,11 +458,14 @@ def run_case(args, name, case):
         if how == "fsdp":
             assert res["carried"] == ["0", "2"], f"{label}: {who}: residuals not carried: {res}"
         recoveries.append(recover)
+        phases.append((detect, res["shrunk"] - res["failed"], res["regrouped"] - res["shrunk"]))
     print(f"ok {label}: agreed on step {first['agreed']} (rolled back: "
           f"{[r['rolled_back'] for r in results]}), held-out {first['heldout']:.5f} vs "
           f"{first['reference']:.5f} without the failure; kill to next step "
           f"{', '.join(f'{s:.3f}' for s in recoveries)} s", flush=True)
     return {"case": case, "agreed": first["agreed"], "recover_s": recoveries,
+            "detect_s": [p[0] for p in phases], "shrink_s": [p[1] for p in phases],
+            "regroup_s": [p[2] for p in phases],
             "rolled_back": [r["rolled_back"] for r in results],
             "heldout": first["heldout"], "reference": first["reference"]}
 
@@ -489,8 +494,13 @@ def drive(args):
         summary[name] = run_case(args, name, case)
     times = [t for s in summary.values() for t in s["recover_s"]]
     median = statistics.median(times)
+    detect = statistics.median(t for s in summary.values() for t in s["detect_s"])
+    shrink = statistics.median(t for s in summary.values() for t in s["shrink_s"])
+    regroup = statistics.median(t for s in summary.values() for t in s["regroup_s"])
     print(f"kill to the next completed step: median {median:.3f} s over {len(times)} survivors "
-          f"of {len(summary)} runs ({min(times):.3f}-{max(times):.3f} s); "
+          f"of {len(summary)} runs ({min(times):.3f}-{max(times):.3f} s); of it, kill to the "
+          f"failed call {detect:.3f} s, the shrink {shrink:.3f} s, then the agreement, the "
+          f"roll-back and torch's group and model made again {regroup:.3f} s (medians); "
           f"{time.monotonic() - start:.0f} s in all", flush=True)
     with open(os.path.join(args.work, "summary.json"), "w") as f:
         json.dump({"seed": seed, "median_recover_s": median, "cases": summary}, f, indent=1)
