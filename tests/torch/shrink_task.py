@@ -54,7 +54,7 @@ import sys
 import threading
 import time
 
-from _testlib import SKIP, python_path, require_torch
+from _testlib import SKIP, expect_raises, python_path, require_torch
 
 TIMEOUT_MS = 8000   # TERSE_TIMEOUT_MS of the ranks: the recovery must come well inside it
 STEPS = 24
@@ -70,7 +70,13 @@ CASES = {
     "fault": ("int8", 4, 3, "fault", "after_sends=20"),
     "fault-recv": ("onebit", 3, 1, "fault", "phase=gather:after_recvs=12"),
     "fsdp": ("onebit", 3, 2, "fsdp", 10),
+    # terse.optim.OneBitAdam without DDP (it averages the warm-up's gradients itself): a rank
+    # dies between steps during the warm-up, and at the freeze (after the warm-up's last step,
+    # before the first compressed one).
+    "adam-warmup": ("onebit", 3, 1, "adam", 4),
+    "adam-freeze": ("onebit", 4, 0, "adam", 10),
 }
+ADAM_WARMUP = 10
 CHECKPOINT_EVERY = 4   # the FSDP case's full checkpoints (the dead rank's shards are gone)
 
 
@@ -200,6 +206,7 @@ def worker(args):
             result["agreed"], result["rolled_back"] = k, done - k
             reference_start = snaps[k]
             done = k
+            expect_raises(ValueError, lambda: state.shrink(old), "not the one this state")
             state.shrink(new)
             old.close()
             # Torch's group: gloo cannot shrink (dist.shrink_group refuses it), so the default
@@ -225,7 +232,8 @@ def worker(args):
         raise AssertionError("no failure was seen: the victim did not die")
     result.update(rank=rank, world=world, digest=digest(model),
                   heldout=heldout_loss(torch, model), start_loss=start_loss,
-                  shrinks=state.shrinks)
+                  shrinks=state.shrinks, claimed=state.claimed,
+                  error_feedback=state.error_feedback)
 
     # The failure-free continuation from the same step at the smaller world.
     del ddp
@@ -377,6 +385,99 @@ def fsdp_worker(args):
     dist.destroy_process_group()
 
 
+def adam_worker(args):
+    """The OneBitAdam cases: a plain model (no DDP), terse.optim.OneBitAdam on the process-wide
+    communicator; after the shrink, OneBitAdam.shrink moves it to the new one."""
+    require_torch(gloo=True, terse_python=True)
+    import torch
+
+    import terse.ddp
+    import terse.optim
+    torch.set_num_threads(1)
+    codec, _, victim, _, at = json.loads(args.case)
+    rank, world = int(os.environ["TERSE_RANK"]), int(os.environ["TERSE_WORLD_SIZE"])
+    model = net(torch)
+    start_loss = heldout_loss(torch, model)
+
+    def make_opt():
+        return terse.optim.OneBitAdam(model.parameters(), lr=3e-3, codec=codec,
+                                      warmup_steps=ADAM_WARMUP)
+
+    def snapshot(o):
+        return ({k: v.clone() for k, v in model.state_dict().items()}, o.state_dict())
+
+    def restore(snap, o):
+        with torch.no_grad():
+            model.load_state_dict(snap[0])
+        o.load_state_dict(snap[1])
+
+    def train_step(o, step, r):
+        x, y = batch(torch, step, r)
+        o.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        o.step()
+
+    opt = make_opt()
+    done, shrunk = 0, False
+    snaps = {0: snapshot(opt)}
+    result = {"old_rank": rank}
+    recovering = False
+    while done < STEPS:
+        if rank == victim and done == at and not shrunk:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            train_step(opt, done, rank)
+        except Exception as error:
+            if not terse.ddp.is_failure(error) or shrunk:
+                raise
+            result["failed"] = time.time()
+            result["error"] = str(error)[-400:]
+            result["reached"] = done
+            new, old = terse.ddp.shrink_default()
+            result["shrunk"] = time.time()
+            table = torch.zeros(new.size)
+            table[new.rank] = done
+            new.allreduce(table, "none", "sum")
+            steps = [int(v) for v in table.tolist()]
+            k = min(steps)
+            if max(steps) - k > 1:
+                raise AssertionError(f"survivors more than a step apart: {steps}")
+            restore(snaps[k], opt)   # the old world's state, while it has the old communicator
+            result["agreed"], result["rolled_back"] = k, done - k
+            result["frozen_at_kill"] = opt.frozen
+            reference_start = snaps[k]
+            done = k
+            opt.shrink(new)
+            old.close()
+            rank, world = new.rank, new.size
+            result["regrouped"] = time.time()
+            snaps = {k: snaps[k]}
+            shrunk = recovering = True
+            continue
+        done += 1
+        snaps[done] = snapshot(opt)
+        snaps.pop(done - 2, None)
+        if recovering:
+            result["next_step"] = time.time()
+            recovering = False
+    if not shrunk:
+        raise AssertionError("no failure was seen: the victim did not die")
+    result.update(rank=rank, world=world, digest=digest(model),
+                  heldout=heldout_loss(torch, model), start_loss=start_loss, shrinks=1)
+
+    # The failure-free continuation: a new OneBitAdam on the shrunk world loads the state the
+    # survivors agreed on as a checkpoint of another world size.
+    reference = make_opt()
+    restore(reference_start, reference)
+    for step in range(result["agreed"], STEPS):
+        train_step(reference, step, rank)
+    result["reference"] = heldout_loss(torch, model)
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    terse.ddp.default_communicator().barrier()
+    terse.ddp.shutdown()
+
+
 # ---- the driver ----------------------------------------------------------------------------
 
 def run_case(args, name, case):
@@ -405,7 +506,8 @@ def run_case(args, name, case):
         outs.append(out)
         procs.append(subprocess.Popen(
             [sys.executable, os.path.abspath(__file__),
-             "fsdp-worker" if how == "fsdp" else "worker", "--case", json.dumps(case),
+             {"fsdp": "fsdp-worker", "adam": "adam-worker"}.get(how, "worker"),
+             "--case", json.dumps(case),
              "--store", store, "--out", out], env=env, start_new_session=True))
 
     def watch(r, p):
@@ -455,8 +557,14 @@ def run_case(args, name, case):
             (f"FAIL {label}: {who}: held-out loss {res['heldout']:.5f} vs {res['reference']:.5f} "
              f"without the failure ({100 * gap:.2f}% > {100 * LOSS_BOUND:.0f}%)")
         assert res["heldout"] < 0.5 * res["start_loss"], f"{label}: did not train: {res}"
+        if res.get("error_feedback"):
+            # The residuals moved over were taken up by the new DDP's buckets, not dropped.
+            assert res["claimed"] >= 1, f"{label}: {who}: residuals not carried: {res}"
         if how == "fsdp":
             assert res["carried"] == ["0", "2"], f"{label}: {who}: residuals not carried: {res}"
+        if how == "adam":
+            assert res["frozen_at_kill"] == (res["agreed"] >= ADAM_WARMUP), \
+                f"{label}: {who}: the kill was not where the case says (warm-up / frozen): {res}"
         recoveries.append(recover)
         phases.append((detect, res["shrunk"] - res["failed"], res["regrouped"] - res["shrunk"]))
     print(f"ok {label}: agreed on step {first['agreed']} (rolled back: "
@@ -509,7 +617,7 @@ def drive(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("mode", choices=["drive", "worker", "fsdp-worker"])
+    p.add_argument("mode", choices=["drive", "worker", "fsdp-worker", "adam-worker"])
     p.add_argument("--work", default="/tmp/terse-shrink-task")
     p.add_argument("--cases", default="between,hook,fault,random")
     p.add_argument("--seed", type=int, default=None, help="the random case's seed")
@@ -518,7 +626,8 @@ def main():
     p.add_argument("--store", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
-    {"drive": drive, "worker": worker, "fsdp-worker": fsdp_worker}[args.mode](args)
+    {"drive": drive, "worker": worker, "fsdp-worker": fsdp_worker,
+     "adam-worker": adam_worker}[args.mode](args)
 
 
 if __name__ == "__main__":
