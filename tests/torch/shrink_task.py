@@ -13,6 +13,8 @@ A chosen rank dies by SIGKILL at a chosen point:
   kill:after_sends=20 or kill:phase=gather:after_recvs=12; a victim killed at a receive may
   have sent all some survivors needed, which then finish the step the others failed);
 - random: a step, a way and a victim drawn from --seed (printed; pass it to replay);
+- backend: DDP on terse.backend's process group (no hook), the victim killed between steps:
+  the survivors make torch's group again as with gloo (a ProcessGroup is not shrunk in place);
 - fsdp: FSDP2 with terse.fsdp's comms (onebit gradients) instead of DDP; the victim kills itself
   between steps. The dead rank's shards are gone, so the survivors go back to the last full
   checkpoint (every CHECKPOINT_EVERY steps), shard a new model over the new world and move the
@@ -73,6 +75,8 @@ CASES = {
     # terse.optim.OneBitAdam without DDP (it averages the warm-up's gradients itself): a rank
     # dies between steps during the warm-up, and at the freeze (after the warm-up's last step,
     # before the first compressed one).
+    # DDP on terse.backend (no hook): the group is made again, as with gloo.
+    "backend": ("none", 3, 2, "backend", 7),
     "adam-warmup": ("onebit", 3, 1, "adam", 4),
     "adam-freeze": ("onebit", 4, 0, "adam", 10),
 }
@@ -134,16 +138,23 @@ def worker(args):
     codec, _, victim, how, at = json.loads(args.case)
     rank, world = int(os.environ["TERSE_RANK"]), int(os.environ["TERSE_WORLD_SIZE"])
     generation = 0   # process groups made so far: each over a fresh FileStore
+    # The backend case: torch's group is terse's (terse.backend), DDP reduces through it exactly
+    # and there is no hook; the process-wide communicator only says who survived.
+    backend = how == "backend"
+    if backend:
+        import terse.backend
 
     def init_group(r, n):
-        dist.init_process_group("gloo", init_method=f"file://{args.store}-torch{generation}",
+        dist.init_process_group("terse" if backend else "gloo",
+                                init_method=f"file://{args.store}-torch{generation}",
                                 rank=r, world_size=n)
 
     init_group(rank, world)
     old_rank = rank
     model = net(torch)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
-    state = terse.ddp.TerseState(codec)
+    state = None if backend else terse.ddp.TerseState(codec)
+    terse.ddp.default_communicator()
     start_loss = heldout_loss(torch, model)
 
     def hook(st, bucket):
@@ -153,19 +164,21 @@ def worker(args):
 
     def wrap(st):
         ddp = DDP(model)
-        ddp.register_comm_hook(st, hook)
+        if st is not None:
+            ddp.register_comm_hook(st, hook)
         return ddp
 
     def snapshot(st):
         return ({k: v.clone() for k, v in model.state_dict().items()},
-                copy.deepcopy(opt.state_dict()), st.state_dict())
+                copy.deepcopy(opt.state_dict()), st.state_dict() if st is not None else None)
 
     def restore(snap, st, strict=True):
         weights, momentum, hook_state = snap
         with torch.no_grad():
             model.load_state_dict(weights)
         opt.load_state_dict(copy.deepcopy(momentum))
-        st.load_state_dict(hook_state, strict=strict)
+        if st is not None:
+            st.load_state_dict(hook_state, strict=strict)
 
     def train_step(ddp, step, r):
         x, y = batch(torch, step, r)
@@ -179,7 +192,7 @@ def worker(args):
     result = {"old_rank": rank}
     recovering = False
     while done < STEPS:
-        if how == "between" and rank == victim and done == at and generation == 0:
+        if how in ("between", "backend") and rank == victim and done == at and generation == 0:
             os.kill(os.getpid(), signal.SIGKILL)
         try:
             train_step(ddp, done, rank)
@@ -206,8 +219,9 @@ def worker(args):
             result["agreed"], result["rolled_back"] = k, done - k
             reference_start = snaps[k]
             done = k
-            expect_raises(ValueError, lambda: state.shrink(old), "not the one this state")
-            state.shrink(new)
+            if state is not None:
+                expect_raises(ValueError, lambda: state.shrink(old), "not the one this state")
+                state.shrink(new)
             old.close()
             # Torch's group: gloo cannot shrink (dist.shrink_group refuses it), so the default
             # group is made again for the new ranks, over a fresh FileStore.
@@ -231,14 +245,15 @@ def worker(args):
     if generation == 0:
         raise AssertionError("no failure was seen: the victim did not die")
     result.update(rank=rank, world=world, digest=digest(model),
-                  heldout=heldout_loss(torch, model), start_loss=start_loss,
-                  shrinks=state.shrinks, claimed=state.claimed,
-                  error_feedback=state.error_feedback)
+                  heldout=heldout_loss(torch, model), start_loss=start_loss, shrinks=1)
+    if state is not None:
+        result.update(shrinks=state.shrinks, claimed=state.claimed,
+                      error_feedback=state.error_feedback)
 
     # The failure-free continuation from the same step at the smaller world.
     del ddp
     gc.collect()
-    reference = terse.ddp.TerseState(codec)
+    reference = None if backend else terse.ddp.TerseState(codec)
     restore(reference_start, reference, strict=False)
     ddp = wrap(reference)
     for step in range(result["agreed"], STEPS):
