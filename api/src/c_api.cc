@@ -755,6 +755,19 @@ terse_status_t terse_feedback_deserialize(const void* buffer, size_t size,
                         [&] { return terse::ErrorFeedback::deserialize(buffer, size); });
 }
 
+terse_status_t terse_feedback_relayout(terse_comm_t* shrunk, int old_rank, int old_world,
+                                       terse_feedback_t* const* feedback, size_t n) {
+  TERSE_REQUIRE(shrunk, "terse_feedback_relayout: shrunk");
+  return guarded([&] {
+    // NULL states (or a NULL array) go on to the exchange, which refuses them on every survivor:
+    // refusing here alone would leave the others waiting for this rank.
+    std::vector<terse::ErrorFeedback*> states(n, nullptr);
+    for (size_t i = 0; feedback != nullptr && i < n; ++i)
+      if (feedback[i] != nullptr) states[i] = &feedback[i]->state;
+    return done(terse::relayoutFeedback(*shrunk->comm, old_rank, old_world, states));
+  });
+}
+
 // ---- OneBitAdam ------------------------------------------------------------------------------
 
 void terse_onebit_adam_options_default(terse_onebit_adam_options_t* options) {

@@ -1,5 +1,8 @@
 #include "terse/api/internal.h"
 
+#include "terse/collectives/collective_op.h"
+#include "terse/collectives/partition.h"
+
 #include "settings.h"
 
 #include "terse/collectives/auto_select.h"
@@ -631,6 +634,11 @@ uint64_t Communicator::bytesSent() const { return impl_->engine_->bytesSent(); }
 
 std::pair<size_t, size_t> Communicator::partOf(size_t count) const {
   Range r = chunkRange(count, size(), rank());
+  return {r.begin, r.length};
+}
+
+std::pair<size_t, size_t> Communicator::allreduceChunk(size_t count, int size, int rank) {
+  Range r = allreduceChunkRange(count, size, rank);
   return {r.begin, r.length};
 }
 

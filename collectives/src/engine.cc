@@ -495,7 +495,7 @@ Status CollectiveEngine::runCounted(const CollectiveOp& requested) {
   CollectiveOp op = requested;
   op.algorithm = algorithm.value();
   if (choosesByMeasurement(requested)) TERSE_RETURN_IF_ERROR(chooseAlgorithm(&op));
-  if (op.feedback) op.feedback->prepareFor(op.codec->spec());
+  if (op.feedback) op.feedback->prepareFor(op.codec->spec(), op.kind == CollectiveKind::kAllGather);
   const uint32_t seq = nextSeq();
   Status agreed = exchangeDescriptors(op, seq);
   // kInvalidUsage here is the ranks' verdict on the call, which all of them reached alike.

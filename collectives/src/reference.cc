@@ -37,8 +37,7 @@ Result<std::vector<std::vector<uint8_t>>> simulateCompressedCollective(
     residuals->server.resize(residuals->worker.size());
   const bool allreduce = kind == CollectiveKind::kAllReduce;
   auto chunkOf = [&](int j) {
-    return allreduce ? alignedChunkRange(count, n, j, kCollectiveChunkAlign)
-                     : chunkRange(count, n, j);
+    return allreduce ? allreduceChunkRange(count, n, j) : chunkRange(count, n, j);
   };
   size_t maxChunk = 0;
   for (int j = 0; j < n; ++j) maxChunk = std::max(maxChunk, chunkOf(j).length);

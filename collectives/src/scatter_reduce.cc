@@ -1,6 +1,6 @@
 // Compressed collectives: scatter-reduce allreduce and reduce-scatter, and compressed allgather.
 //
-// Allreduce, for rank r of n, chunk j = alignedChunkRange(count, n, j), segments of S elements:
+// Allreduce, for rank r of n, chunk j = allreduceChunkRange(count, n, j), segments of S elements:
 //   1. for each segment round g, compress segment g of every chunk j (worker residual) and send it
 //      to rank j (own chunk kept locally);
 //   2. one round later, reduce own segment g: decompress-accumulate the n contributions in rank
@@ -63,8 +63,7 @@ Status scatterReduce(const AlgorithmContext& ctx, const CollectiveOp& op, uint32
   const Codec& codec = *op.codec;
   const size_t es = dataTypeSize(op.dtype);
   auto chunkOf = [&](int j) {
-    return allreduce ? alignedChunkRange(op.count, n, j, kCollectiveChunkAlign)
-                     : chunkRange(op.count, n, j);
+    return allreduce ? allreduceChunkRange(op.count, n, j) : chunkRange(op.count, n, j);
   };
   size_t seg = ctx.segmentElements(), maxSegs = 0, maxChunk = 0;
   for (int j = 0; j < n; ++j) {

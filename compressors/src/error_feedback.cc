@@ -85,6 +85,7 @@ ErrorFeedback& ErrorFeedback::operator=(const ErrorFeedback& other) {
   worker_ = other.worker_;
   regions_ = other.regions_;
   serverWorld_ = other.serverWorld_;
+  usedForPart_ = other.usedForPart_;
   device_.reset();
   return *this;
 }
@@ -191,7 +192,8 @@ Result<ErrorFeedback> ErrorFeedback::create(const std::string& codecSpec, size_t
   return ef;
 }
 
-void ErrorFeedback::prepareFor(const std::string& codecSpec) {
+void ErrorFeedback::prepareFor(const std::string& codecSpec, bool part) {
+  usedForPart_ |= part;
   if (codecSpec == activeSpec_) return;
   if (!activeSpec_.empty() && isAutoSpec(spec_))
     TERSE_INFO(kSubsysCodec, "error feedback: %s switched from %s to %s; residuals reset",
@@ -260,6 +262,29 @@ size_t ErrorFeedback::serverLength() const {
   size_t total = 0;
   for (const Region& region : regions_) total += region.values.size();
   return total;
+}
+
+void ErrorFeedback::copyServerTo(float* full) const {
+  pullToHost();
+  for (const Region& region : regions_)
+    std::copy(region.values.begin(), region.values.end(), full + region.offset);
+}
+
+Status ErrorFeedback::setServerFrom(int worldSize, size_t offset, size_t length,
+                                    const float* full) {
+  pullToHost();
+  if (worldSize <= 0 || offset > worker_.size() || length > worker_.size() - offset)
+    return errorInvalidArgument(
+        "error feedback: server chunk [%zu, +%zu) of world %d does not fit a tensor of %zu "
+        "elements",
+        offset, length, worldSize, worker_.size());
+  Region region{offset, std::vector<float>(length, 0.0f)};
+  if (full) std::copy(full + offset, full + offset + length, region.values.begin());
+  // Kept even when empty: a rank that owns nothing records where its partition is, as
+  // serverChecked does for an empty chunk asked for alone.
+  regions_.assign(1, std::move(region));
+  serverWorld_ = worldSize;
+  return Status::ok();
 }
 
 float* ErrorFeedback::server(int worldSize, size_t offset, size_t length) {

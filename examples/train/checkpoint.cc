@@ -1,7 +1,7 @@
 // Checkpoint files of the training example (see checkpoint.h).
 #include "checkpoint.h"
 
-#include "terse/collectives/engine.h"
+#include "terse/collectives/collective_op.h"
 #include "terse/collectives/partition.h"
 
 #include <cerrno>
@@ -224,7 +224,7 @@ Result<ErrorFeedback> repartitionFeedback(const std::vector<const ErrorFeedback*
     const ErrorFeedback& ef = *saved[static_cast<size_t>(i)];
     TERSE_RETURN_IF_ERROR(ef.checkCompatible(first.codecSpec(), count)
                               .withContext("state saved by rank " + std::to_string(i)));
-    Range want = alignedChunkRange(count, oldWorld, i, CollectiveEngine::kChunkAlign);
+    Range want = allreduceChunkRange(count, oldWorld, i);
     // A rank that never ran a collective has no server chunk yet (world 0): it owes nothing.
     if (ef.serverWorldSize() != 0 &&
         (ef.serverWorldSize() != oldWorld || ef.serverOffset() != want.begin ||
@@ -251,7 +251,7 @@ Result<ErrorFeedback> repartitionFeedback(const std::vector<const ErrorFeedback*
 
   TERSE_ASSIGN_OR_RETURN(ErrorFeedback out, ErrorFeedback::create(first.codecSpec(), count));
   std::copy(worker.begin(), worker.end(), out.worker());
-  Range mine = alignedChunkRange(count, newWorld, newRank, CollectiveEngine::kChunkAlign);
+  Range mine = allreduceChunkRange(count, newWorld, newRank);
   // Selecting the new partition starts a zero residual of the right size; fill it from the view.
   float* s = out.server(newWorld, mine.begin, mine.length);
   if (mine.length && !s)

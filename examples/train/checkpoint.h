@@ -46,8 +46,8 @@ Result<std::vector<ErrorFeedback>> decodeFeedback(const std::vector<uint8_t>& by
 // every rank of the old world saved for it (saved[i] from old rank i, all for the same codec
 // and size):
 //  - server residual: the old ranks' chunks put back into a full-tensor view, then the chunk
-//    that allreduce gives newRank in the new world (alignedChunkRange with
-//    CollectiveEngine::kChunkAlign) cut out of it. Server residuals live in the units of the
+//    that allreduce gives newRank in the new world (allreduceChunkRange,
+//    collectives/collective_op.h) cut out of it. Server residuals live in the units of the
 //    averaged result, so they move unchanged.
 //  - worker residual: the mean of the old ranks' worker residuals, on every new rank. With
 //    ReduceOp::kAvg the correction still owed to the averaged gradient is

@@ -172,6 +172,12 @@ class Communicator {
                    const CollectiveOptions& options = {});
   // {offset, length} of this rank's part of a `count`-element tensor in reduce-scatter/allgather.
   std::pair<size_t, size_t> partOf(size_t count) const;
+  // {offset, length} of the chunk of a `count`-element tensor that rank `rank` of `size` owns in
+  // the flat allreduce: the chunk whose sum it makes and re-compresses, so the chunk whose
+  // server residual its ErrorFeedback keeps. Boundaries fall on multiples of a codec block (2048
+  // elements), the last rank taking what is left; not partOf's balanced split. The one place
+  // outside the collectives that knows this rule (relayoutFeedback, checkpoints).
+  static std::pair<size_t, size_t> allreduceChunk(size_t count, int size, int rank);
   // Bytes this rank has handed to the transport for collectives so far (for benchmark tables;
   // read it after the collectives of interest completed).
   uint64_t bytesSent() const;
@@ -188,5 +194,25 @@ class Communicator {
   friend struct CommunicatorAccess;
   std::unique_ptr<Impl> impl_;
 };
+
+// After a shrink: lays out the error-feedback states of this survivor's tensors (made for
+// allreduce or reduce-scatter over the old world) for the shrunk world, in one exchange
+// (docs/reliability.md, "Residuals after a shrink"). Collective over `shrunk`: every survivor
+// calls it, with its rank in the old world (`oldRank`), the old world's size and its states in
+// the same order and number as the others (codec and count alike per position).
+//  - The worker residual stays as it is: it is this process's own untransmitted gradient, and
+//    in the new world that gradient is averaged with weight 1/n_new, its residual along with it.
+//  - The server residuals (each the residual of the chunk of the averaged result that the rank
+//    owned in the old world) are gathered into a view of the whole tensor in which the dead
+//    ranks' chunks are zero (lost with their process), and each survivor keeps the chunk of that
+//    view it owns in the new world's flat allreduce (Communicator::allreduceChunk).
+// Device residuals are brought to the host first. A state an allgather has used is sized for
+// one rank's part, which changes with the world: kInvalidArgument naming it (make a new state).
+// States that differ between survivors (codec, count, number), an old rank out of range or
+// given twice, a null state, or server chunks from another world size fail on every survivor
+// alike (kInvalidArgument, naming the rank and state), never one alone; so does a failure of
+// the exchange (the error of the collective). On any failure no state is changed.
+Status relayoutFeedback(Communicator& shrunk, int oldRank, int oldWorld,
+                        const std::vector<ErrorFeedback*>& feedback);
 
 }  // namespace terse

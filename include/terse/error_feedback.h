@@ -45,7 +45,12 @@ class ErrorFeedback {
 
   // Called by the collectives before a call with the concrete codec `codecSpec`: residuals left
   // by a different codec are reset (they mean something else), so only auto states ever reset.
-  void prepareFor(const std::string& codecSpec);
+  // `part` is true for an allgather, whose state covers this rank's part of the tensor only.
+  void prepareFor(const std::string& codecSpec, bool part = false);
+  // Whether an allgather has used this state (since it was made or copied; a checkpoint does not
+  // record it). Such a state is sized for this rank's part, which changes with the world size,
+  // so relayoutFeedback (communicator.h) refuses it.
+  bool usedForAllgather() const { return usedForPart_; }
 
   // The worker residual: count() floats (host memory).
   float* worker() {
@@ -76,6 +81,15 @@ class ErrorFeedback {
   size_t serverRegions() const { return regions_.size(); }
   size_t serverLength() const;
   int serverWorldSize() const { return serverWorld_; }
+
+  // For moving a state to another world (relayoutFeedback in communicator.h; checkpoints that
+  // load at another world size): copyServerTo writes each kept chunk's residual at its offset of
+  // `full` (count() floats) and leaves the other elements alone. setServerFrom replaces every
+  // kept chunk with the single chunk [offset, offset + length) of world `worldSize`, its values
+  // read from `full` at the same offsets (a null `full` means zeros); kInvalidArgument, state
+  // unchanged, when the chunk does not fit the tensor or the world size is not positive.
+  void copyServerTo(float* full) const;
+  Status setServerFrom(int worldSize, size_t offset, size_t length, const float* full);
 
   // Zeroes both residuals (keeps sizes).
   void reset();
@@ -113,6 +127,7 @@ class ErrorFeedback {
   mutable std::vector<Region> regions_;              // disjoint, by offset
   mutable std::unique_ptr<DeviceResiduals> device_;  // null until the first device call
   int serverWorld_ = 0;
+  bool usedForPart_ = false;  // see usedForAllgather()
 };
 
 }  // namespace terse

@@ -215,6 +215,17 @@ terse_status_t terse_feedback_serialize(const terse_feedback_t* feedback, void* 
                                         size_t* size);
 terse_status_t terse_feedback_deserialize(const void* buffer, size_t size,
                                           terse_feedback_t** feedback);
+/* After terse_comm_shrink: lays out this survivor's error-feedback states (made for allreduce or
+ * reduce-scatter over the old world) for the shrunk communicator `shrunk`, in one exchange
+ * (relayoutFeedback in C++; docs/reliability.md, "Residuals after a shrink"). Every survivor
+ * calls it with its rank in the old world, the old world's size and its `n` states in the same
+ * order (codec and count alike per position). The worker residual stays (this process's own
+ * gradient's); the server residuals of the old chunks are gathered, the dead ranks' chunks
+ * being zero, and each survivor keeps the chunk it owns in the new world's allreduce. A state
+ * an allgather used, states that differ between survivors, a NULL state or a bad old rank fail
+ * on every survivor alike with TERSE_INVALID_ARGUMENT; on any failure no state changes. */
+terse_status_t terse_feedback_relayout(terse_comm_t* shrunk, int old_rank, int old_world,
+                                       terse_feedback_t* const* feedback, size_t n);
 
 /* ---- OneBitAdam (optim/, docs/optim.md) -------------------------------------------------------
  * AdamW whose communication after a warm-up is a compressed, error-fed allreduce of the momentum

@@ -115,6 +115,7 @@ _NEWER_SIGNATURES = (
     ("terse_cuda_info", None, (_c.POINTER(_int), _c.POINTER(_int))),
     ("terse_comm_create_with_store", _status, (_int, _int, _ptr, _text, _i64, _ptrs)),
     ("terse_comm_shrink", _status, (_ptr, _c.POINTER(_int), _int, _ptrs)),
+    ("terse_feedback_relayout", _status, (_ptr, _int, _int, _ptrs, _size)),
     ("terse_allreduce_ex", _status,
      (_ptr, _ptr, _ptr, _size, _dtype, _op, _ptr, _ptrs)),
     ("terse_onebit_adam_create", _status, (_size, _ptr, _ptrs)),

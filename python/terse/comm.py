@@ -137,6 +137,9 @@ class Communicator(_lib.Handle):
         self.local_size = l.terse_comm_local_size(handle)
         self.node = l.terse_comm_node(handle)
         self.node_count = l.terse_comm_node_count(handle)
+        # (rank, size) in the communicator shrink() made this one from (None otherwise): the
+        # defaults of relayout_feedback.
+        self.shrunk_from = None
 
     def close(self):
         """Finishes queued collectives and closes the connections (collective in practice: peers
@@ -202,7 +205,45 @@ class Communicator(_lib.Handle):
             with self._lock:
                 shrunk.append(Communicator(_shrunk_from=self._h(), _exclude=exclude))
         self._in_order(run)
+        shrunk[0].shrunk_from = (self.rank, self.size)
         return shrunk[0]
+
+    def relayout_feedback(self, feedbacks, old_rank=None, old_world=None):
+        """After shrink(), on the new communicator: lays out this survivor's Feedback states
+        (made for allreduce or reduce_scatter over the old world) for this world, in one
+        exchange (``terse_feedback_relayout``; docs/reliability.md, "Residuals after a shrink").
+        Every survivor calls it with its states in the same order (codec and count alike per
+        position). Each state's worker residual stays (this process's own gradient's); the
+        server residuals of the old chunks are gathered, the dead ranks' chunks being zero, and
+        each survivor keeps the chunk it owns in this world's allreduce. old_rank and old_world
+        default to this process's rank and the world size in the communicator shrink() was
+        called on. A state an allgather used, states that differ between survivors or a bad old
+        rank raise TerseError ('invalid argument') on every survivor alike, and no state
+        changes."""
+        if old_rank is None or old_world is None:
+            if self.shrunk_from is None:
+                raise ValueError("terse: relayout_feedback needs old_rank and old_world on a "
+                                 "communicator that shrink() did not make")
+            old_rank = self.shrunk_from[0] if old_rank is None else old_rank
+            old_world = self.shrunk_from[1] if old_world is None else old_world
+        for what, value in (("old_rank", old_rank), ("old_world", old_world)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"terse: {what} must be an int, not {type(value).__name__}")
+        feedbacks = list(feedbacks)
+        for fb in feedbacks:
+            if not isinstance(fb, Feedback):
+                raise TypeError(f"terse: relayout_feedback takes Feedback states, not "
+                                f"{type(fb).__name__}")
+        relayout = _lib.require(("terse_feedback_relayout",),
+                                "Communicator.relayout_feedback").terse_feedback_relayout
+
+        def run():
+            with self._lock:
+                # Handles are read here, under the lock, so a state closed meanwhile is refused.
+                handles = (ctypes.c_void_p * max(len(feedbacks), 1))(
+                    *[fb._h() for fb in feedbacks])
+                check(relayout(self._h(), old_rank, old_world, handles, len(feedbacks)))
+        self._in_order(run)
 
     def abort(self, reason=None):
         """Fails every pending and later call of this rank (any thread may call it)."""

@@ -12,7 +12,7 @@ import unittest
 
 import terse
 from terse import _lib
-from terse.comm import Communicator, Feedback
+from terse.comm import Communicator, Feedback, parse_feedback_header
 
 
 class Tensor:
@@ -95,6 +95,42 @@ class CodecSpec(unittest.TestCase):
         with self.assertRaises(_lib.TerseError) as err:
             Feedback("bogus", 4)
         self.assertEqual(err.exception.status, _lib.INVALID_ARGUMENT)
+
+
+class RelayoutFeedback(unittest.TestCase):
+    """Communicator.relayout_feedback's own checks; the relayout itself runs in
+    Python.ShrinkOnRequest."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.comm = Communicator()  # a world of one, not made by shrink()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.comm.close()
+
+    def test_old_rank_and_world_are_needed_off_a_shrink(self):
+        self.assertIsNone(self.comm.shrunk_from)
+        with self.assertRaises(ValueError) as err:
+            self.comm.relayout_feedback([Feedback("onebit", 4)])
+        self.assertIn("old_rank", str(err.exception))
+
+    def test_arguments_of_the_wrong_type(self):
+        with self.assertRaises(TypeError):
+            self.comm.relayout_feedback([b"state"], old_rank=0, old_world=1)
+        with self.assertRaises(TypeError):
+            self.comm.relayout_feedback([Feedback("onebit", 4)], old_rank=True, old_world=1)
+
+    def test_a_world_of_one_and_a_bad_old_rank(self):
+        with Feedback("onebit", 4) as fb:
+            fb.worker()[2] = 0.5
+            self.comm.relayout_feedback([fb], old_rank=0, old_world=1)
+            self.assertEqual(list(fb.worker()), [0, 0, 0.5, 0])
+            with self.assertRaises(_lib.TerseError) as err:
+                self.comm.relayout_feedback([fb], old_rank=3, old_world=2)
+            self.assertEqual(err.exception.status, _lib.INVALID_ARGUMENT)
+            self.assertIn("out of range", str(err.exception))
+        self.comm.relayout_feedback([], old_rank=0, old_world=1)
 
 
 class Part(unittest.TestCase):
@@ -240,12 +276,31 @@ def two_communicators():
     return 0
 
 
+def server_residual(fb):
+    """The server residual of a Feedback, read from its checkpoint form (docs/wire-format.md)."""
+    data = fb.to_bytes()
+    header = parse_feedback_header(data)
+    at = 40 + (len(header["spec"]) + 3) // 4 * 4 + 4 * header["count"]
+    return list(memoryview(data[at:at + 4 * header["server_length"]]).cast("f"))
+
+
 def shrink_on_request():
     """Under terse-run --store <dir>: the last rank is left out on request while it lives (it
     closes its communicator and leaves); the others' Communicator.shrink gives a communicator of
-    them, ranked densely in world order, whose allreduce sums their values (issue #48)."""
+    them, ranked densely in world order, whose allreduce sums their values (issue #48). A onebit
+    Feedback used before the shrink follows the survivors (relayout_feedback): its worker
+    residual stays and its server residual becomes the new world's allreduce chunk."""
     comm = Communicator()
     n, rank = comm.size, comm.rank
+    # 3 units of 2048 (the allreduce cuts its chunks at whole units): in a world of 3 each rank
+    # owns one; of the 2 survivors rank 0 owns the first two (its own old chunk and old rank
+    # 1's) and rank 1 the last, whose residual was old rank 2's and is lost with it (zeros).
+    count = 3 * 2048
+    fb = Feedback("onebit", count)
+    comm.allreduce(Tensor([float((i * 7 + rank) % 11 - 5) for i in range(count)]), codec="onebit",
+                   feedback=fb)
+    worker = list(fb.worker())
+    old_server = server_residual(fb)
     if rank == n - 1:
         comm.close()
         return 0
@@ -268,6 +323,29 @@ def shrink_on_request():
         print(f"python_args_test: FAILED: after the shrink rank {new.rank} of {new.size}, "
               f"allreduce {list(t.buf)} (expected rank {rank} of {n - 1}, sum {want})")
         return 1
+    if new.shrunk_from != (rank, n):
+        print(f"python_args_test: FAILED: shrunk_from {new.shrunk_from}, want {(rank, n)}")
+        return 1
+    new.relayout_feedback([fb])
+    header = parse_feedback_header(fb.to_bytes())
+    if n == 3:
+        want = (0, 2 * 2048) if rank == 0 else (2 * 2048, 2048)
+        got = (header["server_offset"], header["server_length"])
+        if header["server_world"] != 2 or got != want:
+            print(f"python_args_test: FAILED: after relayout_feedback the server chunk is {got} of "
+                  f"world {header['server_world']}, want {want} of world 2")
+            return 1
+        server = server_residual(fb)
+        kept = server[:2048] == old_server and any(server[2048:]) if rank == 0 else \
+            not any(server)
+        if not kept or not any(old_server):
+            print(f"python_args_test: FAILED: rank {rank}'s server residual after the relayout "
+                  f"does not hold {'its own and old rank 1' if rank == 0 else 'zeros'}")
+            return 1
+    if list(fb.worker()) != worker:
+        print("python_args_test: FAILED: relayout_feedback changed the worker residual")
+        return 1
+    new.allreduce(Tensor([1.0] * count), codec="onebit", feedback=fb)
     new.close()
     comm.close()
     print(f"python_args_test: rank {rank}: shrunk to {n - 1} ranks")

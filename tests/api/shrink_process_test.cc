@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -411,8 +412,188 @@ TEST(ShrinkProcesses, MembersThatCannotReachEachOtherNeverMakeTwoWorlds) {
   if (!wentOn.empty()) {
     EXPECT_TRUE(goneRank[0] || goneRank[1]) << wentOn;
     for (const RankOutcome& o : outcomes)
-      if (!goneRank[o.rank]) EXPECT_EQ(o.report, wentOn) << "rank " << o.rank;
+      if (!goneRank[o.rank]) {
+        EXPECT_EQ(o.report, wentOn) << "rank " << o.rank;
+      }
   }
+}
+
+// ---- Error-feedback residuals follow the survivors (relayoutFeedback) -------------------------
+//
+// Each rank of 4 fills its states' residuals with values that say whose they are (worker: the
+// rank and element; server: the old owner and element over the chunk it owns), rank 2 is left
+// out on request, and the 3 survivors re-lay out: worker residuals unchanged, each survivor's
+// server residual is its new allreduce chunk, holding the old owners' values there and zero
+// where rank 2's chunk was.
+
+// The tensors: two chunks of 2048 per old rank and a short one in which old rank 3 owns nothing.
+struct FeedbackCase {
+  const char* codec;
+  size_t count;
+};
+constexpr FeedbackCase kFeedbackCases[] = {{"onebit", 20000}, {"topk:ratio=0.01", 5000}};
+
+float workerValue(int worldRank, size_t i) {
+  return static_cast<float>(worldRank + 1) + static_cast<float>(i) * 1e-3f;
+}
+float serverValue(int oldOwner, size_t i) {
+  return -static_cast<float>(1000 * (oldOwner + 1)) - static_cast<float>(i);
+}
+
+// The states of one rank of `world`, filled as above.
+Result<std::vector<ErrorFeedback>> filledStates(int rank, int world) {
+  std::vector<ErrorFeedback> states;
+  for (const FeedbackCase& c : kFeedbackCases) {
+    TERSE_ASSIGN_OR_RETURN(ErrorFeedback ef, ErrorFeedback::create(c.codec, c.count));
+    for (size_t i = 0; i < c.count; ++i) ef.worker()[i] = workerValue(rank, i);
+    const auto chunk = Communicator::allreduceChunk(c.count, world, rank);
+    TERSE_ASSIGN_OR_RETURN(float* s, ef.serverChecked(world, chunk.first, chunk.second));
+    for (size_t k = 0; k < chunk.second; ++k) s[k] = serverValue(rank, chunk.first + k);
+    states.push_back(std::move(ef));
+  }
+  return states;
+}
+
+// "" when rank `worldRank`'s states hold what the relayout from `world` to the survivors of
+// `gone` must leave, else what differs.
+std::string checkRelaid(std::vector<ErrorFeedback>& states, int worldRank, int world, int gone,
+                        Communicator& next) {
+  for (size_t t = 0; t < states.size(); ++t) {
+    ErrorFeedback& ef = states[t];
+    const size_t count = kFeedbackCases[t].count;
+    for (size_t i = 0; i < count; ++i)
+      if (ef.worker()[i] != workerValue(worldRank, i))
+        return "state " + std::to_string(t) + ": worker residual changed at " + std::to_string(i);
+    const auto chunk = Communicator::allreduceChunk(count, next.size(), next.rank());
+    if (ef.serverWorldSize() != next.size() || ef.serverRegions() != 1 ||
+        ef.serverOffset() != chunk.first || ef.serverLength() != chunk.second)
+      return "state " + std::to_string(t) + ": server chunk [" + std::to_string(ef.serverOffset()) +
+             ", +" + std::to_string(ef.serverLength()) + ") of world " +
+             std::to_string(ef.serverWorldSize()) + ", want [" + std::to_string(chunk.first) +
+             ", +" + std::to_string(chunk.second) + ")";
+    std::vector<float> view(count, 0.0f);
+    ef.copyServerTo(view.data());
+    for (size_t i = chunk.first; i < chunk.first + chunk.second; ++i) {
+      int owner = 0;
+      while (Communicator::allreduceChunk(count, world, owner).first +
+                 Communicator::allreduceChunk(count, world, owner).second <=
+             i)
+        ++owner;
+      const float want = owner == gone ? 0.0f : serverValue(owner, i);
+      if (view[i] != want)
+        return "state " + std::to_string(t) + " element " + std::to_string(i) + ": " +
+               std::to_string(view[i]) + ", want " + std::to_string(want) + " (old owner " +
+               std::to_string(owner) + ")";
+    }
+  }
+  return "";
+}
+
+TEST(ShrinkProcesses, FeedbackResidualsFollowTheSurvivors) {
+  const std::string dir = makeTempDir();
+  auto outcomes = runProcesses(
+      kWorld, {0, 1, 2, 3}, [&](int) { return env(dir); },
+      [&](int rank) -> int {
+        auto made = Communicator::createFromEnv();
+        if (!made.isOk()) return 2;
+        auto states = filledStates(rank, kWorld);
+        if (!states.isOk()) {
+          reportFromChild(states.status().toString());
+          return 3;
+        }
+        if (rank == 2) return (*made)->shrink().isOk() ? 4 : 0;  // left out
+        auto shrunk = (*made)->shrink({2});
+        if (!shrunk.isOk()) return 5;
+        Communicator& next = **shrunk;
+        std::vector<ErrorFeedback*> batch;
+        for (ErrorFeedback& ef : *states) batch.push_back(&ef);
+        Status s = relayoutFeedback(next, rank, kWorld, batch);
+        if (!s.isOk()) {
+          reportFromChild("relayout: " + s.toString());
+          return 6;
+        }
+        std::string wrong = checkRelaid(*states, rank, kWorld, 2, next);
+        if (!wrong.empty()) {
+          reportFromChild(wrong);
+          return 7;
+        }
+        // The states serve the new world's allreduce as they are: no reset, no error.
+        std::vector<float> g(kFeedbackCases[0].count, 1.0f), out(g.size());
+        CollectiveOptions o;
+        o.codec = kFeedbackCases[0].codec;
+        o.feedback = &(*states)[0];
+        s = next.allreduce(g.data(), out.data(), g.size(), DataType::kFloat32, ReduceOp::kAvg, o);
+        if (!s.isOk() || (*states)[0].serverWorldSize() != 3) {
+          reportFromChild("allreduce after: " + s.toString());
+          return 8;
+        }
+        reportFromChild("ok");
+        return 0;
+      },
+      std::chrono::seconds(120));
+  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
+  for (const RankOutcome& o : outcomes)
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+}
+
+// What relayoutFeedback refuses, on every survivor alike (a rank alone refusing would leave the
+// others waiting, so a hang shows as the timeout's failure): states that differ between ranks,
+// a state an allgather used, an old rank out of range, a null state. No state changes.
+TEST(ShrinkProcesses, FeedbackRelayoutRefusalsFailOnEverySurvivor) {
+  const std::string dir = makeTempDir();
+  auto outcomes = runProcesses(
+      3, {0, 1, 2}, [&](int) { return env(dir); },
+      [&](int rank) -> int {
+        auto made = Communicator::createFromEnv();
+        if (!made.isOk()) return 2;
+        auto shrunk = (*made)->shrink();  // nobody gone: the relayout's checks still hold
+        if (!shrunk.isOk()) return 3;
+        Communicator& next = **shrunk;
+        auto a = ErrorFeedback::create("onebit", 4096);
+        auto b = ErrorFeedback::create(rank == 1 ? "topk" : "onebit", 4096);
+        auto c = ErrorFeedback::create("onebit", rank == 2 ? 4097 : 4096);
+        if (!a.isOk() || !b.isOk() || !c.isOk()) return 4;
+        a->worker()[7] = 1.5f;
+        const ErrorFeedback before = *a;
+        std::string report;
+        int failures = 0;
+        auto expectRefused = [&](const Status& s, const char* says) {
+          report += s.toString() + "\n";
+          if (s.code() == StatusCode::kInvalidArgument &&
+              s.message().find(says) != std::string::npos)
+            ++failures;
+        };
+        expectRefused(relayoutFeedback(next, rank, 3, {&*a, &*b}), "codec 'topk:ratio=0.01'");
+        expectRefused(relayoutFeedback(next, rank, 3, {&*c}), "4097 elements");
+        expectRefused(relayoutFeedback(next, rank == 0 ? 5 : rank, 3, {&*a}), "out of range");
+        expectRefused(relayoutFeedback(next, rank, 3, {rank == 2 ? nullptr : &*a}), "null");
+        expectRefused(relayoutFeedback(next, rank == 1 ? 0 : rank, 3, {&*a}),
+                      "old ranks must rise");
+        std::vector<ErrorFeedback*> two{&*a};
+        if (rank == 0) two.push_back(&*c);
+        expectRefused(relayoutFeedback(next, rank, 3, two), "rank 0 passes 2");
+        // An allgather's state holds this rank's part.
+        const auto part = next.partOf(3 * 2048);
+        auto g = ErrorFeedback::create("onebit", part.second);
+        if (!g.isOk()) return 5;
+        std::vector<float> mine(part.second, 1.0f), all(3 * 2048);
+        CollectiveOptions o;
+        o.codec = "onebit";
+        o.feedback = &*g;
+        if (!next.allgather(mine.data(), all.data(), all.size(), DataType::kFloat32, o).isOk())
+          return 6;
+        expectRefused(relayoutFeedback(next, rank, 3, {&*a, &*g}), "used by an allgather");
+        reportFromChild(report);
+        if (failures != 7) return 7;
+        // Unchanged by the refusals: same bytes as before.
+        if (a->serialize() != before.serialize()) return 8;
+        // And the same call without the faults goes through.
+        return relayoutFeedback(next, rank, 3, {&*a}).isOk() && a->worker()[7] == 1.5f ? 0 : 9;
+      },
+      std::chrono::seconds(120));
+  ASSERT_EQ(static_cast<int>(outcomes.size()), 3);
+  for (const RankOutcome& o : outcomes)
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
 }
 
 // ---- The kill matrix's shrink cases: a training loop that survives a kill ----------------------
@@ -427,8 +608,10 @@ TEST(ShrinkProcesses, MembersThatCannotReachEachOtherNeverMakeTwoWorlds) {
 // check step, so every case shrinks. The survivors shrink on the failure, agree on the last step
 // they all completed (a victim killed at a receive may have let some of them finish a call that
 // others failed: those roll back one step), split again, go on, and must end with bit-identical
-// weights, each within the timeout. Every draw comes from one seed, printed (TERSE_TEST_SEED
-// replays it).
+// weights, each within the timeout. In the error-feedback cases (onebit, topk, int8 with a
+// state) the survivors also take back the residuals of the step they resume and re-lay them out
+// for the new world (relayoutFeedback), which must give each its new allreduce chunk. Every
+// draw comes from one seed, printed (TERSE_TEST_SEED replays it).
 
 uint64_t baseSeed() {
   static const uint64_t seed = [] {
@@ -442,6 +625,9 @@ uint64_t baseSeed() {
 struct TrainCase {
   const char* codec;
   bool split;
+  // Error feedback on the world's allreduce (not with split: a child's state would need a
+  // relayout over the child's old members, which the survivors' new split does not keep).
+  bool feedback = false;
 };
 
 class ShrinkKill : public ::testing::TestWithParam<TrainCase> {};
@@ -465,13 +651,28 @@ int train(int worldRank, const TrainCase& c, int victim, int selfKillAt) {
     return Status::ok();
   };
   std::vector<float> w(kWeights, 0.0f), before = w, grad(kWeights), avg(kWeights), half(kWeights);
-  const CollectiveOptions options{c.codec, nullptr};
+  // The residuals, and their copies from the start of this step and of the one before: a rank
+  // that rolls back a step rolls its residuals back with its weights, and one whose call failed
+  // half-way drops what that call left, so every survivor relays out the residuals of one step.
+  ErrorFeedback fb, fbAtStep, fbAtLastStep;
+  if (c.feedback) {
+    auto state = ErrorFeedback::create(c.codec, kWeights);
+    if (!state.isOk()) return 2;
+    fb = std::move(state).value();
+    fbAtStep = fbAtLastStep = fb;
+  }
+  const CollectiveOptions options{c.codec, c.feedback ? &fb : nullptr};
+  const CollectiveOptions childOptions{c.codec, nullptr};
   int step = 0, shrinks = 0;
   Status failed = splitNow();
   // The step after kSteps is the check step: the victim never gets past it alive.
   while (step <= kSteps) {
     if (failed.isOk()) {
       if (worldRank == victim && step == selfKillAt) raise(SIGKILL);
+      if (c.feedback) {
+        fbAtLastStep = std::move(fbAtStep);
+        fbAtStep = fb;
+      }
       for (size_t i = 0; i < kWeights; ++i)
         grad[i] = std::sin(0.37f * static_cast<float>(step) + 0.01f * static_cast<float>(i)) *
                   static_cast<float>(worldRank + 1);
@@ -479,7 +680,7 @@ int train(int worldRank, const TrainCase& c, int victim, int selfKillAt) {
                                ReduceOp::kAvg, options);
       if (failed.isOk() && child)
         failed = child->allreduce(grad.data(), half.data(), kWeights, DataType::kFloat32,
-                                  ReduceOp::kAvg, options);
+                                  ReduceOp::kAvg, childOptions);
       if (failed.isOk()) {
         if (step < kSteps) {
           before = w;
@@ -495,6 +696,7 @@ int train(int worldRank, const TrainCase& c, int victim, int selfKillAt) {
       return 3;
     }
     child.reset();
+    const int oldRank = comm->rank(), oldWorld = comm->size();
     auto shrunk = comm->shrink();
     if (!shrunk.isOk()) {
       reportFromChild("shrink: " + shrunk.status().toString() + "\nafter " + failed.toString());
@@ -515,6 +717,17 @@ int train(int worldRank, const TrainCase& c, int victim, int selfKillAt) {
     if (step > resume && resume < kSteps) {  // this rank finished a step others failed
       w = before;
       std::fprintf(stderr, "[ rollback ] rank %d: step %d back to %d\n", worldRank, step, resume);
+    }
+    if (c.feedback) {
+      // The residuals at the start of step `resume`, then laid out for the new world.
+      fb = step > resume ? fbAtLastStep : fbAtStep;
+      Status relaid = relayoutFeedback(*comm, oldRank, oldWorld, {&fb});
+      const auto chunk = Communicator::allreduceChunk(kWeights, comm->size(), comm->rank());
+      if (!relaid.isOk() || fb.serverWorldSize() != comm->size() ||
+          fb.serverOffset() != chunk.first || fb.serverLength() != chunk.second) {
+        reportFromChild("relayout: " + relaid.toString());
+        return 7;
+      }
     }
     step = resume;
     failed = splitNow();
@@ -578,9 +791,16 @@ TEST_P(ShrinkKill, SurvivorsShrinkAndFinishWithIdenticalWeights) {
 INSTANTIATE_TEST_SUITE_P(Matrix, ShrinkKill,
                          ::testing::Values(TrainCase{"none", false}, TrainCase{"int8", false},
                                            TrainCase{"fp16", false}, TrainCase{"bf16", false},
-                                           TrainCase{"none", true}, TrainCase{"int8", true}),
+                                           TrainCase{"none", true}, TrainCase{"int8", true},
+                                           TrainCase{"onebit", false, true},
+                                           TrainCase{"topk:ratio=0.01", false, true},
+                                           TrainCase{"int8", false, true}),
                          [](const ::testing::TestParamInfo<TrainCase>& p) {
-                           return std::string(p.param.codec) + (p.param.split ? "_split" : "");
+                           std::string name = p.param.codec;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           if (p.param.feedback && name.rfind("int8", 0) == 0) name += "_feedback";
+                           return name + (p.param.split ? "_split" : "");
                          });
 
 // What a shrink refuses at once, on one rank: a split communicator, a bad exclude list.

@@ -8,6 +8,7 @@
 #include "terse/common/status.h"
 #include "terse/compressors/codec.h"
 #include "terse/compressors/error_feedback.h"
+#include "terse/collectives/partition.h"
 
 #include <terse/types.h>
 
@@ -95,6 +96,14 @@ struct UnitSettings {
 
 // Allreduce's internal chunk boundaries are multiples of this many elements.
 constexpr size_t kCollectiveChunkAlign = 2048;
+// The chunk of a `count`-element flat allreduce that rank `rank` of `size` reduces and
+// re-compresses, so the chunk whose server residual its ErrorFeedback keeps. The one statement of
+// the rule: the collectives cut with it, and whatever re-lays out server residuals for another
+// world (relayoutFeedback, checkpoints loaded at another world size) cuts with it too, through
+// Communicator::allreduceChunk or directly.
+inline Range allreduceChunkRange(size_t count, int size, int rank) {
+  return alignedChunkRange(count, size, rank, kCollectiveChunkAlign);
+}
 // Most elements in one call: 2^60, so that float32 workspaces of the whole tensor plus a few
 // aligned chunks stay far from size_t's wrap (and reads of a smaller buffer than the count
 // promises are the caller's, as with memcpy).
