@@ -117,16 +117,6 @@ def _bucket_index(bucket):
     return bucket.index() if hasattr(bucket, "index") else bucket.get_index()
 
 
-def _relayout(feedback, communicator):
-    """``feedback``'s residuals laid out for ``communicator``'s world (the feedback is consumed:
-    the returned object replaces it). The worker residual is this rank's own and stays; the
-    server residual belongs to the chunk this rank owned in the old world, which the new world
-    cuts differently. Until the library re-cuts it, it is left to the library, which drops a
-    server residual made for another world size at the next reduction (include/terse/
-    error_feedback.h): one step's re-compression error, which error feedback corrects again."""
-    return feedback
-
-
 def is_failure(error):
     """Whether ``error`` (raised out of ``loss.backward()`` or ``optimizer.step()``) is a failed
     terse collective, after which the survivors shrink: a ``TerseError``, or the RuntimeError
@@ -273,11 +263,13 @@ class TerseState:
         ``load_state_dict`` first when this rank is a step ahead), and before the next
         reduction.
 
-        Each bucket's residuals are re-laid out for the new world: the worker residual (this
-        rank's own compression error, over the whole bucket) is kept as it is; the server
-        residual (the error of re-compressing the chunk this rank owned) is re-cut for the new
-        world's chunks where the library can (``_relayout``), else dropped. What the dead rank's
-        residuals held is lost. The residuals wait, keyed by bucket layout, for the first
+        Collective over the new world when the state holds residuals: each bucket's are re-laid
+        out for it (``Communicator.relayout_feedback``, one exchange for every bucket, so every
+        survivor must hold the same buckets: restore them alike). The worker residual (this
+        rank's own compression error, over the whole bucket) stays; the server residuals (the
+        error of re-compressing the chunk each rank owned) are gathered and re-cut for the new
+        world's chunks. What the dead rank's residuals held is lost: its server chunk restarts
+        from zero. The residuals wait, keyed by bucket layout, for the first
         reduction whose bucket matches, as a loaded checkpoint's do: a DDP re-wrapped on the
         new process group reduces its first iteration in its initial bucket order and rebuilds
         afterwards. The old communicator is left to the caller to close, after this."""
@@ -289,16 +281,25 @@ class TerseState:
         except ValueError:
             pass   # the old communicator was closed already: nothing is queued on it
         with self._lock:
-            moved = {}
+            moved, replaced = {}, []
             # Pending entries (a checkpoint loaded just before, e.g. a rollback) come last and
             # win: they are the state the caller chose.
             for index, entry in list(self._buckets.items()) + list(self._pending.items()):
-                old = moved.get(index)
-                if old is not None:
-                    old.feedback.close()
-                entry.feedback = _relayout(entry.feedback, communicator)
-                entry.ids, entry.misses = None, 0
+                if index in moved:
+                    replaced.append(moved[index])
                 moved[index] = entry
+            if moved:
+                # One exchange on the new world, every survivor's states in bucket order: the
+                # server residuals of the old chunks are gathered and each survivor keeps its
+                # new chunk's; the worker residuals stay (docs/reliability.md, "Residuals after
+                # a shrink"). A failure leaves every state as it was, on every survivor.
+                communicator.relayout_feedback([moved[i].feedback for i in sorted(moved)],
+                                               old_rank=self.comm.rank,
+                                               old_world=self.comm.size)
+            for entry in replaced:
+                entry.feedback.close()
+            for entry in moved.values():
+                entry.ids, entry.misses = None, 0
             self._buckets = {}
             self._pending = moved
             self.comm = communicator
