@@ -36,7 +36,7 @@ declare -A label_targets=(
   [rendezvous]="rendezvous_test launcher_test terse-run terse-bench"
   [transport]="transport_test communicator_test"
   [process]="transport_process_test api_process_test fault_process_test misuse_c_test terse-run
-    terse-bench shrink_process_test"
+    terse-bench shrink_process_test optim_shrink_process_test"
   [collectives]="collectives_test"
   [api]="c_api_test c_api_onebit_adam_test c_api_sharded_onebit_adam_test misuse_test settings_test stats_test split_test terse-run
     allreduce-example shrink_c_test store_ops_test"

@@ -35,6 +35,7 @@ struct terse_onebit_adam {
 };
 struct terse_sharded_onebit_adam {
   terse::ShardedOneBitAdam state;
+  std::vector<uint8_t> shrunkParts{};  // the last _shrink_parts' result, for _shrunk_parts
 };
 
 namespace terse {
@@ -816,6 +817,12 @@ void terse_onebit_adam_reset_residuals(terse_onebit_adam_t* adam) {
   if (adam) adam->state.resetFeedback();
 }
 
+terse_status_t terse_onebit_adam_shrink(terse_onebit_adam_t* adam, terse_comm_t* shrunk) {
+  TERSE_REQUIRE(adam, "terse_onebit_adam_shrink: adam");
+  TERSE_REQUIRE(shrunk, "terse_onebit_adam_shrink: shrunk");
+  return guarded([&] { return done(adam->state.shrink(*shrunk->comm)); });
+}
+
 int64_t terse_onebit_adam_steps(const terse_onebit_adam_t* adam) {
   return adam ? adam->state.steps() : -1;
 }
@@ -912,6 +919,76 @@ terse_status_t terse_sharded_onebit_adam_shard(const terse_sharded_onebit_adam_t
 
 size_t terse_sharded_onebit_adam_state_bytes(const terse_sharded_onebit_adam_t* adam) {
   return adam ? adam->state.stateBytes() : 0;
+}
+
+terse_status_t terse_sharded_onebit_adam_set_buddy_copy(terse_sharded_onebit_adam_t* adam, int on) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_set_buddy_copy: adam");
+  adam->state.setBuddyCopy(on != 0);
+  return done(terse::Status::ok());
+}
+
+size_t terse_sharded_onebit_adam_buddy_bytes(const terse_sharded_onebit_adam_t* adam) {
+  return adam ? adam->state.buddyBytes() : 0;
+}
+
+terse_status_t terse_sharded_onebit_adam_shrink_parts(terse_sharded_onebit_adam_t* adam,
+                                                      terse_comm_t* shrunk,
+                                                      const void* const* lost_parts,
+                                                      const size_t* lost_sizes, size_t num_lost) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_shrink_parts: adam");
+  TERSE_REQUIRE(shrunk, "terse_sharded_onebit_adam_shrink_parts: shrunk");
+  if (num_lost > 0 && (!lost_parts || !lost_sizes))
+    return fail(terse::errorInvalidArgument(
+        "terse_sharded_onebit_adam_shrink_parts: %s is NULL for %zu lost parts",
+        !lost_parts ? "lost_parts" : "lost_sizes", num_lost));
+  return guarded([&] {
+    std::vector<std::pair<const void*, size_t>> views;
+    for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
+    auto got = adam->state.shrinkParts(*shrunk->comm, views);
+    if (!got.isOk()) return fail(got.status());
+    // [u64 old world], then per old rank: u64 part bytes, the part, u64 parameter-shard floats,
+    // the floats (little-endian, as everything terse writes).
+    std::vector<uint8_t>& out = adam->shrunkParts;
+    out.clear();
+    auto putU64 = [&](uint64_t v) {
+      for (int k = 0; k < 8; ++k) out.push_back(static_cast<uint8_t>(v >> (8 * k)));
+    };
+    putU64(got->parts.size());
+    for (size_t r = 0; r < got->parts.size(); ++r) {
+      putU64(got->parts[r].size());
+      out.insert(out.end(), got->parts[r].begin(), got->parts[r].end());
+      putU64(got->params[r].size());
+      const auto* p = reinterpret_cast<const uint8_t*>(got->params[r].data());
+      out.insert(out.end(), p, p + 4 * got->params[r].size());
+    }
+    return done(terse::Status::ok());
+  });
+}
+
+terse_status_t terse_sharded_onebit_adam_shrunk_parts(const terse_sharded_onebit_adam_t* adam,
+                                                      void* buffer, size_t* size) {
+  const char* fn = "terse_sharded_onebit_adam_shrunk_parts";
+  if (!adam) return nullArgument(fn, "adam");
+  if (!size) return nullArgument(fn, "size");
+  return guarded([&] {
+    return copyOut(fn, adam->shrunkParts.data(), adam->shrunkParts.size(), buffer, size);
+  });
+}
+
+terse_status_t terse_sharded_onebit_adam_shrink(terse_sharded_onebit_adam_t* adam,
+                                                terse_comm_t* shrunk, const void* const* lost_parts,
+                                                const size_t* lost_sizes, size_t num_lost) {
+  TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_shrink: adam");
+  TERSE_REQUIRE(shrunk, "terse_sharded_onebit_adam_shrink: shrunk");
+  if (num_lost > 0 && (!lost_parts || !lost_sizes))
+    return fail(terse::errorInvalidArgument(
+        "terse_sharded_onebit_adam_shrink: %s is NULL for %zu lost parts",
+        !lost_parts ? "lost_parts" : "lost_sizes", num_lost));
+  return guarded([&] {
+    std::vector<std::pair<const void*, size_t>> views;
+    for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
+    return done(adam->state.shrink(*shrunk->comm, views));
+  });
 }
 
 terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_adam_t* adam,

@@ -266,6 +266,10 @@ terse_status_t terse_onebit_adam_serialize(const terse_onebit_adam_t* adam, void
                                            size_t* size);
 terse_status_t terse_onebit_adam_deserialize(const void* buffer, size_t size,
                                              terse_onebit_adam_t** adam);
+/* After terse_comm_shrink: continue on `shrunk` (collective over it). The replicated state stays;
+ * the error-feedback residuals are re-laid out for the new world (worker residual kept, server
+ * residuals re-cut, the dead ranks' share lost; terse_feedback_relayout). */
+terse_status_t terse_onebit_adam_shrink(terse_onebit_adam_t* adam, terse_comm_t* shrunk);
 
 /* ---- ShardedOneBitAdam (optim/, docs/optim.md "Sharded OneBitAdam") ---------------------------
  * OneBitAdam with ZeRO-1/2 sharded state: each rank keeps the full parameters but the moments
@@ -311,6 +315,35 @@ terse_status_t terse_sharded_onebit_adam_shard(const terse_sharded_onebit_adam_t
                                                size_t* offset, size_t* length);
 /* Bytes of optimizer state this rank keeps (moments, scales, residuals). 0 for NULL. */
 size_t terse_sharded_onebit_adam_state_bytes(const terse_sharded_onebit_adam_t* adam);
+/* The buddy copy (docs/optim.md "Buddy copy and shrink"): nonzero keeps a copy of one other rank's
+ * shard state, refreshed at the end of every step, so that _shrink rebuilds a dead rank's shard
+ * with nothing lost. Costs one partner's non-replicated state (_buddy_bytes, part of
+ * _state_bytes). Off by default and after _deserialize; every rank must set the same (the next
+ * step checks). A setter rather than an options field so the options struct keeps its size. */
+terse_status_t terse_sharded_onebit_adam_set_buddy_copy(terse_sharded_onebit_adam_t* adam, int on);
+size_t terse_sharded_onebit_adam_buddy_bytes(const terse_sharded_onebit_adam_t* adam);
+/* After terse_comm_shrink: continue on `shrunk` (collective over it). The dead ranks' shards come
+ * from the buddy copies, or else from lost_parts (their serialized parts of the caller's last
+ * checkpoint; moments as old as it, worker residual dropped); the state re-shards as
+ * _deserialize does. A dead shard in neither: TERSE_INVALID_ARGUMENT on every survivor naming the
+ * lost old ranks, state unchanged. lost_parts/lost_sizes may be NULL with num_lost 0. */
+terse_status_t terse_sharded_onebit_adam_shrink(terse_sharded_onebit_adam_t* adam,
+                                                terse_comm_t* shrunk, const void* const* lost_parts,
+                                                const size_t* lost_sizes, size_t num_lost);
+/* _shrink's gathering alone, for a caller that re-shards in its own element order
+ * (FSDPShardedOneBitAdam): collective over `shrunk` like _shrink; the state is left as it is and
+ * the result kept in `adam` for _shrunk_parts: every old rank's checkpoint part as of now (the
+ * dead ranks' rebuilt), for _deserialize_remapped, and each dead rank's parameter shard where its
+ * buddy copy (kept by _update) holds one. */
+terse_status_t terse_sharded_onebit_adam_shrink_parts(terse_sharded_onebit_adam_t* adam,
+                                                      terse_comm_t* shrunk,
+                                                      const void* const* lost_parts,
+                                                      const size_t* lost_sizes, size_t num_lost);
+/* That result, sized like terse_feedback_serialize: u64 old world size, then per old rank in
+ * order: u64 part bytes, the part, u64 parameter-shard floats (0: none), the floats; all
+ * little-endian. Empty (size 0) before any _shrink_parts. */
+terse_status_t terse_sharded_onebit_adam_shrunk_parts(const terse_sharded_onebit_adam_t* adam,
+                                                      void* buffer, size_t* size);
 /* This rank's checkpoint part, sized like terse_feedback_serialize. */
 terse_status_t terse_sharded_onebit_adam_serialize(const terse_sharded_onebit_adam_t* adam,
                                                    void* buffer, size_t* size);

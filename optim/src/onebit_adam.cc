@@ -134,7 +134,20 @@ Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float l
     if (nextStepCommunicates()) (void)comm.reject(bad).wait();
     return bad;
   }
+  commWorld_ = comm.size();
+  commRank_ = comm.rank();
   return devP ? stepDevice(comm, params, grads, lr, stream) : stepHost(comm, params, grads, lr);
+}
+
+Status OneBitAdam::shrink(Communicator& shrunk) {
+  // Every survivor has stepped as often as the others (the state is replicated), so all talk
+  // or none does.
+  if (commWorld_ == 0) return Status::ok();
+  Status s = relayoutFeedback(shrunk, commRank_, commWorld_, {&feedback_});
+  if (!s.isOk()) return s.withContext("OneBitAdam::shrink");
+  commWorld_ = shrunk.size();
+  commRank_ = shrunk.rank();
+  return Status::ok();
 }
 
 Result<bool> OneBitAdam::varianceSettled(Communicator& comm, int64_t t, const float* vNext) const {

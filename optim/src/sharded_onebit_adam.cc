@@ -61,6 +61,7 @@ constexpr AgreedField kAgreed[] = {
     {"codec", FieldKind::kSpec},          {"param_codec", FieldKind::kSpec},
     {"beta1", FieldKind::kFloat},         {"beta2", FieldKind::kFloat},
     {"eps", FieldKind::kFloat},           {"weight_decay", FieldKind::kFloat},
+    {"buddy_copy", FieldKind::kFlag},
 };
 
 // A spec is a 2-byte length and kMaxSpecBytes bytes, so every state's record has one size.
@@ -106,6 +107,7 @@ std::vector<uint8_t> agreedRecord(uint64_t count, int64_t steps, int64_t frozenA
   spec(o.codec);
   spec(o.paramCodec);
   for (float v : {o.beta1, o.beta2, o.eps, o.weightDecay}) raw(&v, 4);
+  flag(o.buddyCopy);  // not in checkpoints: a part's is false
   return out;
 }
 
@@ -237,6 +239,37 @@ Result<Part> parsePart(const void* bytes, size_t size) {
   return a;
 }
 
+// One rank's checkpoint part from its fields (parsePart's inverse): version 1 whenever there is
+// no local momentum, so such checkpoints stay byte for byte what they were.
+std::vector<uint8_t> writePart(const Part& a) {
+  const ShardedOneBitAdamOptions& o = a.o;
+  optim::CheckpointWriter w(kMagic, o.localMomentum ? kVersion : 1);
+  optim::putAdamHeader(w, a.count, a.steps, a.frozenAt, o);
+  w.put<uint32_t>(o.errorFeedback ? 1 : 0);
+  if (o.localMomentum) w.put<uint32_t>(1);
+  w.put<uint32_t>(static_cast<uint32_t>(o.codec.size()));
+  w.bytes(o.codec.data(), o.codec.size());
+  w.put<uint32_t>(static_cast<uint32_t>(o.paramCodec.size()));
+  w.bytes(o.paramCodec.data(), o.paramCodec.size());
+  w.put<int32_t>(a.world);
+  w.put<int32_t>(a.rank);
+  w.put<uint64_t>(a.offset);
+  w.put<uint64_t>(a.m.size());
+  w.bytes(a.m.data(), 4 * a.m.size());
+  w.bytes(a.v.data(), 4 * a.v.size());
+  w.put<uint64_t>(a.master.size());
+  w.bytes(a.master.data(), 4 * a.master.size());
+  w.put<uint64_t>(a.exps.size());
+  w.bytes(a.exps.data(), a.exps.size());
+  if (o.localMomentum) {
+    w.put<uint64_t>(a.localM.size());
+    w.bytes(a.localM.data(), 4 * a.localM.size());
+  }
+  w.put<uint64_t>(a.feedback.size());
+  w.bytes(a.feedback.data(), a.feedback.size());
+  return w.finish();
+}
+
 }  // namespace
 
 Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& o) {
@@ -260,6 +293,80 @@ struct ShardedOneBitAdam::Device {
   bool current = false;
   bool masterCurrent = false;  // the device master shard is the master (lossy all-gather)
 };
+
+// The buddy copy. Groups: ranks (2k, 2k + 1), the last three together when the world is odd;
+// in a group each member keeps the copy of the member after it (a pair: of each other).
+struct ShardedOneBitAdam::Buddy {
+  std::unique_ptr<Communicator> pair;  // split once per world, at the first refresh
+  std::vector<int> group;              // ranks of this world, ascending
+  int holds = -1;                      // whose copy this is
+  int64_t step = -1;                   // the step it is of; -1: none yet
+  bool hasV = false;                   // v travels only while it changes, and once at the start
+  std::vector<float> m, v, master, localM, worker;
+  std::vector<float> params;      // its parameter shard, from update() (FSDP: nobody else has it)
+  std::vector<float> send, recv;  // scratch
+};
+
+namespace {
+
+std::vector<int> buddyGroup(int world, int rank) {
+  const int groups = world / 2;
+  const int g = std::min(rank / 2, groups - 1);
+  std::vector<int> members{2 * g, 2 * g + 1};
+  if (g == groups - 1 && world % 2 == 1) members.push_back(2 * g + 2);
+  return members;
+}
+
+// The rank that keeps `rank`'s copy (the member before it in its group).
+int buddyHolder(int world, int rank) {
+  const std::vector<int> g = buddyGroup(world, rank);
+  const size_t i = std::find(g.begin(), g.end(), rank) - g.begin();
+  return g[(i + g.size() - 1) % g.size()];
+}
+
+// Every rank's bytes to every rank through the exact float all-gather, two bytes a float
+// (integers below 2^16 are exact in float32, so any bytes arrive unchanged). `known`: every
+// rank's length when the caller knows it is the same everywhere; 0 exchanges the lengths first.
+Status allgatherBytes(Communicator& comm, const std::vector<uint8_t>& mine, size_t known,
+                      std::vector<std::vector<uint8_t>>* all) {
+  const int n = comm.size();
+  std::vector<size_t> lengths(n, known);
+  if (known == 0) {
+    // Three 16-bit words a length.
+    float send[3];
+    for (int k = 0; k < 3; ++k) send[k] = static_cast<float>((mine.size() >> (16 * k)) & 0xffff);
+    std::vector<float> got(3 * static_cast<size_t>(n));
+    TERSE_RETURN_IF_ERROR(comm.allgather(send, got.data(), got.size(), DataType::kFloat32));
+    for (int r = 0; r < n; ++r) {
+      lengths[r] = 0;
+      for (int k = 0; k < 3; ++k) lengths[r] |= static_cast<size_t>(got[3 * r + k]) << (16 * k);
+    }
+  }
+  const size_t most = *std::max_element(lengths.begin(), lengths.end());
+  const size_t words = (most + 1) / 2;
+  std::vector<float> send(words, 0.0f), got(words * static_cast<size_t>(n));
+  for (size_t i = 0; i < mine.size(); ++i)
+    send[i / 2] += static_cast<float>(mine[i] << (i % 2 ? 8 : 0));
+  TERSE_RETURN_IF_ERROR(comm.allgather(send.data(), got.data(), got.size(), DataType::kFloat32));
+  all->assign(n, {});
+  for (int r = 0; r < n; ++r) {
+    std::vector<uint8_t>& out = (*all)[r];
+    out.resize(lengths[r]);
+    for (size_t i = 0; i < lengths[r]; ++i) {
+      const auto w = static_cast<uint32_t>(got[r * words + i / 2]);
+      out[i] = static_cast<uint8_t>(i % 2 ? w >> 8 : w & 0xff);
+    }
+  }
+  return Status::ok();
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
 
 ShardedOneBitAdam::ShardedOneBitAdam() = default;
 ShardedOneBitAdam::ShardedOneBitAdam(ShardedOneBitAdam&&) noexcept = default;
@@ -384,11 +491,102 @@ void ShardedOneBitAdam::compressedShard(const float* avg, const float* p, float*
 
 size_t ShardedOneBitAdam::stateBytes() const {
   return 4 * (m_.size() + v_.size() + master_.size() + localM_.size()) + scaleExp_.size() +
-         (hasFeedback_ ? 4 * (feedback_.count() + feedback_.serverLength()) : 0);
+         (hasFeedback_ ? 4 * (feedback_.count() + feedback_.serverLength()) : 0) + buddyBytes();
 }
 
 size_t ShardedOneBitAdam::scratchBytes() const {
-  return 4 * (scratch_.capacity() + shardScratch_.capacity());
+  return 4 * (scratch_.capacity() + shardScratch_.capacity() +
+              (buddy_ ? buddy_->send.capacity() + buddy_->recv.capacity() : 0));
+}
+
+size_t ShardedOneBitAdam::buddyBytes() const {
+  if (!buddy_) return 0;
+  const Buddy& b = *buddy_;
+  return 4 * (b.m.size() + b.v.size() + b.master.size() + b.localM.size() + b.worker.size() +
+              b.params.size());
+}
+
+void ShardedOneBitAdam::setBuddyCopy(bool on) {
+  if (on == options_.buddyCopy) return;
+  options_.buddyCopy = on;
+  buddy_.reset();
+  agreed_ = false;  // the next step checks that every rank did the same
+}
+
+Status ShardedOneBitAdam::refreshBuddy(Communicator& comm, bool vChanged, const float* paramShard,
+                                       bool withParams) {
+  if (!options_.buddyCopy || world_ == 1) return Status::ok();
+  const char* what = "ShardedOneBitAdam: refreshing the buddy copy (the step itself completed)";
+  if (!buddy_) buddy_ = std::make_unique<Buddy>();
+  Buddy& b = *buddy_;
+  if (!b.pair) {
+    // Collective over comm, at the same step on every rank (buddyCopy is agreed).
+    b.group = buddyGroup(world_, rank_);
+    auto pair = comm.split(b.group.front(), rank_);
+    if (!pair.isOk()) return pair.status().withContext(what);
+    b.pair = std::move(pair).value();
+    const size_t i = std::find(b.group.begin(), b.group.end(), rank_) - b.group.begin();
+    b.holds = b.group[(i + 1) % b.group.size()];
+    b.step = -1;
+    b.hasV = false;
+  }
+  pullToHost();
+  // The record every member sends, one size for all: each section padded to the group's
+  // longest shard. v only while it changes (and the first time); the rest whenever it exists.
+  size_t most = 0;
+  for (int r : b.group) most = std::max(most, chunkRange(count_, world_, r).length);
+  const bool withV = vChanged || !b.hasV;
+  // The master shard exists from the first compressed step on (an empty shard's is empty).
+  const bool withMaster = options_.paramCodec != "none" && frozen() && steps_ > frozenAt_;
+  const bool withLocal = options_.localMomentum && frozen();
+  const bool withWorker = hasFeedback_ && frozen();
+  const size_t shardWords =
+      most * (1 + (withV ? 1 : 0) + (withMaster ? 1 : 0) + (withParams ? 1 : 0));
+  const size_t record = shardWords + count_ * ((withLocal ? 1 : 0) + (withWorker ? 1 : 0));
+  const size_t len = m_.size();
+  b.send.assign(record, 0.0f);
+  float* at = b.send.data();
+  auto put = [&](const float* src, size_t n, size_t room) {
+    if (n > 0) std::copy(src, src + n, at);
+    at += room;
+  };
+  put(m_.data(), len, most);
+  if (withV) put(v_.data(), len, most);
+  if (withMaster) put(master_.data(), master_.size(), most);
+  if (withLocal) put(localM_.data(), count_, count_);
+  if (withWorker) put(feedback_.worker(), count_, count_);
+  if (withParams) put(paramShard, len, most);
+  b.recv.resize(record * b.group.size());
+  Status g = b.pair->allgather(b.send.data(), b.recv.data(), b.recv.size(), DataType::kFloat32);
+  if (!g.isOk()) return g.withContext(what);
+  const size_t from = std::find(b.group.begin(), b.group.end(), b.holds) - b.group.begin();
+  const size_t theirs = chunkRange(count_, world_, b.holds).length;
+  const float* in = b.recv.data() + from * record;
+  auto take = [&](std::vector<float>& dst, size_t n, size_t room) {
+    dst.assign(in, in + n);
+    in += room;
+  };
+  take(b.m, theirs, most);
+  if (withV) take(b.v, theirs, most);
+  if (withMaster)
+    take(b.master, theirs, most);
+  else
+    b.master.clear();
+  if (withLocal)
+    take(b.localM, count_, count_);
+  else
+    b.localM.clear();
+  if (withWorker)
+    take(b.worker, count_, count_);
+  else
+    b.worker.clear();
+  if (withParams)
+    take(b.params, theirs, most);
+  else
+    b.params.clear();
+  b.hasV = true;
+  b.step = steps_;
+  return Status::ok();
 }
 
 Status ShardedOneBitAdam::checkStepArguments(Communicator& comm, Buffer a, Buffer b, float lr,
@@ -420,26 +618,15 @@ Status ShardedOneBitAdam::agree(Communicator& comm) {
     agreed_ = true;
     return Status::ok();
   }
-  // Two bytes a float: integers below 2^16 are exact in float32, so the exact all-gather carries
-  // any bytes unchanged. Every rank's record has one size, so the parts are equal.
-  std::vector<uint8_t> mine = agreedRecord(count_, steps_, frozenAt_, options_);
-  mine.resize((mine.size() + 1) / 2 * 2, 0);
-  const size_t words = mine.size() / 2;
-  std::vector<float> send(words), all(words * static_cast<size_t>(world_));
-  for (size_t i = 0; i < words; ++i)
-    send[i] = static_cast<float>(mine[2 * i] | (mine[2 * i + 1] << 8));
-  Status g = comm.allgather(send.data(), all.data(), all.size(), DataType::kFloat32);
+  // Every rank's record has one size.
+  const std::vector<uint8_t> mine = agreedRecord(count_, steps_, frozenAt_, options_);
+  std::vector<std::vector<uint8_t>> records;
+  Status g = allgatherBytes(comm, mine, mine.size(), &records);
   if (!g.isOk())
     return g.withContext("ShardedOneBitAdam: comparing the count and options with the other ranks");
-  std::vector<std::vector<uint8_t>> records(world_, std::vector<uint8_t>(mine.size()));
   std::vector<const uint8_t*> recordOf;
   std::vector<int> rankOf;
   for (int r = 0; r < world_; ++r) {
-    for (size_t i = 0; i < words; ++i) {
-      const auto w = static_cast<uint32_t>(all[r * words + i]);
-      records[r][2 * i] = static_cast<uint8_t>(w & 0xff);
-      records[r][2 * i + 1] = static_cast<uint8_t>(w >> 8);
-    }
     recordOf.push_back(records[r].data());
     rankOf.push_back(r);
   }
@@ -467,8 +654,11 @@ Status ShardedOneBitAdam::step(Communicator& comm, float* params, const float* g
     return bad;
   }
   TERSE_RETURN_IF_ERROR(agree(comm));
-  return device::isDeviceMemory(params) ? stepDevice(comm, params, grads, lr, stream)
-                                        : stepHost(comm, params, grads, lr);
+  const bool warm = !frozen();  // v changes in this step
+  Status s = device::isDeviceMemory(params) ? stepDevice(comm, params, grads, lr, stream)
+                                            : stepHost(comm, params, grads, lr);
+  if (!s.isOk()) return s;
+  return refreshBuddy(comm, warm, nullptr, false);
 }
 
 Status ShardedOneBitAdam::stepHost(Communicator& comm, float* params, const float* grads,
@@ -582,16 +772,25 @@ Status ShardedOneBitAdam::reduce(Communicator& comm, const float* grads, float* 
 Status ShardedOneBitAdam::update(Communicator& comm, float* paramShard, const float* reduced,
                                  float lr) {
   const int64_t t = steps_ + 1;
-  const bool freeze = !frozen() && t >= options_.warmupSteps;  // the one update that talks
+  const bool warm = !frozen();
+  // The update that talks: the freeze's, or every one with a buddy copy (its refresh).
+  const bool freeze = warm && t >= options_.warmupSteps;
+  const bool talks = freeze || (options_.buddyCopy && world_ > 1);
+  auto refuse = [&](const Status& bad) {
+    // The buddy's refresh waits on the pair communicator: refused there too.
+    if (buddy_ && buddy_->pair) (void)buddy_->pair->reject(bad).wait();
+    return bad;
+  };
   // Both hold this rank's shard.
-  TERSE_RETURN_IF_ERROR(checkStepArguments(comm, {paramShard, "paramShard", m_.size()},
-                                           {reduced, "reduced", m_.size()}, lr, "update", freeze));
+  Status args = checkStepArguments(comm, {paramShard, "paramShard", m_.size()},
+                                   {reduced, "reduced", m_.size()}, lr, "update", talks);
+  if (!args.isOk()) return refuse(args);
   if (!reduced_) {
     Status bad = errorInvalidUsage(
         "ShardedOneBitAdam::update: no reduce() before it (every step reduces the gradients "
         "first)");
-    if (freeze) (void)comm.reject(bad).wait();
-    return bad;
+    if (talks) (void)comm.reject(bad).wait();
+    return refuse(bad);
   }
   const size_t len = m_.size();
   shardScratch_.resize(3 * len);
@@ -611,7 +810,7 @@ Status ShardedOneBitAdam::update(Communicator& comm, float* paramShard, const fl
   std::copy(pNew, pNew + len, paramShard);
   steps_ = t;
   reduced_ = false;
-  return Status::ok();
+  return refreshBuddy(comm, warm, paramShard, true);
 }
 
 // The device path: the same steps with the state in device memory. The moments change in place
@@ -720,34 +919,22 @@ Status ShardedOneBitAdam::stepDevice(Communicator& comm, float* params, const fl
 
 std::vector<uint8_t> ShardedOneBitAdam::serialize() const {
   pullToHost();
-  const ShardedOneBitAdamOptions& o = options_;
-  optim::CheckpointWriter w(kMagic, o.localMomentum ? kVersion : 1);
-  optim::putAdamHeader(w, count_, steps_, frozenAt_, o);
-  w.put<uint32_t>(hasFeedback_ ? 1 : 0);
-  if (o.localMomentum) w.put<uint32_t>(1);
-  w.put<uint32_t>(static_cast<uint32_t>(o.codec.size()));
-  w.bytes(o.codec.data(), o.codec.size());
-  w.put<uint32_t>(static_cast<uint32_t>(o.paramCodec.size()));
-  w.bytes(o.paramCodec.data(), o.paramCodec.size());
-  w.put<int32_t>(world_);
-  w.put<int32_t>(rank_);
-  w.put<uint64_t>(offset_);
-  w.put<uint64_t>(m_.size());
-  w.bytes(m_.data(), 4 * m_.size());
-  w.bytes(v_.data(), 4 * v_.size());
-  w.put<uint64_t>(master_.size());
-  w.bytes(master_.data(), 4 * master_.size());
-  w.put<uint64_t>(scaleExp_.size());
-  w.bytes(scaleExp_.data(), scaleExp_.size());
-  if (o.localMomentum) {
-    w.put<uint64_t>(localM_.size());
-    w.bytes(localM_.data(), 4 * localM_.size());
-  }
-  std::vector<uint8_t> fb;
-  if (hasFeedback_) fb = feedback_.serialize();
-  w.put<uint64_t>(fb.size());
-  w.bytes(fb.data(), fb.size());
-  return w.finish();
+  Part a;
+  a.o = options_;
+  a.count = count_;
+  a.offset = offset_;
+  a.length = m_.size();
+  a.steps = steps_;
+  a.frozenAt = frozenAt_;
+  a.world = world_;
+  a.rank = rank_;
+  a.m = m_;
+  a.v = v_;
+  a.master = master_;
+  a.localM = localM_;
+  a.exps = scaleExp_;
+  if (hasFeedback_) a.feedback = feedback_.serialize();
+  return writePart(a);
 }
 
 namespace {
@@ -934,6 +1121,261 @@ Result<ShardedOneBitAdam> ShardedOneBitAdam::deserializeRemapped(
              a.feedback_.worker());
   }
   return a;
+}
+
+Result<ShardedOneBitAdam::ShrunkParts> ShardedOneBitAdam::shrinkParts(
+    Communicator& shrunk, const std::vector<std::pair<const void*, size_t>>& lostParts) {
+  const char* what = "ShardedOneBitAdam::shrink";
+  const int n = shrunk.size();
+  if (reduced_) {
+    Status bad =
+        errorInvalidUsage("%s: reduce() ran without its update(); finish that step first", what);
+    (void)shrunk.reject(bad).wait();
+    return bad;
+  }
+  // The survivors' old ranks, in the new order.
+  const float me = static_cast<float>(rank_);
+  std::vector<float> oldOf(n);
+  Status g = shrunk.allgather(&me, oldOf.data(), oldOf.size(), DataType::kFloat32);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam::shrink: gathering the survivors' ranks");
+  std::vector<int> survivors;
+  for (float r : oldOf) survivors.push_back(static_cast<int>(r));
+  for (int i = 0; i < n; ++i)
+    if (survivors[i] < 0 || survivors[i] >= world_ || (i > 0 && survivors[i] <= survivors[i - 1]))
+      return errorInvalidArgument(
+          "%s: the new communicator's members were ranks %s of the old world, not distinct ranks "
+          "of this state's %d in their old order (pass the communicator Communicator::shrink "
+          "made from the one this state stepped on)",
+          what, rankList(survivors).c_str(), world_);
+  std::vector<int> dead;
+  for (int r = 0; r < world_; ++r)
+    if (!std::binary_search(survivors.begin(), survivors.end(), r)) dead.push_back(r);
+  pullToHost();
+
+  // What this rank can give of each dead rank's shard: 2 its current buddy copy, 1 its copy a
+  // step or more behind or a checkpoint part. Parts of survivors are ignored (a caller may pass a
+  // whole checkpoint); a part of another run is an error.
+  ShardedOneBitAdamOptions plain = options_;
+  plain.buddyCopy = false;
+  const std::vector<uint8_t> ours = agreedRecord(count_, steps_, frozenAt_, plain);
+  std::vector<const Part*> fromCheckpoint(world_, nullptr);
+  std::vector<Part> parsed;
+  parsed.reserve(lostParts.size());
+  std::string bad;
+  for (const auto& [bytes, size] : lostParts) {
+    auto p = parsePart(bytes, size);
+    if (!p.isOk()) {
+      bad = p.status().message();
+      break;
+    }
+    const Part& q = parsed.emplace_back(std::move(p).value());
+    const std::vector<uint8_t> theirs = agreedRecord(q.count, steps_, frozenAt_, q.o);
+    const std::string differs =
+        firstDisagreement({ours.data(), theirs.data()}, {rank_, q.rank}, "this state and the part");
+    if (q.world != world_ || !differs.empty() || q.steps > steps_) {
+      bad = formatString(
+          "the part of rank %d of %d at step %lld is not of this run's last %d ranks at step <= "
+          "%lld%s%s",
+          q.rank, q.world, static_cast<long long>(q.steps), world_, static_cast<long long>(steps_),
+          differs.empty() ? "" : ": ", differs.c_str());
+      break;
+    }
+    if (std::binary_search(dead.begin(), dead.end(), q.rank)) fromCheckpoint[q.rank] = &q;
+  }
+  const bool haveBuddy = buddy_ && buddy_->step >= 0 && buddy_->hasV &&
+                         std::binary_search(dead.begin(), dead.end(), buddy_->holds);
+  const size_t stride = static_cast<size_t>(world_) + 1;
+  std::vector<float> offer(stride, 0.0f), offers(stride * n);
+  offer[0] = bad.empty() ? 0.0f : 1.0f;
+  for (int d : dead)
+    if (haveBuddy && buddy_->holds == d)
+      offer[1 + d] = buddy_->step == steps_ ? 3.0f : 1.0f;
+    else if (fromCheckpoint[d])
+      offer[1 + d] = fromCheckpoint[d]->steps == steps_ ? 2.0f : 1.0f;
+  g = shrunk.allgather(offer.data(), offers.data(), offers.size(), DataType::kFloat32);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam::shrink: agreeing on the lost shards");
+  std::vector<int> badRanks;
+  for (int i = 0; i < n; ++i)
+    if (offers[i * stride] != 0.0f) badRanks.push_back(survivors[i]);
+  if (!badRanks.empty())
+    return errorInvalidArgument("%s: %s", what,
+                                bad.empty()
+                                    ? formatString("the lost parts given on old rank(s) %s are not "
+                                                   "this run's (their error says which)",
+                                                   rankList(badRanks).c_str())
+                                          .c_str()
+                                    : ("lost part: " + bad).c_str());
+  // Each dead shard from the survivor with the best offer (the first of equals).
+  std::vector<int> supplier(world_, -1), lost;
+  for (int d : dead) {
+    float best = 0.0f;
+    for (int i = 0; i < n; ++i)
+      if (offers[i * stride + 1 + d] > best) {
+        best = offers[i * stride + 1 + d];
+        supplier[d] = i;
+      }
+    if (supplier[d] < 0) lost.push_back(d);
+  }
+  if (!lost.empty()) {
+    std::string why;
+    for (int d : lost) {
+      const int holder = buddyHolder(world_, d);
+      why += formatString("; rank %d's %s", d,
+                          !options_.buddyCopy ? "buddy copy is off"
+                          : std::binary_search(dead.begin(), dead.end(), holder)
+                              ? formatString("buddy, rank %d, is gone too", holder).c_str()
+                              : "buddy copy was never made (no step since the copy began)");
+    }
+    return errorInvalidArgument(
+        "%s: the optimizer state of old rank(s) %s is lost%s; pass their parts of the last "
+        "checkpoint (lostParts) to recover them as of that checkpoint",
+        what, rankList(lost).c_str(), why.c_str());
+  }
+
+  // This rank's share: its own part, and each dead shard it supplies with the state's present
+  // header (step, scales, options) around the copy's moments.
+  auto adopt = [&](Part src, const float* worker) -> Result<Part> {
+    Part a;
+    a.o = plain;
+    a.count = count_;
+    a.steps = steps_;
+    a.frozenAt = frozenAt_;
+    a.world = world_;
+    a.rank = src.rank;
+    const Range r = chunkRange(count_, world_, src.rank);
+    a.offset = r.begin;
+    a.length = r.length;
+    a.m = std::move(src.m);
+    a.v = std::move(src.v);
+    a.exps = scaleExp_;
+    const bool needMaster = options_.paramCodec != "none" && frozen() && steps_ > frozenAt_;
+    const bool needLocal = options_.localMomentum && frozen();
+    if ((needMaster && r.length > 0 && src.master.size() != r.length) ||
+        (needLocal && src.localM.size() != count_))
+      return errorInvalidArgument(
+          "%s: the copy of old rank %d's state is of step %lld, before the %s existed; it cannot "
+          "be recovered from it",
+          what, src.rank, static_cast<long long>(src.steps),
+          needLocal ? "local momentum" : "master shard");
+    if (needMaster) a.master = std::move(src.master);
+    if (needLocal) a.localM = std::move(src.localM);
+    if (hasFeedback_) {
+      // A residual of an older step is stale (the rank kept sending after it): dropped.
+      auto fb = ErrorFeedback::create(options_.codec, count_);
+      if (!fb.isOk()) return fb.status();
+      if (worker && src.steps == steps_) std::copy(worker, worker + count_, fb->worker());
+      a.feedback = fb->serialize();
+    }
+    return a;
+  };
+  std::vector<std::vector<uint8_t>> mine{serialize()};
+  Status failed;
+  for (int d : dead) {
+    if (survivors[supplier[d]] != rank_) continue;
+    Result<Part> made = errorInternal("unset");
+    if (haveBuddy && buddy_->holds == d) {
+      Part src;
+      src.rank = d;
+      src.steps = buddy_->step;
+      src.m = buddy_->m;
+      src.v = buddy_->v;
+      src.master = buddy_->master;
+      src.localM = buddy_->localM;
+      made = adopt(std::move(src), buddy_->worker.empty() ? nullptr : buddy_->worker.data());
+    } else {
+      const Part& c = *fromCheckpoint[d];
+      std::vector<float> worker;
+      if (!c.feedback.empty()) {
+        auto fb = ErrorFeedback::deserialize(c.feedback.data(), c.feedback.size());
+        if (fb.isOk()) worker.assign(fb->worker(), fb->worker() + fb->count());
+      }
+      made = adopt(c, worker.size() == count_ ? worker.data() : nullptr);
+    }
+    if (!made.isOk()) {
+      failed = made.status();
+      break;
+    }
+    mine.push_back(writePart(*made));
+  }
+  // One blob per survivor: [entry count, then per entry (kind << 32 | old rank), length, bytes;
+  // 8 bytes each] with kind 0 a rank's part and 1 a dead rank's parameter shard (floats). A rank
+  // that could not make its share sends no entries, which every rank then refuses.
+  std::vector<uint8_t> blob;
+  auto putU64 = [&](uint64_t v) {
+    for (int k = 0; k < 8; ++k) blob.push_back(static_cast<uint8_t>(v >> (8 * k)));
+  };
+  auto putEntry = [&](uint64_t kind, int oldRank, const void* bytes, size_t size) {
+    putU64(kind << 32 | static_cast<uint32_t>(oldRank));
+    putU64(size);
+    const auto* p = static_cast<const uint8_t*>(bytes);
+    blob.insert(blob.end(), p, p + size);
+  };
+  std::vector<int> paramsOf;  // the dead ranks whose parameter shards this rank gives
+  if (failed.isOk() && haveBuddy && !buddy_->params.empty() &&
+      survivors[supplier[buddy_->holds]] == rank_)
+    paramsOf.push_back(buddy_->holds);
+  putU64(failed.isOk() ? mine.size() + paramsOf.size() : 0);
+  if (failed.isOk()) {
+    putEntry(0, rank_, mine[0].data(), mine[0].size());
+    size_t k = 1;
+    for (int d : dead)
+      if (survivors[supplier[d]] == rank_) {
+        putEntry(0, d, mine[k].data(), mine[k].size());
+        ++k;
+      }
+    for (int d : paramsOf) putEntry(1, d, buddy_->params.data(), 4 * buddy_->params.size());
+  }
+  std::vector<std::vector<uint8_t>> blobs;
+  g = allgatherBytes(shrunk, blob, 0, &blobs);
+  if (!g.isOk()) return g.withContext("ShardedOneBitAdam::shrink: gathering the shards");
+  if (!failed.isOk()) return failed;
+  ShrunkParts out;
+  out.parts.resize(world_);
+  out.params.resize(world_);
+  std::vector<int> emptyFrom;
+  for (int i = 0; i < n; ++i) {
+    const std::vector<uint8_t>& b = blobs[i];
+    auto getU64 = [&](size_t at) {
+      uint64_t v = 0;
+      for (int k = 0; k < 8 && at + k < b.size(); ++k)
+        v |= static_cast<uint64_t>(b[at + k]) << (8 * k);
+      return v;
+    };
+    const uint64_t entries = getU64(0);
+    if (entries == 0) emptyFrom.push_back(survivors[i]);
+    size_t at = 8;
+    for (uint64_t k = 0; k < entries && at + 16 <= b.size(); ++k) {
+      const uint64_t tag = getU64(at), len = getU64(at + 8);
+      at += 16;
+      const int oldRank = static_cast<int>(tag & 0xffffffffu);
+      if (len > b.size() - at || oldRank < 0 || oldRank >= world_) break;
+      if (tag >> 32 == 0) {
+        out.parts[oldRank].assign(b.begin() + at, b.begin() + at + len);
+      } else {
+        out.params[oldRank].resize(len / 4);
+        std::memcpy(out.params[oldRank].data(), b.data() + at, len / 4 * 4);
+      }
+      at += len;
+    }
+  }
+  if (!emptyFrom.empty())
+    return errorInvalidArgument(
+        "%s: old rank(s) %s could not give the shards they hold (their error says why)", what,
+        rankList(emptyFrom).c_str());
+  return out;
+}
+
+Status ShardedOneBitAdam::shrink(Communicator& shrunk,
+                                 const std::vector<std::pair<const void*, size_t>>& lostParts) {
+  TERSE_ASSIGN_OR_RETURN(ShrunkParts got, shrinkParts(shrunk, lostParts));
+  std::vector<std::pair<const void*, size_t>> parts;
+  for (const auto& p : got.parts) parts.emplace_back(p.data(), p.size());
+  auto next = deserialize(parts, shrunk.size(), shrunk.rank());
+  if (!next.isOk()) return next.status().withContext("ShardedOneBitAdam::shrink");
+  const bool buddyCopy = options_.buddyCopy;
+  *this = std::move(next).value();
+  options_.buddyCopy = buddyCopy;  // rebuilt on the new world at the next step
+  return Status::ok();
 }
 
 }  // namespace terse

@@ -151,8 +151,52 @@ class ShardedCore(Core):
 
     @property
     def state_bytes(self):
-        """Bytes of optimizer state on this rank (moments, scales, residuals)."""
+        """Bytes of optimizer state on this rank (moments, scales, residuals, buddy copy)."""
         return int(self._fn("state_bytes")(self._h()))
+
+    @property
+    def buddy_bytes(self):
+        """Of state_bytes: the copy of the buddy rank's shard state (0 when off)."""
+        return int(self._fn("buddy_bytes")(self._h()))
+
+    def set_buddy_copy(self, on):
+        check(self._fn("set_buddy_copy")(self._h(), 1 if on else 0))
+
+    def shrink(self, comm, lost_blobs=()):
+        """Continues on the shrunk communicator `comm` (collective over it): the dead ranks'
+        shards from the buddy copies, or else from `lost_blobs` (their to_bytes() of the last
+        checkpoint)."""
+        keep = [ctypes.create_string_buffer(b, len(b)) for b in lost_blobs]
+        parts = (ctypes.c_void_p * max(1, len(keep)))(
+            *[ctypes.cast(k, ctypes.c_void_p) for k in keep])
+        sizes = (ctypes.c_size_t * max(1, len(keep)))(*[len(b) for b in lost_blobs])
+        self.run(comm, "shrink", parts, sizes, len(keep))
+
+    def shrink_parts(self, comm, lost_blobs=()):
+        """shrink()'s gathering alone (collective over `comm`; this core is left as it is): every
+        old rank's to_bytes() as of now, by old rank, and by old rank the parameter shard (a
+        float32 tensor) a dead rank's buddy copy kept, else None."""
+        keep = [ctypes.create_string_buffer(b, len(b)) for b in lost_blobs]
+        parts = (ctypes.c_void_p * max(1, len(keep)))(
+            *[ctypes.cast(k, ctypes.c_void_p) for k in keep])
+        sizes = (ctypes.c_size_t * max(1, len(keep)))(*[len(b) for b in lost_blobs])
+        self.run(comm, "shrink_parts", parts, sizes, len(keep))
+        data = _lib.serialized(self._fn("shrunk_parts"), self._h())
+
+        def u64(at):
+            return int.from_bytes(data[at:at + 8], "little")
+        world, at = u64(0), 8
+        blobs, params = [], []
+        for _ in range(world):
+            n = u64(at)
+            blobs.append(data[at + 8:at + 8 + n])
+            at += 8 + n
+            n = u64(at)
+            shard = torch.frombuffer(bytearray(data[at + 8:at + 8 + 4 * n]), dtype=torch.float32) \
+                if n else None
+            params.append(shard)
+            at += 8 + 4 * n
+        return blobs, params
 
 
 class CoreOptimizer(torch.optim.Optimizer):

@@ -203,6 +203,16 @@ class OneBitAdam(FlatOptimizer):
         if reset_residuals:
             core.reset_residuals()
 
+    def shrink(self, communicator):
+        """After ``Communicator.shrink``: continue on ``communicator`` (the survivors;
+        collective over it). The state is replicated, so the moments, step and phase stay; the
+        error-feedback residuals are re-laid out for the new world (this rank's worker residual
+        kept, the server residuals re-cut, the dead ranks' share of them lost). The old
+        communicator is the caller's to close; with attach(), DDP's own process group must be
+        rebuilt over the survivors too."""
+        self._core.run(communicator, "shrink")
+        self._comm = communicator
+
 
 def skip_after_warmup_hook(optimizer, bucket):
     """DDP communication hook for OneBitAdam.attach(): DDP's allreduce of the bucket (averaged)

@@ -73,6 +73,23 @@ def combine(state_dicts):
     return out
 
 
+def _lost_blobs(lost_parts):
+    """The checkpoint parts in `lost_parts` (None, a state_dict or combine() of some, or a list of
+    them), as bytes."""
+    if lost_parts is None:
+        return []
+    if isinstance(lost_parts, dict):
+        lost_parts = [lost_parts]
+    blobs = []
+    for sd in lost_parts:
+        ours = sd.get("terse") if isinstance(sd, dict) else None
+        if not isinstance(ours, dict) or "parts" not in ours:
+            raise ValueError("terse: lost_parts must be state_dict()s of the optimizer (or their "
+                             "combine()), as the ranks saved them")
+        blobs += [t.numpy().tobytes() for t in ours["parts"]]
+    return blobs
+
+
 class _Sharded:
     """What ShardedOneBitAdam and FSDPShardedOneBitAdam share: their codec settings and their
     cores (ShardedCore, each over rank comm.rank's shard)."""
@@ -134,8 +151,9 @@ class ShardedOneBitAdam(_Sharded, FlatOptimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="int8", warmup_steps=100, error_feedback=False, param_codec="none",
-                 local_momentum=None, communicator=None):
+                 local_momentum=None, communicator=None, buddy_copy=False):
         self._comm = communicator
+        self._buddy = bool(buddy_copy)
         self._core = None
         # Every rank checks its own arguments, then all agree on the parameters' layout: a rank
         # whose arguments are refused, or whose layout differs, fails construction everywhere.
@@ -154,6 +172,7 @@ class ShardedOneBitAdam(_Sharded, FlatOptimizer):
         self._flat_g = torch.empty(self.count, dtype=torch.float32)
         self._alias_params()
         self._core = self._new_core(self.count)
+        self._core.set_buddy_copy(self._buddy)
 
     @property
     def shard(self):
@@ -198,9 +217,22 @@ class ShardedOneBitAdam(_Sharded, FlatOptimizer):
         comm = self.communicator
         core = ShardedCore.from_parts(blobs, comm.size, comm.rank)
         super().load_state_dict(state_dict)
+        core.set_buddy_copy(self._buddy)
         old, self._core = self._core, core
         old.close()
         self.codec = ours["codec"]
+
+    def shrink(self, communicator, lost_parts=None):
+        """After ``Communicator.shrink``: continue on ``communicator`` (the survivors; collective
+        over it). The dead ranks' shards come from the buddy copies (``buddy_copy=True``: nothing
+        lost, the state is what a checkpoint of every rank would load as at the smaller world), or
+        else from ``lost_parts``: the dead ranks' state_dict()s of the last checkpoint (a list of
+        them, or their combine(); other ranks' parts in it are ignored), whose moments are then as
+        old as that checkpoint. A dead rank's shard in neither raises TerseError on every survivor
+        naming the lost ranks, and the optimizer stays as it was. The parameters keep their
+        values (every rank has them all); the old communicator is the caller's to close."""
+        self._core.shrink(communicator, _lost_blobs(lost_parts))
+        self._comm = communicator
 
 
 class _Unit:
@@ -317,9 +349,11 @@ class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
 
     def __init__(self, model, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                  codec="int8", warmup_steps=100, error_feedback=False, local_momentum=None,
-                 communicator=None):
+                 communicator=None, buddy_copy=False):
         from . import fsdp   # here: terse.fsdp needs torch >= 2.8, this module does not
         self._comm = communicator
+        self._buddy = bool(buddy_copy)
+        self._model = model
         self.units = []
         # Every rank checks its own model, then all agree on the units' layout: a rank whose
         # model is refused, or laid out otherwise, fails construction everywhere.
@@ -381,6 +415,7 @@ class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
             unit = _Unit(name, module, indices, world * block, block,
                          [(rows, row, shape) for (rows, row, _), shape in zip(layout, shapes)],
                          self._new_core(world * block))
+            unit.core.set_buddy_copy(self._buddy)
             self.units.append(unit)
             if unit.core.shard != (rank * block, block):
                 raise RuntimeError(f"terse: unit '{name}': the core's shard {unit.core.shard} "
@@ -505,4 +540,73 @@ class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
         for u in self.units:
             u.core.close()
             u.core = made[u.name]
+            u.core.set_buddy_copy(self._buddy)
             u.pending = False
+
+    def shrink_state(self, communicator, lost_parts=None):
+        """After ``Communicator.shrink``, with ``buddy_copy=True``: what the survivors need to go
+        on without a rollback, as ``(weights, state_dict)``. Collective over ``communicator``
+        (the survivors). FSDP2's mesh is fixed, so the model cannot go on as it is: every
+        survivor then builds the model again, loads ``weights`` (the trained parameters' full
+        values, by ``named_parameters()`` name; the dead ranks' shards from their buddy copies;
+        parameters that take no gradient never change and are not in it), ``fully_shard``s it
+        over the new world, makes a new FSDPShardedOneBitAdam on it with ``communicator`` and
+        loads ``state_dict`` (every old rank's state as of now, as ``combine()`` of a checkpoint
+        of all of them would be: re-laid out for the new world by ``load_state_dict``).
+        ``lost_parts`` (dead ranks' state_dict()s of a checkpoint) can stand in for a lost
+        optimizer state, but FSDP2's parameter shards of a rank whose buddy copy is gone are lost
+        too: that is a ValueError on every survivor (go back to the checkpoint: its weights and
+        ``combine()`` of every rank's state_dict). This optimizer is left as it is."""
+        from . import fsdp
+        pending = [u.name for u in self.units if u.pending]
+        if pending:
+            raise RuntimeError(f"terse: shrink_state() between backward and step() (units "
+                               f"{pending}); a failed step leaves them pending only if its "
+                               f"reduce-scatter succeeded: call step() first")
+        old_world, old_rank = self.communicator.size, self.communicator.rank
+        olds = torch.zeros(communicator.size)
+        olds[communicator.rank] = old_rank
+        communicator.allreduce(olds, "none", "sum")
+        survivors = [int(r) for r in olds.tolist()]
+        dead = [r for r in range(old_world) if r not in survivors]
+        lost = {}
+        for sd in ([lost_parts] if isinstance(lost_parts, dict) else (lost_parts or [])):
+            for name, parts in sd["terse"]["units"].items():
+                lost.setdefault(name, []).extend(t.numpy().tobytes() for t in parts)
+        names = {id(p): n for n, p in self._model.named_parameters()}
+        weights, units = {}, {}
+        for u in self.units:
+            blobs, params = u.core.shrink_parts(communicator, lost.get(u.name, []))
+            missing = [d for d in dead if params[d] is None]
+            if missing:
+                raise ValueError(f"terse: unit '{u.name}': the parameter shards of old rank(s) "
+                                 f"{missing} are lost with them (no buddy copy holds them); go "
+                                 f"back to the last checkpoint instead")
+            # This rank's block of the unit's reduce-scatter layout, as step() lays it out.
+            at = 0
+            for local, rows, row in self._locals(u):
+                u.flat[at:at + local.numel()].copy_(local.reshape(-1))
+                at += rows * row
+            blocks = torch.empty(communicator.size * u.block, dtype=torch.float32)
+            communicator.allgather(u.flat, blocks)
+            full = torch.empty(old_world * u.block, dtype=torch.float32)
+            for i, r in enumerate(survivors):
+                full[r * u.block:(r + 1) * u.block] = blocks[i * u.block:(i + 1) * u.block]
+            for d in dead:
+                full[d * u.block:(d + 1) * u.block] = params[d]
+            shapes = [shape for _, _, shape in u.layout]
+            values = fsdp.rs_to_params(full, shapes, old_world)
+            at = 0
+            for p, shape in zip(u.params, shapes):
+                n = 1
+                for d in shape:
+                    n *= d
+                weights[names[id(p)]] = values[at:at + n].view(shape).clone()
+                at += n
+            units[u.name] = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
+        sd = super().state_dict()
+        sd["terse"] = {"format": _FSDP_FORMAT, "codec": self.codec, "rank": old_rank,
+                       "world_size": old_world, "units": units,
+                       "shapes": {u.name: [list(shape) for _, _, shape in u.layout]
+                                  for u in self.units}}
+        return weights, sd

@@ -73,6 +73,10 @@ int main(void) {
   CHECK(terse_onebit_adam_deserialize(bytes, size, &bad) == TERSE_CORRUPT && bad == NULL);
   CHECK(terse_onebit_adam_deserialize(bytes, 5, &bad) == TERSE_CORRUPT);
 
+  /* terse_onebit_adam_shrink refuses NULLs (optim_shrink_process_test runs it after a kill). */
+  CHECK(terse_onebit_adam_shrink(NULL, comm) == TERSE_INVALID_ARGUMENT);
+  CHECK(terse_onebit_adam_shrink(adam, NULL) == TERSE_INVALID_ARGUMENT);
+
   free(bytes);
   terse_onebit_adam_destroy(copy);
   terse_onebit_adam_destroy(adam);

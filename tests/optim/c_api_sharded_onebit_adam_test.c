@@ -92,6 +92,44 @@ static int twoRanks(int rank, const char* store) {
   CHECK(terse_sharded_onebit_adam_create(M, 2, rank, &o, &mixed) == TERSE_OK);
   CHECK(terse_sharded_onebit_adam_step(mixed, comm, params, grads, 1e-2f) == TERSE_OK);
   terse_sharded_onebit_adam_destroy(mixed);
+  /* The buddy copy (issue #48): then rank 1 is asked out, and rank 0 goes on alone with rank 1's
+   * shard rebuilt from its copy (the file store outlives the shrink). */
+  terse_sharded_onebit_adam_t* buddy = NULL;
+  CHECK(terse_sharded_onebit_adam_create(M, 2, rank, &o, &buddy) == TERSE_OK);
+  CHECK(terse_sharded_onebit_adam_set_buddy_copy(NULL, 1) == TERSE_INVALID_ARGUMENT);
+  CHECK(terse_sharded_onebit_adam_set_buddy_copy(buddy, 1) == TERSE_OK);
+  CHECK(terse_sharded_onebit_adam_buddy_bytes(buddy) == 0);
+  const size_t plain = terse_sharded_onebit_adam_state_bytes(buddy);
+  for (int s = 0; s < 3; ++s)
+    CHECK(terse_sharded_onebit_adam_step(buddy, comm, params, grads, 1e-2f) == TERSE_OK);
+  /* After the freeze: the partner's m and v shard (rank 0 holds rank 1's 2500 elements, rank 1
+   * rank 0's 2501), local momentum and worker residual. */
+  CHECK(terse_sharded_onebit_adam_buddy_bytes(buddy) == 8 * (M / 2 + (size_t)rank) + 8 * M);
+  CHECK(terse_sharded_onebit_adam_state_bytes(buddy) > plain);
+  if (rank == 0) {
+    terse_comm_t* alone = NULL;
+    const int out[1] = {1};
+    size_t off = 1, len = 0;
+    CHECK(terse_comm_shrink(comm, out, 1, &alone) == TERSE_OK);
+    CHECK(terse_sharded_onebit_adam_shrink(buddy, alone, NULL, NULL, 1) == TERSE_INVALID_ARGUMENT);
+    CHECK(terse_sharded_onebit_adam_shrink(NULL, alone, NULL, NULL, 0) == TERSE_INVALID_ARGUMENT);
+    /* The gathering alone first: both old ranks' parts, the state left as it was. */
+    size_t bytes = 1;
+    CHECK(terse_sharded_onebit_adam_shrunk_parts(buddy, NULL, &bytes) == TERSE_OK && bytes == 0);
+    CHECK(terse_sharded_onebit_adam_shrink_parts(buddy, alone, NULL, NULL, 0) == TERSE_OK);
+    CHECK(terse_sharded_onebit_adam_shrunk_parts(buddy, NULL, &bytes) == TERSE_OK && bytes > 8);
+    unsigned char* all = malloc(bytes);
+    CHECK(all && terse_sharded_onebit_adam_shrunk_parts(buddy, all, &bytes) == TERSE_OK &&
+          all[0] == 2 && all[1] == 0);
+    free(all);
+    CHECK(terse_sharded_onebit_adam_shard(buddy, &off, &len) == TERSE_OK && len == M - M / 2);
+    CHECK(terse_sharded_onebit_adam_shrink(buddy, alone, NULL, NULL, 0) == TERSE_OK);
+    CHECK(terse_sharded_onebit_adam_shard(buddy, &off, &len) == TERSE_OK && off == 0 && len == M);
+    CHECK(terse_sharded_onebit_adam_steps(buddy) == 3);
+    CHECK(terse_sharded_onebit_adam_step(buddy, alone, params, grads, 1e-2f) == TERSE_OK);
+    terse_comm_destroy(alone);
+  }
+  terse_sharded_onebit_adam_destroy(buddy);
   terse_sharded_onebit_adam_destroy(bySplit);
   terse_sharded_onebit_adam_destroy(byStep);
   terse_comm_destroy(comm);

@@ -320,6 +320,44 @@ TEST(ShardedOneBitAdam, StateBytesPerRankAreAQuarterOfOneBitAdamsAtFourRanks) {
   EXPECT_LT(ef / fullBytes, 0.55);
 }
 
+// The buddy copy (issue #48): one partner's non-replicated state. Without error feedback and
+// local momentum that is its m and v shard, 8 bytes x count / world; with them, their 8 x count
+// more. A step's parameters come out as without the copy (it only copies).
+TEST(ShardedOneBitAdam, BuddyCopyCostsOnePartnersShard) {
+  const size_t n = 1 << 20;
+  auto plainOptions = baseOptions("int8", 1);
+  plainOptions.errorFeedback = false;
+  auto buddyOptions = plainOptions;
+  buddyOptions.buddyCopy = true;
+  auto richOptions = baseOptions("onebit", 1);
+  richOptions.localMomentum = true;
+  richOptions.buddyCopy = true;
+  auto plain = makeSharded(4, n, plainOptions);
+  auto buddy = makeSharded(4, n, buddyOptions);
+  auto rich = makeSharded(4, n, richOptions);
+  std::vector<Vec> plainParams(4), buddyParams(4);
+  onThreadRanks(4, [&](int r, Communicator& c) {
+    Vec p = initialParams(n), q = p, x = p;
+    for (int s = 1; s <= 3; ++s) {
+      Vec g = noiseGradient(r, s, n);
+      EXPECT_TRUE(plain[r].step(c, p.data(), g.data(), 1e-3f).isOk());
+      EXPECT_TRUE(buddy[r].step(c, q.data(), g.data(), 1e-3f).isOk());
+      EXPECT_TRUE(rich[r].step(c, x.data(), g.data(), 1e-3f).isOk());
+    }
+    plainParams[r] = p;
+    buddyParams[r] = q;
+  });
+  EXPECT_EQ(plainParams, buddyParams);
+  std::printf(
+      "buddy copy, %zu parameters, 4 ranks (stateBytes): int8 %zu -> %zu bytes (+%zu, one "
+      "partner's m and v shard); onebit + error feedback + local momentum: +%zu of %zu\n",
+      n, plain[0].stateBytes(), buddy[0].stateBytes(), buddy[0].buddyBytes(), rich[0].buddyBytes(),
+      rich[0].stateBytes());
+  EXPECT_EQ(buddy[0].buddyBytes(), 2 * 4 * (n / 4));
+  EXPECT_EQ(buddy[0].stateBytes(), plain[0].stateBytes() + 2 * 4 * (n / 4));
+  EXPECT_EQ(rich[0].buddyBytes(), 2 * 4 * (n / 4) + 2 * 4 * n);
+}
+
 // Continues `a` and `b` (the saved optimizers and those loaded back, say) from the same
 // parameters for `steps` steps from step `firstStep` on noiseGrads(n): every rank's parameters
 // must come out bit-identical. Returns a's run.

@@ -100,6 +100,15 @@ class OneBitAdam {
   // residuals are that rank's compression error, which must not be applied twice).
   void resetFeedback() { feedback_.reset(); }
 
+  // After Communicator::shrink: continue on `shrunk` (the survivors). The state is replicated,
+  // so the moments, the step and the phase stay as they are; the error-feedback residuals were
+  // laid out for the world of the last step and are re-laid out for the new one with
+  // relayoutFeedback (communicator.h): this rank's worker residual stays, the server residuals
+  // are re-cut for the new world's chunks, the dead ranks' part of them lost. Collective over
+  // `shrunk`: every survivor calls it (before any step there is nothing to move, and it talks
+  // not). On failure the state is unchanged.
+  Status shrink(Communicator& shrunk);
+
   // Checkpoint form: versioned, little-endian, checksummed (docs/optim.md). It holds the
   // options, the step, the phase, both moments and the error-feedback residuals. Loading at a
   // different world size is allowed: the server residual then restarts at zero (ErrorFeedback
@@ -141,6 +150,9 @@ class OneBitAdam {
   std::vector<float> scratch_;
   std::vector<float> vCheck_;  // automatic warm-up: vhat at the previous check (empty before)
   ErrorFeedback feedback_;
+  // The world of the last step (the residuals' layout): size 0 before the first step.
+  int commWorld_ = 0;
+  int commRank_ = -1;
   mutable std::unique_ptr<Device> device_;
 };
 

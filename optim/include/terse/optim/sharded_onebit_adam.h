@@ -76,6 +76,14 @@ struct ShardedOneBitAdamOptions {
   // by the owner's momentum, which is what keeps onebit with error feedback stable on tasks where
   // the gradient form diverges (docs/optim.md, "Which codec").
   bool localMomentum = false;
+  // Keep a copy of one other rank's shard state (its "buddy": ranks pair as (2k, 2k + 1), the
+  // last three form a ring when the world is odd), refreshed at the end of every step, so that
+  // shrink() can rebuild a dead rank's shard with nothing lost. Costs one partner's
+  // non-replicated state in memory (m and v of its shard, its master shard, its local momentum
+  // and worker residual where those options are on; on the split step, update()'s parameter
+  // shard, which FSDP2 keeps nowhere else) and its changes per step on a pair
+  // communicator split once (docs/optim.md, "Buddy copy and shrink"). Not in checkpoints.
+  bool buddyCopy = false;
 };
 
 Status validateShardedOneBitAdamOptions(const ShardedOneBitAdamOptions& options);
@@ -128,6 +136,36 @@ class ShardedOneBitAdam {
   // scratch buffers the step keeps between calls.
   size_t stateBytes() const;
   size_t scratchBytes() const;
+  // Of stateBytes(): the buddy copy (0 without buddyCopy or before the first refresh).
+  size_t buddyBytes() const;
+  // Turns the buddy copy on or off for the next steps (a state from deserialize() has it off);
+  // every rank must do the same, which the next step checks.
+  void setBuddyCopy(bool on);
+
+  // After Communicator::shrink: continue on `shrunk` (the survivors, ranks renumbered densely in
+  // the old order). Collective over `shrunk`: the survivors learn each other's old ranks, gather
+  // every survivor's state and the dead ranks' shards (from the buddy copies, or else from
+  // `lostParts`: the dead ranks' serialized parts from the caller's last checkpoint, any subset
+  // on any survivor), and re-shard as deserialize() does for the smaller world. A dead rank's
+  // shard from a checkpoint (or from a buddy copy a step behind) keeps that part's moments, as
+  // old as it is, and drops its worker residual (stale); from a current buddy copy the result is
+  // bit-identical to deserialize() of every old rank's part. When a dead rank's shard is in
+  // neither, every survivor fails naming the lost old ranks, and the state is unchanged. The
+  // buddy copy (if on) is rebuilt on the new world at the next step.
+  Status shrink(Communicator& shrunk,
+                const std::vector<std::pair<const void*, size_t>>& lostParts = {});
+  // shrink()'s gathering alone, for a caller that re-shards with its own element order
+  // (FSDPShardedOneBitAdam: FSDP2 lays the elements out per world size): every old rank's
+  // checkpoint part as of now, indexed by old rank (the dead ranks' rebuilt as shrink() does),
+  // for deserializeRemapped(); and, indexed alike, each dead rank's parameter shard where its
+  // buddy copy holds one (kept by update(), whose callers have no other copy of it; empty
+  // otherwise). Collective over `shrunk` as shrink() is; this state is left as it is.
+  struct ShrunkParts {
+    std::vector<std::vector<uint8_t>> parts;
+    std::vector<std::vector<float>> params;
+  };
+  Result<ShrunkParts> shrinkParts(
+      Communicator& shrunk, const std::vector<std::pair<const void*, size_t>>& lostParts = {});
 
   // This rank's part of a world-size-independent checkpoint (versioned, checksummed): options,
   // step, its shard's offset and moments, the exponents, its residual. deserialize() takes the
@@ -185,6 +223,12 @@ class ShardedOneBitAdam {
   void compressedShard(const float* avg, const float* p, float* mNew, float* pNew, float lr,
                        int64_t t) const;
   void pullToHost() const;
+  // The buddy copy: the group of this rank (sorted old ranks), the pair communicator, and the
+  // copy of the member before this one in the group, as of step `step`.
+  struct Buddy;
+  // After a step (or update(), whose parameter shard `paramShard` the copy holds too).
+  Status refreshBuddy(Communicator& comm, bool vChanged, const float* paramShard, bool withParams);
+  std::vector<uint8_t> partOfBuddy(const std::vector<uint8_t>& own) const;
 
   size_t count_ = 0;
   int world_ = 1;
@@ -208,6 +252,7 @@ class ShardedOneBitAdam {
   bool reduced_ = false;             // reduce() ran, update() not yet
   bool agreed_ = false;              // agree() found every rank alike
   mutable std::unique_ptr<Device> device_;
+  std::unique_ptr<Buddy> buddy_;
 };
 
 }  // namespace terse
