@@ -15,6 +15,9 @@ A chosen rank dies by SIGKILL at a chosen point:
 - random: a step, a way and a victim drawn from --seed (printed; pass it to replay);
 - backend: DDP on terse.backend's process group (no hook), the victim killed between steps:
   the survivors make torch's group again as with gloo (a ProcessGroup is not shrunk in place);
+- adam-warmup, adam-freeze, adam-frozen: terse.optim.OneBitAdam (no DDP; it averages the
+  warm-up's gradients itself) with the victim killed between steps during the warm-up, at the
+  freeze and after it; the survivors move it over with OneBitAdam.shrink;
 - fsdp: FSDP2 with terse.fsdp's comms (onebit gradients) instead of DDP; the victim kills itself
   between steps. The dead rank's shards are gone, so the survivors go back to the last full
   checkpoint (every CHECKPOINT_EVERY steps), shard a new model over the new world and move the
@@ -74,13 +77,14 @@ CASES = {
     "fault": ("int8", 4, 3, "fault", "after_sends=20"),
     "fault-recv": ("onebit", 3, 1, "fault", "phase=gather:after_recvs=12"),
     "fsdp": ("onebit", 3, 2, "fsdp", 10),
-    # terse.optim.OneBitAdam without DDP (it averages the warm-up's gradients itself): a rank
-    # dies between steps during the warm-up, and at the freeze (after the warm-up's last step,
-    # before the first compressed one).
     # DDP on terse.backend (no hook): the group is made again, as with gloo.
     "backend": ("none", 3, 2, "backend", 7),
+    # terse.optim.OneBitAdam without DDP (it averages the warm-up's gradients itself): a rank
+    # dies between steps during the warm-up, at the freeze (after the warm-up's last step,
+    # before the first compressed one), and after 5 compressed steps (residuals to move).
     "adam-warmup": ("onebit", 3, 1, "adam", 4),
     "adam-freeze": ("onebit", 4, 0, "adam", 10),
+    "adam-frozen": ("onebit", 3, 2, "adam", 15),
 }
 ADAM_WARMUP = 10
 CHECKPOINT_EVERY = 4   # the FSDP case's full checkpoints (the dead rank's shards are gone)
