@@ -7,6 +7,10 @@
     torch.save({"model": ..., "terse": state.state_dict()}, f"ckpt-rank{rank}.pt")  # per rank
     state.load_state_dict(torch.load(f"ckpt-rank{rank}.pt")["terse"])
 
+After a rank died, the survivors go on with ``state.shrink(new_communicator)``
+(``terse.ddp.shrink_default()`` shrinks the process-wide one): docs/pytorch.md, "Surviving a
+dead rank".
+
 See docs/pytorch.md for what the hook does, its costs and the measurements.
 """
 import ctypes

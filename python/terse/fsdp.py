@@ -35,6 +35,10 @@ pointers in CUDA builds, docs/cuda.md, but this path has not run on a GPU).
 
 Every rank of the FSDP mesh must be a rank of terse's communicator, in the same order (one
 dimension of data parallelism; HSDP's replicate dimension is FSDP2's own all-reduce, untouched).
+
+After a rank died, the survivors shard a model loaded from the last checkpoint over the new world
+and call ``TerseFSDP.shrink(model, new_communicator)`` (docs/pytorch.md, "Surviving a dead
+rank").
 """
 import warnings
 
