@@ -9,7 +9,7 @@ import threading
 
 from .comm import Communicator
 
-__all__ = ["default_communicator", "shutdown"]
+__all__ = ["default_communicator", "shrink_default", "shutdown"]
 
 _default = None
 _lock = threading.Lock()
@@ -33,3 +33,17 @@ def shutdown():
         if _default is not None:
             _default.close()
             _default = None
+
+
+def shrink_default(exclude=()):
+    """After a failure: shrinks the process-wide communicator (``Communicator.shrink``, every
+    survivor alike), makes the new one the process-wide one and returns (new, old). The old one
+    stays open until the caller has moved its states over (``TerseState.shrink``,
+    ``TerseFSDP.shrink``) and closes it then: they finish what they queued on it first."""
+    global _default
+    with _lock:
+        if _default is None:
+            raise ValueError("terse: there is no process-wide communicator to shrink")
+        old = _default
+        _default = old.shrink(exclude)
+        return _default, old

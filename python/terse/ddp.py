@@ -7,6 +7,10 @@
     torch.save({"model": ..., "terse": state.state_dict()}, f"ckpt-rank{rank}.pt")  # per rank
     state.load_state_dict(torch.load(f"ckpt-rank{rank}.pt")["terse"])
 
+After a rank died, the survivors go on with ``state.shrink(new_communicator)``
+(``terse.ddp.shrink_default()`` shrinks the process-wide one): docs/pytorch.md, "Surviving a
+dead rank".
+
 See docs/pytorch.md for what the hook does, its costs and the measurements.
 """
 import ctypes
@@ -16,11 +20,11 @@ import warnings
 import torch
 
 from . import _lib
-from ._default_comm import default_communicator, shutdown
+from ._default_comm import default_communicator, shrink_default, shutdown
 from .comm import _DTYPES, Feedback, canonical_spec, codec_info
 
 __all__ = ["TerseState", "terse_hook", "register", "default_communicator", "shutdown",
-           "cuda_path"]
+           "shrink_default", "is_failure", "cuda_path"]
 
 _FORMAT = "terse.ddp/1"
 
@@ -117,6 +121,15 @@ def _bucket_index(bucket):
     return bucket.index() if hasattr(bucket, "index") else bucket.get_index()
 
 
+def is_failure(error):
+    """Whether ``error`` (raised out of ``loss.backward()`` or ``optimizer.step()``) is a failed
+    terse collective, after which the survivors shrink: a ``TerseError``, or the RuntimeError
+    DDP wraps a comm hook's error in ("... TerseError: ...")."""
+    if isinstance(error, _lib.TerseError):
+        return True
+    return isinstance(error, RuntimeError) and "TerseError" in str(error)
+
+
 class _Entry:
     """The error-feedback state of one bucket index and the bucket layout it was made for."""
 
@@ -185,6 +198,7 @@ class TerseState:
         self.created = 0     # error-feedback objects created (new buckets or new layouts)
         self.claimed = 0     # checkpointed error-feedback objects taken into use
         self.staged_why = ""  # why CUDA buckets went through host copies, when they did
+        self.shrinks = 0     # shrink() calls: worlds this state moved to after a failure
 
     def __repr__(self):
         return (f"TerseState(codec={self.spec!r}, error_feedback={self.error_feedback}, "
@@ -243,6 +257,57 @@ class TerseState:
         with self._lock:
             for entry in list(self._buckets.values()) + list(self._pending.values()):
                 entry.feedback.reset()
+
+    # After a shrink ----------------------------------------------------------------------
+
+    def shrink(self, communicator):
+        """Continues on ``communicator``, the survivors' world after a rank died (this state's
+        communicator's ``shrink()``; docs/pytorch.md, "Surviving a dead rank"). Every survivor
+        calls it, after the same number of completed steps (roll the hook state back with
+        ``load_state_dict`` first when this rank is a step ahead), and before the next
+        reduction.
+
+        Collective over the new world when the state holds residuals: each bucket's are re-laid
+        out for it (``Communicator.relayout_feedback``, one exchange for every bucket, so every
+        survivor must hold the same buckets: restore them alike). The worker residual (this
+        rank's own compression error, over the whole bucket) stays; the server residuals (the
+        error of re-compressing the chunk each rank owned) are gathered and re-cut for the new
+        world's chunks. What the dead rank's residuals held is lost: its server chunk restarts
+        from zero. The residuals wait, keyed by bucket layout, for the first
+        reduction whose bucket matches, as a loaded checkpoint's do: a DDP re-wrapped on the
+        new process group reduces its first iteration in its initial bucket order and rebuilds
+        afterwards. The old communicator is left to the caller to close, after this."""
+        if communicator is self.comm:
+            raise ValueError("terse: shrink() needs the new, shrunk communicator (the old one's "
+                             "shrink()), not the one this state already uses")
+        try:
+            self.comm.wait()   # nothing queued may run on the old world's residuals any more
+        except ValueError:
+            pass   # the old communicator was closed already: nothing is queued on it
+        with self._lock:
+            moved, replaced = {}, []
+            # Pending entries (a checkpoint loaded just before, e.g. a rollback) come last and
+            # win: they are the state the caller chose.
+            for index, entry in list(self._buckets.items()) + list(self._pending.items()):
+                if index in moved:
+                    replaced.append(moved[index])
+                moved[index] = entry
+            if moved:
+                # One exchange on the new world, every survivor's states in bucket order: the
+                # server residuals of the old chunks are gathered and each survivor keeps its
+                # new chunk's; the worker residuals stay (docs/reliability.md, "Residuals after
+                # a shrink"). A failure leaves every state as it was, on every survivor.
+                communicator.relayout_feedback([moved[i].feedback for i in sorted(moved)],
+                                               old_rank=self.comm.rank,
+                                               old_world=self.comm.size)
+            for entry in replaced:
+                entry.feedback.close()
+            for entry in moved.values():
+                entry.ids, entry.misses = None, 0
+            self._buckets = {}
+            self._pending = moved
+            self.comm = communicator
+            self.shrinks += 1
 
     # Checkpoints -------------------------------------------------------------------------
 

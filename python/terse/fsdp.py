@@ -35,6 +35,10 @@ pointers in CUDA builds, docs/cuda.md, but this path has not run on a GPU).
 
 Every rank of the FSDP mesh must be a rank of terse's communicator, in the same order (one
 dimension of data parallelism; HSDP's replicate dimension is FSDP2's own all-reduce, untouched).
+
+After a rank died, the survivors shard a model loaded from the last checkpoint over the new world
+and call ``TerseFSDP.shrink(model, new_communicator)`` (docs/pytorch.md, "Surviving a dead
+rank").
 """
 import warnings
 
@@ -350,6 +354,49 @@ class TerseFSDP:
             fresh = Feedback(rs.codec, values.numel())
             torch.frombuffer(fresh.worker(), dtype=torch.float32).copy_(values)
             rs.feedback = fresh
+
+
+    def shrink(self, model, communicator):
+        """Continues on the survivors' world after a rank died (docs/pytorch.md, "Surviving a
+        dead rank"). FSDP2's mesh is fixed and the dead rank's shards are gone, so the model
+        cannot go on as it is: the survivors load the last checkpoint into a new model,
+        ``fully_shard`` it over the new process group (or a DeviceMesh of the new world), and
+        pass it here with ``communicator``, the shrunk terse communicator
+        (``Communicator.shrink``). Returns a TerseFSDP installed on ``model``'s units with this
+        state's codecs. Each unit's residual, this rank's own gradient error laid out for the
+        old world's reduce-scatter, is re-laid out for the new world's (each parameter's dim 0
+        padded to the new world size); a unit whose layout is unknown or changed, or that the
+        old model had not, starts from zero residuals. The dead rank's residuals are lost.
+        Every survivor calls it, collectively, before the next forward."""
+        new_world = communicator.size
+        old_world = self.communicator.size
+        old = {name: rs for name, rs, _ in self.units}
+        fresh = apply(model, communicator=communicator, grad_codec="none")
+        for index, (name, rs, ag) in enumerate(fresh.units):
+            before = old.get(name)
+            if before is None:
+                raise ValueError(f"terse.fsdp: shrink(): the new model has unit '{name}', which "
+                                 f"the old one had not; pass the same model, re-sharded")
+            mine = TerseReduceScatter(communicator, before.codec, before.error_feedback,
+                                      name=name, shapes=rs.shapes)
+            theirs = next(a for n, _, a in self.units if n == name)
+            gather = TerseAllGather(communicator, theirs.codec, name=name)
+            if before.feedback is not None and before.shapes is not None and \
+                    rs.shapes is not None and list(before.shapes) == list(rs.shapes):
+                logical = rs_to_params(torch.frombuffer(before.feedback.worker(),
+                                                        dtype=torch.float32).clone(),
+                                       before.shapes, old_world)
+                values = params_to_rs(logical, rs.shapes, new_world)
+                mine.feedback = Feedback(mine.codec, values.numel())
+                torch.frombuffer(mine.feedback.worker(), dtype=torch.float32).copy_(values)
+            elif before.feedback is not None:
+                warnings.warn(f"terse.fsdp: unit '{name}': its parameters' layout is unknown or "
+                              f"changed; its residuals start from zero on the new world")
+            module = dict(model.named_modules())[name]
+            module.set_custom_reduce_scatter(mine)
+            module.set_custom_all_gather(gather)
+            fresh.units[index] = (name, mine, gather)
+        return fresh
 
 
 def _bytes_of(saved):
