@@ -131,6 +131,26 @@ def digest(model):
     return h.hexdigest()
 
 
+def shrink_and_agree(torch, result, error, done):
+    """After a failed step: record it, shrink terse's process-wide communicator and agree on the
+    last step every survivor completed (one may be a step ahead of another). Returns the new
+    and old communicators and that step."""
+    import terse.ddp
+    result["failed"] = time.time()
+    result["error"] = str(error)[-400:]
+    result["reached"] = done
+    new, old = terse.ddp.shrink_default()
+    result["shrunk"] = time.time()
+    table = torch.zeros(new.size)
+    table[new.rank] = done
+    new.allreduce(table, "none", "sum")
+    steps = [int(v) for v in table.tolist()]
+    k = min(steps)
+    if max(steps) - k > 1:
+        raise AssertionError(f"survivors more than a step apart: {steps}")
+    return new, old, k
+
+
 def worker(args):
     require_torch(gloo=True, terse_python=True)
     import copy
@@ -205,19 +225,7 @@ def worker(args):
         except Exception as error:   # what a training loop sees
             if not terse.ddp.is_failure(error) or generation > 0:
                 raise
-            result["failed"] = time.time()
-            result["error"] = str(error)[-400:]
-            result["reached"] = done
-            new, old = terse.ddp.shrink_default()
-            result["shrunk"] = time.time()
-            # The last step every survivor completed: one may be a step ahead of another.
-            table = torch.zeros(new.size)
-            table[new.rank] = done
-            new.allreduce(table, "none", "sum")
-            steps = [int(v) for v in table.tolist()]
-            k = min(steps)
-            if max(steps) - k > 1:
-                raise AssertionError(f"survivors more than a step apart: {steps}")
+            new, old, k = shrink_and_agree(torch, result, error, done)
             # Back to the state after step k, also when this rank is at k: the failed step may
             # have changed the residuals. The hook's checkpoint is the old world's: load it
             # while the state still has the old communicator, then move it over.
@@ -462,18 +470,7 @@ def adam_worker(args):
         except Exception as error:
             if not terse.ddp.is_failure(error) or shrunk:
                 raise
-            result["failed"] = time.time()
-            result["error"] = str(error)[-400:]
-            result["reached"] = done
-            new, old = terse.ddp.shrink_default()
-            result["shrunk"] = time.time()
-            table = torch.zeros(new.size)
-            table[new.rank] = done
-            new.allreduce(table, "none", "sum")
-            steps = [int(v) for v in table.tolist()]
-            k = min(steps)
-            if max(steps) - k > 1:
-                raise AssertionError(f"survivors more than a step apart: {steps}")
+            new, old, k = shrink_and_agree(torch, result, error, done)
             restore(snaps[k], opt)   # the old world's state, while it has the old communicator
             result["agreed"], result["rolled_back"] = k, done - k
             result["frozen_at_kill"] = opt.frozen
