@@ -13,6 +13,7 @@
 #include "terse/communicator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <new>
 #include <string>
@@ -192,12 +193,6 @@ Status judge(const std::vector<Holding>& all) {
             "pass the same tensors' states in the same order on every survivor",
             i, who(r).c_str(), s.spec.c_str(), static_cast<unsigned long long>(s.count),
             first.spec.c_str(), static_cast<unsigned long long>(first.count));
-      if (s.serverWorld != 0 && s.serverWorld != oldWorld)
-        return errorInvalidArgument(
-            "state %zu of %s keeps server residuals of a world of %llu ranks, not of the old "
-            "world of %llu",
-            i, who(r).c_str(), static_cast<unsigned long long>(s.serverWorld),
-            static_cast<unsigned long long>(oldWorld));
     }
   }
   return Status::ok();
@@ -250,8 +245,13 @@ Status relayoutFeedback(Communicator& shrunk, int oldRank, int oldWorld,
   }
   size_t longest = 0;
   for (int r = 0; r < n; ++r) {
-    if (lengths[r] < 0)
+    if (lengths[r] == -1.0f)
       return fail(errorInvalidArgument("rank %d passes too many states for one call", r));
+    // A peer's length is checked before it becomes a size: NaN, a fraction or anything past
+    // the bound the sender keeps to is a record of another version, or corrupt.
+    if (!(lengths[r] >= 0.0f && lengths[r] < 16777216.0f) || lengths[r] != std::floor(lengths[r]))
+      return fail(
+          errorInvalidUsage("rank %d's record length is malformed (another terse version?)", r));
     longest = std::max(longest, static_cast<size_t>(lengths[r]));
   }
   std::vector<float> records(longest * static_cast<size_t>(n), 0.0f);
@@ -270,8 +270,14 @@ Status relayoutFeedback(Communicator& shrunk, int oldRank, int oldWorld,
   TERSE_RETURN_IF_ERROR(fail(judge(all)));
 
   // 2. The survivors agree, so every one has the same counts, total and view size.
+  // Server residuals of another partition than the old world's flat allreduce contribute
+  // nothing (those elements restart from zero, as at any change of partition): the two-level
+  // allreduce keeps them per cross-node lane (a world of as many ranks as nodes), and a state
+  // that an earlier relayout reached while another survivor's failed holds the new world's.
+  // Each survivor decides for its own chunks only, so the sum stays exact either way.
   for (size_t i = 0; i < feedback.size(); ++i)
-    if (feedback[i]->serverWorldSize() != 0) feedback[i]->copyServerTo(view.data() + base[i]);
+    if (feedback[i]->serverWorldSize() == oldWorld)
+      feedback[i]->copyServerTo(view.data() + base[i]);
   if (total > 0) {
     Status s = shrunk.allreduce(view.data(), view.data(), total, DataType::kFloat32, ReduceOp::kSum,
                                 plain);

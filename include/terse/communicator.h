@@ -212,10 +212,14 @@ class Communicator {
 //    view it owns in the new world's flat allreduce (Communicator::allreduceChunk).
 // Device residuals are brought to the host first. A state an allgather has used is sized for
 // one rank's part, which changes with the world: kInvalidArgument naming it (make a new state).
+// Server residuals of another partition (the two-level allreduce keeps them per cross-node
+// lane, a world of as many ranks as nodes) are not moved: those elements restart from zero.
 // States that differ between survivors (codec, count, number), an old rank out of range or
-// given twice, a null state, or server chunks from another world size fail on every survivor
-// alike (kInvalidArgument, naming the rank and state), never one alone; so does a failure of
-// the exchange (the error of the collective). On any failure no state is changed.
+// given twice, or a null state fail on every survivor alike (kInvalidArgument, naming the rank
+// and state), never one alone, and change nothing. A failure of the exchange itself (a second
+// death) fails the call; its last step may then have re-laid out some survivors' states and not
+// others', which the relayout after the next shrink takes as it finds them (a state laid out
+// for another world contributes zeros).
 Status relayoutFeedback(Communicator& shrunk, int oldRank, int oldWorld,
                         const std::vector<ErrorFeedback*>& feedback);
 

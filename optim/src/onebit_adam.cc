@@ -138,10 +138,11 @@ Status OneBitAdam::step(Communicator& comm, float* params, float* grads, float l
 }
 
 Status OneBitAdam::shrink(Communicator& shrunk) {
-  // Every survivor has stepped as often as the others (the state is replicated), so all talk
-  // or none does: decided on the step count, which a state reloaded from a checkpoint keeps,
-  // and not on the world of the last step, which it does not (a rolled-back survivor's case).
-  if (steps_ == 0) return Status::ok();
+  // Always collective, whatever this rank's step count: survivors can be a step apart (one
+  // finished a call the others failed), so a local "nothing to move yet" would leave the others
+  // waiting. A state that has not stepped holds no server residual and simply takes part. The
+  // old rank and world come from the shrunk communicator, which a state reloaded from a
+  // checkpoint (a rolled-back survivor's) cannot remember.
   const auto [oldRank, oldWorld] = shrunk.shrunkFrom();
   if (oldWorld == 0)
     return errorInvalidArgument(

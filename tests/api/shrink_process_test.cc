@@ -596,6 +596,66 @@ TEST(ShrinkProcesses, FeedbackRelayoutRefusalsFailOnEverySurvivor) {
     EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
 }
 
+// Server residuals of another partition than the old world's flat allreduce (the two-level
+// allreduce keeps them per cross-node lane: a world of as many ranks as nodes; or a state an
+// earlier, half-failed relayout already reached) restart from zero instead of failing every
+// survivor, and the states beside them still move.
+TEST(ShrinkProcesses, FeedbackOfAnotherPartitionRestartsFromZero) {
+  const std::string dir = makeTempDir();
+  constexpr size_t kCount = 3 * 2048 + 100;
+  auto outcomes = runProcesses(
+      3, {0, 1, 2}, [&](int) { return env(dir); },
+      [&](int rank) -> int {
+        auto made = Communicator::createFromEnv();
+        if (!made.isOk()) return 2;
+        auto shrunk = (*made)->shrink({2});  // rank 2 asked out: it does not call shrink
+        if (rank == 2) return 0;
+        if (!shrunk.isOk()) return 3;
+        Communicator& next = **shrunk;
+        auto lane = ErrorFeedback::create("onebit", kCount);  // residuals of a 2-rank lane
+        auto flat = ErrorFeedback::create("onebit", kCount);  // of the old world's allreduce
+        if (!lane.isOk() || !flat.isOk()) return 4;
+        const auto laneChunk = Communicator::allreduceChunk(kCount, 2, rank);
+        float* l = lane->server(2, laneChunk.first, laneChunk.second);
+        const auto flatChunk = Communicator::allreduceChunk(kCount, 3, rank);
+        float* f = flat->server(3, flatChunk.first, flatChunk.second);
+        if (!l || !f) return 5;
+        std::fill(l, l + laneChunk.second, 9.0f);
+        std::fill(f, f + flatChunk.second, static_cast<float>(rank + 1));
+        Status s = relayoutFeedback(next, rank, 3, {&*lane, &*flat});
+        if (!s.isOk()) {
+          reportFromChild("relayout: " + s.toString());
+          return 6;
+        }
+        const auto chunk = Communicator::allreduceChunk(kCount, 2, next.rank());
+        std::vector<float> view(kCount, -1.0f);
+        lane->copyServerTo(view.data());
+        for (size_t i = chunk.first; i < chunk.first + chunk.second; ++i)
+          if (view[i] != 0.0f) {
+            reportFromChild("the lane's residual was moved, element " + std::to_string(i));
+            return 7;
+          }
+        flat->copyServerTo(view.data());
+        for (size_t i = chunk.first; i < chunk.first + chunk.second; ++i) {
+          // Old owner of element i: its value was owner + 1; rank 2's chunk is lost.
+          int owner = 0;
+          while (owner < 2 && i >= Communicator::allreduceChunk(kCount, 3, owner + 1).first)
+            ++owner;
+          const float want = owner == 2 ? 0.0f : static_cast<float>(owner + 1);
+          if (view[i] != want) {
+            reportFromChild("flat element " + std::to_string(i) + " is " + std::to_string(view[i]) +
+                            ", want " + std::to_string(want));
+            return 8;
+          }
+        }
+        return 0;
+      },
+      std::chrono::seconds(120));
+  ASSERT_EQ(static_cast<int>(outcomes.size()), 3);
+  for (const RankOutcome& o : outcomes)
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+}
+
 // ---- The kill matrix's shrink cases: a training loop that survives a kill ----------------------
 //
 // Each rank keeps weights w and runs steps: a gradient from (step, world rank), averaged over

@@ -105,8 +105,8 @@ class OneBitAdam {
   // laid out for the world of the last step and are re-laid out for the new one with
   // relayoutFeedback (communicator.h): this rank's worker residual stays, the server residuals
   // are re-cut for the new world's chunks, the dead ranks' part of them lost. Collective over
-  // `shrunk`: every survivor calls it (before any step there is nothing to move, and it talks
-  // not). On failure the state is unchanged.
+  // `shrunk` (made by Communicator::shrink): every survivor calls it, whatever its step count
+  // (survivors may be a step apart). On failure the state is unchanged.
   Status shrink(Communicator& shrunk);
 
   // Checkpoint form: versioned, little-endian, checksummed (docs/optim.md). It holds the
