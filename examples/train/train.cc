@@ -20,6 +20,7 @@
 #include "model.h"
 
 #include "terse/collectives/partition.h"
+#include "terse/common/env.h"
 #include "terse/optim/onebit_adam.h"
 
 #include <terse/terse.h>
@@ -371,15 +372,21 @@ struct StepState {
   size_t stepRecords = 0, epochRecords = 0;
 };
 
-// TERSE_TRAIN_HALT=<rank>:<step>[,<rank>:<step>...], a test hook: each named rank (of the world
-// at start) prints "halting before step <step> (pid <pid>)" and stops itself (SIGSTOP) between
-// two steps, for a driver to SIGKILL it there: a kill between calls at a step the driver chose
-// (two ranks at the same step: two deaths at once). Returns the step this rank halts before, or
-// none.
+// A test hook: each named rank (of the world at start) prints "halting before step <step> (pid
+// <pid>)" and stops itself (SIGSTOP) between two steps, for a driver to SIGKILL it there: a kill
+// between calls at a step the driver chose (two ranks at the same step: two deaths at once).
+const EnvSetting kTrainHaltSetting{
+    {"TERSE_TRAIN_HALT", "string", "",
+     "terse-train with --shrink-on-failure, a test hook: <rank>:<step>[,<rank>:<step>...] makes "
+     "each named rank stop itself (SIGSTOP) before that step, for a test driver to SIGKILL it "
+     "there (tests/train/shrink_test.py)."}};
+
+// Returns the step this rank halts before (kTrainHaltSetting), or none.
 Result<std::optional<uint64_t>> haltFromEnv(int rank) {
   std::optional<uint64_t> mine;
-  const char* v = std::getenv("TERSE_TRAIN_HALT");
-  if (!v || !*v) return mine;
+  TERSE_ASSIGN_OR_RETURN(const std::string text, kTrainHaltSetting.readText());
+  if (text.empty()) return mine;
+  const char* v = text.c_str();
   for (const char* p = v;;) {
     unsigned long long step = 0;
     int r = -1, used = 0;
