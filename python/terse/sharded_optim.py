@@ -559,15 +559,23 @@ class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
         ``combine()`` of every rank's state_dict). This optimizer is left as it is."""
         from . import fsdp
         pending = [u.name for u in self.units if u.pending]
-        if pending:
-            raise RuntimeError(f"terse: shrink_state() between backward and step() (units "
-                               f"{pending}); a failed step leaves them pending only if its "
-                               f"reduce-scatter succeeded: call step() first")
         old_world, old_rank = self.communicator.size, self.communicator.rank
-        olds = torch.zeros(communicator.size)
+        # The pending check travels with the old ranks: a kill inside a unit's reduce-scatter can
+        # leave it pending on some survivors only, and a survivor that raised alone would leave
+        # the others waiting in this collective until the timeout.
+        size = communicator.size
+        olds = torch.zeros(2 * size)
         olds[communicator.rank] = old_rank
+        olds[size + communicator.rank] = 1.0 if pending else 0.0
         communicator.allreduce(olds, "none", "sum")
-        survivors = [int(r) for r in olds.tolist()]
+        survivors = [int(r) for r in olds[:size].tolist()]
+        with_pending = [survivors[i] for i in range(size) if olds[size + i].item() > 0]
+        if with_pending:
+            mine = f" (here: units {pending})" if pending else ""
+            raise RuntimeError(f"terse: shrink_state() between backward and step() on old "
+                               f"rank(s) {with_pending}{mine}; a failed step leaves units "
+                               f"pending only if its reduce-scatter succeeded: call step() "
+                               f"first on every rank")
         dead = [r for r in range(old_world) if r not in survivors]
         lost = {}
         for sd in ([lost_parts] if isinstance(lost_parts, dict) else (lost_parts or [])):
