@@ -937,13 +937,14 @@ terse_status_t terse_sharded_onebit_adam_shrink_parts(terse_sharded_onebit_adam_
                                                       const size_t* lost_sizes, size_t num_lost) {
   TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_shrink_parts: adam");
   TERSE_REQUIRE(shrunk, "terse_sharded_onebit_adam_shrink_parts: shrunk");
-  if (num_lost > 0 && (!lost_parts || !lost_sizes))
-    return fail(terse::errorInvalidArgument(
-        "terse_sharded_onebit_adam_shrink_parts: %s is NULL for %zu lost parts",
-        !lost_parts ? "lost_parts" : "lost_sizes", num_lost));
   return guarded([&] {
+    // NULL arrays go on to the exchange as one NULL part, which every rank refuses alike: a
+    // refusal here, on this rank alone, would leave the peers waiting in it until the timeout.
     std::vector<std::pair<const void*, size_t>> views;
-    for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
+    if (num_lost > 0 && (!lost_parts || !lost_sizes))
+      views.emplace_back(nullptr, 0);
+    else
+      for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
     auto got = adam->state.shrinkParts(*shrunk->comm, views);
     if (!got.isOk()) return fail(got.status());
     // [u64 old world], then per old rank: u64 part bytes, the part, u64 parameter-shard floats,
@@ -980,13 +981,14 @@ terse_status_t terse_sharded_onebit_adam_shrink(terse_sharded_onebit_adam_t* ada
                                                 const size_t* lost_sizes, size_t num_lost) {
   TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_shrink: adam");
   TERSE_REQUIRE(shrunk, "terse_sharded_onebit_adam_shrink: shrunk");
-  if (num_lost > 0 && (!lost_parts || !lost_sizes))
-    return fail(terse::errorInvalidArgument(
-        "terse_sharded_onebit_adam_shrink: %s is NULL for %zu lost parts",
-        !lost_parts ? "lost_parts" : "lost_sizes", num_lost));
   return guarded([&] {
+    // NULL arrays go on to the exchange as one NULL part, which every rank refuses alike: a
+    // refusal here, on this rank alone, would leave the peers waiting in it until the timeout.
     std::vector<std::pair<const void*, size_t>> views;
-    for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
+    if (num_lost > 0 && (!lost_parts || !lost_sizes))
+      views.emplace_back(nullptr, 0);
+    else
+      for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
     return done(adam->state.shrink(*shrunk->comm, views));
   });
 }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace terse {
 
@@ -309,6 +310,8 @@ struct ShardedOneBitAdam::Buddy {
 
 namespace {
 
+std::string rankList(const std::vector<int>& ranks);
+
 std::vector<int> buddyGroup(int world, int rank) {
   const int groups = world / 2;
   const int g = std::min(rank / 2, groups - 1);
@@ -326,9 +329,11 @@ int buddyHolder(int world, int rank) {
 
 // Every rank's bytes to every rank through the exact float all-gather, two bytes a float
 // (integers below 2^16 are exact in float32, so any bytes arrive unchanged). `known`: every
-// rank's length when the caller knows it is the same everywhere; 0 exchanges the lengths first.
+// rank's length when the caller knows it is the same everywhere; 0 exchanges the lengths first,
+// each of which must be below `limit` (the caller's bound on a sane record).
 Status allgatherBytes(Communicator& comm, const std::vector<uint8_t>& mine, size_t known,
-                      std::vector<std::vector<uint8_t>>* all) {
+                      std::vector<std::vector<uint8_t>>* all,
+                      size_t limit = std::numeric_limits<size_t>::max()) {
   const int n = comm.size();
   std::vector<size_t> lengths(n, known);
   if (known == 0) {
@@ -337,10 +342,27 @@ Status allgatherBytes(Communicator& comm, const std::vector<uint8_t>& mine, size
     for (int k = 0; k < 3; ++k) send[k] = static_cast<float>((mine.size() >> (16 * k)) & 0xffff);
     std::vector<float> got(3 * static_cast<size_t>(n));
     TERSE_RETURN_IF_ERROR(comm.allgather(send, got.data(), got.size(), DataType::kFloat32));
+    // A peer's words are checked before any cast (a NaN or huge float to an integer is undefined)
+    // or allocation; every rank sees the same words, so every rank refuses alike.
+    std::vector<int> bad;
     for (int r = 0; r < n; ++r) {
       lengths[r] = 0;
-      for (int k = 0; k < 3; ++k) lengths[r] |= static_cast<size_t>(got[3 * r + k]) << (16 * k);
+      bool ok = true;
+      for (int k = 0; k < 3; ++k) {
+        const float w = got[3 * r + k];
+        if (!(w >= 0.0f && w <= 65535.0f) || w != std::floor(w)) {
+          ok = false;
+          break;
+        }
+        lengths[r] |= static_cast<size_t>(w) << (16 * k);
+      }
+      if (!ok || lengths[r] >= limit) bad.push_back(r);
     }
+    if (!bad.empty())
+      return errorInvalidArgument(
+          "ShardedOneBitAdam: rank(s) %s sent a record length that is not a whole number of bytes "
+          "below %zu",
+          rankList(bad).c_str(), limit);
   }
   const size_t most = *std::max_element(lengths.begin(), lengths.end());
   const size_t words = (most + 1) / 2;
@@ -349,14 +371,23 @@ Status allgatherBytes(Communicator& comm, const std::vector<uint8_t>& mine, size
     send[i / 2] += static_cast<float>(mine[i] << (i % 2 ? 8 : 0));
   TERSE_RETURN_IF_ERROR(comm.allgather(send.data(), got.data(), got.size(), DataType::kFloat32));
   all->assign(n, {});
+  std::vector<int> bad;
   for (int r = 0; r < n; ++r) {
     std::vector<uint8_t>& out = (*all)[r];
     out.resize(lengths[r]);
     for (size_t i = 0; i < lengths[r]; ++i) {
-      const auto w = static_cast<uint32_t>(got[r * words + i / 2]);
+      const float f = got[r * words + i / 2];
+      if (!(f >= 0.0f && f <= 65535.0f)) {  // checked before the cast, as the lengths are
+        bad.push_back(r);
+        break;
+      }
+      const auto w = static_cast<uint32_t>(f);
       out[i] = static_cast<uint8_t>(i % 2 ? w >> 8 : w & 0xff);
     }
   }
+  if (!bad.empty())
+    return errorInvalidArgument("ShardedOneBitAdam: rank(s) %s sent words that are not two bytes",
+                                rankList(bad).c_str());
   return Status::ok();
 }
 
@@ -775,21 +806,31 @@ Status ShardedOneBitAdam::update(Communicator& comm, float* paramShard, const fl
   const bool warm = !frozen();
   // The update that talks: the freeze's, or every one with a buddy copy (its refresh).
   const bool freeze = warm && t >= options_.warmupSteps;
-  const bool talks = freeze || (options_.buddyCopy && world_ > 1);
+  // A refusal stands in for the one collective the peers are in, and only there: a reject on a
+  // communicator waits for every peer's descriptor on it, so refusing where the peers are not
+  // (the main communicator while the partners refresh, the pair at the freeze, whose failed
+  // exponent gather sends the peers home before their refresh) waits out the timeout.
+  const bool refreshOnly = !freeze && options_.buddyCopy && world_ > 1;
   auto refuse = [&](const Status& bad) {
-    // The buddy's refresh waits on the pair communicator: refused there too.
-    if (buddy_ && buddy_->pair) (void)buddy_->pair->reject(bad).wait();
+    // The partners' refresh waits on the pair communicator (split at the first refresh: before
+    // it, the peers split on the main one, whose refusal is this one's).
+    if (refreshOnly) {
+      if (buddy_ && buddy_->pair)
+        (void)buddy_->pair->reject(bad).wait();
+      else
+        (void)comm.reject(bad).wait();
+    }
     return bad;
   };
   // Both hold this rank's shard.
   Status args = checkStepArguments(comm, {paramShard, "paramShard", m_.size()},
-                                   {reduced, "reduced", m_.size()}, lr, "update", talks);
+                                   {reduced, "reduced", m_.size()}, lr, "update", freeze);
   if (!args.isOk()) return refuse(args);
   if (!reduced_) {
     Status bad = errorInvalidUsage(
         "ShardedOneBitAdam::update: no reduce() before it (every step reduces the gradients "
         "first)");
-    if (talks) (void)comm.reject(bad).wait();
+    if (freeze) (void)comm.reject(bad).wait();
     return refuse(bad);
   }
   const size_t len = m_.size();
@@ -1139,7 +1180,11 @@ Result<ShardedOneBitAdam::ShrunkParts> ShardedOneBitAdam::shrinkParts(
   Status g = shrunk.allgather(&me, oldOf.data(), oldOf.size(), DataType::kFloat32);
   if (!g.isOk()) return g.withContext("ShardedOneBitAdam::shrink: gathering the survivors' ranks");
   std::vector<int> survivors;
-  for (float r : oldOf) survivors.push_back(static_cast<int>(r));
+  // Checked before the cast (a NaN or huge float to int is undefined): -1 fails the test below.
+  for (float r : oldOf)
+    survivors.push_back(r >= 0.0f && r < static_cast<float>(world_) && r == std::floor(r)
+                            ? static_cast<int>(r)
+                            : -1);
   for (int i = 0; i < n; ++i)
     if (survivors[i] < 0 || survivors[i] >= world_ || (i > 0 && survivors[i] <= survivors[i - 1]))
       return errorInvalidArgument(
@@ -1163,7 +1208,13 @@ Result<ShardedOneBitAdam::ShrunkParts> ShardedOneBitAdam::shrinkParts(
   std::vector<Part> parsed;
   parsed.reserve(lostParts.size());
   std::string bad;
-  for (const auto& [bytes, size] : lostParts) {
+  for (size_t i = 0; i < lostParts.size(); ++i) {
+    const auto& [bytes, size] = lostParts[i];
+    if (!bytes) {
+      // The C API's NULL arrays come here too, so that every rank refuses them alike.
+      bad = formatString("lost part %zu is NULL", i);
+      break;
+    }
     auto p = parsePart(bytes, size);
     if (!p.isOk()) {
       bad = p.status().message();
@@ -1312,7 +1363,10 @@ Result<ShardedOneBitAdam::ShrunkParts> ShardedOneBitAdam::shrinkParts(
     blob.insert(blob.end(), p, p + size);
   };
   std::vector<int> paramsOf;  // the dead ranks whose parameter shards this rank gives
-  if (failed.isOk() && haveBuddy && !buddy_->params.empty() &&
+  // Only a copy of this very step: the survivors' own shards are of it, and weights mixing it
+  // with the step before would claim no rollback. Every rank reads the same blobs, so a shard not
+  // given is lost on every rank alike.
+  if (failed.isOk() && haveBuddy && !buddy_->params.empty() && buddy_->step == steps_ &&
       survivors[supplier[buddy_->holds]] == rank_)
     paramsOf.push_back(buddy_->holds);
   putU64(failed.isOk() ? mine.size() + paramsOf.size() : 0);
@@ -1327,7 +1381,11 @@ Result<ShardedOneBitAdam::ShrunkParts> ShardedOneBitAdam::shrinkParts(
     for (int d : paramsOf) putEntry(1, d, buddy_->params.data(), 4 * buddy_->params.size());
   }
   std::vector<std::vector<uint8_t>> blobs;
-  g = allgatherBytes(shrunk, blob, 0, &blobs);
+  // A sane blob: every old rank's part (each about this rank's size; the replicated sections are
+  // the same everywhere) and a parameter shard, with room to spare.
+  const size_t saneBlob =
+      64 + 4 * (static_cast<size_t>(world_) + 1) * (mine[0].size() + 4 * (m_.size() + 1) + 64);
+  g = allgatherBytes(shrunk, blob, 0, &blobs, saneBlob);
   if (!g.isOk()) return g.withContext("ShardedOneBitAdam::shrink: gathering the shards");
   if (!failed.isOk()) return failed;
   ShrunkParts out;

@@ -318,6 +318,10 @@ def _fsdp_comm_class():
     return _OptimizerReduceScatter
 
 
+# The splits of a world's connections (Communicator::split, docs/api.md): one per unit's buddy copy.
+_MAX_BUDDY_UNITS = 62
+
+
 class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
     """ShardedOneBitAdam for a model under FSDP2 (``fully_shard``): the optimizer state is the
     rank's FSDP shard's (m, v, frozen scales; with error feedback the unit's worker residual
@@ -421,6 +425,14 @@ class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
                 raise RuntimeError(f"terse: unit '{name}': the core's shard {unit.core.shard} "
                                    f"is not FSDP2's ({rank * block}, {block})")
             module.set_custom_reduce_scatter(comm_class(self, unit))
+        if self._buddy and world > 1 and len(self.units) > _MAX_BUDDY_UNITS:
+            # Each unit's core splits its own pair communicator at its first refresh, after its
+            # step was applied; a world has 62 splits (docs/api.md). Refused here, before any step.
+            raise ValueError(f"terse: FSDPShardedOneBitAdam: buddy_copy=True with "
+                             f"{len(self.units)} FSDP units; each unit's buddy copy takes one of "
+                             f"the world's {_MAX_BUDDY_UNITS} communicator splits (fewer if the "
+                             f"world split for anything else): wrap fewer, larger units "
+                             f"(docs/optim.md, \"Buddy copy and shrink\")")
         if not self.units:
             raise ValueError("terse: FSDPShardedOneBitAdam: the model has no FSDP units with "
                              "parameters that take gradients; call fully_shard on its layers and "
@@ -559,15 +571,23 @@ class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
         ``combine()`` of every rank's state_dict). This optimizer is left as it is."""
         from . import fsdp
         pending = [u.name for u in self.units if u.pending]
-        if pending:
-            raise RuntimeError(f"terse: shrink_state() between backward and step() (units "
-                               f"{pending}); a failed step leaves them pending only if its "
-                               f"reduce-scatter succeeded: call step() first")
         old_world, old_rank = self.communicator.size, self.communicator.rank
-        olds = torch.zeros(communicator.size)
+        # The pending check travels with the old ranks: a kill inside a unit's reduce-scatter can
+        # leave it pending on some survivors only, and a survivor that raised alone would leave
+        # the others waiting in this collective until the timeout.
+        size = communicator.size
+        olds = torch.zeros(2 * size)
         olds[communicator.rank] = old_rank
+        olds[size + communicator.rank] = 1.0 if pending else 0.0
         communicator.allreduce(olds, "none", "sum")
-        survivors = [int(r) for r in olds.tolist()]
+        survivors = [int(r) for r in olds[:size].tolist()]
+        with_pending = [survivors[i] for i in range(size) if olds[size + i].item() > 0]
+        if with_pending:
+            mine = f" (here: units {pending})" if pending else ""
+            raise RuntimeError(f"terse: shrink_state() between backward and step() on old "
+                               f"rank(s) {with_pending}{mine}; a failed step leaves units "
+                               f"pending only if its reduce-scatter succeeded: call step() "
+                               f"first on every rank")
         dead = [r for r in range(old_world) if r not in survivors]
         lost = {}
         for sd in ([lost_parts] if isinstance(lost_parts, dict) else (lost_parts or [])):

@@ -838,6 +838,147 @@ TEST(ShardedOneBitAdam, ReduceAndUpdateMisuseIsRefused) {
   }
 }
 
+TEST(ShardedOneBitAdam, BadLearningRateWithTheBuddyCopyFailsEveryRankAtOnce) {
+  // With the buddy copy every update() talks: at the freeze on the main communicator (the
+  // exponents), else on the pair (the refresh; at the first one, the split on the main one).
+  // Rank 0's refusal must reach the one collective its peer is in: before the fix it went to
+  // both, and the wait on the one the peer was not in timed out on every rank.
+  const size_t n = 1000;
+  const int warmup = 3;
+  auto o = baseOptions("onebit", warmup);
+  o.buddyCopy = true;
+  for (int bad : {1, 2, 3, 4}) {
+    for (bool split : {true, false}) {
+      SCOPED_TRACE("bad step " + std::to_string(bad) + (split ? ", update()" : ", step()"));
+      auto opts = makeSharded(2, n, o);
+      auto comms = createInProcWorld(2, std::chrono::milliseconds(5000));
+      ASSERT_TRUE(comms.isOk()) << comms.status().toString();
+      std::vector<Status> st(2);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          Communicator& c = *comms.value()[r];
+          ShardedOneBitAdam& opt = opts[r];
+          Vec p = initialParams(n), red(opt.shardLength());
+          for (int s = 1; s <= bad; ++s) {
+            const float lr = s == bad && r == 0 ? std::nanf("") : 1e-3f;
+            Vec g = noiseGradient(r, s, n);
+            Status one;
+            if (split) {
+              Vec shard(p.begin() + opt.shardOffset(),
+                        p.begin() + opt.shardOffset() + opt.shardLength());
+              one = opt.reduce(c, g.data(), red.data());
+              if (one.isOk()) one = opt.update(c, shard.data(), red.data(), lr);
+              if (one.isOk()) std::copy(shard.begin(), shard.end(), p.begin() + opt.shardOffset());
+            } else {
+              one = opt.step(c, p.data(), g.data(), lr);
+            }
+            if (!one.isOk()) {
+              st[r] = one;
+              return;
+            }
+          }
+        });
+      for (auto& t : threads) t.join();
+      EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0].toString();
+      EXPECT_FALSE(st[1].isOk());
+      EXPECT_NE(st[1].code(), StatusCode::kTimeout) << st[1].toString();
+      EXPECT_NE(st[1].message().find("rank 0 rejected its arguments"), std::string::npos)
+          << st[1].toString();
+      EXPECT_EQ(opts[0].steps(), bad - 1);
+      // Where the bad step's collective is the step's own (step(), the freeze) no rank advances;
+      // update()'s refresh comes after the partner applied its step (its error says so).
+      if (!split || bad == warmup)
+        EXPECT_EQ(opts[1].steps(), bad - 1);
+      else
+        EXPECT_NE(st[1].message().find("the step itself completed"), std::string::npos);
+    }
+  }
+}
+
+// Two thread-ranks step with reduce() + update() and the buddy copy; at step `last` rank 0
+// passes `lastLr`. Then rank 0 is taken for dead: rank 1 alone (a world of one) takes the parts.
+Result<ShardedOneBitAdam::ShrunkParts> survivorOfTwoShrinks(int last, float lastLr) {
+  const size_t n = 1000;
+  auto o = baseOptions("onebit", 3);
+  o.buddyCopy = true;
+  auto opts = makeSharded(2, n, o);
+  onThreadRanks(2, [&](int r, Communicator& c) {
+    Vec shard(opts[r].shardLength(), 0.25f), red(opts[r].shardLength());
+    for (int s = 1; s <= last; ++s) {
+      Vec g = noiseGradient(r, s, n);
+      if (!opts[r].reduce(c, g.data(), red.data()).isOk()) return;
+      const float lr = s == last && r == 0 ? lastLr : 1e-3f;
+      if (!opts[r].update(c, shard.data(), red.data(), lr).isOk()) return;
+    }
+  });
+  EXPECT_EQ(opts[1].steps(), last);
+  auto alone = createInProcWorld(1, std::chrono::milliseconds(20000));
+  EXPECT_TRUE(alone.isOk());
+  return opts[1].shrinkParts(*alone.value()[0]);
+}
+
+TEST(ShardedOneBitAdam, ShrinkGivesADeadRanksParameterShardOnlyFromACopyOfThisStep) {
+  // Rank 0's bad learning rate at step 2 leaves rank 1 at step 2 with a copy of step 1 (its
+  // refresh failed after its step): the shard of step 1 next to rank 1's of step 2 would be
+  // weights of no step. The state part is still given (a copy a step behind, as documented).
+  auto behind = survivorOfTwoShrinks(2, std::nanf(""));
+  ASSERT_TRUE(behind.isOk()) << behind.status().toString();
+  EXPECT_FALSE(behind->parts[0].empty());
+  EXPECT_TRUE(behind->params[0].empty());
+  auto current = survivorOfTwoShrinks(2, 1e-3f);
+  ASSERT_TRUE(current.isOk()) << current.status().toString();
+  EXPECT_FALSE(current->params[0].empty());
+}
+
+TEST(ShardedOneBitAdam, ShrinkRefusesAPeersRecordLengthThatIsNoLength) {
+  // A peer (a raw communicator standing in for old rank 1) sends the shrink's exchanges with a
+  // record length that is NaN, huge or fractional: an error, not a cast of it (undefined) or an
+  // allocation of petabytes.
+  const size_t n = 100;
+  auto o = baseOptions("none", 3);
+  for (float word : {std::nanf(""), 65535.0f, 1.5f, -1.0f}) {
+    SCOPED_TRACE("length word " + std::to_string(word));
+    auto opts = makeSharded(2, n, o);
+    Status got;
+    onThreadRanks(2, [&](int r, Communicator& c) {
+      if (r == 0) {
+        got = opts[0].shrinkParts(c).status();
+        return;
+      }
+      const float me = 1.0f;
+      std::vector<float> ranks(2), offer(3, 0.0f), offers(6);
+      ASSERT_TRUE(c.allgather(&me, ranks.data(), ranks.size(), DataType::kFloat32).isOk());
+      ASSERT_TRUE(
+          c.allgather(offer.data(), offers.data(), offers.size(), DataType::kFloat32).isOk());
+      const float length[3] = {word, word == 65535.0f ? word : 0.0f,
+                               word == 65535.0f ? word : 0.0f};
+      std::vector<float> lengths(6);
+      (void)c.allgather(length, lengths.data(), lengths.size(), DataType::kFloat32);
+    });
+    EXPECT_EQ(got.code(), StatusCode::kInvalidArgument) << got.toString();
+    EXPECT_NE(got.message().find("rank(s) 1 sent a record length"), std::string::npos)
+        << got.toString();
+  }
+}
+
+TEST(ShardedOneBitAdam, ANullLostPartIsRefusedOnEveryRank) {
+  // The C API passes its NULL arrays on as one NULL part (terse_sharded_onebit_adam_shrink with
+  // num_lost > 0): the exchange refuses it on every rank, the peers too, not by a timeout.
+  const size_t n = 100;
+  auto opts = makeSharded(2, n, baseOptions("none", 3));
+  std::vector<Status> st(2);
+  onThreadRanks(2, [&](int r, Communicator& c) {
+    std::vector<std::pair<const void*, size_t>> lost;
+    if (r == 0) lost.emplace_back(nullptr, 0);
+    st[r] = opts[r].shrinkParts(c, lost).status();
+  });
+  EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0].toString();
+  EXPECT_NE(st[0].message().find("lost part 0 is NULL"), std::string::npos) << st[0].toString();
+  EXPECT_EQ(st[1].code(), StatusCode::kInvalidArgument) << st[1].toString();
+  EXPECT_NE(st[1].message().find("old rank(s) 0"), std::string::npos) << st[1].toString();
+}
+
 uint32_t checkpointVersion(const std::vector<uint8_t>& part) {
   uint32_t v = 0;
   if (part.size() >= 8) std::memcpy(&v, part.data() + 4, 4);

@@ -372,6 +372,18 @@ def fsdp_worker(args):
               lambda: FSDPShardedOneBitAdam(model(rank == 1)[0], lr=1e-2, codec="none",
                                             warmup_steps=2, communicator=comm),
               ValueError, ["differ between ranks", "rank(s) 1"])
+    def many_units(units):
+        m = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(units)])
+        for layer in m:
+            fully_shard(layer, mesh=mesh)
+        return m
+
+    # A buddy copy per unit, each its own split of the world's 62: refused at construction, on
+    # both ranks, not at the 63rd unit's first refresh after the step was applied.
+    at.expect("buddy_copy with 63 FSDP units",
+              lambda: FSDPShardedOneBitAdam(many_units(63), lr=1e-2, codec="none",
+                                            warmup_steps=2, communicator=comm, buddy_copy=True),
+              ValueError, ["63 FSDP units", "62 communicator splits"])
     at.save(args.work)
     dist.destroy_process_group()
 

@@ -16,7 +16,8 @@ they shrink the communicator and the optimizer and train on:
   shrink_state gives the full weights as they were (its parameter shards from rank 0's copy) and
   every old rank's optimizer state; the 2 survivors re-shard a new model over a new process
   group, load both, hold the state a checkpoint of all 3 ranks would load as, and train on
-  bit-identical. Skipped without FSDP2's custom comms (torch < 2.8).
+  bit-identical. Before that, a unit left pending on survivor 0 alone makes shrink_state raise on
+  every survivor. Skipped without FSDP2's custom comms (torch < 2.8).
 
 SKIP (77) without torch.
 """
@@ -182,8 +183,17 @@ def fsdp_worker(args):
     # Straight to the shrink (the victim's end is seen at once): FSDP2's own all-gather runs
     # over gloo, whose failure is torch's to report, not terse's.
     new = comm.shrink()
+    # A unit pending on one survivor only (a kill inside its reduce-scatter): every survivor's
+    # shrink_state raises, naming that old rank, instead of the others waiting out the timeout.
+    opt.units[0].pending = rank == 0
+    try:
+        opt.shrink_state(new)
+        pending_refused = False
+    except RuntimeError as e:
+        pending_refused = "old rank(s) [0]" in str(e)
+    opt.units[0].pending = False
     weights, state = opt.shrink_state(new)
-    out = {"rank": rank,
+    out = {"rank": rank, "pending_refused": pending_refused,
            "weights_as_they_were": sorted(weights) == sorted(full) and
            all(torch.equal(weights[n], full[n]) for n in full)}
     comm.close()
@@ -283,6 +293,8 @@ def drive(args):
         print("skipped: fsdp: this torch has no FSDP2 custom comms over gloo")
         return
     res = launch(args, "fsdp")
+    assert all(r["pending_refused"] for r in res), \
+        "FAIL: fsdp: a unit pending on one survivor was not refused on every survivor"
     assert all(r["weights_as_they_were"] for r in res), \
         "FAIL: fsdp: shrink_state's weights are not the full weights before the kill"
     assert all(r["as_reference"] for r in res), \
