@@ -567,6 +567,20 @@ terse_status_t submitEx(terse_comm_t* comm, const char* fn, terse::CollectiveKin
   });
 }
 
+// The dead ranks' checkpoint parts of the sharded optimizer's shrink. NULL arrays go on to the
+// exchange as one NULL part, which every rank refuses alike: a refusal here, on this rank alone,
+// would leave the peers waiting in the exchange until the timeout.
+std::vector<std::pair<const void*, size_t>> lostPartViews(const void* const* lost_parts,
+                                                          const size_t* lost_sizes,
+                                                          size_t num_lost) {
+  std::vector<std::pair<const void*, size_t>> views;
+  if (num_lost > 0 && (!lost_parts || !lost_sizes))
+    views.emplace_back(nullptr, 0);
+  else
+    for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
+  return views;
+}
+
 }  // namespace
 
 extern "C" {
@@ -938,14 +952,8 @@ terse_status_t terse_sharded_onebit_adam_shrink_parts(terse_sharded_onebit_adam_
   TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_shrink_parts: adam");
   TERSE_REQUIRE(shrunk, "terse_sharded_onebit_adam_shrink_parts: shrunk");
   return guarded([&] {
-    // NULL arrays go on to the exchange as one NULL part, which every rank refuses alike: a
-    // refusal here, on this rank alone, would leave the peers waiting in it until the timeout.
-    std::vector<std::pair<const void*, size_t>> views;
-    if (num_lost > 0 && (!lost_parts || !lost_sizes))
-      views.emplace_back(nullptr, 0);
-    else
-      for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
-    auto got = adam->state.shrinkParts(*shrunk->comm, views);
+    auto got =
+        adam->state.shrinkParts(*shrunk->comm, lostPartViews(lost_parts, lost_sizes, num_lost));
     if (!got.isOk()) return fail(got.status());
     // [u64 old world], then per old rank: u64 part bytes, the part, u64 parameter-shard floats,
     // the floats (little-endian, as everything terse writes).
@@ -982,14 +990,7 @@ terse_status_t terse_sharded_onebit_adam_shrink(terse_sharded_onebit_adam_t* ada
   TERSE_REQUIRE(adam, "terse_sharded_onebit_adam_shrink: adam");
   TERSE_REQUIRE(shrunk, "terse_sharded_onebit_adam_shrink: shrunk");
   return guarded([&] {
-    // NULL arrays go on to the exchange as one NULL part, which every rank refuses alike: a
-    // refusal here, on this rank alone, would leave the peers waiting in it until the timeout.
-    std::vector<std::pair<const void*, size_t>> views;
-    if (num_lost > 0 && (!lost_parts || !lost_sizes))
-      views.emplace_back(nullptr, 0);
-    else
-      for (size_t i = 0; i < num_lost; ++i) views.emplace_back(lost_parts[i], lost_sizes[i]);
-    return done(adam->state.shrink(*shrunk->comm, views));
+    return done(adam->state.shrink(*shrunk->comm, lostPartViews(lost_parts, lost_sizes, num_lost)));
   });
 }
 

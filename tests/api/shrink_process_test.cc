@@ -602,7 +602,7 @@ TEST(ShrinkProcesses, FeedbackRelayoutRefusalsFailOnEverySurvivor) {
 // survivor, and the states beside them still move.
 TEST(ShrinkProcesses, FeedbackOfAnotherPartitionRestartsFromZero) {
   const std::string dir = makeTempDir();
-  constexpr size_t kCount = 3 * 2048 + 100;
+  constexpr size_t kElements = 3 * 2048 + 100;
   auto outcomes = runProcesses(
       3, {0, 1, 2}, [&](int) { return env(dir); },
       [&](int rank) -> int {
@@ -612,12 +612,12 @@ TEST(ShrinkProcesses, FeedbackOfAnotherPartitionRestartsFromZero) {
         if (rank == 2) return 0;
         if (!shrunk.isOk()) return 3;
         Communicator& next = **shrunk;
-        auto lane = ErrorFeedback::create("onebit", kCount);  // residuals of a 2-rank lane
-        auto flat = ErrorFeedback::create("onebit", kCount);  // of the old world's allreduce
+        auto lane = ErrorFeedback::create("onebit", kElements);  // residuals of a 2-rank lane
+        auto flat = ErrorFeedback::create("onebit", kElements);  // of the old world's allreduce
         if (!lane.isOk() || !flat.isOk()) return 4;
-        const auto laneChunk = Communicator::allreduceChunk(kCount, 2, rank);
+        const auto laneChunk = Communicator::allreduceChunk(kElements, 2, rank);
         float* l = lane->server(2, laneChunk.first, laneChunk.second);
-        const auto flatChunk = Communicator::allreduceChunk(kCount, 3, rank);
+        const auto flatChunk = Communicator::allreduceChunk(kElements, 3, rank);
         float* f = flat->server(3, flatChunk.first, flatChunk.second);
         if (!l || !f) return 5;
         std::fill(l, l + laneChunk.second, 9.0f);
@@ -627,8 +627,8 @@ TEST(ShrinkProcesses, FeedbackOfAnotherPartitionRestartsFromZero) {
           reportFromChild("relayout: " + s.toString());
           return 6;
         }
-        const auto chunk = Communicator::allreduceChunk(kCount, 2, next.rank());
-        std::vector<float> view(kCount, -1.0f);
+        const auto chunk = Communicator::allreduceChunk(kElements, 2, next.rank());
+        std::vector<float> view(kElements, -1.0f);
         lane->copyServerTo(view.data());
         for (size_t i = chunk.first; i < chunk.first + chunk.second; ++i)
           if (view[i] != 0.0f) {
@@ -639,7 +639,7 @@ TEST(ShrinkProcesses, FeedbackOfAnotherPartitionRestartsFromZero) {
         for (size_t i = chunk.first; i < chunk.first + chunk.second; ++i) {
           // Old owner of element i: its value was owner + 1; rank 2's chunk is lost.
           int owner = 0;
-          while (owner < 2 && i >= Communicator::allreduceChunk(kCount, 3, owner + 1).first)
+          while (owner < 2 && i >= Communicator::allreduceChunk(kElements, 3, owner + 1).first)
             ++owner;
           const float want = owner == 2 ? 0.0f : static_cast<float>(owner + 1);
           if (view[i] != want) {
@@ -792,13 +792,8 @@ int train(int worldRank, const TrainCase& c, int victim, int selfKillAt) {
     step = resume;
     failed = splitNow();
   }
-  uint64_t hash = 1469598103934665603ull;
-  for (float v : w) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    hash = (hash ^ bits) * 1099511628211ull;
-  }
-  reportFromChild(std::to_string(comm->size()) + " ranks, weights " + std::to_string(hash));
+  reportFromChild(std::to_string(comm->size()) + " ranks, weights " +
+                  std::to_string(weightsHash(w)));
   return 0;
 }
 

@@ -82,16 +82,6 @@ std::vector<std::pair<const void*, size_t>> views(const std::vector<std::vector<
   return out;
 }
 
-uint64_t hashOf(const std::vector<float>& w) {
-  uint64_t h = 1469598103934665603ull;
-  for (float v : w) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, 4);
-    h = (h ^ bits) * 1099511628211ull;
-  }
-  return h;
-}
-
 bool isVictim(const Case& c, int rank) {
   return std::find(c.victims.begin(), c.victims.end(), rank) != c.victims.end();
 }
@@ -209,7 +199,7 @@ int rankBody(const Case& c, int rank, const std::string& dir) {
     }
   }
   reportFromChild(std::to_string(next.size()) + " ranks, weights " +
-                  std::to_string(hashOf(params)));
+                  std::to_string(weightsHash(params)));
   return 0;
 }
 
@@ -389,7 +379,7 @@ void oneBitAdamSurvivorsGoOn(bool reload) {
           }
         }
         reportFromChild(std::to_string((*shrunk)->size()) + " ranks, weights " +
-                        std::to_string(hashOf(params)));
+                        std::to_string(weightsHash(params)));
         return 0;
       },
       std::chrono::seconds(180));

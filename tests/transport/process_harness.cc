@@ -136,4 +136,14 @@ std::vector<RankOutcome> runProcesses(int worldSize, const std::vector<int>& ran
   return out;
 }
 
+uint64_t weightsHash(const std::vector<float>& w) {
+  uint64_t h = 1469598103934665603ull;
+  for (float v : w) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
 }  // namespace terse::testing

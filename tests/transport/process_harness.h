@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -44,5 +45,8 @@ std::string makeTempDir();
 
 // "rank 2: exited 0" / "killed by signal 9" ..., for failure messages.
 std::string describe(const RankOutcome& o);
+
+// FNV-1a over the values' bits: what survivors that must hold bit-identical weights report.
+uint64_t weightsHash(const std::vector<float>& w);
 
 }  // namespace terse::testing
