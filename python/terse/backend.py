@@ -102,22 +102,9 @@ class _Work(dist.Work):
     def __init__(self, done, outputs):
         super().__init__()
         self._done = done  # concurrent.futures.Future
-        devices = sorted({t.device for t in outputs if t.device.type == "cuda"}, key=str)
-        completed = torch.futures.Future(devices=devices) if devices else \
-            torch.futures.Future()
-
-        # A failure must reach C++ readers of the future (DDP's reducer) as the future's error.
-        # Future.set_exception does not do that: it stores the exception as the future's value
-        # and raises it only when Python unwraps it, so the reducer read an exception object as
-        # its tensors and crashed (SIGSEGV in parseCppCommHookResult when a peer died). A `then`
-        # callback that raises marks the future it returns with a real error instead.
-        def outputs_or_raise(_):
-            error = done.exception()
-            if error is not None:
-                raise error
-            return outputs
-        self._future = completed.then(outputs_or_raise)
-        done.add_done_callback(lambda _: completed.set_result(None))
+        self._outputs = outputs
+        self._future = None  # made on the first get_future(): plain collectives never ask
+        self._future_lock = threading.Lock()
 
     def wait(self, timeout=None):
         seconds = None
@@ -136,7 +123,31 @@ class _Work(dist.Work):
         return self._done.exception() if self._done.done() else None
 
     def get_future(self):
-        return self._future
+        with self._future_lock:
+            if self._future is None:
+                self._future = self._make_future()
+            return self._future
+
+    def _make_future(self):
+        done, outputs = self._done, self._outputs
+        devices = sorted({t.device for t in outputs if t.device.type == "cuda"}, key=str)
+        completed = torch.futures.Future(devices=devices) if devices else \
+            torch.futures.Future()
+
+        # A failure must reach C++ readers of the future (DDP's reducer) as the future's error.
+        # Future.set_exception does not do that: it stores the exception as the future's value
+        # and raises it only when Python unwraps it, so the reducer read an exception object as
+        # its tensors and crashed (SIGSEGV in parseCppCommHookResult when a peer died). A `then`
+        # callback that raises marks the future it returns with a real error instead.
+        def outputs_or_raise(_):
+            error = done.exception()
+            if error is not None:
+                raise error
+            return outputs
+        future = completed.then(outputs_or_raise)
+        # Runs at once, on this thread, when the collective has already finished.
+        done.add_done_callback(lambda _: completed.set_result(None))
+        return future
 
 
 # ---- Reductions --------------------------------------------------------------------------------
