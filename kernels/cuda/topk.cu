@@ -1,16 +1,30 @@
 // Exact top-k on the GPU and the validating sparse decoders.
 //
-// Selection: a stable descending radix sort of (magnitudeKey(v), index) pairs. Stability keeps
-// equal keys in index order, so the first k pairs are exactly the CPU's choice (larger |v|
-// first, lower index on ties, NaN above every number). The k chosen indices are then sorted
-// ascending (second radix sort over only the bits an index can use) and gathered.
+// Selection (kernels/include/terse/kernels/radix_select.h has the arithmetic and why it is the
+// CPU's choice): each element gets the unique rank magnitudeKey(v) << 32 | ~index, a radix
+// select finds T, the k-th largest rank, and a stable compaction (cub::DeviceSelect::If) keeps
+// every index whose rank is >= T, in ascending order, as the wire wants them. Memory passes:
+//   level 0   reads the input (and the residual, storing v = in + residual back into it) and
+//             counts digit 0 of every rank;
+//   level 1   reads v again, counts digit 1 of the ranks in level 0's bucket and keeps those
+//             ranks as candidates (about 1% of n for gradients at a 1% ratio);
+//   levels 2-5 count over the candidates only, and return at once when T is already known;
+//   select    reads v once more and writes the k indices; a gather writes the k values and
+//             zeroes their residuals.
+// No level waits for the host: the last CUDA block of each histogram pass picks the bucket
+// (its blocks' counts are complete by then) and leaves the state for the next pass, so the only
+// synchronization is the one at the end, which the caller needs anyway (k sizes the message).
 //
-// Scratch (caller-owned, sized by topkScratchBytes): two key buffers and two index buffers of
-// n uint32 each (CUB's DoubleBuffer mode, so CUB itself needs only its small temp storage),
-// then CUB's temp storage. Every region starts on a 256-byte boundary.
+// Scratch (caller-owned, sized by topkScratchBytes): the control block (state and histogram),
+// n candidate ranks of 8 bytes, then CUB's temp storage. Every region starts on a 256-byte
+// boundary.
 #include "launch.cuh"
+#include "terse/kernels/radix_select.h"
 
-#include <cub/device/device_radix_sort.cuh>
+#include <cooperative_groups.h>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
 
 #include <algorithm>
 #include <limits>
@@ -18,73 +32,227 @@
 namespace terse::kernels::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
 using detail::gridFor;
 using detail::kThreads;
 
 constexpr size_t kAlign = 256;
-// magnitudeKey clears the sign bit, so the keys use bits [0, 31).
-constexpr int kKeyBits = 31;
-
 size_t alignUp(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-// Bits needed to represent every index below n (at least 1: CUB treats an empty bit range
-// as nothing to do).
-int indexBits(size_t n) {
-  int bits = 1;
-  while (bits < 32 && ((n - 1) >> bits) != 0) ++bits;
-  return bits;
+// Digits each thread of the picking block looks at: kThreads slices cover the widest digit.
+constexpr uint32_t kSliceWidth = radix::kMaxDigits / kThreads;
+static_assert(kSliceWidth * kThreads == radix::kMaxDigits, "slices must cover every digit");
+
+// Device-side state of one selection, zeroed before level 0.
+struct Control {
+  radix::SelectState state;
+  unsigned int blocksDone;  // blocks of the current pass that have added their counts
+  unsigned int candidates;  // ranks kept by level 1
+  unsigned int selected;    // what the compaction kept (k, unless something is badly wrong)
+  uint32_t hist[radix::kMaxDigits];
+};
+
+// Where each element's v comes from in a pass.
+enum class Source {
+  kInput,     // v = in[i] (no error feedback)
+  kFeedback,  // v = in[i] + residual[i], stored back into residual[i] (level 0)
+  kResidual,  // v = residual[i], already stored by level 0
+};
+
+template <typename In>
+struct Values {
+  const In* in;
+  float* residual;
+  Source source;
+
+  __device__ float one(size_t i) const {
+    switch (source) {
+      case Source::kInput: return num::load(in, i);
+      case Source::kResidual: return residual[i];
+      default: {
+        float v = num::feedbackSum(num::load(in, i), residual[i]);
+        residual[i] = v;
+        return v;
+      }
+    }
+  }
+  // Four elements from i on; only called when the host found every pointer vector-aligned.
+  __device__ void four(size_t i, float v[4]) const {
+    if (source == Source::kResidual) {
+      detail::Vec4<float>::load(residual, i, v);
+      return;
+    }
+    detail::Vec4<In>::load(in, i, v);
+    if (source == Source::kFeedback) {
+      float r[4];
+      detail::Vec4<float>::load(residual, i, r);
+      for (int j = 0; j < 4; ++j) v[j] = num::feedbackSum(v[j], r[j]);
+      detail::Vec4<float>::store(residual, i, v);
+    }
+  }
+};
+
+template <typename In>
+bool vectorizable(const In* in, const float* residual, Source source) {
+  bool inOk = source == Source::kResidual || detail::aligned(in, detail::Vec4<In>::kBytes);
+  bool resOk = source == Source::kInput || detail::aligned(residual, 16);
+  return inOk && resOk;
 }
 
-// Bytes of the four key/index arrays for n elements (before CUB's temp storage).
-size_t arrayBytes(size_t n) { return 4 * alignUp(n * sizeof(uint32_t)); }
+// Calls visit(i, v) for every element, 16-byte loads where `vec` (grid-stride over groups of
+// four, then the tail one by one).
+template <typename In, typename Visit>
+__device__ void forEachValue(const Values<In>& values, size_t n, bool vec, Visit visit) {
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  const size_t first = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  size_t done = 0;
+  if (vec) {
+    const size_t groups = n / 4;
+    for (size_t g = first; g < groups; g += stride) {
+      float v[4];
+      values.four(4 * g, v);
+      for (int j = 0; j < 4; ++j) visit(4 * g + j, v[j]);
+    }
+    done = 4 * groups;
+  }
+  for (size_t i = done + first; i < n; i += stride) visit(i, values.one(i));
+}
 
-cudaError_t sortTempBytes(size_t n, size_t* bytes) {
-  // Size queries only (null temp storage): nothing is launched and the pointers are not read.
-  cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr);
-  cub::DoubleBuffer<uint32_t> ids(nullptr, nullptr);
-  size_t pairsBytes = 0;
-  size_t keysBytes = 0;
-  auto items = static_cast<uint32_t>(n);
-  TERSE_CUDA_TRY(cub::DeviceRadixSort::SortPairsDescending(nullptr, pairsBytes, keys, ids, items, 0,
-                                                           kKeyBits));
-  TERSE_CUDA_TRY(cub::DeviceRadixSort::SortKeys(nullptr, keysBytes, ids, items, 0, indexBits(n)));
-  *bytes = std::max(pairsBytes, keysBytes);
+// Appends one rank to the candidates; the threads appending together share one atomic.
+__device__ void appendCandidate(unsigned int* count, uint64_t* cand, uint64_t rank) {
+  cg::coalesced_group g = cg::coalesced_threads();
+  unsigned int base = 0;
+  if (g.thread_rank() == 0) base = atomicAdd(count, g.size());
+  base = g.shfl(base, 0);
+  cand[base + g.thread_rank()] = rank;
+}
+
+// After a block has counted into `local` (shared, radix::kMaxDigits entries): adds its counts to
+// the pass's histogram, and the pass's last block to finish picks the bucket. That block reads
+// and clears the histogram (atomicExch, so it sees every block's atomics and leaves zeros for
+// the next pass), finds the bucket with the slice search of radix_select.h, and records the
+// choice; the next kernel on the stream sees it.
+__device__ void finishLevel(uint32_t* local, int level, Control* c, uint64_t k) {
+  using Scan = cub::BlockScan<unsigned long long, kThreads>;
+  __shared__ typename Scan::TempStorage scanStorage;
+  __shared__ bool last;
+  const uint32_t digits = radix::digitCount(level);
+  __syncthreads();
+  for (uint32_t d = threadIdx.x; d < digits; d += kThreads)
+    if (local[d]) atomicAdd(&c->hist[d], local[d]);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&c->blocksDone, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+
+  radix::SelectState s = c->state;
+  if (s.level == 0) s.remaining = k;
+  for (uint32_t d = threadIdx.x; d < digits; d += kThreads) local[d] = atomicExch(&c->hist[d], 0u);
+  __syncthreads();
+  // Slice t: digits [sliceTop - kSliceWidth, sliceTop), walked from the top.
+  const uint32_t start = threadIdx.x * kSliceWidth;
+  const uint32_t sliceTop = digits > start ? digits - start : 0;
+  unsigned long long sliceSum = 0;
+  for (uint32_t j = 0; j < kSliceWidth && j < sliceTop; ++j) sliceSum += local[sliceTop - 1 - j];
+  unsigned long long aboveSlice = 0;
+  Scan(scanStorage).ExclusiveSum(sliceSum, aboveSlice);
+  uint32_t digit = 0;
+  uint64_t above = 0, inBucket = 0;
+  if (radix::findBucketInSlice(local, sliceTop, kSliceWidth, aboveSlice, s.remaining, &digit,
+                               &above, &inBucket)) {
+    radix::decide(&s, digit, above, inBucket);
+    c->state = s;
+  }
+  if (threadIdx.x == 0) c->blocksDone = 0;
+}
+
+__device__ void zeroLocal(uint32_t* local) {
+  for (uint32_t d = threadIdx.x; d < radix::kMaxDigits; d += kThreads) local[d] = 0;
+  __syncthreads();
+}
+
+// Levels 0 and 1, over every element (see the file comment).
+template <typename In>
+__global__ void __launch_bounds__(kThreads)
+    fullPassKernel(Values<In> values, size_t n, bool vec, Control* c, uint64_t* cand, uint64_t k) {
+  __shared__ uint32_t local[radix::kMaxDigits];
+  if (c->state.done) return;  // level 0 chose a bucket to take whole: nothing more to count
+  const radix::SelectState s = c->state;
+  const int level = static_cast<int>(s.level);
+  zeroLocal(local);
+  forEachValue(values, n, vec, [&](size_t i, float v) {
+    uint64_t rank = radix::rankOf(num::magnitudeKey(v), static_cast<uint32_t>(i));
+    if (!radix::matchesPrefix(rank, s)) return;
+    atomicAdd(&local[radix::digitOf(rank, level)], 1u);
+    if (level == 1) appendCandidate(&c->candidates, cand, rank);
+  });
+  finishLevel(local, level, c, k);
+}
+
+// Levels 2-5, over the candidates that level 1 kept.
+__global__ void __launch_bounds__(kThreads)
+    candidatePassKernel(const uint64_t* cand, Control* c, uint64_t k) {
+  __shared__ uint32_t local[radix::kMaxDigits];
+  if (c->state.done) return;
+  const radix::SelectState s = c->state;
+  const int level = static_cast<int>(s.level);
+  const size_t count = c->candidates;
+  zeroLocal(local);
+  for (size_t j = size_t{blockIdx.x} * kThreads + threadIdx.x; j < count;
+       j += size_t{gridDim.x} * kThreads) {
+    uint64_t rank = cand[j];
+    if (radix::matchesPrefix(rank, s)) atomicAdd(&local[radix::digitOf(rank, level)], 1u);
+  }
+  finishLevel(local, level, c, k);
+}
+
+// The compaction's predicate: element i is chosen when its rank reaches T.
+template <typename In>
+struct ReachesThreshold {
+  Values<In> values;  // kInput or kResidual: never stores
+  const radix::SelectState* state;
+  __device__ bool operator()(uint32_t i) const {
+    return radix::rankOf(num::magnitudeKey(values.one(i)), i) >= state->prefix;
+  }
+};
+
+// values[j] = v of the chosen element; with error feedback its residual becomes zero.
+template <typename In>
+__global__ void topkGatherKernel(Values<In> values, const uint32_t* indices, size_t k, float* out) {
+  for (size_t j = blockIdx.x * size_t{kThreads} + threadIdx.x; j < k;
+       j += size_t{gridDim.x} * kThreads) {
+    uint32_t i = indices[j];
+    out[j] = values.one(i);
+    if (values.source == Source::kResidual) values.residual[i] = 0.0f;
+  }
+}
+
+template <typename In>
+__global__ void feedbackOnlyKernel(const In* in, size_t n, float* residual) {
+  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * kThreads)
+    residual[i] = num::feedbackSum(num::load(in, i), residual[i]);
+}
+
+// CUB's temp storage for compacting n elements (a size query: nothing runs).
+template <typename In>
+cudaError_t selectTempBytes(size_t n, size_t* bytes) {
+  ReachesThreshold<In> pred{{nullptr, nullptr, Source::kInput}, nullptr};
+  return cub::DeviceSelect::If(nullptr, *bytes, thrust::counting_iterator<uint32_t>(0),
+                               static_cast<uint32_t*>(nullptr), static_cast<unsigned int*>(nullptr),
+                               static_cast<int64_t>(n), pred);
+}
+
+cudaError_t multiprocessors(unsigned* sms) {
+  int device = 0, count = 0;
+  TERSE_CUDA_TRY(cudaGetDevice(&device));
+  TERSE_CUDA_TRY(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  *sms = static_cast<unsigned>(std::max(1, count));
   return cudaSuccess;
 }
 
-template <typename In>
-__global__ void topkKeysKernel(const In* in, size_t n, float* residual, uint32_t* keys,
-                               uint32_t* ids) {
-  for (size_t i = blockIdx.x * size_t{kThreads} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * kThreads) {
-    float v = num::load(in, i);
-    if (residual) {
-      v = num::feedbackSum(v, residual[i]);
-      residual[i] = v;  // unselected elements keep all of v; selected ones are zeroed later
-    }
-    if (keys) {
-      keys[i] = num::magnitudeKey(v);
-      ids[i] = static_cast<uint32_t>(i);
-    }
-  }
-}
-
-// chosen[0..k) are ascending indices. With a residual it already holds v (topkKeysKernel).
-template <typename In>
-__global__ void topkGatherKernel(const In* in, const uint32_t* chosen, size_t k, float* residual,
-                                 uint32_t* indices, float* values) {
-  for (size_t j = blockIdx.x * size_t{kThreads} + threadIdx.x; j < k;
-       j += size_t{gridDim.x} * kThreads) {
-    uint32_t i = chosen[j];
-    indices[j] = i;
-    if (residual) {
-      values[j] = residual[i];
-      residual[i] = 0.0f;
-    } else {
-      values[j] = num::load(in, i);
-    }
-  }
-}
+// ---- decoders ------------------------------------------------------------------------------
 
 __global__ void topkValidateKernel(const uint32_t* indices, size_t k, size_t n, int* bad) {
   for (size_t j = blockIdx.x * size_t{kThreads} + threadIdx.x; j < k;
@@ -95,9 +263,25 @@ __global__ void topkValidateKernel(const uint32_t* indices, size_t k, size_t n, 
   }
 }
 
+// Zeroes `bytes` bytes at p unless the validation flagged the payload (16-byte stores for the
+// aligned body). All-zero bits are +0 in float, binary16 and bfloat16 alike.
+__global__ void zeroUnlessBadKernel(unsigned char* p, size_t bytes, const int* bad) {
+  if (*bad) return;
+  const size_t misaligned = (16 - reinterpret_cast<uintptr_t>(p) % 16) % 16;
+  const size_t head = misaligned < bytes ? misaligned : bytes;
+  const size_t body = (bytes - head) / 16;
+  const size_t first = blockIdx.x * size_t{kThreads} + threadIdx.x;
+  const size_t stride = size_t{gridDim.x} * kThreads;
+  auto* vec = reinterpret_cast<uint4*>(p + head);
+  for (size_t j = first; j < body; j += stride) vec[j] = make_uint4(0, 0, 0, 0);
+  for (size_t j = first; j < head; j += stride) p[j] = 0;
+  for (size_t j = head + 16 * body + first; j < bytes; j += stride) p[j] = 0;
+}
+
 template <typename Out>
-__global__ void topkScatterKernel(const uint32_t* indices, const float* values, size_t k,
-                                  Out* out) {
+__global__ void topkScatterKernel(const uint32_t* indices, const float* values, size_t k, Out* out,
+                                  const int* bad) {
+  if (*bad) return;
   for (size_t j = blockIdx.x * size_t{kThreads} + threadIdx.x; j < k;
        j += size_t{gridDim.x} * kThreads) {
     num::store(out, indices[j], values[j]);
@@ -105,7 +289,8 @@ __global__ void topkScatterKernel(const uint32_t* indices, const float* values, 
 }
 
 __global__ void topkScatterAddKernel(const uint32_t* indices, const float* values, size_t k,
-                                     float* acc) {
+                                     float* acc, const int* bad) {
+  if (*bad) return;
   // Indices were validated strictly ascending, so no two threads touch the same element.
   for (size_t j = blockIdx.x * size_t{kThreads} + threadIdx.x; j < k;
        j += size_t{gridDim.x} * kThreads) {
@@ -114,24 +299,25 @@ __global__ void topkScatterAddKernel(const uint32_t* indices, const float* value
   }
 }
 
-// Runs the validation kernel and reads its verdict back (synchronizes the stream).
-cudaError_t validateIndices(const uint32_t* indices, size_t k, size_t n, bool* ok,
+// Queues the validation of k indices below n; the writing kernels queued after it read the
+// device flag and do nothing for a bad payload, so the destination is untouched without a
+// host round trip in between. *flag stays null when there is nothing for a kernel to check.
+cudaError_t queueValidation(const uint32_t* indices, size_t k, size_t n, int** flag,
                             cudaStream_t stream) {
-  *ok = false;
-  // k > n cannot be strictly ascending below n; this also rejects every n == 0, k > 0 case.
-  if (k > n) return cudaSuccess;
-  if (k == 0) {
-    *ok = true;
-    return cudaSuccess;
-  }
+  *flag = nullptr;
+  if (k == 0) return cudaSuccess;
   if (indices == nullptr) return cudaErrorInvalidValue;
-  int* flag = nullptr;
-  TERSE_CUDA_TRY(detail::validationFlag(&flag));
-  TERSE_CUDA_TRY(cudaMemsetAsync(flag, 0, sizeof(int), stream));
-  topkValidateKernel<<<gridFor(k), kThreads, 0, stream>>>(indices, k, n, flag);
-  TERSE_CUDA_TRY(detail::lastLaunchError());
-  int bad = 1;
-  TERSE_CUDA_TRY(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  TERSE_CUDA_TRY(detail::validationFlag(flag));
+  TERSE_CUDA_TRY(cudaMemsetAsync(*flag, 0, sizeof(int), stream));
+  topkValidateKernel<<<gridFor(k), kThreads, 0, stream>>>(indices, k, n, *flag);
+  return detail::lastLaunchError();
+}
+
+// Waits for the queued work and reads the verdict (true without a flag: nothing to check).
+cudaError_t readVerdict(const int* flag, bool* ok, cudaStream_t stream) {
+  int bad = 0;
+  if (flag)
+    TERSE_CUDA_TRY(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
   TERSE_CUDA_TRY(cudaStreamSynchronize(stream));
   *ok = bad == 0;
   return cudaSuccess;
@@ -144,12 +330,17 @@ size_t topkScratchBytes(size_t n) {
   if (n > std::numeric_limits<uint32_t>::max()) return 0;  // indices are uint32 on the wire
   size_t temp = 0;
   // Without a usable device CUB cannot pick its tuning, so there is no size to report; 0 makes
-  // topkCompress reject the scratch instead of overrunning it.
-  if (sortTempBytes(n, &temp) != cudaSuccess) {
+  // topkCompress reject the scratch instead of overrunning it. The element types share one size
+  // in practice; the largest is kept in case a CUB release tunes them apart.
+  size_t f32 = 0, f16 = 0, b16 = 0;
+  if (selectTempBytes<float>(n, &f32) != cudaSuccess ||
+      selectTempBytes<Half>(n, &f16) != cudaSuccess ||
+      selectTempBytes<BFloat16>(n, &b16) != cudaSuccess) {
     cudaGetLastError();
     return 0;
   }
-  return kAlign + arrayBytes(n) + alignUp(temp);
+  temp = std::max({f32, f16, b16});
+  return kAlign + alignUp(sizeof(Control)) + alignUp(n * sizeof(uint64_t)) + alignUp(temp);
 }
 
 template <typename In>
@@ -164,56 +355,64 @@ cudaError_t topkCompress(const In* in, size_t n, size_t k, float* residual, void
   if (k == 0) {
     // Nothing is selected: the residual becomes v for every element.
     if (residual) {
-      topkKeysKernel<In><<<gridFor(n), kThreads, 0, stream>>>(in, n, residual, nullptr, nullptr);
+      feedbackOnlyKernel<In><<<gridFor(n), kThreads, 0, stream>>>(in, n, residual);
       TERSE_CUDA_TRY(detail::lastLaunchError());
     }
     return cudaStreamSynchronize(stream);
   }
   if (indices == nullptr || values == nullptr || scratch == nullptr) return cudaErrorInvalidValue;
 
-  // Carve the scratch; the temp storage needed is queried for this device and these sizes.
+  // Carve the scratch; the temp storage needed is queried for this device and this n.
   auto base = reinterpret_cast<uintptr_t>(scratch);
   uintptr_t start = (base + kAlign - 1) / kAlign * kAlign;
   size_t usable = scratchBytes > start - base ? scratchBytes - (start - base) : 0;
-  size_t arrays = arrayBytes(n);
-  if (usable < arrays) return cudaErrorInvalidValue;
-  size_t slot = alignUp(n * sizeof(uint32_t));
+  const size_t controlBytes = alignUp(sizeof(Control));
+  const size_t candBytes = alignUp(n * sizeof(uint64_t));
+  if (usable < controlBytes + candBytes) return cudaErrorInvalidValue;
   auto* p = reinterpret_cast<char*>(start);
-  uint32_t* keys0 = reinterpret_cast<uint32_t*>(p);
-  uint32_t* keys1 = reinterpret_cast<uint32_t*>(p + slot);
-  uint32_t* ids0 = reinterpret_cast<uint32_t*>(p + 2 * slot);
-  uint32_t* ids1 = reinterpret_cast<uint32_t*>(p + 3 * slot);
-  void* temp = p + arrays;
-  size_t tempAvailable = usable - arrays;
-
-  cub::DoubleBuffer<uint32_t> keys(keys0, keys1);
-  cub::DoubleBuffer<uint32_t> ids(ids0, ids1);
-  auto items = static_cast<uint32_t>(n);
+  auto* control = reinterpret_cast<Control*>(p);
+  auto* cand = reinterpret_cast<uint64_t*>(p + controlBytes);
+  void* temp = p + controlBytes + candBytes;
+  size_t tempAvailable = usable - controlBytes - candBytes;
   size_t need = 0;
-  TERSE_CUDA_TRY(cub::DeviceRadixSort::SortPairsDescending(nullptr, need, keys, ids, items, 0,
-                                                           kKeyBits, stream));
+  TERSE_CUDA_TRY(selectTempBytes<In>(n, &need));
   if (need > tempAvailable) return cudaErrorInvalidValue;
+  // Full passes: enough blocks to keep every SM's memory pipeline full (8 of 256 threads each),
+  // and no more, since each block adds its histogram to the same global counters. Candidate
+  // passes: their work is known only on the device, and usually small.
+  unsigned sms = 1;
+  TERSE_CUDA_TRY(multiprocessors(&sms));
+  const unsigned fullBlocks = std::min(gridFor((n + 3) / 4), 8 * sms);
+  const unsigned candBlocks = 2 * sms;
 
-  topkKeysKernel<In><<<gridFor(n), kThreads, 0, stream>>>(in, n, residual, keys0, ids0);
+  const Source after = residual ? Source::kResidual : Source::kInput;
+  const Values<In> first{in, residual, residual ? Source::kFeedback : Source::kInput};
+  const Values<In> again{in, residual, after};
+
+  TERSE_CUDA_TRY(cudaMemsetAsync(control, 0, sizeof(Control), stream));
+  fullPassKernel<In><<<fullBlocks, kThreads, 0, stream>>>(
+      first, n, vectorizable(in, residual, first.source), control, cand, k);
   TERSE_CUDA_TRY(detail::lastLaunchError());
-  TERSE_CUDA_TRY(
-      cub::DeviceRadixSort::SortPairsDescending(temp, need, keys, ids, items, 0, kKeyBits, stream));
+  fullPassKernel<In><<<fullBlocks, kThreads, 0, stream>>>(
+      again, n, vectorizable(in, residual, after), control, cand, k);
+  TERSE_CUDA_TRY(detail::lastLaunchError());
+  for (int level = 2; level < radix::kLevels; ++level) {
+    candidatePassKernel<<<candBlocks, kThreads, 0, stream>>>(cand, control, k);
+    TERSE_CUDA_TRY(detail::lastLaunchError());
+  }
 
-  // The first k of ids.Current() are the chosen indices; sort them ascending in place, using
-  // the other index buffer as the alternate.
-  cub::DoubleBuffer<uint32_t> chosen(ids.Current(), ids.Alternate());
-  auto kItems = static_cast<uint32_t>(k);
-  int bits = indexBits(n);
-  need = 0;
-  TERSE_CUDA_TRY(cub::DeviceRadixSort::SortKeys(nullptr, need, chosen, kItems, 0, bits, stream));
-  if (need > tempAvailable) return cudaErrorInvalidValue;
-  TERSE_CUDA_TRY(cub::DeviceRadixSort::SortKeys(temp, need, chosen, kItems, 0, bits, stream));
-
-  topkGatherKernel<In>
-      <<<gridFor(k), kThreads, 0, stream>>>(in, chosen.Current(), k, residual, indices, values);
+  ReachesThreshold<In> pred{again, &control->state};
+  TERSE_CUDA_TRY(cub::DeviceSelect::If(temp, need, thrust::counting_iterator<uint32_t>(0), indices,
+                                       &control->selected, static_cast<int64_t>(n), pred, stream));
+  topkGatherKernel<In><<<gridFor(k), kThreads, 0, stream>>>(again, indices, k, values);
   TERSE_CUDA_TRY(detail::lastLaunchError());
   // The wire size depends on k, and the scratch may be reused as soon as we return.
+  unsigned int selected = 0;
+  TERSE_CUDA_TRY(cudaMemcpyAsync(&selected, &control->selected, sizeof(selected),
+                                 cudaMemcpyDeviceToHost, stream));
   TERSE_CUDA_TRY(cudaStreamSynchronize(stream));
+  // Ranks are unique, so exactly k reach the k-th largest; anything else is a defect here.
+  if (selected != k) return cudaErrorUnknown;
   if (kOut) *kOut = k;
   return cudaSuccess;
 }
@@ -223,38 +422,38 @@ cudaError_t topkDecompress(const uint32_t* indices, const float* values, size_t 
                            Out* out, bool* valid, cudaStream_t stream) {
   if (valid == nullptr) return cudaErrorInvalidValue;
   *valid = false;
-  bool ok = false;
-  TERSE_CUDA_TRY(validateIndices(indices, k, n, &ok, stream));
-  if (!ok) return cudaSuccess;
+  // k > n cannot be strictly ascending below n; this also rejects every n == 0, k > 0 case.
+  if (k > n) return cudaSuccess;
+  if (n > 0 && (out == nullptr || (k > 0 && values == nullptr))) return cudaErrorInvalidValue;
+  int* flag = nullptr;
+  TERSE_CUDA_TRY(queueValidation(indices, k, n, &flag, stream));
   if (n > 0) {
-    if (out == nullptr || (k > 0 && values == nullptr)) return cudaErrorInvalidValue;
-    // All-zero bits are +0 in float, binary16 and bfloat16 alike.
-    TERSE_CUDA_TRY(cudaMemsetAsync(out, 0, n * sizeof(Out), stream));
+    if (flag) {
+      zeroUnlessBadKernel<<<gridFor((n * sizeof(Out) + 15) / 16), kThreads, 0, stream>>>(
+          reinterpret_cast<unsigned char*>(out), n * sizeof(Out), flag);
+      TERSE_CUDA_TRY(detail::lastLaunchError());
+      topkScatterKernel<Out><<<gridFor(k), kThreads, 0, stream>>>(indices, values, k, out, flag);
+      TERSE_CUDA_TRY(detail::lastLaunchError());
+    } else {
+      TERSE_CUDA_TRY(cudaMemsetAsync(out, 0, n * sizeof(Out), stream));
+    }
   }
-  if (k > 0) {
-    topkScatterKernel<Out><<<gridFor(k), kThreads, 0, stream>>>(indices, values, k, out);
-    TERSE_CUDA_TRY(detail::lastLaunchError());
-  }
-  TERSE_CUDA_TRY(cudaStreamSynchronize(stream));
-  *valid = true;
-  return cudaSuccess;
+  return readVerdict(flag, valid, stream);
 }
 
 cudaError_t topkDecompressAccumulate(const uint32_t* indices, const float* values, size_t k,
                                      size_t n, float* acc, bool* valid, cudaStream_t stream) {
   if (valid == nullptr) return cudaErrorInvalidValue;
   *valid = false;
-  bool ok = false;
-  TERSE_CUDA_TRY(validateIndices(indices, k, n, &ok, stream));
-  if (!ok) return cudaSuccess;
-  if (k > 0) {
-    if (acc == nullptr || values == nullptr) return cudaErrorInvalidValue;
-    topkScatterAddKernel<<<gridFor(k), kThreads, 0, stream>>>(indices, values, k, acc);
+  if (k > n) return cudaSuccess;
+  if (k > 0 && (acc == nullptr || values == nullptr)) return cudaErrorInvalidValue;
+  int* flag = nullptr;
+  TERSE_CUDA_TRY(queueValidation(indices, k, n, &flag, stream));
+  if (flag) {
+    topkScatterAddKernel<<<gridFor(k), kThreads, 0, stream>>>(indices, values, k, acc, flag);
     TERSE_CUDA_TRY(detail::lastLaunchError());
   }
-  TERSE_CUDA_TRY(cudaStreamSynchronize(stream));
-  *valid = true;
-  return cudaSuccess;
+  return readVerdict(flag, valid, stream);
 }
 
 #define TERSE_PER_TYPE(T)                                                                          \

@@ -10,6 +10,7 @@
 #include "terse/kernels/cuda.h"
 #include "terse/kernels/device.h"
 #include "terse/kernels/kernels.h"
+#include "terse/kernels/radix_select.h"
 #include "terse/kernels/tiling.h"
 
 #include <gtest/gtest.h>
@@ -649,10 +650,10 @@ TYPED_TEST(GpuKernels, OnebitZerosAndNonFiniteMatchCpu) {
 
 // ---- topk ------------------------------------------------------------------------------------
 template <typename In>
-void checkTopk(const std::vector<In>& in, size_t k, bool withResidual) {
+void checkTopk(const std::vector<In>& in, size_t k, bool withResidual, size_t shift = 0) {
   size_t n = in.size();
   SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-               " residual=" + std::to_string(withResidual));
+               " residual=" + std::to_string(withResidual) + " shift=" + std::to_string(shift));
   size_t kk = std::min(k, n);
   auto residual = randomResidual(n, 61 + n);
   std::vector<float> cpuResidual = residual, cpuValues(kk);
@@ -667,8 +668,8 @@ void checkTopk(const std::vector<In>& in, size_t k, bool withResidual) {
     ASSERT_GT(scratchBytes, 0u);
   }
   DeviceArray<char> dScratch(scratchBytes);
-  DeviceArray<In> dIn(n);
-  DeviceArray<float> dResidual(n), dValues(kk);
+  DeviceArray<In> dIn(n, shift);
+  DeviceArray<float> dResidual(n, shift), dValues(kk);
   DeviceArray<uint32_t> dIndices(kk);
   ASSERT_CUDA(dScratch.status());
   ASSERT_CUDA(dIn.upload(in));
@@ -707,6 +708,19 @@ TYPED_TEST(GpuKernels, TopkMatchesCpuBitwise) {
   }
 }
 
+// Pointers off the 16-byte grid take the selection's one-element loads; a large message whose
+// threshold falls among many equal magnitudes makes level 1 keep a large candidate list and the
+// index digits decide (the emulation in GpuTopkSelect checks the same on the CPU).
+TYPED_TEST(GpuKernels, TopkMisalignedAndHeavilyTiedMatchCpuBitwise) {
+  TERSE_REQUIRE_DEVICE();
+  for (size_t shift : {1, 3})
+    for (bool withResidual : {false, true})
+      checkTopk(randomValues<TypeParam>(100003, 66), 1001, withResidual, shift);
+  const size_t n = (size_t{1} << 22) + 9;
+  auto tied = tiedValues<TypeParam>(n, 67);
+  for (size_t k : {size_t{1}, n / 100 + 1, n / 3, n - 1}) checkTopk(tied, k, true);
+}
+
 TYPED_TEST(GpuKernels, TopkSelectsNaNAndInfFirst) {
   TERSE_REQUIRE_DEVICE();
   auto in = randomValues<TypeParam>(5000, 65);
@@ -715,6 +729,154 @@ TYPED_TEST(GpuKernels, TopkSelectsNaNAndInfFirst) {
   checkTopk(in, 1, false);
   checkTopk(in, 2, false);
   checkTopk(in, 50, true);
+}
+
+// The CUDA top-k's selection run on the CPU with the kernels' own arithmetic
+// (radix_select.h): the six histogram levels, the candidates kept at level 1 (in a scrambled
+// order, since the kernels append them with atomics), the bucket search split into the picking
+// block's slices, and the final predicate rank >= T in index order. No device needed; what this
+// cannot see (atomics, the last-block handoff, CUB's compaction) the device tests above check.
+struct EmulatedTopk {
+  std::vector<uint32_t> indices;
+  std::vector<float> values;
+  int levels = 0;  // histogram levels run before T was known
+};
+
+template <typename In>
+EmulatedTopk emulateGpuTopk(const std::vector<In>& in, size_t k, std::vector<float>* residual) {
+  const size_t n = in.size();
+  k = std::min(k, n);
+  EmulatedTopk out;
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = num::load(in.data(), i);
+    if (residual) v[i] = num::feedbackSum(v[i], (*residual)[i]);
+  }
+  if (residual) *residual = v;
+  if (k == 0) return out;
+  auto rankAt = [&](size_t i) {
+    return radix::rankOf(num::magnitudeKey(v[i]), static_cast<uint32_t>(i));
+  };
+  radix::SelectState state{};
+  std::vector<uint64_t> candidates;
+  constexpr uint32_t kSlices = 256, kWidth = radix::kMaxDigits / kSlices;
+  while (!state.done) {
+    const int level = static_cast<int>(state.level);
+    std::vector<uint32_t> hist(radix::kMaxDigits, 0);
+    if (level <= 1) {
+      for (size_t i = 0; i < n; ++i) {
+        const uint64_t rank = rankAt(i);
+        if (!radix::matchesPrefix(rank, state)) continue;
+        ++hist[radix::digitOf(rank, level)];
+        if (level == 1) candidates.push_back(rank);
+      }
+      std::reverse(candidates.begin(), candidates.end());
+    } else {
+      for (uint64_t rank : candidates)
+        if (radix::matchesPrefix(rank, state)) ++hist[radix::digitOf(rank, level)];
+    }
+    radix::SelectState s = state;
+    if (level == 0) s.remaining = k;
+    const uint32_t digits = radix::digitCount(level);
+    uint64_t aboveSlice = 0;
+    int found = 0;
+    for (uint32_t t = 0; t < kSlices; ++t) {
+      const uint32_t sliceTop = digits > t * kWidth ? digits - t * kWidth : 0;
+      uint32_t digit = 0;
+      uint64_t above = 0, inBucket = 0;
+      if (radix::findBucketInSlice(hist.data(), sliceTop, kWidth, aboveSlice, s.remaining, &digit,
+                                   &above, &inBucket)) {
+        ++found;
+        radix::SelectState chosen = s;
+        radix::decide(&chosen, digit, above, inBucket);
+        state = chosen;
+      }
+      for (uint32_t j = 0; j < kWidth && j < sliceTop; ++j) aboveSlice += hist[sliceTop - 1 - j];
+    }
+    EXPECT_EQ(found, 1) << "level " << level << ": exactly one slice holds the bucket";
+    if (found != 1) return out;
+    out.levels = level + 1;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (rankAt(i) < state.prefix) continue;
+    out.indices.push_back(static_cast<uint32_t>(i));
+    out.values.push_back(v[i]);
+    if (residual) (*residual)[i] = 0.0f;
+  }
+  return out;
+}
+
+template <typename In>
+void checkEmulatedTopk(const std::vector<In>& in, size_t k, bool withResidual,
+                       int* levelsSeen = nullptr) {
+  const size_t n = in.size(), kk = std::min(k, n);
+  SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+               " residual=" + std::to_string(withResidual));
+  const auto residual = randomResidual(n, 61 + n);
+  std::vector<float> cpuResidual = residual, gpuResidual = residual, cpuValues(kk);
+  std::vector<uint32_t> cpuIndices(kk);
+  std::vector<char> cpuScratch(cpu::topkScratchBytes(n));
+  ASSERT_EQ(cpu::topkCompress(in.data(), n, k, withResidual ? cpuResidual.data() : nullptr,
+                              cpuScratch.data(), cpuIndices.data(), cpuValues.data()),
+            kk);
+  EmulatedTopk gpu = emulateGpuTopk(in, k, withResidual ? &gpuResidual : nullptr);
+  expectSame(gpu.indices, cpuIndices, "emulated topk indices");
+  expectSame(gpu.values, cpuValues, "emulated topk values");
+  if (withResidual) expectSame(gpuResidual, cpuResidual, "emulated topk residual");
+  if (levelsSeen) *levelsSeen = std::max(*levelsSeen, gpu.levels);
+}
+
+TEST(GpuTopkSelect, RadixSelectChoosesTheCpuTopk) {
+  int deepest = 0;
+  for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, size_t{70001}}) {
+    for (size_t k : {size_t{1}, size_t{2}, n / 100 + 1, n / 2, n - 1, n, n + 5}) {
+      for (bool withResidual : {false, true}) {
+        checkEmulatedTopk(randomValues<float>(n, 60 + n), k, withResidual, &deepest);
+        checkEmulatedTopk(tiedValues<float>(n, 62 + n), k, withResidual, &deepest);
+        checkEmulatedTopk(randomValues<Half>(n, 63 + n), k, withResidual, &deepest);
+        checkEmulatedTopk(tiedValues<BFloat16>(n, 64 + n), k, withResidual, &deepest);
+      }
+    }
+  }
+  // Ties at the threshold are settled by the index digits, so the emulation must have reached
+  // the last level somewhere; distinct magnitudes stop after the key's digits.
+  EXPECT_EQ(deepest, radix::kLevels);
+}
+
+TEST(GpuTopkSelect, RadixSelectHandlesNonFiniteAndEqualValues) {
+  auto in = randomValues<float>(5000, 65);
+  in[4000] = std::numeric_limits<float>::quiet_NaN();
+  in[17] = -std::numeric_limits<float>::infinity();
+  in[18] = std::numeric_limits<float>::infinity();
+  in[19] = -0.0f;
+  for (size_t k : {1, 2, 3, 50, 4999, 5000}) {
+    checkEmulatedTopk(in, k, false);
+    checkEmulatedTopk(in, k, true);
+  }
+  // Every magnitude equal: the selection is the first k indices, found by the index digits.
+  std::vector<float> same(3000, 0.25f);
+  for (size_t i = 0; i < same.size(); i += 2) same[i] = -0.25f;
+  for (size_t k : {1, 2, 1000, 2047, 2048, 2049, 2999, 3000}) checkEmulatedTopk(same, k, false);
+  std::vector<float> zeros(100, 0.0f);
+  checkEmulatedTopk(zeros, 10, false);
+}
+
+// Ranks order elements as the CPU does: larger magnitude first, then lower index.
+TEST(GpuTopkSelect, RankOrdersByMagnitudeThenLowerIndex) {
+  using radix::rankOf;
+  EXPECT_GT(rankOf(num::magnitudeKey(2.0f), 9), rankOf(num::magnitudeKey(-1.0f), 0));
+  EXPECT_GT(rankOf(num::magnitudeKey(1.0f), 3), rankOf(num::magnitudeKey(-1.0f), 4));
+  EXPECT_GT(rankOf(num::magnitudeKey(std::numeric_limits<float>::quiet_NaN()), 5),
+            rankOf(num::magnitudeKey(std::numeric_limits<float>::infinity()), 0));
+  EXPECT_EQ(radix::indexOfRank(rankOf(123, 0xfffffffeu)), 0xfffffffeu);
+  // The six digits tile the 63 bits of a rank with no gap and no overlap.
+  uint64_t covered = 0;
+  for (int level = 0; level < radix::kLevels; ++level) {
+    const uint64_t bits = uint64_t{radix::digitCount(level) - 1} << radix::digitShift(level);
+    EXPECT_EQ(covered & bits, 0u) << "level " << level;
+    covered |= bits;
+  }
+  EXPECT_EQ(covered, (uint64_t{1} << 63) - 1);
 }
 
 TEST(GpuKernelsFloat, TopkRejectsSmallScratch) {
@@ -734,10 +896,10 @@ TEST(GpuKernelsFloat, TopkRejectsSmallScratch) {
 
 template <typename Out>
 void checkTopkDecode(const std::vector<uint32_t>& indices, const std::vector<float>& values,
-                     size_t n, bool expectValid) {
+                     size_t n, bool expectValid, size_t shift = 0) {
   size_t k = indices.size();
   SCOPED_TRACE(std::string(typeName<Out>()) + " n=" + std::to_string(n) +
-               " k=" + std::to_string(k));
+               " k=" + std::to_string(k) + " shift=" + std::to_string(shift));
   // Sentinel contents show whether anything was written.
   std::vector<Out> before(n);
   for (size_t i = 0; i < n; ++i) num::store(before.data(), i, 7.0f + static_cast<float>(i % 5));
@@ -747,7 +909,7 @@ void checkTopkDecode(const std::vector<uint32_t>& indices, const std::vector<flo
 
   DeviceArray<uint32_t> dIndices(k);
   DeviceArray<float> dValues(k);
-  DeviceArray<Out> dOut(n);
+  DeviceArray<Out> dOut(n, shift);  // a shift puts the zero fill's 16-byte stores off the grid
   ASSERT_CUDA(dIndices.upload(indices));
   ASSERT_CUDA(dValues.upload(values));
   ASSERT_CUDA(dOut.upload(before));
@@ -781,6 +943,7 @@ void checkTopkDecodeCases() {
       if (rng() % 13 == 0) indices.push_back(static_cast<uint32_t>(i));
     auto values = randomResidual(indices.size(), 71 + n);
     checkTopkDecode<Out>(indices, values, n, true);
+    checkTopkDecode<Out>(indices, values, n, true, 3);
     checkTopkDecode<Out>({}, {}, n, true);
     // Corrupt payloads: out of range, duplicate, descending, more pairs than elements.
     checkTopkDecode<Out>({static_cast<uint32_t>(n)}, {1.0f}, n, false);
