@@ -225,11 +225,12 @@ int gpuKernelsMain(int argc, char** argv) {
     size_t block;
   };
   const LowbitCase lowbits[] = {{"fp8", kc::LowbitFormat::kFp8E4M3, 256},
+                                {"fp8e5m2", kc::LowbitFormat::kFp8E5M2, 256},
                                 {"mxfp8", kc::LowbitFormat::kMxfp8, kernels::kMxBlock},
                                 {"mxfp4", kc::LowbitFormat::kMxfp4, kernels::kMxBlock},
                                 {"int4", kc::LowbitFormat::kInt4, 64}};
   std::vector<std::string> names;  // the cases keep pointers to these
-  names.reserve(4 * 5);
+  names.reserve(5 * 6);
   for (const LowbitCase& l : lowbits) {
     const double code = kernels::lowbitIsNibbles(l.format) ? 0.5 : 1.0;
     const double scale = static_cast<double>(kernels::lowbitScaleBytes(l.format)) / l.block;
@@ -244,6 +245,11 @@ int gpuKernelsMain(int argc, char** argv) {
     cases.push_back({names.back().c_str(), 12 + code + scale, [&, f, block] {
                        return kc::lowbitQuantize(f, in, n, block, kernels::Rounding::kNearest, 0, 0,
                                                  residual, scales, codes, stream);
+                     }});
+    names.push_back(std::string(l.name) + "Quantize f32 stochastic");
+    cases.push_back({names.back().c_str(), 4 + code + scale, [&, f, block] {
+                       return kc::lowbitQuantize(f, in, n, block, kernels::Rounding::kStochastic, 1,
+                                                 0, nullptr, scales, codes, stream);
                      }});
     names.push_back(std::string(l.name) + "Quantize f32 stoch +residual");
     cases.push_back({names.back().c_str(), 12 + code + scale, [&, f, block] {

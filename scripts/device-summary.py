@@ -185,9 +185,37 @@ def ddp_compare(ddp, link, base="socket", other="collnet-int8"):
             "loss_rel_diff": abs(lb - la) / abs(la) if n and la else None}
 
 
-def targets(rows, ddp):
-    """Issue #45's targets, each met / missed / not measured (with what was compared)."""
+# Issue #45's kernel goals: every encoder and decoder of the block codecs and onebit (with and
+# without residual, nearest and stochastic) at 0.8 of the copy; top-k compress 0.3, its decoders
+# 0.5 (terse-bench gpukernels' rows and byte counts).
+CODEC_KERNELS = re.compile(r"^(int8|fp8|fp8e5m2|mxfp8|mxfp4|int4|onebit)"
+                           r"(Quantize|Dequantize|Compress|Decompress)")
+KERNEL_GOALS = [("every block-codec and onebit encoder and decoder / copy", CODEC_KERNELS, 0.8),
+                ("topk compress / copy", re.compile(r"^topkCompress"), 0.3),
+                ("topk decoders / copy", re.compile(r"^topkDecompress"), 0.5)]
+
+
+def kernel_targets(bench):
+    """The kernel goals over gpukernels' rows: the lowest ratio of each group against its goal."""
     out = []
+    for name, pattern, goal in KERNEL_GOALS:
+        rows = [r for r in bench if pattern.match(r["kernel"])]
+        if not rows:
+            out.append({"target": name, "status": "not measured", "value": None, "goal": goal,
+                        "what": "terse-bench gpukernels"})
+            continue
+        low = min(rows, key=lambda r: r["ratio"])
+        below = [r["kernel"] for r in rows if r["ratio"] < goal]
+        out.append({"target": name, "status": "missed" if below else "met",
+                    "value": low["ratio"], "goal": goal,
+                    "what": f"lowest of {len(rows)}: {low['kernel']}"
+                            + (f"; below: {', '.join(below)}" if below else "")})
+    return out
+
+
+def targets(rows, ddp, bench=()):
+    """Issue #45's targets, each met / missed / not measured (with what was compared)."""
+    out = kernel_targets(list(bench))
 
     def verdict(name, value, goal, what):
         if value is None:
@@ -409,7 +437,7 @@ def main():
                "nccl_perf_runs": [{k: v for k, v in r.items() if k != "rows"} for r in perf],
                "ddp": ddp, "ddp_compare": [c for c in (ddp_compare(ddp, link) for link in sorted(
                    {d.get("link", "loopback") for d in ddp})) if c],
-               "targets": targets(prows, ddp) if (prows or ddp) else [],
+               "targets": targets(prows, ddp, bench) if (prows or ddp or bench) else [],
                "plots": plots, "plot_note": plot_note}
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

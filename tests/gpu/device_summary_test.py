@@ -90,7 +90,22 @@ class Parsers(unittest.TestCase):
     def test_nothing_measured_is_said(self):
         got = ds.targets([], [])
         self.assertTrue(all(t["status"] == "not measured" for t in got))
-        self.assertEqual(len(got), 3)
+        self.assertEqual(len(got), 6)
+
+    def test_kernel_targets_take_each_groups_lowest_ratio(self):
+        bench = [{"kernel": k, "us": 1.0, "gbs": 1.0, "ratio": r} for k, r in [
+            ("memcpy f32 (baseline)", 1.0), ("convert f32->f16", 0.5),
+            ("int8Quantize f32 +residual", 0.9), ("fp8e5m2Quantize f32 stochastic", 0.7),
+            ("onebitDecompressAccumulate", 0.85), ("topkCompress f32 1% +residual", 0.35),
+            ("topkDecompress f32 1%", 0.6), ("topkDecompressAccumulate 1%", 0.2)]]
+        got = {t["target"]: t for t in ds.targets([], [], bench)}
+        codecs = got["every block-codec and onebit encoder and decoder / copy"]
+        self.assertEqual(codecs["status"], "missed")  # the cast at 0.5 is not in the group
+        self.assertAlmostEqual(codecs["value"], 0.7)
+        self.assertIn("below: fp8e5m2Quantize f32 stochastic", codecs["what"])
+        self.assertEqual(got["topk compress / copy"]["status"], "met")
+        dec = got["topk decoders / copy"]
+        self.assertEqual((dec["status"], dec["value"]), ("missed", 0.2))
 
     def test_ddp_compare_uses_the_steps_both_ran(self):
         ddp = [ddp_run("socket", "loopback", 1.0, [4.0] * 30),
