@@ -47,6 +47,7 @@ static_assert(kSliceWidth * kThreads == radix::kMaxDigits, "slices must cover ev
 struct Control {
   radix::SelectState state;
   unsigned int blocksDone;  // blocks of the current pass that have added their counts
+  unsigned int keep;        // 1: level 1 keeps candidates (level 0's bucket is small enough)
   unsigned int candidates;  // ranks kept by level 1
   unsigned int selected;    // what the compaction kept (k, unless something is badly wrong)
   uint32_t hist[radix::kMaxDigits];
@@ -118,7 +119,17 @@ __device__ void forEachValue(const Values<In>& values, size_t n, bool vec, Visit
   for (size_t i = done + first; i < n; i += stride) visit(i, values.one(i));
 }
 
-// Appends one rank to the candidates; the threads appending together share one atomic.
+// Counts a digit in the block's shared histogram; the threads counting together combine equal
+// digits first, so skewed data (a gradient mostly zero) costs one atomic per distinct digit in a
+// warp instead of 32 conflicting ones on the same counter.
+__device__ void countDigit(uint32_t* local, uint32_t digit) {
+  cg::coalesced_group g = cg::coalesced_threads();
+  const unsigned peers = g.match_any(digit);  // in g's thread ranks
+  if (g.thread_rank() == static_cast<unsigned>(__ffs(peers) - 1))
+    atomicAdd(&local[digit], static_cast<uint32_t>(__popc(peers)));
+}
+
+// Appends one rank to the global candidates; the threads appending together share one atomic.
 __device__ void appendCandidate(unsigned int* count, uint64_t* cand, uint64_t rank) {
   cg::coalesced_group g = cg::coalesced_threads();
   unsigned int base = 0;
@@ -127,12 +138,40 @@ __device__ void appendCandidate(unsigned int* count, uint64_t* cand, uint64_t ra
   cand[base + g.thread_rank()] = rank;
 }
 
+// A block's candidates wait in shared memory and go out with one global atomic at the end of the
+// pass (a block sees about 1% of its thousands of elements at a 1% ratio); past kStaged they go
+// out at once.
+constexpr unsigned kStaged = 1024;
+struct Staging {
+  unsigned count;
+  unsigned base;
+  uint64_t ranks[kStaged];
+};
+
+__device__ void stageCandidate(Staging* st, Control* c, uint64_t* cand, uint64_t rank) {
+  const unsigned slot = atomicAdd(&st->count, 1u);
+  if (slot < kStaged)
+    st->ranks[slot] = rank;
+  else
+    appendCandidate(&c->candidates, cand, rank);
+}
+
+__device__ void flushStaged(Staging* st, Control* c, uint64_t* cand) {
+  __syncthreads();
+  const unsigned staged = st->count < kStaged ? st->count : kStaged;
+  if (threadIdx.x == 0 && staged) st->base = atomicAdd(&c->candidates, staged);
+  __syncthreads();
+  for (unsigned j = threadIdx.x; j < staged; j += kThreads) cand[st->base + j] = st->ranks[j];
+}
+
 // After a block has counted into `local` (shared, radix::kMaxDigits entries): adds its counts to
 // the pass's histogram, and the pass's last block to finish picks the bucket. That block reads
 // and clears the histogram (atomicExch, so it sees every block's atomics and leaves zeros for
 // the next pass), finds the bucket with the slice search of radix_select.h, and records the
-// choice; the next kernel on the stream sees it.
-__device__ void finishLevel(uint32_t* local, int level, Control* c, uint64_t k) {
+// choice; the next kernel on the stream sees it. After level 0 it also decides whether level 1
+// keeps candidates: only when the bucket is at most keepCap ranks (a mostly-zero gradient puts
+// nearly every element in it, and then levels 2-5 read v again instead of n candidates).
+__device__ void finishLevel(uint32_t* local, int level, Control* c, uint64_t k, size_t keepCap) {
   using Scan = cub::BlockScan<unsigned long long, kThreads>;
   __shared__ typename Scan::TempStorage scanStorage;
   __shared__ bool last;
@@ -145,6 +184,7 @@ __device__ void finishLevel(uint32_t* local, int level, Control* c, uint64_t k) 
   if (threadIdx.x == 0) last = atomicAdd(&c->blocksDone, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
+  __threadfence();  // order this block's reads after every block's counts (the ticket's acquire)
 
   radix::SelectState s = c->state;
   if (s.level == 0) s.remaining = k;
@@ -163,48 +203,49 @@ __device__ void finishLevel(uint32_t* local, int level, Control* c, uint64_t k) 
                                &above, &inBucket)) {
     radix::decide(&s, digit, above, inBucket);
     c->state = s;
+    if (level == 0) c->keep = inBucket <= keepCap ? 1u : 0u;
   }
   if (threadIdx.x == 0) c->blocksDone = 0;
 }
 
 __device__ void zeroLocal(uint32_t* local) {
   for (uint32_t d = threadIdx.x; d < radix::kMaxDigits; d += kThreads) local[d] = 0;
-  __syncthreads();
 }
 
-// Levels 0 and 1, over every element (see the file comment).
+// One histogram level (see the file comment): level 0 and 1 over every element, levels 2-5
+// over the candidates level 1 kept, or over every element again when it kept none.
 template <typename In>
 __global__ void __launch_bounds__(kThreads)
-    fullPassKernel(Values<In> values, size_t n, bool vec, Control* c, uint64_t* cand, uint64_t k) {
+    levelKernel(Values<In> values, size_t n, bool vec, Control* c, uint64_t* cand, uint64_t k,
+                size_t keepCap) {
   __shared__ uint32_t local[radix::kMaxDigits];
-  if (c->state.done) return;  // level 0 chose a bucket to take whole: nothing more to count
-  const radix::SelectState s = c->state;
-  const int level = static_cast<int>(s.level);
-  zeroLocal(local);
-  forEachValue(values, n, vec, [&](size_t i, float v) {
-    uint64_t rank = radix::rankOf(num::magnitudeKey(v), static_cast<uint32_t>(i));
-    if (!radix::matchesPrefix(rank, s)) return;
-    atomicAdd(&local[radix::digitOf(rank, level)], 1u);
-    if (level == 1) appendCandidate(&c->candidates, cand, rank);
-  });
-  finishLevel(local, level, c, k);
-}
-
-// Levels 2-5, over the candidates that level 1 kept.
-__global__ void __launch_bounds__(kThreads)
-    candidatePassKernel(const uint64_t* cand, Control* c, uint64_t k) {
-  __shared__ uint32_t local[radix::kMaxDigits];
+  __shared__ Staging staging;
+  // Uniform across the grid: the state changes only in the last block, after every ticket.
   if (c->state.done) return;
   const radix::SelectState s = c->state;
   const int level = static_cast<int>(s.level);
-  const size_t count = c->candidates;
+  const bool kept = level >= 1 && c->keep;
   zeroLocal(local);
-  for (size_t j = size_t{blockIdx.x} * kThreads + threadIdx.x; j < count;
-       j += size_t{gridDim.x} * kThreads) {
-    uint64_t rank = cand[j];
-    if (radix::matchesPrefix(rank, s)) atomicAdd(&local[radix::digitOf(rank, level)], 1u);
+  if (threadIdx.x == 0) staging.count = 0;
+  __syncthreads();
+  if (level >= 2 && kept) {
+    const size_t count = c->candidates;
+    for (size_t j = size_t{blockIdx.x} * kThreads + threadIdx.x; j < count;
+         j += size_t{gridDim.x} * kThreads) {
+      const uint64_t rank = cand[j];
+      if (radix::matchesPrefix(rank, s)) countDigit(local, radix::digitOf(rank, level));
+    }
+  } else {
+    const bool collect = level == 1 && kept;
+    forEachValue(values, n, vec, [&](size_t i, float v) {
+      const uint64_t rank = radix::rankOf(num::magnitudeKey(v), static_cast<uint32_t>(i));
+      if (!radix::matchesPrefix(rank, s)) return;
+      countDigit(local, radix::digitOf(rank, level));
+      if (collect) stageCandidate(&staging, c, cand, rank);
+    });
+    if (collect) flushStaged(&staging, c, cand);
   }
-  finishLevel(local, level, c, k);
+  finishLevel(local, level, c, k, keepCap);
 }
 
 // The compaction's predicate: element i is chosen when its rank reaches T.
@@ -217,12 +258,16 @@ struct ReachesThreshold {
   }
 };
 
-// values[j] = v of the chosen element; with error feedback its residual becomes zero.
+// Copies the first k compacted indices to the wire with v of each; with error feedback their
+// residuals become zero. (The compaction writes to scratch, so a wrong count, which the host
+// then reports, could never run past the caller's k entries.)
 template <typename In>
-__global__ void topkGatherKernel(Values<In> values, const uint32_t* indices, size_t k, float* out) {
+__global__ void topkGatherKernel(Values<In> values, const uint32_t* chosen, size_t k,
+                                 uint32_t* indices, float* out) {
   for (size_t j = blockIdx.x * size_t{kThreads} + threadIdx.x; j < k;
        j += size_t{gridDim.x} * kThreads) {
-    uint32_t i = indices[j];
+    uint32_t i = chosen[j];
+    indices[j] = i;
     out[j] = values.one(i);
     if (values.source == Source::kResidual) values.residual[i] = 0.0f;
   }
@@ -249,6 +294,27 @@ cudaError_t multiprocessors(unsigned* sms) {
   TERSE_CUDA_TRY(cudaGetDevice(&device));
   TERSE_CUDA_TRY(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   *sms = static_cast<unsigned>(std::max(1, count));
+  return cudaSuccess;
+}
+
+// A pinned host word per host thread for the one value each call reads back (the compaction's
+// count, the decoders' verdict): a copy into pageable memory would be staged and synchronous.
+// Allocated on first use; every call synchronizes before returning, so it is never shared by
+// two copies in flight.
+cudaError_t pinnedWord(unsigned int** word) {
+  struct Word {
+    unsigned int* p = nullptr;
+    ~Word() {
+      if (p) cudaFreeHost(p);  // errors ignored: at exit the runtime may be unloading
+    }
+  };
+  thread_local Word w;
+  if (w.p == nullptr) {
+    void* p = nullptr;
+    TERSE_CUDA_TRY(cudaMallocHost(&p, sizeof(unsigned int)));
+    w.p = static_cast<unsigned int*>(p);
+  }
+  *word = w.p;
   return cudaSuccess;
 }
 
@@ -377,42 +443,49 @@ cudaError_t topkCompress(const In* in, size_t n, size_t k, float* residual, void
   size_t need = 0;
   TERSE_CUDA_TRY(selectTempBytes<In>(n, &need));
   if (need > tempAvailable) return cudaErrorInvalidValue;
-  // Full passes: enough blocks to keep every SM's memory pipeline full (8 of 256 threads each),
-  // and no more, since each block adds its histogram to the same global counters. Candidate
-  // passes: their work is known only on the device, and usually small.
+  // Full passes: as many blocks as the SMs hold at once (a second, partial wave would stretch
+  // the pass), no more, since every block adds its histogram to the same global counters.
+  // Levels 2-5 usually count a few candidates, so a fifth of that grid.
   unsigned sms = 1;
+  int perSm = 0;
   TERSE_CUDA_TRY(multiprocessors(&sms));
-  const unsigned fullBlocks = std::min(gridFor((n + 3) / 4), 8 * sms);
-  const unsigned candBlocks = 2 * sms;
+  TERSE_CUDA_TRY(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, levelKernel<In>, kThreads, 0));
+  const unsigned resident = sms * static_cast<unsigned>(std::max(1, perSm));
+  const unsigned fullBlocks = std::min(gridFor((n + 3) / 4), resident);
+  const unsigned candBlocks = std::min(fullBlocks, std::max(1u, resident / 5));
+  // Level 1 keeps candidates when level 0's bucket is at most this many ranks.
+  const size_t keepCap = n / 8 + 1024;
 
   const Source after = residual ? Source::kResidual : Source::kInput;
   const Values<In> first{in, residual, residual ? Source::kFeedback : Source::kInput};
   const Values<In> again{in, residual, after};
+  const bool vecFirst = vectorizable(in, residual, first.source);
+  const bool vecAgain = vectorizable(in, residual, after);
 
   TERSE_CUDA_TRY(cudaMemsetAsync(control, 0, sizeof(Control), stream));
-  fullPassKernel<In><<<fullBlocks, kThreads, 0, stream>>>(
-      first, n, vectorizable(in, residual, first.source), control, cand, k);
-  TERSE_CUDA_TRY(detail::lastLaunchError());
-  fullPassKernel<In><<<fullBlocks, kThreads, 0, stream>>>(
-      again, n, vectorizable(in, residual, after), control, cand, k);
-  TERSE_CUDA_TRY(detail::lastLaunchError());
-  for (int level = 2; level < radix::kLevels; ++level) {
-    candidatePassKernel<<<candBlocks, kThreads, 0, stream>>>(cand, control, k);
+  for (int level = 0; level < radix::kLevels; ++level) {
+    const unsigned blocks = level < 2 ? fullBlocks : candBlocks;
+    levelKernel<In><<<blocks, kThreads, 0, stream>>>(
+        level == 0 ? first : again, n, level == 0 ? vecFirst : vecAgain, control, cand, k, keepCap);
     TERSE_CUDA_TRY(detail::lastLaunchError());
   }
 
+  // The candidates are spent: their space takes the compacted indices (room for 2n).
+  auto* chosen = reinterpret_cast<uint32_t*>(cand);
   ReachesThreshold<In> pred{again, &control->state};
-  TERSE_CUDA_TRY(cub::DeviceSelect::If(temp, need, thrust::counting_iterator<uint32_t>(0), indices,
+  TERSE_CUDA_TRY(cub::DeviceSelect::If(temp, need, thrust::counting_iterator<uint32_t>(0), chosen,
                                        &control->selected, static_cast<int64_t>(n), pred, stream));
-  topkGatherKernel<In><<<gridFor(k), kThreads, 0, stream>>>(again, indices, k, values);
+  topkGatherKernel<In><<<gridFor(k), kThreads, 0, stream>>>(again, chosen, k, indices, values);
   TERSE_CUDA_TRY(detail::lastLaunchError());
   // The wire size depends on k, and the scratch may be reused as soon as we return.
-  unsigned int selected = 0;
-  TERSE_CUDA_TRY(cudaMemcpyAsync(&selected, &control->selected, sizeof(selected),
+  unsigned int* selected = nullptr;
+  TERSE_CUDA_TRY(pinnedWord(&selected));
+  TERSE_CUDA_TRY(cudaMemcpyAsync(selected, &control->selected, sizeof(unsigned int),
                                  cudaMemcpyDeviceToHost, stream));
   TERSE_CUDA_TRY(cudaStreamSynchronize(stream));
   // Ranks are unique, so exactly k reach the k-th largest; anything else is a defect here.
-  if (selected != k) return cudaErrorUnknown;
+  if (*selected != k) return cudaErrorUnknown;
   if (kOut) *kOut = k;
   return cudaSuccess;
 }

@@ -742,8 +742,11 @@ struct EmulatedTopk {
   int levels = 0;  // histogram levels run before T was known
 };
 
+// keepCap: level 1 keeps candidates only when level 0's bucket is at most this many ranks
+// (topkCompress uses n / 8 + 1024); otherwise levels 2-5 count over every element again.
 template <typename In>
-EmulatedTopk emulateGpuTopk(const std::vector<In>& in, size_t k, std::vector<float>* residual) {
+EmulatedTopk emulateGpuTopk(const std::vector<In>& in, size_t k, std::vector<float>* residual,
+                            size_t keepCap) {
   const size_t n = in.size();
   k = std::min(k, n);
   EmulatedTopk out;
@@ -759,16 +762,17 @@ EmulatedTopk emulateGpuTopk(const std::vector<In>& in, size_t k, std::vector<flo
   };
   radix::SelectState state{};
   std::vector<uint64_t> candidates;
+  bool keep = false;
   constexpr uint32_t kSlices = 256, kWidth = radix::kMaxDigits / kSlices;
   while (!state.done) {
     const int level = static_cast<int>(state.level);
     std::vector<uint32_t> hist(radix::kMaxDigits, 0);
-    if (level <= 1) {
+    if (level <= 1 || !keep) {
       for (size_t i = 0; i < n; ++i) {
         const uint64_t rank = rankAt(i);
         if (!radix::matchesPrefix(rank, state)) continue;
         ++hist[radix::digitOf(rank, level)];
-        if (level == 1) candidates.push_back(rank);
+        if (level == 1 && keep) candidates.push_back(rank);
       }
       std::reverse(candidates.begin(), candidates.end());
     } else {
@@ -790,6 +794,7 @@ EmulatedTopk emulateGpuTopk(const std::vector<In>& in, size_t k, std::vector<flo
         radix::SelectState chosen = s;
         radix::decide(&chosen, digit, above, inBucket);
         state = chosen;
+        if (level == 0) keep = inBucket <= keepCap;
       }
       for (uint32_t j = 0; j < kWidth && j < sliceTop; ++j) aboveSlice += hist[sliceTop - 1 - j];
     }
@@ -813,17 +818,21 @@ void checkEmulatedTopk(const std::vector<In>& in, size_t k, bool withResidual,
   SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                " residual=" + std::to_string(withResidual));
   const auto residual = randomResidual(n, 61 + n);
-  std::vector<float> cpuResidual = residual, gpuResidual = residual, cpuValues(kk);
+  std::vector<float> cpuResidual = residual, cpuValues(kk);
   std::vector<uint32_t> cpuIndices(kk);
   std::vector<char> cpuScratch(cpu::topkScratchBytes(n));
   ASSERT_EQ(cpu::topkCompress(in.data(), n, k, withResidual ? cpuResidual.data() : nullptr,
                               cpuScratch.data(), cpuIndices.data(), cpuValues.data()),
             kk);
-  EmulatedTopk gpu = emulateGpuTopk(in, k, withResidual ? &gpuResidual : nullptr);
-  expectSame(gpu.indices, cpuIndices, "emulated topk indices");
-  expectSame(gpu.values, cpuValues, "emulated topk values");
-  if (withResidual) expectSame(gpuResidual, cpuResidual, "emulated topk residual");
-  if (levelsSeen) *levelsSeen = std::max(*levelsSeen, gpu.levels);
+  // With candidates (topkCompress's cap) and without (every level over every element).
+  for (size_t keepCap : {n / 8 + 1024, size_t{0}}) {
+    std::vector<float> gpuResidual = residual;
+    EmulatedTopk gpu = emulateGpuTopk(in, k, withResidual ? &gpuResidual : nullptr, keepCap);
+    expectSame(gpu.indices, cpuIndices, "emulated topk indices");
+    expectSame(gpu.values, cpuValues, "emulated topk values");
+    if (withResidual) expectSame(gpuResidual, cpuResidual, "emulated topk residual");
+    if (levelsSeen) *levelsSeen = std::max(*levelsSeen, gpu.levels);
+  }
 }
 
 TEST(GpuTopkSelect, RadixSelectChoosesTheCpuTopk) {
@@ -859,6 +868,14 @@ TEST(GpuTopkSelect, RadixSelectHandlesNonFiniteAndEqualValues) {
   for (size_t k : {1, 2, 1000, 2047, 2048, 2049, 2999, 3000}) checkEmulatedTopk(same, k, false);
   std::vector<float> zeros(100, 0.0f);
   checkEmulatedTopk(zeros, 10, false);
+  // A mostly-zero gradient with fewer nonzeros than k: the threshold is among the zeros, level
+  // 0's bucket holds nearly every element and (at topkCompress's cap) no candidates are kept.
+  std::vector<float> sparse(20000, 0.0f);
+  for (size_t i = 0; i < sparse.size(); i += 397) sparse[i] = 0.001f * static_cast<float>(i % 7);
+  for (size_t k : {10, 51, 200, 19999}) {
+    checkEmulatedTopk(sparse, k, false);
+    checkEmulatedTopk(sparse, k, true);
+  }
 }
 
 // Ranks order elements as the CPU does: larger magnitude first, then lower index.
