@@ -131,10 +131,10 @@ def digest(model):
     return h.hexdigest()
 
 
-def shrink_and_agree(torch, result, error, done):
-    """After a failed step: record it, shrink terse's process-wide communicator and agree on the
-    last step every survivor completed (one may be a step ahead of another). Returns the new
-    and old communicators and that step."""
+def shrink_and_gather(torch, result, error, done, mine):
+    """After a failed step (this rank had completed `done`): record it, shrink terse's
+    process-wide communicator and gather every survivor's step number `mine`. Returns the new and
+    old communicators and those numbers in new rank order."""
     import terse.ddp
     result["failed"] = time.time()
     result["error"] = str(error)[-400:]
@@ -142,9 +142,15 @@ def shrink_and_agree(torch, result, error, done):
     new, old = terse.ddp.shrink_default()
     result["shrunk"] = time.time()
     table = torch.zeros(new.size)
-    table[new.rank] = done
+    table[new.rank] = mine
     new.allreduce(table, "none", "sum")
-    steps = [int(v) for v in table.tolist()]
+    return new, old, [int(v) for v in table.tolist()]
+
+
+def shrink_and_agree(torch, result, error, done):
+    """shrink_and_gather, then agree on the last step every survivor completed (one may be a step
+    ahead of another). Returns the new and old communicators and that step."""
+    new, old, steps = shrink_and_gather(torch, result, error, done, done)
     k = min(steps)
     if max(steps) - k > 1:
         raise AssertionError(f"survivors more than a step apart: {steps}")
@@ -384,16 +390,9 @@ def fsdp_worker(args):
         except Exception as error:
             if not terse.ddp.is_failure(error) or generation > 0:
                 raise
-            result["failed"] = time.time()
-            result["error"] = str(error)[-400:]
-            result["reached"] = done
-            new, old = terse.ddp.shrink_default()
-            result["shrunk"] = time.time()
-            table = torch.zeros(new.size)
-            table[new.rank] = checkpoint[0]
-            new.allreduce(table, "none", "sum")
-            if len(set(table.tolist())) != 1:
-                raise AssertionError(f"survivors hold different checkpoints: {table.tolist()}")
+            new, old, held = shrink_and_gather(torch, result, error, done, checkpoint[0])
+            if len(set(held)) != 1:
+                raise AssertionError(f"survivors hold different checkpoints: {held}")
             k, weights, residuals = checkpoint
             state.load_state_dict(residuals)   # the old world's, as of step k
             result["agreed"], result["rolled_back"] = k, done - k
