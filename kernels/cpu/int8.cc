@@ -246,7 +246,11 @@ void int8Quantize(const In* in, size_t n, size_t block, Rounding rounding, uint6
 
 template <typename Out>
 void int8Dequantize(const float* scales, const int8_t* q, size_t n, size_t block, Out* out) {
+  bool avx = detail::useAvx2();
   detail::forBlocks(n, block, [&](size_t bi, size_t s, size_t len) {
+#if TERSE_CPU_HAVE_AVX2_PATH
+    if (avx) return dequantizeBlockAvx2(scales[bi], q + s, len, out + s);
+#endif
     dequantizeBlock(scales[bi], q + s, len, out + s);
   });
 }

@@ -168,6 +168,13 @@ void expectSurvivorsWentOn(const std::vector<RankOutcome>& outcomes, int victim)
   }
 }
 
+// Every one of the `n` ranks started exited 0.
+void expectEveryRankPassed(const std::vector<RankOutcome>& outcomes, int n) {
+  ASSERT_EQ(static_cast<int>(outcomes.size()), n);
+  for (const RankOutcome& o : outcomes)
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+}
+
 // Rank 0 dies between calls: the file store outlives it, and old rank 1 becomes rank 0.
 TEST(ShrinkProcesses, RankZeroKilledBetweenCalls) {
   const std::string dir = makeTempDir();
@@ -200,11 +207,7 @@ TEST(ShrinkProcesses, RankZerosTcpStoreEndsWithItAndTheShrinkSaysSo) {
                    : 5;
       },
       std::chrono::seconds(120));
-  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
-  EXPECT_EQ(outcomes[0].signal, SIGKILL) << describe(outcomes[0]);
-  for (int r = 1; r < kWorld; ++r)
-    EXPECT_TRUE(outcomes[r].exited && outcomes[r].code == 0)
-        << describe(outcomes[r]) << ": " << outcomes[r].report;
+  expectSurvivorsWentOn(outcomes, 0);
 }
 
 // Rank 3 dies at its 10th reduce-phase send: inside a call, with the others waiting on it. The
@@ -306,9 +309,7 @@ TEST(ShrinkProcesses, OnRequestALiveRankIsLeftOutAndASplitOfTheNewWorldWorks) {
         return 0;
       },
       std::chrono::seconds(120));
-  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
-  for (const RankOutcome& o : outcomes)
-    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+  expectEveryRankPassed(outcomes, kWorld);
 }
 
 // Slow past the timeout: rank 3 (alive) calls shrink only after the others have finished theirs
@@ -350,9 +351,7 @@ TEST(ShrinkProcesses, ARankSlowPastTheTimeoutIsLeftOutByAllAndRefused) {
         return 0;
       },
       std::chrono::seconds(120));
-  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
-  for (const RankOutcome& o : outcomes)
-    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+  expectEveryRankPassed(outcomes, kWorld);
 }
 
 // A link that stays broken (rank 1 drops its connection to rank 0 at its first send to it, in
@@ -454,6 +453,18 @@ Result<std::vector<ErrorFeedback>> filledStates(int rank, int world) {
   return states;
 }
 
+// The rank of a world of `world` whose allreduce chunk of `count` elements holds element i (the
+// last rank for an i past the end).
+int chunkOwner(size_t count, int world, size_t i) {
+  int owner = 0;
+  while (owner + 1 < world) {
+    const auto chunk = Communicator::allreduceChunk(count, world, owner);
+    if (i < chunk.first + chunk.second) break;
+    ++owner;
+  }
+  return owner;
+}
+
 // "" when rank `worldRank`'s states hold what the relayout from `world` to the survivors of
 // `gone` must leave, else what differs.
 std::string checkRelaid(std::vector<ErrorFeedback>& states, int worldRank, int world, int gone,
@@ -474,11 +485,7 @@ std::string checkRelaid(std::vector<ErrorFeedback>& states, int worldRank, int w
     std::vector<float> view(count, 0.0f);
     ef.copyServerTo(view.data());
     for (size_t i = chunk.first; i < chunk.first + chunk.second; ++i) {
-      int owner = 0;
-      while (Communicator::allreduceChunk(count, world, owner).first +
-                 Communicator::allreduceChunk(count, world, owner).second <=
-             i)
-        ++owner;
+      const int owner = chunkOwner(count, world, i);
       const float want = owner == gone ? 0.0f : serverValue(owner, i);
       if (view[i] != want)
         return "state " + std::to_string(t) + " element " + std::to_string(i) + ": " +
@@ -531,9 +538,7 @@ TEST(ShrinkProcesses, FeedbackResidualsFollowTheSurvivors) {
         return 0;
       },
       std::chrono::seconds(120));
-  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
-  for (const RankOutcome& o : outcomes)
-    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+  expectEveryRankPassed(outcomes, kWorld);
 }
 
 // What relayoutFeedback refuses, on every survivor alike (a rank alone refusing would leave the
@@ -591,9 +596,7 @@ TEST(ShrinkProcesses, FeedbackRelayoutRefusalsFailOnEverySurvivor) {
         return relayoutFeedback(next, rank, 3, {&*a}).isOk() && a->worker()[7] == 1.5f ? 0 : 9;
       },
       std::chrono::seconds(120));
-  ASSERT_EQ(static_cast<int>(outcomes.size()), 3);
-  for (const RankOutcome& o : outcomes)
-    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+  expectEveryRankPassed(outcomes, 3);
 }
 
 // Server residuals of another partition than the old world's flat allreduce (the two-level
@@ -638,9 +641,7 @@ TEST(ShrinkProcesses, FeedbackOfAnotherPartitionRestartsFromZero) {
         flat->copyServerTo(view.data());
         for (size_t i = chunk.first; i < chunk.first + chunk.second; ++i) {
           // Old owner of element i: its value was owner + 1; rank 2's chunk is lost.
-          int owner = 0;
-          while (owner < 2 && i >= Communicator::allreduceChunk(kElements, 3, owner + 1).first)
-            ++owner;
+          const int owner = chunkOwner(kElements, 3, i);
           const float want = owner == 2 ? 0.0f : static_cast<float>(owner + 1);
           if (view[i] != want) {
             reportFromChild("flat element " + std::to_string(i) + " is " + std::to_string(view[i]) +
@@ -651,9 +652,7 @@ TEST(ShrinkProcesses, FeedbackOfAnotherPartitionRestartsFromZero) {
         return 0;
       },
       std::chrono::seconds(120));
-  ASSERT_EQ(static_cast<int>(outcomes.size()), 3);
-  for (const RankOutcome& o : outcomes)
-    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+  expectEveryRankPassed(outcomes, 3);
 }
 
 // ---- The kill matrix's shrink cases: a training loop that survives a kill ----------------------

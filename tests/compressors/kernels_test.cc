@@ -477,6 +477,19 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
     (append(vs), ...);
     return b;
   };
+  // int8 decoded into every output type and accumulated, as bytes.
+  auto int8DequantizeAll = [&](const std::vector<float>& scales, const std::vector<int8_t>& q,
+                               size_t block) {
+    size_t m = q.size();
+    std::vector<float> out(m), acc = randomValues(m, 9);
+    std::vector<Half> outH(m);
+    std::vector<BFloat16> outB(m);
+    cpu::int8Dequantize(scales.data(), q.data(), m, block, out.data());
+    cpu::int8Dequantize(scales.data(), q.data(), m, block, outH.data());
+    cpu::int8Dequantize(scales.data(), q.data(), m, block, outB.data());
+    cpu::int8DequantizeAccumulate(scales.data(), q.data(), m, block, acc.data());
+    return asBytes(out, outH, outB, acc);
+  };
   auto h = typed<Half>(raw);
   for (size_t block : {32, 256, 2048}) {
     SCOPED_TRACE(block);
@@ -485,9 +498,7 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
         std::vector<float> scales((n + block - 1) / block);
         std::vector<int8_t> q(n);
         cpu::int8Quantize(h.data(), n, block, rounding, 77, 5, res, scales.data(), q.data());
-        std::vector<float> out(n);
-        cpu::int8Dequantize(scales.data(), q.data(), n, block, out.data());
-        return asBytes(scales, q, out);
+        return asBytes(scales, q, int8DequantizeAll(scales, q, block));
       });
     // float32 blocks at the top of the range, where a decoded value can round past FLT_MAX and
     // the residual must become 0, next to blocks just under and over kTameBlockMaxKey
@@ -508,7 +519,8 @@ TEST(KernelPaths, PortableAndAvx2AgreeBitForBit) {
         std::vector<int8_t> q(n);
         cpu::int8Quantize(big.data(), n, block, Rounding::kNearest, 77, 5,
                           withResidual ? res : nullptr, scales.data(), q.data());
-        return asBytes(scales, q);
+        // decoded values near FLT_MAX overflow Half and BFloat16 to Inf on both paths alike
+        return asBytes(scales, q, int8DequantizeAll(scales, q, block));
       });
     runBoth([&](float* res) {
       std::vector<float> scales((n + block - 1) / block);

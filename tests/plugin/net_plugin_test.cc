@@ -1011,7 +1011,11 @@ TEST(NetPluginLossless, BadValuesFailInit) {
   const std::pair<const char*, const char*> bad[] = {{"TERSE_NET_LOSSLESS", "maybe"},
                                                      {"TERSE_NET_LOSSLESS_MIN_BYTES", "100"},
                                                      {"TERSE_NET_LOSSLESS_MIN_BYTES", "64k"}};
-  for (auto [name, value] : bad) {
+  for (const auto& setting : bad) {
+    // Named copies, not a structured binding: C++17 does not let a lambda capture a binding
+    // (GCC accepts it, clang rejects it).
+    const char* name = setting.first;
+    const char* value = setting.second;
     auto codes = runRanks(1, [&](int) {
       useLoopback("tcp");
       useLossless(true);

@@ -131,10 +131,10 @@ def digest(model):
     return h.hexdigest()
 
 
-def shrink_and_agree(torch, result, error, done):
-    """After a failed step: record it, shrink terse's process-wide communicator and agree on the
-    last step every survivor completed (one may be a step ahead of another). Returns the new
-    and old communicators and that step."""
+def shrink_and_gather(torch, result, error, done, mine):
+    """After a failed step (this rank had completed `done`): record it, shrink terse's
+    process-wide communicator and gather every survivor's step number `mine`. Returns the new and
+    old communicators and those numbers in new rank order."""
     import terse.ddp
     result["failed"] = time.time()
     result["error"] = str(error)[-400:]
@@ -142,13 +142,49 @@ def shrink_and_agree(torch, result, error, done):
     new, old = terse.ddp.shrink_default()
     result["shrunk"] = time.time()
     table = torch.zeros(new.size)
-    table[new.rank] = done
+    table[new.rank] = mine
     new.allreduce(table, "none", "sum")
-    steps = [int(v) for v in table.tolist()]
+    return new, old, [int(v) for v in table.tolist()]
+
+
+def shrink_and_agree(torch, result, error, done):
+    """shrink_and_gather, then agree on the last step every survivor completed (one may be a step
+    ahead of another). Returns the new and old communicators and that step."""
+    new, old, steps = shrink_and_gather(torch, result, error, done, done)
     k = min(steps)
     if max(steps) - k > 1:
         raise AssertionError(f"survivors more than a step apart: {steps}")
     return new, old, k
+
+
+class Steps:
+    """A training loop's bookkeeping (the DDP and OneBitAdam workers): the steps completed, the
+    state after each of the last two (a survivor may have to roll back one), and when the first
+    step after the shrink completed (result["next_step"])."""
+
+    def __init__(self, result, snap):
+        self.result = result
+        self.done = 0
+        self.snaps = {0: snap}   # completed step -> state after it
+        self.recovering = False
+
+    def completed(self, snap):
+        """Step `done` completed and left the state `snap`."""
+        self.done += 1
+        self.snaps[self.done] = snap
+        self.snaps.pop(self.done - 2, None)
+        if self.recovering:
+            self.result["next_step"] = time.time()
+            self.recovering = False
+
+    def roll_back(self, k):
+        """After the shrink: back to step k, the last every survivor completed. Returns the state
+        after it."""
+        self.result["agreed"], self.result["rolled_back"] = k, self.done - k
+        self.done = k
+        self.snaps = {k: self.snaps[k]}
+        self.recovering = True
+        return self.snaps[k]
 
 
 def worker(args):
@@ -184,7 +220,7 @@ def worker(args):
     start_loss = heldout_loss(torch, model)
 
     def hook(st, bucket):
-        if how == "hook" and old_rank == victim and done == at:
+        if how == "hook" and old_rank == victim and steps.done == at:
             os.kill(os.getpid(), signal.SIGKILL)
         return terse.ddp.terse_hook(st, bucket)
 
@@ -213,26 +249,23 @@ def worker(args):
         opt.step()
 
     ddp = wrap(state)
-    done = 0
-    snaps = {0: snapshot(state)}   # completed step -> state after it (the last two kept)
     result = {"old_rank": rank}
-    recovering = False
-    while done < STEPS:
-        if how in ("between", "backend") and rank == victim and done == at and generation == 0:
+    steps = Steps(result, snapshot(state))
+    while steps.done < STEPS:
+        if (how in ("between", "backend") and rank == victim and steps.done == at
+                and generation == 0):
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            train_step(ddp, done, rank)
+            train_step(ddp, steps.done, rank)
         except Exception as error:   # what a training loop sees
             if not terse.ddp.is_failure(error) or generation > 0:
                 raise
-            new, old, k = shrink_and_agree(torch, result, error, done)
+            new, old, k = shrink_and_agree(torch, result, error, steps.done)
             # Back to the state after step k, also when this rank is at k: the failed step may
             # have changed the residuals. The hook's checkpoint is the old world's: load it
             # while the state still has the old communicator, then move it over.
-            restore(snaps[k], state)
-            result["agreed"], result["rolled_back"] = k, done - k
-            reference_start = snaps[k]
-            done = k
+            reference_start = steps.roll_back(k)
+            restore(reference_start, state)
             if state is not None:
                 expect_raises(ValueError, lambda: state.shrink(old), "not the one this state")
                 state.shrink(new)
@@ -247,15 +280,8 @@ def worker(args):
             init_group(rank, world)
             ddp = wrap(state)
             result["regrouped"] = time.time()
-            snaps = {k: snaps[k]}
-            recovering = True
             continue
-        done += 1
-        snaps[done] = snapshot(state)
-        snaps.pop(done - 2, None)
-        if recovering:
-            result["next_step"] = time.time()
-            recovering = False
+        steps.completed(snapshot(state))
     if generation == 0:
         raise AssertionError("no failure was seen: the victim did not die")
     result.update(rank=rank, world=world, digest=digest(model),
@@ -364,16 +390,9 @@ def fsdp_worker(args):
         except Exception as error:
             if not terse.ddp.is_failure(error) or generation > 0:
                 raise
-            result["failed"] = time.time()
-            result["error"] = str(error)[-400:]
-            result["reached"] = done
-            new, old = terse.ddp.shrink_default()
-            result["shrunk"] = time.time()
-            table = torch.zeros(new.size)
-            table[new.rank] = checkpoint[0]
-            new.allreduce(table, "none", "sum")
-            if len(set(table.tolist())) != 1:
-                raise AssertionError(f"survivors hold different checkpoints: {table.tolist()}")
+            new, old, held = shrink_and_gather(torch, result, error, done, checkpoint[0])
+            if len(set(held)) != 1:
+                raise AssertionError(f"survivors hold different checkpoints: {held}")
             k, weights, residuals = checkpoint
             state.load_state_dict(residuals)   # the old world's, as of step k
             result["agreed"], result["rolled_back"] = k, done - k
@@ -458,37 +477,29 @@ def adam_worker(args):
         o.step()
 
     opt = make_opt()
-    done, shrunk = 0, False
-    snaps = {0: snapshot(opt)}
+    shrunk = False
     result = {"old_rank": rank}
-    recovering = False
-    while done < STEPS:
-        if rank == victim and done == at and not shrunk:
+    steps = Steps(result, snapshot(opt))
+    while steps.done < STEPS:
+        if rank == victim and steps.done == at and not shrunk:
             os.kill(os.getpid(), signal.SIGKILL)
         try:
-            train_step(opt, done, rank)
+            train_step(opt, steps.done, rank)
         except Exception as error:
             if not terse.ddp.is_failure(error) or shrunk:
                 raise
-            new, old, k = shrink_and_agree(torch, result, error, done)
-            restore(snaps[k], opt)   # the old world's state, while it has the old communicator
-            result["agreed"], result["rolled_back"] = k, done - k
+            new, old, k = shrink_and_agree(torch, result, error, steps.done)
+            # The old world's state, while the optimizer still has the old communicator.
+            reference_start = steps.roll_back(k)
+            restore(reference_start, opt)
             result["frozen_at_kill"] = opt.frozen
-            reference_start = snaps[k]
-            done = k
             opt.shrink(new)
             old.close()
             rank, world = new.rank, new.size
             result["regrouped"] = time.time()
-            snaps = {k: snaps[k]}
-            shrunk = recovering = True
+            shrunk = True
             continue
-        done += 1
-        snaps[done] = snapshot(opt)
-        snaps.pop(done - 2, None)
-        if recovering:
-            result["next_step"] = time.time()
-            recovering = False
+        steps.completed(snapshot(opt))
     if not shrunk:
         raise AssertionError("no failure was seen: the victim did not die")
     result.update(rank=rank, world=world, digest=digest(model),
