@@ -258,13 +258,15 @@ struct ReachesThreshold {
   }
 };
 
-// Copies the first k compacted indices to the wire with v of each; with error feedback their
-// residuals become zero. (The compaction writes to scratch, so a wrong count, which the host
-// then reports, could never run past the caller's k entries.)
+// Copies the compacted indices to the wire with v of each; with error feedback their residuals
+// become zero. The compaction writes to scratch and the copy stops at what it kept, so even a
+// wrong count (which the host then reports; ranks are unique, so it is always k) cannot write
+// past the caller's k entries or touch an element that was not chosen.
 template <typename In>
-__global__ void topkGatherKernel(Values<In> values, const uint32_t* chosen, size_t k,
-                                 uint32_t* indices, float* out) {
-  for (size_t j = blockIdx.x * size_t{kThreads} + threadIdx.x; j < k;
+__global__ void topkGatherKernel(Values<In> values, const uint32_t* chosen, const unsigned* kept,
+                                 size_t k, uint32_t* indices, float* out) {
+  const size_t count = *kept < k ? *kept : k;
+  for (size_t j = blockIdx.x * size_t{kThreads} + threadIdx.x; j < count;
        j += size_t{gridDim.x} * kThreads) {
     uint32_t i = chosen[j];
     indices[j] = i;
@@ -381,11 +383,16 @@ cudaError_t queueValidation(const uint32_t* indices, size_t k, size_t n, int** f
 
 // Waits for the queued work and reads the verdict (true without a flag: nothing to check).
 cudaError_t readVerdict(const int* flag, bool* ok, cudaStream_t stream) {
-  int bad = 0;
-  if (flag)
-    TERSE_CUDA_TRY(cudaMemcpyAsync(&bad, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  if (flag == nullptr) {
+    TERSE_CUDA_TRY(cudaStreamSynchronize(stream));
+    *ok = true;
+    return cudaSuccess;
+  }
+  unsigned int* word = nullptr;
+  TERSE_CUDA_TRY(pinnedWord(&word));
+  TERSE_CUDA_TRY(cudaMemcpyAsync(word, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
   TERSE_CUDA_TRY(cudaStreamSynchronize(stream));
-  *ok = bad == 0;
+  *ok = *word == 0;
   return cudaSuccess;
 }
 
@@ -443,9 +450,10 @@ cudaError_t topkCompress(const In* in, size_t n, size_t k, float* residual, void
   size_t need = 0;
   TERSE_CUDA_TRY(selectTempBytes<In>(n, &need));
   if (need > tempAvailable) return cudaErrorInvalidValue;
-  // Full passes: as many blocks as the SMs hold at once (a second, partial wave would stretch
-  // the pass), no more, since every block adds its histogram to the same global counters.
-  // Levels 2-5 usually count a few candidates, so a fifth of that grid.
+  // As many blocks as the SMs hold at once (a second, partial wave would stretch a pass), no
+  // more, since every block adds its histogram to the same global counters. Levels 2-5 take the
+  // same grid: without candidates they read every element again, and with them most blocks
+  // find nothing to count and finish at once.
   unsigned sms = 1;
   int perSm = 0;
   TERSE_CUDA_TRY(multiprocessors(&sms));
@@ -453,7 +461,6 @@ cudaError_t topkCompress(const In* in, size_t n, size_t k, float* residual, void
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, levelKernel<In>, kThreads, 0));
   const unsigned resident = sms * static_cast<unsigned>(std::max(1, perSm));
   const unsigned fullBlocks = std::min(gridFor((n + 3) / 4), resident);
-  const unsigned candBlocks = std::min(fullBlocks, std::max(1u, resident / 5));
   // Level 1 keeps candidates when level 0's bucket is at most this many ranks.
   const size_t keepCap = n / 8 + 1024;
 
@@ -465,8 +472,7 @@ cudaError_t topkCompress(const In* in, size_t n, size_t k, float* residual, void
 
   TERSE_CUDA_TRY(cudaMemsetAsync(control, 0, sizeof(Control), stream));
   for (int level = 0; level < radix::kLevels; ++level) {
-    const unsigned blocks = level < 2 ? fullBlocks : candBlocks;
-    levelKernel<In><<<blocks, kThreads, 0, stream>>>(
+    levelKernel<In><<<fullBlocks, kThreads, 0, stream>>>(
         level == 0 ? first : again, n, level == 0 ? vecFirst : vecAgain, control, cand, k, keepCap);
     TERSE_CUDA_TRY(detail::lastLaunchError());
   }
@@ -476,7 +482,8 @@ cudaError_t topkCompress(const In* in, size_t n, size_t k, float* residual, void
   ReachesThreshold<In> pred{again, &control->state};
   TERSE_CUDA_TRY(cub::DeviceSelect::If(temp, need, thrust::counting_iterator<uint32_t>(0), chosen,
                                        &control->selected, static_cast<int64_t>(n), pred, stream));
-  topkGatherKernel<In><<<gridFor(k), kThreads, 0, stream>>>(again, chosen, k, indices, values);
+  topkGatherKernel<In>
+      <<<gridFor(k), kThreads, 0, stream>>>(again, chosen, &control->selected, k, indices, values);
   TERSE_CUDA_TRY(detail::lastLaunchError());
   // The wire size depends on k, and the scratch may be reused as soon as we return.
   unsigned int* selected = nullptr;

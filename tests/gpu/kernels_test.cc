@@ -813,11 +813,11 @@ EmulatedTopk emulateGpuTopk(const std::vector<In>& in, size_t k, std::vector<flo
 
 template <typename In>
 void checkEmulatedTopk(const std::vector<In>& in, size_t k, bool withResidual,
-                       int* levelsSeen = nullptr) {
+                       int* levelsSeen = nullptr, bool zeroResidual = false) {
   const size_t n = in.size(), kk = std::min(k, n);
   SCOPED_TRACE(std::string(typeName<In>()) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
                " residual=" + std::to_string(withResidual));
-  const auto residual = randomResidual(n, 61 + n);
+  const auto residual = zeroResidual ? std::vector<float>(n, 0.0f) : randomResidual(n, 61 + n);
   std::vector<float> cpuResidual = residual, cpuValues(kk);
   std::vector<uint32_t> cpuIndices(kk);
   std::vector<char> cpuScratch(cpu::topkScratchBytes(n));
@@ -868,12 +868,15 @@ TEST(GpuTopkSelect, RadixSelectHandlesNonFiniteAndEqualValues) {
   for (size_t k : {1, 2, 1000, 2047, 2048, 2049, 2999, 3000}) checkEmulatedTopk(same, k, false);
   std::vector<float> zeros(100, 0.0f);
   checkEmulatedTopk(zeros, 10, false);
-  // A mostly-zero gradient with fewer nonzeros than k: the threshold is among the zeros, level
-  // 0's bucket holds nearly every element and (at topkCompress's cap) no candidates are kept.
+  // A mostly-zero gradient (43 nonzeros of 20000): for k above 43 the threshold is among the
+  // zeros, level 0's bucket holds nearly every element and (at topkCompress's cap) no
+  // candidates are kept. A zero residual keeps it sparse with error feedback on.
   std::vector<float> sparse(20000, 0.0f);
   for (size_t i = 0; i < sparse.size(); i += 397) sparse[i] = 0.001f * static_cast<float>(i % 7);
+  ASSERT_EQ(std::count_if(sparse.begin(), sparse.end(), [](float x) { return x != 0.0f; }), 43);
   for (size_t k : {10, 51, 200, 19999}) {
     checkEmulatedTopk(sparse, k, false);
+    checkEmulatedTopk(sparse, k, true, nullptr, true);
     checkEmulatedTopk(sparse, k, true);
   }
 }
