@@ -180,6 +180,9 @@ struct Communicator::Impl {
   unsigned shrinks_ = 0;
   // {rank, size} in the communicator this one was shrunk from; {-1, 0} if not made by shrink.
   std::pair<int, int> shrunkFrom_{-1, 0};
+  // splitOnce's communicators by {color, key}; released first by ~Communicator.
+  std::mutex keptMutex_;
+  std::map<std::pair<int, int>, std::shared_ptr<Communicator>> keptSplits_;
 };
 
 // The internal entry points (terse/api/internal.h) reach the private constructor through this.
@@ -196,6 +199,11 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 Communicator::~Communicator() {
   // This communicator's queued calls finish first; then its figures are final.
   (void)impl_->worker_->run([] { return Status::ok(); });
+  // splitOnce's children go (unless a caller still holds one) while this one is whole.
+  {
+    std::lock_guard<std::mutex> lock(impl_->keptMutex_);
+    impl_->keptSplits_.clear();
+  }
   if (!logEnabled(LogLevel::kInfo, kSubsysColl)) return;
   const CollectiveStats& st = impl_->engine_->stats();
   auto line = [&](const char* name, const CollectiveStats::Kind& k) {
@@ -309,6 +317,19 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   });
   if (!s.isOk()) return s;
   return child;
+}
+
+Result<std::shared_ptr<Communicator>> Communicator::splitOnce(int color, int key) {
+  // Held across the split: a second caller (against the one-thread rule) waits for the first's
+  // communicator rather than making a split the other ranks never match.
+  std::lock_guard<std::mutex> lock(impl_->keptMutex_);
+  const std::pair<int, int> at{color, key};
+  auto kept = impl_->keptSplits_.find(at);
+  if (kept != impl_->keptSplits_.end()) return kept->second;
+  TERSE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> made, split(color, key));
+  std::shared_ptr<Communicator> shared = std::move(made);
+  impl_->keptSplits_.emplace(at, shared);
+  return shared;
 }
 
 Status Communicator::Impl::useTopology(Topology topology, uint32_t space) {

@@ -115,6 +115,17 @@ class Communicator {
   // one of them give up aborts the shared connections, so the others fail too. At most 62 splits
   // per world (tag spaces).
   Result<std::unique_ptr<Communicator>> split(int color, int key);
+  // split(color, key) made once and shared, for code that needs one sub-communicator in many
+  // places (one ShardedOneBitAdam per FSDP unit, each refreshing its buddy copy over the same
+  // pair): one split, one tag space, one collective thread in all, not one per caller. The first
+  // call with a given color and key is split(color, key), collective under its rules (every rank
+  // makes its first call at the same point of its split sequence); each later call with the same
+  // color and key returns that same communicator at once, without communicating. This
+  // communicator keeps it (null for a negative color) until it is destroyed, so a new or shrunk
+  // world never hands out another world's; callers may hold theirs longer. A failed split is not
+  // kept: the next call splits again. Its callers share its ordering rule: every rank makes
+  // their calls on it in the same order.
+  Result<std::shared_ptr<Communicator>> splitOnce(int color, int key);
 
   // After a failure (or on request, naming live ranks in `exclude`): the ranks still running
   // agree, through the store, on who is gone and form a new communicator without them, ranks

@@ -298,11 +298,16 @@ struct ShardedOneBitAdam::Device {
 // The buddy copy. Groups: ranks (2k, 2k + 1), the last three together when the world is odd;
 // in a group each member keeps the copy of the member after it (a pair: of each other).
 struct ShardedOneBitAdam::Buddy {
-  std::unique_ptr<Communicator> pair;  // split once per world, at the first refresh
-  std::vector<int> group;              // ranks of this world, ascending
-  int holds = -1;                      // whose copy this is
-  int64_t step = -1;                   // the step it is of; -1: none yet
-  bool hasV = false;                   // v travels only while it changes, and once at the start
+  // The group's communicator: Communicator::splitOnce of the world, so every core of this rank
+  // that refreshes over that world shares one (one split per world, whatever the number of
+  // cores: an FSDP model wrapped per layer has a core per layer, a world 62 splits). Their
+  // refreshes on it need no more order than the cores' steps already keep: every rank steps
+  // its cores in the same order, so the partners' allgathers on it pair up core by core.
+  std::shared_ptr<Communicator> pair;
+  std::vector<int> group;  // ranks of this world, ascending
+  int holds = -1;          // whose copy this is
+  int64_t step = -1;       // the step it is of; -1: none yet
+  bool hasV = false;       // v travels only while it changes, and once at the start
   std::vector<float> m, v, master, localM, worker;
   std::vector<float> params;      // its parameter shard, from update() (FSDP: nobody else has it)
   std::vector<float> send, recv;  // scratch
@@ -551,9 +556,10 @@ Status ShardedOneBitAdam::refreshBuddy(Communicator& comm, bool vChanged, const 
   if (!buddy_) buddy_ = std::make_unique<Buddy>();
   Buddy& b = *buddy_;
   if (!b.pair) {
-    // Collective over comm, at the same step on every rank (buddyCopy is agreed).
+    // A split of comm at the first refresh of any core over it (the same core and step on every
+    // rank: buddyCopy is agreed, the cores step in order), the kept one at every later core's.
     b.group = buddyGroup(world_, rank_);
-    auto pair = comm.split(b.group.front(), rank_);
+    auto pair = comm.splitOnce(b.group.front(), rank_);
     if (!pair.isOk()) return pair.status().withContext(what);
     b.pair = std::move(pair).value();
     const size_t i = std::find(b.group.begin(), b.group.end(), rank_) - b.group.begin();
@@ -812,13 +818,18 @@ Status ShardedOneBitAdam::update(Communicator& comm, float* paramShard, const fl
   // exponent gather sends the peers home before their refresh) waits out the timeout.
   const bool refreshOnly = !freeze && options_.buddyCopy && world_ > 1;
   auto refuse = [&](const Status& bad) {
-    // The partners' refresh waits on the pair communicator (split at the first refresh: before
-    // it, the peers split on the main one, whose refusal is this one's).
+    // The partners' refresh waits on the pair communicator. A core without one yet takes it as
+    // the refresh would (splitOnce: the kept one if another core made it, else the split the
+    // peers are in), then refuses there. A communicator that is not this state's world (the
+    // refused argument) gets the refusal itself: no split on it.
     if (refreshOnly) {
-      if (buddy_ && buddy_->pair)
-        (void)buddy_->pair->reject(bad).wait();
-      else
-        (void)comm.reject(bad).wait();
+      std::shared_ptr<Communicator> pair = buddy_ ? buddy_->pair : nullptr;
+      if (!pair && comm.size() == world_ && comm.rank() == rank_) {
+        auto made = comm.splitOnce(buddyGroup(world_, rank_).front(), rank_);
+        if (!made.isOk()) return bad;  // the peers' split failed alike
+        pair = std::move(made).value();
+      }
+      (void)(pair ? pair->reject(bad) : comm.reject(bad)).wait();
     }
     return bad;
   };

@@ -318,10 +318,6 @@ def _fsdp_comm_class():
     return _OptimizerReduceScatter
 
 
-# The splits of a world's connections (Communicator::split, docs/api.md): one per unit's buddy copy.
-_MAX_BUDDY_UNITS = 62
-
-
 class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
     """ShardedOneBitAdam for a model under FSDP2 (``fully_shard``): the optimizer state is the
     rank's FSDP shard's (m, v, frozen scales; with error feedback the unit's worker residual
@@ -425,14 +421,6 @@ class FSDPShardedOneBitAdam(_Sharded, CoreOptimizer):
                 raise RuntimeError(f"terse: unit '{name}': the core's shard {unit.core.shard} "
                                    f"is not FSDP2's ({rank * block}, {block})")
             module.set_custom_reduce_scatter(comm_class(self, unit))
-        if self._buddy and world > 1 and len(self.units) > _MAX_BUDDY_UNITS:
-            # Each unit's core splits its own pair communicator at its first refresh, after its
-            # step was applied; a world has 62 splits (docs/api.md). Refused here, before any step.
-            raise ValueError(f"terse: FSDPShardedOneBitAdam: buddy_copy=True with "
-                             f"{len(self.units)} FSDP units; each unit's buddy copy takes one of "
-                             f"the world's {_MAX_BUDDY_UNITS} communicator splits (fewer if the "
-                             f"world split for anything else): wrap fewer, larger units "
-                             f"(docs/optim.md, \"Buddy copy and shrink\")")
         if not self.units:
             raise ValueError("terse: FSDPShardedOneBitAdam: the model has no FSDP units with "
                              "parameters that take gradients; call fully_shard on its layers and "

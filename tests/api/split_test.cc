@@ -308,6 +308,46 @@ TEST(Split, AWorldMakes62SplitsWhateverItsLayout) {
   }
 }
 
+// splitOnce: a split made once per color and key and shared (ShardedOneBitAdam's buddy pairs,
+// one per FSDP unit before). 100 calls on 4 ranks give each rank one communicator (pairs {0, 1}
+// and {2, 3}), which sums within its pair; a negative color is kept as null; the world has used
+// two of its 62 spaces, so 60 plain splits still fit. A communicator destroyed with its kept
+// splits leaves the caller's share working. (Before, 100 plain splits: refused at the 63rd.)
+TEST(Split, SplitOnceMakesOneSplitPerColorAndKey) {
+  const int n = 4;
+  auto world = makeWorld(n);
+  std::vector<std::shared_ptr<Communicator>> kept(n);
+  onEachRank(n, [&](int r) {
+    std::shared_ptr<Communicator> first;
+    for (int k = 0; k < 100; ++k) {
+      auto pair = world[r]->splitOnce(r / 2, r);
+      ASSERT_TRUE(pair.isOk()) << "rank " << r << ", call " << k << ": "
+                               << pair.status().toString();
+      if (k == 0) first = *pair;
+      EXPECT_EQ(pair->get(), first.get()) << "rank " << r << ", call " << k;
+    }
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->size(), 2);
+    EXPECT_TRUE(expectSum(*first, {2 * (r / 2), 2 * (r / 2) + 1}, r, "none", 1.0f).isOk());
+    for (int k = 0; k < 3; ++k) {
+      auto none = world[r]->splitOnce(-1, r);
+      ASSERT_TRUE(none.isOk()) << none.status().toString();
+      EXPECT_FALSE(*none);
+    }
+    for (uint32_t k = 3; k <= kMaxGroupSpace; ++k) {
+      auto child = world[r]->split(0, r);
+      ASSERT_TRUE(child.isOk()) << "rank " << r << ", split " << k << ": "
+                                << child.status().toString();
+    }
+    kept[r] = first;
+  });
+  for (auto& c : world) c.reset();
+  onEachRank(n, [&](int r) {
+    EXPECT_TRUE(expectSum(*kept[r], {2 * (r / 2), 2 * (r / 2) + 1}, r, "none", 2.0f).isOk())
+        << "rank " << r;
+  });
+}
+
 // A world's two-level steps share its tag space with its calls (issue 44, finding 8): calls
 // that alternate flat and two-level on 2 nodes x 2 ranks, each rank free to run ahead into the
 // next, never take a step's message for a call's or the reverse (the step tags carry their own

@@ -896,6 +896,51 @@ TEST(ShardedOneBitAdam, BadLearningRateWithTheBuddyCopyFailsEveryRankAtOnce) {
   }
 }
 
+// Two cores a rank (two FSDP units) refresh over one pair communicator (Communicator::splitOnce):
+// core 0 made it at its first refresh, so core 1 refusing an update() on rank 0, at its own
+// first refresh or a later one, must refuse on that pair, where the peer's core 1 is, not on the
+// main communicator (a split its peer is no longer in: the wait would time out on both).
+TEST(ShardedOneBitAdam, ASecondCoreRefusesOnThePairTheFirstMade) {
+  const size_t n = 1000;
+  const int warmup = 3;
+  auto o = baseOptions("onebit", warmup);
+  o.buddyCopy = true;
+  for (int bad : {1, 2, 3, 4}) {
+    SCOPED_TRACE("core 1's bad step " + std::to_string(bad));
+    std::vector<std::vector<ShardedOneBitAdam>> cores;
+    for (int k = 0; k < 2; ++k) cores.push_back(makeSharded(2, n, o));
+    auto comms = createInProcWorld(2, std::chrono::milliseconds(5000));
+    ASSERT_TRUE(comms.isOk()) << comms.status().toString();
+    std::vector<Status> st(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        Communicator& c = *comms.value()[r];
+        for (int s = 1; s <= bad; ++s)
+          for (int k = 0; k < 2; ++k) {
+            ShardedOneBitAdam& opt = cores[k][r];
+            Vec shard(opt.shardLength(), 0.25f), red(opt.shardLength());
+            const float lr = s == bad && k == 1 && r == 0 ? std::nanf("") : 1e-3f;
+            Vec g = noiseGradient(r, s + k, n);
+            Status one = opt.reduce(c, g.data(), red.data());
+            if (one.isOk()) one = opt.update(c, shard.data(), red.data(), lr);
+            if (!one.isOk()) {
+              st[r] = one;
+              return;
+            }
+          }
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0].toString();
+    EXPECT_FALSE(st[1].isOk());
+    EXPECT_NE(st[1].code(), StatusCode::kTimeout) << st[1].toString();
+    EXPECT_NE(st[1].message().find("rank 0 rejected its arguments"), std::string::npos)
+        << st[1].toString();
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(cores[0][r].steps(), bad) << "rank " << r;
+    EXPECT_EQ(cores[1][0].steps(), bad - 1);
+  }
+}
+
 // Two thread-ranks step with reduce() + update() and the buddy copy; at step `last` rank 0
 // passes `lastLr`. Then rank 0 is taken for dead: rank 1 alone (a world of one) takes the parts.
 Result<ShardedOneBitAdam::ShrunkParts> survivorOfTwoShrinks(int last, float lastLr) {

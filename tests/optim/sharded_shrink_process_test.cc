@@ -317,6 +317,103 @@ TEST(ShardedShrinkSplitStep, TheBuddyCopyKeepsTheParameterShard) {
         << describe(outcomes[r]) << ": " << outcomes[r].report;
 }
 
+// An FSDP model wrapped per layer has an optimizer core per layer, each with its buddy copy: 70
+// cores on one world communicator, more than the world's 62 splits. Their refreshes share one
+// pair communicator (Communicator::splitOnce); before, each core split its own and the 63rd
+// core's first refresh failed (kUnsupported, after its step). 3 processes (a ring) step every
+// core past the freeze, rank 2 dies, every survivor's cores shrink from the copies to exactly
+// the state the saved parts load as at 2 ranks, and step on over the new world's pair.
+TEST(ShardedShrinkManyCores, SeventyCoresShareOnePairCommunicator) {
+  const std::string dir = makeTempDir();
+  constexpr int kWorld = 3, kVictim = 2, kCores = 70, kSteps = 5;
+  constexpr size_t kSmall = 101;  // shards of 34, 34 and 33 elements, then 51 and 50
+  auto part = [&](int core, int rank) {
+    return dir + "/part_" + std::to_string(core) + "_" + std::to_string(rank);
+  };
+  auto outcomes = runProcesses(
+      kWorld, {0, 1, 2}, [&](int) { return env(dir); },
+      [&](int rank) -> int {
+        auto made = Communicator::createFromEnv();
+        if (!made.isOk()) return 2;
+        std::unique_ptr<Communicator> comm = std::move(made).value();
+        ShardedOneBitAdamOptions o;
+        o.warmupSteps = kWarmup;
+        o.buddyCopy = true;
+        std::vector<ShardedOneBitAdam> cores;
+        std::vector<std::vector<float>> params;
+        for (int c = 0; c < kCores; ++c) {
+          auto opt = ShardedOneBitAdam::create(kSmall, kWorld, rank, o);
+          if (!opt.isOk()) return 3;
+          cores.push_back(std::move(opt).value());
+          params.emplace_back(kSmall, 0.01f * static_cast<float>(c));
+        }
+        // Every core steps in turn, as FSDP steps its units: the same order on every rank.
+        auto stepAll = [&](Communicator& on, int s) -> Status {
+          for (int c = 0; c < kCores; ++c) {
+            Status st = cores[c].step(on, params[c].data(), gradient(s + c, rank).data(), kLr);
+            if (!st.isOk())
+              return st.withContext("core " + std::to_string(c) + ", step " + std::to_string(s));
+          }
+          return Status::ok();
+        };
+        for (int s = 0; s < kSteps; ++s) {
+          Status st = stepAll(*comm, s);
+          if (!st.isOk()) {
+            reportFromChild(st.toString());
+            return 4;
+          }
+        }
+        for (int c = 0; c < kCores; ++c) writeFile(part(c, rank), cores[c].serialize());
+        if (!comm->barrier().isOk()) return 5;
+        if (rank == kVictim) raise(SIGKILL);
+        if (cores[0].step(*comm, params[0].data(), gradient(kSteps, rank).data(), kLr).isOk())
+          return 6;
+        auto shrunk = comm->shrink();
+        if (!shrunk.isOk()) {
+          reportFromChild("shrink: " + shrunk.status().toString());
+          return 7;
+        }
+        comm.reset();
+        Communicator& next = **shrunk;
+        for (int c = 0; c < kCores; ++c) {
+          // The dead rank's shard of every core comes from its copy on rank 1.
+          Status st = cores[c].shrink(next);
+          if (!st.isOk()) {
+            reportFromChild("core " + std::to_string(c) + " shrink: " + st.toString());
+            return 8;
+          }
+          std::vector<std::vector<uint8_t>> parts;
+          for (int r = 0; r < kWorld; ++r) parts.push_back(readFile(part(c, r)));
+          auto ref = ShardedOneBitAdam::deserialize(views(parts), next.size(), next.rank());
+          if (!ref.isOk() || cores[c].serialize() != ref->serialize()) {
+            reportFromChild("core " + std::to_string(c) +
+                            ": the shrunk state differs from the "
+                            "saved parts' at 2 ranks");
+            return 9;
+          }
+        }
+        // On over the new world: its own pair, shared again.
+        for (int s = kSteps + 1; s <= kSteps + 2; ++s) {
+          Status st = stepAll(next, s);
+          if (!st.isOk()) {
+            reportFromChild("after the shrink: " + st.toString());
+            return 10;
+          }
+        }
+        std::vector<float> all;
+        for (const auto& p : params) all.insert(all.end(), p.begin(), p.end());
+        reportFromChild("weights " + std::to_string(weightsHash(all)));
+        return 0;
+      },
+      std::chrono::seconds(180));
+  ASSERT_EQ(static_cast<int>(outcomes.size()), kWorld);
+  EXPECT_EQ(outcomes[kVictim].signal, SIGKILL) << describe(outcomes[kVictim]);
+  for (int r = 0; r < kVictim; ++r)
+    EXPECT_TRUE(outcomes[r].exited && outcomes[r].code == 0)
+        << describe(outcomes[r]) << ": " << outcomes[r].report;
+  EXPECT_EQ(outcomes[0].report, outcomes[1].report) << "the survivors end with other weights";
+}
+
 // OneBitAdam (replicated state): 4 ranks past the freeze with onebit, rank 2 SIGKILLed; the
 // survivors' failed step leaves the state as it was, the shrink keeps the moments and re-lays out
 // the residuals for 3 ranks, and 3 more steps leave the survivors bit-identical.

@@ -378,12 +378,30 @@ def fsdp_worker(args):
             fully_shard(layer, mesh=mesh)
         return m
 
-    # A buddy copy per unit, each its own split of the world's 62: refused at construction, on
-    # both ranks, not at the 63rd unit's first refresh after the step was applied.
-    at.expect("buddy_copy with 63 FSDP units",
-              lambda: FSDPShardedOneBitAdam(many_units(63), lr=1e-2, codec="none",
-                                            warmup_steps=2, communicator=comm, buddy_copy=True),
-              ValueError, ["63 FSDP units", "62 communicator splits"])
+    # A buddy copy per unit, every unit's core refreshing over one pair communicator
+    # (Communicator::splitOnce): 64 units, more than a world's 62 splits, train past the freeze
+    # on both ranks. Before, one split per unit: a ValueError at construction above 62 units.
+    def many_units_train():
+        many = many_units(64)
+        many_opt = FSDPShardedOneBitAdam(many, lr=1e-2, codec="none", warmup_steps=2,
+                                         communicator=comm, buddy_copy=True)
+        for t in range(4):
+            x = torch.randn(4, 2, generator=torch.Generator().manual_seed(100 * t + rank))
+            loss = many(x).square().mean()
+            many_opt.zero_grad()
+            loss.backward()
+            many_opt.step()
+        if len(many_opt.units) != 64 or many_opt.frozen_at != 2 or many_opt.steps != 4:
+            at.failures.append(f"64 units with buddy_copy: {len(many_opt.units)} units, frozen at "
+                               f"{many_opt.frozen_at}, {many_opt.steps} steps (expected 64, 2, 4)")
+        if not same_on_ranks(comm, [p.full_tensor() for p in many.parameters()]):
+            at.failures.append("64 units with buddy_copy: the ranks' parameters differ")
+        at.log.append(f"buddy_copy with 64 FSDP units: 4 steps (2 warm-up), loss {loss.item():.4f}")
+
+    try:
+        many_units_train()
+    except Exception as e:  # noqa: BLE001 -- recorded as the failure it is
+        at.failures.append(f"buddy_copy with 64 FSDP units: {type(e).__name__}: {e}")
     at.save(args.work)
     dist.destroy_process_group()
 
@@ -391,7 +409,8 @@ def fsdp_worker(args):
 def fsdp(args):
     launch(args, "fsdp")
     print("ok: FSDPShardedOneBitAdam trains a model with a frozen bias (unchanged, ranks equal); "
-          "a frozen bias on one rank only fails construction on both")
+          "a frozen bias on one rank only fails construction on both; 64 units train with "
+          "buddy_copy=True")
 
 
 def main():
