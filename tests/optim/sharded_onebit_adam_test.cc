@@ -838,6 +838,15 @@ TEST(ShardedOneBitAdam, ReduceAndUpdateMisuseIsRefused) {
   }
 }
 
+// Rank 0 refused its bad argument and rank 1 heard so at once (its refusal, not a timeout).
+void expectRankZeroRefusedAtOnce(const std::vector<Status>& st) {
+  EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0].toString();
+  EXPECT_FALSE(st[1].isOk());
+  EXPECT_NE(st[1].code(), StatusCode::kTimeout) << st[1].toString();
+  EXPECT_NE(st[1].message().find("rank 0 rejected its arguments"), std::string::npos)
+      << st[1].toString();
+}
+
 TEST(ShardedOneBitAdam, BadLearningRateWithTheBuddyCopyFailsEveryRankAtOnce) {
   // With the buddy copy every update() talks: at the freeze on the main communicator (the
   // exponents), else on the pair (the refresh; at the first one, the split on the main one).
@@ -880,11 +889,7 @@ TEST(ShardedOneBitAdam, BadLearningRateWithTheBuddyCopyFailsEveryRankAtOnce) {
           }
         });
       for (auto& t : threads) t.join();
-      EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0].toString();
-      EXPECT_FALSE(st[1].isOk());
-      EXPECT_NE(st[1].code(), StatusCode::kTimeout) << st[1].toString();
-      EXPECT_NE(st[1].message().find("rank 0 rejected its arguments"), std::string::npos)
-          << st[1].toString();
+      expectRankZeroRefusedAtOnce(st);
       EXPECT_EQ(opts[0].steps(), bad - 1);
       // Where the bad step's collective is the step's own (step(), the freeze) no rank advances;
       // update()'s refresh comes after the partner applied its step (its error says so).
@@ -931,11 +936,7 @@ TEST(ShardedOneBitAdam, ASecondCoreRefusesOnThePairTheFirstMade) {
           }
       });
     for (auto& t : threads) t.join();
-    EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0].toString();
-    EXPECT_FALSE(st[1].isOk());
-    EXPECT_NE(st[1].code(), StatusCode::kTimeout) << st[1].toString();
-    EXPECT_NE(st[1].message().find("rank 0 rejected its arguments"), std::string::npos)
-        << st[1].toString();
+    expectRankZeroRefusedAtOnce(st);
     for (int r = 0; r < 2; ++r) EXPECT_EQ(cores[0][r].steps(), bad) << "rank " << r;
     EXPECT_EQ(cores[1][0].steps(), bad - 1);
   }
