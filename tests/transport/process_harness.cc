@@ -146,4 +146,22 @@ uint64_t weightsHash(const std::vector<float>& w) {
   return h;
 }
 
+void expectEveryRankPassed(const std::vector<RankOutcome>& outcomes, int n) {
+  ASSERT_EQ(static_cast<int>(outcomes.size()), n);
+  for (const RankOutcome& o : outcomes)
+    EXPECT_TRUE(o.exited && o.code == 0) << describe(o) << ": " << o.report;
+}
+
+void expectVictimKilledOthersPassed(const std::vector<RankOutcome>& outcomes, int world,
+                                    int victim) {
+  ASSERT_EQ(static_cast<int>(outcomes.size()), world);
+  EXPECT_EQ(outcomes[victim].signal, SIGKILL) << describe(outcomes[victim]);
+  for (int r = 0; r < world; ++r) {
+    if (r == victim) continue;
+    EXPECT_TRUE(outcomes[r].exited && outcomes[r].code == 0)
+        << describe(outcomes[r]) << ": " << outcomes[r].report;
+    std::printf("rank %d: %s\n", r, outcomes[r].report.c_str());
+  }
+}
+
 }  // namespace terse::testing

@@ -46,6 +46,13 @@ std::string makeTempDir();
 // "rank 2: exited 0" / "killed by signal 9" ..., for failure messages.
 std::string describe(const RankOutcome& o);
 
+// Every one of the `n` ranks started exited 0 (gtest expectations; a wrong count is fatal).
+void expectEveryRankPassed(const std::vector<RankOutcome>& outcomes, int n);
+
+// Of `world` ranks, `victim` was SIGKILLed and every other exited 0; their reports are printed.
+void expectVictimKilledOthersPassed(const std::vector<RankOutcome>& outcomes, int world,
+                                    int victim);
+
 // FNV-1a over the values' bits: what survivors that must hold bit-identical weights report.
 uint64_t weightsHash(const std::vector<float>& w);
 
