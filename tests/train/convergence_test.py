@@ -274,6 +274,14 @@ def noise(args):
     return []
 
 
+def report(failures):
+    """Prints each failure and the verdict; the driver's exit status (shrink_test.py too)."""
+    for f in failures:
+        print("FAIL:", f)
+    print("PASS" if not failures else f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("mode", choices=["convergence", "resume", "adam", "noise"])
@@ -290,12 +298,8 @@ def main():
     p.add_argument("--seeds", type=int, default=4, help="noise: seeds 1..N")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    failures = {"convergence": convergence, "resume": resume, "adam": adam,
-                "noise": noise}[args.mode](args)
-    for f in failures:
-        print("FAIL:", f)
-    print("PASS" if not failures else f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return report({"convergence": convergence, "resume": resume, "adam": adam,
+                   "noise": noise}[args.mode](args))
 
 
 if __name__ == "__main__":

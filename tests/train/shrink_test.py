@@ -289,11 +289,7 @@ def main():
     p.add_argument("--kills", type=int, default=7, help="figures, residual-cost: how many kills")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    failures = CASES[args.mode](args)
-    for f in failures:
-        print("FAIL:", f)
-    print("PASS" if not failures else f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return ct.report(CASES[args.mode](args))
 
 
 if __name__ == "__main__":
