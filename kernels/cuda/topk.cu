@@ -27,6 +27,7 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 namespace terse::kernels::cuda {
@@ -291,11 +292,25 @@ cudaError_t selectTempBytes(size_t n, size_t* bytes) {
                                static_cast<int64_t>(n), pred);
 }
 
-cudaError_t multiprocessors(unsigned* sms) {
-  int device = 0, count = 0;
+// How many levelKernel<In> blocks the current device holds at once: SMs x blocks per SM. A
+// property of the device and the compiled kernel, so it is asked once per device, not per call.
+template <typename In>
+cudaError_t residentBlocks(unsigned* blocks) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<unsigned> known[kMaxDevices];  // 0: not asked yet
+  int device = 0;
   TERSE_CUDA_TRY(cudaGetDevice(&device));
-  TERSE_CUDA_TRY(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  *sms = static_cast<unsigned>(std::max(1, count));
+  if (device < 0 || device >= kMaxDevices) return cudaErrorInvalidDevice;
+  unsigned got = known[device].load(std::memory_order_relaxed);
+  if (got == 0) {
+    int sms = 0, perSm = 0;
+    TERSE_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    TERSE_CUDA_TRY(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, levelKernel<In>, kThreads, 0));
+    got = static_cast<unsigned>(std::max(1, sms) * std::max(1, perSm));
+    known[device].store(got, std::memory_order_relaxed);
+  }
+  *blocks = got;
   return cudaSuccess;
 }
 
@@ -454,12 +469,8 @@ cudaError_t topkCompress(const In* in, size_t n, size_t k, float* residual, void
   // more, since every block adds its histogram to the same global counters. Levels 2-5 take the
   // same grid: without candidates they read every element again, and with them most blocks
   // find nothing to count and finish at once.
-  unsigned sms = 1;
-  int perSm = 0;
-  TERSE_CUDA_TRY(multiprocessors(&sms));
-  TERSE_CUDA_TRY(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, levelKernel<In>, kThreads, 0));
-  const unsigned resident = sms * static_cast<unsigned>(std::max(1, perSm));
+  unsigned resident = 1;
+  TERSE_CUDA_TRY(residentBlocks<In>(&resident));
   const unsigned fullBlocks = std::min(gridFor((n + 3) / 4), resident);
   // Level 1 keeps candidates when level 0's bucket is at most this many ranks.
   const size_t keepCap = n / 8 + 1024;
