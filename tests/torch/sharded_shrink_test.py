@@ -230,8 +230,9 @@ def fsdp_worker(args):
     # (c10d::ProcessGroupGloo::runLoop, of a group that lost a peer) may release a tensor's
     # Python object after finalization began: PyEval_AcquireThread then ends the thread with
     # pthread_exit, whose forced unwind meets a noexcept frame, and the process aborts with
-    # "terminate called without an active exception" (2 of 66 runs of this case, backtrace from
-    # a SIGABRT handler, 2026-11-29). The results are on disk by then; the abort is torch's.
+    # "terminate called without an active exception" (rarely: seen 2026-11-29 with this case run
+    # in a loop, backtrace from a SIGABRT handler). The results are on disk by then; the abort is
+    # torch's.
     opt.close()
     new.close()
     sys.stdout.flush()
