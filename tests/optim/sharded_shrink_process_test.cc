@@ -76,6 +76,25 @@ std::vector<uint8_t> readFile(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
+// In a child: the communicator TERSE_RANK / TERSE_WORLD_SIZE / TERSE_STORE describe, or null
+// after reporting why not.
+std::unique_ptr<Communicator> connectFromEnv() {
+  auto made = Communicator::createFromEnv();
+  if (!made.isOk()) {
+    reportFromChild("create: " + made.status().toString());
+    return nullptr;
+  }
+  return std::move(made).value();
+}
+
+// The options every test here starts from: kWarmup steps, the buddy copy as asked.
+ShardedOneBitAdamOptions shardedOptions(bool buddy) {
+  ShardedOneBitAdamOptions o;
+  o.warmupSteps = kWarmup;
+  o.buddyCopy = buddy;
+  return o;
+}
+
 std::vector<std::pair<const void*, size_t>> views(const std::vector<std::vector<uint8_t>>& parts) {
   std::vector<std::pair<const void*, size_t>> out;
   for (const auto& p : parts) out.emplace_back(p.data(), p.size());
@@ -89,15 +108,9 @@ bool isVictim(const Case& c, int rank) {
 // One rank. Reports "<new world> ranks, weights <hash>" (or the shrink's error when expected) and
 // returns 0 when every check held.
 int rankBody(const Case& c, int rank, const std::string& dir) {
-  auto made = Communicator::createFromEnv();
-  if (!made.isOk()) {
-    reportFromChild("create: " + made.status().toString());
-    return 2;
-  }
-  std::unique_ptr<Communicator> comm = std::move(made).value();
-  ShardedOneBitAdamOptions o;
-  o.warmupSteps = kWarmup;
-  o.buddyCopy = c.buddy;
+  std::unique_ptr<Communicator> comm = connectFromEnv();
+  if (!comm) return 2;
+  ShardedOneBitAdamOptions o = shardedOptions(c.buddy);
   if (c.richState) {
     o.errorFeedback = true;
     o.localMomentum = true;
@@ -261,12 +274,9 @@ TEST(ShardedShrinkSplitStep, TheBuddyCopyKeepsTheParameterShard) {
   auto outcomes = runProcesses(
       kWorld, {0, 1, 2}, [&](int) { return env(dir); },
       [&](int rank) -> int {
-        auto made = Communicator::createFromEnv();
-        if (!made.isOk()) return 2;
-        std::unique_ptr<Communicator> comm = std::move(made).value();
-        ShardedOneBitAdamOptions o;
-        o.warmupSteps = kWarmup;
-        o.buddyCopy = true;
+        std::unique_ptr<Communicator> comm = connectFromEnv();
+        if (!comm) return 2;
+        const ShardedOneBitAdamOptions o = shardedOptions(true);
         auto opt = ShardedOneBitAdam::create(kCount, kWorld, rank, o);
         if (!opt.isOk()) return 3;
         std::vector<float> shard(opt->shardLength(), 0.25f), reduced(opt->shardLength());
@@ -329,12 +339,9 @@ TEST(ShardedShrinkManyCores, SeventyCoresShareOnePairCommunicator) {
   auto outcomes = runProcesses(
       kWorld, {0, 1, 2}, [&](int) { return env(dir); },
       [&](int rank) -> int {
-        auto made = Communicator::createFromEnv();
-        if (!made.isOk()) return 2;
-        std::unique_ptr<Communicator> comm = std::move(made).value();
-        ShardedOneBitAdamOptions o;
-        o.warmupSteps = kWarmup;
-        o.buddyCopy = true;
+        std::unique_ptr<Communicator> comm = connectFromEnv();
+        if (!comm) return 2;
+        const ShardedOneBitAdamOptions o = shardedOptions(true);
         std::vector<ShardedOneBitAdam> cores;
         std::vector<std::vector<float>> params;
         for (int c = 0; c < kCores; ++c) {
@@ -418,9 +425,8 @@ void oneBitAdamSurvivorsGoOn(bool reload) {
   auto outcomes = runProcesses(
       kWorld, {0, 1, 2, 3}, [&](int) { return env(dir); },
       [&](int rank) -> int {
-        auto made = Communicator::createFromEnv();
-        if (!made.isOk()) return 2;
-        std::unique_ptr<Communicator> comm = std::move(made).value();
+        std::unique_ptr<Communicator> comm = connectFromEnv();
+        if (!comm) return 2;
         OneBitAdamOptions o;
         o.warmupSteps = kWarmup;
         auto opt = OneBitAdam::create(kCount, o);
